@@ -1,0 +1,1 @@
+"""lower stage (see DESIGN.md)."""

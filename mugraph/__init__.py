@@ -1,0 +1,35 @@
+"""mugraph: a multi-level superoptimizer for tensor programs (the Mirage approach).
+
+Build a Lax program, write or search μGraphs, evaluate them, save and draw them::
+
+    import mugraph as mg
+    p = mg.Program("gated_mlp")
+    X = p.input("X", (8, 4096)); W1 = p.input("W1", (4096, 4096)); W2 = p.input("W2", (4096, 4096))
+    p.output(mg.silu(X @ W1) * (X @ W2))
+    mg.check_lax(p)
+    (Y,) = mg.evaluate(p, {"X": x, "W1": w1, "W2": w2})
+"""
+
+from . import errors
+from .algebra import Algebra, FloatAlgebra
+from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, repeat, reshape, rms_norm,
+                      scale, silu, sqrt, square, sub, sum)
+from .errors import (DTypeError, InputError, InvalidGraphError, MugraphError, NotLaxError, ResourceError,
+                     SerializationError, ShapeError, UnsupportedOpError)
+from .interpreter import evaluate
+from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
+from .lax import check_lax, is_lax
+from .ops import CATALOG
+from .render import render, to_dot
+from .serialize import load, save
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",
+    "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
+    "concat", "reshape", "repeat", "scale", "constant",
+    "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
+    "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
+    "UnsupportedOpError", "SerializationError", "InputError",
+]

@@ -1,0 +1,166 @@
+"""Algebras the interpreter evaluates over.
+
+An algebra supplies the meaning of every catalog op on its own kind of value.
+The interpreter only moves values around (slicing for input iterators, reshaping
+for output savers, broadcasting), through the structural hooks below, so the same
+evaluator gives float results (:class:`FloatAlgebra`, the numerical ground truth)
+and finite-field fingerprints (``verify``'s field algebra).
+
+A value may be a single array or a tuple of arrays (e.g. a value mod p and mod q);
+:meth:`Algebra.lift` applies a structural function to each component.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from .errors import InputError, UnsupportedOpError
+
+Value = Any
+
+
+def _permute(a, perm):
+    return a.permute(*perm) if isinstance(a, torch.Tensor) else np.transpose(a, perm)
+
+
+def _expand(a, shape):
+    return a.expand(*shape) if isinstance(a, torch.Tensor) else np.broadcast_to(a, shape)
+
+
+def _concat(arrs, axis):
+    return torch.cat(list(arrs), dim=axis) if isinstance(arrs[0], torch.Tensor) else np.concatenate(arrs, axis)
+
+
+def _tile(a, reps):
+    return a.repeat(*reps) if isinstance(a, torch.Tensor) else np.tile(a, reps)
+
+
+class Algebra:
+    """Base class: structural hooks shared by all algebras, op dispatch by name.
+
+    Subclasses fill :attr:`ops` (op name -> function(inputs, attrs) -> value) for
+    every op of :data:`mugraph.ops.CATALOG`, plus :meth:`input`, :meth:`output`
+    and :meth:`accumulate`.
+    """
+
+    name = "abstract"
+    ops: dict[str, Callable[[list[Value], dict], Value]] = {}
+
+    # --- structure (components mapped by lift)
+    def lift(self, v: Value, fn: Callable) -> Value:
+        return tuple(fn(c) for c in v) if isinstance(v, tuple) else fn(v)
+
+    def lift_many(self, vs: Sequence[Value], fn: Callable) -> Value:
+        if isinstance(vs[0], tuple):
+            return tuple(fn([v[i] for v in vs]) for i in range(len(vs[0])))
+        return fn(list(vs))
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        return tuple((v[0] if isinstance(v, tuple) else v).shape)
+
+    def reshape(self, v: Value, shape) -> Value:
+        return self.lift(v, lambda a: a.reshape(tuple(shape)))
+
+    def permute(self, v: Value, perm) -> Value:
+        return self.lift(v, lambda a: _permute(a, tuple(perm)))
+
+    def expand(self, v: Value, shape) -> Value:
+        return self.lift(v, lambda a: _expand(a, tuple(shape)))
+
+    def concat(self, vs: Sequence[Value], axis: int) -> Value:
+        return self.lift_many(vs, lambda arrs: _concat(arrs, axis))
+
+    def tile(self, v: Value, reps) -> Value:
+        return self.lift(v, lambda a: _tile(a, tuple(reps)))
+
+    # --- semantics
+    def apply(self, kind: str, inputs: list[Value], attrs: dict) -> Value:
+        try:
+            fn = self.ops[kind]
+        except KeyError:
+            raise UnsupportedOpError(f"{kind}: the {self.name} algebra has no meaning for this op") from None
+        return fn(inputs, attrs)
+
+    def input(self, name: str, value: Any, shape: tuple[int, ...], dtype: str) -> Value:
+        raise NotImplementedError
+
+    def output(self, v: Value, as_torch: bool) -> Any:
+        return v
+
+    def accumulate(self, v: Value, axis: int) -> Value:
+        """Sum over the loop axis, keeping it (size 1)."""
+        raise NotImplementedError
+
+
+_TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
+                 "float64": torch.float64}
+
+
+class FloatAlgebra(Algebra):
+    """Real arithmetic on torch tensors.
+
+    ``dtype="float64"`` (default) is the reference. With a lower-precision dtype
+    values are *stored* in that dtype while each op computes in at least float32,
+    as a GPU kernel with fp32 accumulation does.
+    """
+
+    name = "float"
+
+    def __init__(self, dtype: str = "float64") -> None:
+        if dtype not in _TORCH_DTYPES:
+            raise InputError(f"FloatAlgebra: unknown dtype {dtype!r}; use one of {sorted(_TORCH_DTYPES)}")
+        self.dtype = dtype
+        self.store = _TORCH_DTYPES[dtype]
+        self.compute = torch.float64 if dtype == "float64" else torch.float32
+        c = self.compute
+
+        def up(x):
+            return x.to(c)
+
+        def rounded(fn):
+            return lambda xs, at: fn([up(x) for x in xs], at).to(self.store)
+
+        def const(xs, at):
+            return torch.full(tuple(at["shape"]), float(at["value"]), dtype=c)
+
+        self.ops = {
+            "matmul": rounded(lambda xs, at: torch.matmul(xs[0], xs[1])),
+            "add": rounded(lambda xs, at: xs[0] + xs[1]),
+            "sub": rounded(lambda xs, at: xs[0] - xs[1]),
+            "mul": rounded(lambda xs, at: xs[0] * xs[1]),
+            "div": rounded(lambda xs, at: xs[0] / xs[1]),
+            "exp": rounded(lambda xs, at: torch.exp(xs[0])),
+            "sqrt": rounded(lambda xs, at: torch.sqrt(xs[0])),
+            "square": rounded(lambda xs, at: xs[0] * xs[0]),
+            "silu": rounded(lambda xs, at: xs[0] * torch.sigmoid(xs[0])),
+            "scale": rounded(lambda xs, at: xs[0] * float(at["c"])),
+            "const": rounded(const),
+            "sum": rounded(lambda xs, at: xs[0].sum(dim=at["dim"], keepdim=True)),
+            "max": rounded(lambda xs, at: xs[0].amax(dim=at["dim"], keepdim=True)),
+            "concat": rounded(lambda xs, at: torch.cat(xs, dim=at["dim"])),
+            "reshape": rounded(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
+            "repeat": rounded(lambda xs, at: xs[0].repeat(*at["reps"])),
+        }
+
+    def input(self, name, value, shape, dtype):
+        if isinstance(value, np.ndarray) or np.isscalar(value) or isinstance(value, (list, tuple)):
+            value = torch.from_numpy(np.asarray(value, dtype=np.float64))
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
+        if not value.is_floating_point():
+            value = value.to(torch.float64)
+        return value.detach().to("cpu", self.store)
+
+    def output(self, v, as_torch):
+        if as_torch:
+            return v
+        if v.dtype == torch.bfloat16:
+            v = v.to(torch.float32)
+        return v.numpy()
+
+    def accumulate(self, v, axis):
+        return v.to(self.compute).sum(dim=axis, keepdim=True).to(self.store)

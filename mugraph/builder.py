@@ -1,0 +1,144 @@
+"""Functional ops of the public API (``mg.matmul``, ``mg.add``, …).
+
+Each builds one catalog op in the graph of its tensor arguments — a Program, a
+hand-written kernel graph or a block graph alike. Python scalars become exact
+rational constants: ``x * 0.5`` is ``scale(x, 1/2)``, ``x + 1`` adds a ``const``.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Sequence
+
+from .errors import ShapeError
+from .ir import Tensor
+from .ops import to_fraction
+
+Scalar = int | float | Fraction
+
+
+def _graph_of(*xs, what: str):
+    for x in xs:
+        if isinstance(x, Tensor):
+            return x.graph
+    raise TypeError(f"{what}: needs at least one mugraph Tensor argument, got {[type(x).__name__ for x in xs]}")
+
+
+def _is_scalar(x) -> bool:
+    return isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
+
+
+def _scalar(c, what: str) -> Fraction:
+    try:
+        return to_fraction(c)
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"{what}: {e}") from None
+
+
+def _dim(x: Tensor, dim: int, what: str) -> int:
+    if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+        raise ShapeError(f"{what}: dim {dim} out of range for {x.label()} {x.shape}")
+    return dim % x.ndim
+
+
+def constant(value: Scalar, like: Tensor) -> Tensor:
+    """A rational constant shaped to broadcast against ``like`` (all dims 1)."""
+    return like.graph.add_op("const", [], {"value": _scalar(value, "const"), "shape": (1,) * like.ndim,
+                                           "dtype": like.dtype})
+
+
+def _binary(kind: str, a, b) -> Tensor:
+    g = _graph_of(a, b, what=kind)
+    if _is_scalar(a):
+        a = constant(a, b)
+    if _is_scalar(b):
+        b = constant(b, a)
+    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+        raise TypeError(f"{kind}: operands must be Tensors or scalars, got {type(a).__name__}, {type(b).__name__}")
+    return g.add_op(kind, [a, b])
+
+
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` over the last two dims; leading dims broadcast."""
+    return _graph_of(a, b, what="matmul").add_op("matmul", [a, b])
+
+
+def add(a, b) -> Tensor:
+    return _binary("add", a, b)
+
+
+def sub(a, b) -> Tensor:
+    return _binary("sub", a, b)
+
+
+def mul(a, b) -> Tensor:
+    if _is_scalar(a):
+        a, b = b, a
+    if isinstance(a, Tensor) and _is_scalar(b):
+        return scale(a, b)
+    return _binary("mul", a, b)
+
+
+def div(a, b) -> Tensor:
+    if isinstance(a, Tensor) and _is_scalar(b):
+        c = _scalar(b, "div")
+        if c == 0:
+            raise ZeroDivisionError(f"div: {a.label()} divided by the constant 0")
+        return scale(a, 1 / c)
+    return _binary("div", a, b)
+
+
+def scale(x: Tensor, c: Scalar) -> Tensor:
+    """``x * c`` for a rational constant ``c``."""
+    return x.graph.add_op("scale", [x], {"c": _scalar(c, "scale")})
+
+
+def exp(x: Tensor) -> Tensor:
+    return x.graph.add_op("exp", [x])
+
+
+def sqrt(x: Tensor) -> Tensor:
+    return x.graph.add_op("sqrt", [x])
+
+
+def square(x: Tensor) -> Tensor:
+    return x.graph.add_op("square", [x])
+
+
+def silu(x: Tensor) -> Tensor:
+    return x.graph.add_op("silu", [x])
+
+
+def sum(x: Tensor, dim: int) -> Tensor:  # noqa: A001 - the public name mirrors the op
+    """Sum along ``dim``; the dim is kept with size 1."""
+    return x.graph.add_op("sum", [x], {"dim": _dim(x, dim, "sum")})
+
+
+def max(x: Tensor, dim: int) -> Tensor:  # noqa: A001
+    """Max along ``dim`` (size 1 kept). Not Lax: such programs are only float-comparable."""
+    return x.graph.add_op("max", [x], {"dim": _dim(x, dim, "max")})
+
+
+def mean(x: Tensor, dim: int) -> Tensor:
+    d = _dim(x, dim, "mean")
+    return scale(sum(x, d), Fraction(1, x.shape[d]))
+
+
+def rms_norm(x: Tensor, dim: int = -1) -> Tensor:
+    """``x / sqrt(mean(x*x, dim))`` expanded into catalog ops (no weight, no epsilon)."""
+    d = _dim(x, dim, "rms_norm")
+    return div(x, sqrt(mean(square(x), d)))
+
+
+def concat(xs: Sequence[Tensor], dim: int) -> Tensor:
+    xs = list(xs)
+    g = _graph_of(*xs, what="concat")
+    return g.add_op("concat", xs, {"dim": _dim(xs[0], dim, "concat")})
+
+
+def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
+    return x.graph.add_op("reshape", [x], {"shape": tuple(int(s) for s in shape)})
+
+
+def repeat(x: Tensor, reps: Sequence[int]) -> Tensor:
+    return x.graph.add_op("repeat", [x], {"reps": tuple(int(r) for r in reps)})

@@ -1,0 +1,44 @@
+"""The one error hierarchy of mugraph.
+
+Every problem a user can cause is reported as a subclass of :class:`MugraphError`
+with a one-line message that names the culprit (the op, the shape, the rule), so a
+bad program never surfaces as a traceback from deep inside numpy, torch or Z3.
+"""
+
+from __future__ import annotations
+
+
+class MugraphError(Exception):
+    """Base class of every error mugraph raises on purpose."""
+
+
+class ShapeError(MugraphError):
+    """An op was given tensors whose shapes (or ranks) its shape rule rejects."""
+
+
+class DTypeError(MugraphError):
+    """An unknown dtype, or tensors of different dtypes combined."""
+
+
+class NotLaxError(MugraphError):
+    """The program is outside the Lax fragment (e.g. two ``exp`` on one path)."""
+
+
+class InvalidGraphError(MugraphError):
+    """A μGraph breaks one of the validity rules of DESIGN §2 (the message names it)."""
+
+
+class ResourceError(MugraphError):
+    """A tile or thread graph does not fit its memory (shared memory, registers)."""
+
+
+class UnsupportedOpError(MugraphError):
+    """An op name no catalog entry knows, or an op used at a level it has no meaning at."""
+
+
+class SerializationError(MugraphError):
+    """A file that is not a mugraph JSON document, or one of an unknown version."""
+
+
+class InputError(MugraphError):
+    """Inputs handed to ``evaluate`` (or a compiled program) that do not match the graph."""

@@ -1,0 +1,605 @@
+"""The μGraph IR: tensors, ops, kernel graphs, block graphs, thread graphs.
+
+A :class:`KernelGraph` is a DAG of kernels over the whole GPU; its edges are device
+tensors. A node is a *pre-defined* op from the catalog (:mod:`mugraph.ops`) or a
+*graph-defined* op whose meaning is a :class:`BlockGraph` — the program of one
+thread block, with a grid, a for-loop, input iterators (imap/fmap), block ops,
+accumulators and output savers (omap). A :class:`Program` is a kernel graph with
+pre-defined ops only: the Lax program a user hands to the superoptimizer.
+
+Every rule of DESIGN §2 is checked when an op is added, so an invalid graph cannot
+be built: shape rules, divisibility of imaps/fmaps, one accumulator on every path
+from an input iterator to an output saver, distinct omap dims for grid axes > 1,
+and (when a block graph is attached to its kernel graph) the shared-memory and
+register budgets. Each violation raises a :mod:`mugraph.errors` exception naming
+the rule, the op and the offending value.
+
+Writing a μGraph by hand::
+
+    kg = mg.KernelGraph("rmsnorm_matmul")
+    X = kg.input("X", (2, 4096)); G = kg.input("G", (4096,)); W = kg.input("W", (4096, 6144))
+    bg = mg.BlockGraph(grid=(96, 1, 1), forloop=64)
+    x = bg.input(X, imap=(None,), fmap=1)         # grid axis x replicates X; loop walks dim 1
+    g = bg.input(G, fmap=0)
+    w = bg.input(W, imap=(1,), fmap=0)            # grid axis x splits W's columns
+    acc = bg.accum(mg.matmul(x * g, w))           # Σ over the loop
+    ss = bg.accum(mg.sum(mg.square(x), 1))
+    bg.output(acc / mg.sqrt(ss * (1 / 4096)), omap=(1,))
+    (Y,) = kg.kernel(bg)
+    kg.output(Y)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Iterable, Sequence
+
+from .errors import DTypeError, InvalidGraphError, ResourceError, ShapeError, UnsupportedOpError
+from .ops import CATALOG, MAX_RANK, get_op
+
+DTYPES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+"""Supported dtypes and their sizes in bytes."""
+
+AXES = "xyz"
+
+#: H100: 227 KB of shared memory per block, 64 K 32-bit registers per SM.
+DEFAULT_SMEM_BUDGET = 227 * 1024
+DEFAULT_REGISTER_BUDGET = 64 * 1024 * 4
+
+
+def check_dtype(dtype: str, what: str) -> str:
+    if dtype not in DTYPES:
+        raise DTypeError(f"{what}: unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    return dtype
+
+
+def check_shape(shape, what: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise ShapeError(f"{what}: shape {shape!r} is not a sequence of ints") from None
+    if not 1 <= len(shape) <= MAX_RANK:
+        raise ShapeError(f"{what}: shape {shape} has {len(shape)} dims; tensors have 1 to {MAX_RANK}")
+    if any(s < 1 for s in shape):
+        raise ShapeError(f"{what}: shape {shape} has a dim < 1")
+    return shape
+
+
+class Tensor:
+    """An edge of a graph: a device tensor (kernel graph) or a tile (block graph).
+
+    ``acc`` (block graphs only) counts the accumulators on the paths from input
+    iterators to this tile: 0 inside the loop, 1 after it, ``None`` for tiles that
+    depend on constants only.
+    """
+
+    __slots__ = ("graph", "id", "shape", "dtype", "op", "name", "acc")
+
+    def __init__(self, graph: "Graph", id: int, shape, dtype: str, op: "Op", name: str | None = None,
+                 acc: int | None = None):
+        self.graph, self.id, self.shape, self.dtype, self.op, self.name, self.acc = (
+            graph, id, tuple(shape), dtype, op, name, acc)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPES[self.dtype]
+
+    def label(self) -> str:
+        return self.name if self.name else f"{self.graph.tensor_prefix}{self.id}"
+
+    def __repr__(self) -> str:
+        return f"<{self.label()} {self.shape} {self.dtype}>"
+
+    # python operators build ops in the tensor's graph (scalars become constants)
+    def __add__(self, o):
+        from .builder import add
+        return add(self, o)
+
+    def __radd__(self, o):
+        from .builder import add
+        return add(o, self)
+
+    def __sub__(self, o):
+        from .builder import sub
+        return sub(self, o)
+
+    def __rsub__(self, o):
+        from .builder import sub
+        return sub(o, self)
+
+    def __mul__(self, o):
+        from .builder import mul
+        return mul(self, o)
+
+    def __rmul__(self, o):
+        from .builder import mul
+        return mul(o, self)
+
+    def __truediv__(self, o):
+        from .builder import div
+        return div(self, o)
+
+    def __rtruediv__(self, o):
+        from .builder import div
+        return div(o, self)
+
+    def __matmul__(self, o):
+        from .builder import matmul
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        from .builder import matmul
+        return matmul(o, self)
+
+    def __neg__(self):
+        from .builder import scale
+        return scale(self, -1)
+
+    def __bool__(self):
+        raise TypeError("a mugraph Tensor is symbolic; it has no truth value")
+
+    __hash__ = object.__hash__
+
+
+class Op:
+    """A node: ``kind`` is a catalog op name or a structural kind
+    (``input``, ``graph_defined``, ``iterator``, ``accum``)."""
+
+    __slots__ = ("kind", "inputs", "outputs", "attrs", "id")
+
+    def __init__(self, kind: str, inputs: list[Tensor], attrs: dict, id: int):
+        self.kind, self.inputs, self.attrs, self.id = kind, inputs, attrs, id
+        self.outputs: list[Tensor] = []
+
+    def label(self) -> str:
+        return f"{self.kind}#{self.id}"
+
+    def __repr__(self) -> str:
+        return f"<op {self.label()}>"
+
+
+class Graph:
+    """Shared machinery of kernel and block graphs: ops in insertion (topological) order."""
+
+    level = "?"
+    tensor_prefix = "t"
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.tensors: list[Tensor] = []
+        self.frozen = False
+
+    def _check_open(self, what: str) -> None:
+        if self.frozen:
+            raise InvalidGraphError(f"{what}: this block graph is already attached to a kernel; build a new one")
+
+    def _new_op(self, kind: str, inputs: list[Tensor], attrs: dict) -> Op:
+        op = Op(kind, list(inputs), attrs, len(self.ops))
+        self.ops.append(op)
+        return op
+
+    def _new_tensor(self, op: Op, shape, dtype: str, name: str | None = None, acc: int | None = None) -> Tensor:
+        t = Tensor(self, len(self.tensors), shape, dtype, op, name, acc)
+        self.tensors.append(t)
+        op.outputs.append(t)
+        return t
+
+    def _own(self, t: Tensor, what: str) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{what}: expected a mugraph Tensor, got {type(t).__name__}")
+        if t.graph is not self:
+            raise InvalidGraphError(f"{what}: tensor {t.label()} belongs to another graph")
+
+    def add_op(self, kind: str, inputs: Sequence[Tensor], attrs: dict | None = None) -> Tensor:
+        """Append a catalog op; checks level, arity, shapes and dtypes; returns its output."""
+        attrs = dict(attrs or {})
+        self._check_open(kind)
+        opdef = get_op(kind)
+        where = f"{kind} (op #{len(self.ops)})"
+        if self.level not in opdef.levels:
+            raise UnsupportedOpError(f"{where}: not available in a {type(self).__name__}")
+        for t in inputs:
+            self._own(t, where)
+        if opdef.arity >= 0 and len(inputs) != opdef.arity:
+            raise ShapeError(f"{where}: takes {opdef.arity} inputs, got {len(inputs)}")
+        if opdef.arity < 0 and not inputs:
+            raise ShapeError(f"{where}: needs at least one input")
+        dtypes = {t.dtype for t in inputs}
+        if len(dtypes) > 1:
+            raise DTypeError(f"{where}: inputs have different dtypes {sorted(dtypes)}")
+        dtype = inputs[0].dtype if inputs else check_dtype(attrs.pop("dtype", "float16"), where)
+        try:
+            shape = opdef.shape_rule([t.shape for t in inputs], attrs)
+        except ShapeError as e:
+            raise ShapeError(f"{where}: {e}") from None
+        shape = check_shape(shape, where)
+        acc = self._acc_of(kind, inputs, where)
+        op = self._new_op(kind, inputs, attrs)
+        return self._new_tensor(op, shape, dtype, acc=acc)
+
+    def _acc_of(self, kind: str, inputs: Sequence[Tensor], where: str) -> int | None:
+        return None
+
+    # ------------------------------------------------------------------ views
+    def consumers(self) -> dict[Tensor, list[Op]]:
+        out: dict[Tensor, list[Op]] = {t: [] for t in self.tensors}
+        for op in self.ops:
+            for t in op.inputs:
+                out[t].append(op)
+        return out
+
+
+# ---------------------------------------------------------------------------- kernel level
+
+
+class KernelGraph(Graph):
+    """A kernel graph: device tensors between pre-defined and graph-defined kernels."""
+
+    level = "K"
+    tensor_prefix = "t"
+
+    def __init__(self, name: str = "graph") -> None:
+        super().__init__()
+        self.name = name
+        self.inputs: list[Tensor] = []
+        self.outputs: list[Tensor] = []
+
+    def input(self, name: str, shape, dtype: str = "float16") -> Tensor:
+        what = f"input {name!r}"
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidGraphError(f"{what}: input names must be identifiers")
+        if any(t.name == name for t in self.inputs):
+            raise InvalidGraphError(f"{what}: an input of that name already exists")
+        shape = check_shape(shape, what)
+        check_dtype(dtype, what)
+        op = self._new_op("input", [], {"name": name})
+        t = self._new_tensor(op, shape, dtype, name=name)
+        self.inputs.append(t)
+        return t
+
+    def output(self, t: Tensor) -> Tensor:
+        self._own(t, "output")
+        if t.op.kind == "input":
+            raise InvalidGraphError(f"output: {t.label()} is an input; an output must be computed by an op")
+        if t in self.outputs:
+            raise InvalidGraphError(f"output: {t.label()} is already an output")
+        self.outputs.append(t)
+        return t
+
+    def kernel(self, block: "BlockGraph", *, smem_budget: int = DEFAULT_SMEM_BUDGET,
+               register_budget: int = DEFAULT_REGISTER_BUDGET) -> list[Tensor]:
+        """Attach ``block`` as a graph-defined kernel; returns one device tensor per output saver.
+
+        Checks the block graph as a whole (it has outputs; every iterator reads this
+        graph's tensors; its tiles fit shared memory and its thread graphs fit
+        registers) and freezes it.
+        """
+        if not isinstance(block, BlockGraph):
+            raise TypeError(f"kernel: expected a BlockGraph, got {type(block).__name__}")
+        where = f"graph_defined (op #{len(self.ops)})"
+        block._check_open(where)
+        if not block.savers:
+            raise InvalidGraphError(f"{where}: block graph has no output saver")
+        for s in block.sources:
+            self._own(s, where)
+        block.check_resources(smem_budget, register_budget, where)
+        block.frozen = True
+        op = self._new_op("graph_defined", list(block.sources), {"block": block})
+        return [self._new_tensor(op, sv.shape, sv.tensor.dtype) for sv in block.savers]
+
+    def ops_of_kind(self, kind: str) -> list[Op]:
+        return [op for op in self.ops if op.kind == kind]
+
+    @property
+    def num_kernels(self) -> int:
+        """Kernel launches: every op but inputs (reshape-free graphs launch each op)."""
+        return sum(1 for op in self.ops if op.kind != "input")
+
+    def __str__(self) -> str:
+        from .text import format_graph
+        return format_graph(self)
+
+
+class Program(KernelGraph):
+    """A Lax program: a kernel graph of pre-defined ops only (the superoptimizer's input)."""
+
+    def kernel(self, block, **kw):  # type: ignore[override]
+        raise InvalidGraphError("kernel: a Program holds pre-defined ops only; write μGraphs with mg.KernelGraph")
+
+
+# ---------------------------------------------------------------------------- block level
+
+
+def _norm_map(m, n_axes: int, what: str) -> tuple:
+    if m is None:
+        m = ()
+    if isinstance(m, dict):
+        m = tuple(m.get(a) for a in AXES[:n_axes])
+    m = tuple(m)
+    if len(m) > n_axes:
+        raise InvalidGraphError(f"{what}: {m} has more than {n_axes} entries (one per grid axis x, y, z)")
+    m = m + (None,) * (n_axes - len(m))
+    for d in m:
+        if d is not None and (not isinstance(d, int) or isinstance(d, bool)):
+            raise InvalidGraphError(f"{what}: entries must be dims (int) or None, got {m}")
+    return m
+
+
+@dataclass
+class Saver:
+    """An output saver: writes ``tensor`` (a post-loop tile) to a device tensor of ``shape``."""
+
+    tensor: Tensor
+    omap: tuple
+    shape: tuple[int, ...]
+
+
+@dataclass
+class ThreadGraph:
+    """A fused chain of element-wise block ops; its ``intermediates`` stay in registers."""
+
+    ops: list[Op]
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    intermediates: list[Tensor]
+
+
+class BlockGraph(Graph):
+    """The program of one thread block of a graph-defined kernel.
+
+    ``grid`` blocks run it; each runs ``forloop`` iterations of the loop body.
+    Tiles computed before any accumulator belong to the loop body; everything
+    downstream of an accumulator runs once, after the loop.
+    """
+
+    level = "B"
+    tensor_prefix = "b"
+
+    def __init__(self, grid=(1, 1, 1), forloop: int = 1) -> None:
+        super().__init__()
+        grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
+        if len(grid) != 3 or any(not isinstance(g, int) or g < 1 for g in grid):
+            raise InvalidGraphError(f"grid {grid!r}: must be up to 3 positive ints (x, y, z)")
+        if not isinstance(forloop, int) or forloop < 1:
+            raise InvalidGraphError(f"forloop {forloop!r}: must be a positive int")
+        self.grid: tuple[int, int, int] = grid  # type: ignore[assignment]
+        self.forloop = forloop
+        self.sources: list[Tensor] = []
+        self.savers: list[Saver] = []
+        self._thread_graphs: list[ThreadGraph] | None = None
+
+    @property
+    def num_blocks(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    # -- input iterators
+    def input(self, source: Tensor, imap=None, fmap: int | None = None) -> Tensor:
+        """An input iterator over the device tensor ``source`` (see DESIGN §2)."""
+        where = f"iterator (op #{len(self.ops)})"
+        self._check_open(where)
+        if not isinstance(source, Tensor) or not isinstance(source.graph, KernelGraph):
+            raise InvalidGraphError(f"{where}: source must be a tensor of a kernel graph")
+        shape = source.shape
+        imap = _norm_map(imap, 3, f"{where}: imap")
+        tile = list(shape)
+        used: dict[int, str] = {}
+        for a, (d, g) in enumerate(zip(imap, self.grid)):
+            ax = AXES[a]
+            if d is None:
+                continue
+            if g == 1:
+                raise InvalidGraphError(f"{where}: imap {imap}: grid axis {ax} has size 1 and must map to None")
+            if not 0 <= d < len(shape):
+                raise InvalidGraphError(f"{where}: imap {imap}: dim {d} out of range for {source.label()} {shape}")
+            if d in used:
+                raise InvalidGraphError(f"{where}: imap {imap}: grid axes {used[d]} and {ax} both map to dim {d}")
+            used[d] = ax
+            if shape[d] % g:
+                raise InvalidGraphError(
+                    f"{where}: imap {imap}: dim {d} of {source.label()} {shape} (size {shape[d]}) "
+                    f"is not divisible by grid axis {ax} = {g}")
+            tile[d] //= g
+        if fmap is not None:
+            if self.forloop == 1:
+                raise InvalidGraphError(f"{where}: fmap {fmap}: forloop is 1, so fmap must be None")
+            if not isinstance(fmap, int) or not 0 <= fmap < len(shape):
+                raise InvalidGraphError(f"{where}: fmap {fmap} out of range for {source.label()} {shape}")
+            if tile[fmap] % self.forloop:
+                raise InvalidGraphError(
+                    f"{where}: fmap {fmap}: dim {fmap} of {source.label()} {shape} (block slice {tile[fmap]}) "
+                    f"is not divisible by forloop {self.forloop}")
+            tile[fmap] //= self.forloop
+        if source not in self.sources:
+            self.sources.append(source)
+        op = self._new_op("iterator", [], {"source": self.sources.index(source), "imap": imap, "fmap": fmap})
+        return self._new_tensor(op, tile, source.dtype, acc=0)
+
+    # -- accumulators
+    def accum(self, x: Tensor) -> Tensor:
+        """``Σ_{i<forloop} x_i``: closes the loop for every path through it."""
+        where = f"accum (op #{len(self.ops)})"
+        self._check_open(where)
+        self._own(x, where)
+        if x.acc == 1:
+            raise InvalidGraphError(
+                f"{where}: {x.label()} is already downstream of an accumulator; "
+                "a path from an input to an output must pass through exactly one accumulator")
+        op = self._new_op("accum", [x], {})
+        return self._new_tensor(op, x.shape, x.dtype, acc=1)
+
+    def _acc_of(self, kind: str, inputs: Sequence[Tensor], where: str) -> int | None:
+        accs = {t.acc for t in inputs if t.acc is not None}
+        if len(accs) > 1:
+            inside = [t.label() for t in inputs if t.acc == 0]
+            after = [t.label() for t in inputs if t.acc == 1]
+            raise InvalidGraphError(
+                f"{where}: mixes loop-body tiles {inside} with post-loop tiles {after}; "
+                "a path from an input iterator to an output saver would have no accumulator")
+        return accs.pop() if accs else None
+
+    # -- output savers
+    def output(self, x: Tensor, omap=None) -> None:
+        """An output saver writing post-loop tile ``x``; every grid axis > 1 maps to a distinct dim."""
+        where = f"output saver {len(self.savers)}"
+        self._check_open(where)
+        self._own(x, where)
+        if x.acc != 1:
+            raise InvalidGraphError(
+                f"{where}: {x.label()} has no accumulator on its path from the inputs; "
+                "every path from an input iterator to an output saver must pass through exactly one accumulator")
+        omap = _norm_map(omap, 3, f"{where}: omap")
+        out = list(x.shape)
+        used: dict[int, str] = {}
+        for a, (d, g) in enumerate(zip(omap, self.grid)):
+            ax = AXES[a]
+            if d is None:
+                if g > 1:
+                    raise InvalidGraphError(
+                        f"{where}: omap {omap}: grid axis {ax} (size {g}) is missing; "
+                        "blocks along it would overwrite each other's output")
+                continue
+            if g == 1:
+                raise InvalidGraphError(f"{where}: omap {omap}: grid axis {ax} has size 1 and must map to None")
+            if not 0 <= d < len(out):
+                raise InvalidGraphError(f"{where}: omap {omap}: dim {d} out of range for tile {x.shape}")
+            if d in used:
+                raise InvalidGraphError(f"{where}: omap {omap}: grid axes {used[d]} and {ax} both map to dim {d}")
+            used[d] = ax
+            out[d] *= g
+        shape = check_shape(out, where)
+        self.savers.append(Saver(x, omap, shape))
+
+    # -- thread graphs and resources
+    @property
+    def thread_graphs(self) -> list[ThreadGraph]:
+        """Maximal groups of element-wise ops fused by rule (paper §4.2), in op order."""
+        if self._thread_graphs is None or not self.frozen:
+            self._thread_graphs = build_thread_graphs(self)
+        return self._thread_graphs
+
+    def register_tensors(self) -> set[Tensor]:
+        return {t for tg in self.thread_graphs for t in tg.intermediates}
+
+    def shared_memory_bytes(self) -> tuple[int, Tensor | None]:
+        """Peak shared memory over the block's program, by tile lifetime.
+
+        Tiles live from the op that makes them to their last use; loop-body tiles die
+        at the end of each iteration; accumulators are fp32 and live from the loop's
+        start to their last use after it. Thread-graph intermediates live in
+        registers and do not count. Returns (peak bytes, the largest tile live then).
+        """
+        regs = self.register_tensors()
+        last_use: dict[Tensor, int] = {t: t.op.id for t in self.tensors}
+        for op in self.ops:
+            for t in op.inputs:
+                last_use[t] = op.id
+        saved = {sv.tensor for sv in self.savers}
+        n = len(self.ops)
+        for t in saved:
+            last_use[t] = n
+
+        def size(t: Tensor) -> int:
+            return t.numel * 4 if t.op.kind == "accum" else t.nbytes
+
+        accs = [t for t in self.tensors if t.op.kind == "accum"]
+        body_end = max((t.op.id for t in self.tensors if t.acc == 0), default=-1)
+        peak, peak_t = 0, None
+        for step in range(n + 1):
+            live = [t for t in self.tensors
+                    if t not in regs and t.op.kind != "accum" and t.op.id <= step <= last_use[t]]
+            live += [t for t in accs if step <= max(last_use[t], body_end)]
+            total = sum(size(t) for t in live)
+            if total > peak:
+                peak, peak_t = total, max(live, key=size)
+        return peak, peak_t
+
+    def check_resources(self, smem_budget: int, register_budget: int, where: str = "block graph") -> None:
+        peak, biggest = self.shared_memory_bytes()
+        if peak > smem_budget:
+            raise ResourceError(
+                f"{where}: tiles need {peak} bytes of shared memory (largest: {biggest.label()} "
+                f"{biggest.shape} {biggest.dtype}) > budget {smem_budget}")
+        for i, tg in enumerate(self.thread_graphs):
+            for t in tg.intermediates:
+                if t.numel * 4 > register_budget:
+                    raise ResourceError(
+                        f"{where}: thread graph {i} keeps {t.label()} {t.shape} in registers: "
+                        f"{t.numel * 4} bytes > register budget {register_budget}")
+
+    def __str__(self) -> str:
+        from .text import format_block
+        return "\n".join(format_block(self))
+
+
+def build_thread_graphs(block: BlockGraph) -> list[ThreadGraph]:
+    """Fuse element-wise block ops into thread graphs.
+
+    Rule: an element-wise op joins the thread graph of each element-wise producer
+    whose output it alone consumes (in the same loop phase); groups that meet are
+    merged. A tile is an intermediate (kept in registers) when it is made inside a
+    group, consumed only inside it, and not saved.
+    """
+    consumers = block.consumers()
+    saved = {sv.tensor for sv in block.savers}
+    parent: dict[int, int] = {}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for op in block.ops:
+        if op.kind not in CATALOG or not CATALOG[op.kind].elementwise:
+            continue
+        parent[op.id] = op.id
+        for t in op.inputs:
+            p = t.op
+            if p.id in parent and len(consumers[t]) == 1 and t not in saved and t.acc == op.outputs[0].acc:
+                parent[find(p.id)] = find(op.id)
+    groups: dict[int, list[Op]] = {}
+    for op in block.ops:
+        if op.id in parent:
+            groups.setdefault(find(op.id), []).append(op)
+    out = []
+    for ops in sorted(groups.values(), key=lambda g: g[0].id):
+        if len(ops) < 2:
+            continue
+        members = {op.id for op in ops}
+        made = [t for op in ops for t in op.outputs]
+        inter = [t for t in made if t not in saved and consumers[t]
+                 and all(c.id in members for c in consumers[t])]
+        outs = [t for t in made if t not in inter]
+        ins = []
+        for op in ops:
+            for t in op.inputs:
+                if t.op.id not in members and t not in ins:
+                    ins.append(t)
+        out.append(ThreadGraph(ops, ins, outs, inter))
+    return out
+
+
+def graph_ops(graph: KernelGraph) -> Iterable[tuple[Op, "BlockGraph | None"]]:
+    """Every op of a kernel graph and of its block graphs (with the block graph it lives in)."""
+    for op in graph.ops:
+        yield op, None
+        if op.kind == "graph_defined":
+            for bop in op.attrs["block"].ops:
+                yield bop, op.attrs["block"]
+
+
+def fraction_attr(c) -> Fraction:
+    from .ops import to_fraction
+    return to_fraction(c)

@@ -1,0 +1,62 @@
+"""The readable text form of programs and μGraphs (``str(graph)``)."""
+
+from __future__ import annotations
+
+from .ir import AXES, BlockGraph, KernelGraph, Op, Tensor
+
+
+def _map(m) -> str:
+    return "(" + ", ".join("-" if d is None else str(d) for d in m) + ")"
+
+
+def _attrs(op: Op) -> str:
+    parts = []
+    for k, v in op.attrs.items():
+        if k in ("block", "source", "name"):
+            continue
+        if k in ("imap", "omap"):
+            v = _map(v)
+        parts.append(f"{k}={v}")
+    return (" " + " ".join(parts)) if parts else ""
+
+
+def _t(t: Tensor) -> str:
+    return f"{t.label()}: {t.shape} {t.dtype}"
+
+
+def format_block(block: BlockGraph, indent: str = "  ") -> list[str]:
+    lines = [f"{indent}block grid={block.grid} forloop={block.forloop}"]
+    sources = block.sources
+    tg_of = {op.id: i for i, tg in enumerate(block.thread_graphs) for op in tg.ops}
+    for op in block.ops:
+        out = op.outputs[0]
+        phase = "loop" if out.acc == 0 else ("post" if out.acc == 1 else "const")
+        tg = f"  [thread graph {tg_of[op.id]}]" if op.id in tg_of else ""
+        if op.kind == "iterator":
+            src = sources[op.attrs["source"]].label()
+            rhs = f"iterator {src} imap={_map(op.attrs['imap'])} fmap={op.attrs['fmap']}"
+        else:
+            rhs = f"{op.kind}({', '.join(t.label() for t in op.inputs)}){_attrs(op)}"
+        lines.append(f"{indent}  {_t(out)} = {rhs}   # {phase}{tg}")
+    for i, sv in enumerate(block.savers):
+        lines.append(f"{indent}  save {i}: {sv.tensor.label()} omap={_map(sv.omap)} -> {sv.shape}")
+    return lines
+
+
+def format_graph(graph: KernelGraph) -> str:
+    kind = type(graph).__name__
+    lines = [f"{kind} {graph.name}"]
+    for op in graph.ops:
+        outs = ", ".join(_t(t) for t in op.outputs)
+        if op.kind == "input":
+            lines.append(f"  {outs} = input {op.attrs['name']!r}")
+        elif op.kind == "graph_defined":
+            lines.append(f"  {outs} = kernel#{op.id}({', '.join(t.label() for t in op.inputs)})")
+            lines.extend(format_block(op.attrs["block"], "    "))
+        else:
+            lines.append(f"  {outs} = {op.kind}({', '.join(t.label() for t in op.inputs)}){_attrs(op)}")
+    lines.append(f"  outputs: {', '.join(t.label() for t in graph.outputs)}")
+    return "\n".join(lines)
+
+
+__all__ = ["format_graph", "format_block", "AXES"]

@@ -1,0 +1,1 @@
+"""search stage (see DESIGN.md)."""
