@@ -72,9 +72,16 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:
         if op.kind == "iterator":
             env[out] = _iterate(block, sources[op.attrs["source"]], op.attrs, alg)
         elif op.kind == "accum":
-            env[out] = alg.accumulate(env[op.inputs[0]], NB - 1)
+            v = env[op.inputs[0]]
+            s = alg.shape(v)
+            if s[NB - 1] != block.forloop:  # loop-invariant tile: Σ over F iterations is F copies
+                v = alg.expand(v, s[:NB - 1] + (block.forloop,) + s[NB:])
+            env[out] = alg.accumulate(v, NB - 1)
         else:
             args = [env[t] for t in op.inputs]
+            if op.kind == "concat":  # tiles varying along different grid/loop axes: broadcast them first
+                batch = tuple(max(alg.shape(a)[i] for a in args) for i in range(NB))
+                args = [alg.expand(a, batch + alg.shape(a)[NB:]) for a in args]
             if op.kind == "matmul" or op.kind in ELEMENTWISE:
                 target = max(t.ndim for t in op.inputs) if op.kind == "matmul" else out.ndim
                 args = [_align(alg, a, t.ndim, target) for a, t in zip(args, op.inputs)]

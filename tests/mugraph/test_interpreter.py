@@ -119,7 +119,31 @@ def _graph_two_kernels_and_predefined():
     return kg
 
 
-EXTRA = [_graph_both_maps, _graph_three_axes, _graph_replicated, _graph_two_kernels_and_predefined]
+def _graph_loop_invariant_accum():
+    kg = mg.KernelGraph("invariant")
+    X = kg.input("X", (4, 8))
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=4)
+    x = bg.input(X)  # no fmap: the same tile every iteration, so the sum is 4·X
+    bg.output(bg.accum(x))
+    (y,) = kg.kernel(bg)
+    kg.output(y)
+    return kg
+
+
+def _graph_concat_mixed_batch():
+    kg = mg.KernelGraph("concat_mixed")
+    X = kg.input("X", (4, 8))
+    Y = kg.input("Y", (2, 3))
+    bg = mg.BlockGraph(grid=(2, 1, 1), forloop=2)
+    x = bg.input(X, imap=(0,), fmap=1)  # varies with the block and the iteration
+    y = bg.input(Y)  # varies with neither
+    bg.output(bg.accum(mg.concat([x, y], 1)), omap=(0,))
+    (z,) = kg.kernel(bg)
+    kg.output(z)
+    return kg
+
+
+EXTRA = [_graph_loop_invariant_accum, _graph_concat_mixed_batch, _graph_both_maps, _graph_three_axes, _graph_replicated, _graph_two_kernels_and_predefined]
 
 
 @pytest.mark.parametrize("make", EXTRA, ids=[f.__name__ for f in EXTRA])
@@ -137,6 +161,12 @@ def test_replicated_output_is_stacked_copies():
     (y,) = mg.evaluate(g, ins)
     ref = ins["X"] @ ins["W"]
     np.testing.assert_allclose(y, np.concatenate([ref, ref]), rtol=1e-12)
+
+
+def test_loop_invariant_accumulator_counts_every_iteration():
+    g = _graph_loop_invariant_accum()
+    x = np.random.default_rng(7).standard_normal((4, 8))
+    np.testing.assert_allclose(mg.evaluate(g, {"X": x})[0], 4 * x, rtol=1e-12)
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))
