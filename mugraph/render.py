@@ -7,18 +7,21 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-import graphviz
+from typing import TYPE_CHECKING
 
 from .errors import MugraphError
 from .ir import BlockGraph, KernelGraph, Op, Tensor
 from .text import _map
+
+if TYPE_CHECKING:  # imported lazily: the IR must load where graphviz is not installed
+    import graphviz
 
 
 def _shape(t: Tensor) -> str:
     return "×".join(map(str, t.shape))
 
 
-def _block_cluster(dot: graphviz.Digraph, op: Op, kid: dict[Tensor, str]) -> None:
+def _block_cluster(dot: "graphviz.Digraph", op: Op, kid: dict[Tensor, str]) -> None:
     block: BlockGraph = op.attrs["block"]
     pre = f"k{op.id}_"
     with dot.subgraph(name=f"cluster_k{op.id}") as c:
@@ -49,8 +52,10 @@ def _block_cluster(dot: graphviz.Digraph, op: Op, kid: dict[Tensor, str]) -> Non
             kid[op.outputs[i]] = f"{pre}save{i}"
 
 
-def to_dot(graph: KernelGraph) -> graphviz.Digraph:
+def to_dot(graph: KernelGraph) -> "graphviz.Digraph":
     """The Graphviz description of ``graph`` (its ``.source`` is DOT text)."""
+    import graphviz
+
     dot = graphviz.Digraph(graph.name, graph_attr={"rankdir": "TB", "fontname": "Helvetica"},
                            node_attr={"fontname": "Helvetica", "fontsize": "10"})
     kid: dict[Tensor, str] = {}

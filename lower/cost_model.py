@@ -1,0 +1,160 @@
+"""Analytic cost model: rank μGraphs and lowering configs without a GPU.
+
+Per launch (a Triton kernel of a graph-defined op, or a torch call)::
+
+    t = launch + max(t_dram, t_l2, t_compute, t_serial)
+
+* ``t_dram`` — unique device bytes (each source read once, each output written
+  once, split-K partials written and read) over DRAM bandwidth, divided by the
+  fraction of the chip the grid keeps busy (``min(1, programs / SMs)``: a grid
+  of 32 programs cannot pull the bandwidth of 132 SMs);
+* ``t_l2`` — bytes of every tile load (replicated tiles are re-read from L2) over
+  L2 bandwidth, with the same occupancy factor;
+* ``t_compute`` — ``tl.dot`` flops (at padded tile sizes: padding costs tensor-core
+  work) over the tensor-core rate, plus element-wise flops over the CUDA-core rate;
+* ``t_serial`` — loop iterations run one after another by each program, each
+  paying a memory latency that software pipelining (``num_stages``) hides in part.
+
+Default parameters are the H100 SXM of our device machine (copy bandwidth
+measured there at about 3.0 TB/s, DESIGN §6 calibration); the model is meant to
+*rank* candidates (the profiler then times the best few), not to be exact.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mugraph.ir import DTYPES, KernelGraph, Op
+
+from .codegen import KernelConfig
+from .schedule import kernel_order
+from .tiles import analyze
+
+
+@dataclass(frozen=True)
+class DeviceParams:
+    name: str
+    dram_bw: float        # bytes/s
+    l2_bw: float          # bytes/s
+    tc_flops: float       # fp16/bf16 tensor-core flop/s
+    fp32_flops: float     # CUDA-core flop/s
+    sms: int
+    launch: float         # s per kernel launch inside a CUDA graph
+    iter_latency: float   # s of exposed memory latency per unpipelined loop iteration
+
+
+H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
+                    sms=132, launch=2.0e-6, iter_latency=6.0e-7)
+
+
+@dataclass
+class LaunchCost:
+    name: str
+    programs: int
+    dram_bytes: float
+    l2_bytes: float
+    flops: float
+    t_dram: float
+    t_l2: float
+    t_compute: float
+    t_serial: float
+    launch: float
+
+    @property
+    def total(self) -> float:
+        return self.launch + max(self.t_dram, self.t_l2, self.t_compute, self.t_serial)
+
+
+@dataclass
+class Breakdown:
+    launches: list[LaunchCost] = field(default_factory=list)
+
+    @property
+    def total(self) -> float:
+        return sum(c.total for c in self.launches)
+
+
+def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost]:
+    bg = op.attrs["block"]
+    info = analyze(bg, dict(cfg.sub))
+    subs = math.prod(info.split.values()) if info.split else 1
+    nprog = bg.num_blocks * subs
+    F = bg.forloop
+    split = cfg.split if F > 1 else 1
+    dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
+    l2 = 0.0
+    for t in bg.tensors:
+        if t.op.kind == "iterator":
+            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
+            l2 += per * nprog * (F if t.op.attrs["fmap"] is not None else split)
+    l2 += sum(t.nbytes for t in op.outputs)
+    tc, ew = 0.0, 0.0
+    for b in bg.ops:
+        out = b.outputs[0]
+        reps = nprog * (F if out.acc == 0 else 1)
+        if b.kind == "matmul":
+            a = b.inputs[0]
+            p_out = info.padded(out)
+            k = info.padded(a)[-1]
+            fl = 2.0 * math.prod(p_out) * k * reps
+            if b.id in info.dot_ops:
+                tc += fl
+            else:
+                ew += fl
+        elif b.kind not in ("iterator", "accum"):
+            ew += math.prod(info.padded(out)) * reps
+    busy = min(1.0, nprog * split / dev.sms)
+    pipe = max(1, cfg.num_stages - 1)
+    serial = (F // split) * dev.iter_latency / pipe if F > 1 else dev.iter_latency
+    costs = []
+    if split > 1:
+        part = sum(math.prod(info.padded(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
+        costs.append(LaunchCost(f"k{op.id}_partial", nprog * split, dram - sum(t.nbytes for t in op.outputs) + part,
+                                l2 + part, tc + ew, (dram + part) / dev.dram_bw / busy, (l2 + part) / dev.l2_bw / busy,
+                                tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy, serial, dev.launch))
+        out_b = sum(t.nbytes for t in op.outputs) + part
+        costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
+                                out_b / dev.l2_bw, 0.0, dev.iter_latency, dev.launch))
+    else:
+        costs.append(LaunchCost(f"k{op.id}", nprog, dram, l2, tc + ew, dram / dev.dram_bw / busy,
+                                l2 / dev.l2_bw / busy, tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy,
+                                serial, dev.launch))
+    return costs
+
+
+def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:
+    nbytes = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
+    flops = 0.0
+    if op.kind == "matmul":
+        a = op.inputs[0]
+        flops = 2.0 * op.outputs[0].numel * a.shape[-1]
+    t_c = flops / dev.tc_flops
+    return LaunchCost(op.kind, dev.sms, nbytes, nbytes, flops, nbytes / dev.dram_bw, nbytes / dev.l2_bw, t_c, 0.0,
+                      dev.launch)
+
+
+def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
+              configs: dict[int, KernelConfig] | None = None) -> Breakdown:
+    """Per-launch cost terms of ``graph`` lowered with ``configs``."""
+    configs = configs or {}
+    out = Breakdown()
+    for op in kernel_order(graph):
+        if op.kind == "graph_defined":
+            out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params)
+        elif op.kind in ("reshape",):
+            continue  # a view
+        else:
+            out.launches.append(_torch_cost(op, device_params))
+    return out
+
+
+def estimate(graph: KernelGraph, device_params: DeviceParams = H100,
+             configs: dict[int, KernelConfig] | None = None) -> float:
+    """Predicted run time of ``graph`` in seconds (see the module docstring)."""
+    return breakdown(graph, device_params, configs).total
+
+
+def memory_floor_bytes(graph: KernelGraph) -> int:
+    """Fewest device bytes any implementation moves: inputs read once, outputs written once."""
+    return sum(t.nbytes for t in graph.inputs) + sum(t.nbytes for t in graph.outputs)

@@ -1,0 +1,343 @@
+"""The runtime: ``lower.compile(graph) -> CompiledProgram``.
+
+Compilation runs the optimizer passes (layout ILP, scheduling, memory plan), emits
+one Triton module for the whole kernel graph and loads it. The compiled program
+allocates its workspace and output buffers once; a call checks the inputs, then
+launches the kernels (and torch calls for pre-defined ops) in schedule order. On a
+GPU every distinct set of input buffers is captured once into a CUDA graph and
+replayed, so a call costs one graph launch. On the CPU the same kernels run under
+Triton's interpreter (``TRITON_INTERPRET=1``) — slow, but the very code the GPU
+runs, which is how the tests check lowering without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import torch
+
+from mugraph.errors import InputError, InvalidGraphError
+from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
+
+from . import layout as layout_mod
+from .codegen import BlockKernel, DevArg, KernelConfig, generate
+from .memory import Buffer, MemoryPlan, check_shared_memory, nbytes, plan
+from .schedule import kernel_order
+from .torch_ops import TORCH_OPS, source_line
+
+TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+@dataclass
+class Step:
+    """One scheduled kernel-graph op: a Triton kernel (its launches) or a torch call."""
+
+    op: Op
+    kernel: BlockKernel | None = None
+    name: str = ""
+    fns: list[Callable] = field(default_factory=list)
+
+
+@contextlib.contextmanager
+def _interpret(on: bool):
+    if not on:
+        yield
+        return
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def _ident(s: str) -> str:
+    s = re.sub(r"\W", "_", s)
+    return s if s and not s[0].isdigit() else f"g_{s}"
+
+
+def _load_module(source: str, interpret: bool):
+    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
+    folder = os.path.join(tempfile.gettempdir(), f"mugraph_lower_{os.getuid() if hasattr(os, 'getuid') else 0}")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"mg_{digest}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    name = f"mugraph_lower_{digest}_{'i' if interpret else 'c'}"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    with _interpret(interpret):
+        spec.loader.exec_module(mod)
+    sys.modules[name] = mod
+    return mod
+
+
+class CompiledProgram:
+    """A lowered kernel graph, callable with torch tensors.
+
+    ``prog(x, w1, w2)`` (positional in the graph's input order) or
+    ``prog(X=x, W1=w1, W2=w2)``; returns one tensor, or a tuple for several
+    outputs. ``out=[...]`` writes into given (contiguous) tensors instead.
+    """
+
+    def __init__(self, graph: KernelGraph, device: str, steps: list[Step], source: str,
+                 layout: layout_mod.LayoutPlan, memory: MemoryPlan, configs: dict[int, KernelConfig],
+                 module: Any, buffers: dict[str, tuple[int, tuple, tuple, str]], cuda_graphs: bool,
+                 poison: bool, copy_outputs: bool) -> None:
+        self.graph, self.device, self.steps, self._source = graph, device, steps, source
+        self.layout, self.memory, self.configs, self.module = layout, memory, configs, module
+        self.interpret = device == "cpu"
+        self.poison = poison
+        self.copy_outputs = copy_outputs
+        self.use_cuda_graphs = cuda_graphs and device == "cuda"
+        self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self._warm = False
+        dev = torch.device(device)
+        self.arena = torch.empty(max(memory.size, 1), dtype=torch.uint8, device=dev)
+        self.views: dict[str, torch.Tensor] = {}
+        for name, (off, shape, strides, dtype) in buffers.items():
+            n = nbytes(shape, dtype) if shape else 0
+            raw = self.arena[off: off + n]
+            if dtype == "raw":
+                self.views[name] = self.arena[off: off + max(n, 0)]
+            else:
+                self.views[name] = raw.view(TORCH_DTYPE[dtype]).as_strided(shape, strides)
+        self.outputs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
+
+    # ------------------------------------------------------------------ info
+    @property
+    def kernels(self) -> list[BlockKernel]:
+        return [s.kernel for s in self.steps if s.kernel is not None]
+
+    @property
+    def num_launches(self) -> int:
+        return sum(len(s.kernel.launches) if s.kernel else 1 for s in self.steps)
+
+    def triton_source(self) -> str:
+        """The generated module: every Triton kernel, plus the launch schedule."""
+        return self._source
+
+    def predicted_time(self, device_params=None) -> float:
+        """The analytic cost model's time for this program (seconds)."""
+        from .cost_model import H100, estimate
+
+        return estimate(self.graph, device_params or H100, configs=self.configs)
+
+    def __repr__(self) -> str:
+        return (f"<CompiledProgram {self.graph.name} on {self.device}: {len(self.kernels)} Triton kernels, "
+                f"{self.num_launches} launches, workspace {self.memory.size} B>")
+
+    # ------------------------------------------------------------------ calls
+    def _bind(self, args: tuple, kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
+        g = self.graph
+        names = [t.name for t in g.inputs]
+        if len(args) > len(names):
+            raise InputError(f"{g.name}: takes {len(names)} inputs {names}, got {len(args)} positional")
+        given = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names:
+                raise InputError(f"{g.name}: unexpected input {k!r}; inputs are {names}")
+            if k in given:
+                raise InputError(f"{g.name}: input {k!r} given twice")
+            given[k] = v
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise InputError(f"{g.name}: missing inputs {missing}")
+        out = []
+        for t in g.inputs:
+            v = given[t.name]
+            if not isinstance(v, torch.Tensor):
+                raise InputError(f"{g.name}: input {t.name!r} must be a torch.Tensor, got {type(v).__name__}")
+            if tuple(v.shape) != t.shape:
+                raise InputError(f"{g.name}: input {t.name!r} has shape {tuple(v.shape)}, expected {t.shape}")
+            if v.dtype != TORCH_DTYPE[t.dtype]:
+                raise InputError(f"{g.name}: input {t.name!r} has dtype {v.dtype}, expected {TORCH_DTYPE[t.dtype]} "
+                                 f"(compile the graph for that dtype, or cast)")
+            if v.device.type != self.device:
+                raise InputError(f"{g.name}: input {t.name!r} is on {v.device}, this program runs on {self.device}")
+            out.append(v if v.is_contiguous() else v.contiguous())
+        return out
+
+    def _check_out(self, out) -> list[torch.Tensor]:
+        g = self.graph
+        out = list(out)
+        if len(out) != len(g.outputs):
+            raise InputError(f"{g.name}: out= needs {len(g.outputs)} tensors, got {len(out)}")
+        for k, (o, t) in enumerate(zip(out, g.outputs)):
+            if (not isinstance(o, torch.Tensor) or tuple(o.shape) != t.shape or o.dtype != TORCH_DTYPE[t.dtype]
+                    or o.device.type != self.device or not o.is_contiguous()):
+                raise InputError(f"{g.name}: out[{k}] must be a contiguous {t.shape} {t.dtype} tensor on {self.device}")
+        return out
+
+    def __call__(self, *args, out=None, **kwargs):
+        inputs = self._bind(args, kwargs)
+        outs = self._check_out(out) if out is not None else self.outputs
+        if self.poison:
+            self.arena.fill_(255)  # all-ones bytes: NaN in fp16, bf16 and fp32
+            if out is None:
+                for o in outs:
+                    o.fill_(float("nan"))
+        if self.use_cuda_graphs:
+            self._replay(inputs, outs)
+        else:
+            self._run(inputs, outs)
+        res = [o.clone() for o in outs] if (self.copy_outputs and out is None) else outs
+        return res[0] if len(res) == 1 else tuple(res)
+
+    def runner(self, *args, **kwargs) -> Callable[[], None]:
+        """A zero-argument callable that runs the program on these inputs into the
+        static output buffers (a CUDA-graph replay on GPU) — for timing."""
+        inputs = self._bind(args, kwargs)
+        outs = self.outputs
+        if self.use_cuda_graphs:
+            self._replay(inputs, outs)
+            g = self._graphs[self._key(inputs, outs)]
+            return g.replay
+        return lambda: self._run(inputs, outs)
+
+    @staticmethod
+    def _key(inputs, outs) -> tuple:
+        return tuple(t.data_ptr() for t in inputs) + tuple(o.data_ptr() for o in outs)
+
+    def _replay(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        key = self._key(inputs, outs)
+        g = self._graphs.get(key)
+        if g is None:
+            if not self._warm:  # compile every kernel outside the capture
+                s = torch.cuda.Stream()
+                s.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(s):
+                    self._run(inputs, outs)
+                torch.cuda.current_stream().wait_stream(s)
+                torch.cuda.synchronize()
+                self._warm = True
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._run(inputs, outs)
+            if len(self._graphs) >= 8:
+                self._graphs.pop(next(iter(self._graphs)))
+            self._graphs[key] = g
+        g.replay()
+
+    def _run(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        env: dict[str, torch.Tensor] = dict(self.views)
+        for t, v in zip(self.graph.inputs, inputs):
+            env[t.label()] = v
+        for t, o in zip(self.graph.outputs, outs):
+            env[t.label()] = o
+        with _interpret(self.interpret):
+            for step in self.steps:
+                op = step.op
+                if step.kernel is None:
+                    t = op.outputs[0]
+                    r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
+                                           TORCH_DTYPE[t.dtype], self.arena.device).to(TORCH_DTYPE[t.dtype])
+                    if t in self.graph.outputs:
+                        env[t.label()].copy_(r)
+                    else:
+                        env[t.label()] = r.contiguous()
+                    continue
+                for fn, ln in zip(step.fns, step.kernel.launches):
+                    fn[(ln.grid,)](*[env[a] for a in ln.args], num_warps=ln.num_warps, num_stages=ln.num_stages)
+
+
+def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig] | None = None,
+            *, cuda_graphs: bool = True, use_z3: bool = True, poison: bool = False, copy_outputs: bool = True,
+            smem_budget: int = DEFAULT_SMEM_BUDGET) -> CompiledProgram:  # noqa: A001 - the public name
+    """Lower ``graph`` (a μGraph or a plain Program) to a :class:`CompiledProgram`.
+
+    ``device="cuda"`` compiles for the GPU (error if there is none); ``"cpu"`` runs
+    the same Triton kernels under the interpreter. ``configs`` maps the op id of
+    a graph-defined op to its :class:`KernelConfig` (warps, stages, split-K,
+    sub-tiles; see :mod:`lower.profile` for tuning). ``poison=True`` fills the
+    workspace and outputs with NaN before every call (tests: unwritten elements
+    show). ``copy_outputs=False`` returns the static output buffers themselves
+    (overwritten by the next call) instead of copies.
+    """
+    if not isinstance(graph, KernelGraph):
+        raise TypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")
+    if device not in ("cuda", "cpu"):
+        raise InputError(f"lower.compile: device must be 'cuda' or 'cpu', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("lower.compile: device='cuda' but torch sees no CUDA device; use device='cpu' "
+                         "(Triton interpreter)")
+    if not graph.outputs:
+        raise InvalidGraphError(f"{graph.name}: the graph has no outputs")
+    configs = dict(configs or {})
+    lay = layout_mod.solve(graph, use_z3=use_z3)
+    order = kernel_order(graph)
+    base = _ident(graph.name)
+
+    def devarg(t: Tensor) -> DevArg:
+        return DevArg(t.label(), t.shape, lay.strides[t.id], t.dtype)
+
+    steps: list[Step] = []
+    parts = ["import triton", "import triton.language as tl", "",
+             f"# mugraph lowering of {graph.name!r}: {len(order)} scheduled ops", ""]
+    schedule_lines = []
+    for i, op in enumerate(order):
+        if op.kind == "graph_defined":
+            bg = op.attrs["block"]
+            cfg = configs.get(op.id, KernelConfig())
+            name = f"{base}_k{op.id}"
+            check_shared_memory(bg, 1, smem_budget, name)
+            k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
+                         interpret=device == "cpu")
+            steps.append(Step(op, k, name))
+            parts.append(k.source)
+            for ln in k.launches:
+                schedule_lines.append(f"#   {i}: {ln.fn}[({ln.grid},)]({', '.join(ln.args)}) "
+                                      f"num_warps={ln.num_warps} num_stages={ln.num_stages}")
+        else:
+            steps.append(Step(op, None, op.kind))
+            schedule_lines.append("#   " + f"{i}: " + source_line(op.kind, op.outputs[0].label(),
+                                                                     [x.label() for x in op.inputs], op.attrs))
+    parts.append("# launch schedule")
+    parts += schedule_lines
+    source = "\n".join(parts) + "\n"
+
+    # memory plan: intermediates of graph-defined kernels and kernel workspaces
+    step_of = {s.op.id: i for i, s in enumerate(steps)}
+    last_use: dict[int, int] = {}
+    for i, s in enumerate(steps):
+        for t in s.op.inputs:
+            last_use[t.id] = i
+    outs = {t.id for t in graph.outputs}
+    bufs: list[Buffer] = []
+    meta: dict[str, tuple[int, tuple, tuple, str]] = {}
+    for s in steps:
+        i = step_of[s.op.id]
+        if s.kernel is None:
+            continue
+        for t in s.op.outputs:
+            if t.id not in outs:
+                bufs.append(Buffer(t.label(), t.nbytes, i, last_use.get(t.id, i)))
+                meta[t.label()] = (0, t.shape, lay.strides[t.id], t.dtype)
+        for name, nb in s.kernel.buffers.items():
+            bufs.append(Buffer(name, nb, i, i))
+            meta[name] = (0, (nb // 4,), (1,), "float32")
+    mp = plan(bufs)
+    buffers = {n: (mp.offsets[n],) + m[1:] for n, m in meta.items()}
+    interpret = device == "cpu"
+    mod = _load_module(source, interpret)
+    for s in steps:
+        if s.kernel is not None:
+            s.fns = [getattr(mod, ln.fn) for ln in s.kernel.launches]
+    return CompiledProgram(graph, device, steps, source, lay, mp, configs, mod, buffers, cuda_graphs,
+                           poison, copy_outputs)

@@ -1,0 +1,211 @@
+"""Tile-dimension analysis of a block graph: which tile dims must share a register
+extent, how far each is padded, and which may be split further.
+
+Triton register tensors need power-of-two extents, and ``tl.dot`` needs every
+operand dim ≥ 16, but μGraph tiles can be any size (80, 5, 2 …). So every tile
+dim is padded, and the padding must agree wherever two tiles meet in one op
+(element-wise operands of equal size, a matmul's k on both sides, …). We group
+tile dims into *dim classes* with a union-find: two dims join when an op forces
+them to be the same axis of the same size. A class gets one padded extent:
+the next power of two, raised to 16 when the class feeds ``tl.dot``. A size-1
+dim that broadcasts against a larger one is *not* joined (it stays 1 and Triton
+broadcasts it), so broadcasting keeps numpy semantics.
+
+The same classes tell which dims are *parallel*: a class that no op reduces over
+(sum/max dim, matmul k), that no concat/reshape/repeat rearranges, and that reaches
+an output saver can be cut into ``r`` sub-tiles, each run by its own Triton program.
+That is the freedom the profiler tunes on top of the μGraph's own grid (a μGraph
+fixes its grid; the lowering may refine it along such dims without changing the
+function: each output element still depends on exactly the same inputs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mugraph.ir import BlockGraph, Tensor
+
+DOT_MIN = 16
+"""Smallest extent ``tl.dot`` accepts on each of m, n, k."""
+
+ELEMENTWISE = ("add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "scale")
+
+
+def next_pow2(n: int) -> int:
+    p = 1
+    while p < n:
+        p *= 2
+    return p
+
+
+@dataclass
+class TileInfo:
+    """Result of :func:`analyze` for one block graph under one split choice."""
+
+    block: BlockGraph
+    cls: dict[tuple[int, int], int]          # (tensor id, dim) -> class id
+    size: dict[int, int]                     # class -> real (per-program) size
+    ext: dict[int, int]                      # class -> padded register extent
+    split: dict[int, int]                    # class -> sub-tile factor r (1: not split)
+    dot_ops: set[int] = field(default_factory=set)   # matmul op ids lowered to tl.dot
+    pairs: dict[int, list] = field(default_factory=dict)  # matmul id -> [(a_i, b_i)] of split concats
+    parallel: list[int] = field(default_factory=list)  # splittable classes, stable order
+
+    def key(self, t: Tensor, d: int) -> int:
+        return self.cls[(t.id, d)]
+
+    def shape(self, t: Tensor) -> tuple[int, ...]:
+        """The per-program (possibly sub-split) real shape of tile ``t``."""
+        return tuple(self.size[self.cls[(t.id, d)]] for d in range(t.ndim))
+
+    def padded(self, t: Tensor) -> tuple[int, ...]:
+        return tuple(self.ext[self.cls[(t.id, d)]] for d in range(t.ndim))
+
+    def factor(self, t: Tensor, d: int) -> int:
+        return self.split.get(self.cls[(t.id, d)], 1)
+
+
+class _UF:
+    def __init__(self) -> None:
+        self.p: dict = {}
+
+    def add(self, k) -> None:
+        self.p.setdefault(k, k)
+
+    def find(self, k):
+        while self.p[k] != k:
+            self.p[k] = self.p[self.p[k]]
+            k = self.p[k]
+        return k
+
+    def union(self, a, b) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.p[max(ra, rb)] = min(ra, rb)
+
+
+def _aligned(x: Tensor, out_rank: int):
+    """Pairs (dim of x, dim of out) for right-aligned broadcasting."""
+    off = out_rank - x.ndim
+    return [(d, d + off) for d in range(x.ndim)]
+
+
+def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: bool = True) -> TileInfo:
+    """Group tile dims into classes, pad them, find parallel (splittable) classes.
+
+    ``split`` maps a parallel class id (as listed in ``TileInfo.parallel`` of an
+    unsplit analysis — class ids are stable for a given graph) to a factor ``r``
+    dividing its size. ``use_dot=False`` lowers every matmul as multiply-and-sum
+    (a fallback for tiny tiles; tl.dot otherwise wherever shapes allow).
+    """
+    uf = _UF()
+    for t in block.tensors:
+        for d in range(t.ndim):
+            uf.add((t.id, d))
+    frozen: set = set()      # keys whose class may not be split
+    reduced: set = set()
+    dot_dims: list = []
+    matmuls: list = []
+    for op in block.ops:
+        out = op.outputs[0] if op.outputs else None
+        k = op.kind
+        if k in ELEMENTWISE or k == "accum":
+            for x in op.inputs:
+                for dx, do in _aligned(x, out.ndim):
+                    if x.shape[dx] == out.shape[do]:
+                        uf.union((x.id, dx), (out.id, do))
+        elif k == "matmul":
+            a, b = op.inputs
+            r = out.ndim
+            for x in (a, b):  # batch dims
+                for dx, do in _aligned(x, r):
+                    if do < r - 2 and x.shape[dx] == out.shape[do]:
+                        uf.union((x.id, dx), (out.id, do))
+            uf.union((a.id, a.ndim - 2), (out.id, r - 2))
+            uf.union((b.id, b.ndim - 1), (out.id, r - 1))
+            uf.union((a.id, a.ndim - 1), (b.id, b.ndim - 2))
+            reduced.add((a.id, a.ndim - 1))
+            matmuls.append(op)
+        elif k in ("sum", "max"):
+            (x,) = op.inputs
+            for d in range(x.ndim):
+                if d == op.attrs["dim"]:
+                    reduced.add((x.id, d))
+                else:
+                    uf.union((x.id, d), (out.id, d))
+        elif k == "concat":
+            dim = op.attrs["dim"]
+            for x in op.inputs:
+                frozen.add((x.id, dim))
+                for d in range(x.ndim):
+                    if d != dim:
+                        uf.union((x.id, d), (out.id, d))
+            frozen.add((out.id, dim))
+        elif k == "reshape":
+            frozen.update((op.inputs[0].id, d) for d in range(op.inputs[0].ndim))
+            frozen.update((out.id, d) for d in range(out.ndim))
+        elif k == "repeat":
+            (x,) = op.inputs
+            for d, r in enumerate(op.attrs["reps"]):
+                if r == 1:
+                    uf.union((x.id, d), (out.id, d))
+                else:
+                    frozen.update({(x.id, d), (out.id, d)})
+    pairs = _concat_matmuls(block) if use_dot else {}
+    for pieces in pairs.values():
+        for x, y in pieces:
+            uf.union((x.id, x.ndim - 1), (y.id, y.ndim - 2))
+    cls = {k: uf.find(k) for k in uf.p}
+    ids = {r: i for i, r in enumerate(sorted(set(cls.values())))}
+    cls = {k: ids[r] for k, r in cls.items()}
+    size0: dict[int, int] = {}
+    for t in block.tensors:
+        for d in range(t.ndim):
+            size0[cls[(t.id, d)]] = t.shape[d]
+    bad = {cls[k] for k in frozen | reduced}
+    saved = {cls[(sv.tensor.id, d)] for sv in block.savers for d in range(sv.tensor.ndim)}
+    fed = {cls[(t.id, d)] for t in block.tensors if t.op.kind == "iterator" for d in range(t.ndim)}
+    parallel = sorted(c for c in size0 if size0[c] > 1 and c not in bad and c in saved and c in fed)
+    split = dict(split or {})
+    for c, r in split.items():
+        if c not in parallel or size0[c] % r:
+            raise ValueError(f"class {c} cannot be split by {r} (parallel: {parallel}, sizes {size0})")
+    size = {c: s // split.get(c, 1) for c, s in size0.items()}
+    ext = {c: next_pow2(s) for c, s in size.items()}
+    info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
+                    parallel=parallel, pairs=pairs)
+    if use_dot:
+        for op in matmuls:
+            a, b = op.inputs
+            r = op.outputs[0].ndim
+            mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
+            mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
+            if r <= 3 and all(size[c] > 1 for c in mnk):
+                info.dot_ops.add(op.id)
+                for c in mnk:
+                    ext[c] = max(ext[c], DOT_MIN)
+    return info
+
+
+def _concat_matmuls(block: BlockGraph) -> dict[int, list]:
+    """matmul(concat(a…, dim=-1), concat(b…, dim=-2)) with matching pieces: the
+    lowering computes Σᵢ aᵢ @ bᵢ instead (no data movement, every piece a tl.dot)."""
+    pairs: dict[int, list] = {}
+    for op in block.ops:
+        if op.kind != "matmul":
+            continue
+        a, b = op.inputs
+        ca, cb = a.op, b.op
+        if (ca.kind == "concat" and cb.kind == "concat" and ca.attrs["dim"] == a.ndim - 1
+                and cb.attrs["dim"] == b.ndim - 2 and len(ca.inputs) == len(cb.inputs)
+                and all(x.shape[-1] == y.shape[-2] for x, y in zip(ca.inputs, cb.inputs))
+                and all(x.shape[-1] > 1 and x.shape[-2] > 1 and y.shape[-1] > 1
+                        for x, y in zip(ca.inputs, cb.inputs))):
+            pairs[op.id] = list(zip(ca.inputs, cb.inputs))
+    return pairs
+
+
+def parallel_sizes(block: BlockGraph) -> dict[int, int]:
+    """Splittable classes of ``block`` and their sizes (for the tuner's menu)."""
+    info = analyze(block)
+    return {c: info.size[c] for c in info.parallel}

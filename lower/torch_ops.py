@@ -1,0 +1,40 @@
+"""Pre-defined kernel ops as torch calls (one row per catalog op).
+
+A kernel-graph op that is not graph-defined is a library kernel (DESIGN §2); torch
+is our library. Results are made contiguous so every device tensor the lowering
+did not lay out itself is row-major, as :mod:`lower.layout` assumes.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+TorchFn = Callable[[list[torch.Tensor], dict, torch.dtype, torch.device], torch.Tensor]
+
+TORCH_OPS: dict[str, TorchFn] = {
+    "matmul": lambda x, at, dt, dev: torch.matmul(x[0], x[1]),
+    "add": lambda x, at, dt, dev: x[0] + x[1],
+    "sub": lambda x, at, dt, dev: x[0] - x[1],
+    "mul": lambda x, at, dt, dev: x[0] * x[1],
+    "div": lambda x, at, dt, dev: x[0] / x[1],
+    "exp": lambda x, at, dt, dev: torch.exp(x[0]),
+    "sqrt": lambda x, at, dt, dev: torch.sqrt(x[0]),
+    "square": lambda x, at, dt, dev: x[0] * x[0],
+    "silu": lambda x, at, dt, dev: F.silu(x[0]),
+    "scale": lambda x, at, dt, dev: x[0] * float(at["c"]),
+    "const": lambda x, at, dt, dev: torch.full(tuple(at["shape"]), float(at["value"]), dtype=dt, device=dev),
+    "sum": lambda x, at, dt, dev: x[0].sum(dim=at["dim"], keepdim=True),
+    "max": lambda x, at, dt, dev: x[0].amax(dim=at["dim"], keepdim=True),
+    "concat": lambda x, at, dt, dev: torch.cat(list(x), dim=at["dim"]),
+    "reshape": lambda x, at, dt, dev: x[0].reshape(tuple(at["shape"])),
+    "repeat": lambda x, at, dt, dev: x[0].repeat(*at["reps"]),
+}
+
+
+def source_line(kind: str, out: str, args: list[str], attrs: dict) -> str:
+    """A readable line for the generated listing (what the torch call computes)."""
+    extra = {k: v for k, v in attrs.items() if k != "dtype"}
+    return f"{out} = torch:{kind}({', '.join(args)}{''.join(f', {k}={v}' for k, v in extra.items())})"
