@@ -1,0 +1,144 @@
+"""The field algebra: primes, exact modular arithmetic, exp/sqrt maps, failed draws."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+import mugraph as mg
+from mugraph.ops import CATALOG
+from verify.bound import DegreeAlgebra
+from verify.field import (DEFAULT, MIRAGE, Field, FieldAlgebra, FieldError, FieldInput, PowTable, ZeroDivisorDraw,
+                          const_mod, find_prime_pair, inverse, is_prime, limb_plan, matmul_mod, random_omega,
+                          uniform_residues)
+
+
+def test_default_primes_are_the_documented_pair():
+    assert find_prime_pair() == (DEFAULT.p, DEFAULT.q)
+    p, q = DEFAULT.p, DEFAULT.q
+    assert p == 2 * q + 1 and p < 2 ** 31 and q % 4 == 3 and p % 8 == 7
+    for a in (2, 3, 5, 7):
+        assert pow(a, (p - 1) // 2, p) == 1 and pow(a, (q - 1) // 2, q) == 1
+    assert DEFAULT.p > 1000 * MIRAGE.p
+
+
+@pytest.mark.parametrize("p,q", [(15, 7), (167, 7), (23, 11 * 2), (2 ** 31 + 11, 3)])
+def test_bad_primes_rejected(p, q):
+    with pytest.raises(FieldError):
+        Field(p, q)
+
+
+def test_is_prime_matches_trial_division():
+    small = [n for n in range(2, 2000) if all(n % d for d in range(2, int(n ** 0.5) + 1))]
+    assert [n for n in range(2000) if is_prime(n)] == small
+
+
+@pytest.mark.parametrize("m", [DEFAULT.p, DEFAULT.q, MIRAGE.p, MIRAGE.q])
+@pytest.mark.parametrize("shapes", [((3, 700), (700, 5)), ((2, 3, 4096), (4096, 2)), ((2, 1, 3, 9), (4, 9, 2))])
+def test_matmul_mod_is_exact(m, shapes):
+    rng = np.random.default_rng(m)
+    a = rng.integers(0, m, shapes[0])
+    b = rng.integers(0, m, shapes[1])
+    got = matmul_mod(a, b, m)
+    want = np.matmul(a.astype(object), b.astype(object)) % m
+    assert got.dtype == np.int64 and (got == want.astype(np.int64)).all()
+
+
+def test_matmul_worst_case_entries():
+    m = DEFAULT.p
+    a = np.full((2, 8192), m - 1, dtype=np.int64)
+    b = np.full((8192, 3), m - 1, dtype=np.int64)
+    assert (matmul_mod(a, b, m) == (8192 * (m - 1) ** 2) % m).all()
+
+
+def test_limb_plan_guarantees_exactness():
+    for K in (1, 64, 4096, 2 ** 16, 2 ** 20):
+        L, w = limb_plan(K, DEFAULT.p)
+        assert L >= 1 and K * ((1 << w) - 1) * (DEFAULT.p - 1) < 2 ** 53
+    assert limb_plan(2 ** 23, DEFAULT.p) == (0, 0)  # too long even for 1-bit limbs: chunked
+    assert limb_plan(4096, MIRAGE.p) == (1, 8)
+
+
+def test_pow_table_and_exp_homomorphism():
+    rng = np.random.default_rng(0)
+    w = random_omega(DEFAULT, rng)
+    assert w != 1 and pow(w, DEFAULT.q, DEFAULT.p) == 1
+    t = PowTable(w, DEFAULT.p, DEFAULT.q)
+    k = rng.integers(0, DEFAULT.q, 500)
+    assert [int(x) for x in t(k)] == [pow(w, int(e), DEFAULT.p) for e in k]
+    a, b = rng.integers(0, DEFAULT.q, 100), rng.integers(0, DEFAULT.q, 100)
+    assert (t((a + b) % DEFAULT.q) == t(a) * t(b) % DEFAULT.p).all()
+
+
+def test_inverse_and_constants():
+    rng = np.random.default_rng(1)
+    x = rng.integers(1, DEFAULT.p, 1000)
+    assert (x * inverse(x, DEFAULT.p) % DEFAULT.p == 1).all()
+    assert const_mod(Fraction(1, 4096), DEFAULT.p) * 4096 % DEFAULT.p == 1
+    assert const_mod(Fraction(-3, 2), DEFAULT.p) * 2 % DEFAULT.p == DEFAULT.p - 3
+    with pytest.raises(FieldError):
+        const_mod(Fraction(1, 167), 167)
+
+
+def test_uniform_residues_in_range_and_spread():
+    rng = np.random.default_rng(2)
+    x = uniform_residues(rng, 7, (70000,))
+    assert x.dtype == np.int64 and x.min() == 0 and x.max() == 6
+    counts = np.bincount(x)
+    assert abs(counts - 10000).max() < 500
+    y = uniform_residues(rng, DEFAULT.p, (4, 5))
+    assert y.shape == (4, 5) and (y < DEFAULT.p).all()
+
+
+def _alg(seed=0, fld=DEFAULT):
+    return FieldAlgebra(fld, random_omega(fld, np.random.default_rng(seed)))
+
+
+def _val(x, fld=DEFAULT):
+    x = np.asarray(x, dtype=np.int64)
+    return (x % fld.p, x % fld.q)
+
+
+def test_sqrt_is_multiplicative_and_fixes_small_squares():
+    alg = _alg()
+    a, b = _val([3, 10, 12345]), _val([7, 2, 99])
+    ab = alg.apply("mul", [a, b], {})
+    sa, sb, sab = (alg.apply("sqrt", [v], {}) for v in (a, b, ab))
+    assert (alg.apply("mul", [sa, sb], {})[0] == sab[0]).all()
+    for c in (4, 9, 25, 49, 4096, 36):
+        r = alg.apply("sqrt", [_val([c])], {})
+        assert int(r[0][0]) == round(c ** 0.5) and int(r[1][0]) == round(c ** 0.5)
+
+
+def test_zero_divisor_is_a_failed_draw_never_a_value():
+    alg = _alg()
+    with pytest.raises(ZeroDivisorDraw):
+        alg.apply("div", [_val([1, 2]), _val([3, 0])], {})
+
+
+def test_silu_and_exp_drop_the_q_part_and_refuse_a_second_exp():
+    alg = _alg()
+    e = alg.apply("exp", [_val([1, 2, 3])], {})
+    assert len(e) == 1
+    s = alg.apply("silu", [_val([0, 5])], {})
+    assert len(s) == 1 and int(s[0][0]) == 0
+    with pytest.raises(mg.NotLaxError):
+        alg.apply("exp", [e], {})
+    with pytest.raises(mg.NotLaxError):
+        alg.apply("max", [_val([1])], {"dim": 0})
+
+
+def test_every_catalog_op_has_a_field_and_a_degree_meaning():
+    field_ops = set(_alg().ops)
+    degree_ops = set(DegreeAlgebra(DEFAULT).ops)
+    assert set(CATALOG) <= field_ops and set(CATALOG) <= degree_ops
+
+
+def test_field_input_requires_draws():
+    p = mg.Program("t")
+    x = p.input("x", (2, 2))
+    p.output(x + x)
+    with pytest.raises(TypeError):
+        mg.evaluate(p, {"x": np.zeros((2, 2))}, _alg())
+    out = mg.evaluate(p, {"x": FieldInput(np.ones((2, 2), np.int64), None)}, _alg())
+    assert len(out[0]) == 1 and (out[0][0] == 2).all()
