@@ -58,6 +58,12 @@ class KernelConfig:
     fp32 partial accumulators, and a second kernel sums them and runs the post-loop
     ops (split-K). ``sub``: ``((class id, r), …)`` cuts parallel tile dims
     (:func:`lower.tiles.analyze`) into ``r`` sub-tiles, one program each.
+    ``chunk``: each step of the generated loop runs ``chunk`` μGraph iterations at
+    once (longer tiles along the loop's dim, more bytes in flight; only where
+    :func:`lower.tiles.loop_chunks` allows). ``combine``: with split-K, ``"kernel"``
+    sums the partials in a second launch; ``"last"`` lets the last program of each
+    output tile to finish (an atomic counter per tile) sum them and run the
+    post-loop ops — one launch.
     """
 
     num_warps: int = 4
@@ -65,11 +71,15 @@ class KernelConfig:
     split: int = 1
     sub: tuple[tuple[int, int], ...] = ()
     fp32_dot: str = "ieee"
+    chunk: int = 1
+    combine: str = "kernel"
 
     def label(self) -> str:
         s = f"w{self.num_warps}s{self.num_stages}"
+        if self.chunk > 1:
+            s += f"c{self.chunk}"
         if self.split > 1:
-            s += f"k{self.split}"
+            s += f"k{self.split}" + ("L" if self.combine == "last" else "")
         if self.sub:
             s += "p" + "x".join(f"{c}:{r}" for c, r in self.sub)
         return s
@@ -93,6 +103,7 @@ class BlockKernel:
     launches: list[Launch]
     buffers: dict[str, int]  # workspace buffers this kernel needs: name -> bytes
     info: TileInfo
+    locks: dict[str, int] = field(default_factory=dict)  # zeroed int32 counters (kept zero between runs)
 
 
 @dataclass
@@ -122,7 +133,8 @@ class _Emitter:
         self.scratch = 0                       # fp32 elements of scratch per program
         self.consumers = block.consumers()
         self.sched = schedule_block(block)
-        self.loop_F = block.forloop // max(1, cfg.split)
+        self.loop_F = block.forloop // max(1, cfg.split)      # μGraph iterations per program
+        self.iters = self.loop_F // max(1, cfg.chunk)          # generated-loop steps per program
         self.interpret = False
 
     # -- helpers
@@ -184,7 +196,7 @@ class _Emitter:
                 if imap[a] == d:
                     offs.append(f"b{AXES[a]} * {src.shape[d] // self.b.grid[a]}")
             if fmap == d and self.b.forloop > 1:
-                offs.append(f"i * {t.shape[d]}")
+                offs.append(f"i * {t.shape[d] * self.info.chunk}")
             if self.info.factor(t, d) > 1:
                 offs.append(f"s{self.info.key(t, d)} * {rshape[d]}")
             ar = self.r(pshape[d])
@@ -485,7 +497,11 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
     cfg = cfg or KernelConfig()
     if cfg.split > 1 and (block.forloop % cfg.split or block.forloop == 1):
         raise ValueError(f"{name}: split {cfg.split} must divide forloop {block.forloop}")
-    info = analyze(block, dict(cfg.sub))
+    if cfg.chunk > 1 and (block.forloop // max(1, cfg.split)) % cfg.chunk:
+        raise ValueError(f"{name}: chunk {cfg.chunk} must divide forloop/split {block.forloop}/{cfg.split}")
+    if cfg.combine not in ("kernel", "last"):
+        raise ValueError(f"{name}: combine must be 'kernel' or 'last', got {cfg.combine!r}")
+    info = analyze(block, dict(cfg.sub), chunk=cfg.chunk)
     em = _Emitter(block, name, sources, outputs, cfg, info)
     em.interpret = interpret
     em.run()
@@ -527,7 +543,7 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
             body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
         loop_ops = [o for o in sch.loop if o.kind != "accum"]
         if block.forloop > 1 and loop_ops:
-            hi = f"{lo} + {em.loop_F}" if lo != "0" else f"{em.loop_F}"
+            hi = f"{lo} + {em.iters}" if lo != "0" else f"{em.iters}"
             body.append(f"for i in range({lo}, {hi}):")
             body += ["    " + ln for ln in lines_of(loop_ops + loop_accs)]
         else:
@@ -558,14 +574,20 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
             body.append(f"tl.store({o.name}_ptr + {' + '.join(terms)}, {v.name}.to({TL_DTYPE[o.dtype]}){m})")
         return body
 
-    def part_index(v: Val) -> str:
-        st = em._rm_strides(v.pshape)
-        return " + ".join(em._terms([em.r(p) for p in v.pshape], st, len(v.pshape)))
+    def part_index(v: Val) -> tuple[str, str]:
+        """Index of each element of ``v`` in a compact (real-extent, row-major) partial
+        tile, and the mask of its real elements (padding is neither stored nor read)."""
+        st = em._rm_strides(v.rshape)
+        idx = " + ".join(em._terms([em.r(p) for p in v.pshape], st, len(v.pshape)))
+        masks = [em.mask_dim(v, d) for d in em.padded_dims(v)]
+        return idx, (" & ".join(masks) if masks else "")
 
     kernels: list[tuple[list[str], list[str]]] = []
     launches: list[Launch] = []
     buffers: dict[str, int] = {}
+    locks: dict[str, int] = {}
     scratch_args = ["scratch_ptr"] if em.scratch else []
+    scratch_buf = [f"{name}_scratch"] if em.scratch else []
     if em.scratch:
         buffers[f"{name}_scratch"] = em.scratch * 4 * nprog * split
     const_pro = [o for o in sch.prologue if o.outputs[0].acc is None]
@@ -577,39 +599,64 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         body += lines_of(sch.epilogue) + savers()
         kernels.append((h, body))
         launches.append(Launch(name, nprog, [s.name for s in sources] + [o.name for o in outputs]
-                               + ([f"{name}_scratch"] if em.scratch else []), cfg.num_warps, cfg.num_stages))
+                               + scratch_buf, cfg.num_warps, cfg.num_stages))
     else:
+        last = cfg.combine == "last"
         part_args = [f"part{j}_ptr" for j in range(len(accs_needed))]
-        h, body = header(f"{name}_partial", src_args + part_args + scratch_args, True)
+        part_bufs = [f"{name}_part{j}" for j in range(len(accs_needed))]
+
+        def combine_lines(blk: str, pro: list[str]) -> list[str]:
+            body = list(pro)
+            body.append(f"# sum the {split} partial accumulators")
+            for j, op in enumerate(accs_needed):
+                v = em.vals[op.outputs[0].id]
+                pn = _numel(v.rshape)
+                idx, m = part_index(v)
+                mk = f", mask={m}, other=0.0" if m else ""
+                cm = ', cache_modifier=".cg"' if last else ""
+                body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
+                body.append(f"for k in range({split}):")
+                body.append(f"    {v.name} += tl.load(part{j}_ptr + (k * {nprog} + {blk}) * {pn} + {idx}{mk}{cm})")
+            return body + lines_of(sch.epilogue) + savers()
+
+        fn_p = name if last else f"{name}_partial"
+        h, body = header(fn_p, src_args + part_args + (["lock_ptr"] + out_args if last else []) + scratch_args,
+                         True)
         if em.scratch:
             body.append(f"scratch = scratch_ptr + pid * {em.scratch}")
-        body += lines_of(sch.prologue) + loop_block(f"split * {em.loop_F}") + lines_of(sch.invariant_accums)
-        body.append(f"# fp32 partial accumulators of this split, combined by {name}_combine")
+        body += lines_of(sch.prologue) + loop_block(f"split * {em.iters}") + lines_of(sch.invariant_accums)
+        body.append(f"# fp32 partial accumulators of this split" +
+                    (" (the last program of this tile sums them)" if last else f", combined by {name}_combine"))
         body.append(f"blk = pid % {nprog}")
         for j, op in enumerate(accs_needed):
             v = em.vals[op.outputs[0].id]
-            pn = _numel(v.pshape)
-            body.append(f"tl.store(part{j}_ptr + (split * {nprog} + blk) * {pn} + {part_index(v)}, {v.name})")
+            pn = _numel(v.rshape)
+            idx, m = part_index(v)
+            mk = f", mask={m}" if m else ""
+            body.append(f"tl.store(part{j}_ptr + (split * {nprog} + blk) * {pn} + {idx}, {v.name}{mk})")
             buffers[f"{name}_part{j}"] = split * nprog * pn * 4
-        kernels.append((h, body))
-        launches.append(Launch(f"{name}_partial", nprog * split,
-                               [s.name for s in sources] + [f"{name}_part{j}" for j in range(len(accs_needed))]
-                               + ([f"{name}_scratch"] if em.scratch else []), cfg.num_warps, cfg.num_stages))
-        h, body = header(f"{name}_combine", part_args + out_args + scratch_args, False)
-        if em.scratch:
-            body.append(f"scratch = scratch_ptr + pid * {em.scratch}")
-        body += lines_of(const_pro)
-        body.append(f"# sum the {split} partial accumulators")
-        for j, op in enumerate(accs_needed):
-            v = em.vals[op.outputs[0].id]
-            pn = _numel(v.pshape)
-            body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
-            body.append(f"for k in range({split}):")
-            body.append(f"    {v.name} += tl.load(part{j}_ptr + (k * {nprog} + pid) * {pn} + {part_index(v)})")
-        body += lines_of(sch.epilogue) + savers()
-        kernels.append((h, body))
-        launches.append(Launch(f"{name}_combine", nprog, [f"{name}_part{j}" for j in range(len(accs_needed))]
-                               + [o.name for o in outputs] + ([f"{name}_scratch"] if em.scratch else []), 4, 1))
+        if last:
+            locks[f"{name}_lock"] = nprog
+            body.append("tl.debug_barrier()  # every thread's partial stores precede the release below")
+            body.append("done = tl.atomic_add(lock_ptr + blk, 1, sem=\"acq_rel\")")
+            body.append(f"if done == {split - 1}:")
+            inner = ["# the last split of this tile: reset its counter for the next run, combine, save",
+                     "tl.store(lock_ptr + blk, 0)"] + combine_lines("blk", [])
+            body += ["    " + ln for ln in inner]
+            kernels.append((h, body))
+            launches.append(Launch(name, nprog * split, [s.name for s in sources] + part_bufs + [f"{name}_lock"]
+                                   + [o.name for o in outputs] + scratch_buf, cfg.num_warps, cfg.num_stages))
+        else:
+            kernels.append((h, body))
+            launches.append(Launch(f"{name}_partial", nprog * split, [s.name for s in sources] + part_bufs
+                                   + scratch_buf, cfg.num_warps, cfg.num_stages))
+            h, body = header(f"{name}_combine", part_args + out_args + scratch_args, False)
+            if em.scratch:
+                body.append(f"scratch = scratch_ptr + pid * {em.scratch}")
+            body += combine_lines("pid", lines_of(const_pro))
+            kernels.append((h, body))
+            launches.append(Launch(f"{name}_combine", nprog, part_bufs + [o.name for o in outputs] + scratch_buf,
+                                   4, 1))
 
     src_lines = [f"# ---- {name}: grid={block.grid} forloop={block.forloop} config={cfg.label()}"]
     for s in sources:
@@ -621,4 +668,4 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         src_lines += h
         src_lines += ["    " + ln for ln in ar_lines + body]
         src_lines.append("")
-    return BlockKernel("\n".join(src_lines) + "\n", launches, buffers, info)
+    return BlockKernel("\n".join(src_lines) + "\n", launches, buffers, info, locks)

@@ -6,14 +6,21 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
 
 * ``t_dram`` — unique device bytes (each source read once, each output written
   once, split-K partials written and read) over DRAM bandwidth, divided by the
-  fraction of the chip the grid keeps busy (``min(1, programs / SMs)``: a grid
-  of 32 programs cannot pull the bandwidth of 132 SMs);
+  fraction of it the kernel can pull: the bytes in flight (resident programs ×
+  bytes one loop step loads × the steps ``num_stages`` keeps ahead) over
+  bandwidth × latency, capped by what the SMs in use can pull (a grid of 32
+  programs cannot pull the bandwidth of 132 SMs), and stretched when the grid is
+  not a whole number of waves;
 * ``t_l2`` — bytes of every tile load (replicated tiles are re-read from L2) over
   L2 bandwidth, with the same occupancy factor;
 * ``t_compute`` — ``tl.dot`` flops (at padded tile sizes: padding costs tensor-core
   work) over the tensor-core rate, plus element-wise flops over the CUDA-core rate;
-* ``t_serial`` — loop iterations run one after another by each program, each
-  paying a memory latency that software pipelining (``num_stages``) hides in part.
+* ``t_serial`` — one memory round trip, plus the generated-loop steps run one
+  after another by each program, each paying a latency that software pipelining
+  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps).
+
+Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
+one more round trip for the last program of each tile.
 
 Default parameters are the H100 SXM of our device machine (copy bandwidth
 measured there at about 3.0 TB/s, DESIGN §6 calibration); the model is meant to
@@ -42,6 +49,9 @@ class DeviceParams:
     sms: int
     launch: float         # s per kernel launch inside a CUDA graph
     iter_latency: float   # s of exposed memory latency per unpipelined loop iteration
+    mem_latency: float = 1.0e-6   # s: DRAM round trip (bandwidth × latency = bytes in flight needed)
+    sm_bw: float = 6.0e10         # bytes/s one SM can pull from DRAM
+    smem: float = 227 * 1024      # shared memory per SM (bytes)
 
 
 H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
@@ -77,22 +87,30 @@ class Breakdown:
 
 def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost]:
     bg = op.attrs["block"]
-    info = analyze(bg, dict(cfg.sub))
+    chunk = cfg.chunk if bg.forloop > 1 else 1
+    info = analyze(bg, dict(cfg.sub), chunk=chunk)
     subs = math.prod(info.split.values()) if info.split else 1
     nprog = bg.num_blocks * subs
     F = bg.forloop
     split = cfg.split if F > 1 else 1
+    steps = max(1, F // split // chunk)          # generated-loop steps per program
+    total = nprog * split                        # programs launched
     dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
     l2 = 0.0
+    step_bytes = 0.0                             # bytes one program loads per loop step
     for t in bg.tensors:
         if t.op.kind == "iterator":
             per = math.prod(info.shape(t)) * DTYPES[t.dtype]
-            l2 += per * nprog * (F if t.op.attrs["fmap"] is not None else split)
+            looped = t.op.attrs["fmap"] is not None and F > 1
+            l2 += per * nprog * split * (steps if looped else 1)
+            step_bytes += per if looped else 0.0
+    if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
+        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
     l2 += sum(t.nbytes for t in op.outputs)
     tc, ew = 0.0, 0.0
     for b in bg.ops:
         out = b.outputs[0]
-        reps = nprog * (F if out.acc == 0 else 1)
+        reps = total * (steps if out.acc == 0 else 1)
         if b.kind == "matmul":
             a = b.inputs[0]
             p_out = info.padded(out)
@@ -104,22 +122,37 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
                 ew += fl
         elif b.kind not in ("iterator", "accum"):
             ew += math.prod(info.padded(out)) * reps
-    busy = min(1.0, nprog * split / dev.sms)
-    pipe = max(1, cfg.num_stages - 1)
-    serial = (F // split) * dev.iter_latency / pipe if F > 1 else dev.iter_latency
+    # bytes in flight: resident programs × (stages − 1) loop steps each
+    pipe = max(1, min(cfg.num_stages - 1, steps))
+    smem = max(step_bytes * max(1, cfg.num_stages - 1), 1.0)
+    resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, math.ceil(total / dev.sms)))
+    active = min(total, dev.sms * resident)
+    inflight = active * max(step_bytes, 1.0) * pipe
+    eff = min(1.0, inflight / (dev.dram_bw * dev.mem_latency), min(total, dev.sms) * dev.sm_bw / dev.dram_bw)
+    # a grid that is not a whole number of waves idles part of the chip in its last wave
+    waves = total / (dev.sms * resident)
+    quant = math.ceil(waves) / waves if waves > 1 else 1.0
+    busy = min(1.0, total / dev.sms)
+    # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM
+    serial = dev.mem_latency + steps * (dev.iter_latency / pipe + step_bytes * resident / dev.sm_bw)
     costs = []
+    t_c = tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy
     if split > 1:
-        part = sum(math.prod(info.padded(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
-        costs.append(LaunchCost(f"k{op.id}_partial", nprog * split, dram - sum(t.nbytes for t in op.outputs) + part,
-                                l2 + part, tc + ew, (dram + part) / dev.dram_bw / busy, (l2 + part) / dev.l2_bw / busy,
-                                tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy, serial, dev.launch))
+        part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
+        d_in = dram - sum(t.nbytes for t in op.outputs) + part
+        costs.append(LaunchCost(f"k{op.id}_partial", total, d_in, l2 + part, tc + ew,
+                                d_in / dev.dram_bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
+                                dev.launch))
         out_b = sum(t.nbytes for t in op.outputs) + part
-        costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
-                                out_b / dev.l2_bw, 0.0, dev.iter_latency, dev.launch))
+        if cfg.combine == "last":  # the last program of each tile sums the partials: a latency, no launch
+            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
+                                    out_b / dev.l2_bw, 0.0, dev.mem_latency, 0.0))
+        else:
+            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
+                                    out_b / dev.l2_bw, 0.0, dev.mem_latency, dev.launch))
     else:
-        costs.append(LaunchCost(f"k{op.id}", nprog, dram, l2, tc + ew, dram / dev.dram_bw / busy,
-                                l2 / dev.l2_bw / busy, tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy,
-                                serial, dev.launch))
+        costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / dev.dram_bw / eff * quant,
+                                l2 / dev.l2_bw / busy, t_c, serial, dev.launch))
     return costs
 
 

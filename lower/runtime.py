@@ -119,6 +119,12 @@ class CompiledProgram:
             else:
                 self.views[name] = raw.view(TORCH_DTYPE[dtype]).as_strided(shape, strides)
         self.outputs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
+        # split-K tile counters ("last" combine): zero now, and every run leaves them zero;
+        # outside the arena, so poisoning never touches them
+        for s in steps:
+            if s.kernel is not None:
+                for name, n in s.kernel.locks.items():
+                    self.views[name] = torch.zeros(n, dtype=torch.int32, device=dev)
 
     # ------------------------------------------------------------------ info
     @property

@@ -48,6 +48,8 @@ class TileInfo:
     ext: dict[int, int]                      # class -> padded register extent
     split: dict[int, int]                    # class -> sub-tile factor r (1: not split)
     dot_ops: set[int] = field(default_factory=set)   # matmul op ids lowered to tl.dot
+    chunk: int = 1                           # μGraph loop iterations per generated-loop step
+    loop_cls: int | None = None              # the class of the fmapped dims (grown by ``chunk``)
     pairs: dict[int, list] = field(default_factory=dict)  # matmul id -> [(a_i, b_i)] of split concats
     parallel: list[int] = field(default_factory=list)  # splittable classes, stable order
 
@@ -90,13 +92,17 @@ def _aligned(x: Tensor, out_rank: int):
     return [(d, d + off) for d in range(x.ndim)]
 
 
-def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: bool = True) -> TileInfo:
+def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: bool = True,
+            chunk: int = 1) -> TileInfo:
     """Group tile dims into classes, pad them, find parallel (splittable) classes.
 
     ``split`` maps a parallel class id (as listed in ``TileInfo.parallel`` of an
     unsplit analysis — class ids are stable for a given graph) to a factor ``r``
     dividing its size. ``use_dot=False`` lowers every matmul as multiply-and-sum
     (a fallback for tiny tiles; tl.dot otherwise wherever shapes allow).
+    ``chunk`` re-chunks the loop: one generated-loop step runs ``chunk`` μGraph
+    iterations at once, so the class of the fmapped dims is ``chunk`` times larger
+    (only where :func:`loop_class` allows it).
     """
     uf = _UF()
     for t in block.tensors:
@@ -171,9 +177,16 @@ def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: boo
         if c not in parallel or size0[c] % r:
             raise ValueError(f"class {c} cannot be split by {r} (parallel: {parallel}, sizes {size0})")
     size = {c: s // split.get(c, 1) for c, s in size0.items()}
+    lc = None
+    if chunk > 1:
+        lc = _loop_class(block, cls, size0)
+        if lc is None or block.forloop % chunk:
+            raise ValueError(f"the loop cannot be re-chunked by {chunk} (forloop {block.forloop}, "
+                             f"re-chunkable: {lc is not None})")
+        size[lc] *= chunk
     ext = {c: next_pow2(s) for c, s in size.items()}
     info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
-                    parallel=parallel, pairs=pairs)
+                    parallel=parallel, pairs=pairs, chunk=chunk, loop_cls=lc)
     if use_dot:
         for op in matmuls:
             a, b = op.inputs
@@ -185,6 +198,75 @@ def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: boo
                 for c in mnk:
                     ext[c] = max(ext[c], DOT_MIN)
     return info
+
+
+def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:
+    """The dim class ``C`` of the fmapped iterator dims, if the loop can be re-chunked.
+
+    Running ``R`` iterations as one step (tiles ``R`` times longer along ``C``) adds
+    ``Σ_j body(slice_j)`` to each accumulator exactly when every op of the body acts
+    on the elements of ``C`` independently (element-wise ops; reductions and matmuls
+    over other dims), except ops that *sum* over ``C`` (``sum`` along it, a matmul
+    contracting it) whose results go straight into accumulators: a sum over the
+    ``R``-chunk is the sum of ``R`` per-iteration sums. Anything else (``max`` over
+    ``C``, ``C`` reaching an accumulator, concat/reshape/repeat along ``C``, a
+    ``C``-sum used by another op) keeps ``R = 1``.
+    """
+    if block.forloop <= 1:
+        return None
+    fm = [(op.outputs[0], op.attrs["fmap"]) for op in block.ops
+          if op.kind == "iterator" and op.attrs["fmap"] is not None]
+    cs = {cls[(t.id, d)] for t, d in fm}
+    if len(cs) != 1:
+        return None
+    (c,) = cs
+    if size0[c] <= 1:
+        return None
+
+    def dims_in_c(t: Tensor) -> list[int]:
+        return [d for d in range(t.ndim) if cls[(t.id, d)] == c]
+
+    consumers: dict[int, list] = {}
+    for op in block.ops:
+        for x in op.inputs:
+            consumers.setdefault(x.id, []).append(op)
+    for op in block.ops:
+        out = op.outputs[0]
+        if op.kind == "iterator":
+            if dims_in_c(out) != ([op.attrs["fmap"]] if op.attrs["fmap"] is not None else []):
+                return None               # an invariant tile (or another dim) joined to C: it would repeat
+            continue
+        ins = [dims_in_c(x) for x in op.inputs]
+        if any(len(d) > 1 for d in ins) or len(dims_in_c(out)) > 1:
+            return None
+        has_in, has_out = any(ins), bool(dims_in_c(out))
+        if not has_in:
+            continue                      # constants, invariant work, post-loop ops
+        if op.kind == "accum":
+            return None                   # C reaches an accumulator un-reduced
+        if op.kind in ("concat", "reshape", "repeat"):
+            return None
+        if has_out:
+            if op.kind in ELEMENTWISE or op.kind in ("sum", "max", "matmul"):
+                continue                  # per element of C (reduction/contraction over another dim)
+            return None
+        # C is reduced here: only sums, feeding accumulators only
+        if op.kind == "sum" or (op.kind == "matmul" and ins[0] == [op.inputs[0].ndim - 1]
+                                and ins[1] == [op.inputs[1].ndim - 2]):
+            if all(u.kind == "accum" for u in consumers.get(out.id, [])):
+                continue
+        return None
+    return c
+
+
+def loop_chunks(block: BlockGraph) -> list[int]:
+    """Re-chunk factors the lowering may use for ``block`` (1 always)."""
+    if block.forloop <= 1:
+        return [1]
+    info = analyze(block)
+    if _loop_class(block, info.cls, {c: s for c, s in info.size.items()}) is None:
+        return [1]
+    return [r for r in (1, 2, 4, 8, 16) if block.forloop % r == 0]
 
 
 def _concat_matmuls(block: BlockGraph) -> dict[int, list]:

@@ -134,3 +134,62 @@ def test_hand_written_edge_cases():
     kg.output(out2)
     prog = lower.compile(kg, device="cpu", poison=True)
     assert max(check(prog, kg, random_inputs(kg, 0))) <= 1e-4
+
+
+# ---------------------------------------------------------------- re-chunked loops, split-K combines
+from lower.tiles import loop_chunks  # noqa: E402
+
+
+@pytest.mark.parametrize("name, split, combine", [
+    ("rmsnorm_matmul", 1, "kernel"), ("rmsnorm_matmul", 2, "last"), ("gated_mlp", 2, "kernel"),
+    ("gqa", 1, "kernel"), ("qknorm_gqa", 2, "last")])
+def test_rechunked_loops(name, split, combine):
+    """Several μGraph iterations per generated-loop step (and split-K with either
+    combine) compute the same function: poisoned outputs, fresh inputs, fp32."""
+    g = reference(name, small=True, dtype="float32")
+    op = next(o for o in g.ops if o.kind == "graph_defined")
+    blk = op.attrs["block"]
+    chunks = [c for c in loop_chunks(blk) if c > 1 and (blk.forloop // split) % c == 0]
+    assert chunks, (name, blk.forloop)
+    cfg = KernelConfig(split=split, chunk=max(chunks), combine=combine)
+    prog = lower.compile(g, device="cpu", configs={op.id: cfg}, poison=True)
+    assert f"c{cfg.chunk}" in cfg.label() and "for i in range(" in prog.triton_source()
+    for seed in (5, 6):  # twice: the "last" combine's counters must be left at zero
+        assert max(check(prog, g, _inputs(g, seed))) <= 1e-4, (name, cfg.label())
+
+
+def test_rechunk_is_refused_where_it_changes_the_function():
+    """max over the loop's dim, the loop's dim reaching an accumulator, a C-sum used
+    by another op: R = 1 only (and an explicit chunk is an error)."""
+    for build in ("max", "elementwise_acc", "exp_of_sum"):
+        kg = mg.KernelGraph("r")
+        X = kg.input("X", (4, 32), "float32")
+        bg = mg.BlockGraph(grid=(1, 1, 1), forloop=4)
+        x = bg.input(X, fmap=1)
+        if build == "max":
+            y = bg.accum(mg.max(x, 1))
+        elif build == "elementwise_acc":
+            y = bg.accum(mg.square(x))
+        else:
+            y = bg.accum(mg.exp(mg.sum(x, 1)))
+        bg.output(y, omap=(None, None, None))
+        (o,) = kg.kernel(bg)
+        kg.output(o)
+        assert loop_chunks(bg) == [1], build
+        with pytest.raises(ValueError):
+            lower.compile(kg, device="cpu", configs={kg.ops[1].id: KernelConfig(chunk=2)})
+
+
+def test_rechunked_random_ugraphs():
+    n = 0
+    for seed in (303, 356):
+        g = random_graph(seed)
+        cfgs = {}
+        for op in g.ops:
+            if op.kind == "graph_defined" and len(loop_chunks(op.attrs["block"])) > 1:
+                cfgs[op.id] = KernelConfig(chunk=loop_chunks(op.attrs["block"])[-1])
+        assert cfgs, seed
+        prog = lower.compile(g, device="cpu", configs=cfgs, poison=True)
+        assert max(check(prog, g, random_inputs(g, seed))) <= 1e-4, (seed, str(g))
+        n += 1
+    assert n == 2

@@ -14,6 +14,7 @@ import lower
 import mugraph as mg
 from lower import cost_model, layout, memory
 from lower.codegen import EMITTERS, KernelConfig
+from lower.profile import layout_choices
 from lower.testing import check, random_graph, random_inputs
 from lower.torch_ops import TORCH_OPS
 from mugraph.benchmarks import reference
@@ -155,7 +156,14 @@ def test_memory_plan_reuses_and_never_overlaps():
 def test_cost_model_ranks_sensibly():
     small = reference("gated_mlp", small=True)
     big = reference("gated_mlp")
-    assert 0 < cost_model.estimate(small) < cost_model.estimate(big)
+
+    def best(g):  # the cost model's choice over the tuner's grid/loop menu
+        op = next(o for o in g.ops if o.kind == "graph_defined")
+        return min(cost_model.estimate(g, configs={op.id: KernelConfig(num_stages=3, split=s, sub=sub, chunk=c,
+                                                                        combine=cb)})
+                   for s, sub, c, cb in layout_choices(op.attrs["block"]))
+
+    assert 0 < best(small) < best(big)
     bd = cost_model.breakdown(big)
     assert len(bd.launches) == 1 and bd.total == pytest.approx(cost_model.estimate(big))
     # the rmsnorm kernel of the paper launches too few programs: splitting helps in the model
