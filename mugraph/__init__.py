@@ -14,12 +14,13 @@ from . import errors
 from .algebra import Algebra, FloatAlgebra
 from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, repeat, reshape, rms_norm,
                       scale, silu, sqrt, square, sub, sum)
-from .errors import (DTypeError, InputError, InvalidGraphError, MugraphError, NotLaxError, ResourceError,
+from .errors import (CacheError, ConfigError, DTypeError, InputError, InvalidGraphError, MugraphError, NotLaxError, ResourceError,
                      SerializationError, ShapeError, UnsupportedOpError)
 from .interpreter import evaluate
 from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
 from .lax import check_lax, is_lax
 from .ops import CATALOG
+from .pipeline import Candidate, OptimizeConfig, Optimized, superoptimize
 from .render import render, to_dot
 from .serialize import load, save
 
@@ -31,5 +32,6 @@ __all__ = [
     "concat", "reshape", "repeat", "scale", "constant",
     "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
     "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
-    "UnsupportedOpError", "SerializationError", "InputError",
+    "UnsupportedOpError", "SerializationError", "InputError", "ConfigError", "CacheError",
+    "superoptimize", "Optimized", "OptimizeConfig", "Candidate",
 ]

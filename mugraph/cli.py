@@ -29,9 +29,11 @@ def main() -> None:
 
     \b
     Typical use:
-      python -m mugraph demo                      run the six benchmarks' hand-written μGraphs
+      python -m mugraph optimize prog.py          superoptimize the program a Python file builds
+      python -m mugraph bench --results out/res   the benchmark table (times on a GPU)
+      python -m mugraph verify ref.json cand.py   prove a hand-written kernel equivalent
       python -m mugraph show graph.json --png g.png
-      python -m mugraph verify ref.json cand.json prove a hand-written kernel equivalent
+      python -m mugraph demo                      hand-written μGraphs of the six benchmarks
     """
 
 
@@ -84,6 +86,69 @@ def verify(ref: str, cand: str, error: float, seed: int | None) -> None:
     click.echo(str(verdict))
     if not verdict.equivalent:
         sys.exit(1)
+
+
+def _search_options(f):
+    for opt in reversed([
+        click.option("--time-limit", type=float, default=None, help="Search time limit in seconds."),
+        click.option("--max-block-ops", type=int, default=None, help="Most ops in one block graph."),
+        click.option("--max-kernel-ops", type=int, default=None, help="Most ops in the kernel graph."),
+        click.option("--workers", type=int, default=None, help="Search processes."),
+        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--cache-dir", default=None, help="Result cache (default ~/.cache/mugraph)."),
+        click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _config(time_limit, max_block_ops, max_kernel_ops, workers):
+    from .pipeline import OptimizeConfig
+
+    s = {k: v for k, v in dict(time_limit=time_limit, max_block_ops=max_block_ops, max_kernel_ops=max_kernel_ops,
+                                 workers=workers).items() if v is not None}
+    return OptimizeConfig(search=s)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False))
+@click.option("--name", default=None, help="Which program, if the file defines several.")
+@click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
+@click.option("--out", default=None, help="Save the result (JSON) here; reload it with mg.load.")
+@click.option("--source", "show_source", is_flag=True, help="Print the generated Triton source.")
+@_search_options
+def optimize(file, name, device, out, show_source, time_limit, max_block_ops, max_kernel_ops, workers, seed,
+             cache_dir, no_cache) -> None:
+    """Superoptimize the Lax program FILE defines (.py that builds it, or a saved .json)."""
+    from .loading import graph_from_file
+    from .pipeline import superoptimize
+
+    p = graph_from_file(file, name)
+    opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers), device=device,
+                        cache_dir=False if no_cache else cache_dir, seed=seed)
+    click.echo(str(opt.graph))
+    click.echo(opt.summary())
+    if show_source:
+        click.echo(opt.triton_source())
+    if out:
+        click.echo(f"saved {opt.save(out)}")
+
+
+@main.command()
+@click.option("--name", "names", multiple=True, help="Benchmark(s) to run (default: all six).")
+@click.option("--batch", "batches", multiple=True, type=int, help="Batch sizes (default: 1 and 8).")
+@click.option("--results", default="out/results", show_default=True,
+              help="Saved results to time (NAME-bB.mug.json); missing ones are searched and saved here.")
+@click.option("--warm", is_flag=True, help="Time with a warm L2 (default: flushed before each replay).")
+@_search_options
+def bench(names, batches, results, warm, time_limit, max_block_ops, max_kernel_ops, workers, seed, cache_dir,
+          no_cache) -> None:
+    """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
+    from .pipeline.bench import format_table, run_bench
+
+    rows, head = run_bench(names or None, tuple(batches) or (1, 8), results,
+                           _config(time_limit, max_block_ops, max_kernel_ops, workers), flush=not warm)
+    click.echo(format_table(rows, head))
 
 
 if __name__ == "__main__":

@@ -42,3 +42,11 @@ class SerializationError(MugraphError):
 
 class InputError(MugraphError):
     """Inputs handed to ``evaluate`` (or a compiled program) that do not match the graph."""
+
+
+class ConfigError(MugraphError):
+    """A configuration that asks for something impossible (e.g. zero ops, no time)."""
+
+
+class CacheError(MugraphError):
+    """A cache or saved result that is corrupt, foreign, or from another program."""

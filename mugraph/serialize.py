@@ -143,7 +143,7 @@ def save(obj: Any, path: str | Path) -> Path:
 
 
 def load(path: str | Path) -> Any:
-    """Read what :func:`save` wrote (a Program or KernelGraph)."""
+    """Read what :func:`save` wrote: a Program, a KernelGraph, or an ``Optimized`` result."""
     path = Path(path)
     try:
         doc = json.loads(path.read_text())
@@ -151,6 +151,10 @@ def load(path: str | Path) -> Any:
         raise SerializationError(f"{path}: cannot read: {e.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise SerializationError(f"{path}: not JSON: {e}") from None
+    if isinstance(doc, dict) and doc.get("kind") == "Optimized":
+        from .pipeline import Optimized  # a saved superoptimize result
+
+        return Optimized.from_json(doc)
     try:
         return graph_from_json(doc)
     except SerializationError as e:

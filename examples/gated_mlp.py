@@ -1,0 +1,6 @@
+"""Superoptimize the gated_mlp benchmark (DESIGN §7): `python examples/gated_mlp.py [--batch 8] [--device cpu] [--small]`."""
+
+from _runner import main
+
+if __name__ == "__main__":
+    raise SystemExit(main("gated_mlp"))

@@ -1,0 +1,6 @@
+"""Superoptimize the gqa benchmark (DESIGN §7): `python examples/gqa.py [--batch 8] [--device cpu] [--small]`."""
+
+from _runner import main
+
+if __name__ == "__main__":
+    raise SystemExit(main("gqa"))

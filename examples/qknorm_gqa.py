@@ -1,0 +1,6 @@
+"""Superoptimize the qknorm_gqa benchmark (DESIGN §7): `python examples/qknorm_gqa.py [--batch 8] [--device cpu] [--small]`."""
+
+from _runner import main
+
+if __name__ == "__main__":
+    raise SystemExit(main("qknorm_gqa"))

@@ -1,0 +1,6 @@
+"""Superoptimize the rmsnorm_matmul benchmark (DESIGN §7): `python examples/rmsnorm_matmul.py [--batch 8] [--device cpu] [--small]`."""
+
+from _runner import main
+
+if __name__ == "__main__":
+    raise SystemExit(main("rmsnorm_matmul"))

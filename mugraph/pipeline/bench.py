@@ -1,0 +1,134 @@
+"""The benchmark table (``python -m mugraph bench``): each benchmark of DESIGN §7
+superoptimized (or loaded from a saved result) and, on a GPU, timed beside
+PyTorch eager, ``torch.compile`` and SDPA — every variant as CUDA-graph replays
+timed by ``lower.profile.bench`` — and the memory-traffic floor (bytes read and
+written once over the bandwidth of a device-to-device copy measured on the same
+card). Without a GPU the table holds the cost model's predictions."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from ..benchmarks import PROGRAMS, program
+from ..benchmarks.torch_versions import SDPA, TORCH
+from ..serialize import load
+from .optimize import OptimizeConfig, Optimized, superoptimize
+
+
+@dataclass
+class BenchRow:
+    name: str
+    b: int
+    ours_us: float | None
+    predicted_us: float | None
+    eager_us: float | None = None
+    compile_us: float | None = None
+    sdpa_us: float | None = None
+    floor_us: float | None = None
+    kernels: int = 0
+    rel_error: float | None = None
+    origin: str = ""
+
+    @property
+    def best_torch_us(self) -> float | None:
+        xs = [x for x in (self.eager_us, self.compile_us, self.sdpa_us) if x is not None]
+        return min(xs) if xs else None
+
+
+def graphed(fn: Callable, args: list) -> Callable[[], None]:
+    """Capture ``fn(*args)`` as a CUDA graph; returns its replay."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn(*args)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn(*args)
+    return g.replay
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a large device-to-device copy (read + write), measured here."""
+    from lower.profile import bench
+
+    n = 1 << 28
+    a = torch.empty(n, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    t = bench(graphed(lambda x, y: y.copy_(x), [a, b]), flush=False)
+    return 2 * n / t
+
+
+def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig | None, progress: bool) -> Optimized:
+    if results is not None:
+        saved = results / f"{name}-b{b}.mug.json"
+        if saved.exists():
+            return load(saved)
+    opt = superoptimize(program(name, b=b), config, progress=progress)
+    if results is not None:
+        results.mkdir(parents=True, exist_ok=True)
+        opt.save(results / f"{name}-b{b}.mug.json")
+    return opt
+
+
+def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
+              flush: bool = True, progress: bool = True) -> tuple[list[BenchRow], str]:
+    """Rows of the table, and a header line saying where and how it was measured."""
+    from lower.cost_model import estimate
+
+    names = list(names or PROGRAMS)
+    res = Path(results) if results else None
+    gpu = torch.cuda.is_available()
+    if gpu:
+        from lower.cost_model import memory_floor_bytes
+        from lower.profile import bench
+        bw = copy_bandwidth()
+    rows = []
+    for name in names:
+        for b in batches:
+            opt = _optimized(name, b, res, config, progress)
+            row = BenchRow(name, b, None, estimate(opt.graph) * 1e6, kernels=opt.best.num_kernels,
+                           origin=opt.best.origin)
+            if gpu:
+                gen = torch.Generator(device="cuda").manual_seed(0)
+                args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.5
+                        for t in opt.program.inputs]
+                comp = opt.compiled("cuda")
+                y = comp(*args)
+                ref = TORCH[name](*[a.double() for a in args])
+                row.rel_error = float((y.double() - ref).norm() / ref.norm())
+                row.ours_us = bench(comp.runner(*args), flush=flush) * 1e6
+                row.eager_us = bench(graphed(TORCH[name], args), flush=flush) * 1e6
+                row.compile_us = bench(graphed(torch.compile(TORCH[name]), args), flush=flush) * 1e6
+                if name in SDPA:
+                    row.sdpa_us = bench(graphed(SDPA[name], args), flush=flush) * 1e6
+                row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
+            rows.append(row)
+    where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
+    head = (f"{datetime.date.today()} on {where}; μs, median of CUDA-graph replays "
+            f"({'L2 flushed before each' if flush else 'warm L2'})")
+    return rows, head
+
+
+def format_table(rows: list[BenchRow], head: str) -> str:
+    def f(x):
+        return f"{x:8.1f}" if x is not None else "       -"
+
+    cols = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
+            f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}")
+    lines = [head, cols, "-" * len(cols)]
+    for r in rows:
+        best = r.best_torch_us
+        vs = f"{best / r.ours_us:7.2f}" if best and r.ours_us else "      -"
+        fl = f"{r.ours_us / r.floor_us:7.2f}" if r.floor_us and r.ours_us else "      -"
+        err = f"{r.rel_error:8.1e}" if r.rel_error is not None else "       -"
+        lines.append(f"{r.name:15} {r.b:2d} {r.kernels:4d} {f(r.ours_us)} {f(r.eager_us)} {f(r.compile_us)} "
+                     f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}")
+    return "\n".join(lines)

@@ -1,0 +1,319 @@
+"""``mg.superoptimize``: the stages composed into the product (DESIGN §1).
+
+    Lax program ─► search ─► verify (field + float) ─► lower + cost model ─► profile ─► best
+
+This is the one module of ``mugraph`` that imports the stages, and only inside
+functions, so the IR never depends on them. Results are cached on disk as JSON,
+keyed by the program, the configuration, the versions and the device; loading a
+cache or a saved result never executes code from it (the Triton source is
+regenerated from the μGraph).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import CacheError, ConfigError, MugraphError
+from ..ir import KernelGraph, Program
+from ..lax import check_lax
+from ..serialize import graph_from_json, graph_to_json
+
+RESULT_VERSION = 1
+
+
+@dataclass
+class OptimizeConfig:
+    """What ``superoptimize`` may spend and how sure it must be.
+
+    ``search``: fields of ``search.SearchConfig`` (limits, mapping candidates,
+    workers, time limit, …). ``error``: the verifier's bound on a false accept.
+    ``top_k``: how many candidates (by the cost model) are lowered and timed.
+    ``float_dtypes``: dtypes of the float check (default: the program's dtype).
+    ``keep_program``: let the unfused program itself (one library call per op)
+    compete, so the answer is never slower than what came in.
+    """
+
+    search: dict = field(default_factory=dict)
+    error: float = 2.0 ** -40
+    top_k: int = 4
+    float_dtypes: tuple[str, ...] | None = None
+    keep_program: bool = True
+
+    def validate(self) -> None:
+        if not 0 < self.error < 1:
+            raise ConfigError(f"error={self.error}: the false-accept bound must lie in (0, 1)")
+        if self.top_k < 1:
+            raise ConfigError(f"top_k={self.top_k}: at least one candidate must be lowered")
+        s = self.search
+        for k in ("max_kernel_ops", "max_block_ops", "workers"):
+            if k in s and (not isinstance(s[k], int) or s[k] < 1):
+                raise ConfigError(f"search.{k}={s[k]!r}: must be a positive int")
+        if s.get("time_limit") is not None and s["time_limit"] <= 0:
+            raise ConfigError(f"search.time_limit={s['time_limit']}: must be positive seconds (or None)")
+        for k in ("forloop_ranges", "tile_sizes"):
+            if k in s and (not s[k] or any(not isinstance(v, int) or v < 1 for v in s[k])):
+                raise ConfigError(f"search.{k}={s[k]!r}: must be a non-empty list of positive ints")
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["search"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.search.items()}
+        return d
+
+
+@dataclass
+class Candidate:
+    """One verified μGraph and what the pipeline learnt about it."""
+
+    graph: KernelGraph
+    origin: str                      # "search" or "program"
+    verified: dict | None = None     # the Verdict's JSON
+    float_ok: bool | None = None
+    float_summary: str = ""
+    predicted_s: float | None = None
+    measured_s: float | None = None
+    configs: dict = field(default_factory=dict)  # op id -> KernelConfig fields (tuned)
+    rejected: str = ""
+
+    @property
+    def num_kernels(self) -> int:
+        return self.graph.num_kernels
+
+    def to_json(self) -> dict:
+        return {"graph": graph_to_json(self.graph), "origin": self.origin, "verified": self.verified,
+                "float_ok": self.float_ok, "float_summary": self.float_summary, "predicted_s": self.predicted_s,
+                "measured_s": self.measured_s, "configs": self.configs, "rejected": self.rejected}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Candidate":
+        return cls(graph_from_json(d["graph"]), d["origin"], d.get("verified"), d.get("float_ok"),
+                   d.get("float_summary", ""), d.get("predicted_s"), d.get("measured_s"),
+                   {int(k): v for k, v in d.get("configs", {}).items()}, d.get("rejected", ""))
+
+
+class Optimized:
+    """The superoptimizer's answer: call it like the program (torch tensors in, out)."""
+
+    def __init__(self, program: KernelGraph, best: Candidate, candidates: list[Candidate], report: dict,
+                 device: str) -> None:
+        self.program = program
+        self.best = best
+        self.candidates = candidates
+        self.report = report
+        self.device = device
+        self._compiled = None
+
+    @property
+    def graph(self) -> KernelGraph:
+        return self.best.graph
+
+    def compiled(self, device: str | None = None):
+        """The lowered program (compiled on first use; the Triton source is regenerated)."""
+        import lower
+
+        dev = device or self.device
+        if self._compiled is None or self._compiled.device != dev:
+            configs = {k: _kernel_config(v) for k, v in self.best.configs.items()}
+            self._compiled = lower.compile(self.graph, device=dev, configs=configs)
+        return self._compiled
+
+    def __call__(self, *args, **kwargs):
+        return self.compiled()(*args, **kwargs)
+
+    def triton_source(self) -> str:
+        return self.compiled().triton_source()
+
+    def summary(self) -> str:
+        r = self.report
+        lines = [f"superoptimized {self.program.name!r} on {r['device']}: best = {self.best.origin} μGraph, "
+                 f"{self.best.num_kernels} kernel(s)",
+                 f"  why: {r['why']}"]
+        s = r.get("search", {})
+        if s:
+            lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {s.get('wall_s', 0):.1f} s")
+        lines.append(f"  verification bound: {r.get('error_bound')}")
+        lines.append("  candidates (predicted / measured μs):")
+        for c in self.candidates:
+            meas = f"{c.measured_s * 1e6:8.1f}" if c.measured_s is not None else "       -"
+            pred = f"{c.predicted_s * 1e6:8.1f}" if c.predicted_s is not None else "       -"
+            mark = "*" if c is self.best else " "
+            why = f"  rejected: {c.rejected}" if c.rejected else ""
+            lines.append(f"   {mark} {c.origin:8} kernels={c.num_kernels} {pred} {meas}{why}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"format": "mugraph", "version": RESULT_VERSION, "kind": "Optimized", "device": self.device,
+                "program": graph_to_json(self.program), "best": self.candidates.index(self.best),
+                "candidates": [c.to_json() for c in self.candidates], "report": self.report}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Optimized":
+        if d.get("kind") != "Optimized" or d.get("version") != RESULT_VERSION:
+            raise CacheError(f"not a saved mugraph result of version {RESULT_VERSION} "
+                             f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
+        try:
+            program = graph_from_json(d["program"])
+            cands = [Candidate.from_json(c) for c in d["candidates"]]
+            best = cands[d["best"]]
+            return cls(program, best, cands, d["report"], d["device"])
+        except MugraphError as e:
+            raise CacheError(f"saved result is invalid: {e}") from None
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise CacheError(f"saved result is malformed: {type(e).__name__}: {e}") from None
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        return path
+
+
+def _kernel_config(d: dict):
+    from lower import KernelConfig
+
+    d = dict(d)
+    if "sub" in d:
+        d["sub"] = tuple(tuple(x) for x in d["sub"])
+    return KernelConfig(**d)
+
+
+def _versions() -> dict:
+    import torch
+    import triton
+
+    from .. import __version__
+
+    return {"mugraph": __version__, "torch": torch.__version__, "triton": triton.__version__}
+
+
+def _device_name(device: str) -> str:
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
+
+
+def cache_key(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> str:
+    doc = {"program": graph_to_json(program), "config": config.to_json(), "seed": seed,
+           "versions": _versions(), "device": _device_name(device)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("MUGRAPH_CACHE_DIR", Path.home() / ".cache" / "mugraph"))
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cuda", "cpu"):
+        raise ConfigError(f"device={device!r}: use 'auto', 'cuda' or 'cpu'")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device='cuda' but torch sees no CUDA device")
+    return device
+
+
+def superoptimize(program: Program, config: OptimizeConfig | dict | None = None, *, device: str = "auto",
+                  cache_dir: str | Path | None = None, progress: bool = True, seed: int = 0) -> Optimized:
+    """Search, verify, lower and time μGraphs for ``program``; return the fastest.
+
+    ``cache_dir``: where results are cached (default ``$MUGRAPH_CACHE_DIR`` or
+    ``~/.cache/mugraph``); pass ``False`` to neither read nor write the cache.
+    """
+    if not isinstance(program, KernelGraph):
+        raise TypeError(f"superoptimize: expected a mugraph Program, got {type(program).__name__}")
+    if any(op.kind == "graph_defined" for op in program.ops):
+        raise ConfigError(f"superoptimize: {program.name!r} already holds graph-defined kernels; "
+                          "hand it the plain program (use verify.equivalent to check a hand-written μGraph)")
+    if not program.outputs:
+        raise ConfigError(f"superoptimize: {program.name!r} has no outputs")
+    check_lax(program)
+    cfg = config if isinstance(config, OptimizeConfig) else OptimizeConfig(**(config or {}))
+    cfg.validate()
+    dev = _resolve_device(device)
+    cache_path = None
+    if cache_dir is not False:
+        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        cache_path = root / f"{program.name}-{cache_key(program, cfg, seed, dev)}.mug.json"
+        if cache_path.exists():
+            return load_result(cache_path)
+    result = _run_pipeline(program, cfg, dev, progress, seed)
+    if cache_path is not None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(".tmp")
+        result.save(tmp)
+        tmp.replace(cache_path)
+    return result
+
+
+def load_result(path: str | Path) -> Optimized:
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CacheError(f"{path}: unreadable cached result: {e}") from None
+    try:
+        return Optimized.from_json(doc)
+    except CacheError as e:
+        raise CacheError(f"{path}: {e}") from None
+
+
+def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int) -> Optimized:
+    import lower
+    import search
+    import verify
+
+    t0 = time.perf_counter()
+    scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
+                                  "verify_error": cfg.error})
+    found = search.run(program, scfg)
+    t_search = time.perf_counter() - t0
+    cands = [Candidate(g, "search") for g in found.graphs]
+    if cfg.keep_program:
+        cands.append(Candidate(program, "program"))
+    dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)
+    bound = None
+    for c in cands:
+        if c.origin == "search":
+            v = verify.equivalent(program, c.graph, error=cfg.error, seed=seed)
+            c.verified = v.to_json()
+            bound = v.error_bound if bound is None else max(bound, v.error_bound)
+            if not v.equivalent:  # the search verified it already; never ship on a disagreement
+                c.rejected = "verification failed"
+                continue
+        fr = verify.float_check(program, c.graph, dtypes=dtypes, seed=seed)
+        c.float_ok, c.float_summary = bool(fr.passed), str(fr).splitlines()[0] if str(fr) else ""
+        if not c.float_ok:
+            c.rejected = "float check failed"
+            continue
+        c.predicted_s = lower.cost_model.estimate(c.graph)
+    alive = sorted((c for c in cands if not c.rejected), key=lambda c: c.predicted_s)
+    if not alive:
+        raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification")
+    if device == "cuda":
+        for c in alive[: cfg.top_k]:
+            res = lower.profile(c.graph)
+            c.measured_s = res.time_s
+            c.configs = {k: asdict(v) for k, v in res.configs.items()}
+        timed = [c for c in alive if c.measured_s is not None]
+        best = min(timed, key=lambda c: c.measured_s)
+        why = f"fastest of {len(timed)} timed on {_device_name(device)} (CUDA-graph replay, median)"
+    else:
+        best = alive[0]
+        why = "no GPU: ranked by the analytic cost model (H100 parameters), not timed"
+    report = {"device": _device_name(device), "why": why, "error_bound": bound,
+              "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
+              "total_s": time.perf_counter() - t0, "versions": _versions()}
+    return Optimized(program, best, cands, report, device)
+
+
+def _jsonable(x: Any) -> Any:
+    try:
+        return json.loads(json.dumps(x, default=lambda o: asdict(o) if hasattr(o, "__dataclass_fields__") else str(o)))
+    except (TypeError, ValueError):
+        return str(x)
