@@ -6,7 +6,9 @@ has a subgroup of order ``q``; ``ω`` is a random generator of it, and
 ``exp(x) = ω^(x_q) mod p`` turns ``(Z_q, +)`` into ``(Z_p*, ×)`` — so
 ``exp(a + b) = exp(a)·exp(b)`` holds exactly.
 
-Values are numpy ``int64`` arrays of canonical residues in ``[0, m)``. A value is
+Values are numpy ``int64`` arrays of canonical residues in ``[0, m)`` (drawn
+inputs are stored as float64, which holds them exactly; every op but the
+structural ones and matmul sees them as int64: :meth:`FieldAlgebra.apply`). A value is
 a tuple ``(x_p, x_q)``, or ``(x_p,)`` once an exponentiation is upstream (the
 q-part is then undefined: a second ``exp`` on a path is not Lax and raises).
 
@@ -26,6 +28,8 @@ positive roots, as real arithmetic does. Mirage used ``p = 167, q = 83`` in
 
 from __future__ import annotations
 
+import math
+import threading
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable
@@ -184,32 +188,38 @@ def inverse(x: np.ndarray, m: int) -> np.ndarray:
 
 
 class PowTable:
-    """``ω^k mod p`` for array exponents ``k`` in ``[0, q)`` by three table lookups.
+    """``ω^k mod p`` for array exponents ``k`` in ``[0, q)`` by two table lookups.
 
-    The exponent is split into 10-bit windows: ``ω^k = T0[k & 1023] · T1[(k>>10) & 1023] ·
-    T2[k>>20]`` — two modular products per element instead of thirty."""
+    The exponent is split into 15-bit windows: ``ω^k = T0[k & 0x7fff] · T1[k >> 15]``
+    (q < 2^30) — one modular product per element instead of thirty. The tables
+    (2^15 entries, 256 KiB each: they stay in cache) are built by doubling,
+    ``T[2^j + i] = T[i] · step^(2^j)``, in fifteen vectorized steps."""
 
-    BITS = 10
+    BITS = 15
 
     def __init__(self, omega: int, p: int, q: int) -> None:
         self.p = p
-        self.windows = max(1, -(-(q - 1).bit_length() // self.BITS))
-        size = 1 << self.BITS
+        nbits = max(1, (q - 1).bit_length())
+        self.bits = min(self.BITS, nbits)
+        self.windows = -(-nbits // self.bits)
         self.tables = []
         for w in range(self.windows):
-            step = pow(omega, 1 << (self.BITS * w), p)
-            t = np.empty(size, dtype=np.int64)
-            acc = 1
-            for i in range(size):
-                t[i] = acc
-                acc = acc * step % p
+            step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
+            t = np.ones(1, dtype=np.int64)
+            for j in range(self.bits):
+                t = np.concatenate([t, t * pow(step, 1 << j, p) % p])
             self.tables.append(t)
 
     def __call__(self, k: np.ndarray) -> np.ndarray:
-        mask = (1 << self.BITS) - 1
-        out = self.tables[0][k & mask]
+        mask = (1 << self.bits) - 1
+        idx = np.bitwise_and(k, mask)
+        out = self.tables[0].take(idx)
         for w in range(1, self.windows):
-            out = out * self.tables[w][(k >> (self.BITS * w)) & mask] % self.p
+            np.right_shift(k, self.bits * w, out=idx)
+            if w + 1 < self.windows:
+                np.bitwise_and(idx, mask, out=idx)
+            out *= self.tables[w].take(idx)
+            out %= self.p
         return out
 
 
@@ -229,52 +239,170 @@ def limb_plan(K: int, m: int) -> tuple[int, int]:
     return 0, 0
 
 
+def to_float(x: np.ndarray) -> torch.Tensor:
+    """Residues (int64, or float64 holding integers) as an exact float64 torch
+    tensor in the same memory order: a float64 view (an input iterator's tiles) is
+    shared, not copied; an int64 one is converted without a gather."""
+    if x.dtype == np.float64 and x.flags.writeable and all(s >= 0 for s in x.strides):
+        return torch.from_numpy(x)
+    return torch.from_numpy(x.astype(np.float64, order="K"))
+
+
+def as_ints(v: Value) -> Value:
+    """A value's parts as int64 (residues may be stored as float64: see :func:`draw_inputs`)."""
+    return tuple(a if a.dtype == np.int64 else a.astype(np.int64) for a in v)
+
+
+#: ops of the field algebra that take residues stored as float64 as they are: matmul
+#: converts to float64 anyway, the others only move entries
+FLOAT_SAFE = frozenset({"matmul", "reshape", "concat", "repeat"})
+
+
+_SCRATCH = threading.local()
+#: scratch buffers of this many bytes are kept per thread and reused
+SCRATCH_MIN, SCRATCH_MAX = 1 << 20, 1 << 26
+
+
+def _scratch(name: str, n: int, dtype) -> np.ndarray:
+    """A flat scratch array of ``n`` entries that this thread's next call reuses.
+
+    Fresh memory is paid for at first touch (a page fault per page: here ~0.5 ms
+    per MB, as much as the GEMM that fills it), so the GEMM output and the int64
+    temporaries of :func:`matmul_mod` — dead once it returns — live here."""
+    size = n * np.dtype(dtype).itemsize
+    if size > SCRATCH_MAX or size < SCRATCH_MIN:  # small ones come from the heap, already touched
+        return np.empty(n, dtype)
+    key = (name, np.dtype(dtype).str)
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    buf = bufs.get(key)
+    if buf is None or buf.size < n:
+        buf = bufs[key] = np.empty(n, dtype)
+    return buf[:n]
+
+
+def _gemm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Batched float64 GEMM (torch's: numpy's runs one BLAS call per small matrix,
+    10× slower here). Large products write into a scratch buffer; small ones run on
+    one thread (thread start-up costs 10× the work there)."""
+    if x.shape[0] * x.shape[1] * x.shape[2] * y.shape[2] >= SMALL_GEMM:
+        out = torch.from_numpy(_scratch("gemm", x.shape[0] * x.shape[1] * y.shape[2], np.float64))
+        return torch.matmul(x, y, out=out.view(x.shape[0], x.shape[1], y.shape[2]))
+    threads = torch.get_num_threads()
+    if threads == 1:
+        return torch.matmul(x, y)
+    torch.set_num_threads(1)
+    try:
+        return torch.matmul(x, y)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _folded_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, list, list[int]]:
+    """``a @ b`` with broadcast batch axes (same ndim; every batch axis equal or 1 in
+    one of them) folded into the GEMM: an axis along which only ``a`` varies joins
+    its rows, one along which only ``b`` varies joins its columns. So a batch of
+    skinny products that share one operand runs as one wide product per shared
+    batch index, and a permuted view (an input iterator) usually needs no copy.
+
+    Returns ``(c, labels, shape)``: ``c`` contiguous; ``c.reshape(shape)`` has the
+    axes ``labels`` — batch axes by index, ``"M"`` and ``"N"`` — in that order
+    (batch axes of size 1 in both operands are left out)."""
+    nb = a.dim() - 2
+    if nb == 0:
+        return _gemm(a[None], b[None]), ["M", "N"], [a.shape[0], b.shape[1]]
+    both = [i for i in range(nb) if a.shape[i] > 1 and b.shape[i] > 1]
+    only_a = [i for i in range(nb) if a.shape[i] > 1 and b.shape[i] == 1]
+    only_b = [i for i in range(nb) if b.shape[i] > 1 and a.shape[i] == 1]
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    tb = math.prod(a.shape[i] for i in both)
+    pa = math.prod(a.shape[i] for i in only_a)
+    pb = math.prod(b.shape[i] for i in only_b)
+    x, y = a, b
+    if only_a or only_b:
+        x = a.permute(both + only_a + [i for i in range(nb) if i not in both and i not in only_a] + [nb, nb + 1])
+        y = b.permute(both + [nb] + only_b + [i for i in range(nb) if i not in both and i not in only_b] + [nb + 1])
+    c = _gemm(x.reshape(tb, pa * M, K), y.reshape(tb, K, pb * N))
+    labels = both + only_a + ["M"] + only_b + ["N"]
+    shape = [a.shape[i] for i in both] + [a.shape[i] for i in only_a] + [M] + [b.shape[i] for i in only_b] + [N]
+    return c, labels, shape
+
+
+def _unbroadcast(x: np.ndarray, nb: int) -> np.ndarray:
+    """Cut batch axes that are broadcast (stride 0) down to size 1: the GEMM
+    broadcasts them again, without materializing the copies."""
+    if all(x.strides[i] or x.shape[i] == 1 for i in range(nb)):
+        return x
+    return x[tuple(slice(0, 1) if i < nb and x.strides[i] == 0 else slice(None) for i in range(x.ndim))]
+
+
 def matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
     """Exact ``a @ b mod m`` (numpy batch broadcasting) through float64 GEMMs.
 
     The smaller operand is split into ``L`` limbs of ``w`` bits (:func:`limb_plan`:
-    for ``m ≈ 2^31`` and ``K = 4096``, four limbs of 8 bits; for Mirage's 16-bit
-    primes no split) and the limbs are stacked along its free dim, so one GEMM
-    reads the large operand once — skinny GEMMs are memory-bound. Each limb's
-    product is an exact integer ``< 2**53``; it is reduced mod m in int64 and
-    recombined as ``Σ_l (P_l mod m)·(2^(w·l) mod m)``, every term ``< 2**62``.
+    for ``m ≈ 2^31`` and ``K = 4096``, four limbs of 8 bits; for ``K = 64`` two of
+    16; for Mirage's 16-bit primes no split), laid side by side along its free dim
+    (rows of ``a`` or columns of ``b``), so one GEMM reads the large operand once
+    — skinny GEMMs are memory-bound. Batch axes along which only one operand varies
+    join its rows or columns too (:func:`_folded_matmul`): an iterator's tiles of a
+    weight, one GEMM per loop step, become a few wide GEMMs over the weight itself,
+    read in place. Each limb's product is an exact integer
+    ``< 2**53``; the limbs are recombined by Horner's rule in int64,
+    ``acc ← ((acc·2^w) + P_l) mod m``, every intermediate ``< 2^(31+w) + 2^53 < 2^62``.
     Reductions too long for any split (``K ≥ 2**53/(m−1)``) are cut into chunks.
+
+    Operands are residues in ``[0, m)``, int64 or float64 (exact integers): a
+    float64 operand that is not split into limbs goes to the GEMM without a copy.
     """
+    if a.ndim < 2 or b.ndim < 2:  # numpy's 1-D rules: promote, multiply, drop the axis again
+        out = matmul_mod(a.reshape(1, -1) if a.ndim == 1 else a, b.reshape(-1, 1) if b.ndim == 1 else b, m)
+        return out[..., 0, :] if a.ndim == 1 and b.ndim > 1 else out[..., 0] if b.ndim == 1 and a.ndim > 1 \
+            else out[..., 0, 0]
     K = a.shape[-1]
+    if b.shape[-2] != K:
+        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not match")
     L, w = limb_plan(K, m)
     if L == 0:  # reduction too long: split K in halves
         h = K // 2
         return (matmul_mod(a[..., :h], b[..., :h, :], m) + matmul_mod(a[..., h:], b[..., h:, :], m)) % m
     assert K * ((1 << w) - 1) * (m - 1) < FLOAT_EXACT
-    def f(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
-
-    def mm(x: torch.Tensor, y: torch.Tensor) -> np.ndarray:
-        # torch's batched float64 GEMM: numpy's runs one BLAS call per small matrix (10× slower
-        # here); small products run on one thread (thread start-up costs 10× the work there)
-        work = x.numel() * y.shape[-1]
-        if work >= SMALL_GEMM:
-            return torch.matmul(x, y).numpy()
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return torch.matmul(x, y).numpy()
-        finally:
-            torch.set_num_threads(threads)
-
-    if L == 1:
-        return mm(f(a), f(b)).astype(np.int64) % m
-    mask = (1 << w) - 1
+    nd = max(a.ndim, b.ndim)
+    a = a.reshape((1,) * (nd - a.ndim) + a.shape)
+    b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+    batch = []
+    for sa, sb in zip(a.shape[:-2], b.shape[:-2]):
+        if sa != sb and 1 not in (sa, sb):
+            raise ValueError(f"matmul: batch shapes {a.shape[:-2]} and {b.shape[:-2]} do not broadcast")
+        batch.append(max(sa, sb))
+    a, b = _unbroadcast(a, nd - 2), _unbroadcast(b, nd - 2)
     split_a = a.size <= b.size
-    small = a if split_a else b
-    axis = -2 if split_a else -1
-    limbs = f(np.concatenate([(small >> (w * l)) & mask for l in range(L)], axis=axis))
-    prod = mm(limbs, f(b)) if split_a else mm(f(a), limbs)
-    parts = np.split(prod.astype(np.int64), L, axis=axis)
-    out = parts[0] % m
-    for l in range(1, L):
-        out = (out + (parts[l] % m) * pow(2, w * l, m)) % m
-    return out
+    M, N = a.shape[-2], b.shape[-1]
+    if L == 1:
+        x, y = to_float(a), to_float(b)
+    else:  # limbs of the smaller operand side by side along its free dim: rows (L, M) or columns (L, N)
+        mask = (1 << w) - 1
+        (small,) = as_ints((a if split_a else b,))
+        limbs = to_float(np.concatenate([(small >> (w * l)) & mask for l in range(L)], axis=-2 if split_a else -1))
+        x, y = (limbs, to_float(b)) if split_a else (to_float(a), limbs)
+    c, labels, shape = _folded_matmul(x, y)
+    at = labels.index("M" if split_a else "N")  # split that free dim into (limb, dim)
+    labels[at:at + 1], shape[at:at + 1] = ["L", labels[at]], [L, M if split_a else N]
+    for i in range(nd - 2):  # batch axes of size 1 in both operands
+        if i not in labels:
+            labels.append(i)
+            shape.append(1)
+    # (limb, batch..., M, N): gathered into that order by the first cast
+    prod = c.numpy().reshape(shape).transpose([labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]])
+    acc = prod[L - 1].astype(np.int64, order="C")  # the result: fresh memory
+    acc %= m
+    if L > 1:
+        tmp = _scratch("limb", acc.size, np.int64).reshape(acc.shape)
+    for l in range(L - 2, -1, -1):  # Horner: acc·2^w + P_l < 2^(31+w) + 2^53
+        acc <<= w
+        np.copyto(tmp, prod[l], casting="unsafe")  # exact: P_l is an integer < 2^53
+        acc += tmp
+        acc %= m
+    shape = tuple(batch) + (a.shape[-2], b.shape[-1])
+    return acc if acc.shape == shape else np.ascontiguousarray(np.broadcast_to(acc, shape))
 
 
 # ----------------------------------------------------------------------------- the algebra
@@ -344,11 +472,16 @@ class FieldAlgebra(Algebra):
             raise TypeError(f"input {name!r}: the field algebra takes FieldInput values (use verify.draw_inputs)")
         return (value.xp,) if value.xq is None else (value.xp, value.xq)
 
+    def apply(self, kind, inputs, attrs):
+        if kind not in FLOAT_SAFE:  # residues stored as float64 become int64 before any arithmetic
+            inputs = [as_ints(v) for v in inputs]
+        return super().apply(kind, inputs, attrs)
+
     def output(self, v, as_torch):
-        return v
+        return as_ints(v)
 
     def accumulate(self, v, axis):
-        return tuple(a.sum(axis=axis, keepdims=True) % m for a, m in zip(v, self.moduli))
+        return tuple(a.sum(axis=axis, keepdims=True) % m for a, m in zip(as_ints(v), self.moduli))
 
     def _binary(self, fn):
         def op(xs, at):
@@ -406,23 +539,30 @@ class FieldAlgebra(Algebra):
         raise NotLaxError("max: has no finite-field meaning (not Lax); compare such graphs in floating point")
 
 
-def uniform_residues(rng: np.random.Generator, m: int, shape) -> np.ndarray:
-    """Exactly uniform residues in ``[0, m)`` as int64 (``m < 2**32``).
+def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) -> np.ndarray:
+    """Exactly uniform residues in ``[0, m)`` as ``dtype`` (int64, or float64 — exact
+    below 2**53) for ``2 ≤ m ≤ 2**32``.
 
-    Draws 32-bit words and keeps those below ``k·m`` (``k = ⌊2^32/m⌋``), reduced
-    mod m: every residue has exactly k preimages, so the result is uniform — no
-    modulo bias. Rejected words (probability ``(2^32 mod m)/2^32``, about 5e-6 for
-    the default primes) are redrawn. Twice as fast as ``rng.integers(0, m)``."""
+    Takes raw 32-bit words of ``rng``'s bit generator, keeps their low
+    ``b = bit_length(m − 1)`` bits (uniform on ``[0, 2^b)``) and rejects values
+    ``≥ m``; accepted values are uniform on ``[0, m)`` and independent — no modulo
+    bias. Rejected entries (probability ``(2^b − m)/2^b < 1/2``; about 5e-6 for the
+    default primes) are redrawn from fresh words. No division at all, and raw
+    words are 1.7× faster to get than ``rng.integers(0, 2**32, dtype=uint32)``."""
     n = int(np.prod(shape, dtype=np.int64))
-    limit = (1 << 32) // m * m
-    u = rng.integers(0, 1 << 32, size=n, dtype=np.uint32)
-    bad = np.flatnonzero(u >= limit) if limit < (1 << 32) else np.empty(0, np.int64)
-    while bad.size:
-        u[bad] = rng.integers(0, 1 << 32, size=bad.size, dtype=np.uint32)
-        bad = bad[u[bad] >= limit]
-    out = np.empty(n, dtype=np.int64)  # one large allocation: fresh pages are costly
-    np.remainder(u, np.uint32(m), out=out, casting="unsafe")
-    return out.reshape(shape)
+    mask = np.uint32((1 << max(1, (m - 1).bit_length())) - 1)
+
+    def words(k: int) -> np.ndarray:
+        u = rng.bit_generator.random_raw((k + 1) // 2).view(np.uint32)[:k]
+        return np.bitwise_and(u, mask, out=u)
+
+    u = words(n)
+    if m <= int(mask):
+        bad = np.flatnonzero(u >= m)
+        while bad.size:
+            u[bad] = words(bad.size)
+            bad = bad[u[bad] >= m]
+    return u.astype(dtype).reshape(shape)
 
 
 def draw_inputs(specs: list[tuple[str, tuple[int, ...], bool]], fld: Field,
@@ -431,10 +571,15 @@ def draw_inputs(specs: list[tuple[str, tuple[int, ...], bool]], fld: Field,
     ``(name, shape, need_q)``, drawn in the order given (callers sort by name).
 
     An input whose q-part can never reach an exponent gets none (saves a draw and
-    the arithmetic on it); see :func:`verify.analysis.inputs_needing_q`."""
+    the arithmetic on it); see :func:`verify.analysis.inputs_needing_q`.
+
+    The residues are stored as float64 (exact: they are below 2**31): matmul, the
+    bulk of the work at full size, then reads an input — or an iterator's view of
+    it — without converting it; every other op converts the entries it needs to
+    int64 first (:meth:`FieldAlgebra.apply`)."""
     out = {}
     for name, shape, need_q in specs:
-        xp = uniform_residues(rng, fld.p, shape)
-        xq = uniform_residues(rng, fld.q, shape) if need_q else None
+        xp = uniform_residues(rng, fld.p, shape, np.float64)
+        xq = uniform_residues(rng, fld.q, shape, np.float64) if need_q else None
         out[name] = FieldInput(xp, xq)
     return out

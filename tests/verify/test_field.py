@@ -51,6 +51,57 @@ def test_matmul_worst_case_entries():
     assert (matmul_mod(a, b, m) == (8192 * (m - 1) ** 2) % m).all()
 
 
+def _exact(a, b, m):
+    return np.asarray(np.matmul(np.asarray(a, dtype=np.int64).astype(object),
+                                np.asarray(b, dtype=np.int64).astype(object)) % m).astype(np.int64)
+
+
+@pytest.mark.parametrize("m", [DEFAULT.p, DEFAULT.q, MIRAGE.p])
+def test_matmul_mod_exact_on_broadcast_batches_and_views(m):
+    """Batch axes that only one operand varies along are folded into the GEMM; the
+    operands may be permuted views (iterator tiles), stride-0 broadcasts, float64."""
+    rng = np.random.default_rng(m % 1000)
+    for _ in range(60):
+        nb = int(rng.integers(0, 4))
+        sa = [int(rng.choice([1, 2, 3])) for _ in range(nb)]
+        sb = [s if rng.random() < 0.5 else 1 for s in sa]
+        if rng.random() < 0.5:
+            sa, sb = sb, sa
+        M, N = (int(x) for x in rng.integers(1, 6, 2))
+        K = int(rng.choice([1, 5, 64, 300, 4100]))
+        a = rng.integers(0, m, tuple(sa) + (M, K))
+        b = rng.integers(0, m, tuple(sb) + (K, N))
+        want = _exact(a, b, m)
+        if rng.random() < 0.5:  # a transposed view, as an iterator hands a weight tile
+            b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+        if rng.random() < 0.3 and nb and a.shape[0] > 1:
+            a = np.broadcast_to(a[:1], a.shape)
+            want = _exact(a, b, m)
+        if rng.random() < 0.5:
+            a, b = (x.astype(np.float64) if rng.random() < 0.5 else x for x in (a, b))
+        got = matmul_mod(a, b, m)
+        assert got.dtype == np.int64 and got.shape == want.shape and (got == want).all()
+
+
+def test_matmul_mod_folds_an_iterator_view_without_copying_it():
+    """The gated_mlp weight tile: W (K, N) seen as (grid, 1, 1, loop, k, n). Its GEMM
+    must equal the per-block products, and the operand must reach torch as a view."""
+    m = DEFAULT.p
+    rng = np.random.default_rng(3)
+    W = uniform_residues(rng, m, (256, 128), np.float64)
+    X = uniform_residues(rng, m, (4, 256), np.float64)
+    w_tiles = W.reshape(8, 32, 4, 32).transpose(2, 0, 1, 3)[:, None, None]  # (gx, 1, 1, F, 32, 32)
+    x_tiles = X.reshape(4, 8, 32).transpose(1, 0, 2)[None, None, None]  # (1, 1, 1, F, 4, 32)
+    got = matmul_mod(x_tiles, w_tiles, m)
+    assert got.shape == (4, 1, 1, 8, 4, 32)
+    for g in range(4):
+        for f in range(8):
+            assert (got[g, 0, 0, f] == _exact(x_tiles[0, 0, 0, f], w_tiles[g, 0, 0, f], m)).all()
+    from verify.field import to_float
+    t = to_float(w_tiles)
+    assert t.data_ptr() == W.__array_interface__["data"][0]  # shared, not converted
+
+
 def test_limb_plan_guarantees_exactness():
     for K in (1, 64, 4096, 2 ** 16, 2 ** 20):
         L, w = limb_plan(K, DEFAULT.p)
@@ -88,6 +139,43 @@ def test_uniform_residues_in_range_and_spread():
     assert abs(counts - 10000).max() < 500
     y = uniform_residues(rng, DEFAULT.p, (4, 5))
     assert y.shape == (4, 5) and (y < DEFAULT.p).all()
+
+
+@pytest.mark.parametrize("m", [2, 5, 167, 2 ** 31 - 1, DEFAULT.q, 2 ** 32])
+def test_uniform_residues_rejection_is_unbiased(m):
+    """Low bits of raw words, values >= m rejected: uniform on [0, m), including moduli
+    where most words are rejected (m = 5: 3 of 8) and none (m = 2**32)."""
+    rng = np.random.default_rng(m)
+    n = 200_000
+    x = uniform_residues(rng, m, (n,), np.float64)
+    assert x.dtype == np.float64 and (x == np.floor(x)).all() and x.min() >= 0 and x.max() < m
+    k = min(m, 50)  # equal-width buckets of [0, m) (m itself when small)
+    counts = np.bincount((x.astype(np.int64) * k // m), minlength=k)
+    expect = np.array([len(range(-(-i * m // k), -(-(i + 1) * m // k))) for i in range(k)]) * n / m
+    chi2 = float(((counts - expect) ** 2 / expect).sum())
+    assert chi2 < k + 6 * (2 * k) ** 0.5  # mean k-1, sd sqrt(2(k-1))
+    if m > 2:
+        pairs = x[:-1] < m / 2, x[1:] < m / 2  # consecutive draws independent
+        assert abs(np.mean(pairs[0] & pairs[1]) - np.mean(pairs[0]) * np.mean(pairs[1])) < 0.01
+
+
+def test_float64_stored_inputs_give_the_int64_results():
+    """draw_inputs stores residues as float64; every op must see exact int64 values."""
+    from verify.field import draw_inputs
+    p = mg.Program("all_ops")
+    x = p.input("x", (3, 8))
+    w = p.input("w", (8, 4))
+    y = x @ w
+    z = (y * y - y + mg.scale(y, Fraction(1, 3))) / (mg.exp(y) + 1)
+    c = mg.concat([x, mg.square(x)], 1)
+    for o in (mg.sum(z, 1), mg.sqrt(y), mg.repeat(mg.reshape(c, (6, 8)), (1, 2)), mg.silu(x), c @ mg.concat([w, w], 0)):
+        p.output(o)
+    alg = _alg(5)
+    drawn = draw_inputs([("w", (8, 4), True), ("x", (3, 8), True)], DEFAULT, np.random.default_rng(7))
+    assert all(v.xp.dtype == np.float64 for v in drawn.values())
+    as_int = {k: FieldInput(v.xp.astype(np.int64), v.xq.astype(np.int64)) for k, v in drawn.items()}
+    for a, b in zip(mg.evaluate(p, drawn, alg), mg.evaluate(p, as_int, alg)):
+        assert len(a) == len(b) and all(u.dtype == np.int64 and (u == v).all() for u, v in zip(a, b))
 
 
 def _alg(seed=0, fld=DEFAULT):
