@@ -200,3 +200,27 @@ def test_lower_imports_mugraph_only():
                 names = [node.module]
             for n in names:
                 assert n.split(".")[0] not in ("search", "verify"), (f.name, n)
+
+
+def test_tuner_times_every_split_factor_and_few_warps(monkeypatch):
+    """The tuner times the model's best layout of every split-K factor, whatever the
+    model ranks first (rmsnorm_matmul: split 4 measured fastest on the H100, ranked low),
+    then sweeps warps down to 1 around the winner (NOTES.md v2). No GPU: _time is faked."""
+    import sys
+
+    prof = sys.modules["lower.profile"]
+    seen = []
+
+    def fake_time(graph, configs, inputs, ref=None, tol=0.0, flush=True):
+        c = list(configs.values())[-1]
+        seen.append(c)
+        return 1e-5 * (0.5 if c.split == 4 else 1.0) * (0.9 if c.num_warps == 1 else 1.0), None, 0.0
+
+    monkeypatch.setattr(prof, "_time", fake_time)
+    monkeypatch.setattr(prof.torch.cuda, "is_available", lambda: True)
+    g = reference("rmsnorm_matmul")
+    r = prof.tune(g, inputs={}, top=3)
+    splits = {s for s, *_ in layout_choices(g.ops[-1].attrs["block"])}
+    assert {c.split for c in seen} == splits
+    (cfg,) = r.configs.values()
+    assert cfg.split == 4 and cfg.num_warps == 1
