@@ -1,1 +1,18 @@
-"""search stage (see DESIGN.md)."""
+"""search: the μGraph generator with abstract-expression pruning (DESIGN §3, §5).
+
+    import search
+    res = search.run(program, search.SearchConfig(max_block_ops=9, workers=2))
+    res.graphs        # verified μGraphs (mugraph.KernelGraph), res.stats
+
+Modules: ``expr`` (abstract expressions), ``egraph`` + ``z3check`` + ``oracle``
+(the subexpression oracle), ``labels`` (index classes), ``mappings`` (grid/loop/
+imap/fmap/omap candidates), ``enumerate`` (canonical DFS), ``check`` (fingerprint
+and verification), ``driver`` (parallel work queue), ``checkpoint``.
+"""
+
+from .config import SearchConfig
+from .driver import SearchResult, run
+from .expr import abstract_expr
+from .oracle import SubexprOracle
+
+__all__ = ["run", "SearchConfig", "SearchResult", "abstract_expr", "SubexprOracle"]

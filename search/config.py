@@ -1,0 +1,81 @@
+"""Search configuration: every knob of DESIGN §5 in one dataclass, so the paper's
+ablations (Table 5) are config changes, not code changes."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from mugraph.ir import DEFAULT_SMEM_BUDGET
+
+
+@dataclass
+class SearchConfig:
+    """Limits and mapping candidates of the μGraph search.
+
+    Op counts: ``max_kernel_ops`` counts kernel ops (pre-defined and graph-defined);
+    ``max_block_ops`` counts block ops *including accumulators* but not input
+    iterators (fixed by the kernel's inputs) or output savers (fixed by the frontier).
+    """
+
+    max_kernel_ops: int = 2
+    max_graph_defined: int = 2
+    max_block_ops: int = 11
+    max_block_inputs: int = 4
+    max_block_outputs: int = 2
+    #: op kinds the search may use; None = the program's own kinds (+ ``sum`` at kernel level)
+    kernel_ops: Optional[tuple[str, ...]] = None
+    block_ops: Optional[tuple[str, ...]] = None
+    #: grid axis sizes: each splits a dim into tiles of one of these sizes …
+    tile_sizes: tuple[int, ...] = (16, 32, 64, 128, 256)
+    #: … or into single rows when the dim is at most this long (a batch/row axis)
+    full_split_max: int = 64
+    max_grid_axes: int = 2
+    min_blocks: int = 1
+    max_blocks: int = 4096
+    forloop_ranges: tuple[int, ...] = (4, 16, 64)
+    smem_budget: int = DEFAULT_SMEM_BUDGET
+    #: pruning switches (ablations)
+    prune_abstract: bool = True
+    prune_labels: bool = True
+    thread_graphs: bool = True
+    #: oracle
+    egraph_max_nodes: int = 2_000_000
+    egraph_time_limit: float = 60.0
+    z3_timeout_ms: int = 200
+    distribute: str = "factor"
+    #: driver
+    workers: int = 2
+    time_limit: Optional[float] = None
+    seed: int = 0
+    checkpoint: Optional[str] = None
+    progress: bool = True
+    split_depth: int = 1
+    #: verification of candidates
+    verify_error: float = 2.0 ** -40
+    max_results: Optional[int] = None
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SearchConfig":
+        kw = dict(d)
+        for k, v in list(kw.items()):
+            if isinstance(v, list):
+                kw[k] = tuple(v)
+        return cls(**kw)
+
+    def key(self) -> dict:
+        """The fields that change the search's result (checkpoints must match them)."""
+        d = self.to_json()
+        for k in ("workers", "time_limit", "checkpoint", "progress"):
+            d.pop(k)
+        return d
+
+
+def default_config(**kw) -> SearchConfig:
+    return SearchConfig(**kw)
+
+
+_ = field  # re-exported for callers building configs programmatically

@@ -1,0 +1,201 @@
+"""The search driver: ``search.run(program, config) -> SearchResult``.
+
+The root of the search tree is split into serializable :class:`~search.enumerate.Task`
+objects (kernel-op prefixes / block-graph starts), run by a pool of worker
+processes (each builds its own oracle once). Results are merged *in task order*
+and, within a task, in DFS order, so the outcome does not depend on scheduling:
+the same seed and config give the same graphs. A checkpoint records finished
+tasks; resuming skips them. A time limit stops dispatching and lets running tasks
+stop at their deadline; the search then returns what it has verified.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from mugraph.ir import KernelGraph, Program
+from mugraph.serialize import graph_from_json, graph_to_json
+
+from .checkpoint import Checkpoint, fingerprint_of
+from .config import SearchConfig
+from .enumerate import Searcher, Task
+
+
+@dataclass
+class SearchResult:
+    """Verified μGraphs (``.graphs``, KernelGraphs) and statistics (``.stats``)."""
+
+    program: str
+    graph_json: list[dict] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def graphs(self) -> list[KernelGraph]:
+        return [graph_from_json(d) for d in self.graph_json]
+
+    def to_json(self) -> dict:
+        return {"format": "mugraph-search-result", "version": 1, "program": self.program,
+                "graphs": self.graph_json, "stats": self.stats}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "SearchResult":
+        return cls(d["program"], list(d["graphs"]), dict(d["stats"]))
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.write_text(json.dumps(self.to_json(), indent=1))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "SearchResult":
+        return cls.from_json(json.loads(Path(path).read_text()))
+
+
+# ------------------------------------------------------------------ workers
+
+_W: dict[str, Any] = {}
+
+
+def _init_worker(program_json: dict, cfg_json: dict) -> None:
+    program = graph_from_json(program_json)
+    _W["searcher"] = Searcher(program, SearchConfig.from_json(cfg_json))
+
+
+def _run_one(args: tuple[int, list, Optional[float]]) -> tuple[int, list[dict], dict, dict]:
+    index, task_json, deadline = args
+    s: Searcher = _W["searcher"]
+    s.stats = Counter()
+    s.results = []
+    before = s.oracle.stats.as_dict()
+    prefix = _fix_attrs(tuple(_tuplify(x) for x in task_json[0]))
+    block = None if task_json[1] is None else (tuple(task_json[1][0]), task_json[1][1])
+    s.run_task(Task(prefix, block), deadline=deadline)
+    after = s.oracle.stats.as_dict()
+    odelta = {k: after[k] - before[k] for k in ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes",
+                                                "z3_calls", "z3_proofs", "seconds")}
+    timed_out = deadline is not None and time.monotonic() > deadline
+    return index, s.results, dict(s.stats), {**odelta, "timed_out": timed_out}
+
+
+def _tuplify(x):
+    if isinstance(x, list):
+        return tuple(_tuplify(y) for y in x)
+    return x
+
+
+def _fix_attrs(prefix: tuple) -> tuple:
+    """JSON turned Fractions into strings; scale/const attrs need them back."""
+    from fractions import Fraction
+    out = []
+    for spec in prefix:
+        _, kind, inputs, attrs = spec
+        attrs = tuple((k, Fraction(v) if k in ("c", "value") else v) for k, v in attrs)
+        out.append(("op", kind, tuple(inputs), attrs))
+    return tuple(out)
+
+
+# ------------------------------------------------------------------ driver
+
+def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult:
+    """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs."""
+    cfg = config or SearchConfig()
+    t0 = time.perf_counter()
+    deadline = None if cfg.time_limit is None else time.monotonic() + cfg.time_limit
+    pjson = graph_to_json(program)
+    root = Searcher(program, cfg)
+    tasks = root.root_tasks()
+    task_json = [t.to_json() for t in tasks]
+    ckpt = Checkpoint(cfg.checkpoint, fingerprint_of(pjson, cfg.key())) if cfg.checkpoint else None
+    done: dict[int, tuple[list, dict, dict]] = {}
+    if ckpt:
+        for i, rec in ckpt.done.items():
+            done[i] = (rec["results"], rec["stats"].get("search", {}), rec["stats"].get("oracle", {}))
+    todo = [i for i in range(len(tasks)) if i not in done]
+    bar = _bar(cfg, len(tasks), len(done))
+    counts: Counter = Counter()
+    for r in done.values():
+        counts.update(r[1])
+    last_save = time.monotonic()
+    interrupted = False
+
+    def finish(i: int, res: list, st: dict, ost: dict) -> None:
+        nonlocal last_save
+        done[i] = (res, st, ost)
+        counts.update(st)
+        if ckpt and not ost.get("timed_out"):
+            ckpt.record(i, res, {"search": st, "oracle": ost})
+            if time.monotonic() - last_save > 2.0:
+                ckpt.save()
+                last_save = time.monotonic()
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(states=counts["block_states"] + counts["kernel_states"],
+                            pruned=sum(v for k, v in counts.items() if k.startswith("pruned")),
+                            cand=counts["candidates"], verified=counts["verified"], refresh=False)
+
+    try:
+        if cfg.workers <= 1:
+            _W["searcher"] = root
+            for i in todo:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                finish(*_run_one((i, task_json[i], deadline)))
+        else:
+            ctx = mp.get_context("spawn")  # fork after egglog (Rust threads) can deadlock
+            with ctx.Pool(cfg.workers, initializer=_init_worker,
+                          initargs=(pjson, cfg.to_json())) as pool:
+                for out in pool.imap_unordered(_run_one, [(i, task_json[i], deadline) for i in todo]):
+                    finish(*out)
+                    if deadline is not None and time.monotonic() > deadline + 5:
+                        pool.terminate()
+                        break
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        if ckpt:
+            ckpt.save()
+        if bar is not None:
+            bar.close()
+    graphs: list[dict] = []
+    ostats: Counter = Counter()
+    timed_out = False
+    for i in sorted(done):
+        graphs.extend(done[i][0])
+        ostats.update({k: v for k, v in done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
+        timed_out |= bool(done[i][2].get("timed_out"))
+    if cfg.max_results is not None:
+        graphs = graphs[:cfg.max_results]
+    o = root.oracle
+    stats = {
+        "program": program.name,
+        "wall_seconds": round(time.perf_counter() - t0, 3),
+        "tasks": len(tasks), "tasks_done": len(done),
+        "complete": len(done) == len(tasks) and not timed_out and not interrupted,
+        "interrupted": interrupted,
+        "search": dict(sorted(counts.items())),
+        "oracle": {**dict(ostats), "saturated": o.saturated, "egraph_nodes": o.stats.egraph_nodes,
+                   "saturation_seconds": round(o.stats.saturation_seconds, 3),
+                   "distinct_expressions": len(o._cache)},
+        "verification": root.checker.method,
+        "num_graphs": len(graphs),
+        "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
+    }
+    if interrupted:
+        raise KeyboardInterrupt
+    return SearchResult(program.name, graphs, stats)
+
+
+def _bar(cfg: SearchConfig, total: int, initial: int):
+    if not cfg.progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover
+        return None
+    return tqdm(total=total, initial=initial, desc="search", unit="task", dynamic_ncols=True)

@@ -1,0 +1,519 @@
+"""Depth-first μGraph generation in canonical form (paper Algorithm 1, DESIGN §5).
+
+State. The search does not grow ``mugraph`` IR objects op by op (they cannot be
+popped); it keeps a light, append/pop state per level — shapes, abstract
+expressions, index labels, use counts — and materializes IR graphs (which
+re-check every validity rule) only when it closes a block graph (exact
+shared-memory check) and for complete candidates.
+
+Canonical form. Tensors are numbered in creation order; an op's key is
+``(max input index, input indices, kind rank, attributes)``; ops are appended in
+strictly increasing key order and commutative ops take inputs in non-decreasing
+order. Each DAG then has exactly one generation order: two orders first differing
+at ops P ≠ Q would need key(P) < key(Q) and key(Q) < key(P), both keys fixed by
+the common prefix; and the greedy order "smallest ready key first" is strictly
+increasing because a newly ready op's max input is the newest tensor. The same
+rule orders block ops (input iterators come first, in the kernel op's input order).
+
+Pruning before an op is added: shapes (catalog shape rules), loop phase (no mix of
+loop-body and post-loop tiles), index labels (:mod:`search.labels`), abstract
+expressions (the oracle), tile size against shared memory, and an *obligation
+bound*: every loop-body tile must eventually be consumed and each op reduces the
+number of unconsumed loop-body tiles by at most one. At the kernel level the
+last allowed op must consume every tensor still unused.
+
+Serializable work: a :class:`Task` is a kernel-op prefix (JSON-able tuples) plus,
+optionally, a graph-defined op whose block graph the task grows; the driver hands
+tasks to worker processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Callable, Optional
+
+from mugraph.errors import MugraphError
+from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program
+from mugraph.ops import CATALOG
+from mugraph.serialize import graph_to_json
+
+from . import expr as ex
+from . import labels as lb
+from .check import Checker
+from .config import SearchConfig
+from .mappings import Mapping, mappings, omaps
+from .oracle import SubexprOracle
+
+GD = "graph_defined"
+ACC = "accum"
+
+
+def _attr_key(attrs: tuple) -> str:
+    return repr(tuple((k, str(v)) for k, v in attrs))
+
+
+@dataclass
+class Task:
+    """A unit of work: a kernel prefix, and optionally a block start (inputs, mapping index)."""
+
+    prefix: tuple
+    block: Optional[tuple[tuple[int, ...], int]] = None
+
+    def to_json(self) -> list:
+        return [_jsonable(self.prefix), None if self.block is None else [list(self.block[0]), self.block[1]]]
+
+
+def _jsonable(x):
+    if isinstance(x, (tuple, list)):
+        return [_jsonable(y) for y in x]
+    if isinstance(x, Fraction):
+        return str(x)
+    return x
+
+
+class _Level:
+    """Per-level tensor table with append/pop."""
+
+    def __init__(self) -> None:
+        self.shapes: list[tuple] = []
+        self.terms: list[int] = []
+        self.labs: list[lb.Labels] = []
+        self.uses: list[int] = []
+        self.accs: list[Optional[int]] = []
+        self.scaled: list[bool] = []
+        self.producer: list[str] = []
+        self.seen: dict[tuple, int] = {}
+        self.ops: list[tuple] = []
+        self.keys: list[tuple] = []
+        self.nout: list[int] = []
+
+    def add_tensor(self, shape, term, lab, acc=None, scaled=False, producer="input") -> None:
+        self.producer.append(producer)
+        self.shapes.append(shape)
+        self.terms.append(term)
+        self.labs.append(lab)
+        self.uses.append(0)
+        self.accs.append(acc)
+        self.scaled.append(scaled)
+
+    def push(self, op: tuple, key: tuple, inputs: tuple, outs: list[tuple]) -> None:
+        for i in set(inputs):
+            self.uses[i] += 1
+        for o in outs:
+            self.add_tensor(*o)
+        self.ops.append(op)
+        self.keys.append(key)
+        self.nout.append(len(outs))
+
+    def pop(self, inputs: tuple) -> None:
+        n = self.nout.pop()
+        self.ops.pop()
+        self.keys.pop()
+        for lst in (self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer):
+            del lst[len(lst) - n:]
+        for i in set(inputs):
+            self.uses[i] -= 1
+
+    @property
+    def last_key(self) -> tuple:
+        return self.keys[-1] if self.keys else (-2,)
+
+
+class Searcher:
+    """Grows μGraphs for one program; reports verified ones to ``self.results``."""
+
+    def __init__(self, program: Program, cfg: SearchConfig, oracle: Optional[SubexprOracle] = None,
+                 checker: Optional[Checker] = None) -> None:
+        self.program, self.cfg = program, cfg
+        self.dtype = program.inputs[0].dtype
+        self.itemsize = DTYPES[self.dtype]
+        self.in_labels, self.out_labels, self.reduced = lb.program_labels(program)
+        self.targets = ex.output_exprs(program)
+        self.out_shapes = [t.shape for t in program.outputs]
+        self.oracle = oracle or SubexprOracle(
+            self.targets, max_nodes=cfg.egraph_max_nodes, time_limit=cfg.egraph_time_limit,
+            z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
+        self.checker = checker or Checker(program, cfg.verify_error, cfg.seed)
+        kinds = sorted({op.kind for op in program.ops if op.kind in CATALOG})
+        self.kernel_kinds = tuple(cfg.kernel_ops or sorted(set(kinds) | {"sum"}))
+        self.block_kinds = tuple(cfg.block_ops or kinds) + (ACC,)
+        self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
+        self.rank[GD] = len(self.rank)
+        self.consts = sorted({Fraction(op.attrs["c"]) for op in program.ops if op.kind == "scale"})
+        self.stats: Counter = Counter()
+        self.results: list[dict] = []
+        self._close_cache: dict[str, bool] = {}
+        self._deadline: Optional[float] = None
+        #: False only in tests: drop the ordering rule (brute force, for comparison)
+        self.canonical = True
+
+    def _reduced(self) -> Optional[frozenset]:
+        return self.reduced if self.cfg.prune_labels else None
+
+    # ----------------------------------------------------------------- state
+    def initial(self) -> _Level:
+        ks = _Level()
+        for t in self.program.inputs:
+            ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
+        return ks
+
+    def _op_result(self, lv: _Level, kind: str, inputs: tuple, attrs: dict):
+        """(shape, term, labels) of a catalog op on level tensors, or a prune reason string."""
+        shapes = [lv.shapes[i] for i in inputs]
+        try:
+            shape = CATALOG[kind].shape_rule(shapes, attrs)
+        except MugraphError:
+            return "shape"
+        if not 1 <= len(shape) <= 4:
+            return "shape"
+        try:
+            lab = lb.op_labels(kind, [lv.labs[i] for i in inputs], shapes, attrs, shape)
+        except lb.LabelError:
+            if self.cfg.prune_labels:
+                return "labels"
+            lab = tuple(None for _ in shape)
+        if self.cfg.prune_labels:
+            if kind in ("sum", "max") and not lb.reduces_only(lv.labs[inputs[0]][attrs["dim"]], self.reduced):
+                return "labels"
+            if kind == "matmul" and shapes[0][-1] > 1 and not lb.reduces_only(lv.labs[inputs[0]][-1], self.reduced):
+                return "labels"
+        term = ex.op_expr(kind, [lv.terms[i] for i in inputs], shapes, attrs)
+        if not self.oracle.is_sub(term):
+            return "abstract"
+        return shape, term, lab
+
+    def _candidates(self, lv: _Level, kinds: tuple[str, ...], block: bool = False):
+        """(key, kind, inputs, attrs) for every op whose key exceeds the last one.
+
+        Two placement rules cut ops that E cannot see as redundant: ``scale``
+        (erased in E) only follows a reduction (``sum``, ``matmul``, ``accum``) —
+        a rational factor commutes with every linear op, so one placement per
+        reduction suffices — and, in a block graph, binary ops never mix loop-body
+        and post-loop tiles.
+        """
+        last = lv.last_key
+        n = len(lv.shapes)
+        accs = lv.accs
+        for m in range(max(last[0], 0), n):
+            am = accs[m]
+            for kind in kinds:
+                rank = self.rank[kind]
+                if kind == ACC:
+                    if am != 0:
+                        continue
+                    combos = [((m,), {})]
+                elif kind == "scale":
+                    if lv.scaled[m] or not self._after_reduction(lv, m):
+                        continue
+                    combos = [((m,), {"c": c}) for c in self.consts]
+                else:
+                    d = CATALOG[kind]
+                    if d.arity == 1:
+                        if kind in ("sum", "max"):
+                            combos = [((m,), {"dim": k}) for k, s in enumerate(lv.shapes[m]) if s > 1]
+                        elif kind in ("reshape", "repeat", "const", "concat"):
+                            combos = []
+                        else:
+                            combos = [((m,), {})]
+                    elif d.arity == 2:
+                        ok = [a for a in range(m + 1)
+                              if not block or am is None or accs[a] is None or accs[a] == am]
+                        if kind == "mul" and "square" in kinds:
+                            ok = [a for a in ok if a != m]  # x*x is spelled square(x)
+                        combos = [((a, m), {}) for a in ok]
+                        if not d.commutative:
+                            combos += [((m, a), {}) for a in ok if a != m]
+                    else:
+                        combos = []
+                for inputs, attrs in combos:
+                    akey = _attr_key(tuple(sorted(attrs.items())))
+                    key = (m, inputs, rank, akey)
+                    if key <= last if self.canonical else key in lv.keys:
+                        continue
+                    yield key, kind, inputs, attrs
+
+    def _after_reduction(self, lv: _Level, i: int) -> bool:
+        return lv.producer[i] in ("sum", "matmul", ACC)
+
+    # ----------------------------------------------------------------- kernel
+    def kernel_dfs(self, ks: _Level, new: int) -> None:
+        """Explore the subtree of kernel state ``ks`` whose last op made ``new`` tensors."""
+        if self._stopped():
+            return
+        self.stats["kernel_states"] += 1
+        if new:
+            self._complete(ks, new)
+        if len(ks.ops) >= self.cfg.max_kernel_ops:
+            return
+        for child in self.kernel_children(ks):
+            self.run_child(ks, child)
+
+    def kernel_children(self, ks: _Level):
+        """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""
+        last_op = len(ks.ops) == self.cfg.max_kernel_ops - 1
+        unused = {i for i, u in enumerate(ks.uses) if u == 0}
+        for key, kind, inputs, attrs in self._candidates(ks, self.kernel_kinds):
+            if last_op and not unused <= set(inputs):
+                self.stats["pruned_last_op"] += 1
+                continue
+            yield ("op", key, kind, inputs, attrs)
+        if sum(1 for op in ks.ops if op[0] == "block") >= self.cfg.max_graph_defined:
+            return
+        n = len(ks.shapes)
+        last = ks.last_key
+        for size in range(1, min(self.cfg.max_block_inputs, n) + 1):
+            for inputs in itertools.combinations(range(n), size):
+                if (inputs[-1], inputs, self.rank[GD]) < last[:3]:
+                    continue
+                if last_op and not unused <= set(inputs):
+                    continue
+                ins = [(ks.shapes[i], ks.labs[i]) for i in inputs]
+                for mi, mp in enumerate(mappings(ins, self.itemsize, self.cfg, self._reduced())):
+                    yield ("block", inputs, mi, mp)
+
+    def run_child(self, ks: _Level, child: tuple) -> None:
+        if child[0] == "op":
+            _, key, kind, inputs, attrs = child
+            r = self._op_result(ks, kind, inputs, attrs)
+            if isinstance(r, str):
+                self.stats[f"pruned_{r}"] += 1
+                return
+            shape, term, lab = r
+            spec = ("op", kind, inputs, tuple(sorted(attrs.items())))
+            ks.push(spec, key, inputs, [(shape, term, lab, None, kind == "scale", kind)])
+            self.kernel_dfs(ks, 1)
+            ks.pop(inputs)
+        else:
+            _, inputs, mi, mp = child
+            self.block_start(ks, inputs, mp)
+
+    # ----------------------------------------------------------------- block
+    def block_start(self, ks: _Level, inputs: tuple, mp: Mapping) -> None:
+        self.stats["block_starts"] += 1
+        bs = _Level()
+        for j, i in enumerate(inputs):
+            bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
+            bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
+        bs.iters = len(inputs)  # type: ignore[attr-defined]
+        self.block_dfs(ks, inputs, mp, bs, pending=len(inputs))
+
+    def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
+        if self._stopped():
+            return
+        self.stats["block_states"] += 1
+        if pending == 0:
+            self._close(ks, inputs, mp, bs)
+        remaining = self.cfg.max_block_ops - len(bs.ops)
+        if remaining <= 0:
+            return
+        for key, kind, ins, attrs in self._candidates(bs, self.block_kinds, block=True):
+            accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
+            if len(accs) > 1:
+                self.stats["pruned_phase"] += 1
+                continue
+            acc = accs.pop() if accs else None
+            if kind == ACC:
+                if acc != 0:
+                    continue
+                i = ins[0]
+                shape, lab = bs.shapes[i], bs.labs[i]
+                term = ex.accum_expr(bs.terms[i], mp.forloop)
+                if not self.oracle.is_sub(term):
+                    self.stats["pruned_abstract"] += 1
+                    continue
+                out = (shape, term, lab, 1, False, ACC)
+            else:
+                if kind == "scale" and bs.scaled[ins[0]]:
+                    continue
+                r = self._op_result(bs, kind, ins, attrs)
+                if isinstance(r, str):
+                    self.stats[f"pruned_{r}"] += 1
+                    continue
+                shape, term, lab = r
+                out = (shape, term, lab, acc, kind == "scale", kind)
+            dup = (out[0], out[1], out[2], out[3], out[4])
+            if dup in bs.seen:
+                self.stats["pruned_duplicate"] += 1
+                continue
+            consumed = sum(1 for i in set(ins) if bs.accs[i] == 0 and bs.uses[i] == 0)
+            new_pending = pending - consumed + (1 if out[3] == 0 else 0)
+            if new_pending > remaining - 1:
+                self.stats["pruned_obligation"] += 1
+                continue
+            nbytes = self.itemsize if out[3] != 1 or kind != ACC else 4
+            for s in shape:
+                nbytes *= s
+            if nbytes > self.cfg.smem_budget:
+                self.stats["pruned_smem"] += 1
+                continue
+            spec = (kind, ins, tuple(sorted(attrs.items())))
+            bs.push(spec, key, ins, [out])
+            bs.seen[dup] = 1
+            self.block_dfs(ks, inputs, mp, bs, new_pending)
+            del bs.seen[dup]
+            bs.pop(ins)
+
+    def _close(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level) -> None:
+        """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
+        frontier = []
+        for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
+            if u == 0:
+                if a != 1:
+                    return
+                frontier.append(i)
+        if not frontier or len(frontier) > self.cfg.max_block_outputs:
+            return
+        options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
+        last = ks.last_key
+        for choice in itertools.product(*options):
+            savers = tuple((i, om) for i, (om, _, _) in zip(frontier, choice))
+            bspec = (mp.grid, mp.forloop, tuple((j, mp.imaps[j], mp.fmaps[j]) for j in range(len(inputs))),
+                     tuple(bs.ops), savers)
+            key = (inputs[-1], inputs, self.rank[GD], repr(bspec))
+            if key <= last:
+                continue
+            if not self._block_valid(ks, inputs, bspec):
+                self.stats["pruned_block_invalid"] += 1
+                continue
+            self.stats["blocks_closed"] += 1
+            outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
+            ks.push(("block", inputs, bspec), key, inputs, outs)
+            self.kernel_dfs(ks, len(outs))
+            ks.pop(inputs)
+
+    def _block_valid(self, ks: _Level, inputs: tuple, bspec: tuple) -> bool:
+        """Exact validity (shared memory by tile lifetime, registers) through the IR."""
+        k = repr((tuple(ks.shapes[i] for i in inputs), bspec))
+        hit = self._close_cache.get(k)
+        if hit is None:
+            kg = KernelGraph("scratch")
+            srcs = [kg.input(f"i{j}", ks.shapes[i], self.dtype) for j, i in enumerate(inputs)]
+            try:
+                kg.kernel(build_block(bspec, srcs), smem_budget=self.cfg.smem_budget)
+                hit = True
+            except MugraphError:
+                hit = False
+            self._close_cache[k] = hit
+        return hit
+
+    # ------------------------------------------------------------- candidates
+    def _complete(self, ks: _Level, new: int) -> None:
+        n = len(ks.shapes)
+        unused = [i for i in range(n) if ks.uses[i] == 0]
+        m = len(self.out_shapes)
+        if len(unused) != m or not any(i >= n - new for i in unused):
+            return
+        for perm in itertools.permutations(unused):
+            ok = True
+            for k, i in enumerate(perm):
+                if ks.shapes[i] != self.out_shapes[k]:
+                    ok = False
+                    break
+                if self.cfg.prune_labels and not lb.compatible(ks.labs[i], self.out_labels[k]):
+                    ok = False
+                    break
+                if self.oracle.equivalent(ks.terms[i], k) is False:
+                    ok = False
+                    break
+            if ok:
+                self._emit(ks, perm)
+                return
+
+    def _emit(self, ks: _Level, outputs: tuple) -> None:
+        self.stats["candidates"] += 1
+        try:
+            g = materialize(self.program, ks.ops, outputs)
+        except MugraphError:
+            self.stats["candidates_invalid"] += 1
+            return
+        self.stats["fingerprints"] += 1
+        fp, ok = self.checker.check(g)
+        if fp:
+            self.stats["fingerprint_matches"] += 1
+        if ok:
+            self.stats["verified"] += 1
+            if self.cfg.thread_graphs:
+                self.stats["thread_graphs"] += sum(len(op.attrs["block"].thread_graphs)
+                                                   for op in g.ops if op.kind == GD)
+            self.results.append(graph_to_json(g))
+
+    def _stopped(self) -> bool:
+        return self._deadline is not None and time.monotonic() > self._deadline
+
+    # ------------------------------------------------------------------ tasks
+    def root_tasks(self) -> list[Task]:
+        """The root's children as serializable tasks (the driver's work queue)."""
+        ks = self.initial()
+        out = []
+        for child in self.kernel_children(ks):
+            if child[0] == "op":
+                _, key, kind, inputs, attrs = child
+                if isinstance(self._op_result(ks, kind, inputs, attrs), str):
+                    continue
+                out.append(Task((("op", kind, inputs, tuple(sorted(attrs.items()))),)))
+            else:
+                out.append(Task((), (child[1], child[2])))
+        return out
+
+    def run_task(self, task: Task, deadline: Optional[float] = None) -> None:
+        self._deadline = deadline
+        ks = self.initial()
+        for spec in task.prefix:
+            self._replay(ks, spec)
+        if task.block is None:
+            self.kernel_dfs(ks, 1 if task.prefix else 0)
+        else:
+            inputs, mi = task.block
+            ins = [(ks.shapes[i], ks.labs[i]) for i in inputs]
+            mp = next(itertools.islice(mappings(ins, self.itemsize, self.cfg, self._reduced()), mi, None))
+            self.block_start(ks, tuple(inputs), mp)
+
+    def _replay(self, ks: _Level, spec: tuple) -> None:
+        if spec[0] != "op":
+            raise ValueError("task prefixes hold pre-defined ops only")
+        _, kind, inputs, attrs = spec
+        inputs = tuple(inputs)
+        attrs_d = dict(attrs)
+        r = self._op_result(ks, kind, inputs, attrs_d)
+        if isinstance(r, str):
+            raise ValueError(f"task prefix op {spec} is pruned ({r})")
+        key = (max(inputs), inputs, self.rank[kind], _attr_key(tuple(sorted(attrs_d.items()))))
+        ks.push(("op", kind, inputs, tuple(sorted(attrs_d.items()))), key, inputs,
+                [(*r, None, kind == "scale", kind)])
+
+
+# --------------------------------------------------------------- materialize
+
+def build_block(bspec: tuple, sources: list) -> BlockGraph:
+    grid, forloop, iters, ops, savers = bspec
+    bg = BlockGraph(grid, forloop)
+    tiles = [bg.input(sources[j], imap, fmap) for j, imap, fmap in iters]
+    for kind, ins, attrs in ops:
+        args = [tiles[i] for i in ins]
+        if kind == ACC:
+            tiles.append(bg.accum(args[0]))
+        else:
+            tiles.append(bg.add_op(kind, args, dict(attrs)))
+    for i, om in savers:
+        bg.output(tiles[i], om)
+    return bg
+
+
+def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGraph:
+    """Build the IR graph of a kernel-op list (every validity rule is re-checked)."""
+    kg = KernelGraph(program.name)
+    tensors = [kg.input(t.name, t.shape, t.dtype) for t in program.inputs]
+    for spec in ops:
+        if spec[0] == "op":
+            _, kind, inputs, attrs = spec
+            tensors.append(kg.add_op(kind, [tensors[i] for i in inputs], dict(attrs)))
+        else:
+            _, inputs, bspec = spec
+            tensors.extend(kg.kernel(build_block(bspec, [tensors[i] for i in inputs])))
+    for i in outputs:
+        kg.output(tensors[i])
+    return kg

@@ -1,0 +1,225 @@
+"""Index labels: a shape-aware filter on top of abstract expressions (DESIGN §3 pitfall 5).
+
+The axioms A_eq are blind to dimensions, so they keep meaningless prefixes (an
+element-wise product of two equally-shaped tiles that index different things).
+Labels restore that information, in the spirit of Mirage's range propagation.
+
+Every dim of the program is given an *index class* by unification (the two
+contracted dims of a matmul are one class, the dims an element-wise op lines up
+are one class, …). A dim of any tensor the search builds is labelled by a tuple
+of parts ``((class, size), …)``, major to minor, whose sizes multiply to the
+dim's size: a device tensor's dim is usually one part; an output saver that lays
+grid blocks side by side along a dim prepends the grid axis' part (a split-KV
+kernel writes its chunks of ``s`` next to each other along the head dim:
+``((s, 16), (h, 64))``). Size-1 dims have the empty label ``()``; ``None`` is
+unknown and matches anything (reshape, concat).
+
+Rules: ops combine dims only when their labels agree (or one is unknown); an
+input iterator splitting a dim by ``g`` takes the dim's major part (so a grid
+axis or the loop walks one index class, the same for every input it splits).
+
+This filter is sound for the hand-written reference μGraphs (tested, Theorem 1),
+but it is a restriction we chose, not an axiom: a μGraph that combines dims of
+different classes, or reduces a class the program never reduces, is never generated.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+from mugraph.ir import KernelGraph
+
+Part = tuple[int, int]
+Label = Optional[tuple[Part, ...]]
+Labels = tuple[Label, ...]
+
+
+class LabelError(Exception):
+    """Labels of the dims an op lines up differ."""
+
+
+def norm(parts: Sequence[Part]) -> tuple[Part, ...]:
+    """Merge adjacent parts of one class, drop size-1 parts."""
+    out: list[Part] = []
+    for c, s in parts:
+        if s == 1:
+            continue
+        if out and out[-1][0] == c:
+            out[-1] = (c, out[-1][1] * s)
+        else:
+            out.append((c, s))
+    return tuple(out)
+
+
+def agree(a: Label, b: Label) -> Label:
+    if a is None:
+        return b
+    if b is None or a == b:
+        return a
+    raise LabelError(f"{a} != {b}")
+
+
+def elementwise(labels: Sequence[Labels], shapes: Sequence[tuple], out_ndim: int) -> Labels:
+    out: list[Label] = [()] * out_ndim
+    for lab, shp in zip(labels, shapes):
+        off = out_ndim - len(shp)
+        for d, (l, s) in enumerate(zip(lab, shp)):
+            if s == 1:
+                continue
+            cur = out[off + d]
+            out[off + d] = l if cur == () else agree(cur, l)
+    return tuple(out)
+
+
+def matmul(la: Labels, sa: tuple, lb: Labels, sb: tuple) -> Labels:
+    if sa[-1] != 1:
+        agree(la[-1], lb[-2])
+    n = max(len(sa), len(sb))
+    batch = elementwise([la[:-2], lb[:-2]], [sa[:-2], sb[:-2]], n - 2) if n > 2 else ()
+    return tuple(batch) + (la[-2], lb[-1])
+
+
+def reduce(lab: Labels, dim: int) -> Labels:
+    return lab[:dim] + ((),) + lab[dim + 1:]
+
+
+def op_labels(kind: str, labels: list[Labels], shapes: list[tuple], attrs: dict, out_shape: tuple) -> Labels:
+    """Labels of a catalog op's output; raises :class:`LabelError` on a mismatch."""
+    if kind == "matmul":
+        return matmul(labels[0], shapes[0], labels[1], shapes[1])
+    if kind in ("sum", "max"):
+        return reduce(labels[0], attrs["dim"])
+    if kind == "const":
+        return ((),) * len(out_shape)
+    if kind == "concat":
+        d = attrs["dim"]
+        rest = elementwise([l[:d] + l[d + 1:] for l in labels], [s[:d] + s[d + 1:] for s in shapes],
+                           len(out_shape) - 1)
+        return rest[:d] + (None,) + rest[d:]
+    if kind in ("reshape", "repeat"):
+        return tuple(None if s > 1 else () for s in out_shape)
+    return elementwise(labels, shapes, len(out_shape))
+
+
+def split(label: Label, g: int) -> tuple[Optional[int], Label] | None:
+    """Split a dim by ``g`` along its major part: (class walked, remaining label), or
+    None when ``g`` does not split the major part (it would mix index classes)."""
+    if g == 1:
+        return -1, label
+    if label is None:
+        return None, None
+    if not label:
+        return None
+    (c, s), rest = label[0], label[1:]
+    if s % g:
+        return None
+    return c, norm(((c, s // g),) + rest)
+
+
+def saved(label: Label, cls: Optional[int], g: int) -> Label:
+    """Label of a dim an output saver multiplies by grid axis (class ``cls``, size ``g``)."""
+    if label is None or cls is None:
+        return None
+    return norm(((cls, g),) + label)
+
+
+def compatible(a: Labels, b: Labels) -> bool:
+    try:
+        for x, y in zip(a, b):
+            agree(x, y)
+        return len(a) == len(b)
+    except LabelError:
+        return False
+
+
+def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels], frozenset]:
+    """Index classes of a program by unification: labels of its inputs and outputs, and
+    the classes it reduces (contracted by a matmul or summed). A μGraph can only
+    add terms up along a reduced class, so sums, matmul contractions and loops
+    (whose accumulators sum over iterations) are restricted to those classes."""
+    parent: dict[tuple, tuple] = {}
+
+    def find(x):
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a, b):
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    slot = {}  # tensor id -> list of slot keys (None for size-1 dims)
+    for op in program.ops:
+        for t in op.outputs:
+            slot[t.id] = [(t.id, d) if s > 1 else None for d, s in enumerate(t.shape)]
+            for k in slot[t.id]:
+                if k is not None:
+                    find(k)
+        if op.kind == "input":
+            continue
+        out = op.outputs[0]
+        ins = [slot[t.id] for t in op.inputs]
+        so = slot[out.id]
+
+        def tie(a, b):
+            if a is not None and b is not None:
+                union(a, b)
+
+        if op.kind == "matmul":
+            a, b = ins
+            tie(a[-1], b[-2])
+            tie(so[-2], a[-2])
+            tie(so[-1], b[-1])
+            for src in (a[:-2], b[:-2]):
+                off = len(so) - 2 - len(src)
+                for d, k in enumerate(src):
+                    tie(so[off + d], k)
+        elif op.kind in ("sum", "max"):
+            for d, k in enumerate(ins[0]):
+                if d != op.attrs["dim"]:
+                    tie(so[d], k)
+        elif op.kind == "concat":
+            for src in ins:
+                for d, k in enumerate(src):
+                    if d != op.attrs["dim"]:
+                        tie(so[d], k)
+        elif op.kind in ("reshape", "repeat", "const"):
+            pass
+        else:
+            for src in ins:
+                off = len(so) - len(src)
+                for d, k in enumerate(src):
+                    tie(so[off + d], k)
+    ids: dict[tuple, int] = {}
+
+    def labels_of(t) -> Labels:
+        out = []
+        for k, s in zip(slot[t.id], t.shape):
+            if k is None:
+                out.append(())
+            else:
+                r = find(k)
+                out.append(((ids.setdefault(r, len(ids)), s),))
+        return tuple(out)
+
+    ins = {t.name: labels_of(t) for t in program.inputs}
+    outs = [labels_of(t) for t in program.outputs]
+    reduced = set()
+    for op in program.ops:
+        if op.kind == "matmul":
+            k = slot[op.inputs[0].id][-1]
+            if k is not None:
+                reduced.add(ids.setdefault(find(k), len(ids)))
+        elif op.kind in ("sum", "max"):
+            k = slot[op.inputs[0].id][op.attrs["dim"]]
+            if k is not None:
+                reduced.add(ids.setdefault(find(k), len(ids)))
+    return ins, outs, frozenset(reduced)
+
+
+def reduces_only(label: Label, reduced: frozenset) -> bool:
+    """Does a dim with this label index only classes the program reduces?"""
+    return label is None or all(c in reduced for c, _ in label)

@@ -1,0 +1,107 @@
+"""Z3 with the axioms as quantified formulas: the reference oracle (DESIGN §3).
+
+Measured on the prototype: Z3 proves "is a subexpression" in milliseconds when it
+is true, and never proves "is not" (always *unknown*). So it is used in one
+direction only — to *prove keeps* where the e-graph's budget stopped saturation —
+and as the reference the e-graph oracle is tested against.
+
+The encoding is the paper's: an uninterpreted sort ``E``, one function per
+abstract operator, reduction sizes as integers, ``sub(x, y)`` the subexpression
+relation, A_eq as universally quantified equalities and A_sub as quantified
+implications. Distributivity is the full equality here (an equality has no
+direction); the e-graph only factors, so a keep that needs expansion would show
+up as a disagreement in the agreement test.
+"""
+
+from __future__ import annotations
+
+import z3
+
+from . import expr as ex
+
+
+class Z3Prover:
+    """Proves ``q ⊑ t`` for abstract expressions, or says it could not."""
+
+    def __init__(self, timeout_ms: int = 200) -> None:
+        self.timeout_ms = timeout_ms
+        E = self.E = z3.DeclareSort("E")
+        I = z3.IntSort()
+        f = z3.Function
+        self.fn = {
+            "add": f("add", E, E, E), "mul": f("mul", E, E, E), "div": f("div", E, E, E),
+            "exp": f("exp", E, E), "sqrt": f("sqrt", E, E), "silu": f("silu", E, E),
+            "sum": f("sum", I, E, E), "max": f("max", I, E, E),
+        }
+        self.sub = f("sub", E, E, z3.BoolSort())
+        self._consts: dict[str, z3.ExprRef] = {}
+        self._memo: dict[int, z3.ExprRef] = {}
+        self.axioms = self._axioms()
+
+    def _axioms(self) -> list:
+        E, fn, sub = self.E, self.fn, self.sub
+        x, y, z = z3.Consts("x y z", E)
+        i, j = z3.Ints("i j")
+        add, mul, div, sm = fn["add"], fn["mul"], fn["div"], fn["sum"]
+        A = z3.ForAll
+        ax = [
+            # A_eq
+            A([x, y], add(x, y) == add(y, x)),
+            A([x, y, z], add(x, add(y, z)) == add(add(x, y), z)),
+            A([x, y], mul(x, y) == mul(y, x)),
+            A([x, y, z], mul(x, mul(y, z)) == mul(mul(x, y), z)),
+            A([x, y, z], mul(x, add(y, z)) == add(mul(x, y), mul(x, z))),
+            A([x, y, z], div(div(x, y), z) == div(x, mul(y, z))),
+            A([x, y, z], mul(x, div(y, z)) == div(mul(x, y), z)),
+            A([x, y, z], add(div(x, z), div(y, z)) == div(add(x, y), z)),
+            A([x], sm(1, x) == x),
+            A([i, j, x], sm(i, sm(j, x)) == sm(i * j, x)),
+            A([i, x, y], sm(i, add(x, y)) == add(sm(i, x), sm(i, y))),
+            A([i, x, y], sm(i, mul(x, y)) == mul(sm(i, x), y)),
+            A([i, x, y], sm(i, div(x, y)) == div(sm(i, x), y)),
+            A([x, y], mul(fn["exp"](x), fn["exp"](y)) == fn["exp"](add(x, y))),
+            A([x, y], mul(fn["sqrt"](x), fn["sqrt"](y)) == fn["sqrt"](mul(x, y))),
+            # A_sub
+            A([x], sub(x, x)),
+            A([x, y, z], z3.Implies(z3.And(sub(x, y), sub(y, z)), sub(x, z)),
+              patterns=[z3.MultiPattern(sub(x, y), sub(y, z))]),
+            A([x, y], z3.And(sub(x, add(x, y)), sub(y, add(x, y)))),
+            A([x, y], z3.And(sub(x, mul(x, y)), sub(y, mul(x, y)))),
+            A([x, y], z3.And(sub(x, div(x, y)), sub(y, div(x, y)))),
+            A([x], sub(x, fn["exp"](x))),
+            A([x], sub(x, fn["sqrt"](x))),
+            A([x], sub(x, fn["silu"](x))),
+            A([i, x], sub(x, sm(i, x))),
+            A([i, x], sub(x, fn["max"](i, x))),
+            A([i, j, x], z3.Implies(z3.And(i > 0, j > 0, j % i == 0), sub(sm(i, x), sm(j, x))),
+              patterns=[z3.MultiPattern(sm(i, x), sm(j, x))]),
+        ]
+        return ax
+
+    def encode(self, t: ex.Term) -> z3.ExprRef:
+        m = self._memo.get(t)
+        if m is not None:
+            return m
+        n = ex.node(t)
+        k = n[0]
+        if k in ("var", "const"):
+            key = ("" if k == "var" else "#") + n[1]
+            r = self._consts.get(key)
+            if r is None:
+                r = self._consts[key] = z3.Const(key, self.E)
+        elif k in ("sum", "max"):
+            r = self.fn[k](z3.IntVal(n[1]), self.encode(n[2]))
+        elif k in ("cat", "top"):
+            raise ValueError("cat/top terms have no Z3 encoding")
+        else:
+            r = self.fn[k](*[self.encode(c) for c in n[1:]])
+        self._memo[t] = r
+        return r
+
+    def proves_sub(self, q: ex.Term, target: ex.Term) -> bool:
+        """True when Z3 proves ``q ⊑ target`` within the timeout; False means *unknown*."""
+        s = z3.Solver()
+        s.set("timeout", self.timeout_ms)
+        s.add(*self.axioms)
+        s.add(z3.Not(self.sub(self.encode(q), self.encode(target))))
+        return s.check() == z3.unsat

@@ -1,0 +1,58 @@
+"""search.run: verified results, determinism, checkpoint/resume, JSON round trip."""
+
+import json
+
+import mugraph as mg
+import search
+from search import SearchConfig, SearchResult
+
+
+def _program():
+    p = mg.Program("expmm")
+    X = p.input("X", (8, 64)); W = p.input("W", (64, 32)); V = p.input("V", (64, 32))
+    p.output(mg.exp(X @ W) * (X @ V))
+    return p
+
+
+def _cfg(**kw):
+    base = dict(max_kernel_ops=1, max_block_ops=5, tile_sizes=(16,), forloop_ranges=(4,), workers=1, verify_error=1e-3,
+                progress=False)
+    base.update(kw)
+    return SearchConfig(**base)
+
+
+def test_finds_single_kernel_and_is_deterministic(tmp_path):
+    a = search.run(_program(), _cfg())
+    assert a.stats["complete"]
+    assert a.graphs and any(g.num_kernels == 1 for g in a.graphs)
+    for g in a.graphs[:3]:
+        assert g.num_kernels >= 1
+    b = search.run(_program(), _cfg(workers=2))
+    assert a.graph_json == b.graph_json
+    p = a.save(tmp_path / "r.json")
+    c = SearchResult.load(p)
+    assert c.graph_json == a.graph_json and c.stats == json.loads(json.dumps(a.stats))
+
+
+def test_checkpoint_resume_gives_same_result(tmp_path):
+    full = search.run(_program(), _cfg())
+    ck = str(tmp_path / "ck.json")
+    part = search.run(_program(), _cfg(checkpoint=ck, time_limit=0.3))
+    assert not part.stats["complete"] or part.graph_json == full.graph_json
+    resumed = search.run(_program(), _cfg(checkpoint=ck))
+    assert resumed.stats["complete"]
+    assert resumed.graph_json == full.graph_json
+
+
+def test_generality_softmax_and_residual_norm():
+    p = mg.Program("softmax")
+    X = p.input("X", (16, 64))
+    E = mg.exp(X)
+    p.output(E / mg.sum(E, 1))
+    r = search.run(p, _cfg(max_kernel_ops=1, max_block_ops=4))
+    assert any(g.num_kernels == 1 for g in r.graphs)
+    q = mg.Program("residual_rmsnorm")
+    H = q.input("H", (8, 64)); R = q.input("R", (8, 64))
+    q.output(mg.rms_norm(H + R))
+    r = search.run(q, _cfg(max_kernel_ops=1, max_block_ops=7))
+    assert any(g.num_kernels == 1 for g in r.graphs)

@@ -1,0 +1,101 @@
+"""Canonical form: no μGraph twice, none missed against brute force."""
+
+import mugraph as mg
+from mugraph.ops import CATALOG
+from search.config import SearchConfig
+from search.enumerate import Searcher
+from search.mappings import mappings
+
+
+def _program():
+    p = mg.Program("tiny")
+    X = p.input("X", (4, 8)); W = p.input("W", (8, 4))
+    p.output(mg.exp(X @ W) * (X @ W) + mg.sum(X @ W, 1))
+    return p
+
+
+def _sig(lv, i, memo):
+    if i in memo:
+        return memo[i]
+    for j, (spec, n) in enumerate(zip(lv.ops, lv.nout)):
+        pass
+    raise KeyError(i)
+
+
+def _state_hash(lv, n_inputs):
+    """Structural hash: the multiset of op signatures, each naming its inputs structurally."""
+    sig = {i: f"in{i}" for i in range(n_inputs)}
+    t = n_inputs
+    ops = []
+    for spec, n in zip(lv.ops, lv.nout):
+        kind, ins, attrs = spec[-3], spec[-2], spec[-1]
+        if spec[0] == "op":
+            kind, ins, attrs = spec[1], spec[2], spec[3]
+        else:
+            kind, ins, attrs = spec[0], spec[1], spec[2]
+        args = [sig[i] for i in ins]
+        if kind in CATALOG and CATALOG[kind].commutative:
+            args.sort()
+        s = f"{kind}{attrs}({','.join(args)})"
+        ops.append(s)
+        for k in range(n):
+            sig[t] = s + f"#{k}"
+            t += 1
+    return tuple(sorted(ops))
+
+
+def _kernel_states(canonical):
+    cfg = SearchConfig(max_kernel_ops=3, max_graph_defined=0, prune_abstract=False, prune_labels=False,
+                       kernel_ops=("add", "mul", "exp", "sum"))
+    s = Searcher(_program(), cfg)
+    s.canonical = canonical
+    seen = []
+    orig = s.kernel_dfs
+
+    def spy(ks, new):
+        seen.append(_state_hash(ks, 2))
+        return orig(ks, new)
+
+    s.kernel_dfs = spy
+    s.kernel_dfs(s.initial(), 0)
+    return seen
+
+
+def test_kernel_level_canonical_matches_brute_force():
+    canon = _kernel_states(True)
+    brute = _kernel_states(False)
+    assert len(canon) == len(set(canon)), "a kernel graph was generated twice"
+    assert set(canon) == set(brute)
+    assert len(brute) > len(canon) > 50
+
+
+def _block_states(canonical):
+    p = mg.Program("blk")
+    X = p.input("X", (4, 64)); W = p.input("W", (64, 32))
+    p.output(mg.exp(X @ W) * (X @ W))
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=5, prune_abstract=False, tile_sizes=(16,),
+                       forloop_ranges=(4,))
+    s = Searcher(p, cfg)
+    s.canonical = canonical
+    ks = s.initial()
+    mp = [m for m in mappings([(ks.shapes[0], ks.labs[0]), (ks.shapes[1], ks.labs[1])], 2, cfg, s.reduced)
+          if m.forloop == 4 and m.grid == (2, 1, 1)][0]
+    seen = []
+    orig = s.block_dfs
+
+    def spy(ks_, inputs, mp_, bs, pending):
+        seen.append(_state_hash(bs, 2))
+        return orig(ks_, inputs, mp_, bs, pending)
+
+    s.block_dfs = spy
+    s._close = lambda *a: None
+    s.block_start(ks, (0, 1), mp)
+    return seen
+
+
+def test_block_level_canonical_matches_brute_force():
+    canon = _block_states(True)
+    brute = _block_states(False)
+    assert len(canon) == len(set(canon)), "a block graph was generated twice"
+    assert set(canon) == set(brute)
+    assert len(canon) > 20
