@@ -1,0 +1,84 @@
+"""Search-time ablation on rmsnorm_matmul (the structure of Mirage's Table 5).
+
+Rows: max block ops 5…11; columns: default (2 workers), one worker, no
+abstract-expression pruning. Each cell runs ``search.run`` with a time cap and
+records wall seconds (``>cap`` when the cap stopped it), states and verified
+graphs. Writes a CSV and a PNG and prints the table beside Mirage's published
+seconds (DESIGN §5).
+
+    python examples/search_ablation.py --cap 600 [--small] [--out ablation]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+from pathlib import Path
+
+import search
+from mugraph.benchmarks import program
+
+MIRAGE = {  # paper Table 5, seconds: (default, no multithreading, no abstract expressions)
+    5: (11, 58, 768), 6: (16, 93, 19934), 7: (22, 150, None), 8: (24, 152, None),
+    9: (26, 166, None), 10: (26, 166, None), 11: (28, 183, None),
+}
+VARIANTS = {
+    "default": {},
+    "one_worker": {"workers": 1},
+    "no_abstract_expr": {"prune_abstract": False},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cap", type=float, default=600.0, help="seconds per cell")
+    ap.add_argument("--small", action="store_true", help="reduced shapes (quick look)")
+    ap.add_argument("--ops", default="5,6,7,8,9,10,11")
+    ap.add_argument("--out", default="search_ablation")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    p = program("rmsnorm_matmul", small=args.small)
+    rows = []
+    for n in [int(x) for x in args.ops.split(",")]:
+        for name, over in VARIANTS.items():
+            cfg = search.SearchConfig(max_kernel_ops=1, max_block_ops=n, workers=args.workers, time_limit=args.cap,
+                                      progress=False)
+            for k, v in over.items():
+                setattr(cfg, k, v)
+            r = search.run(p, cfg)
+            st = r.stats
+            states = st["search"].get("block_states", 0) + st["search"].get("kernel_states", 0)
+            rows.append({"max_block_ops": n, "variant": name, "seconds": st["wall_seconds"],
+                         "complete": st["complete"], "states": states, "verified": st["num_graphs"]})
+            print(rows[-1], flush=True)
+    out = Path(args.out)
+    with open(out.with_suffix(".csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    print(f"\n{'ops':>3} | " + " | ".join(f"{v:>22}" for v in VARIANTS) + " | Mirage (def, 1-thr, no-AE)")
+    for n in sorted({r["max_block_ops"] for r in rows}):
+        cells = []
+        for v in VARIANTS:
+            r = next(x for x in rows if x["max_block_ops"] == n and x["variant"] == v)
+            cells.append(f"{r['seconds']:>10.1f}s{'' if r['complete'] else ' (cap)':>6} {r['verified']:>4}g")
+        print(f"{n:>3} | " + " | ".join(f"{c:>22}" for c in cells) + f" | {MIRAGE.get(n)}")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for v in VARIANTS:
+            xs = [r["max_block_ops"] for r in rows if r["variant"] == v]
+            ys = [r["seconds"] for r in rows if r["variant"] == v]
+            ax.plot(xs, ys, marker="o", label=f"mugraph {v}")
+        ax.plot(list(MIRAGE), [m[0] for m in MIRAGE.values()], "k--", label="Mirage default")
+        ax.plot(list(MIRAGE), [m[1] for m in MIRAGE.values()], "k:", label="Mirage 1 thread")
+        ax.set_yscale("log"); ax.set_xlabel("max block ops"); ax.set_ylabel("search seconds")
+        ax.legend(fontsize=7); fig.tight_layout(); fig.savefig(out.with_suffix(".png"), dpi=120)
+    except ImportError:
+        print("matplotlib missing: no PNG")
+
+
+if __name__ == "__main__":
+    main()
