@@ -291,7 +291,11 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         if not c.float_ok:
             c.rejected = "float check failed"
             continue
-        c.predicted_s = lower.cost_model.estimate(c.graph)
+        choice = lower.profile(c.graph, tune_configs=False)  # default configs, predicted only
+        tuned = _predict_tuned(lower, c.graph)
+        c.predicted_s = min(choice.predicted_s, tuned.predicted_s)
+        c.configs = {k: asdict(v) for k, v in (tuned if tuned.predicted_s <= choice.predicted_s
+                                               else choice).configs.items()}
     alive = sorted((c for c in cands if not c.rejected), key=lambda c: c.predicted_s)
     if not alive:
         raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification")
@@ -305,11 +309,22 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         why = f"fastest of {len(timed)} timed on {_device_name(device)} (CUDA-graph replay, median)"
     else:
         best = alive[0]
-        why = "no GPU: ranked by the analytic cost model (H100 parameters), not timed"
+        why = ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel configs), "
+               "not timed")
     report = {"device": _device_name(device), "why": why, "error_bound": bound,
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "total_s": time.perf_counter() - t0, "versions": _versions()}
     return Optimized(program, best, cands, report, device)
+
+
+def _predict_tuned(lower, graph: KernelGraph):
+    """The cost model's best kernel configs without a GPU (``lower.tune`` ranks its
+    configuration space by the model and times nothing when there is no CUDA)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return lower.profile(graph, tune_configs=False)
+    return lower.profile(graph)
 
 
 def _jsonable(x: Any) -> Any:

@@ -1,0 +1,76 @@
+"""superoptimize end to end on the CPU: search → verify → float check → lower →
+run the generated Triton under the interpreter, checked against float64."""
+
+import os
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import mugraph as mg
+from mugraph.benchmarks import program
+
+# Small generic search spaces (no benchmark-specific hints: op limits, one tile size, one loop range).
+CASES = {
+    "gated_mlp": {"max_kernel_ops": 1, "max_block_ops": 6},
+    "lora": {"max_kernel_ops": 1, "max_block_ops": 5},
+    "rmsnorm_matmul": {"max_kernel_ops": 1, "max_block_ops": 9, "max_results": 1},
+}
+
+
+@pytest.fixture(autouse=True)
+def _interpret(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+def _cfg(extra):
+    return {"search": {"workers": 1, "time_limit": 120, "forloop_ranges": [4], "tile_sizes": [64],
+                       "max_results": 2, **extra}}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_end_to_end(tmp_path, name):
+    p = program(name, small=True, dtype="float32")
+    opt = mg.superoptimize(p, _cfg(CASES[name]), device="cpu", cache_dir=tmp_path, progress=False)
+    assert opt.best.origin == "search" and opt.best.num_kernels == 1, opt.summary()
+    assert any(op.kind == "graph_defined" for op in opt.graph.ops)
+    assert opt.report["error_bound"] <= 2.0 ** -40
+    assert "cost model" in opt.report["why"]
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(t.shape, generator=gen) for t in p.inputs]
+    (ref,) = mg.evaluate(p, {t.name: x.double().numpy() for t, x in zip(p.inputs, xs)})
+    y = opt(*xs)
+    assert np.linalg.norm(y.double().numpy() - ref) / np.linalg.norm(ref) <= 1e-4
+    assert "@triton.jit" in opt.triton_source()
+
+    # the second call is served from the cache, at once
+    t0 = time.perf_counter()
+    again = mg.superoptimize(p, _cfg(CASES[name]), device="cpu", cache_dir=tmp_path, progress=False)
+    assert time.perf_counter() - t0 < 2.0
+    assert str(again.graph) == str(opt.graph)
+
+    # save / load restores without searching; the source is regenerated, never read from the file
+    path = opt.save(tmp_path / "opt.json")
+    back = mg.load(path)
+    assert isinstance(back, mg.Optimized) and str(back.graph) == str(opt.graph)
+    np.testing.assert_allclose(back(*xs).numpy(), y.numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_corrupt_cache_entry_is_reported(tmp_path):
+    p = program("lora", small=True, dtype="float32")
+    cfg = _cfg(CASES["lora"])
+    key = mg.pipeline.cache_key(p, mg.OptimizeConfig(**cfg), 0, "cpu")
+    (tmp_path / f"lora-{key}.mug.json").write_text("{truncated")
+    with pytest.raises(mg.CacheError, match="unreadable cached result"):
+        mg.superoptimize(p, cfg, device="cpu", cache_dir=tmp_path, progress=False)
+
+
+def test_wrong_inputs_at_call_time(tmp_path):
+    p = program("lora", small=True, dtype="float32")
+    opt = mg.superoptimize(p, _cfg(CASES["lora"]), device="cpu", cache_dir=tmp_path, progress=False)
+    xs = [torch.randn(t.shape) for t in p.inputs]
+    with pytest.raises(mg.InputError, match="input 'X' has shape"):
+        opt(torch.randn(3, 3), *xs[1:])
+    with pytest.raises(mg.InputError, match="dtype"):
+        opt(*[x.double() for x in xs])
