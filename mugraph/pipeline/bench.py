@@ -97,6 +97,9 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
             row = BenchRow(name, b, None, estimate(opt.graph) * 1e6, kernels=opt.best.num_kernels,
                            origin=opt.best.origin)
             if gpu:
+                if opt.device != "cuda" or opt.best.measured_s is None:
+                    opt.profile_on_gpu()  # searched on a CPU: autotune and time the candidates here
+                    row.kernels, row.origin = opt.best.num_kernels, opt.best.origin
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.5
                         for t in opt.program.inputs]
