@@ -231,7 +231,10 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             if t is not None:
                 timed.append((t, c))
         if not timed:
-            continue
+            from mugraph.errors import ResourceError
+
+            raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(picked)} configurations compiles and "
+                                "runs correctly on this GPU (e.g. shared memory beyond the hardware limit)")
         t0, c0 = min(timed, key=lambda x: x[0])
         for w, st in itertools.product(warps, stages):
             c = KernelConfig(num_warps=w, num_stages=st, split=c0.split, sub=c0.sub, chunk=c0.chunk,

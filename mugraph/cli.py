@@ -144,11 +144,13 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
 def bench(names, batches, results, warm, time_limit, max_block_ops, max_kernel_ops, workers, seed, cache_dir,
           no_cache) -> None:
     """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
-    from .pipeline.bench import format_table, run_bench
+    from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
 
+    click.echo(COLUMNS)
     rows, head = run_bench(names or None, tuple(batches) or (1, 8), results,
-                           _config(time_limit, max_block_ops, max_kernel_ops, workers), flush=not warm)
-    click.echo(format_table(rows, head))
+                           _config(time_limit, max_block_ops, max_kernel_ops, workers), flush=not warm,
+                           on_row=lambda r: click.echo(format_row(r)))
+    click.echo("\n" + format_table(rows, head))
 
 
 if __name__ == "__main__":

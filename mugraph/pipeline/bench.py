@@ -79,8 +79,10 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
 
 
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
-              flush: bool = True, progress: bool = True) -> tuple[list[BenchRow], str]:
-    """Rows of the table, and a header line saying where and how it was measured."""
+              flush: bool = True, progress: bool = True, top_k: int = 2,
+              on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], str]:
+    """Rows of the table, and a header line saying where and how it was measured.
+    ``on_row`` sees each row as soon as it is measured (long runs show progress)."""
     from lower.cost_model import estimate
 
     names = list(names or PROGRAMS)
@@ -94,12 +96,14 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     for name in names:
         for b in batches:
             opt = _optimized(name, b, res, config, progress)
-            row = BenchRow(name, b, None, estimate(opt.graph) * 1e6, kernels=opt.best.num_kernels,
+            pred = opt.best.predicted_s if opt.best.predicted_s is not None else estimate(opt.graph)
+            row = BenchRow(name, b, None, pred * 1e6, kernels=opt.best.num_kernels,
                            origin=opt.best.origin)
             if gpu:
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu()  # searched on a CPU: autotune and time the candidates here
+                    opt.profile_on_gpu(top_k=top_k)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin = opt.best.num_kernels, opt.best.origin
+                    row.predicted_us = (opt.best.predicted_s or 0.0) * 1e6
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.5
                         for t in opt.program.inputs]
@@ -114,24 +118,30 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                     row.sdpa_us = bench(graphed(SDPA[name], args), flush=flush) * 1e6
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
             rows.append(row)
+            if on_row:
+                on_row(row)
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
     head = (f"{datetime.date.today()} on {where}; μs, median of CUDA-graph replays "
             f"({'L2 flushed before each' if flush else 'warm L2'})")
     return rows, head
 
 
-def format_table(rows: list[BenchRow], head: str) -> str:
+COLUMNS = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
+           f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}")
+
+
+def format_row(r: BenchRow) -> str:
     def f(x):
         return f"{x:8.1f}" if x is not None else "       -"
 
-    cols = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
-            f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}")
-    lines = [head, cols, "-" * len(cols)]
-    for r in rows:
-        best = r.best_torch_us
-        vs = f"{best / r.ours_us:7.2f}" if best and r.ours_us else "      -"
-        fl = f"{r.ours_us / r.floor_us:7.2f}" if r.floor_us and r.ours_us else "      -"
-        err = f"{r.rel_error:8.1e}" if r.rel_error is not None else "       -"
-        lines.append(f"{r.name:15} {r.b:2d} {r.kernels:4d} {f(r.ours_us)} {f(r.eager_us)} {f(r.compile_us)} "
-                     f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}")
-    return "\n".join(lines)
+    best = r.best_torch_us
+    vs = f"{best / r.ours_us:7.2f}" if best and r.ours_us else "      -"
+    fl = f"{r.ours_us / r.floor_us:7.2f}" if r.floor_us and r.ours_us else "      -"
+    err = f"{r.rel_error:8.1e}" if r.rel_error is not None else "       -"
+    return (f"{r.name:15} {r.b:2d} {r.kernels:4d} {f(r.ours_us)} {f(r.eager_us)} {f(r.compile_us)} "
+            f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}")
+
+
+def format_table(rows: list[BenchRow], head: str) -> str:
+    return "\n".join([head, COLUMNS, "-" * len(COLUMNS)] + [format_row(r) for r in rows])
+

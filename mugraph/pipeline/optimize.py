@@ -130,7 +130,8 @@ class Optimized:
         gets its ``top_k`` candidates autotuned and timed here, and the fastest wins."""
         import lower
 
-        alive = sorted((c for c in self.candidates if not c.rejected), key=lambda c: c.predicted_s or 0.0)
+        alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
+                       key=lambda c: c.predicted_s or 0.0)
         self.best, why = _time_on_gpu(lower, alive, top_k)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": _device_name("cuda")}
@@ -325,11 +326,22 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
 
 def _time_on_gpu(lower, alive: list[Candidate], top_k: int) -> tuple[Candidate, str]:
     """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins."""
-    for c in alive[:top_k]:
-        res = lower.profile(c.graph)
+    tried = 0
+    for c in alive:
+        if c.origin != "program" and tried >= top_k and any(x.measured_s is not None for x in alive):
+            continue  # past the top_k; the unfused program is always timed as the safety net
+        tried += 1
+        try:
+            res = lower.profile(c.graph)
+        except Exception as e:  # the compiler or the card rejects it (resources): never ship it
+            c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
+            continue
         c.measured_s = res.time_s
         c.configs = {k: asdict(v) for k, v in res.configs.items()}
     timed = [c for c in alive if c.measured_s is not None]
+    if not timed:
+        raise MugraphError("superoptimize: no candidate runs on this GPU: "
+                           + "; ".join(c.rejected for c in alive if c.rejected))
     best = min(timed, key=lambda c: c.measured_s)
     return best, (f"fastest of {len(timed)} autotuned and timed on {_device_name('cuda')} "
                   "(CUDA-graph replay, median)")
