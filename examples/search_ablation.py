@@ -36,33 +36,38 @@ def main() -> None:
     ap.add_argument("--ops", default="5,6,7,8,9,10,11")
     ap.add_argument("--out", default="search_ablation")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--verify", type=int, default=1, help="full verifications per cell (after the search)")
     args = ap.parse_args()
     p = program("rmsnorm_matmul", small=args.small)
     rows = []
     for n in [int(x) for x in args.ops.split(",")]:
         for name, over in VARIANTS.items():
             cfg = search.SearchConfig(max_kernel_ops=1, max_block_ops=n, workers=args.workers, time_limit=args.cap,
-                                      progress=False)
+                                      progress=False, max_verify=args.verify, verify_reserve=0.0)
             for k, v in over.items():
                 setattr(cfg, k, v)
             r = search.run(p, cfg)
             st = r.stats
             states = st["search"].get("block_states", 0) + st["search"].get("kernel_states", 0)
-            rows.append({"max_block_ops": n, "variant": name, "seconds": st["wall_seconds"],
-                         "complete": st["complete"], "states": states, "verified": st["num_graphs"]})
+            rows.append({"max_block_ops": n, "variant": name, "seconds": st["search_seconds"],
+                         "wall": st["wall_seconds"], "first_match": st["first_match_seconds"],
+                         "complete": st["complete"], "tasks": f"{st['tasks_done']}/{st['tasks']}", "states": states,
+                         "matches": st["search"].get("fingerprint_matches", 0), "verified": st["num_graphs"]})
             print(rows[-1], flush=True)
     out = Path(args.out)
     with open(out.with_suffix(".csv"), "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    print(f"\n{'ops':>3} | " + " | ".join(f"{v:>22}" for v in VARIANTS) + " | Mirage (def, 1-thr, no-AE)")
+    print("\ncells: search seconds ((cap) = stopped by the cap), tasks done/all, first fingerprint match seconds")
+    print(f"{'ops':>3} | " + " | ".join(f"{v:>30}" for v in VARIANTS) + " | Mirage (def, 1-thr, no-AE)")
     for n in sorted({r["max_block_ops"] for r in rows}):
         cells = []
         for v in VARIANTS:
             r = next(x for x in rows if x["max_block_ops"] == n and x["variant"] == v)
-            cells.append(f"{r['seconds']:>10.1f}s{'' if r['complete'] else ' (cap)':>6} {r['verified']:>4}g")
-        print(f"{n:>3} | " + " | ".join(f"{c:>22}" for c in cells) + f" | {MIRAGE.get(n)}")
+            fm = "-" if r["first_match"] is None else f"{r['first_match']:.0f}s"
+            cells.append(f"{r['seconds']:>6.0f}s{'' if r['complete'] else ' (cap)':>6} {r['tasks']:>7} {fm:>5}")
+        print(f"{n:>3} | " + " | ".join(f"{c:>30}" for c in cells) + f" | {MIRAGE.get(n)}")
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -54,6 +54,15 @@ class SearchConfig:
     #: verification of candidates
     verify_error: float = 2.0 ** -40
     max_results: Optional[int] = None
+    #: every complete candidate is fingerprinted; of the matches, the cheapest (by kernel
+    #: count, bytes written, block ops) are fully verified: up to ``verify_per_kernels``
+    #: per kernel count, ``max_verify`` verifications in all (None: verify every match)
+    max_verify: Optional[int] = 6
+    verify_per_kernels: int = 2
+    #: seconds of ``time_limit`` held back for verification (at most 30% of it)
+    verify_reserve: float = 60.0
+    #: search graphs of 1, 2, … kernel ops in turn (each phase reports only its own size)
+    iterative_deepening: bool = True
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -69,7 +78,7 @@ class SearchConfig:
     def key(self) -> dict:
         """The fields that change the search's result (checkpoints must match them)."""
         d = self.to_json()
-        for k in ("workers", "time_limit", "checkpoint", "progress"):
+        for k in ("workers", "time_limit", "checkpoint", "progress", "verify_reserve"):
             d.pop(k)
         return d
 

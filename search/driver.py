@@ -75,7 +75,8 @@ def _run_one(args: tuple[int, list, Optional[float]]) -> tuple[int, list[dict], 
     before = s.oracle.stats.as_dict()
     prefix = _fix_attrs(tuple(_tuplify(x) for x in task_json[0]))
     block = None if task_json[1] is None else (tuple(task_json[1][0]), task_json[1][1])
-    s.run_task(Task(prefix, block), deadline=deadline)
+    kops = task_json[2] if len(task_json) > 2 else None
+    s.run_task(Task(prefix, block, kops), deadline=deadline)
     after = s.oracle.stats.as_dict()
     odelta = {k: after[k] - before[k] for k in ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes",
                                                 "z3_calls", "z3_proofs", "seconds")}
@@ -106,10 +107,18 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs."""
     cfg = config or SearchConfig()
     t0 = time.perf_counter()
-    deadline = None if cfg.time_limit is None else time.monotonic() + cfg.time_limit
+    t_end = None if cfg.time_limit is None else time.monotonic() + cfg.time_limit
+    deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * cfg.time_limit)
     pjson = graph_to_json(program)
     root = Searcher(program, cfg)
-    tasks = root.root_tasks()
+    if cfg.iterative_deepening:
+        # phase k: graphs of exactly k kernel ops, so that few-kernel graphs come first;
+        # within a phase, tasks starting with a graph-defined op (one mapping each, small)
+        # before those starting with a pre-defined op (each holds a whole sub-search)
+        tasks = [t for k in range(1, cfg.max_kernel_ops + 1)
+                 for t in sorted(root.root_tasks(k), key=lambda t: t.block is None)]
+    else:
+        tasks = root.root_tasks()
     task_json = [t.to_json() for t in tasks]
     ckpt = Checkpoint(cfg.checkpoint, fingerprint_of(pjson, cfg.key())) if cfg.checkpoint else None
     done: dict[int, tuple[list, dict, dict]] = {}
@@ -123,11 +132,22 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
         counts.update(r[1])
     last_save = time.monotonic()
     interrupted = False
+    first_match: list = [None]
+    phase_of = [t.kops or 0 for t in tasks]
+    phase_left = Counter(phase_of[i] for i in todo)
+    phase_done: dict[int, float] = {}
 
     def finish(i: int, res: list, st: dict, ost: dict) -> None:
         nonlocal last_save
         done[i] = (res, st, ost)
         counts.update(st)
+        if res and first_match[0] is None:
+            first_match[0] = round(time.perf_counter() - t0, 3)
+        ph = phase_of[i]
+        if not ost.get("timed_out"):
+            phase_left[ph] -= 1
+            if phase_left[ph] == 0:
+                phase_done[ph] = round(time.perf_counter() - t0, 3)
         if ckpt and not ost.get("timed_out"):
             ckpt.record(i, res, {"search": st, "oracle": ost})
             if time.monotonic() - last_save > 2.0:
@@ -137,7 +157,7 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
             bar.update(1)
             bar.set_postfix(states=counts["block_states"] + counts["kernel_states"],
                             pruned=sum(v for k, v in counts.items() if k.startswith("pruned")),
-                            cand=counts["candidates"], verified=counts["verified"], refresh=False)
+                            cand=counts["candidates"], matches=counts["fingerprint_matches"], refresh=False)
 
     try:
         if cfg.workers <= 1:
@@ -158,27 +178,37 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        search_seconds = time.perf_counter() - t0
         if ckpt:
             ckpt.save()
         if bar is not None:
             bar.close()
-    graphs: list[dict] = []
+    matches: list[tuple] = []
     ostats: Counter = Counter()
     timed_out = False
     for i in sorted(done):
-        graphs.extend(done[i][0])
+        for j, m in enumerate(done[i][0]):
+            matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", "")))
         ostats.update({k: v for k, v in done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
         timed_out |= bool(done[i][2].get("timed_out"))
+    graphs, vstats = _verify_best(root, program, matches, cfg, t_end)
+    counts.update(vstats)
     if cfg.max_results is not None:
         graphs = graphs[:cfg.max_results]
     o = root.oracle
     stats = {
         "program": program.name,
         "wall_seconds": round(time.perf_counter() - t0, 3),
-        "tasks": len(tasks), "tasks_done": len(done),
+        "tasks": len(tasks), "tasks_done": sum(1 for r in done.values() if not r[2].get("timed_out")),
         "complete": len(done) == len(tasks) and not timed_out and not interrupted,
         "interrupted": interrupted,
         "search": dict(sorted(counts.items())),
+        "search_seconds": round(search_seconds, 3),
+        "first_match_seconds": first_match[0],
+        #: seconds at which every task of an iterative-deepening phase (kernel ops) had finished
+        "phase_complete_seconds": dict(sorted(phase_done.items())),
+        "fingerprint_matches_by_kernels": sorted(Counter(m[0][0] for m in matches).items()),
+        "fingerprint_matches_by_signature": dict(sorted(Counter(m[4] for m in matches).items())),
         "oracle": {**dict(ostats), "saturated": o.saturated, "egraph_nodes": o.stats.egraph_nodes,
                    "saturation_seconds": round(o.stats.saturation_seconds, 3),
                    "distinct_expressions": len(o._cache)},
@@ -189,6 +219,55 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(program.name, graphs, stats)
+
+
+def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: SearchConfig,
+                 t_end: Optional[float]) -> tuple[list[dict], Counter]:
+    """Fully verify a bounded number of fingerprint-matching candidates.
+
+    Candidates are ranked by :func:`~search.enumerate.cost_key` (kernels, device
+    bytes written, block ops; ties by discovery order, so the choice is
+    deterministic). For each kernel count, taking kernel signatures (``gd+gd``,
+    ``matmul+gd``, …) in turn and the cheapest of each first, up to
+    ``verify_per_kernels`` pass verification, with at most ``max_verify``
+    verifications in all (a failure — a fingerprint false positive — lets the next
+    one in). ``max_verify=None`` verifies every match.
+    """
+    st: Counter = Counter()
+    out: list[dict] = []
+    # per kernel count: cheapest first, round-robin over kernel signatures (gd+gd, matmul+gd, …)
+    by_sig: dict[tuple[int, str], list] = {}
+    for m in sorted(matches, key=lambda m: m[:3]):
+        by_sig.setdefault((m[0][0], m[4]), []).append(m)
+    order: list[tuple] = []
+    for k in sorted({k for k, _ in by_sig}):
+        queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0][:3])
+        for r in range(max(len(q) for q in queues)):
+            order.extend(q[r] for q in queues if r < len(q))
+    passed: Counter = Counter()
+    tried = 0
+    for cost, _, _, gj, _ in order:
+        if cfg.max_verify is not None and tried >= cfg.max_verify:
+            break
+        if cfg.max_verify is not None and passed[cost[0]] >= cfg.verify_per_kernels:
+            continue
+        if out and t_end is not None and time.monotonic() > t_end:
+            st["verify_skipped_time"] += 1
+            continue
+        tried += 1
+        st["verifications"] += 1
+        g = graph_from_json(gj)
+        if root.checker.verified(g):
+            st["verified"] += 1
+            if cfg.thread_graphs:
+                st["thread_graphs"] += sum(len(op.attrs["block"].thread_graphs)
+                                           for op in g.ops if op.kind == "graph_defined")
+            passed[cost[0]] += 1
+            out.append(gj)
+        else:
+            st["verify_failed"] += 1
+    st["unverified_matches"] = len(matches) - st["verifications"]
+    return out, st
 
 
 def _bar(cfg: SearchConfig, total: int, initial: int):

@@ -62,9 +62,13 @@ class Task:
 
     prefix: tuple
     block: Optional[tuple[tuple[int, ...], int]] = None
+    #: iterative deepening phase: the task grows graphs of at most ``kops`` kernel ops and
+    #: reports only those with exactly ``kops`` (None: up to ``max_kernel_ops``, all reported)
+    kops: Optional[int] = None
 
     def to_json(self) -> list:
-        return [_jsonable(self.prefix), None if self.block is None else [list(self.block[0]), self.block[1]]]
+        return [_jsonable(self.prefix), None if self.block is None else [list(self.block[0]), self.block[1]],
+                self.kops]
 
 
 def _jsonable(x):
@@ -147,7 +151,10 @@ class Searcher:
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
+        self._op_cache: dict[tuple, object] = {}
         self._deadline: Optional[float] = None
+        self._kops: int = cfg.max_kernel_ops
+        self._emit_kops: int = 0
         #: False only in tests: drop the ordering rule (brute force, for comparison)
         self.canonical = True
 
@@ -161,8 +168,24 @@ class Searcher:
             ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
         return ks
 
-    def _op_result(self, lv: _Level, kind: str, inputs: tuple, attrs: dict):
-        """(shape, term, labels) of a catalog op on level tensors, or a prune reason string."""
+    def _op_result(self, lv: _Level, kind: str, inputs: tuple, attrs: dict, akey: str = ""):
+        """(shape, term, labels) of a catalog op on level tensors, or a prune reason string.
+
+        Memoized on (kind, attrs, the inputs' shapes, terms and labels): the answer
+        depends on nothing else, and block states share most of their tensors."""
+        ck = (kind, akey or _attr_key(tuple(sorted(attrs.items())))) + tuple(
+            (lv.shapes[i], lv.terms[i], lv.labs[i]) for i in inputs)
+        r = self._op_cache.get(ck)
+        if r is None:
+            if len(self._op_cache) > 2_000_000:
+                self._op_cache.clear()
+            r = self._op_cache[ck] = self._op_result_uncached(lv, kind, inputs, attrs)
+        elif not isinstance(r, str) and self.oracle.enabled:
+            self.oracle.stats.queries += 1  # keep the query count comparable
+            self.oracle.stats.cache_hits += 1
+        return r
+
+    def _op_result_uncached(self, lv: _Level, kind: str, inputs: tuple, attrs: dict):
         shapes = [lv.shapes[i] for i in inputs]
         try:
             shape = CATALOG[kind].shape_rule(shapes, attrs)
@@ -234,7 +257,7 @@ class Searcher:
                     key = (m, inputs, rank, akey)
                     if key <= last if self.canonical else key in lv.keys:
                         continue
-                    yield key, kind, inputs, attrs
+                    yield key, kind, inputs, attrs, akey
 
     def _after_reduction(self, lv: _Level, i: int) -> bool:
         return lv.producer[i] in ("sum", "matmul", ACC)
@@ -245,18 +268,18 @@ class Searcher:
         if self._stopped():
             return
         self.stats["kernel_states"] += 1
-        if new:
+        if new and len(ks.ops) >= self._emit_kops:
             self._complete(ks, new)
-        if len(ks.ops) >= self.cfg.max_kernel_ops:
+        if len(ks.ops) >= self._kops:
             return
         for child in self.kernel_children(ks):
             self.run_child(ks, child)
 
     def kernel_children(self, ks: _Level):
         """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""
-        last_op = len(ks.ops) == self.cfg.max_kernel_ops - 1
+        last_op = len(ks.ops) == self._kops - 1
         unused = {i for i, u in enumerate(ks.uses) if u == 0}
-        for key, kind, inputs, attrs in self._candidates(ks, self.kernel_kinds):
+        for key, kind, inputs, attrs, _ in self._candidates(ks, self.kernel_kinds):
             if last_op and not unused <= set(inputs):
                 self.stats["pruned_last_op"] += 1
                 continue
@@ -310,7 +333,7 @@ class Searcher:
         remaining = self.cfg.max_block_ops - len(bs.ops)
         if remaining <= 0:
             return
-        for key, kind, ins, attrs in self._candidates(bs, self.block_kinds, block=True):
+        for key, kind, ins, attrs, akey in self._candidates(bs, self.block_kinds, block=True):
             accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
             if len(accs) > 1:
                 self.stats["pruned_phase"] += 1
@@ -329,7 +352,7 @@ class Searcher:
             else:
                 if kind == "scale" and bs.scaled[ins[0]]:
                     continue
-                r = self._op_result(bs, kind, ins, attrs)
+                r = self._op_result(bs, kind, ins, attrs, akey)
                 if isinstance(r, str):
                     self.stats[f"pruned_{r}"] += 1
                     continue
@@ -424,6 +447,11 @@ class Searcher:
                 return
 
     def _emit(self, ks: _Level, outputs: tuple) -> None:
+        """Fingerprint a complete candidate; a match is reported with its cost key.
+
+        Full verification (many field tests and the float check, seconds each at
+        full shapes) is left to the driver, which verifies a bounded number of the
+        cheapest matches (:func:`search.driver.run`)."""
         self.stats["candidates"] += 1
         try:
             g = materialize(self.program, ks.ops, outputs)
@@ -431,36 +459,42 @@ class Searcher:
             self.stats["candidates_invalid"] += 1
             return
         self.stats["fingerprints"] += 1
-        fp, ok = self.checker.check(g)
-        if fp:
-            self.stats["fingerprint_matches"] += 1
-        if ok:
-            self.stats["verified"] += 1
-            if self.cfg.thread_graphs:
-                self.stats["thread_graphs"] += sum(len(op.attrs["block"].thread_graphs)
-                                                   for op in g.ops if op.kind == GD)
-            self.results.append(graph_to_json(g))
+        if not self.checker.fingerprint_matches(g):
+            return
+        self.stats["fingerprint_matches"] += 1
+        self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g)})
 
     def _stopped(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
 
     # ------------------------------------------------------------------ tasks
-    def root_tasks(self) -> list[Task]:
-        """The root's children as serializable tasks (the driver's work queue)."""
+    def root_tasks(self, kops: Optional[int] = None) -> list[Task]:
+        """The root's children as serializable tasks (the driver's work queue).
+
+        With ``kops`` the tasks belong to that iterative-deepening phase (graphs of
+        exactly ``kops`` kernel ops)."""
         ks = self.initial()
         out = []
-        for child in self.kernel_children(ks):
-            if child[0] == "op":
-                _, key, kind, inputs, attrs = child
-                if isinstance(self._op_result(ks, kind, inputs, attrs), str):
-                    continue
-                out.append(Task((("op", kind, inputs, tuple(sorted(attrs.items()))),)))
-            else:
-                out.append(Task((), (child[1], child[2])))
+        saved = self._kops
+        if kops is not None:
+            self._kops = kops
+        try:
+            for child in self.kernel_children(ks):
+                if child[0] == "op":
+                    _, key, kind, inputs, attrs = child
+                    if isinstance(self._op_result(ks, kind, inputs, attrs), str):
+                        continue
+                    out.append(Task((("op", kind, inputs, tuple(sorted(attrs.items()))),), None, kops))
+                else:
+                    out.append(Task((), (child[1], child[2]), kops))
+        finally:
+            self._kops = saved
         return out
 
     def run_task(self, task: Task, deadline: Optional[float] = None) -> None:
         self._deadline = deadline
+        self._kops = self.cfg.max_kernel_ops if task.kops is None else task.kops
+        self._emit_kops = 0 if task.kops is None else task.kops
         ks = self.initial()
         for spec in task.prefix:
             self._replay(ks, spec)
@@ -517,3 +551,56 @@ def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGra
     for i in outputs:
         kg.output(tensors[i])
     return kg
+
+
+#: constants of the ranking cost model (a generic GPU: bytes/s, SMs, launch seconds)
+_BW, _SMS, _LAUNCH = 3.0e12, 132, 4.0e-6
+
+
+def cost_key(g: KernelGraph) -> tuple[int, float, int]:
+    """A cheap ranking of candidates: kernels, then an analytic time estimate, then block ops.
+
+    Per kernel: device bytes moved (a graph-defined op reads each input once per block
+    that does not split it, i.e. times the grid axes its imap leaves ``None``, and writes
+    its outputs) over bandwidth scaled by occupancy ``min(1, blocks / SMs)``, plus a
+    launch. It only orders candidates for verification; lowering's profiler decides."""
+    kernels = 0
+    est = 0.0
+    nblock = 0
+    for op in g.ops:
+        if op.kind == "input":
+            continue
+        kernels += 1
+        wbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.outputs)
+        if op.kind == GD:
+            b = op.attrs["block"]
+            nblock += len(b.ops)
+            blocks = b.grid[0] * b.grid[1] * b.grid[2]
+            rbytes = 0
+            for bop in b.ops:
+                if bop.kind != "iterator":
+                    continue
+                src = b.sources[bop.attrs["source"]]
+                rep = 1
+                for a, d in enumerate(bop.attrs["imap"]):
+                    if d is None:
+                        rep *= b.grid[a]
+                rbytes += _numel(src.shape) * DTYPES[src.dtype] * rep
+            occ = min(1.0, blocks / _SMS)
+        else:
+            rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
+            occ = 1.0
+        est += (rbytes + wbytes) / (_BW * occ) + _LAUNCH
+    return kernels, round(est * 1e6, 3), nblock
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def signature(g: KernelGraph) -> str:
+    """The kernel sequence's op kinds (``gd`` for graph-defined), e.g. ``gd+gd``."""
+    return "+".join("gd" if op.kind == GD else op.kind for op in g.ops if op.kind != "input")

@@ -56,3 +56,19 @@ def test_generality_softmax_and_residual_norm():
     q.output(mg.rms_norm(H + R))
     r = search.run(q, _cfg(max_kernel_ops=1, max_block_ops=7))
     assert any(g.num_kernels == 1 for g in r.graphs)
+
+
+def test_iterative_deepening_and_verification_budget():
+    """Phase 1 (one kernel op) comes first; only a bounded number of fingerprint
+    matches is fully verified, cheapest first, per kernel count."""
+    p = mg.Program("mm_exp")
+    X = p.input("X", (8, 32)); W = p.input("W", (32, 16))
+    p.output(mg.exp(X @ W))
+    r = search.run(p, _cfg(max_kernel_ops=2, max_block_ops=3, max_verify=3, verify_per_kernels=1))
+    st = r.stats
+    assert st["search"]["verifications"] <= 3
+    ks = [g.num_kernels for g in r.graphs]
+    assert ks and ks[0] == 1 and ks == sorted(ks) and len(set(ks)) == len(ks)
+    assert st["search"]["fingerprint_matches"] == sum(n for _, n in st["fingerprint_matches_by_kernels"])
+    assert st["search"]["unverified_matches"] == st["search"]["fingerprint_matches"] - st["search"]["verifications"]
+    assert set(st["phase_complete_seconds"]) == {1, 2}
