@@ -30,62 +30,20 @@ import traceback
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
 
 NAMES = ["rmsnorm_matmul", "gated_mlp", "lora", "gqa", "qknorm_gqa", "ntrans"]
 
 
-# ----------------------------------------------------------------- PyTorch versions
-def torch_fn(name: str):
-    def rms(x, dim):
-        return x / torch.sqrt(torch.mean(x * x, dim=dim, keepdim=True))
+from mugraph.benchmarks.torch_versions import SDPA, TORCH  # noqa: E402  the baselines, in one place
+from mugraph.pipeline.bench import graphed  # noqa: E402
 
-    if name == "rmsnorm_matmul":
-        return lambda X, G, W: (X * G / torch.sqrt(torch.mean(X * X, -1, keepdim=True))) @ W
-    if name == "gated_mlp":
-        return lambda X, W1, W2: F.silu(X @ W1) * (X @ W2)
-    if name == "lora":
-        return lambda X, W, A, B: X @ W + (X @ A) @ B
-    if name == "gqa":
-        def gqa(Q, K, V):
-            E = torch.exp(Q @ K)
-            return (E / E.sum(2, keepdim=True)) @ V
-        return gqa
-    if name == "qknorm_gqa":
-        def qk(Q, K, V):
-            E = torch.exp((rms(Q, -1) @ rms(K, 1)) / 8)
-            return (E / E.sum(2, keepdim=True)) @ V
-        return qk
-    if name == "ntrans":
-        return lambda H, X, A: rms(H + A * (rms(X, -1) - H), -1)
-    raise KeyError(name)
+
+def torch_fn(name: str):
+    return TORCH[name]
 
 
 def sdpa_fn(name: str):
-    if name == "gqa":
-        return lambda Q, K, V: F.scaled_dot_product_attention(Q, K.transpose(1, 2), V, scale=1.0)
-    if name == "qknorm_gqa":
-        def f(Q, K, V):
-            Qn = Q / torch.sqrt(torch.mean(Q * Q, -1, keepdim=True))
-            Kn = K / torch.sqrt(torch.mean(K * K, 1, keepdim=True))
-            return F.scaled_dot_product_attention(Qn, Kn.transpose(1, 2), V, scale=1 / 8)
-        return f
-    return None
-
-
-def graphed(fn, args) -> callable:
-    """Capture ``fn(*args)`` into a CUDA graph; returns its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn(*args)
-    return g.replay
+    return SDPA.get(name)
 
 
 def spearman(xs, ys) -> float:
