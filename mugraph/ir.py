@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from .errors import DTypeError, InvalidGraphError, ResourceError, ShapeError, UnsupportedOpError
 from .ops import CATALOG, MAX_RANK, get_op
@@ -598,6 +598,39 @@ def graph_ops(graph: KernelGraph) -> Iterable[tuple[Op, "BlockGraph | None"]]:
         if op.kind == "graph_defined":
             for bop in op.attrs["block"].ops:
                 yield bop, op.attrs["block"]
+
+
+def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
+              on_op: Callable[[Op, list, "Op | None"], Any],
+              on_accum: Callable[[Any, BlockGraph], Any] = lambda v, block: v) -> dict[Tensor, Any]:
+    """Fold a value through ``graph`` in op order, graph-defined ops inlined.
+
+    The one traversal the stages share (Lax check, the verifier's dependency
+    analysis, …): an input gets ``on_input(op)``; a catalog op gets
+    ``on_op(op, input values, enclosing graph-defined op or None)``; an input
+    iterator passes its source's value on, an accumulator ``on_accum(value,
+    block)``, and each kernel output of a graph-defined op its saver's value.
+    Returns the value of every kernel tensor and every block tile.
+    """
+    env: dict[Tensor, Any] = {}
+    for op in graph.ops:
+        if op.kind == "input":
+            env[op.outputs[0]] = on_input(op)
+        elif op.kind == "graph_defined":
+            block: BlockGraph = op.attrs["block"]
+            for bop in block.ops:
+                out = bop.outputs[0]
+                if bop.kind == "iterator":
+                    env[out] = env[block.sources[bop.attrs["source"]]]
+                elif bop.kind == "accum":
+                    env[out] = on_accum(env[bop.inputs[0]], block)
+                else:
+                    env[out] = on_op(bop, [env[t] for t in bop.inputs], op)
+            for t, sv in zip(op.outputs, block.savers):
+                env[t] = env[sv.tensor]
+        else:
+            env[op.outputs[0]] = on_op(op, [env[t] for t in op.inputs], None)
+    return env
 
 
 def fraction_attr(c) -> Fraction:

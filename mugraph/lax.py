@@ -4,7 +4,7 @@ exponentiation (``exp`` or ``silu``) on any path from an input to an output."""
 from __future__ import annotations
 
 from .errors import NotLaxError
-from .ir import BlockGraph, KernelGraph, Op, Tensor
+from .ir import KernelGraph, Op, propagate
 from .ops import CATALOG, EXP_LIKE
 
 # per tensor: (exps on the worst path to it, that path as op labels)
@@ -13,17 +13,8 @@ Info = tuple[int, tuple[str, ...]]
 
 def check_lax(graph: KernelGraph) -> None:
     """Raise :class:`NotLaxError` naming the op and the path if ``graph`` is not Lax."""
-    info: dict[Tensor, Info] = {}
-    for op in graph.ops:
-        if op.kind == "input":
-            info[op.outputs[0]] = (0, (op.attrs["name"],))
-        elif op.kind == "graph_defined":
-            block: BlockGraph = op.attrs["block"]
-            outs = _check_block(block, [info[t] for t in block.sources], f"kernel#{op.id}/")
-            for t, i in zip(op.outputs, outs):
-                info[t] = i
-        else:
-            info[op.outputs[0]] = _step(op, [info[t] for t in op.inputs], "")
+    propagate(graph, lambda op: (0, (op.attrs["name"],)),
+              lambda op, ins, kernel: _step(op, ins, f"kernel#{kernel.id}/" if kernel else ""))
 
 
 def is_lax(graph: KernelGraph) -> bool:
@@ -32,18 +23,6 @@ def is_lax(graph: KernelGraph) -> bool:
     except NotLaxError:
         return False
     return True
-
-
-def _check_block(block: BlockGraph, sources: list[Info], prefix: str) -> list[Info]:
-    info: dict[Tensor, Info] = {}
-    for op in block.ops:
-        if op.kind == "iterator":
-            info[op.outputs[0]] = sources[op.attrs["source"]]
-        elif op.kind == "accum":
-            info[op.outputs[0]] = info[op.inputs[0]]
-        else:
-            info[op.outputs[0]] = _step(op, [info[t] for t in op.inputs], prefix)
-    return [info[sv.tensor] for sv in block.savers]
 
 
 def _step(op: Op, ins: list[Info], prefix: str) -> Info:

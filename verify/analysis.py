@@ -5,7 +5,7 @@ ever reach an exponent."""
 from __future__ import annotations
 
 from mugraph.errors import InputError
-from mugraph.ir import KernelGraph, Tensor, graph_ops
+from mugraph.ir import KernelGraph, Tensor, graph_ops, propagate
 from mugraph.ops import EXP_LIKE
 
 
@@ -49,7 +49,6 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
 
     Only those inputs need a q-part draw: every other q-part is never read (the
     outputs are compared on their p-parts)."""
-    deps: dict[Tensor, frozenset[str]] = {}
     need: set[str] = set()
 
     def step(kind: str, ins: list[frozenset[str]]) -> frozenset[str]:
@@ -59,24 +58,7 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
             return frozenset()  # the q-part is gone after an exponentiation
         return s
 
-    for op in graph.ops:
-        if op.kind == "input":
-            deps[op.outputs[0]] = frozenset([op.attrs["name"]])
-        elif op.kind == "graph_defined":
-            block = op.attrs["block"]
-            src = [deps[t] for t in block.sources]
-            bdeps: dict[Tensor, frozenset[str]] = {}
-            for bop in block.ops:
-                if bop.kind == "iterator":
-                    bdeps[bop.outputs[0]] = src[bop.attrs["source"]]
-                elif bop.kind == "accum":
-                    bdeps[bop.outputs[0]] = bdeps[bop.inputs[0]]
-                else:
-                    bdeps[bop.outputs[0]] = step(bop.kind, [bdeps[t] for t in bop.inputs])
-            for t, sv in zip(op.outputs, block.savers):
-                deps[t] = bdeps[sv.tensor]
-        else:
-            deps[op.outputs[0]] = step(op.kind, [deps[t] for t in op.inputs])
+    propagate(graph, lambda op: frozenset([op.attrs["name"]]), lambda op, ins, kernel: step(op.kind, ins))
     return need
 
 
