@@ -63,6 +63,22 @@ class SearchConfig:
     verify_reserve: float = 60.0
     #: search graphs of 1, 2, … kernel ops in turn (each phase reports only its own size)
     iterative_deepening: bool = True
+    #: False: skip full verification and return fingerprint matches, cheapest first (for
+    #: sub-searches whose results are verified again as part of a whole; never for users)
+    verify: bool = True
+    #: compositional search (:mod:`search.compose`): programs of more than ``compose_above``
+    #: ops are cut into pieces of at most ``piece_ops`` ops, each searched alone
+    #: (``compose_share`` of ``time_limit`` in all), composed, and fused
+    #: (:func:`search.rewrite.fuse`) into fewer kernels
+    compose: bool = True
+    compose_above: int = 9
+    piece_ops: int = 6
+    compose_share: float = 0.5
+    #: piece candidates combined (cheapest combinations first)
+    compose_combinations: int = 16
+    #: propose split-loop variants (split-K / split-KV) of the cheapest matches
+    split_loops: bool = True
+    split_sources: int = 2
 
     def to_json(self) -> dict:
         return asdict(self)

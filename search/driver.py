@@ -24,7 +24,7 @@ from mugraph.serialize import graph_from_json, graph_to_json
 
 from .checkpoint import Checkpoint, fingerprint_of
 from .config import SearchConfig
-from .enumerate import Searcher, Task
+from .enumerate import Searcher, Task, cost_key, signature
 
 
 @dataclass
@@ -111,6 +111,16 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * cfg.time_limit)
     pjson = graph_to_json(program)
     root = Searcher(program, cfg)
+    derived: list[tuple] = []
+    dstats: dict[str, Any] = {}
+    if cfg.compose and cfg.time_limit is not None:
+        # deep programs: pieces first (bounded share of the time), then the whole-program enumeration
+        from .derive import composed  # noqa: PLC0415
+        budget = cfg.compose_share * (deadline - time.monotonic())
+        derived += composed(program, cfg, budget, root.checker, dstats)
+    elif cfg.compose:
+        from .derive import composed  # noqa: PLC0415
+        derived += composed(program, cfg, 60.0, root.checker, dstats)
     if cfg.iterative_deepening:
         # phase k: graphs of exactly k kernel ops, so that few-kernel graphs come first;
         # within a phase, tasks starting with a graph-defined op (one mapping each, small)
@@ -191,10 +201,22 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
             matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", "")))
         ostats.update({k: v for k, v in done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
         timed_out |= bool(done[i][2].get("timed_out"))
-    graphs, vstats = _verify_best(root, program, matches, cfg, t_end)
+    base = len(tasks)
+    for k, (g, origin) in enumerate(derived):
+        matches.append((tuple(cost_key(g)), base + k, 0, graph_to_json(g), signature(g), origin))
+    if cfg.split_loops:
+        from .derive import splits  # noqa: PLC0415
+        ones = [graph_from_json(m[3]) for m in sorted(matches, key=lambda m: m[:3]) if m[0][0] == 1]
+        for k, (g, origin) in enumerate(splits(ones[:cfg.split_sources], root.checker, dstats, t_end)):
+            matches.append((tuple(cost_key(g)), base + len(derived) + k, 0, graph_to_json(g), signature(g), origin))
+    if not cfg.verify:
+        ranked = sorted(matches, key=lambda m: m[:3])
+        graphs, origins, vstats = [m[3] for m in ranked], [_origin(m) for m in ranked], Counter()
+    else:
+        graphs, origins, vstats = _verify_best(root, program, matches, cfg, t_end)
     counts.update(vstats)
     if cfg.max_results is not None:
-        graphs = graphs[:cfg.max_results]
+        graphs, origins = graphs[:cfg.max_results], origins[:cfg.max_results]
     o = root.oracle
     stats = {
         "program": program.name,
@@ -212,8 +234,11 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
         "oracle": {**dict(ostats), "saturated": o.saturated, "egraph_nodes": o.stats.egraph_nodes,
                    "saturation_seconds": round(o.stats.saturation_seconds, 3),
                    "distinct_expressions": len(o._cache)},
-        "verification": root.checker.method,
+        "verification": root.checker.method if cfg.verify else "fingerprint only (sub-search)",
         "num_graphs": len(graphs),
+        #: how each returned graph was found: enumeration, composed(+fused), split-loop
+        "origins": origins,
+        "derived": dstats,
         "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
     }
     if interrupted:
@@ -221,8 +246,12 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     return SearchResult(program.name, graphs, stats)
 
 
+def _origin(m: tuple) -> str:
+    return m[5] if len(m) > 5 else "enumeration"
+
+
 def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: SearchConfig,
-                 t_end: Optional[float]) -> tuple[list[dict], Counter]:
+                 t_end: Optional[float]) -> tuple[list[dict], list[str], Counter]:
     """Fully verify a bounded number of fingerprint-matching candidates.
 
     Candidates are ranked by :func:`~search.enumerate.cost_key` (kernels, device
@@ -235,6 +264,7 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
     """
     st: Counter = Counter()
     out: list[dict] = []
+    origins: list[str] = []
     # per kernel count: cheapest first, round-robin over kernel signatures (gd+gd, matmul+gd, …)
     by_sig: dict[tuple[int, str], list] = {}
     for m in sorted(matches, key=lambda m: m[:3]):
@@ -246,7 +276,8 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
             order.extend(q[r] for q in queues if r < len(q))
     passed: Counter = Counter()
     tried = 0
-    for cost, _, _, gj, _ in order:
+    for m in order:
+        cost, gj = m[0], m[3]
         if cfg.max_verify is not None and tried >= cfg.max_verify:
             break
         if cfg.max_verify is not None and passed[cost[0]] >= cfg.verify_per_kernels:
@@ -264,10 +295,11 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
                                            for op in g.ops if op.kind == "graph_defined")
             passed[cost[0]] += 1
             out.append(gj)
+            origins.append(_origin(m))
         else:
             st["verify_failed"] += 1
     st["unverified_matches"] = len(matches) - st["verifications"]
-    return out, st
+    return out, origins, st
 
 
 def _bar(cfg: SearchConfig, total: int, initial: int):

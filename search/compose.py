@@ -1,0 +1,192 @@
+"""Compositional search for programs too deep to enumerate in one piece.
+
+The enumeration's cost grows exponentially with the block ops a kernel needs;
+a norm feeding attention needs ~18, far past what a DFS exhausts in minutes.
+So, like Mirage for large programs, we cut the program into pieces, search each
+piece on its own (small, fast), compose the pieces' μGraphs into one graph of
+the whole program, and let :func:`search.rewrite.fuse` merge the kernels again.
+Every composed or fused graph is then fingerprinted and verified against the
+*whole* program by the driver; the piece searches only propose.
+
+Where to cut: the cut tensors (piece outputs read by other pieces) are what an
+unfused implementation writes to and reads back from device memory, so we
+choose the cut of fewest bytes such that every piece has at most ``max_ops``
+ops and the pieces form a DAG; ties go to fewer pieces. Programs here have tens
+of ops, so trying every cut of up to ``max_cut`` tensors is cheap.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Optional
+
+from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
+
+
+@dataclass
+class Piece:
+    """A sub-program: ``program`` computes ``outputs`` (tensors of the whole program) from ``inputs``."""
+
+    program: Program
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    op_ids: list[int]
+
+
+def _nbytes(t: Tensor) -> int:
+    n = DTYPES[t.dtype]
+    for s in t.shape:
+        n *= s
+    return n
+
+
+def partition(program: Program, max_ops: int, max_cut: int = 3,
+              max_inputs: Optional[int] = None) -> Optional[list[Piece]]:
+    """The cheapest cut of ``program`` into pieces of at most ``max_ops`` ops and ``max_inputs``
+    inputs each (None: no cut needed or none found)."""
+    ops = [op for op in program.ops if op.kind != "input"]
+    if len(ops) <= max_ops:
+        return None
+    outs = set(program.outputs)
+    inner = [op.outputs[0] for op in ops if op.outputs[0] not in outs]
+    consumers: dict[Tensor, list] = {}
+    for op in ops:
+        for t in op.inputs:
+            consumers.setdefault(t, []).append(op)
+    best = None
+    for k in range(1, max_cut + 1):
+        for cut in itertools.combinations(inner, k):
+            pieces = _pieces(ops, set(cut), consumers, max_ops)
+            if pieces is None:
+                continue
+            if max_inputs is not None and any(_n_inputs(program, ids) > max_inputs for ids in pieces):
+                continue
+            cost = (sum(_nbytes(t) for t in cut), len(pieces))
+            if best is None or cost < best[0]:
+                best = (cost, cut, pieces)
+    if best is None:
+        return None
+    return [_sub_program(program, ids, i) for i, ids in enumerate(best[2])]
+
+
+def _n_inputs(program: Program, op_ids: list[int]) -> int:
+    made = {program.ops[i].outputs[0] for i in op_ids}
+    return len({t for i in op_ids for t in program.ops[i].inputs if t not in made})
+
+
+def _pieces(ops: list, cut: set, consumers: dict, max_ops: int) -> Optional[list[list[int]]]:
+    parent = {op.id: op.id for op in ops}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for op in ops:
+        t = op.outputs[0]
+        if t in cut:
+            continue
+        for c in consumers.get(t, []):
+            parent[find(c.id)] = find(op.id)
+    groups: dict[int, list[int]] = {}
+    for op in ops:
+        groups.setdefault(find(op.id), []).append(op.id)
+    if any(len(g) > max_ops for g in groups.values()):
+        return None
+    # every cut tensor must cross pieces, and the pieces must form a DAG (topological by min op id)
+    of = {i: find(i) for i in parent}
+    edges = set()
+    for op in ops:
+        t = op.outputs[0]
+        for c in consumers.get(t, []):
+            if of[c.id] != of[op.id]:
+                edges.add((of[op.id], of[c.id]))
+            elif t in cut:
+                return None
+    order = sorted(groups, key=lambda r: min(groups[r]))
+    rank = {r: i for i, r in enumerate(order)}
+    if any(rank[a] >= rank[b] for a, b in edges):
+        # not in creation order: a true cycle or just a different topological order; check for a cycle
+        if _cyclic(set(groups), edges):
+            return None
+        order = _topo(set(groups), edges, groups)
+    return [sorted(groups[r]) for r in order]
+
+
+def _cyclic(nodes: set, edges: set) -> bool:
+    return len(_topo(nodes, edges, None)) != len(nodes)
+
+
+def _topo(nodes: set, edges: set, groups: Optional[dict]) -> list:
+    indeg = {n: 0 for n in nodes}
+    for _, b in edges:
+        indeg[b] += 1
+    key = (lambda n: min(groups[n])) if groups else (lambda n: n)
+    ready = sorted((n for n in nodes if indeg[n] == 0), key=key)
+    out = []
+    while ready:
+        n = ready.pop(0)
+        out.append(n)
+        for a, b in sorted(edges):
+            if a == n:
+                indeg[b] -= 1
+                if indeg[b] == 0:
+                    ready.append(b)
+                    ready.sort(key=key)
+    return out
+
+
+def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
+    ids = set(op_ids)
+    made = {program.ops[i].outputs[0] for i in ids}
+    p = Program(f"{program.name}.piece{index}")
+    m: dict[Tensor, Tensor] = {}
+    inputs: list[Tensor] = []
+    for i in sorted(ids):
+        op = program.ops[i]
+        for t in op.inputs:
+            if t not in made and t not in m:
+                name = t.name if t.op.kind == "input" else f"cut{t.id}"
+                m[t] = p.input(name, t.shape, t.dtype)
+                inputs.append(t)
+        m[op.outputs[0]] = p.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
+    used_outside = set()
+    for op in program.ops:
+        if op.id not in ids:
+            used_outside.update(t for t in op.inputs if t in made)
+    outputs = [program.ops[i].outputs[0] for i in sorted(ids)
+               if program.ops[i].outputs[0] in used_outside or program.ops[i].outputs[0] in program.outputs]
+    for t in outputs:
+        p.output(m[t])
+    return Piece(p, inputs, outputs, sorted(ids))
+
+
+def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) -> KernelGraph:
+    """One graph of the whole program: each piece's μGraph spliced in on the tensors its inputs name."""
+    g = KernelGraph(program.name)
+    m: dict[Tensor, Tensor] = {t: g.input(t.name, t.shape, t.dtype) for t in program.inputs}
+    for piece, pg in zip(pieces, graphs):
+        pm: dict[Tensor, Tensor] = {}
+        pin = {t.name: t for t in piece.program.inputs}
+        src = {pin[_piece_input_name(t)]: m[t] for t in piece.inputs}
+        for op in pg.ops:
+            if op.kind == "input":
+                pm[op.outputs[0]] = src[pin[op.outputs[0].name]]
+            elif op.kind == "graph_defined":
+                from .rewrite import _replay_block  # noqa: PLC0415 - shared block copier
+                bg = op.attrs["block"]
+                for old, new in zip(op.outputs, g.kernel(_replay_block(bg, [pm[s] for s in bg.sources]))):
+                    pm[old] = new
+            else:
+                pm[op.outputs[0]] = g.add_op(op.kind, [pm[t] for t in op.inputs], dict(op.attrs))
+        for t, o in zip(piece.outputs, pg.outputs):
+            m[t] = pm[o]
+    for t in program.outputs:
+        g.output(m[t])
+    return g
+
+
+def _piece_input_name(t: Tensor) -> str:
+    return t.name if t.op.kind == "input" else f"cut{t.id}"

@@ -1,0 +1,108 @@
+"""Candidates derived from other searches' results, for the driver to rank and verify.
+
+* :func:`composed` — the compositional search of :mod:`search.compose`: search
+  each piece of a cut program (fingerprint matches only: the pieces are not
+  what the user asked for), splice the pieces' cheapest graphs into graphs of
+  the whole program, and fuse their kernels (:func:`search.rewrite.fuse_all`).
+* :func:`splits` — split-loop variants (:func:`search.rewrite.split_variants`)
+  of the cheapest enumeration matches.
+
+Every derived graph is fingerprinted against the whole program here and fully
+verified by the driver with the enumeration's own matches; nothing derived
+ships unverified.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from dataclasses import replace
+from typing import Optional
+
+from mugraph.ir import KernelGraph, Program
+from mugraph.serialize import graph_to_json
+
+from .check import Checker
+from .compose import compose, partition
+from .config import SearchConfig
+from .rewrite import fuse_all, split_variants
+
+
+def _key(g: KernelGraph) -> str:
+    return json.dumps(graph_to_json(g), sort_keys=True)
+
+
+def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker,
+             stats: dict) -> list[tuple[KernelGraph, str]]:
+    """Fingerprint-matching graphs of ``program`` built from separately searched pieces."""
+    from .driver import run  # noqa: PLC0415 - the piece searches are ordinary searches
+
+    t0 = time.monotonic()
+    n_ops = sum(1 for op in program.ops if op.kind != "input")
+    if n_ops <= cfg.compose_above:
+        return []
+    pieces = None
+    for max_ops in range(cfg.piece_ops, max(cfg.piece_ops, n_ops)):
+        pieces = partition(program, max_ops, max_inputs=cfg.max_block_inputs)
+        if pieces:
+            break
+    if not pieces:
+        return []
+    stats["pieces"] = [{"ops": len(p.op_ids), "inputs": [t.label() for t in p.inputs],
+                        "outputs": [list(t.shape) for t in p.outputs]} for p in pieces]
+    per_piece: list[list[KernelGraph]] = []
+    for i, piece in enumerate(pieces):
+        left = budget - (time.monotonic() - t0)
+        share = max(5.0, left / (len(pieces) - i))
+        sub = replace(cfg, compose=False, split_loops=False, verify=False, checkpoint=None,
+                      max_kernel_ops=1, time_limit=share, max_results=4, verify_reserve=0.0)
+        res = run(piece.program, sub)
+        stats[f"piece{i}"] = {"seconds": res.stats["wall_seconds"], "matches": res.stats["num_graphs"],
+                              "complete": res.stats["complete"]}
+        if not res.graphs:
+            return []
+        per_piece.append(res.graphs)
+    combos = sorted(itertools.product(*[range(len(c)) for c in per_piece]), key=lambda ix: (sum(ix), ix))
+    out: list[tuple[KernelGraph, str]] = []
+    seen: set[str] = set()
+    tried = 0
+    for ix in combos[:cfg.compose_combinations]:
+        try:
+            whole = compose(program, pieces, [per_piece[p][j] for p, j in enumerate(ix)])
+        except Exception as e:  # noqa: BLE001 - a piece graph that does not splice is skipped, counted
+            stats["compose_failed"] = stats.get("compose_failed", 0) + 1
+            stats.setdefault("compose_error", str(e)[:200])
+            continue
+        for g, origin in [(whole, "composed")] + [(f, "composed+fused") for f in fuse_all(whole)]:
+            k = _key(g)
+            if k in seen:
+                continue
+            seen.add(k)
+            tried += 1
+            if checker.fingerprint_matches(g):
+                out.append((g, origin))
+    stats["composed_fingerprinted"] = tried
+    stats["composed_matches"] = len(out)
+    stats["compose_seconds"] = round(time.monotonic() - t0, 3)
+    return out
+
+
+def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
+           deadline: Optional[float] = None) -> list[tuple[KernelGraph, str]]:
+    """Fingerprint-matching split-loop variants of ``graphs``."""
+    out = []
+    seen: set[str] = set()
+    for g in graphs:
+        for h in split_variants(g):
+            if deadline is not None and time.monotonic() > deadline:
+                return out
+            k = _key(h)
+            if k in seen:
+                continue
+            seen.add(k)
+            stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
+            if checker.fingerprint_matches(h):
+                out.append((h, "split-loop"))
+    stats["split_matches"] = len(out)
+    return out
