@@ -3,12 +3,9 @@
 A candidate whose abstract expression is A_eq-equivalent to the program's is
 first fingerprinted (one finite-field draw, cheap) and, if the fingerprint
 matches, verified to the configured error bound with ``verify.equivalent``.
-
-TEMPORARY FALLBACK: while ``verify`` (issue 3) does not provide ``equivalent`` /
-``fingerprint``, candidates are checked by float64 evaluation on two seeded
-random input draws (relative error ≤ 1e-9). That is a real check — a candidate is
-never accepted unchecked — but not the finite-field proof; ``Checker.method``
-says which one ran, and it is recorded in the search statistics.
+``verify`` is a hard dependency of ``search`` (DESIGN's one allowed stage
+import); the float64 comparison below is only used if it cannot be imported
+(a broken install), and ``Checker.method`` records which check ran.
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ class Checker:
         self.error = error
         self.seed = seed
         try:
-            import verify  # noqa: PLC0415 - optional until issue 3 lands
+            import verify  # noqa: PLC0415
         except ImportError:  # pragma: no cover
             verify = None
         self._verify: Any = verify if verify is not None and hasattr(verify, "equivalent") else None
@@ -63,7 +60,7 @@ class Checker:
             return False, False
         return True, self.verified(graph)
 
-    # -- temporary fallback
+    # -- fallback without the verify package
     def _float_check(self, graph: KernelGraph, draws: int) -> bool:
         if self._draws is None:
             self._draws = []

@@ -79,6 +79,8 @@ class Candidate:
     measured_s: float | None = None
     configs: dict = field(default_factory=dict)  # op id -> KernelConfig fields (tuned)
     rejected: str = ""
+    #: how the search found it: "enumeration", "composed", "composed+fused", "split-loop"
+    found_by: str = ""
 
     @property
     def num_kernels(self) -> int:
@@ -87,13 +89,15 @@ class Candidate:
     def to_json(self) -> dict:
         return {"graph": graph_to_json(self.graph), "origin": self.origin, "verified": self.verified,
                 "float_ok": self.float_ok, "float_summary": self.float_summary, "predicted_s": self.predicted_s,
-                "measured_s": self.measured_s, "configs": self.configs, "rejected": self.rejected}
+                "measured_s": self.measured_s, "configs": self.configs, "rejected": self.rejected,
+                "found_by": self.found_by}
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
         return cls(graph_from_json(d["graph"]), d["origin"], d.get("verified"), d.get("float_ok"),
                    d.get("float_summary", ""), d.get("predicted_s"), d.get("measured_s"),
-                   {int(k): v for k, v in d.get("configs", {}).items()}, d.get("rejected", ""))
+                   {int(k): v for k, v in d.get("configs", {}).items()}, d.get("rejected", ""),
+                   d.get("found_by", ""))
 
 
 class Optimized:
@@ -156,7 +160,8 @@ class Optimized:
             pred = f"{c.predicted_s * 1e6:8.1f}" if c.predicted_s is not None else "       -"
             mark = "*" if c is self.best else " "
             why = f"  rejected: {c.rejected}" if c.rejected else ""
-            lines.append(f"   {mark} {c.origin:8} kernels={c.num_kernels} {pred} {meas}{why}")
+            how = f" ({c.found_by})" if c.found_by else ""
+            lines.append(f"   {mark} {c.origin:8} kernels={c.num_kernels} {pred} {meas}{why}{how}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -286,7 +291,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                                   "verify_error": cfg.error})
     found = search.run(program, scfg)
     t_search = time.perf_counter() - t0
-    cands = [Candidate(g, "search") for g in found.graphs]
+    origins = found.stats.get("origins") or [""] * len(found.graphs)
+    cands = [Candidate(g, "search", found_by=o) for g, o in zip(found.graphs, origins)]
     if cfg.keep_program:
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)

@@ -58,6 +58,17 @@ def test_generality_softmax_and_residual_norm():
     assert any(g.num_kernels == 1 for g in r.graphs)
 
 
+def test_generality_low_rank_chain():
+    """``(X @ U) @ V`` (a rank-8 bottleneck): one kernel that recomputes the small X@U per block."""
+    p = mg.Program("low_rank_chain")
+    X = p.input("X", (16, 64)); U = p.input("U", (64, 8)); V = p.input("V", (8, 64))
+    p.output((X @ U) @ V)
+    r = search.run(p, _cfg(max_kernel_ops=1, max_block_ops=4))
+    ones = [g for g in r.graphs if g.num_kernels == 1]
+    assert ones
+    assert any(g.ops[-1].attrs["block"].num_blocks > 1 for g in ones)
+
+
 def test_iterative_deepening_and_verification_budget():
     """Phase 1 (one kernel op) comes first; only a bounded number of fingerprint
     matches is fully verified, cheapest first, per kernel count."""
