@@ -6,7 +6,9 @@ reference μGraph, lowered and autotuned by ``lower.tune``, next to PyTorch eage
 median over CUDA-graph replays, both cold (L2 evicted before every call: the
 headline, ``--timing cold``) and warm (back-to-back calls) — and the
 memory-traffic floor (inputs read once + outputs written once, over the
-bandwidth of a device-to-device copy measured on the same card). Also the cost
+bandwidth of a device-to-device copy measured on the same card), and the same
+floor as the timer sees it ("stream": one Triton kernel reading that many bytes,
+timed cold like everything else). Also the cost
 model's prediction beside each measured time and the Spearman rank correlation
 between predicted and measured times (over the references and all tuned
 variants).
@@ -44,6 +46,36 @@ def torch_fn(name: str):
 
 def sdpa_fn(name: str):
     return SDPA.get(name)
+
+
+def stream_probe(nbytes: int, bench, graphed) -> float:
+    """Seconds, cold, of one Triton kernel that reads ``nbytes`` (fp16) once with wide,
+    pipelined loads and writes one float per program — the memory floor *as this timer
+    sees it*: the same bytes as ``floor``, plus a CUDA-graph launch and the kernel's
+    ramp-up and tail. Best of a few grid shapes."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _stream(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ITERS: tl.constexpr, STAGES: tl.constexpr):
+        pid = tl.program_id(0)
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for i in tl.range(0, ITERS, num_stages=STAGES):
+            offs = (i * tl.num_programs(0) + pid) * BLOCK + tl.arange(0, BLOCK)
+            acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+        tl.store(out_ptr + pid, tl.sum(acc, axis=0))
+
+    n = max(1, nbytes // 2)
+    x = torch.rand(n, device="cuda").half()
+    best = math.inf
+    for progs, block, warps in ((132 * 4, 4096, 4), (132 * 8, 2048, 4), (132 * 2, 8192, 8), (None, 8192, 8)):
+        grid = progs or triton.cdiv(n, block)
+        iters = triton.cdiv(n, grid * block)
+        out = torch.empty(grid, device="cuda")
+        f = graphed(lambda xx, oo: _stream[(grid,)](xx, oo, n, BLOCK=block, ITERS=iters, STAGES=3, num_warps=warps),
+                    [x, out])
+        best = min(best, bench(f, flush=True))
+    return best
 
 
 def spearman(xs, ys) -> float:
@@ -164,6 +196,11 @@ def main() -> int:
                 if sd is not None:
                     both("sdpa_us", sd)
                 row["floor_us"] = cost_model.memory_floor_bytes(g) / bw * 1e6
+                if flush:
+                    try:
+                        row["stream_us"] = stream_probe(cost_model.memory_floor_bytes(g), bench, graphed) * 1e6
+                    except Exception as e:  # noqa: BLE001
+                        log(f"  stream probe failed: {type(e).__name__}: {str(e)[:200]}")
                 # a measured floor: one read of every input (torch.sum), timed the same way
                 rd_rep = graphed(lambda *xs: [x.sum(dtype=torch.float32) for x in xs], targs)
                 row["read_floor_us"] = bench(rd_rep, flush=flush) * 1e6
@@ -189,7 +226,7 @@ def main() -> int:
 
 
 def write_results(args, rows, corr_pts, bw, dev, flush, other, log) -> None:
-    cols = ["name", "b", "lowered_us", "eager_us", "compile_us", "sdpa_us", "best_torch_us", "floor_us",
+    cols = ["name", "b", "lowered_us", "eager_us", "compile_us", "sdpa_us", "best_torch_us", "floor_us", "stream_us",
             "speedup", "vs_floor", "predicted_us", "rel_err", "launches", "config", "lowered_other_us",
             "eager_other_us", "compile_other_us", "sdpa_other_us", "best_torch_other_us", "speedup_other",
             "read_floor_us", "read_floor_other_us", "bench_s", "error"]
@@ -221,22 +258,26 @@ def write_results(args, rows, corr_pts, bw, dev, flush, other, log) -> None:
     def fmt(v):
         return f"{v:8.1f}" if isinstance(v, float) else f"{'—':>8}"
 
-    lines = [f"| benchmark | b | lowered | eager | compile | SDPA | floor | read floor | ×best torch | ×floor | "
-             f"predicted | rel.err | config |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [f"| benchmark | b | lowered | eager | compile | SDPA | floor | stream | read floor | ×best torch | "
+             f"×floor | ×stream | predicted | rel.err | config |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['name']} | {r['b']} | error: {r['error'][:80]} |")
             continue
+        vs_stream = f"{r['lowered_us'] / r['stream_us']:.2f}" if r.get("stream_us") else "—"
         lines.append(f"| {r['name']} | {r['b']} | {r['lowered_us']:.1f} | {fmt(r.get('eager_us')).strip()} | "
                      f"{fmt(r.get('compile_us')).strip()} | {fmt(r.get('sdpa_us')).strip()} | {r['floor_us']:.1f} | "
-                     f"{r['read_floor_us']:.1f} | {r['speedup']:.2f} | {r['vs_floor']:.2f} | {r['predicted_us']:.1f} | "
-                     f"{r['rel_err']:.1e} | {r['config']} |")
+                     f"{fmt(r.get('stream_us')).strip()} | "
+                     f"{r['read_floor_us']:.1f} | {r['speedup']:.2f} | {r['vs_floor']:.2f} | {vs_stream} | "
+                     f"{r['predicted_us']:.1f} | {r['rel_err']:.1e} | {r['config']} |")
     lines.append("")
     mode = ("cold: L2 evicted (256 MB read, L2 left clean) before every call" if flush
             else "warm: back-to-back calls on the same buffers")
     lines.append(f"times in μs, median of CUDA-graph replays, {mode}; floor = inputs read once + outputs "
-                 f"written once at the copy bandwidth {bw / 1e12:.2f} TB/s measured on this card; {dev}")
+                 f"written once at the copy bandwidth {bw / 1e12:.2f} TB/s measured on this card; stream = one "
+                 f"Triton kernel reading that many bytes, timed the same way (the floor plus launch, ramp-up "
+                 f"and tail, as this timer sees them); {dev}")
     lines.append("")
     lines.append(f"The same programs timed {other} ({'back-to-back calls on the same buffers' if flush else 'L2 evicted before every call'}):")
     lines.append("")

@@ -11,7 +11,9 @@ Mapping (DESIGN §6, paper §6):
   loads and stores are masked to the real extents, and values whose padding may
   be non-zero are masked again right before a reduction reads the padding;
 * ``matmul`` → ``tl.dot`` (fp32 accumulation) or, for tiles with a dim of 1 or
-  rank 4, a broadcast multiply-and-sum; reductions → ``tl.sum/tl.max(keep_dims)``;
+  rank 4 — and, by ``KernelConfig.small_mm``, for m or n below 16 — a broadcast
+  multiply-and-sum in fp32 (optionally accumulated un-reduced over the loop and
+  summed once after it); reductions → ``tl.sum/tl.max(keep_dims)``;
 * ``concat``/``reshape``/``repeat`` that rearrange elements go through a small
   per-program scratch area (the block's "shared memory"), with barriers; a
   matmul of two matching concats is split into a sum of matmuls instead;
@@ -63,7 +65,11 @@ class KernelConfig:
     :func:`lower.tiles.loop_chunks` allows). ``combine``: with split-K, ``"kernel"``
     sums the partials in a second launch; ``"last"`` lets the last program of each
     output tile to finish (an atomic counter per tile) sum them and run the
-    post-loop ops — one launch.
+    post-loop ops — one launch. ``small_mm``: how matmuls with a real m or n below
+    16 are lowered — ``"dot"`` (``tl.dot``, padded to 16), ``"v"`` (broadcast
+    multiply and ``tl.sum`` in fp32, unpadded) or ``"va"`` (as ``"v"``, the
+    un-reduced product accumulated and summed once after the loop); see
+    :data:`lower.tiles.SMALL_MM`. Label suffix: the mode's name (``w1s3k4Lv``).
     """
 
     num_warps: int = 4
@@ -73,6 +79,7 @@ class KernelConfig:
     fp32_dot: str = "ieee"
     chunk: int = 1
     combine: str = "kernel"
+    small_mm: str = "dot"
 
     def label(self) -> str:
         s = f"w{self.num_warps}s{self.num_stages}"
@@ -82,6 +89,8 @@ class KernelConfig:
             s += f"k{self.split}" + ("L" if self.combine == "last" else "")
         if self.sub:
             s += "p" + "x".join(f"{c}:{r}" for c, r in self.sub)
+        if self.small_mm != "dot":
+            s += self.small_mm
         return s
 
 
@@ -319,11 +328,18 @@ class _Emitter:
                 else:
                     parts.append(f"tl.dot({ea}, {eb}, out_dtype=tl.float32{prec})")
             else:
+                # CUDA cores, fp32: out[.., m, n] = Σ_k a[.., m, k] · b[.., k, n] as a broadcast
+                # product over (.., m, k, n), summed over k (no padding to tl.dot's 16)
                 ea = self.align(self.clean_only(a, [ka]), len(a.pshape), r)
                 eb = self.align(self.clean_only(b, [kb]), len(b.pshape), r)
                 ea = f"{ea}[{', '.join([':'] * r + ['None'])}]"
                 eb = f"{eb}[{', '.join([':'] * (r - 2) + ['None', ':', ':'])}]"
-                parts.append(f"tl.sum(({ea}).to(tl.float32) * ({eb}).to(tl.float32), axis={r - 1})")
+                ea, eb = (e if x.f32 else f"({e}).to(tl.float32)" for e, x in ((ea, a), (eb, b)))
+                prod = f"{ea} * {eb}"
+                if op.id in self.info.deferred:
+                    parts.append(prod)  # summed over k after the loop (op_accum, loop_block)
+                else:
+                    parts.append(f"tl.sum({prod}, axis={r - 1})")
             # output padding: rows of a's padding / columns of b's padding
             ca = {r - 2} if (len(a.pshape) - 2) in a.clean and b.finite else set()
             cb = {r - 1} if (len(b.pshape) - 1) in b.clean and a.finite else set()
@@ -332,6 +348,17 @@ class _Emitter:
             finite = finite and a.finite and b.finite
         clean = {d for d in clean if d >= r - 2}
         v = self.val(t, f32=True, clean=frozenset(clean), finite=finite)
+        if op.id not in self.info.dot_ops:
+            m, n = self.info.shape(t)[-2:]
+            why = (f"m = {m}, n = {n}: small, KernelConfig.small_mm={self.cfg.small_mm!r}"
+                   if self.cfg.small_mm != "dot" and min(m, n) < 16 else "no tl.dot for this shape")
+            self.emit(f"# on the CUDA cores in fp32 ({why}): a broadcast product over (m, k, n), summed over k")
+        if op.id in self.info.deferred:
+            # the un-reduced product (.., m, k, n): the accumulator adds it up as is
+            kp = self.info.padded(op.inputs[0])[-1]
+            v.pshape = v.pshape[:-1] + (kp,) + v.pshape[-1:]
+            v.rshape = v.rshape[:-1] + (kp,) + v.rshape[-1:]
+            self.emit("# not reduced over k here: accumulated as is, summed once after the loop")
         self.emit(f"{v.name} = {' + '.join(parts)}")
 
     def _lin(self, names_ranges: list[str], strides: list[int], rank: int) -> str:
@@ -457,6 +484,8 @@ class _Emitter:
         if op in self.sched.invariant_accums:
             n = self.loop_F
             self.emit(f"{v.name} = {self.f32(x)}" + (f" * {float(n)!r}" if n != 1 else ""))
+        elif op.inputs[0].op.id in self.info.deferred:
+            self.emit(f"{v.name}_k += {x.name}")
         else:
             self.emit(f"{v.name} += {self.f32(x)}")
 
@@ -501,7 +530,7 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         raise ValueError(f"{name}: chunk {cfg.chunk} must divide forloop/split {block.forloop}/{cfg.split}")
     if cfg.combine not in ("kernel", "last"):
         raise ValueError(f"{name}: combine must be 'kernel' or 'last', got {cfg.combine!r}")
-    info = analyze(block, dict(cfg.sub), chunk=cfg.chunk)
+    info = analyze(block, dict(cfg.sub), chunk=cfg.chunk, small_mm=cfg.small_mm)
     em = _Emitter(block, name, sources, outputs, cfg, info)
     em.interpret = interpret
     em.run()
@@ -537,18 +566,33 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         return out
 
     def loop_block(lo: str) -> list[str]:
-        body = []
+        body, post = [], []
         for op in loop_accs:
             v = em.vals[op.outputs[0].id]
-            body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
+            x = em.vals[op.inputs[0].id]
+            if op.inputs[0].op.id in info.deferred:
+                ax = len(x.pshape) - 2
+                body.append(f"# {v.name}_k: the un-reduced product {x.pshape} (m, k, n), fp32: no per-step "
+                            "reduction over k")
+                body.append(f"{v.name}_k = tl.zeros({x.pshape}, dtype=tl.float32)")
+                post.append(f"{v.name} = tl.sum({v.name}_k, axis={ax})  # the k-reduction, once")
+            else:
+                body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
         loop_ops = [o for o in sch.loop if o.kind != "accum"]
         if block.forloop > 1 and loop_ops:
             hi = f"{lo} + {em.iters}" if lo != "0" else f"{em.iters}"
-            body.append(f"for i in range({lo}, {hi}):")
+            if cfg.small_mm != "dot" and cfg.num_stages > 1 and not any(o.id in info.dot_ops for o in loop_ops):
+                # no tl.dot in this loop: Triton software-pipelines its loads (cp.async, num_stages - 1
+                # steps ahead) only when asked per loop; without it every step waits for its loads
+                body.append("# no tl.dot in this loop: ask for software-pipelined loads (num_stages - 1 steps "
+                            "ahead), which Triton does unasked only in loops with a tl.dot")
+                body.append(f"for i in tl.range({lo}, {hi}, num_stages={cfg.num_stages}):")
+            else:
+                body.append(f"for i in range({lo}, {hi}):")
             body += ["    " + ln for ln in lines_of(loop_ops + loop_accs)]
         else:
             body += lines_of(loop_ops + loop_accs)
-        return body
+        return body + post
 
     def savers() -> list[str]:
         body = []

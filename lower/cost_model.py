@@ -2,7 +2,7 @@
 
 Per launch (a Triton kernel of a graph-defined op, or a torch call)::
 
-    t = launch + max(t_dram, t_l2, t_compute, t_serial)
+    t = launch + max(t_dram, t_l2, t_compute, t_serial) + t_fma
 
 * ``t_dram`` — unique device bytes (each source read once, each output written
   once, split-K partials written and read) over DRAM bandwidth, divided by the
@@ -14,10 +14,22 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
 * ``t_l2`` — bytes of every tile load (replicated tiles are re-read from L2) over
   L2 bandwidth, with the same occupancy factor;
 * ``t_compute`` — ``tl.dot`` flops (at padded tile sizes: padding costs tensor-core
-  work) over the tensor-core rate, plus element-wise flops over the CUDA-core rate;
+  work) over the tensor-core rate, plus element-wise flops — CUDA-core matmuls
+  (``KernelConfig.small_mm``) included, and the element-wise ops that make a
+  ``tl.dot`` operand counted once per warp that replicates them — over the
+  CUDA-core rate;
+* ``t_fma`` — the CUDA-core matmuls' flops over the CUDA-core rate once more, *added*:
+  each step's multiply-adds wait for the step's tiles and keep the program from
+  issuing the next loads (measured, NOTES.md v3);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
-  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps).
+  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps);
+  stretched when a thread would need more than 255 registers (spills), infinite
+  when the padded tiles do not fit shared memory at all.
+
+Residency (programs per SM) is bounded by shared memory at *padded* extents
+(:func:`lower.memory.lowered_shared_memory`), warps, and registers (accumulators —
+the un-reduced products of ``small_mm="va"`` included).
 
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
 one more round trip for the last program of each tile.
@@ -36,6 +48,7 @@ from mugraph.ir import DTYPES, KernelGraph, Op
 
 from .codegen import KernelConfig
 from .schedule import kernel_order
+from .memory import lowered_shared_memory
 from .tiles import analyze
 
 
@@ -70,10 +83,11 @@ class LaunchCost:
     t_compute: float
     t_serial: float
     launch: float
+    t_fma: float = 0.0    # CUDA-core matmul work, not overlapped with the rest
 
     @property
     def total(self) -> float:
-        return self.launch + max(self.t_dram, self.t_l2, self.t_compute, self.t_serial)
+        return self.launch + max(self.t_dram, self.t_l2, self.t_compute, self.t_serial) + self.t_fma
 
 
 @dataclass
@@ -88,7 +102,7 @@ class Breakdown:
 def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost]:
     bg = op.attrs["block"]
     chunk = cfg.chunk if bg.forloop > 1 else 1
-    info = analyze(bg, dict(cfg.sub), chunk=chunk)
+    info = analyze(bg, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
     subs = math.prod(info.split.values()) if info.split else 1
     nprog = bg.num_blocks * subs
     F = bg.forloop
@@ -107,7 +121,9 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
     if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
         step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
     l2 += sum(t.nbytes for t in op.outputs)
-    tc, ew = 0.0, 0.0
+    tc, ew, fma = 0.0, 0.0, 0.0                  # fma: flops of matmuls on the CUDA cores
+    rep = _dot_operand_replication(bg, info, cfg.num_warps)
+    acc_regs = 0.0                               # fp32 accumulator elements one program holds
     for b in bg.ops:
         out = b.outputs[0]
         reps = total * (steps if out.acc == 0 else 1)
@@ -120,12 +136,26 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
                 tc += fl
             else:
                 ew += fl
-        elif b.kind not in ("iterator", "accum"):
-            ew += math.prod(info.padded(out)) * reps
+                fma += fl
+            if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
+                acc_regs += math.prod(p_out) * k - math.prod(p_out)
+        elif b.kind == "accum":
+            acc_regs += math.prod(info.padded(out))
+        elif b.kind != "iterator":
+            ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
     # bytes in flight: resident programs × (stages − 1) loop steps each
     pipe = max(1, min(cfg.num_stages - 1, steps))
-    smem = max(step_bytes * max(1, cfg.num_stages - 1), 1.0)
-    resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, math.ceil(total / dev.sms)))
+    # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
+    # pipelined, else in registers), or the shared memory at padded extents where that is more
+    # (tl.dot pads m, n to 16 and stages its operands)
+    lowered = float(lowered_shared_memory(bg, cfg))
+    smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
+    # registers: accumulators plus a few per thread of everything else (64 K per SM); a thread
+    # holds at most 255, beyond that the compiler spills to local memory
+    regs = acc_regs + 16 * 32 * cfg.num_warps
+    spill = max(1.0, regs / (32 * cfg.num_warps) / 255)
+    resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, int(65536 // regs) or 1,
+                          math.ceil(total / dev.sms)))
     active = min(total, dev.sms * resident)
     inflight = active * max(step_bytes, 1.0) * pipe
     eff = min(1.0, inflight / (dev.dram_bw * dev.mem_latency), min(total, dev.sms) * dev.sm_bw / dev.dram_bw)
@@ -134,15 +164,21 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
     quant = math.ceil(waves) / waves if waves > 1 else 1.0
     busy = min(1.0, total / dev.sms)
     # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM
-    serial = dev.mem_latency + steps * (dev.iter_latency / pipe + step_bytes * resident / dev.sm_bw)
+    serial = (dev.mem_latency + steps * (dev.iter_latency / pipe + step_bytes * resident / dev.sm_bw)) * spill
+    if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
+        serial = math.inf
     costs = []
     t_c = tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy
+    # a CUDA-core matmul's multiply-adds of a step wait for that step's tiles and hold the
+    # warps that would issue the next loads: added to the kernel's time, not overlapped
+    # (H100, gated_mlp b=1, M = 8: tl.dot 28.1 μs, CUDA cores ≥ 34.8; NOTES.md v3)
+    t_fma = fma / dev.fp32_flops / busy
     if split > 1:
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
         d_in = dram - sum(t.nbytes for t in op.outputs) + part
         costs.append(LaunchCost(f"k{op.id}_partial", total, d_in, l2 + part, tc + ew,
                                 d_in / dev.dram_bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
-                                dev.launch))
+                                dev.launch, t_fma))
         out_b = sum(t.nbytes for t in op.outputs) + part
         if cfg.combine == "last":  # the last program of each tile sums the partials: a latency, no launch
             costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
@@ -152,8 +188,38 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
                                     out_b / dev.l2_bw, 0.0, dev.mem_latency, dev.launch))
     else:
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / dev.dram_bw / eff * quant,
-                                l2 / dev.l2_bw / busy, t_c, serial, dev.launch))
+                                l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
     return costs
+
+
+def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:
+    """Block op id -> how many times the generated code computes it per program.
+
+    Element-wise ops that only make an operand of a ``tl.dot`` run in the dot-operand
+    layout, where every warp that shares the operand holds all of it: an A operand
+    (m rows, padded to ≥ 16) is computed once per warp along n — ``num_warps / (m / 16)``
+    times when m is small (the x·g of rmsnorm_matmul at M = 2: 4× at 4 warps; TTGIR,
+    NOTES.md v2). B operands are split over the warps along n, not replicated.
+    """
+    cons = bg.consumers()
+    out: dict[int, int] = {}
+    for op in bg.ops:
+        if op.kind != "matmul" or op.id not in info.dot_ops:
+            continue
+        a = op.inputs[0]
+        r = max(1, num_warps // max(1, info.padded(a)[-2] // 16))
+        if r == 1:
+            continue
+        stack = [a]
+        while stack:  # the cone of element-wise producers used by this operand only
+            t = stack.pop()
+            p = t.op
+            if p.kind in ("iterator", "accum", "matmul", "const") or any(c is not op and c.id not in out
+                                                                         for c in cons[t]):
+                continue
+            out[p.id] = r
+            stack += list(p.inputs)
+    return out
 
 
 def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:

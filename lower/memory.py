@@ -74,6 +74,54 @@ def shared_memory_estimate(block: BlockGraph, num_stages: int = 1) -> int:
     return peak + max(0, num_stages - 1) * pipelined
 
 
+def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:
+    """Bytes of shared memory the generated kernel of ``block`` is expected to take
+    under ``cfg`` (a :class:`lower.codegen.KernelConfig`), at *padded* tile extents.
+
+    :func:`shared_memory_estimate` is the IR's view (real tile sizes); Triton's is
+    different: tiles are padded (to 16 on every dim of a ``tl.dot``), and what lands
+    in shared memory is (calibrated on sm_90 compiles with Triton 3.9, NOTES.md v3)
+
+    * the software-pipelining buffers of a loop's loads: ``num_stages − 1`` copies of
+      every fmapped tile (in its storage dtype) — in loops with a ``tl.dot``, and in
+      dot-free loops that the ``"v"``/``"va"`` lowerings pipeline with ``tl.range``;
+    * the operands of a ``tl.dot`` outside a pipelined loop (a block without a loop,
+      or loop-invariant operands), staged whole at padded size.
+
+    Layout-conversion scratch (a few KB) is not counted.
+    """
+    from .codegen import KernelConfig
+    from .schedule import schedule_block
+    from .tiles import analyze
+
+    cfg = cfg or KernelConfig()
+    chunk = cfg.chunk if block.forloop > 1 else 1
+    info = analyze(block, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
+    sch = schedule_block(block)
+    loop = {o.id for o in sch.loop}
+    looped = block.forloop > 1 and bool(loop)
+    dot_in_loop = any(o.id in info.dot_ops for o in sch.loop)
+    pipelined = looped and cfg.num_stages > 1 and (dot_in_loop or cfg.small_mm != "dot")
+
+    def padded_bytes(t) -> int:
+        n = DTYPES[t.dtype]
+        for e in info.padded(t):
+            n *= e
+        return n
+
+    total = 0
+    staged = set()
+    if pipelined:
+        for op in sch.loop:
+            if op.kind == "iterator" and op.attrs["fmap"] is not None:
+                total += (cfg.num_stages - 1) * padded_bytes(op.outputs[0])
+                staged.add(op.outputs[0].id)
+    for op in block.ops:
+        if op.kind == "matmul" and op.id in info.dot_ops and not (pipelined and op.id in loop):
+            total += sum(padded_bytes(x) for x in op.inputs if x.id not in staged)
+    return total
+
+
 def check_shared_memory(block: BlockGraph, num_stages: int, budget: int, where: str) -> int:
     need = shared_memory_estimate(block, num_stages)
     if need > budget:

@@ -2,7 +2,9 @@
 
 A μGraph fixes its grid, loop and tiles, but leaves the lowering free to choose
 ``num_warps``, ``num_stages``, split-K (loop iterations spread over programs, then
-a combine kernel) and sub-tiles along parallel dims (:mod:`lower.tiles`). The
+a combine kernel), sub-tiles along parallel dims (:mod:`lower.tiles`) and, for
+matmuls with fewer than 16 rows or columns, ``tl.dot`` or a CUDA-core broadcast
+multiply-and-sum (``KernelConfig.small_mm``). The
 calibration in DESIGN §6 shows why that matters: the paper's rmsnorm_matmul
 kernel launches 96 programs, too few to pull the H100's bandwidth.
 
@@ -28,7 +30,7 @@ from mugraph.ir import BlockGraph, KernelGraph
 
 from .codegen import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
-from .tiles import DOT_MIN, analyze, loop_chunks
+from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
 
 
 @dataclass
@@ -68,26 +70,52 @@ def grid_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DO
     return out
 
 
-def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DOT_MIN
-                   ) -> list[tuple[int, tuple, int, str]]:
-    """(split, sub, chunk, combine) choices for ``block``: the grid shape, the loop's
-    re-chunking, and how split-K partials are combined."""
+SMALL_MM_MENU = ("dot", "v")
+"""The small-matmul lowerings :func:`tune` times by default. ``"va"`` (un-reduced
+accumulation) is left out: on the H100 it lost to ``"v"`` on every config measured
+(rmsnorm_matmul b=1 best 31.7 vs 23.7 μs, gated_mlp b=1 46 vs 35; NOTES.md v3)."""
+
+
+def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMALL_MM) -> list[str]:
+    """Ways to lower ``block``'s small matmuls (:data:`lower.tiles.SMALL_MM`, those in
+    ``menu``) that differ from ``tl.dot`` everywhere: ``"v"`` when some matmul has a
+    real m or n below 16, ``"va"`` when one of those also feeds an accumulator
+    directly (and its un-reduced product fits :data:`lower.tiles.DEFER_MAX`).
+    ``"dot"`` always, first."""
+    base = analyze(block, dict(sub), chunk=chunk)
+    modes = ["dot"]
+    if ("v" in menu or "va" in menu) and analyze(block, dict(sub), chunk=chunk, small_mm="v").dot_ops != base.dot_ops:
+        if "v" in menu:
+            modes.append("v")
+        if "va" in menu and analyze(block, dict(sub), chunk=chunk, small_mm="va").deferred:
+            modes.append("va")
+    return modes
+
+
+def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DOT_MIN,
+                   small_mm=SMALL_MM_MENU) -> list[tuple[int, tuple, int, str, str]]:
+    """(split, sub, chunk, combine, small_mm) choices for ``block``: the grid shape,
+    the loop's re-chunking, how split-K partials are combined, and how small
+    matmuls are lowered (:func:`small_mm_modes` of the ``small_mm`` menu)."""
     out = []
     chunks = loop_chunks(block)
     for s, sub in grid_choices(block, max_programs, min_tile):
         for c in chunks:
             if (block.forloop // s) % c:
                 continue
+            modes = small_mm_modes(block, sub, c, small_mm)
             for comb in (("kernel", "last") if s > 1 else ("kernel",)):
-                out.append((s, sub, c, comb))
+                for mm in modes:
+                    out.append((s, sub, c, comb, mm))
     return out
 
 
 def config_space(block: BlockGraph) -> list[KernelConfig]:
     """Every config :func:`tune` might try for one block graph."""
     out = []
-    for (s, sub, c, comb), w, st in itertools.product(layout_choices(block), (2, 4, 8, 16), (1, 2, 3, 4, 5)):
-        out.append(KernelConfig(num_warps=w, num_stages=st, split=s, sub=sub, chunk=c, combine=comb))
+    for (s, sub, c, comb, mm), w, st in itertools.product(layout_choices(block, small_mm=SMALL_MM), (1, 2, 4, 8, 16),
+                                                         (1, 2, 3, 4, 5)):
+        out.append(KernelConfig(num_warps=w, num_stages=st, split=s, sub=sub, chunk=c, combine=comb, small_mm=mm))
     return out
 
 
@@ -169,13 +197,15 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, flush: bool = Tru
 
 
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
-         device_params: DeviceParams = H100, warps=(1, 2, 4, 8), stages=(2, 3, 4, 5), log: Callable | None = None,
-         ref=None, tol: float = 2e-2, flush: bool = True) -> ProfileResult:
+         device_params: DeviceParams = H100, warps=(1, 2, 4, 8, 16), stages=(2, 3, 4, 5), log: Callable | None = None,
+         ref=None, tol: float = 2e-2, flush: bool = True, small_mm=SMALL_MM_MENU) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
 
     ``ref``: float64 outputs every timed variant must match (relative error ≤
     ``tol``; a variant that does not is logged and dropped). ``flush``: time cold
-    (L2 evicted before each call) or warm (see :func:`bench`).
+    (L2 evicted before each call) or warm (see :func:`bench`). ``small_mm``: the
+    lowerings of small matmuls to consider (:data:`SMALL_MM_MENU`; add ``"va"``
+    to time the un-reduced accumulation too).
     """
     gpu = torch.cuda.is_available()
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
@@ -188,8 +218,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     best_t = None
     for op in blocks:
         cands = []
-        for s, sub, ch, comb in layout_choices(op.attrs["block"]):
-            c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb)
+        for s, sub, ch, comb, mm in layout_choices(op.attrs["block"], small_mm=small_mm):
+            c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
             cands.append((estimate(graph, device_params, {**configs, op.id: c}), c))
         cands.sort(key=lambda x: x[0])
         if not gpu:
@@ -210,21 +240,27 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
             return t
 
-        # the best ``top`` by prediction, round-robin over (split, combine) groups so that
-        # each way of shaping the grid is measured at least once when the model ties; then
-        # the best of every split factor not yet picked (the model's per-SM terms are rough:
+        # per small-matmul lowering ("dot" first): the best ``top`` by prediction (``top // 2``
+        # for the CUDA-core lowerings), round-robin over (split, combine) groups so that each
+        # way of shaping the grid is measured at least once when the model ties; then the best
+        # of every split factor not yet picked (the model's per-SM terms are rough:
         # rmsnorm_matmul ranks 96 programs first, yet split-K 4 — 384 programs, a balanced
         # grid on 132 SMs — measures 20 % faster; NOTES.md v2)
-        groups: dict = {}
-        for pred, c in cands:
-            groups.setdefault((c.split > 1, c.combine), []).append((pred, c))
         picked = []
-        while len(picked) < min(top, len(cands)):
-            for g in sorted(groups.values(), key=lambda v: v[0][0] if v else float("inf")):
-                if g and len(picked) < top:
-                    picked.append(g.pop(0))
-        for s in sorted({c.split for _, c in cands} - {c.split for _, c in picked}):
-            picked.append(min((x for x in cands if x[1].split == s), key=lambda x: x[0]))
+        for mm in [m for m in SMALL_MM if any(c.small_mm == m for _, c in cands)]:
+            mine = [x for x in cands if x[1].small_mm == mm]
+            n = top if mm == "dot" else max(2, top // 2)
+            groups: dict = {}
+            for pred, c in mine:
+                groups.setdefault((c.split > 1, c.combine), []).append((pred, c))
+            got = []
+            while len(got) < min(n, len(mine)):
+                for g in sorted(groups.values(), key=lambda v: v[0][0] if v else float("inf")):
+                    if g and len(got) < n:
+                        got.append(g.pop(0))
+            for s in sorted({c.split for _, c in mine} - {c.split for _, c in got}):
+                got.append(min((x for x in mine if x[1].split == s), key=lambda x: x[0]))
+            picked += got
         picked.sort(key=lambda x: x[0])
         for pred, c in picked:
             t = run(c, pred)
@@ -236,16 +272,25 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(picked)} configurations compiles and "
                                 "runs correctly on this GPU (e.g. shared memory beyond the hardware limit)")
         t0, c0 = min(timed, key=lambda x: x[0])
-        for w, st in itertools.product(warps, stages):
-            c = KernelConfig(num_warps=w, num_stages=st, split=c0.split, sub=c0.sub, chunk=c0.chunk,
-                             combine=c0.combine)
-            if c in [x for _, x in timed]:
-                continue
-            t = run(c, estimate(graph, device_params, {**configs, op.id: c}))
-            if t is not None:
-                timed.append((t, c))
-                if t < t0:
-                    t0, c0 = t, c
+        # warps × stages around the winner; warps alone around the best layout of each other
+        # small-matmul lowering (the best warp count differs between tl.dot and the CUDA-core
+        # path, so one lowering must not lose for being timed at the other's best)
+        # (no loop: num_stages changes nothing, only warps are swept)
+        looped = op.attrs["block"].forloop > 1
+        around = [(c0, stages if looped else (c0.num_stages,))]
+        around += [(min((x for x in timed if x[1].small_mm == mm), key=lambda x: x[0])[1], (c0.num_stages,))
+                   for mm in dict.fromkeys(c.small_mm for _, c in timed) if mm != c0.small_mm]
+        for base, sts in around:
+            for w, st in itertools.product(warps, sts):
+                c = KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,
+                                 combine=base.combine, small_mm=base.small_mm)
+                if c in [x for _, x in timed]:
+                    continue
+                t = run(c, estimate(graph, device_params, {**configs, op.id: c}))
+                if t is not None:
+                    timed.append((t, c))
+                    if t < t0:
+                        t0, c0 = t, c
         configs[op.id] = c0
         best_t = t0
     pred = estimate(graph, device_params, configs)

@@ -21,12 +21,32 @@ function: each output element still depends on exactly the same inputs).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import BlockGraph, Tensor
 
 DOT_MIN = 16
 """Smallest extent ``tl.dot`` accepts on each of m, n, k."""
+
+SMALL_MM = ("dot", "v", "va")
+"""How a *small* matmul (real m or n below :data:`DOT_MIN`, e.g. the M = 2 rows of
+rmsnorm_matmul at b = 1) is lowered (``KernelConfig.small_mm``):
+
+* ``"dot"`` — ``tl.dot`` like every other matmul: m and n are padded to 16, and
+  the A operand (with every element-wise op that makes it) is computed at the
+  padded size, in the dot-operand layout, i.e. once per warp (NOTES.md v2);
+* ``"v"`` — a broadcast multiply and ``tl.sum`` over k in fp32 on the CUDA
+  cores, each loop step: tiles keep their power-of-two extents (2 stays 2);
+* ``"va"`` — as ``"v"``, but when the matmul feeds an accumulator directly the
+  un-reduced product ``a[m, k, None] * b[None, k, n]`` is accumulated and summed
+  over k once after the loop (no per-step reduction; ``m·k·n`` fp32 registers,
+  so only offered while that stays under :data:`DEFER_MAX`).
+"""
+
+DEFER_MAX = 16384
+"""Most fp32 elements (64 KB of registers per program) the un-reduced ``"va"``
+accumulators of one block may hold."""
 
 ELEMENTWISE = ("add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "scale")
 
@@ -48,6 +68,8 @@ class TileInfo:
     ext: dict[int, int]                      # class -> padded register extent
     split: dict[int, int]                    # class -> sub-tile factor r (1: not split)
     dot_ops: set[int] = field(default_factory=set)   # matmul op ids lowered to tl.dot
+    deferred: set[int] = field(default_factory=set)  # matmul ids whose un-reduced product is accumulated
+    small_mm: str = "dot"                    # how small matmuls are lowered (SMALL_MM)
     chunk: int = 1                           # μGraph loop iterations per generated-loop step
     loop_cls: int | None = None              # the class of the fmapped dims (grown by ``chunk``)
     pairs: dict[int, list] = field(default_factory=dict)  # matmul id -> [(a_i, b_i)] of split concats
@@ -93,7 +115,7 @@ def _aligned(x: Tensor, out_rank: int):
 
 
 def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: bool = True,
-            chunk: int = 1) -> TileInfo:
+            chunk: int = 1, small_mm: str = "dot") -> TileInfo:
     """Group tile dims into classes, pad them, find parallel (splittable) classes.
 
     ``split`` maps a parallel class id (as listed in ``TileInfo.parallel`` of an
@@ -102,8 +124,12 @@ def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: boo
     (a fallback for tiny tiles; tl.dot otherwise wherever shapes allow).
     ``chunk`` re-chunks the loop: one generated-loop step runs ``chunk`` μGraph
     iterations at once, so the class of the fmapped dims is ``chunk`` times larger
-    (only where :func:`loop_class` allows it).
+    (only where :func:`loop_class` allows it). ``small_mm`` (:data:`SMALL_MM`):
+    ``"v"``/``"va"`` keep matmuls whose real m or n is below :data:`DOT_MIN` off
+    ``tl.dot``, so their dims are not padded to 16.
     """
+    if small_mm not in SMALL_MM:
+        raise ValueError(f"small_mm must be one of {SMALL_MM}, got {small_mm!r}")
     uf = _UF()
     for t in block.tensors:
         for d in range(t.ndim):
@@ -186,18 +212,48 @@ def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: boo
         size[lc] *= chunk
     ext = {c: next_pow2(s) for c, s in size.items()}
     info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
-                    parallel=parallel, pairs=pairs, chunk=chunk, loop_cls=lc)
+                    parallel=parallel, pairs=pairs, chunk=chunk, loop_cls=lc, small_mm=small_mm)
     if use_dot:
         for op in matmuls:
             a, b = op.inputs
             r = op.outputs[0].ndim
             mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
             mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
+            if small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
+                continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
             if r <= 3 and all(size[c] > 1 for c in mnk):
                 info.dot_ops.add(op.id)
                 for c in mnk:
                     ext[c] = max(ext[c], DOT_MIN)
+    if small_mm == "va":
+        info.deferred = _deferrable(block, info, matmuls)
     return info
+
+
+def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list) -> set[int]:
+    """Matmuls lowered off ``tl.dot`` whose product may be accumulated un-reduced: in
+    the loop body, the only consumer an accumulator updated every step, rank ≤ 3 (the
+    product has rank ≤ 4), and all of them together within :data:`DEFER_MAX` elements."""
+    from .schedule import schedule_block
+
+    if block.forloop <= 1:
+        return set()
+    sch = schedule_block(block)
+    loop = {o.id for o in sch.loop}
+    cons = block.consumers()
+    out, total = set(), 0
+    for op in matmuls:
+        t = op.outputs[0]
+        users = cons.get(t, [])
+        if (op.id in info.dot_ops or op.id not in loop or t.ndim > 3 or len(users) != 1
+                or users[0].kind != "accum" or users[0].id not in loop):
+            continue
+        n = math.prod(info.padded(t)) * info.padded(op.inputs[0])[-1]
+        if total + n > DEFER_MAX:
+            continue
+        total += n
+        out.add(op.id)
+    return out
 
 
 def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:

@@ -160,8 +160,8 @@ def test_cost_model_ranks_sensibly():
     def best(g):  # the cost model's choice over the tuner's grid/loop menu
         op = next(o for o in g.ops if o.kind == "graph_defined")
         return min(cost_model.estimate(g, configs={op.id: KernelConfig(num_stages=3, split=s, sub=sub, chunk=c,
-                                                                        combine=cb)})
-                   for s, sub, c, cb in layout_choices(op.attrs["block"]))
+                                                                        combine=cb, small_mm=mm)})
+                   for s, sub, c, cb, mm in layout_choices(op.attrs["block"]))
 
     assert 0 < best(small) < best(big)
     bd = cost_model.breakdown(big)

@@ -1,0 +1,299 @@
+"""Small matmuls (real m or n below 16) lowered on the CUDA cores instead of ``tl.dot``
+(``KernelConfig.small_mm`` "v": broadcast multiply and ``tl.sum`` per step; "va": the
+un-reduced product accumulated over the loop and summed once after it): the same
+function as the float64 interpreter, tiles left unpadded, the tuner times both
+lowerings, the cost model and the shared-memory estimate see the difference.
+CPU only (Triton interpreter)."""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+
+import pytest
+
+import lower
+import mugraph as mg
+from lower import cost_model
+from lower.codegen import KernelConfig
+from lower.memory import lowered_shared_memory, shared_memory_estimate
+from lower.profile import SMALL_MM_MENU, grid_choices, layout_choices, small_mm_modes
+from lower.testing import check, random_graph, random_inputs
+from lower.tiles import SMALL_MM, analyze
+from mugraph.benchmarks import PROGRAMS, reference
+
+TOL = {"float32": 1e-4, "float16": 2e-2}
+
+
+def _blocks(g):
+    return [op for op in g.ops if op.kind == "graph_defined"]
+
+
+def _small_refs():
+    """(name, op id, modes) for every reference μGraph (small shapes) with a small matmul."""
+    out = []
+    for name in sorted(PROGRAMS):
+        g = reference(name, small=True)
+        for op in _blocks(g):
+            modes = small_mm_modes(op.attrs["block"])
+            if len(modes) > 1:
+                out.append((name, op.id, modes))
+    return out
+
+
+SMALL_REFS = _small_refs()
+
+
+def test_the_references_with_small_matmuls_are_found():
+    # rmsnorm_matmul (m = 2), gated_mlp (m = 8), gqa / qknorm_gqa (n = 4) at the test shapes
+    assert {n for n, _, _ in SMALL_REFS} >= {"rmsnorm_matmul", "gated_mlp", "gqa", "qknorm_gqa"}
+    assert not small_mm_modes(_blocks(reference("ntrans", small=True))[0].attrs["block"])[1:]
+    # at the benchmark shapes: rmsnorm_matmul b=1 (m = 2) and gated_mlp b=1 (m = 8), not b=8 (16, 64)
+    assert "v" in small_mm_modes(_blocks(reference("rmsnorm_matmul", b=1))[0].attrs["block"])
+    assert "v" in small_mm_modes(_blocks(reference("gated_mlp", b=1))[0].attrs["block"])
+    assert small_mm_modes(_blocks(reference("rmsnorm_matmul", b=8))[0].attrs["block"]) == ["dot"]
+    assert small_mm_modes(_blocks(reference("gated_mlp", b=8))[0].attrs["block"]) == ["dot"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("name, op_id, modes", SMALL_REFS, ids=[f"{n}-k{i}" for n, i, _ in SMALL_REFS])
+def test_reference_ugraphs_on_cuda_cores(name, op_id, modes, dtype):
+    """Every reference μGraph with a small matmul, in every CUDA-core lowering that
+    applies to it, against float64 (poisoned outputs and workspace, fresh inputs)."""
+    g = reference(name, small=True, dtype=dtype)
+    for mm in [m for m in modes if m != "dot"]:
+        cfg = KernelConfig(num_stages=3, small_mm=mm)
+        prog = lower.compile(g, device="cpu", configs={op_id: cfg}, poison=True)
+        src = prog.triton_source()
+        blk = next(o for o in _blocks(g) if o.id == op_id).attrs["block"]
+        info = analyze(blk, small_mm=mm)
+        assert info.dot_ops < analyze(blk).dot_ops      # some matmul did leave tl.dot
+        assert "tl.sum(" in src and f"config={cfg.label()}" in src
+        if mm == "va":
+            assert info.deferred and "_k += " in src and "the k-reduction, once" in src
+        for seed in ((0, 1) if dtype == "float32" else (0,)):
+            errs = check(prog, g, random_inputs(g, seed))
+            assert max(errs) <= TOL[dtype], (name, mm, dtype, seed, errs)
+
+
+def test_small_m_is_not_padded_to_16():
+    """rmsnorm_matmul (m = 2): "dot" pads the rows to 16 and calls tl.dot; "v" keeps
+    2 rows and has no tl.dot at all; "va" accumulates a (2, k, 64) product."""
+    g = reference("rmsnorm_matmul", small=True)
+    (op,) = _blocks(g)
+    srcs = {mm: lower.compile(g, device="cpu", configs={op.id: KernelConfig(num_stages=3, small_mm=mm)}
+                              ).triton_source() for mm in SMALL_MM}
+    assert "tl.dot(" in srcs["dot"] and "r16 < 2" in srcs["dot"]
+    for mm in ("v", "va"):
+        assert "tl.dot(" not in srcs[mm] and "r16" not in srcs[mm] and "tl.arange(0, 2)" in srcs[mm]
+    assert re.search(r"acc_b5_k = tl.zeros\(\(2, \d+, 64\)", srcs["va"])
+    # the dot-free loop asks Triton to pipeline its loads; the tl.dot loop is pipelined anyway
+    assert "tl.range(" in srcs["v"] and "num_stages=3" in srcs["v"] and "tl.range(" not in srcs["dot"]
+    info = {mm: analyze(op.attrs["block"], small_mm=mm) for mm in SMALL_MM}
+    b3 = next(t for t in op.attrs["block"].tensors if t.label() == "b3")
+    assert info["dot"].padded(b3)[0] == 16 and info["v"].padded(b3)[0] == 2
+
+
+def test_split_chunk_and_subtiles_with_cuda_core_matmuls():
+    """The CUDA-core lowerings compose with every other freedom of the tuner."""
+    for name in ("rmsnorm_matmul", "gated_mlp", "gqa"):
+        g = reference(name, small=True, dtype="float32")
+        rng = random.Random(name)
+        ops = [o for o in _blocks(g) if len(small_mm_modes(o.attrs["block"], menu=SMALL_MM)) > 1]
+        assert ops, name
+        for op in ops:
+            ch = [c for c in layout_choices(op.attrs["block"], max_programs=64, min_tile=1, small_mm=SMALL_MM)
+                  if c[4] != "dot"]
+            assert {c[4] for c in ch} >= {"v"}, name
+            for s, sub, c, comb, mm in rng.sample(ch, min(2, len(ch))):
+                cfg = KernelConfig(num_warps=2, num_stages=2, split=s, sub=sub, chunk=c, combine=comb, small_mm=mm)
+                prog = lower.compile(g, device="cpu", configs={op.id: cfg}, poison=True)
+                for seed in (3, 4):  # twice: the "last" combine's counters must be left at zero
+                    assert max(check(prog, g, random_inputs(g, seed))) <= 1e-4, (name, cfg.label())
+
+
+N_RANDOM = 30
+
+
+@pytest.mark.parametrize("mm", ["v", "va"])
+def test_random_ugraphs_forced_through_cuda_core_matmuls(mm):
+    """Random μGraphs (tiles of 1–16: nearly every matmul is small) with every block
+    in the CUDA-core lowering; counts that the path is really taken."""
+    n_small = n_deferred = 0
+    for seed in range(N_RANDOM):
+        g = random_graph(500 + seed)
+        cfgs = {}
+        for op in _blocks(g):
+            blk = op.attrs["block"]
+            info = analyze(blk, small_mm=mm)
+            n_small += len([b for b in blk.ops if b.kind == "matmul"]) - len(info.dot_ops)
+            n_deferred += len(info.deferred)
+            cfgs[op.id] = KernelConfig(num_stages=3, small_mm=mm)
+        prog = lower.compile(g, device="cpu", configs=cfgs, poison=True)
+        errs = check(prog, g, random_inputs(g, seed))
+        assert max(errs) <= 1e-4, (seed, mm, errs, str(g))
+    assert n_small >= 10, n_small
+    if mm == "va":
+        assert n_deferred >= 3, n_deferred
+
+
+def test_random_ugraphs_float16_cuda_core_matmuls():
+    n = 0
+    for seed in range(1200, 1300):
+        g = random_graph(seed, dtype="float16")
+        if not any(len(small_mm_modes(op.attrs["block"])) > 1 for op in _blocks(g)):
+            continue
+        ins = random_inputs(g, seed)
+        refs = mg.evaluate(g, {k: v.double() for k, v in ins.items()})
+        if max(r.abs().max().item() for r in refs) > 1e3:  # keep clear of fp16 overflow
+            continue
+        prog = lower.compile(g, device="cpu", poison=True,
+                             configs={op.id: KernelConfig(num_stages=3, small_mm="v") for op in _blocks(g)})
+        assert max(check(prog, g, ins)) <= 2e-2, (seed, str(g))
+        n += 1
+        if n == 6:
+            break
+    assert n == 6
+
+
+def test_tuner_times_dot_and_cuda_core_lowerings(monkeypatch):
+    """With a (faked) GPU the tuner times both lowerings of rmsnorm_matmul b=1's M = 2
+    matmul — every split factor in each — and sweeps warps around the best of each;
+    the faster one is chosen whichever it is. gated_mlp b=8 (M = 64) offers only tl.dot."""
+    prof = sys.modules["lower.profile"]
+    monkeypatch.setattr(prof.torch.cuda, "is_available", lambda: True)
+    g = reference("rmsnorm_matmul", b=1)
+    splits = {s for s, *_ in layout_choices(_blocks(g)[0].attrs["block"])}
+    for fast in ("v", "dot"):
+        seen = []
+
+        def fake_time(graph, configs, inputs, ref=None, tol=0.0, flush=True):
+            c = list(configs.values())[-1]
+            seen.append(c)
+            return 1e-5 * (0.8 if c.small_mm == fast else 1.0) * (0.9 if c.num_warps == 2 else 1.0), None, 0.0
+
+        monkeypatch.setattr(prof, "_time", fake_time)
+        r = prof.tune(g, inputs={}, top=3)
+        (cfg,) = r.configs.values()
+        assert cfg.small_mm == fast and cfg.num_warps == 2
+        assert {c.small_mm for c in seen} == set(SMALL_MM_MENU) == {"dot", "v"}
+        for mm in SMALL_MM_MENU:
+            assert {c.split for c in seen if c.small_mm == mm} == splits
+            assert {c.num_warps for c in seen if c.small_mm == mm} == {1, 2, 4, 8, 16}
+    # "va" only on request; M = 64 only tl.dot
+    seen.clear()
+    prof.tune(g, inputs={}, top=3, small_mm=SMALL_MM)
+    assert {c.small_mm for c in seen} == {"dot", "v", "va"}
+    seen.clear()
+    prof.tune(reference("gated_mlp", b=8), inputs={}, top=2)
+    assert {c.small_mm for c in seen} == {"dot"}
+
+
+def test_cost_model_sees_cuda_core_matmuls():
+    """More multiply-adds on the CUDA cores cost more: M = 8 (gated_mlp b=1) on the CUDA
+    cores is predicted well above tl.dot (measured 35 vs 28 μs), M = 2 (rmsnorm_matmul b=1)
+    a little (23.7 vs 23.3); the A operand's element-wise work counts once per warp in
+    the tl.dot lowering."""
+    def est(name, **kw):
+        g = reference(name, b=1)
+        return cost_model.estimate(g, configs={_blocks(g)[0].id: KernelConfig(num_stages=3, split=4, combine="last",
+                                                                               **kw)})
+
+    gd, gv = est("gated_mlp"), est("gated_mlp", small_mm="v")
+    rd, rv = est("rmsnorm_matmul"), est("rmsnorm_matmul", small_mm="v")
+    assert gv - gd > 5e-6 and 0 < rv - rd < gv - gd
+    g = reference("rmsnorm_matmul", b=1)
+    bd = cost_model.breakdown(g, configs={_blocks(g)[0].id: KernelConfig(num_warps=4)})
+    b1 = cost_model.breakdown(g, configs={_blocks(g)[0].id: KernelConfig(num_warps=1)})
+    assert bd.launches[0].flops > b1.launches[0].flops  # x·g replicated over 4 warps
+    assert bd.launches[0].t_fma == 0 and cost_model.breakdown(g, configs={_blocks(g)[0].id: KernelConfig(
+        small_mm="v")}).launches[0].t_fma > 0
+
+
+def test_shared_memory_estimate_at_padded_extents():
+    """lower.memory.lowered_shared_memory: pipelining buffers and staged tl.dot operands
+    at padded extents (the first two equal what Triton 3.6 allocated on the H100)."""
+    g = reference("rmsnorm_matmul", b=1)
+    blk = _blocks(g)[0].attrs["block"]
+    assert lowered_shared_memory(blk, KernelConfig(num_warps=1, num_stages=3, split=4, combine="last")) == 20736
+    assert lowered_shared_memory(blk, KernelConfig(num_warps=1, num_stages=3, split=4, combine="last",
+                                                   small_mm="v")) == 17152
+    assert lowered_shared_memory(blk, KernelConfig(num_stages=5, small_mm="v")) == 4 * 17152 // 2
+    # "dot" without a dot in the loop is not pipelined: nothing staged
+    assert lowered_shared_memory(_blocks(reference("gqa"))[1].attrs["block"], KernelConfig(num_stages=3)) == 0
+
+
+def _rms_search_candidate():
+    """The shape of the μGraphs the search found for rmsnorm_matmul b=1 (out/results/
+    rmsnorm_matmul-b1.mug.json): grid 384, no loop, (4096, 16) tiles of W, M = 2."""
+    kg = mg.KernelGraph("rmsnorm_matmul")
+    X = kg.input("X", (2, 4096), "float16")
+    G = kg.input("G", (4096,), "float16")
+    W = kg.input("W", (4096, 6144), "float16")
+    bg = mg.BlockGraph(grid=(384, 1, 1), forloop=1)
+    x, gg, w = bg.input(X, imap=(None,)), bg.input(G, imap=(None,)), bg.input(W, imap=(1,))
+    sq = mg.sum(mg.square(x), 1)
+    y = mg.matmul(x * gg, w) / mg.sqrt(sq * (1 / 4096))
+    bg.output(bg.accum(y), omap=(1,))
+    (o,) = kg.kernel(bg)
+    kg.output(o)
+    return kg
+
+
+def test_search_candidates_fit_with_cuda_core_matmuls():
+    """tl.dot pads M = 2 to 16 and stages both operands whole: 262144 B of shared memory,
+    over the H100's 232448 (Triton refused it on the device). On the CUDA cores nothing is
+    staged; the cost model says so, and the tuner's menu offers it."""
+    g = _rms_search_candidate()
+    (op,) = _blocks(g)
+    blk = op.attrs["block"]
+    assert shared_memory_estimate(blk, 3) < 232448                 # the IR's view: fits
+    assert lowered_shared_memory(blk, KernelConfig(num_stages=3)) == 262144
+    assert lowered_shared_memory(blk, KernelConfig(num_stages=3, small_mm="v")) == 0
+    assert cost_model.estimate(g, configs={op.id: KernelConfig()}) == float("inf")
+    assert cost_model.estimate(g, configs={op.id: KernelConfig(small_mm="v")}) < 40e-6
+    assert [c[4] for c in layout_choices(blk)] == ["dot", "v"]
+    r = lower.profile(g)                                            # no GPU: the model's choice
+    assert r.configs[op.id].small_mm == "v" and not r.measured
+    prog = lower.compile(g, device="cpu", configs={op.id: KernelConfig(num_warps=16, small_mm="v")})
+    assert "tl.dot(" not in prog.triton_source()
+
+
+def test_search_candidate_runs_on_cuda_cores_scaled_down():
+    """The same block structure at a size the interpreter runs quickly (grid 8, k = 256)."""
+    kg = mg.KernelGraph("cand_small")
+    X = kg.input("X", (2, 256), "float32")
+    G = kg.input("G", (256,), "float32")
+    W = kg.input("W", (256, 128), "float32")
+    bg = mg.BlockGraph(grid=(8, 1, 1), forloop=1)
+    x, gg, w = bg.input(X, imap=(None,)), bg.input(G, imap=(None,)), bg.input(W, imap=(1,))
+    y = mg.matmul(x * gg, w) / mg.sqrt(mg.sum(mg.square(x), 1) * (1 / 256))
+    bg.output(bg.accum(y), omap=(1,))
+    (o,) = kg.kernel(bg)
+    kg.output(o)
+    (op,) = _blocks(kg)
+    for mm in ("dot", "v"):
+        prog = lower.compile(kg, device="cpu", configs={op.id: KernelConfig(small_mm=mm)}, poison=True)
+        assert max(check(prog, kg, random_inputs(kg, 7))) <= 1e-4, mm
+
+
+@pytest.mark.parametrize("mm", SMALL_MM)
+def test_dirty_padding_never_reaches_the_contraction(mm):
+    """k = 5 (padded to 8) with both operands non-zero in their padding (exp, + 1):
+    the product must mask it, in every lowering (the random μGraphs rarely hit this)."""
+    kg = mg.KernelGraph("pad")
+    X = kg.input("X", (3, 20), "float32")
+    W = kg.input("W", (20, 6), "float32")
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=4)
+    x, w = bg.input(X, fmap=1), bg.input(W, fmap=0)      # tiles (3, 5) and (5, 6)
+    bg.output(bg.accum(mg.matmul(mg.exp(x), w + 1)), omap=(None, None, None))
+    (o,) = kg.kernel(bg)
+    kg.output(o)
+    (op,) = _blocks(kg)
+    info = analyze(bg, small_mm=mm)
+    mmop = next(b for b in bg.ops if b.kind == "matmul")
+    assert (mmop.id in info.deferred) == (mm == "va") and (mmop.id in info.dot_ops) == (mm == "dot")
+    prog = lower.compile(kg, device="cpu", configs={op.id: KernelConfig(num_stages=2, small_mm=mm)}, poison=True)
+    assert ("tl.dot(" in prog.triton_source()) == (mm == "dot")
+    assert max(check(prog, kg, random_inputs(kg, 11))) <= 1e-4, mm
