@@ -557,16 +557,20 @@ def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGra
 _BW, _SMS, _LAUNCH = 3.0e12, 132, 4.0e-6
 
 
-def cost_key(g: KernelGraph) -> tuple[int, float, int]:
-    """A cheap ranking of candidates: kernels, then an analytic time estimate, then block ops.
+def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
+    """A cheap ranking of candidates: kernels, an analytic time estimate, shared memory, block ops.
 
     Per kernel: device bytes moved (a graph-defined op reads each input once per block
     that does not split it, i.e. times the grid axes its imap leaves ``None``, and writes
     its outputs) over bandwidth scaled by occupancy ``min(1, blocks / SMs)``, plus a
-    launch. It only orders candidates for verification; lowering's profiler decides."""
+    launch. Ties (same bytes, same grid) go to the smaller peak shared memory per block:
+    a block that stages a whole 4096-long operand at once leaves the SM nothing to
+    overlap, where a loop over it streams. It only orders candidates for
+    verification; lowering's profiler decides."""
     kernels = 0
     est = 0.0
     nblock = 0
+    smem = 0
     for op in g.ops:
         if op.kind == "input":
             continue
@@ -575,6 +579,7 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int]:
         if op.kind == GD:
             b = op.attrs["block"]
             nblock += len(b.ops)
+            smem = max(smem, b.shared_memory_bytes()[0])
             blocks = b.grid[0] * b.grid[1] * b.grid[2]
             rbytes = 0
             for bop in b.ops:
@@ -591,7 +596,7 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int]:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
             occ = 1.0
         est += (rbytes + wbytes) / (_BW * occ) + _LAUNCH
-    return kernels, round(est * 1e6, 3), nblock
+    return kernels, round(est * 1e6, 3), smem, nblock
 
 
 def _numel(shape) -> int:
