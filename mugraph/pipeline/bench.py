@@ -33,6 +33,8 @@ class BenchRow:
     kernels: int = 0
     rel_error: float | None = None
     origin: str = ""
+    #: how the winner was found ("enumeration", "composed+fused", "split-loop", …; "program" if unfused)
+    found_by: str = ""
 
     @property
     def best_torch_us(self) -> float | None:
@@ -98,11 +100,13 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
             opt = _optimized(name, b, res, config, progress)
             pred = opt.best.predicted_s if opt.best.predicted_s is not None else estimate(opt.graph)
             row = BenchRow(name, b, None, pred * 1e6, kernels=opt.best.num_kernels,
-                           origin=opt.best.origin)
+                           origin=opt.best.origin, found_by=_how(opt.best))
             if gpu:
                 if opt.device != "cuda" or opt.best.measured_s is None:
                     opt.profile_on_gpu(top_k=top_k)  # searched on a CPU: autotune and time the best candidates here
-                    row.kernels, row.origin = opt.best.num_kernels, opt.best.origin
+                    row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
+                    if res is not None:
+                        opt.save(res / f"{name}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
                     row.predicted_us = (opt.best.predicted_s or 0.0) * 1e6
                 gen = torch.Generator(device="cuda").manual_seed(0)
                 args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.5
@@ -127,7 +131,11 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
 
 
 COLUMNS = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
-           f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}")
+           f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}  found by")
+
+
+def _how(c) -> str:
+    return c.found_by or ("program" if c.origin == "program" else c.origin)
 
 
 def format_row(r: BenchRow) -> str:
@@ -139,7 +147,7 @@ def format_row(r: BenchRow) -> str:
     fl = f"{r.ours_us / r.floor_us:7.2f}" if r.floor_us and r.ours_us else "      -"
     err = f"{r.rel_error:8.1e}" if r.rel_error is not None else "       -"
     return (f"{r.name:15} {r.b:2d} {r.kernels:4d} {f(r.ours_us)} {f(r.eager_us)} {f(r.compile_us)} "
-            f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}")
+            f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}  {r.found_by}")
 
 
 def format_table(rows: list[BenchRow], head: str) -> str:
