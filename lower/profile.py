@@ -198,15 +198,21 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, flush: bool = Tru
 
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams = H100, warps=(1, 2, 4, 8, 16), stages=(2, 3, 4, 5), log: Callable | None = None,
-         ref=None, tol: float = 2e-2, flush: bool = True, small_mm=SMALL_MM_MENU) -> ProfileResult:
+         ref=None, tol: float = 2e-2, flush: bool = True, small_mm=SMALL_MM_MENU,
+         budget_s: float | None = None) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
 
     ``ref``: float64 outputs every timed variant must match (relative error ≤
     ``tol``; a variant that does not is logged and dropped). ``flush``: time cold
     (L2 evicted before each call) or warm (see :func:`bench`). ``small_mm``: the
     lowerings of small matmuls to consider (:data:`SMALL_MM_MENU`; add ``"va"``
-    to time the un-reduced accumulation too).
+    to time the un-reduced accumulation too). ``budget_s``: stop trying new
+    configurations of a kernel after this many seconds (each costs a Triton compile,
+    ~1 s) once one has run; the best so far is kept — for bounded re-ranking runs.
     """
+    import time
+
+    t_start = time.monotonic()
     gpu = torch.cuda.is_available()
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
     configs: dict[int, KernelConfig] = {op.id: KernelConfig(num_stages=3) for op in blocks}
@@ -229,6 +235,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         timed = []
 
         def run(c, pred):
+            if budget_s is not None and timed and time.monotonic() - t_start > budget_s:
+                return None
             try:
                 t, _, err = _time(graph, {**configs, op.id: c}, inputs, ref, tol, flush)
             except Exception as e:  # a config the compiler rejects (resources), or a wrong result

@@ -81,7 +81,7 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
 
 
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
-              flush: bool = True, progress: bool = True, top_k: int = 2,
+              flush: bool = True, progress: bool = True, top_k: int = 2, tune_seconds: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], str]:
     """Rows of the table, and a header line saying where and how it was measured.
     ``on_row`` sees each row as soon as it is measured (long runs show progress)."""
@@ -103,7 +103,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                            origin=opt.best.origin, found_by=_how(opt.best))
             if gpu:
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu(top_k=top_k)  # searched on a CPU: autotune and time the best candidates here
+                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
                     if res is not None:
                         opt.save(res / f"{name}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it

@@ -129,14 +129,15 @@ class Optimized:
     def __call__(self, *args, **kwargs):
         return self.compiled()(*args, **kwargs)
 
-    def profile_on_gpu(self, top_k: int = 4) -> "Optimized":
+    def profile_on_gpu(self, top_k: int = 4, tune_seconds: float | None = None) -> "Optimized":
         """Re-rank on this machine's GPU: a result searched on a CPU (cost-model choice)
-        gets its ``top_k`` candidates autotuned and timed here, and the fastest wins."""
+        gets its ``top_k`` candidates autotuned (at most ``tune_seconds`` of trying
+        configurations per kernel) and timed here, and the fastest wins."""
         import lower
 
         alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
                        key=lambda c: c.predicted_s or 0.0)
-        self.best, why = _time_on_gpu(lower, alive, top_k)
+        self.best, why = _time_on_gpu(lower, alive, top_k, tune_seconds)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": _device_name("cuda")}
         self._compiled = None
@@ -330,7 +331,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     return Optimized(program, best, cands, report, device)
 
 
-def _time_on_gpu(lower, alive: list[Candidate], top_k: int) -> tuple[Candidate, str]:
+def _time_on_gpu(lower, alive: list[Candidate], top_k: int,
+                 tune_seconds: float | None = None) -> tuple[Candidate, str]:
     """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins."""
     tried = 0
     for c in alive:
@@ -338,7 +340,7 @@ def _time_on_gpu(lower, alive: list[Candidate], top_k: int) -> tuple[Candidate, 
             continue  # past the top_k; the unfused program is always timed as the safety net
         tried += 1
         try:
-            res = lower.profile(c.graph)
+            res = lower.profile(c.graph, budget_s=tune_seconds)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
