@@ -56,13 +56,19 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
         left = budget - (time.monotonic() - t0)
         share = max(5.0, left / (len(pieces) - i))
         sub = replace(cfg, compose=False, split_loops=False, verify=False, checkpoint=None,
-                      max_kernel_ops=1, time_limit=share, max_results=4, verify_reserve=0.0)
+                      max_kernel_ops=1, time_limit=share, max_results=6, verify_reserve=0.0)
         res = run(piece.program, sub)
         stats[f"piece{i}"] = {"seconds": res.stats["wall_seconds"], "matches": res.stats["num_graphs"],
                               "complete": res.stats["complete"]}
         if not res.graphs:
             return []
-        per_piece.append(res.graphs)
+        graphs = res.graphs
+        if any(t not in program.outputs for t in piece.outputs):
+            # a producer piece: only loop-free kernels can be fused into their consumer
+            # (:func:`search.rewrite.fuse`), so try those first (stable: cheapest first among each)
+            graphs = sorted(graphs, key=lambda g: any(op.kind == "graph_defined" and op.attrs["block"].forloop > 1
+                                                      for op in g.ops))
+        per_piece.append(graphs)
     combos = sorted(itertools.product(*[range(len(c)) for c in per_piece]), key=lambda ix: (sum(ix), ix))
     out: list[tuple[KernelGraph, str]] = []
     seen: set[str] = set()

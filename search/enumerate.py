@@ -553,20 +553,28 @@ def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGra
     return kg
 
 
-#: constants of the ranking cost model (a generic GPU: bytes/s, SMs, launch seconds)
-_BW, _SMS, _LAUNCH = 3.0e12, 132, 4.0e-6
+#: constants of the ranking cost model (a generic GPU: bytes/s, SMs, launch seconds, dense
+#: fp16 flop/s, L2 bytes and the share of a re-read that still reaches DRAM when it fits in L2)
+_BW, _SMS, _LAUNCH, _FLOPS, _L2, _L2_MISS = 3.0e12, 132, 4.0e-6, 4.0e14, 25e6, 0.1
 
 
 def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
     """A cheap ranking of candidates: kernels, an analytic time estimate, shared memory, block ops.
 
-    Per kernel: device bytes moved (a graph-defined op reads each input once per block
-    that does not split it, i.e. times the grid axes its imap leaves ``None``, and writes
-    its outputs) over bandwidth scaled by occupancy ``min(1, blocks / SMs)``, plus a
-    launch. Ties (same bytes, same grid) go to the smaller peak shared memory per block:
-    a block that stages a whole 4096-long operand at once leaves the SM nothing to
-    overlap, where a loop over it streams. It only orders candidates for
-    verification; lowering's profiler decides."""
+    Per kernel, a launch plus the larger of memory and compute time:
+
+    * memory: device bytes moved over bandwidth scaled by occupancy ``min(1, blocks / SMs)``.
+      An input that a block does not split along some grid axis (imap ``None``) is read
+      by every block along it; those re-reads cost DRAM bytes in full only when the input
+      is larger than L2 (a ``_L2_MISS`` share of them otherwise).
+    * compute: matmul flops of *all* blocks (loop-body ones once per iteration) over the
+      whole GPU's peak — this is what exposes redundant work, e.g. a grid that splits
+      attention's output columns and recomputes Q·K in every block.
+
+    Ties (same bytes, same grid) go to the smaller peak shared memory per block: a block
+    that stages a whole 4096-long operand at once leaves the SM nothing to overlap, where
+    a loop over it streams. It only orders candidates for verification; lowering's
+    profiler decides."""
     kernels = 0
     est = 0.0
     nblock = 0
@@ -576,13 +584,18 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
             continue
         kernels += 1
         wbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.outputs)
+        flops = 0.0
         if op.kind == GD:
             b = op.attrs["block"]
             nblock += len(b.ops)
             smem = max(smem, b.shared_memory_bytes()[0])
             blocks = b.grid[0] * b.grid[1] * b.grid[2]
-            rbytes = 0
+            rbytes = 0.0
             for bop in b.ops:
+                if bop.kind == "matmul":
+                    x, y = bop.inputs
+                    per = 2.0 * _numel(bop.outputs[0].shape) * x.shape[-1]
+                    flops += per * blocks * (b.forloop if bop.outputs[0].acc == 0 else 1)
                 if bop.kind != "iterator":
                     continue
                 src = b.sources[bop.attrs["source"]]
@@ -590,12 +603,15 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
                 for a, d in enumerate(bop.attrs["imap"]):
                     if d is None:
                         rep *= b.grid[a]
-                rbytes += _numel(src.shape) * DTYPES[src.dtype] * rep
+                nbytes = _numel(src.shape) * DTYPES[src.dtype]
+                rbytes += nbytes * (1 + (rep - 1) * (_L2_MISS if nbytes <= _L2 else 1.0))
             occ = min(1.0, blocks / _SMS)
         else:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
+            if op.kind == "matmul":
+                flops = 2.0 * _numel(op.outputs[0].shape) * op.inputs[0].shape[-1]
             occ = 1.0
-        est += (rbytes + wbytes) / (_BW * occ) + _LAUNCH
+        est += max((rbytes + wbytes) / (_BW * occ), flops / _FLOPS) + _LAUNCH
     return kernels, round(est * 1e6, 3), smem, nblock
 
 

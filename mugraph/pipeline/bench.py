@@ -108,8 +108,10 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                     if res is not None:
                         opt.save(res / f"{name}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
                     row.predicted_us = (opt.best.predicted_s or 0.0) * 1e6
+                # inputs of std 0.25 (the GPU re-ranking's accuracy gate uses the same): attention
+                # without a max subtraction overflows fp16 at std ≳ 0.5, in the program as much as ours
                 gen = torch.Generator(device="cuda").manual_seed(0)
-                args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.5
+                args = [torch.randn(t.shape, generator=gen, device="cuda", dtype=torch.float16) * 0.25
                         for t in opt.program.inputs]
                 comp = opt.compiled("cuda")
                 y = comp(*args)

@@ -137,7 +137,7 @@ class Optimized:
 
         alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
                        key=lambda c: c.predicted_s or 0.0)
-        self.best, why = _time_on_gpu(lower, alive, top_k, tune_seconds)
+        self.best, why = _time_on_gpu(lower, self.program, alive, top_k, tune_seconds)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": _device_name("cuda")}
         self._compiled = None
@@ -320,7 +320,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     if not alive:
         raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification")
     if device == "cuda":
-        best, why = _time_on_gpu(lower, alive, cfg.top_k)
+        best, why = _time_on_gpu(lower, program, alive, cfg.top_k)
     else:
         best = alive[0]
         why = ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel configs), "
@@ -331,16 +331,32 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     return Optimized(program, best, cands, report, device)
 
 
-def _time_on_gpu(lower, alive: list[Candidate], top_k: int,
+def _time_on_gpu(lower, program: KernelGraph, alive: list[Candidate], top_k: int,
                  tune_seconds: float | None = None) -> tuple[Candidate, str]:
-    """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins."""
+    """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins.
+
+    Every timed configuration must match the program evaluated in float64 on the same
+    inputs (rel. error ≤ 2e-2 for fp16/bf16, 1e-4 for fp32): a candidate that is wrong on
+    the card — fp16 overflow of an intermediate the unfused program stores, say — is
+    rejected, never shipped."""
+    import torch
+    from verify.floatcheck import float_inputs
+
+    from .. import evaluate
+
+    # the float check's smallest input scale: inside every benchmark's fp16 range (attention
+    # without a max subtraction overflows fp16 for inputs of std ≳ 0.5 — the program itself does)
+    inputs = float_inputs(program, program.inputs[0].dtype, 0.25, 0)
+    ref = [r.to("cuda") for r in evaluate(program, inputs)]
+    inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
+    tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
     tried = 0
     for c in alive:
         if c.origin != "program" and tried >= top_k and any(x.measured_s is not None for x in alive):
             continue  # past the top_k; the unfused program is always timed as the safety net
         tried += 1
         try:
-            res = lower.profile(c.graph, budget_s=tune_seconds)
+            res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=tune_seconds)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
