@@ -53,21 +53,25 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
                         "outputs": [list(t.shape) for t in p.outputs]} for p in pieces]
     per_piece: list[list[KernelGraph]] = []
     for i, piece in enumerate(pieces):
-        left = budget - (time.monotonic() - t0)
-        share = max(5.0, left / (len(pieces) - i))
-        sub = replace(cfg, compose=False, split_loops=False, verify=False, checkpoint=None,
-                      max_kernel_ops=1, time_limit=share, max_results=6, verify_reserve=0.0)
-        res = run(piece.program, sub)
-        stats[f"piece{i}"] = {"seconds": res.stats["wall_seconds"], "matches": res.stats["num_graphs"],
-                              "complete": res.stats["complete"]}
-        if not res.graphs:
+        producer = any(t not in program.outputs for t in piece.outputs)
+        # a producer piece is fused into its consumer only if its kernel has no for-loop
+        # (:func:`search.rewrite.fuse`): search it loop-free first, with loops if that finds nothing
+        tries = [(), cfg.forloop_ranges] if producer and cfg.forloop_ranges else [cfg.forloop_ranges]
+        graphs: list[KernelGraph] = []
+        for loops in tries:
+            left = budget - (time.monotonic() - t0)
+            share = max(5.0, left / (len(pieces) - i))
+            sub = replace(cfg, compose=False, split_loops=False, verify=False, checkpoint=None,
+                          max_kernel_ops=1, time_limit=share, max_results=6, verify_reserve=0.0,
+                          forloop_ranges=tuple(loops))
+            res = run(piece.program, sub)
+            stats[f"piece{i}"] = {"seconds": res.stats["wall_seconds"], "matches": res.stats["num_graphs"],
+                                  "complete": res.stats["complete"], "loop_free_only": not loops}
+            graphs = res.graphs
+            if graphs:
+                break
+        if not graphs:
             return []
-        graphs = res.graphs
-        if any(t not in program.outputs for t in piece.outputs):
-            # a producer piece: only loop-free kernels can be fused into their consumer
-            # (:func:`search.rewrite.fuse`), so try those first (stable: cheapest first among each)
-            graphs = sorted(graphs, key=lambda g: any(op.kind == "graph_defined" and op.attrs["block"].forloop > 1
-                                                      for op in g.ops))
         per_piece.append(graphs)
     combos = sorted(itertools.product(*[range(len(c)) for c in per_piece]), key=lambda ix: (sum(ix), ix))
     out: list[tuple[KernelGraph, str]] = []
