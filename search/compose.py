@@ -23,6 +23,8 @@ from typing import Optional
 
 from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
 
+from .rewrite import replay_block
+
 
 @dataclass
 class Piece:
@@ -105,26 +107,18 @@ def _pieces(ops: list, cut: set, consumers: dict, max_ops: int) -> Optional[list
                 edges.add((of[op.id], of[c.id]))
             elif t in cut:
                 return None
-    order = sorted(groups, key=lambda r: min(groups[r]))
-    rank = {r: i for i, r in enumerate(order)}
-    if any(rank[a] >= rank[b] for a, b in edges):
-        # not in creation order: a true cycle or just a different topological order; check for a cycle
-        if _cyclic(set(groups), edges):
-            return None
-        order = _topo(set(groups), edges, groups)
+    order = _topo(set(groups), edges, groups)
+    if len(order) != len(groups):
+        return None  # the pieces depend on each other in a cycle
     return [sorted(groups[r]) for r in order]
 
 
-def _cyclic(nodes: set, edges: set) -> bool:
-    return len(_topo(nodes, edges, None)) != len(nodes)
-
-
-def _topo(nodes: set, edges: set, groups: Optional[dict]) -> list:
+def _topo(nodes: set, edges: set, groups: dict) -> list:
+    """Kahn's order of the pieces, ties by first op (deterministic); shorter than ``nodes`` on a cycle."""
     indeg = {n: 0 for n in nodes}
     for _, b in edges:
         indeg[b] += 1
-    key = (lambda n: min(groups[n])) if groups else (lambda n: n)
-    ready = sorted((n for n in nodes if indeg[n] == 0), key=key)
+    ready = sorted((n for n in nodes if indeg[n] == 0), key=lambda n: min(groups[n]))
     out = []
     while ready:
         n = ready.pop(0)
@@ -134,7 +128,7 @@ def _topo(nodes: set, edges: set, groups: Optional[dict]) -> list:
                 indeg[b] -= 1
                 if indeg[b] == 0:
                     ready.append(b)
-                    ready.sort(key=key)
+                    ready.sort(key=lambda n: min(groups[n]))
     return out
 
 
@@ -175,9 +169,8 @@ def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) ->
             if op.kind == "input":
                 pm[op.outputs[0]] = src[pin[op.outputs[0].name]]
             elif op.kind == "graph_defined":
-                from .rewrite import _replay_block  # noqa: PLC0415 - shared block copier
                 bg = op.attrs["block"]
-                for old, new in zip(op.outputs, g.kernel(_replay_block(bg, [pm[s] for s in bg.sources]))):
+                for old, new in zip(op.outputs, g.kernel(replay_block(bg, [pm[s] for s in bg.sources]))):
                     pm[old] = new
             else:
                 pm[op.outputs[0]] = g.add_op(op.kind, [pm[t] for t in op.inputs], dict(op.attrs))

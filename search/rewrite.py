@@ -23,10 +23,12 @@ program by the driver — a rewrite proposes, the verifier decides:
 
 from __future__ import annotations
 
+import json
 from typing import Callable, Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.serialize import graph_to_json
 
 GD = "graph_defined"
 
@@ -54,7 +56,7 @@ def _copy_graph(g: KernelGraph, replace: dict[int, Builder], drop: frozenset = f
                 m[old] = new
         elif op.kind == GD:
             bg = op.attrs["block"]
-            outs = ng.kernel(_replay_block(bg, [m[s] for s in bg.sources]))
+            outs = ng.kernel(replay_block(bg, [m[s] for s in bg.sources]))
             for old, new in zip(op.outputs, outs):
                 m[old] = new
         else:
@@ -64,7 +66,8 @@ def _copy_graph(g: KernelGraph, replace: dict[int, Builder], drop: frozenset = f
     return ng
 
 
-def _replay_block(bg: BlockGraph, sources: list[Tensor]) -> BlockGraph:
+def replay_block(bg: BlockGraph, sources: list[Tensor]) -> BlockGraph:
+    """A copy of ``bg`` whose iterators read ``sources`` (tensors of another kernel graph)."""
     nb = BlockGraph(bg.grid, bg.forloop)
     m: dict[Tensor, Tensor] = {}
     for op in bg.ops:
@@ -188,9 +191,6 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
 
 def fuse_all(g: KernelGraph) -> list[KernelGraph]:
     """Every graph reachable by repeated fusion (``g`` excluded), most fused last; deduplicated."""
-    from mugraph.serialize import graph_to_json
-    import json
-
     seen = {json.dumps(graph_to_json(g), sort_keys=True)}
     out: list[KernelGraph] = []
     frontier = [g]
