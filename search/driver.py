@@ -113,14 +113,14 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     root = Searcher(program, cfg)
     derived: list[tuple] = []
     dstats: dict[str, Any] = {}
-    if cfg.compose and cfg.time_limit is not None:
-        # deep programs: pieces first (bounded share of the time), then the whole-program enumeration
+    if cfg.compose:
+        # deep programs: pieces first (a share of the time; 60 s without a limit), then the
+        # whole-program enumeration. Piece searches stop on their time share, so with a tight
+        # limit what they propose can depend on the machine's speed (not on scheduling);
+        # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
         from .derive import composed  # noqa: PLC0415
-        budget = cfg.compose_share * (deadline - time.monotonic())
+        budget = 60.0 if deadline is None else cfg.compose_share * (deadline - time.monotonic())
         derived += composed(program, cfg, budget, root.checker, dstats)
-    elif cfg.compose:
-        from .derive import composed  # noqa: PLC0415
-        derived += composed(program, cfg, 60.0, root.checker, dstats)
     if cfg.iterative_deepening:
         # phase k: graphs of exactly k kernel ops, so that few-kernel graphs come first;
         # within a phase, tasks starting with a graph-defined op (one mapping each, small)
