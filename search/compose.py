@@ -23,7 +23,7 @@ from typing import Optional
 
 from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
 
-from .rewrite import replay_block
+from .rewrite import splice
 
 
 @dataclass
@@ -142,8 +142,7 @@ def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
         op = program.ops[i]
         for t in op.inputs:
             if t not in made and t not in m:
-                name = t.name if t.op.kind == "input" else f"cut{t.id}"
-                m[t] = p.input(name, t.shape, t.dtype)
+                m[t] = p.input(_piece_input_name(t), t.shape, t.dtype)
                 inputs.append(t)
         m[op.outputs[0]] = p.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
     used_outside = set()
@@ -162,18 +161,8 @@ def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) ->
     g = KernelGraph(program.name)
     m: dict[Tensor, Tensor] = {t: g.input(t.name, t.shape, t.dtype) for t in program.inputs}
     for piece, pg in zip(pieces, graphs):
-        pm: dict[Tensor, Tensor] = {}
-        pin = {t.name: t for t in piece.program.inputs}
-        src = {pin[_piece_input_name(t)]: m[t] for t in piece.inputs}
-        for op in pg.ops:
-            if op.kind == "input":
-                pm[op.outputs[0]] = src[pin[op.outputs[0].name]]
-            elif op.kind == "graph_defined":
-                bg = op.attrs["block"]
-                for old, new in zip(op.outputs, g.kernel(replay_block(bg, [pm[s] for s in bg.sources]))):
-                    pm[old] = new
-            else:
-                pm[op.outputs[0]] = g.add_op(op.kind, [pm[t] for t in op.inputs], dict(op.attrs))
+        by_name = {_piece_input_name(t): m[t] for t in piece.inputs}
+        pm = splice(g, pg, {t: by_name[t.name] for t in pg.inputs})
         for t, o in zip(piece.outputs, pg.outputs):
             m[t] = pm[o]
     for t in program.outputs:

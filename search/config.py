@@ -50,12 +50,11 @@ class SearchConfig:
     seed: int = 0
     checkpoint: Optional[str] = None
     progress: bool = True
-    split_depth: int = 1
     #: verification of candidates
     verify_error: float = 2.0 ** -40
     max_results: Optional[int] = None
-    #: every complete candidate is fingerprinted; of the matches, the cheapest (by kernel
-    #: count, bytes written, block ops) are fully verified: up to ``verify_per_kernels``
+    #: every complete candidate is fingerprinted; of the matches, the cheapest (by
+    #: :func:`search.enumerate.cost_key`) are fully verified: up to ``verify_per_kernels``
     #: per kernel count, ``max_verify`` verifications in all (None: verify every match)
     max_verify: Optional[int] = 6
     verify_per_kernels: int = 2

@@ -15,22 +15,16 @@ ships unverified.
 from __future__ import annotations
 
 import itertools
-import json
 import time
 from dataclasses import replace
 from typing import Optional
 
 from mugraph.ir import KernelGraph, Program
-from mugraph.serialize import graph_to_json
 
 from .check import Checker
 from .compose import compose, partition
 from .config import SearchConfig
-from .rewrite import fuse_all, split_variants
-
-
-def _key(g: KernelGraph) -> str:
-    return json.dumps(graph_to_json(g), sort_keys=True)
+from .rewrite import fuse_all, graph_key, split_variants
 
 
 def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker,
@@ -85,7 +79,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
             stats.setdefault("compose_error", str(e)[:200])
             continue
         for g, origin in [(whole, "composed")] + [(f, "composed+fused") for f in fuse_all(whole)]:
-            k = _key(g)
+            k = graph_key(g)
             if k in seen:
                 continue
             seen.add(k)
@@ -107,7 +101,7 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
         for h in split_variants(g):
             if deadline is not None and time.monotonic() > deadline:
                 return out
-            k = _key(h)
+            k = graph_key(h)
             if k in seen:
                 continue
             seen.add(k)

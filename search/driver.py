@@ -24,6 +24,7 @@ from mugraph.serialize import graph_from_json, graph_to_json
 
 from .checkpoint import Checkpoint, fingerprint_of
 from .config import SearchConfig
+from .derive import composed, splits
 from .enumerate import Searcher, Task, cost_key, signature
 
 
@@ -118,7 +119,6 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
         # whole-program enumeration. Piece searches stop on their time share, so with a tight
         # limit what they propose can depend on the machine's speed (not on scheduling);
         # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
-        from .derive import composed  # noqa: PLC0415
         budget = 60.0 if deadline is None else cfg.compose_share * (deadline - time.monotonic())
         derived += composed(program, cfg, budget, root.checker, dstats)
     if cfg.iterative_deepening:
@@ -198,20 +198,22 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     timed_out = False
     for i in sorted(done):
         for j, m in enumerate(done[i][0]):
-            matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", "")))
+            matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
         ostats.update({k: v for k, v in done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
         timed_out |= bool(done[i][2].get("timed_out"))
-    base = len(tasks)
-    for k, (g, origin) in enumerate(derived):
-        matches.append((tuple(cost_key(g)), base + k, 0, graph_to_json(g), signature(g), origin))
+
+    def propose(g: KernelGraph, origin: str) -> None:  # derived graphs rank after every task's matches
+        matches.append((tuple(cost_key(g)), len(tasks) + len(matches), 0, graph_to_json(g), signature(g), origin))
+
+    for g, origin in derived:
+        propose(g, origin)
     if cfg.split_loops:
-        from .derive import splits  # noqa: PLC0415
         ones = [graph_from_json(m[3]) for m in sorted(matches, key=lambda m: m[:3]) if m[0][0] == 1]
-        for k, (g, origin) in enumerate(splits(ones[:cfg.split_sources], root.checker, dstats, t_end)):
-            matches.append((tuple(cost_key(g)), base + len(derived) + k, 0, graph_to_json(g), signature(g), origin))
+        for g, origin in splits(ones[:cfg.split_sources], root.checker, dstats, t_end):
+            propose(g, origin)
     if not cfg.verify:
         ranked = sorted(matches, key=lambda m: m[:3])
-        graphs, origins, vstats = [m[3] for m in ranked], [_origin(m) for m in ranked], Counter()
+        graphs, origins, vstats = [m[3] for m in ranked], [m[5] for m in ranked], Counter()
     else:
         graphs, origins, vstats = _verify_best(root, program, matches, cfg, t_end)
     counts.update(vstats)
@@ -244,10 +246,6 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     if interrupted:
         raise KeyboardInterrupt
     return SearchResult(program.name, graphs, stats)
-
-
-def _origin(m: tuple) -> str:
-    return m[5] if len(m) > 5 else "enumeration"
 
 
 def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: SearchConfig,
@@ -295,7 +293,7 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
                                            for op in g.ops if op.kind == "graph_defined")
             passed[cost[0]] += 1
             out.append(gj)
-            origins.append(_origin(m))
+            origins.append(m[5])
         else:
             st["verify_failed"] += 1
     st["unverified_matches"] = len(matches) - st["verifications"]

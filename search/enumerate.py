@@ -593,8 +593,7 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
             rbytes = 0.0
             for bop in b.ops:
                 if bop.kind == "matmul":
-                    x, y = bop.inputs
-                    per = 2.0 * _numel(bop.outputs[0].shape) * x.shape[-1]
+                    per = 2.0 * _numel(bop.outputs[0].shape) * bop.inputs[0].shape[-1]
                     flops += per * blocks * (b.forloop if bop.outputs[0].acc == 0 else 1)
                 if bop.kind != "iterator":
                     continue

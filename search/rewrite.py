@@ -36,34 +36,47 @@ GD = "graph_defined"
 Builder = Callable[[KernelGraph, dict], list[Tensor]]
 
 
-def _copy_graph(g: KernelGraph, replace: dict[int, Builder], drop: frozenset = frozenset()) -> KernelGraph:
-    """Rebuild ``g`` op by op; ops in ``replace`` are rebuilt by their builder, ops in ``drop`` skipped.
+def splice(ng: KernelGraph, g: KernelGraph, m: dict[Tensor, Tensor], replace: dict[int, Builder] | None = None,
+           drop: frozenset = frozenset()) -> dict[Tensor, Tensor]:
+    """Replay ``g``'s ops into ``ng``; ``m`` maps ``g``'s tensors to ``ng``'s and is extended.
 
-    A builder receives the new graph and the old→new tensor map and returns the new
-    tensors for the old op's outputs (in order). Raises MugraphError if the result breaks
-    a rule (the IR re-checks everything, shared memory included)."""
-    ng = KernelGraph(g.name)
-    m: dict[Tensor, Tensor] = {}
+    Inputs of ``g`` already in ``m`` are taken from it (splicing into a larger graph), the
+    others become inputs of ``ng``. Ops in ``replace`` are rebuilt by their builder (it
+    receives ``ng`` and ``m`` and returns the new tensors for the op's outputs), ops in
+    ``drop`` are skipped. The IR re-checks every rule (MugraphError), shared memory included."""
+    replace = replace or {}
     for op in g.ops:
         if op.id in drop:
             continue
         if op.kind == "input":
             t = op.outputs[0]
-            m[t] = ng.input(t.name, t.shape, t.dtype)
-        elif op.id in replace:
+            if t not in m:
+                m[t] = ng.input(t.name, t.shape, t.dtype)
+            continue
+        if op.id in replace:
             outs = replace[op.id](ng, m)
-            for old, new in zip(op.outputs, outs):
-                m[old] = new
         elif op.kind == GD:
             bg = op.attrs["block"]
             outs = ng.kernel(replay_block(bg, [m[s] for s in bg.sources]))
-            for old, new in zip(op.outputs, outs):
-                m[old] = new
         else:
-            m[op.outputs[0]] = ng.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
+            outs = [ng.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))]
+        for old, new in zip(op.outputs, outs):
+            m[old] = new
+    return m
+
+
+def _copy_graph(g: KernelGraph, replace: dict[int, Builder], drop: frozenset = frozenset()) -> KernelGraph:
+    """A rebuilt ``g`` with the ops in ``replace`` rebuilt by their builders (see :func:`splice`)."""
+    ng = KernelGraph(g.name)
+    m = splice(ng, g, {}, replace, drop)
     for t in g.outputs:
         ng.output(m[t])
     return ng
+
+
+def graph_key(g: KernelGraph) -> str:
+    """Canonical text of a μGraph (its JSON), to deduplicate proposals."""
+    return json.dumps(graph_to_json(g), sort_keys=True)
 
 
 def replay_block(bg: BlockGraph, sources: list[Tensor]) -> BlockGraph:
@@ -88,19 +101,11 @@ def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> Non
         m[op.outputs[0]] = nb.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
 
 
-def _consumers(g: KernelGraph) -> dict[Tensor, list[Op]]:
-    out: dict[Tensor, list[Op]] = {}
-    for op in g.ops:
-        for t in op.inputs:
-            out.setdefault(t, []).append(op)
-    return out
-
-
 # ---------------------------------------------------------------------- fusion
 
 def fusable_pairs(g: KernelGraph) -> list[tuple[int, int]]:
     """(producer, consumer) op ids of graph-defined kernels that :func:`fuse` may merge."""
-    cons = _consumers(g)
+    cons = g.consumers()
     outs = set(g.outputs)
     pairs = []
     for a in g.ops:
@@ -191,7 +196,7 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
 
 def fuse_all(g: KernelGraph) -> list[KernelGraph]:
     """Every graph reachable by repeated fusion (``g`` excluded), most fused last; deduplicated."""
-    seen = {json.dumps(graph_to_json(g), sort_keys=True)}
+    seen = {graph_key(g)}
     out: list[KernelGraph] = []
     frontier = [g]
     while frontier:
@@ -201,7 +206,7 @@ def fuse_all(g: KernelGraph) -> list[KernelGraph]:
                 f = fuse(h, a_id, b_id)
                 if f is None:
                     continue
-                k = json.dumps(graph_to_json(f), sort_keys=True)
+                k = graph_key(f)
                 if k not in seen:
                     seen.add(k)
                     out.append(f)
