@@ -33,12 +33,16 @@ class Checker:
         except mg.MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 
-    def verified(self, graph: KernelGraph) -> bool:
+    def verdict(self, graph: KernelGraph):
+        """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph)."""
         try:
-            v = verify.equivalent(self.program, graph, error=self.error, seed=self.seed)
+            return verify.equivalent(self.program, graph, error=self.error, seed=self.seed)
         except mg.MugraphError:
-            return False
-        return bool(v.equivalent)
+            return None
+
+    def verified(self, graph: KernelGraph) -> bool:
+        v = self.verdict(graph)
+        return v is not None and bool(v.equivalent)
 
     def check(self, graph: KernelGraph) -> tuple[bool, bool]:
         """(fingerprint matched, verified)."""

@@ -214,11 +214,12 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     if not cfg.verify:
         ranked = sorted(matches, key=lambda m: m[:3])
         graphs, origins, vstats = [m[3] for m in ranked], [m[5] for m in ranked], Counter()
+        verdicts: list = [None] * len(graphs)
     else:
-        graphs, origins, vstats = _verify_best(root, program, matches, cfg, t_end)
+        graphs, origins, verdicts, vstats = _verify_best(root, program, matches, cfg, t_end)
     counts.update(vstats)
     if cfg.max_results is not None:
-        graphs, origins = graphs[:cfg.max_results], origins[:cfg.max_results]
+        graphs, origins, verdicts = graphs[:cfg.max_results], origins[:cfg.max_results], verdicts[:cfg.max_results]
     o = root.oracle
     stats = {
         "program": program.name,
@@ -240,6 +241,8 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
         "num_graphs": len(graphs),
         #: how each returned graph was found: enumeration, composed(+fused), split-loop
         "origins": origins,
+        #: each returned graph's Verdict (JSON) against the program, so callers need not verify again
+        "verdicts": verdicts,
         "derived": dstats,
         "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
     }
@@ -249,7 +252,7 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
 
 
 def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: SearchConfig,
-                 t_end: Optional[float]) -> tuple[list[dict], list[str], Counter]:
+                 t_end: Optional[float]) -> tuple[list[dict], list[str], list[dict], Counter]:
     """Fully verify a bounded number of fingerprint-matching candidates.
 
     Candidates are ranked by :func:`~search.enumerate.cost_key` (kernels, device
@@ -263,6 +266,7 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
     st: Counter = Counter()
     out: list[dict] = []
     origins: list[str] = []
+    verdicts: list[dict] = []
     # per kernel count: cheapest first, round-robin over kernel signatures (gd+gd, matmul+gd, …)
     by_sig: dict[tuple[int, str], list] = {}
     for m in sorted(matches, key=lambda m: m[:3]):
@@ -286,7 +290,8 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
         tried += 1
         st["verifications"] += 1
         g = graph_from_json(gj)
-        if root.checker.verified(g):
+        v = root.checker.verdict(g)
+        if v is not None and v.equivalent:
             st["verified"] += 1
             if cfg.thread_graphs:
                 st["thread_graphs"] += sum(len(op.attrs["block"].thread_graphs)
@@ -294,10 +299,11 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
             passed[cost[0]] += 1
             out.append(gj)
             origins.append(m[5])
+            verdicts.append(v.to_json())
         else:
             st["verify_failed"] += 1
     st["unverified_matches"] = len(matches) - st["verifications"]
-    return out, origins, st
+    return out, origins, verdicts, st
 
 
 def _bar(cfg: SearchConfig, total: int, initial: int):

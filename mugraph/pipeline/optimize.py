@@ -298,9 +298,13 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)
     bound = None
-    for c in cands:
+    verdicts = found.stats.get("verdicts") or [None] * len(found.graphs)
+    for c, vj in zip(cands, verdicts + [None] * (len(cands) - len(verdicts))):
         if c.origin == "search":
-            v = verify.equivalent(program, c.graph, error=cfg.error, seed=seed)
+            # the search ran verify.equivalent on this very graph with the same program, error
+            # and seed; its verdict is reused (deterministic), and computed here only if absent
+            v = verify.Verdict.from_json(vj) if vj else verify.equivalent(program, c.graph, error=cfg.error,
+                                                                            seed=seed)
             c.verified = v.to_json()
             bound = v.error_bound if bound is None else max(bound, v.error_bound)
             if not v.equivalent:  # the search verified it already; never ship on a disagreement
