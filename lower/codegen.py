@@ -37,7 +37,7 @@ from fractions import Fraction
 from mugraph.ir import AXES, BlockGraph, Op, Tensor
 
 from .schedule import schedule_block
-from .tiles import TileInfo, analyze
+from .tiles import ELEMENTWISE, TileInfo, analyze
 
 TL_DTYPE = {"float16": "tl.float16", "bfloat16": "tl.bfloat16", "float32": "tl.float32"}
 
@@ -70,6 +70,11 @@ class KernelConfig:
     multiply and ``tl.sum`` in fp32, unpadded) or ``"va"`` (as ``"v"``, the
     un-reduced product accumulated and summed once after the loop); see
     :data:`lower.tiles.SMALL_MM`. Label suffix: the mode's name (``w1s3k4Lv``).
+    ``defer_sums``: a loop-body ``sum`` used only by an accumulator adds up the
+    un-reduced tile and reduces once after the loop (:func:`deferred_sums`); ``False``
+    reduces every step (label suffix ``r``). ``split_loads``: a loop tile that feeds a
+    ``tl.dot`` operand and other ops is loaded once for each (:func:`dot_operand_loads`);
+    ``False`` loads it once (label suffix ``u``).
     """
 
     num_warps: int = 4
@@ -80,6 +85,22 @@ class KernelConfig:
     chunk: int = 1
     combine: str = "kernel"
     small_mm: str = "dot"
+    defer_sums: bool = True
+    split_loads: bool = True
+
+    @classmethod
+    def from_label(cls, label: str) -> "KernelConfig":
+        """The config :meth:`label` names (``"w4s3c2k4Lp1:2x3:4va"``); ``ValueError`` if none."""
+        import re
+
+        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p([\d:x]+))?(va|v)?(r)?(u)?", label)
+        if not m:
+            raise ValueError(f"not a KernelConfig label: {label!r} (e.g. 'w4s3c2k4Lp1:2v')")
+        w, st, c, k, last, sub, mm, r, u = m.groups()
+        subs = tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")) if sub else ()
+        return cls(num_warps=int(w), num_stages=int(st), chunk=int(c or 1), split=int(k or 1),
+                   combine="last" if last else "kernel", sub=subs, small_mm=mm or "dot",
+                   defer_sums=not r, split_loads=not u)
 
     def label(self) -> str:
         s = f"w{self.num_warps}s{self.num_stages}"
@@ -91,6 +112,10 @@ class KernelConfig:
             s += "p" + "x".join(f"{c}:{r}" for c, r in self.sub)
         if self.small_mm != "dot":
             s += self.small_mm
+        if not self.defer_sums:
+            s += "r"
+        if not self.split_loads:
+            s += "u"
         return s
 
 
@@ -130,6 +155,80 @@ def _fmt(c) -> str:
     return repr(f)
 
 
+DEFER_SUM_REGS = 32
+"""Most fp32 registers per thread an un-reduced sum accumulator may take
+(:func:`deferred_sums`)."""
+
+
+def deferred_sums(block: BlockGraph, info: TileInfo, cfg: KernelConfig) -> dict[int, int]:
+    """``sum`` ops of the loop body whose only use is an accumulator (sum op id -> dim).
+
+    Σ_steps Σ_dim x = Σ_dim Σ_steps x: such a sum can add up the un-reduced tile and
+    reduce once after the loop. Reducing every step costs a cross-warp exchange and a
+    barrier per step when warps split the summed dim, which stalls the software-pipelined
+    loads (rmsnorm_matmul's Σx² beside its matmul). Only while the tile stays within
+    :data:`DEFER_SUM_REGS` fp32 registers per thread."""
+    if block.forloop <= 1:
+        return {}
+    sch = schedule_block(block)
+    loop = {o.id for o in sch.loop}
+    cons = block.consumers()
+    out = {}
+    for op in sch.loop:
+        if op.kind != "sum":
+            continue
+        x, t = op.inputs[0], op.outputs[0]
+        users = cons.get(t, [])
+        d = op.attrs["dim"]
+        if (len(users) != 1 or users[0].kind != "accum" or users[0].id not in loop or info.shape(x)[d] == 1
+                or t in [sv.tensor for sv in block.savers]):
+            continue
+        n = 1
+        for p in info.padded(x):
+            n *= p
+        if n <= DEFER_SUM_REGS * 32 * cfg.num_warps:
+            out[op.id] = d
+    return out
+
+
+def dot_operand_loads(block: BlockGraph, info: TileInfo, sched, skip: set[int]) -> dict[int, tuple[bool, set[int]]]:
+    """Loop-loaded tiles that feed a ``tl.dot`` operand *and* other ops: tensor id ->
+    (the operand's cone computes in fp32, ids of the cone's ops that read the tile).
+
+    The cone of an operand is the dot and the element-wise ops that make the operand
+    and nothing else. Triton computes the cone in the dot-operand layout; a tile also
+    used outside it (rmsnorm_matmul's X: the matmul's x·g and the Σx²) is then
+    converted between layouts every step, through shared memory with a barrier
+    (H100: rmsnorm_matmul with the Σx² 27.5 μs at 2 warps, without 19.3). Loading it
+    once per layout is cheaper. Matmuls in ``skip`` (split concats) are left alone."""
+    if block.forloop <= 1:
+        return {}
+    loop = {o.id for o in sched.loop}
+    cons = block.consumers()
+    dots = [op for op in block.ops
+            if op.kind == "matmul" and op.id in info.dot_ops and op.id not in skip and op.id in loop]
+    cone: set[int] = {op.id for op in dots}   # the cones of every operand of every such dot
+    leaves: list[Tensor] = []
+    for op in dots:
+        for operand in op.inputs:
+            stack = [operand]
+            while stack:
+                t = stack.pop()
+                p = t.op
+                if p.kind == "iterator":
+                    leaves.append(t)
+                elif (p.kind in ELEMENTWISE and p.id in loop
+                      and all(c.id in cone or c.id == op.id for c in cons[t])):
+                    cone.add(p.id)
+                    stack += list(p.inputs)
+    out: dict[int, tuple[bool, set[int]]] = {}
+    for t in dict.fromkeys(leaves):
+        inside = {c.id for c in cons[t] if c.id in cone}
+        if t.op.attrs["fmap"] is not None and inside and any(c.id not in cone for c in cons[t]):
+            out[t.id] = (any(i not in {d.id for d in dots} for i in inside), inside)
+    return out
+
+
 class _Emitter:
     def __init__(self, block: BlockGraph, name: str, sources: list[DevArg], outputs: list[DevArg],
                  cfg: KernelConfig, info: TileInfo) -> None:
@@ -145,6 +244,9 @@ class _Emitter:
         self.loop_F = block.forloop // max(1, cfg.split)      # μGraph iterations per program
         self.iters = self.loop_F // max(1, cfg.chunk)          # generated-loop steps per program
         self.interpret = False
+        self.deferred_sums = deferred_sums(block, info, cfg) if cfg.defer_sums else {}
+        self.dup_loads: dict[int, tuple[bool, set[int]]] = {}
+        self.dup_vals: dict[int, Val] = {}
 
     # -- helpers
     def r(self, p: int) -> str:
@@ -221,6 +323,17 @@ class _Emitter:
             load += ".to(tl.float32)"
         v = self.val(t, f32=f32, clean=frozenset(range(rank)), finite=True)
         self.emit(f"{v.name} = {load}")
+        if t.id in self.dup_loads:
+            # a second load of the same tile for the tl.dot operand's cone: each load gets the
+            # layout its users need, instead of a per-step layout conversion (a shared-memory
+            # round trip and a barrier); the eviction hint keeps Triton from merging the two
+            d32, _ = self.dup_loads[t.id]
+            d32 = d32 or src.dtype == "float32"
+            dl = load.replace(".to(tl.float32)", "")
+            dl = dl[:-1] + ', eviction_policy="evict_last")' + (".to(tl.float32)" if d32 and src.dtype != "float32"
+                                                                else "")
+            self.dup_vals[t.id] = Val(f"{v.name}_d", v.pshape, v.rshape, d32, v.clean, True)
+            self.emit(f"{v.name}_d = {dl}  # for the tl.dot operand")
 
     def op_const(self, op: Op) -> None:
         t = op.outputs[0]
@@ -274,7 +387,15 @@ class _Emitter:
             v = self.val(t, f32=x.f32, clean=x.clean, finite=x.finite)
             self.emit(f"{v.name} = {x.name}")
             return
-        if op.kind == "sum":
+        if op.kind == "sum" and op.id in self.deferred_sums:
+            # only an accumulator uses this sum: it adds up the un-reduced tile (padding zeroed)
+            # and reduces once after the loop — no cross-warp reduction (and barrier) per step
+            src = self.clean_only(x, [d])
+            src = src if x.f32 else f"({src}).to(tl.float32)"
+            v = self.val(t, f32=True, clean=x.clean | {d}, finite=x.finite)
+            v.pshape, v.rshape = x.pshape, x.rshape
+            self.emit(f"{v.name} = {src}  # summed over dim {d} once, after the loop")
+        elif op.kind == "sum":
             src = self.clean_only(x, [d])
             v = self.val(t, f32=True, clean=x.clean - {d}, finite=x.finite)
             self.emit(f"{v.name} = tl.sum({src}, axis={d}, keep_dims=True)")
@@ -465,6 +586,8 @@ class _Emitter:
 
     def run(self) -> None:
         self.pairs, self.dropped = self.split_matmuls()
+        self.dup_loads = (dot_operand_loads(self.b, self.info, self.sched, set(self.pairs) | self.dropped)
+                          if self.cfg.split_loads else {})
         order = self.sched.prologue + [o for o in self.sched.loop if o.kind != "accum"] + \
             self.sched.invariant_accums + [o for o in self.sched.loop if o.kind == "accum"] + self.sched.epilogue
         for op in order:
@@ -475,7 +598,13 @@ class _Emitter:
             out = op.outputs[0]
             self.emit(f"# {out.label()} = {_describe(op)}  tile {out.shape}"
                       + (f" (per program {self.info.shape(out)})" if self.info.shape(out) != out.shape else ""))
+            # an op of a tl.dot operand's cone reads the cone's own load of a shared tile
+            swapped = {tid: self.vals[tid] for tid, (_, ops) in self.dup_loads.items()
+                       if op.id in ops and tid in self.vals}
+            for tid in swapped:
+                self.vals[tid] = self.dup_vals[tid]
             getattr(self, EMITTERS[op.kind])(op)
+            self.vals.update(swapped)
 
     def op_accum(self, op: Op) -> None:
         t = op.outputs[0]
@@ -484,7 +613,7 @@ class _Emitter:
         if op in self.sched.invariant_accums:
             n = self.loop_F
             self.emit(f"{v.name} = {self.f32(x)}" + (f" * {float(n)!r}" if n != 1 else ""))
-        elif op.inputs[0].op.id in self.info.deferred:
+        elif op.inputs[0].op.id in self.info.deferred or op.inputs[0].op.id in self.deferred_sums:
             self.emit(f"{v.name}_k += {x.name}")
         else:
             self.emit(f"{v.name} += {self.f32(x)}")
@@ -576,6 +705,11 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
                             "reduction over k")
                 body.append(f"{v.name}_k = tl.zeros({x.pshape}, dtype=tl.float32)")
                 post.append(f"{v.name} = tl.sum({v.name}_k, axis={ax})  # the k-reduction, once")
+            elif op.inputs[0].op.id in em.deferred_sums:
+                d = em.deferred_sums[op.inputs[0].op.id]
+                body.append(f"# {v.name}_k: the un-reduced {x.pshape} tile, fp32: one reduction after the loop")
+                body.append(f"{v.name}_k = tl.zeros({x.pshape}, dtype=tl.float32)")
+                post.append(f"{v.name} = tl.sum({v.name}_k, axis={d}, keep_dims=True)  # once")
             else:
                 body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
         loop_ops = [o for o in sch.loop if o.kind != "accum"]

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
 
-from .codegen import KernelConfig
+from .codegen import KernelConfig, deferred_sums
 from .schedule import kernel_order
 from .memory import lowered_shared_memory
 from .tiles import analyze
@@ -124,6 +124,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
     tc, ew, fma = 0.0, 0.0, 0.0                  # fma: flops of matmuls on the CUDA cores
     rep = _dot_operand_replication(bg, info, cfg.num_warps)
     acc_regs = 0.0                               # fp32 accumulator elements one program holds
+    dsums = deferred_sums(bg, info, cfg) if cfg.defer_sums else {}
     for b in bg.ops:
         out = b.outputs[0]
         reps = total * (steps if out.acc == 0 else 1)
@@ -140,7 +141,9 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
             if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
                 acc_regs += math.prod(p_out) * k - math.prod(p_out)
         elif b.kind == "accum":
-            acc_regs += math.prod(info.padded(out))
+            src = b.inputs[0].op
+            # a deferred sum's accumulator holds the un-reduced tile
+            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
     # bytes in flight: resident programs × (stages − 1) loop steps each

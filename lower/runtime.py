@@ -217,6 +217,14 @@ class CompiledProgram:
             return g.replay
         return lambda: self._run(inputs, outs)
 
+    def launcher(self, *args, **kwargs) -> Callable[[], None]:
+        """A zero-argument callable that launches the program's kernels on these
+        inputs into the static output buffers, without a CUDA graph of its own — for
+        timers that capture many calls into one graph (``lower.profile.measure``)."""
+        inputs = self._bind(args, kwargs)
+        outs = self.outputs
+        return lambda: self._run(inputs, outs)
+
     @staticmethod
     def _key(inputs, outs) -> tuple:
         return tuple(t.data_ptr() for t in inputs) + tuple(o.data_ptr() for o in outs)

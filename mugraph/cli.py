@@ -139,21 +139,23 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
 @click.option("--batch", "batches", multiple=True, type=int, help="Batch sizes (default: 1 and 8).")
 @click.option("--results", default="out/results", show_default=True,
               help="Saved results to time (NAME-bB.mug.json); missing ones are searched and saved here.")
-@click.option("--warm", is_flag=True, help="Time with a warm L2 (default: flushed before each replay).")
+@click.option("--timing", type=click.Choice(["graph", "cold", "warm"]), default="graph", show_default=True,
+              help="graph: calls unrolled in one CUDA graph (triton do_bench_cudagraph, warm L2); cold: one graph "
+                   "replay per call, L2 evicted before each; warm: one replay per call, back to back.")
 @click.option("--top-k", default=3, show_default=True,
               help="Results searched on a CPU: how many candidates (best predicted first) to autotune and time "
                    "on the GPU; the unfused program is always timed too.")
 @click.option("--tune-seconds", default=None, type=float,
               help="Per candidate: stop trying new kernel configurations after this many seconds (default: all).")
 @_search_options
-def bench(names, batches, results, warm, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers, seed,
+def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers, seed,
           cache_dir, no_cache) -> None:
     """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
     from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
 
     click.echo(COLUMNS)
     rows, head = run_bench(names or None, tuple(batches) or (1, 8), results,
-                           _config(time_limit, max_block_ops, max_kernel_ops, workers), flush=not warm,
+                           _config(time_limit, max_block_ops, max_kernel_ops, workers), timing=timing,
                            top_k=top_k, tune_seconds=tune_seconds, on_row=lambda r: click.echo(format_row(r)))
     click.echo("\n" + format_table(rows, head))
 

@@ -1,7 +1,7 @@
 """The benchmark table (``python -m mugraph bench``): each benchmark of DESIGN §7
 superoptimized (or loaded from a saved result) and, on a GPU, timed beside
-PyTorch eager, ``torch.compile`` and SDPA — every variant as CUDA-graph replays
-timed by ``lower.profile.bench`` — and the memory-traffic floor (bytes read and
+PyTorch eager, ``torch.compile`` and SDPA — every variant timed the same way by
+``lower.profile.measure`` (CUDA graphs; default ``"graph"`` timing) — and the memory-traffic floor (bytes read and
 written once over the bandwidth of a device-to-device copy measured on the same
 card). Without a GPU the table holds the cost model's predictions."""
 
@@ -42,29 +42,14 @@ class BenchRow:
         return min(xs) if xs else None
 
 
-def graphed(fn: Callable, args: list) -> Callable[[], None]:
-    """Capture ``fn(*args)`` as a CUDA graph; returns its replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn(*args)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn(*args)
-    return g.replay
-
-
 def copy_bandwidth() -> float:
     """Bytes/s of a large device-to-device copy (read + write), measured here."""
-    from lower.profile import bench
+    from lower.profile import measure
 
     n = 1 << 28
     a = torch.empty(n, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
-    t = bench(graphed(lambda x, y: y.copy_(x), [a, b]), flush=False)
+    t = measure(lambda: b.copy_(a), "warm")
     return 2 * n / t
 
 
@@ -81,7 +66,7 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
 
 
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
-              flush: bool = True, progress: bool = True, top_k: int = 2, tune_seconds: float | None = None,
+              timing: str = "graph", progress: bool = True, top_k: int = 2, tune_seconds: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], str]:
     """Rows of the table, and a header line saying where and how it was measured.
     ``on_row`` sees each row as soon as it is measured (long runs show progress)."""
@@ -92,7 +77,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     gpu = torch.cuda.is_available()
     if gpu:
         from lower.cost_model import memory_floor_bytes
-        from lower.profile import bench
+        from lower.profile import measure
         bw = copy_bandwidth()
     rows = []
     for name in names:
@@ -103,7 +88,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                            origin=opt.best.origin, found_by=_how(opt.best))
             if gpu:
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds)  # searched on a CPU: autotune and time the best candidates here
+                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
                     if res is not None:
                         opt.save(res / f"{name}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
@@ -117,20 +102,26 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 y = comp(*args)
                 ref = TORCH[name](*[a.double() for a in args])
                 row.rel_error = float((y.double() - ref).norm() / ref.norm())
-                row.ours_us = bench(comp.runner(*args), flush=flush) * 1e6
-                row.eager_us = bench(graphed(TORCH[name], args), flush=flush) * 1e6
-                row.compile_us = bench(graphed(torch.compile(TORCH[name]), args), flush=flush) * 1e6
+                row.ours_us = measure(comp.launcher(*args), timing) * 1e6
+                row.eager_us = measure(lambda: TORCH[name](*args), timing) * 1e6
+                compiled = torch.compile(TORCH[name])
+                row.compile_us = measure(lambda: compiled(*args), timing) * 1e6
                 if name in SDPA:
-                    row.sdpa_us = bench(graphed(SDPA[name], args), flush=flush) * 1e6
+                    row.sdpa_us = measure(lambda: SDPA[name](*args), timing) * 1e6
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
             rows.append(row)
             if on_row:
                 on_row(row)
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
-    head = (f"{datetime.date.today()} on {where}; μs, median of CUDA-graph replays "
-            f"({'L2 flushed before each' if flush else 'warm L2'})")
+    head = f"{datetime.date.today()} on {where}; μs, median, {TIMING_WORDS[timing]}"
     return rows, head
 
+
+TIMING_WORDS = {
+    "graph": "triton do_bench_cudagraph (calls unrolled in one CUDA graph, warm L2)",
+    "cold": "one CUDA-graph replay per call, L2 evicted before each",
+    "warm": "one CUDA-graph replay per call, back to back (warm L2)",
+}
 
 COLUMNS = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
            f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}  found by")

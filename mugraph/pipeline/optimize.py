@@ -129,15 +129,17 @@ class Optimized:
     def __call__(self, *args, **kwargs):
         return self.compiled()(*args, **kwargs)
 
-    def profile_on_gpu(self, top_k: int = 4, tune_seconds: float | None = None) -> "Optimized":
+    def profile_on_gpu(self, top_k: int = 4, tune_seconds: float | None = None,
+                       timing: str = "graph") -> "Optimized":
         """Re-rank on this machine's GPU: a result searched on a CPU (cost-model choice)
         gets its ``top_k`` candidates autotuned (at most ``tune_seconds`` of trying
-        configurations per kernel) and timed here, and the fastest wins."""
+        configurations per kernel) and timed here (``timing``: see
+        ``lower.profile.TIMINGS``), and the fastest wins."""
         import lower
 
         alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
                        key=lambda c: c.predicted_s or 0.0)
-        self.best, why = _time_on_gpu(lower, self.program, alive, top_k, tune_seconds)
+        self.best, why = _time_on_gpu(lower, self.program, alive, top_k, tune_seconds, timing)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": _device_name("cuda")}
         self._compiled = None
@@ -336,7 +338,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
 
 
 def _time_on_gpu(lower, program: KernelGraph, alive: list[Candidate], top_k: int,
-                 tune_seconds: float | None = None) -> tuple[Candidate, str]:
+                 tune_seconds: float | None = None, timing: str = "graph") -> tuple[Candidate, str]:
     """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins.
 
     Every timed configuration must match the program evaluated in float64 on the same
@@ -360,7 +362,7 @@ def _time_on_gpu(lower, program: KernelGraph, alive: list[Candidate], top_k: int
             continue  # past the top_k; the unfused program is always timed as the safety net
         tried += 1
         try:
-            res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=tune_seconds)
+            res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=tune_seconds, timing=timing)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
             continue
@@ -372,7 +374,7 @@ def _time_on_gpu(lower, program: KernelGraph, alive: list[Candidate], top_k: int
                            + "; ".join(c.rejected for c in alive if c.rejected))
     best = min(timed, key=lambda c: c.measured_s)
     return best, (f"fastest of {len(timed)} autotuned and timed on {_device_name('cuda')} "
-                  "(CUDA-graph replay, median)")
+                  f"(median, {timing} timing: lower.profile.TIMINGS)")
 
 
 def _predict_tuned(lower, graph: KernelGraph):
