@@ -41,6 +41,7 @@ import torch  # noqa: E402
 NAMES = ["rmsnorm_matmul", "gated_mlp", "lora", "gqa", "qknorm_gqa", "ntrans"]
 
 
+from lower.calibration import spearman  # noqa: E402
 from mugraph.benchmarks.torch_versions import SDPA, TORCH  # noqa: E402  the baselines, in one place
 
 
@@ -74,30 +75,6 @@ def stream_probe(nbytes: int, timing: str) -> float:
         best = min(best, measure(lambda: _stream[(grid,)](x, out, n, BLOCK=block, ITERS=iters, STAGES=3,
                                                           num_warps=warps), timing))
     return best
-
-
-def spearman(xs, ys) -> float:
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(order):
-            j = i
-            while j + 1 < len(order) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2
-            i = j + 1
-        return r
-
-    if len(xs) < 3:
-        return float("nan")
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    vx = math.sqrt(sum((a - mx) ** 2 for a in rx))
-    vy = math.sqrt(sum((b - my) ** 2 for b in ry))
-    return cov / (vx * vy) if vx and vy else float("nan")
 
 
 def config_to_json(c) -> dict:
