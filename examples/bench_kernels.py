@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import datetime
 import json
 import math
@@ -77,18 +78,6 @@ def stream_probe(nbytes: int, timing: str) -> float:
     return best
 
 
-def config_to_json(c) -> dict:
-    import dataclasses
-
-    return dataclasses.asdict(c)
-
-
-def config_from_json(d: dict):
-    from lower import KernelConfig
-
-    return KernelConfig(**{**d, "sub": tuple(tuple(x) for x in d.get("sub", ()))})
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench_kernels")
@@ -120,7 +109,8 @@ def main() -> int:
     given = {}
     if args.configs:
         with open(args.configs) as f:
-            given = {k: {int(op): config_from_json(c) for op, c in v.items()} for k, v in json.load(f).items()}
+            given = {k: {int(op): lower.KernelConfig.from_dict(c) for op, c in v.items()}
+                     for k, v in json.load(f).items()}
     tuned: dict[str, dict] = {}
 
     def log(*a):
@@ -162,7 +152,7 @@ def main() -> int:
                     res = lower.profile(g, ins, configs=given[key], ref=ref64, tol=TOL, timing=head)
                 else:
                     res = lower.tune(g, ins, top=args.top, log=log, ref=ref64, tol=TOL, timing=head)
-                tuned[key] = {str(k): config_to_json(c) for k, c in res.configs.items()}
+                tuned[key] = {str(k): dataclasses.asdict(c) for k, c in res.configs.items()}
                 with open(os.path.join(args.out, "configs.json"), "w") as f:
                     json.dump(tuned, f, indent=1)
                 prog = res.program

@@ -31,6 +31,7 @@ no extra masks, and no path can leak padding into a real element.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -87,6 +88,11 @@ class KernelConfig:
     small_mm: str = "dot"
     defer_sums: bool = True
     split_loads: bool = True
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KernelConfig":
+        """The config ``dataclasses.asdict`` wrote (JSON turns ``sub``'s tuples into lists)."""
+        return cls(**{**d, "sub": tuple(tuple(x) for x in d.get("sub", ()))})
 
     @classmethod
     def from_label(cls, label: str) -> "KernelConfig":
@@ -183,15 +189,13 @@ def deferred_sums(block: BlockGraph, info: TileInfo, cfg: KernelConfig) -> dict[
         if (len(users) != 1 or users[0].kind != "accum" or users[0].id not in loop or info.shape(x)[d] == 1
                 or t in [sv.tensor for sv in block.savers]):
             continue
-        n = 1
-        for p in info.padded(x):
-            n *= p
-        if n <= DEFER_SUM_REGS * 32 * cfg.num_warps:
+        if math.prod(info.padded(x)) <= DEFER_SUM_REGS * 32 * cfg.num_warps:
             out[op.id] = d
     return out
 
 
-def dot_operand_loads(block: BlockGraph, info: TileInfo, sched, skip: set[int]) -> dict[int, tuple[bool, set[int]]]:
+def dot_operand_loads(block: BlockGraph, info: TileInfo, skip: frozenset[int] = frozenset()
+                      ) -> dict[int, tuple[bool, set[int]]]:
     """Loop-loaded tiles that feed a ``tl.dot`` operand *and* other ops: tensor id ->
     (the operand's cone computes in fp32, ids of the cone's ops that read the tile).
 
@@ -203,7 +207,7 @@ def dot_operand_loads(block: BlockGraph, info: TileInfo, sched, skip: set[int]) 
     once per layout is cheaper. Matmuls in ``skip`` (split concats) are left alone."""
     if block.forloop <= 1:
         return {}
-    loop = {o.id for o in sched.loop}
+    loop = {o.id for o in schedule_block(block).loop}
     cons = block.consumers()
     dots = [op for op in block.ops
             if op.kind == "matmul" and op.id in info.dot_ops and op.id not in skip and op.id in loop]
@@ -316,24 +320,22 @@ class _Emitter:
             terms.append(self.ex(idx, d, rank) + ("" if stride == 1 else f" * {stride}"))
             if rshape[d] < pshape[d]:
                 masks.append(self.ex(f"({ar} < {rshape[d]})", d, rank))
+        args = f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
+
+        def load(f32: bool, extra: str = "") -> str:
+            return f"tl.load({args}{extra})" + (".to(tl.float32)" if f32 and src.dtype != "float32" else "")
+
         f32 = src.dtype == "float32" or not self.dot_only(t)
-        load = f"tl.load({src.name}_ptr + {' + '.join(terms)}"
-        load += f", mask={' & '.join(masks)}, other=0.0)" if masks else ")"
-        if f32 and src.dtype != "float32":
-            load += ".to(tl.float32)"
         v = self.val(t, f32=f32, clean=frozenset(range(rank)), finite=True)
-        self.emit(f"{v.name} = {load}")
+        self.emit(f"{v.name} = {load(f32)}")
         if t.id in self.dup_loads:
             # a second load of the same tile for the tl.dot operand's cone: each load gets the
             # layout its users need, instead of a per-step layout conversion (a shared-memory
             # round trip and a barrier); the eviction hint keeps Triton from merging the two
-            d32, _ = self.dup_loads[t.id]
-            d32 = d32 or src.dtype == "float32"
-            dl = load.replace(".to(tl.float32)", "")
-            dl = dl[:-1] + ', eviction_policy="evict_last")' + (".to(tl.float32)" if d32 and src.dtype != "float32"
-                                                                else "")
+            d32 = self.dup_loads[t.id][0] or src.dtype == "float32"
             self.dup_vals[t.id] = Val(f"{v.name}_d", v.pshape, v.rshape, d32, v.clean, True)
-            self.emit(f"{v.name}_d = {dl}  # for the tl.dot operand")
+            hint = ', eviction_policy="evict_last"'
+            self.emit(f"{v.name}_d = {load(d32, hint)}  # for the tl.dot operand")
 
     def op_const(self, op: Op) -> None:
         t = op.outputs[0]
@@ -586,7 +588,7 @@ class _Emitter:
 
     def run(self) -> None:
         self.pairs, self.dropped = self.split_matmuls()
-        self.dup_loads = (dot_operand_loads(self.b, self.info, self.sched, set(self.pairs) | self.dropped)
+        self.dup_loads = (dot_operand_loads(self.b, self.info, frozenset(self.pairs) | self.dropped)
                           if self.cfg.split_loads else {})
         order = self.sched.prologue + [o for o in self.sched.loop if o.kind != "accum"] + \
             self.sched.invariant_accums + [o for o in self.sched.loop if o.kind == "accum"] + self.sched.epilogue

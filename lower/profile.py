@@ -30,7 +30,6 @@ from mugraph.ir import BlockGraph, KernelGraph
 
 from .codegen import KernelConfig, dot_operand_loads
 from .cost_model import H100, DeviceParams, estimate
-from .schedule import schedule_block
 from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
 
 
@@ -174,7 +173,7 @@ def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 2
     if timing == "graph":
         import triton.testing
 
-        capture(launch)  # warm-up (compiles outside do_bench's capture) and a capturability check
+        # do_bench_cudagraph calls launch() uncaptured first (compiles happen there)
         return triton.testing.do_bench_cudagraph(launch, rep=rep_ms, return_mode="median") * 1e-3
     return bench(capture(launch), flush=timing == "cold")
 
@@ -340,7 +339,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         # them at every warps × stages (H100 rmsnorm_matmul b=1: split loads 20.1 μs at w4s3k4L,
         # one load 24.2; but at w2s4c2 29.6 vs 21.5 — no single answer; NOTES.md v4)
         blk = op.attrs["block"]
-        loads = (True, False) if dot_operand_loads(blk, analyze(blk), schedule_block(blk), set()) else (True,)
+        loads = (True, False) if dot_operand_loads(blk, analyze(blk)) else (True,)
         for base, sts in around:
             for w, st, sl in itertools.product(warps, sts, loads):
                 c = KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,

@@ -206,17 +206,6 @@ class CompiledProgram:
         res = [o.clone() for o in outs] if (self.copy_outputs and out is None) else outs
         return res[0] if len(res) == 1 else tuple(res)
 
-    def runner(self, *args, **kwargs) -> Callable[[], None]:
-        """A zero-argument callable that runs the program on these inputs into the
-        static output buffers (a CUDA-graph replay on GPU) — for timing."""
-        inputs = self._bind(args, kwargs)
-        outs = self.outputs
-        if self.use_cuda_graphs:
-            self._replay(inputs, outs)
-            g = self._graphs[self._key(inputs, outs)]
-            return g.replay
-        return lambda: self._run(inputs, outs)
-
     def launcher(self, *args, **kwargs) -> Callable[[], None]:
         """A zero-argument callable that launches the program's kernels on these
         inputs into the static output buffers, without a CUDA graph of its own — for

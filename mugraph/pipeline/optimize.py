@@ -122,7 +122,7 @@ class Optimized:
 
         dev = device or self.device
         if self._compiled is None or self._compiled.device != dev:
-            configs = {k: _kernel_config(v) for k, v in self.best.configs.items()}
+            configs = {k: lower.KernelConfig.from_dict(v) for k, v in self.best.configs.items()}
             self._compiled = lower.compile(self.graph, device=dev, configs=configs)
         return self._compiled
 
@@ -191,15 +191,6 @@ class Optimized:
         path = Path(path)
         path.write_text(json.dumps(self.to_json(), indent=1))
         return path
-
-
-def _kernel_config(d: dict):
-    from lower import KernelConfig
-
-    d = dict(d)
-    if "sub" in d:
-        d["sub"] = tuple(tuple(x) for x in d["sub"])
-    return KernelConfig(**d)
 
 
 def _versions() -> dict:

@@ -16,7 +16,6 @@ import pytest
 
 import lower
 from lower.codegen import KernelConfig, deferred_sums, dot_operand_loads
-from lower.schedule import schedule_block
 from lower.testing import check, random_graph, random_inputs
 from lower.tiles import analyze
 from mugraph.benchmarks import reference
@@ -113,7 +112,7 @@ def test_rmsnorm_x_is_loaded_once_per_layout():
     g = reference("rmsnorm_matmul", small=True)
     op = _block_op(g)
     b = op.attrs["block"]
-    dup = dot_operand_loads(b, analyze(b), schedule_block(b), set())
+    dup = dot_operand_loads(b, analyze(b))
     (tid, (f32, ops)), = dup.items()
     x = next(o for o in b.ops if o.kind == "iterator" and o.attrs["source"] == 0).outputs[0]
     assert tid == x.id and f32 and [_op(b, i).kind for i in sorted(ops)] == ["mul"]
@@ -130,7 +129,7 @@ def test_tiles_used_by_a_dot_only_are_not_split():
         for op in reference(name, small=True).ops:
             if op.kind == "graph_defined":
                 b = op.attrs["block"]
-                assert dot_operand_loads(b, analyze(b), schedule_block(b), set()) == {}, name
+                assert dot_operand_loads(b, analyze(b)) == {}, name
 
 
 def test_random_ugraphs_with_split_loads():
@@ -138,8 +137,7 @@ def test_random_ugraphs_with_split_loads():
     for seed in range(300):
         g = random_graph(seed)
         ops = [op for op in g.ops if op.kind == "graph_defined"]
-        if not any(dot_operand_loads(op.attrs["block"], analyze(op.attrs["block"]),
-                                     schedule_block(op.attrs["block"]), set()) for op in ops):
+        if not any(dot_operand_loads(op.attrs["block"], analyze(op.attrs["block"])) for op in ops):
             continue
         hit += 1
         inputs = random_inputs(g, seed)

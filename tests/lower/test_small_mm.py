@@ -224,17 +224,17 @@ def test_shared_memory_estimate_at_padded_extents():
     assert lowered_shared_memory(_blocks(reference("gqa"))[1].attrs["block"], KernelConfig(num_stages=3)) == 0
 
 
-def _rms_search_candidate():
+def _rms_search_candidate(name="rmsnorm_matmul", k=4096, n=6144, grid=384, dtype="float16"):
     """The shape of the μGraphs the search found for rmsnorm_matmul b=1 (out/results/
     rmsnorm_matmul-b1.mug.json): grid 384, no loop, (4096, 16) tiles of W, M = 2."""
-    kg = mg.KernelGraph("rmsnorm_matmul")
-    X = kg.input("X", (2, 4096), "float16")
-    G = kg.input("G", (4096,), "float16")
-    W = kg.input("W", (4096, 6144), "float16")
-    bg = mg.BlockGraph(grid=(384, 1, 1), forloop=1)
+    kg = mg.KernelGraph(name)
+    X = kg.input("X", (2, k), dtype)
+    G = kg.input("G", (k,), dtype)
+    W = kg.input("W", (k, n), dtype)
+    bg = mg.BlockGraph(grid=(grid, 1, 1), forloop=1)
     x, gg, w = bg.input(X, imap=(None,)), bg.input(G, imap=(None,)), bg.input(W, imap=(1,))
     sq = mg.sum(mg.square(x), 1)
-    y = mg.matmul(x * gg, w) / mg.sqrt(sq * (1 / 4096))
+    y = mg.matmul(x * gg, w) / mg.sqrt(sq * (1 / k))
     bg.output(bg.accum(y), omap=(1,))
     (o,) = kg.kernel(bg)
     kg.output(o)
@@ -262,16 +262,7 @@ def test_search_candidates_fit_with_cuda_core_matmuls():
 
 def test_search_candidate_runs_on_cuda_cores_scaled_down():
     """The same block structure at a size the interpreter runs quickly (grid 8, k = 256)."""
-    kg = mg.KernelGraph("cand_small")
-    X = kg.input("X", (2, 256), "float32")
-    G = kg.input("G", (256,), "float32")
-    W = kg.input("W", (256, 128), "float32")
-    bg = mg.BlockGraph(grid=(8, 1, 1), forloop=1)
-    x, gg, w = bg.input(X, imap=(None,)), bg.input(G, imap=(None,)), bg.input(W, imap=(1,))
-    y = mg.matmul(x * gg, w) / mg.sqrt(mg.sum(mg.square(x), 1) * (1 / 256))
-    bg.output(bg.accum(y), omap=(1,))
-    (o,) = kg.kernel(bg)
-    kg.output(o)
+    kg = _rms_search_candidate("cand_small", k=256, n=128, grid=8, dtype="float32")
     (op,) = _blocks(kg)
     for mm in ("dot", "v"):
         prog = lower.compile(kg, device="cpu", configs={op.id: KernelConfig(small_mm=mm)}, poison=True)
