@@ -3,7 +3,9 @@
 ``lower/data/h100_graph_timing.csv`` holds measurements of the reference μGraphs at
 full shapes (``"graph"`` timing, ``lower.profile.TIMINGS``): every variant the tuner
 timed in ``examples/bench_kernels.py`` runs, and the sweeps of
-``examples/sweep_configs.py`` — one row per (benchmark, b, kernel configs). The
+``examples/sweep_configs.py`` — one row per (benchmark, b, kernel configs); a
+``sizes`` column names builder sizes of a variant μGraph (``col_tile=128``: a coarser
+grid), so rows of different μGraphs of one benchmark are ranked separately. The
 model is meant to *rank* (the tuner times its best few), so what matters is rank
 agreement within one benchmark and how much slower the model's favourite is than
 the measured best ("regret"). No GPU needed: predictions are recomputed here.
@@ -25,8 +27,8 @@ DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")
 @dataclass
 class Agreement:
     spearman_all: float                      # over every row (different benchmarks mixed)
-    spearman_within: dict[tuple[str, int], float]   # per (benchmark, b)
-    regret: dict[tuple[str, int], float]     # measured(model's favourite) / measured best − 1
+    spearman_within: dict[tuple, float]      # per μGraph: (benchmark, b, *sizes)
+    regret: dict[tuple, float]               # measured(model's favourite) / measured best − 1
 
     @property
     def median_within(self) -> float:
@@ -59,8 +61,22 @@ def spearman(xs: list[float], ys: list[float]) -> float:
     return cov / (vx * vy) if vx and vy else float("nan")
 
 
-def measurements(path: str = DATA) -> list[tuple[str, int, dict[int, KernelConfig], float]]:
-    """(benchmark, b, {op id: config}, measured seconds) per recorded row."""
+@dataclass(frozen=True)
+class Measurement:
+    name: str                         # benchmark (DESIGN §7)
+    b: int
+    configs: dict[int, KernelConfig]  # op id -> config
+    seconds: float
+    sizes: tuple[tuple[str, int], ...] = ()   # builder sizes of a variant μGraph
+
+    @property
+    def group(self) -> tuple:
+        """Rows of one μGraph: ranked against each other."""
+        return (self.name, self.b) + self.sizes
+
+
+def measurements(path: str = DATA) -> list[Measurement]:
+    """Every recorded row."""
     out = []
     with open(path) as f:
         for r in csv.DictReader(f):
@@ -68,7 +84,8 @@ def measurements(path: str = DATA) -> list[tuple[str, int, dict[int, KernelConfi
             for part in r["configs"].split():
                 k, lab = part.split(":", 1)
                 cfgs[int(k[1:])] = KernelConfig.from_label(lab)
-            out.append((r["name"], int(r["b"]), cfgs, float(r["measured_us"]) * 1e-6))
+            sizes = tuple((k, int(v)) for k, v in (kv.split("=", 1) for kv in (r.get("sizes") or "").split()))
+            out.append(Measurement(r["name"], int(r["b"]), cfgs, float(r["measured_us"]) * 1e-6, sizes))
     return out
 
 
@@ -76,15 +93,14 @@ def agreement(device: DeviceParams = H100, path: str = DATA) -> Agreement:
     """Rank agreement of the cost model (``device`` parameters) with the recorded times."""
     from mugraph.benchmarks import reference
 
-    rows = measurements(path)
     graphs = {}
     pred, meas, groups = [], [], {}
-    for name, b, cfgs, t in rows:
-        g = graphs.get((name, b)) or graphs.setdefault((name, b), reference(name, b=b))
-        p = estimate(g, device, cfgs)
+    for m in measurements(path):
+        g = graphs.get(m.group) or graphs.setdefault(m.group, reference(m.name, b=m.b, **dict(m.sizes)))
+        p = estimate(g, device, m.configs)
         pred.append(p)
-        meas.append(t)
-        groups.setdefault((name, b), []).append((p, t))
+        meas.append(m.seconds)
+        groups.setdefault(m.group, []).append((p, m.seconds))
     within = {k: spearman([p for p, _ in v], [t for _, t in v]) for k, v in groups.items()}
     regret = {k: min(v)[1] / min(t for _, t in v) - 1 for k, v in groups.items()}
     return Agreement(spearman(pred, meas), within, regret)

@@ -5,7 +5,9 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
     t = launch + max(t_dram, t_l2, t_compute, t_serial) + t_fma
 
 * ``t_dram`` — unique device bytes (each source read once, each output written
-  once, split-K partials written and read) over DRAM bandwidth, divided by the
+  once, split-K partials written and read) over DRAM bandwidth (L2 bandwidth and
+  round trip when the whole graph fits in L2: repeated calls find it there, as the
+  ``graph`` and ``warm`` timers make them), divided by the
   fraction of it the kernel can pull: the bytes in flight (resident programs ×
   bytes one loop step loads × the steps ``num_stages`` keeps ahead) over
   bandwidth × latency, capped by what the SMs in use can pull (a grid of 32
@@ -23,7 +25,9 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   issuing the next loads (measured, NOTES.md v3);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
-  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps);
+  (``num_stages``) hides in part — only in loops Triton pipelines at all
+  (:func:`lower.memory.loop_is_pipelined`; elsewhere ``num_stages`` changes
+  nothing, as measured) — and re-chunking the loop makes fewer, longer steps;
   stretched when a thread would need more than 255 registers (spills), infinite
   when the padded tiles do not fit shared memory at all.
 
@@ -32,7 +36,12 @@ Residency (programs per SM) is bounded by shared memory at *padded* extents
 the un-reduced products of ``small_mm="va"`` included).
 
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
-one more round trip for the last program of each tile.
+a chain of round trips for the last program of each tile (store, atomic, loads).
+
+Agreement with 1336 recorded H100 timings of 18 μGraphs (:mod:`lower.calibration`):
+Spearman 0.62 over all, median 0.51 within one μGraph, favourite ≤ 35 % slower than
+the best recorded (NOTES.md v5: the model does not see warps, Triton's layout
+conversions or register spills of large loop tiles).
 
 Default parameters are the H100 SXM of our device machine (copy bandwidth
 measured there at about 3.0 TB/s, DESIGN §6 calibration); the model is meant to
@@ -48,7 +57,7 @@ from mugraph.ir import DTYPES, KernelGraph, Op
 
 from .codegen import KernelConfig, deferred_sums
 from .schedule import kernel_order
-from .memory import lowered_shared_memory
+from .memory import loop_is_pipelined, lowered_shared_memory
 from .tiles import analyze
 
 
@@ -65,6 +74,9 @@ class DeviceParams:
     mem_latency: float = 1.0e-6   # s: DRAM round trip (bandwidth × latency = bytes in flight needed)
     sm_bw: float = 6.0e10         # bytes/s one SM can pull from DRAM
     smem: float = 227 * 1024      # shared memory per SM (bytes)
+    l2_bytes: float = 25 * 2**20  # a graph whose bytes fit in this stays in L2 between calls (half the
+                                  # H100's 50 MB: it is two partitions; rms' 48 MiB streams from DRAM)
+    l2_latency: float = 0.6e-6    # s: L2 round trip under load
 
 
 H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
@@ -99,8 +111,12 @@ class Breakdown:
         return sum(c.total for c in self.launches)
 
 
-def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost]:
+def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = False) -> list[LaunchCost]:
     bg = op.attrs["block"]
+    # where the bytes come from: DRAM, or L2 when the whole graph fits in it (repeated calls, as
+    # every timer but "cold" makes them, find it there): bandwidth, round trip, per-step latency
+    bw, lat_mem = (dev.l2_bw, dev.l2_latency) if in_l2 else (dev.dram_bw, dev.mem_latency)
+    lat_step = dev.iter_latency * lat_mem / dev.mem_latency
     chunk = cfg.chunk if bg.forloop > 1 else 1
     info = analyze(bg, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
     subs = math.prod(info.split.values()) if info.split else 1
@@ -146,8 +162,9 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
             acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
-    # bytes in flight: resident programs × (stages − 1) loop steps each
-    pipe = max(1, min(cfg.num_stages - 1, steps))
+    # bytes in flight: resident programs × (stages − 1) loop steps each, where Triton
+    # software-pipelines the loop at all (else num_stages changes nothing: one step)
+    pipe = max(1, min(cfg.num_stages - 1, steps)) if loop_is_pipelined(bg, info, cfg) else 1
     # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
     # pipelined, else in registers), or the shared memory at padded extents where that is more
     # (tl.dot pads m, n to 16 and stages its operands)
@@ -161,13 +178,13 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
                           math.ceil(total / dev.sms)))
     active = min(total, dev.sms * resident)
     inflight = active * max(step_bytes, 1.0) * pipe
-    eff = min(1.0, inflight / (dev.dram_bw * dev.mem_latency), min(total, dev.sms) * dev.sm_bw / dev.dram_bw)
+    eff = min(1.0, inflight / (bw * lat_mem), min(total, dev.sms) * dev.sm_bw / bw)
     # a grid that is not a whole number of waves idles part of the chip in its last wave
     waves = total / (dev.sms * resident)
     quant = math.ceil(waves) / waves if waves > 1 else 1.0
     busy = min(1.0, total / dev.sms)
     # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM
-    serial = (dev.mem_latency + steps * (dev.iter_latency / pipe + step_bytes * resident / dev.sm_bw)) * spill
+    serial = (lat_mem + steps * (lat_step / pipe + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
         serial = math.inf
     costs = []
@@ -180,17 +197,20 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams) -> list[LaunchCost
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
         d_in = dram - sum(t.nbytes for t in op.outputs) + part
         costs.append(LaunchCost(f"k{op.id}_partial", total, d_in, l2 + part, tc + ew,
-                                d_in / dev.dram_bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
+                                d_in / bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
                                 dev.launch, t_fma))
         out_b = sum(t.nbytes for t in op.outputs) + part
-        if cfg.combine == "last":  # the last program of each tile sums the partials: a latency, no launch
-            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
-                                    out_b / dev.l2_bw, 0.0, dev.mem_latency, 0.0))
+        if cfg.combine == "last":
+            # no launch; the last program of each tile pays a chain of round trips: its partial
+            # stores, the counter's atomic, the partials' loads (longer the more partials)
+            fixup = lat_mem * (2 + split / 8)
+            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / bw,
+                                    out_b / dev.l2_bw, 0.0, fixup, 0.0))
         else:
-            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / dev.dram_bw,
-                                    out_b / dev.l2_bw, 0.0, dev.mem_latency, dev.launch))
+            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / bw,
+                                    out_b / dev.l2_bw, 0.0, lat_mem, dev.launch))
     else:
-        costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / dev.dram_bw / eff * quant,
+        costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
                                 l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
     return costs
 
@@ -241,9 +261,10 @@ def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
     """Per-launch cost terms of ``graph`` lowered with ``configs``."""
     configs = configs or {}
     out = Breakdown()
+    in_l2 = footprint_bytes(graph) <= device_params.l2_bytes
     for op in kernel_order(graph):
         if op.kind == "graph_defined":
-            out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params)
+            out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params, in_l2)
         elif op.kind in ("reshape",):
             continue  # a view
         else:
@@ -255,6 +276,12 @@ def estimate(graph: KernelGraph, device_params: DeviceParams = H100,
              configs: dict[int, KernelConfig] | None = None) -> float:
     """Predicted run time of ``graph`` in seconds (see the module docstring)."""
     return breakdown(graph, device_params, configs).total
+
+
+def footprint_bytes(graph: KernelGraph) -> int:
+    """Bytes of every tensor of the kernel graph: inputs, intermediates, outputs."""
+    return sum(t.nbytes for t in graph.inputs) + sum(t.nbytes for op in graph.ops for t in op.outputs
+                                                     if op.kind != "input")
 
 
 def memory_floor_bytes(graph: KernelGraph) -> int:

@@ -74,6 +74,21 @@ def shared_memory_estimate(block: BlockGraph, num_stages: int = 1) -> int:
     return peak + max(0, num_stages - 1) * pipelined
 
 
+def loop_is_pipelined(block: BlockGraph, info, cfg) -> bool:
+    """Whether Triton software-pipelines the generated loop of ``block`` (loads issued
+    ``num_stages − 1`` steps ahead). Triton (3.6, 3.9) does so unasked only in loops
+    with a ``tl.dot``; :mod:`lower.codegen` asks for it (``tl.range(…, num_stages=)``)
+    in the dot-free loops of the ``"v"``/``"va"`` lowerings only — asked in the
+    attention combine loops it measured slower (L2-resident partials; NOTES.md v5).
+    Elsewhere ``num_stages`` changes nothing."""
+    from .schedule import schedule_block
+
+    sch = schedule_block(block)
+    if block.forloop <= 1 or not sch.loop or cfg.num_stages <= 1:
+        return False
+    return any(o.id in info.dot_ops for o in sch.loop) or cfg.small_mm != "dot"
+
+
 def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:
     """Bytes of shared memory the generated kernel of ``block`` is expected to take
     under ``cfg`` (a :class:`lower.codegen.KernelConfig`), at *padded* tile extents.
@@ -99,9 +114,7 @@ def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:
     info = analyze(block, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
     sch = schedule_block(block)
     loop = {o.id for o in sch.loop}
-    looped = block.forloop > 1 and bool(loop)
-    dot_in_loop = any(o.id in info.dot_ops for o in sch.loop)
-    pipelined = looped and cfg.num_stages > 1 and (dot_in_loop or cfg.small_mm != "dot")
+    pipelined = loop_is_pipelined(block, info, cfg)
 
     def padded_bytes(t) -> int:
         n = DTYPES[t.dtype]
