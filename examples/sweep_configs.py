@@ -8,6 +8,9 @@ float64 interpreter first (a wrong one is reported, not timed).
     python examples/sweep_configs.py --name rmsnorm_matmul --b 1 8 --splits 4 8 16 \\
         --warps 1 2 --stages 2 3 4 --out out/sweep.csv
 
+``--sizes col_tile=128`` sweeps a variant μGraph of the same function (the reference
+builder's sizes: here a coarser grid); ``--subs 2:2 2:4`` sub-tiles a parallel tile class.
+
 Prints one line per variant as it runs (measured and predicted μs), then the ten
 fastest per batch size; writes every row to ``--out`` (CSV). Without CUDA it exits 0.
 """
@@ -35,10 +38,14 @@ def main() -> int:
     ap.add_argument("--chunks", type=int, nargs="+", default=[1])
     ap.add_argument("--warps", type=int, nargs="+", default=[4])
     ap.add_argument("--stages", type=int, nargs="+", default=[3])
+    ap.add_argument("--subs", nargs="+", default=["-"], metavar="CLS:R[xCLS:R]",
+                    help="sub-tile splits of parallel tile classes (as in a label's p…; '-' for none)")
     ap.add_argument("--small-mm", nargs="+", default=["dot"], choices=["dot", "v", "va"])
     ap.add_argument("--defer-sums", nargs="+", default=["on"], choices=["on", "off"])
     ap.add_argument("--split-loads", nargs="+", default=["on"], choices=["on", "off"])
     ap.add_argument("--timing", default="graph", choices=["graph", "cold", "warm"])
+    ap.add_argument("--sizes", nargs="*", default=[], metavar="KEY=INT",
+                    help="reference builder sizes, e.g. col_tile=128 (a μGraph with a coarser grid)")
     ap.add_argument("--out", default="out/sweep.csv")
     args = ap.parse_args()
     if not torch.cuda.is_available():
@@ -53,18 +60,20 @@ def main() -> int:
 
     rows = []
     for b in args.b:
-        g = reference(args.name, b=b)
+        sizes = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.sizes)}
+        g = reference(args.name, b=b, **sizes)
         op = args.kernel if args.kernel is not None else next(o.id for o in g.ops if o.kind == "graph_defined")
         gen = torch.Generator(device="cuda").manual_seed(0)
         ins = {t.name: ((torch.rand(t.shape, generator=gen, device="cuda") * 2 - 1) * 0.5).half() for t in g.inputs}
         ref = mg.evaluate(g, {k: v.double().cpu() for k, v in ins.items()})
         space = itertools.product(args.splits, args.combine, args.chunks, args.small_mm, args.warps, args.stages,
-                                  args.defer_sums, args.split_loads)
-        for split, comb, chunk, mm, w, st, ds, sl in space:
+                                  args.defer_sums, args.split_loads, args.subs)
+        for split, comb, chunk, mm, w, st, ds, sl, sub in space:
             if split == 1 and comb == "last":
                 comb = "kernel"
             c = KernelConfig(num_warps=w, num_stages=st, split=split, chunk=chunk, combine=comb, small_mm=mm,
-                             defer_sums=ds == "on", split_loads=sl == "on")
+                             defer_sums=ds == "on", split_loads=sl == "on",
+                             sub=() if sub == "-" else tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")))
             row = {"b": b, "config": c.label(), "predicted_us": estimate(g, configs={op: c}) * 1e6}
             try:
                 t, _, err = _time(g, {op: c}, ins, ref, 2e-2, args.timing)
