@@ -25,9 +25,7 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   issuing the next loads (measured, NOTES.md v3);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
-  (``num_stages``) hides in part — only in loops Triton pipelines at all
-  (:func:`lower.memory.loop_is_pipelined`; elsewhere ``num_stages`` changes
-  nothing, as measured) — and re-chunking the loop makes fewer, longer steps;
+  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps);
   stretched when a thread would need more than 255 registers (spills), infinite
   when the padded tiles do not fit shared memory at all.
 
@@ -38,8 +36,8 @@ the un-reduced products of ``small_mm="va"`` included).
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
 a chain of round trips for the last program of each tile (store, atomic, loads).
 
-Agreement with 1336 recorded H100 timings of 18 μGraphs (:mod:`lower.calibration`):
-Spearman 0.62 over all, median 0.51 within one μGraph, favourite ≤ 35 % slower than
+Agreement with 1480 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
+Spearman 0.56 over all, median 0.50 within one μGraph, favourite ≤ 35 % slower than
 the best recorded (NOTES.md v5: the model does not see warps, Triton's layout
 conversions or register spills of large loop tiles).
 
@@ -57,7 +55,7 @@ from mugraph.ir import DTYPES, KernelGraph, Op
 
 from .codegen import KernelConfig, deferred_sums
 from .schedule import kernel_order
-from .memory import loop_is_pipelined, lowered_shared_memory
+from .memory import lowered_shared_memory
 from .tiles import analyze
 
 
@@ -162,9 +160,10 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
             acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
-    # bytes in flight: resident programs × (stages − 1) loop steps each, where Triton
-    # software-pipelines the loop at all (else num_stages changes nothing: one step)
-    pipe = max(1, min(cfg.num_stages - 1, steps)) if loop_is_pipelined(bg, info, cfg) else 1
+    # bytes in flight: resident programs × (stages − 1) loop steps each. (Loops Triton does not
+    # pipeline — lower.memory.loop_is_pipelined — ignore num_stages on the card; charging them one
+    # step's full latency ranked the recorded configs worse, NOTES.md v5, so this stays uniform.)
+    pipe = max(1, min(cfg.num_stages - 1, steps))
     # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
     # pipelined, else in registers), or the shared memory at padded extents where that is more
     # (tl.dot pads m, n to 16 and stages its operands)
