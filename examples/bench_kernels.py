@@ -43,6 +43,7 @@ NAMES = ["rmsnorm_matmul", "gated_mlp", "lora", "gqa", "qknorm_gqa", "ntrans"]
 
 
 from lower.calibration import spearman  # noqa: E402
+from lower.profile import TIMINGS, measure  # noqa: E402
 from mugraph.benchmarks.torch_versions import SDPA, TORCH  # noqa: E402  the baselines, in one place
 
 
@@ -52,8 +53,6 @@ def stream_probe(nbytes: int, timing: str) -> float:
     memory floor *as this timer sees it*: the same bytes as ``floor``, plus the
     kernel's ramp-up and tail (and, cold, a CUDA-graph launch). Best of a few grid
     shapes."""
-    from lower.profile import measure
-
     import triton
     import triton.language as tl
 
@@ -84,7 +83,7 @@ def main() -> int:
     ap.add_argument("--b", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--names", nargs="+", default=NAMES)
     ap.add_argument("--top", type=int, default=6, help="grid/loop configs timed per kernel")
-    ap.add_argument("--modes", nargs="+", choices=["graph", "cold", "warm"], default=["graph", "cold"],
+    ap.add_argument("--modes", nargs="+", choices=list(TIMINGS), default=["graph", "cold"],
                     help="timings (lower.profile.TIMINGS) to report; the first is the headline and the one the "
                          "tuner optimizes")
     ap.add_argument("--configs", help="configs.json of an earlier run: time these configurations, do not tune")
@@ -99,7 +98,7 @@ def main() -> int:
     import lower
     import mugraph as mg
     from lower import cost_model
-    from lower.profile import measure
+    from lower.testing import bench_inputs
     from mugraph.benchmarks import reference
 
     os.makedirs(args.out, exist_ok=True)
@@ -140,9 +139,7 @@ def main() -> int:
             row = {"name": name, "b": b}
             try:
                 g = reference(name, b=b)
-                gen = torch.Generator(device="cuda").manual_seed(0)
-                ins = {t.name: ((torch.rand(t.shape, generator=gen, device="cuda") * 2 - 1) * 0.5).half()
-                       for t in g.inputs}
+                ins = bench_inputs(g)
                 targs = [ins[t.name] for t in g.inputs]
                 # correctness: every timed variant is checked against the float64 interpreter
                 ref64 = mg.evaluate(g, {k: v.double().cpu() for k, v in ins.items()})
@@ -194,13 +191,6 @@ def main() -> int:
     return 0
 
 
-MODE_WORDS = {
-    "graph": "triton.testing.do_bench_cudagraph: calls unrolled in one CUDA graph, warm L2, median of 10 replays",
-    "cold": "one CUDA-graph replay per call, L2 evicted (256 MB read, left clean) before each",
-    "warm": "one CUDA-graph replay per call, back to back on the same buffers",
-}
-
-
 def write_results(args, rows, corr_pts, bw, dev, log) -> None:
     modes = args.modes
     cols = ["name", "b", "floor_us", "predicted_us", "rel_err", "launches", "config"]
@@ -237,7 +227,7 @@ def write_results(args, rows, corr_pts, bw, dev, log) -> None:
 
     lines = []
     for m in modes:
-        lines += [f"**{m}** — {MODE_WORDS[m]}", "",
+        lines += [f"**{m}** — {TIMINGS[m]}", "",
                   "| benchmark | b | lowered | eager | compile | SDPA | ×best torch | floor | stream | ×floor | "
                   "×stream | predicted | rel.err | config |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -56,15 +56,15 @@ def main() -> int:
     from lower import KernelConfig
     from lower.cost_model import estimate
     from lower.profile import _time
+    from lower.testing import bench_inputs
     from mugraph.benchmarks import reference
 
     rows = []
+    sizes = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.sizes)}
     for b in args.b:
-        sizes = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.sizes)}
         g = reference(args.name, b=b, **sizes)
         op = args.kernel if args.kernel is not None else next(o.id for o in g.ops if o.kind == "graph_defined")
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        ins = {t.name: ((torch.rand(t.shape, generator=gen, device="cuda") * 2 - 1) * 0.5).half() for t in g.inputs}
+        ins = bench_inputs(g)
         ref = mg.evaluate(g, {k: v.double().cpu() for k, v in ins.items()})
         space = itertools.product(args.splits, args.combine, args.chunks, args.small_mm, args.warps, args.stages,
                                   args.defer_sums, args.split_loads, args.subs)

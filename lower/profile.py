@@ -30,6 +30,7 @@ from mugraph.ir import BlockGraph, KernelGraph
 
 from .codegen import KernelConfig, dot_operand_loads
 from .cost_model import H100, DeviceParams, estimate
+from .runtime import capture_graph, compile as lower_compile
 from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
 
 
@@ -133,8 +134,12 @@ def _flush_l2() -> None:
     torch.sum(buf, dim=0, out=_FLUSH["out"])
 
 
-TIMINGS = ("graph", "cold", "warm")
-"""How a program is timed; every table says which. All three replay CUDA graphs and
+TIMINGS = {
+    "graph": "triton.testing.do_bench_cudagraph: calls unrolled in one CUDA graph, warm L2, median of 10 replays",
+    "cold": "one CUDA-graph replay per call, L2 evicted (256 MB read, left clean) before each",
+    "warm": "one CUDA-graph replay per call, back to back on the same buffers",
+}
+"""How a program is timed (name -> the line tables print); every table says which. All three replay CUDA graphs and
 report a median, for ours and every PyTorch baseline alike:
 
 * ``"graph"`` (default): ``triton.testing.do_bench_cudagraph`` — many calls unrolled
@@ -147,35 +152,18 @@ report a median, for ours and every PyTorch baseline alike:
 """
 
 
-def capture(launch: Callable[[], object]) -> Callable[[], None]:
-    """Capture ``launch()`` (kernels, torch calls) as a CUDA graph after three warm-up
-    calls on a side stream (compilation and autotuning happen outside the capture);
-    returns the graph's replay."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            launch()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        launch()
-    return g.replay
-
-
 def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 20) -> float:
     """Median seconds of one ``launch()`` under ``timing`` (:data:`TIMINGS`).
 
     ``launch`` must be capturable into a CUDA graph (no host synchronization)."""
     if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
+        raise ValueError(f"timing must be one of {tuple(TIMINGS)}, got {timing!r}")
     if timing == "graph":
         import triton.testing
 
         # do_bench_cudagraph calls launch() uncaptured first (compiles happen there)
         return triton.testing.do_bench_cudagraph(launch, rep=rep_ms, return_mode="median") * 1e-3
-    return bench(capture(launch), flush=timing == "cold")
+    return bench(capture_graph(launch), flush=timing == "cold")
 
 
 def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps: int = 400) -> float:
@@ -225,7 +213,6 @@ def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps
 def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "graph") -> tuple[float, object, float]:
     """Compile with ``configs``, check against ``ref`` (float64 outputs; poisoned
     output buffers), time. Returns (seconds, program, worst relative error)."""
-    from .runtime import compile as lower_compile
     from .testing import rel_error
 
     prog = lower_compile(graph, device="cuda", configs=configs, use_z3=True)

@@ -88,6 +88,24 @@ def _load_module(source: str, interpret: bool):
     return mod
 
 
+def capture_graph(launch: Callable[[], object], warmups: int = 3) -> Callable[[], None]:
+    """Capture ``launch()`` (kernels, torch calls) as a CUDA graph after ``warmups`` calls
+    on a side stream (compilation and autotuning happen outside the capture); returns
+    the graph's replay."""
+    if warmups:
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(warmups):
+                launch()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        launch()
+    return g.replay
+
+
 class CompiledProgram:
     """A lowered kernel graph, callable with torch tensors.
 
@@ -106,7 +124,7 @@ class CompiledProgram:
         self.poison = poison
         self.copy_outputs = copy_outputs
         self.use_cuda_graphs = cuda_graphs and device == "cuda"
-        self._graphs: dict[tuple, torch.cuda.CUDAGraph] = {}
+        self._graphs: dict[tuple, Callable[[], None]] = {}  # inputs' and outputs' addresses -> replay
         self._warm = False
         dev = torch.device(device)
         self.arena = torch.empty(max(memory.size, 1), dtype=torch.uint8, device=dev)
@@ -220,23 +238,15 @@ class CompiledProgram:
 
     def _replay(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         key = self._key(inputs, outs)
-        g = self._graphs.get(key)
-        if g is None:
-            if not self._warm:  # compile every kernel outside the capture
-                s = torch.cuda.Stream()
-                s.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(s):
-                    self._run(inputs, outs)
-                torch.cuda.current_stream().wait_stream(s)
-                torch.cuda.synchronize()
-                self._warm = True
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                self._run(inputs, outs)
+        replay = self._graphs.get(key)
+        if replay is None:
+            # the first capture runs the program once outside it (every kernel compiles there)
+            replay = capture_graph(lambda: self._run(inputs, outs), warmups=0 if self._warm else 1)
+            self._warm = True
             if len(self._graphs) >= 8:
                 self._graphs.pop(next(iter(self._graphs)))
-            self._graphs[key] = g
-        g.replay()
+            self._graphs[key] = replay
+        replay()
 
     def _run(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
         env: dict[str, torch.Tensor] = dict(self.views)

@@ -320,6 +320,14 @@ def random_inputs(graph: KernelGraph, seed: int, device: str = "cpu") -> dict[st
             .to(getattr(torch, t.dtype)).to(device) for t in graph.inputs}
 
 
+def bench_inputs(graph: KernelGraph, seed: int = 0, device: str = "cuda") -> dict[str, torch.Tensor]:
+    """fp16 inputs uniform in [−0.5, 0.5), drawn on ``device``: what the H100 scripts
+    (``examples/bench_kernels.py``, ``examples/sweep_configs.py``) time."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    return {t.name: ((torch.rand(t.shape, generator=gen, device=device) * 2 - 1) * 0.5).half()
+            for t in graph.inputs}
+
+
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in float64; inf when ``out`` has a NaN/Inf (e.g. an unwritten element)."""
     out = out.detach().to("cpu", torch.float64)

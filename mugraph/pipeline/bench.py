@@ -113,15 +113,11 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
             if on_row:
                 on_row(row)
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
-    head = f"{datetime.date.today()} on {where}; μs, median, {TIMING_WORDS[timing]}"
+    from lower.profile import TIMINGS
+
+    head = f"{datetime.date.today()} on {where}; μs, median, {TIMINGS[timing]}"
     return rows, head
 
-
-TIMING_WORDS = {
-    "graph": "triton do_bench_cudagraph (calls unrolled in one CUDA graph, warm L2)",
-    "cold": "one CUDA-graph replay per call, L2 evicted before each",
-    "warm": "one CUDA-graph replay per call, back to back (warm L2)",
-}
 
 COLUMNS = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
            f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}  found by")

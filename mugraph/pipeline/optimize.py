@@ -12,6 +12,7 @@ regenerated from the μGraph).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import time
@@ -291,8 +292,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)
     bound = None
-    verdicts = found.stats.get("verdicts") or [None] * len(found.graphs)
-    for c, vj in zip(cands, verdicts + [None] * (len(cands) - len(verdicts))):
+    for c, vj in itertools.zip_longest(cands, found.stats.get("verdicts") or []):
         if c.origin == "search":
             # the search ran verify.equivalent on this very graph with the same program, error
             # and seed; its verdict is reused (deterministic), and computed here only if absent
