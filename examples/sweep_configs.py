@@ -43,6 +43,8 @@ def main() -> int:
     ap.add_argument("--small-mm", nargs="+", default=["dot"], choices=["dot", "v", "va"])
     ap.add_argument("--defer-sums", nargs="+", default=["on"], choices=["on", "off"])
     ap.add_argument("--split-loads", nargs="+", default=["on"], choices=["on", "off"])
+    ap.add_argument("--stage-all", nargs="+", default=["off"], choices=["on", "off"],
+                    help="KernelConfig.stage_all_loads: ask Triton to stage every load of the loop (label suffix A)")
     ap.add_argument("--timing", default="graph", choices=["graph", "cold", "warm"])
     ap.add_argument("--sizes", nargs="*", default=[], metavar="KEY=INT",
                     help="reference builder sizes, e.g. col_tile=128 (a μGraph with a coarser grid)")
@@ -67,12 +69,12 @@ def main() -> int:
         ins = bench_inputs(g)
         ref = mg.evaluate(g, {k: v.double().cpu() for k, v in ins.items()})
         space = itertools.product(args.splits, args.combine, args.chunks, args.small_mm, args.warps, args.stages,
-                                  args.defer_sums, args.split_loads, args.subs)
-        for split, comb, chunk, mm, w, st, ds, sl, sub in space:
+                                  args.defer_sums, args.split_loads, args.subs, args.stage_all)
+        for split, comb, chunk, mm, w, st, ds, sl, sub, sa in space:
             if split == 1 and comb == "last":
                 comb = "kernel"
             c = KernelConfig(num_warps=w, num_stages=st, split=split, chunk=chunk, combine=comb, small_mm=mm,
-                             defer_sums=ds == "on", split_loads=sl == "on",
+                             defer_sums=ds == "on", split_loads=sl == "on", stage_all_loads=sa == "on",
                              sub=() if sub == "-" else tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")))
             row = {"b": b, "config": c.label(), "predicted_us": estimate(g, configs={op: c}) * 1e6}
             try:

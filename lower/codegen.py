@@ -75,7 +75,12 @@ class KernelConfig:
     un-reduced tile and reduces once after the loop (:func:`deferred_sums`); ``False``
     reduces every step (label suffix ``r``). ``split_loads``: a loop tile that feeds a
     ``tl.dot`` operand and other ops is loaded once for each (:func:`dot_operand_loads`);
-    ``False`` loads it once (label suffix ``u``).
+    ``False`` loads it once (label suffix ``u``). ``stage_all_loads``: ask Triton to
+    software-pipeline *every* load of the loop (``tl.range(…, num_stages=)``); unasked it
+    stages only loads that feed a ``tl.dot`` operand, so a loop that also loads a tile for
+    other ops (rmsnorm_matmul's X for Σx²) waits for that load every step
+    (:func:`unpipelined_loads`; H100 rmsnorm_matmul b=8, no split-K, chunk 4: 28.8 →
+    20.2 μs; label suffix ``A``).
     """
 
     num_warps: int = 4
@@ -88,6 +93,7 @@ class KernelConfig:
     small_mm: str = "dot"
     defer_sums: bool = True
     split_loads: bool = True
+    stage_all_loads: bool = False
 
     @classmethod
     def from_dict(cls, d: dict) -> "KernelConfig":
@@ -99,14 +105,14 @@ class KernelConfig:
         """The config :meth:`label` names (``"w4s3c2k4Lp1:2x3:4va"``); ``ValueError`` if none."""
         import re
 
-        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p([\d:x]+))?(va|v)?(r)?(u)?", label)
+        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p([\d:x]+))?(va|v)?(r)?(u)?(A)?", label)
         if not m:
             raise ValueError(f"not a KernelConfig label: {label!r} (e.g. 'w4s3c2k4Lp1:2v')")
-        w, st, c, k, last, sub, mm, r, u = m.groups()
+        w, st, c, k, last, sub, mm, r, u, a = m.groups()
         subs = tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")) if sub else ()
         return cls(num_warps=int(w), num_stages=int(st), chunk=int(c or 1), split=int(k or 1),
                    combine="last" if last else "kernel", sub=subs, small_mm=mm or "dot",
-                   defer_sums=not r, split_loads=not u)
+                   defer_sums=not r, split_loads=not u, stage_all_loads=bool(a))
 
     def label(self) -> str:
         s = f"w{self.num_warps}s{self.num_stages}"
@@ -122,6 +128,8 @@ class KernelConfig:
             s += "r"
         if not self.split_loads:
             s += "u"
+        if self.stage_all_loads:
+            s += "A"
         return s
 
 
@@ -135,6 +143,7 @@ class Launch:
     args: list[str]
     num_warps: int
     num_stages: int
+    pdl: bool = False   # launched with programmatic dependent launch (the kernel starts with gdc_wait)
 
 
 @dataclass
@@ -194,19 +203,11 @@ def deferred_sums(block: BlockGraph, info: TileInfo, cfg: KernelConfig) -> dict[
     return out
 
 
-def dot_operand_loads(block: BlockGraph, info: TileInfo, skip: frozenset[int] = frozenset()
-                      ) -> dict[int, tuple[bool, set[int]]]:
-    """Loop-loaded tiles that feed a ``tl.dot`` operand *and* other ops: tensor id ->
-    (the operand's cone computes in fp32, ids of the cone's ops that read the tile).
-
-    The cone of an operand is the dot and the element-wise ops that make the operand
-    and nothing else. Triton computes the cone in the dot-operand layout; a tile also
-    used outside it (rmsnorm_matmul's X: the matmul's x·g and the Σx²) is then
-    converted between layouts every step, through shared memory with a barrier
-    (H100: rmsnorm_matmul with the Σx² 27.5 μs at 2 warps, without 19.3). Loading it
-    once per layout is cheaper. Matmuls in ``skip`` (split concats) are left alone."""
-    if block.forloop <= 1:
-        return {}
+def _dot_cones(block: BlockGraph, info: TileInfo, skip: frozenset[int] = frozenset()
+               ) -> tuple[set[int], list[Tensor]]:
+    """The loop's ``tl.dot`` operand cones: (ids of the dots and of the element-wise loop ops
+    that make an operand and nothing else, the loop tiles at the cones' leaves).
+    Matmuls in ``skip`` (split concats) are left out."""
     loop = {o.id for o in schedule_block(block).loop}
     cons = block.consumers()
     dots = [op for op in block.ops
@@ -225,12 +226,56 @@ def dot_operand_loads(block: BlockGraph, info: TileInfo, skip: frozenset[int] = 
                       and all(c.id in cone or c.id == op.id for c in cons[t])):
                     cone.add(p.id)
                     stack += list(p.inputs)
+    return cone, list(dict.fromkeys(leaves))
+
+
+def dot_operand_loads(block: BlockGraph, info: TileInfo, skip: frozenset[int] = frozenset()
+                      ) -> dict[int, tuple[bool, set[int]]]:
+    """Loop-loaded tiles that feed a ``tl.dot`` operand *and* other ops: tensor id ->
+    (the operand's cone computes in fp32, ids of the cone's ops that read the tile).
+
+    The cone of an operand is the dot and the element-wise ops that make the operand
+    and nothing else. Triton computes the cone in the dot-operand layout; a tile also
+    used outside it (rmsnorm_matmul's X: the matmul's x·g and the Σx²) is then
+    converted between layouts every step, through shared memory with a barrier
+    (H100: rmsnorm_matmul with the Σx² 27.5 μs at 2 warps, without 19.3). Loading it
+    once per layout is cheaper. Matmuls in ``skip`` (split concats) are left alone."""
+    if block.forloop <= 1:
+        return {}
+    cone, leaves = _dot_cones(block, info, skip)
+    dots = {op.id for op in block.ops if op.id in cone and op.kind == "matmul"}
+    cons = block.consumers()
     out: dict[int, tuple[bool, set[int]]] = {}
-    for t in dict.fromkeys(leaves):
+    for t in leaves:
         inside = {c.id for c in cons[t] if c.id in cone}
         if t.op.attrs["fmap"] is not None and inside and any(c.id not in cone for c in cons[t]):
-            out[t.id] = (any(i not in {d.id for d in dots} for i in inside), inside)
+            out[t.id] = (any(i not in dots for i in inside), inside)
     return out
+
+
+def unpipelined_loads(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") -> list[Tensor]:
+    """Loop tiles whose loads Triton does *not* software-pipeline under ``cfg``: each step
+    of the loop waits a full memory round trip for them.
+
+    Triton (3.6, 3.9) stages, unasked, only the loads of a loop that feed a ``tl.dot``
+    operand (through its element-wise cone); a tile with any other use is loaded
+    synchronously — with split loads it gets a second, staged load for the cone, but the
+    first one still waits. Asked (``tl.range(…, num_stages=)``: ``stage_all_loads``, and
+    the dot-free loops of the ``"v"``/``"va"`` lowerings) it stages every load. Without a
+    loop, or with ``num_stages`` ≤ 1, there is nothing to pipeline: empty."""
+    if block.forloop <= 1 or cfg.num_stages <= 1:
+        return []
+    sch = schedule_block(block)
+    loop = {o.id for o in sch.loop}
+    tiles = [t for t in block.tensors
+             if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None and t.op.id in loop]
+    if cfg.stage_all_loads:
+        return []
+    cone, _ = _dot_cones(block, info)
+    if not any(block_op.kind == "matmul" for block_op in sch.loop if block_op.id in cone):
+        return [] if cfg.small_mm != "dot" else tiles
+    cons = block.consumers()
+    return [t for t in tiles if any(c.id not in cone for c in cons[t])]
 
 
 class _Emitter:
@@ -648,12 +693,18 @@ def _describe(op: Op) -> str:
 
 
 def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[DevArg],
-             cfg: KernelConfig | None = None, interpret: bool = False) -> BlockKernel:
+             cfg: KernelConfig | None = None, interpret: bool = False, pdl: bool = False) -> BlockKernel:
     """Triton source and launches for one graph-defined op.
 
     ``sources``/``outputs`` describe the device tensors (layouts chosen by
     :mod:`lower.layout`); the runtime passes buffers by the names in ``Launch.args``.
+    ``pdl``: every kernel starts with ``gdc_wait()`` (the module must import it from
+    ``triton.language.extra.cuda``) and is launched with programmatic dependent launch
+    (Hopper and later; not in the interpreter): the launch overlaps the previous kernel's
+    tail, nothing else changes.
     """
+    if pdl and interpret:
+        raise ValueError(f"{name}: programmatic dependent launch needs a GPU (the interpreter has no gdc_wait)")
     cfg = cfg or KernelConfig()
     if cfg.split > 1 and (block.forloop % cfg.split or block.forloop == 1):
         raise ValueError(f"{name}: split {cfg.split} must divide forloop {block.forloop}")
@@ -679,6 +730,11 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
     def header(fn: str, params: list[str], with_split: bool) -> list[str]:
         h = ["@triton.jit", f"def {fn}({', '.join(params)}):"]
         body = ["pid = tl.program_id(0)"]
+        if pdl:
+            # launched early (programmatic dependent launch); wait, before touching memory,
+            # until the kernel before this one on the stream has finished and its writes show
+            body = ["gdc_wait()  # programmatic dependent launch: the previous kernel's writes are visible "
+                    "from here"] + body
         rest = "pid"
         dec = axes + ([("split", split)] if with_split else [])
         for i, (v, g) in enumerate(dec):
@@ -717,7 +773,13 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         loop_ops = [o for o in sch.loop if o.kind != "accum"]
         if block.forloop > 1 and loop_ops:
             hi = f"{lo} + {em.iters}" if lo != "0" else f"{em.iters}"
-            if cfg.small_mm != "dot" and cfg.num_stages > 1 and not any(o.id in info.dot_ops for o in loop_ops):
+            if cfg.stage_all_loads and cfg.num_stages > 1:
+                # Triton stages (cp.async, num_stages - 1 steps ahead) only the loads that feed a
+                # tl.dot unless asked per loop; asked, it stages every load of the loop
+                body.append("# stage every load of this loop num_stages - 1 steps ahead (unasked, Triton "
+                            "stages only the loads that feed a tl.dot)")
+                body.append(f"for i in tl.range({lo}, {hi}, num_stages={cfg.num_stages}):")
+            elif cfg.small_mm != "dot" and cfg.num_stages > 1 and not any(o.id in info.dot_ops for o in loop_ops):
                 # no tl.dot in this loop: Triton software-pipelines its loads (cp.async, num_stages - 1
                 # steps ahead) only when asked per loop; without it every step waits for its loads
                 body.append("# no tl.dot in this loop: ask for software-pipelined loads (num_stages - 1 steps "
@@ -850,4 +912,6 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         src_lines += h
         src_lines += ["    " + ln for ln in ar_lines + body]
         src_lines.append("")
+    for ln in launches:
+        ln.pdl = pdl
     return BlockKernel("\n".join(src_lines) + "\n", launches, buffers, info, locks)

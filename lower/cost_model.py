@@ -25,7 +25,9 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   issuing the next loads (measured, NOTES.md v3);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
-  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps);
+  (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
+  all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
+  (:func:`lower.codegen.unpipelined_loads`: every step waits for that load);
   stretched when a thread would need more than 255 registers (spills), infinite
   when the padded tiles do not fit shared memory at all.
 
@@ -53,7 +55,7 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
 
-from .codegen import KernelConfig, deferred_sums
+from .codegen import KernelConfig, deferred_sums, unpipelined_loads
 from .schedule import kernel_order
 from .memory import lowered_shared_memory
 from .tiles import analyze
@@ -171,7 +173,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
     # registers: accumulators plus a few per thread of everything else (64 K per SM); a thread
     # holds at most 255, beyond that the compiler spills to local memory
-    regs = acc_regs + 16 * 32 * cfg.num_warps
+    regs = acc_regs + _loop_tile_regs(bg, info, cfg) + 16 * 32 * cfg.num_warps
     spill = max(1.0, regs / (32 * cfg.num_warps) / 255)
     resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, int(65536 // regs) or 1,
                           math.ceil(total / dev.sms)))
@@ -182,8 +184,14 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     waves = total / (dev.sms * resident)
     quant = math.ceil(waves) / waves if waves > 1 else 1.0
     busy = min(1.0, total / dev.sms)
-    # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM
-    serial = (lat_mem + steps * (lat_step / pipe + step_bytes * resident / dev.sm_bw)) * spill
+    # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM.
+    # A loop with a tl.dot that loads some tile Triton does not stage waits for it every step: the
+    # full latency (H100 rmsnorm_matmul b=8, 96 programs, no split-K: 64 / 32 / 16 steps measured
+    # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; NOTES.md v6). Dot-free loops are not
+    # charged so: the attention combine loops over L2-resident partials do not show it (v5).
+    exposed = _loop_has_dot(bg, info) and bool(unpipelined_loads(bg, info, cfg))
+    per_step_latency = lat_step if exposed else lat_step / pipe
+    serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
         serial = math.inf
     costs = []
@@ -212,6 +220,33 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
                                 l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
     return costs
+
+
+def _loop_tile_regs(bg, info, cfg: KernelConfig) -> float:
+    """fp32 registers (elements, per program) the loop's loaded tiles take while element-wise
+    ops use them: every loop tile with a use outside ``tl.dot`` (twice with split loads, one copy
+    per layout). ``tl.dot`` operands go through shared memory in fragments and are not counted."""
+    from .codegen import dot_operand_loads
+    from .schedule import schedule_block
+
+    if bg.forloop <= 1:
+        return 0.0
+    loop = {o.id for o in schedule_block(bg).loop}
+    dup = dot_operand_loads(bg, info) if cfg.split_loads else {}
+    cons = bg.consumers()
+    n = 0.0
+    for t in bg.tensors:
+        if t.op.kind == "iterator" and t.op.id in loop and t.op.attrs["fmap"] is not None:
+            if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in cons[t]):
+                n += math.prod(info.padded(t)) * (2 if t.id in dup else 1)
+    return n
+
+
+def _loop_has_dot(bg, info) -> bool:
+    """Whether the generated loop of ``bg`` holds a ``tl.dot``."""
+    from .schedule import schedule_block
+
+    return bg.forloop > 1 and any(o.id in info.dot_ops for o in schedule_block(bg).loop)
 
 
 def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:

@@ -19,6 +19,7 @@ is a median over CUDA-graph replays of the whole program (:func:`measure`, one o
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import torch
 
 from mugraph.ir import BlockGraph, KernelGraph
 
-from .codegen import KernelConfig, dot_operand_loads
+from .codegen import KernelConfig, dot_operand_loads, unpipelined_loads
 from .cost_model import H100, DeviceParams, estimate
 from .runtime import capture_graph, compile as lower_compile
 from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
@@ -111,12 +112,28 @@ def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = 
     return out
 
 
+def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
+    """``KernelConfig.stage_all_loads`` values worth timing for ``block`` laid out as ``cfg``:
+    both where a loop with a ``tl.dot`` also loads a tile Triton does not stage unasked
+    (:func:`lower.codegen.unpipelined_loads`; H100 rmsnorm_matmul b=8: staging it 28.8 →
+    20.2 μs without split-K, 21.4 → 21.5 with it — the grid decides), else only ``False``
+    (dot-free loops: asking measured slower, NOTES.md v5)."""
+    if block.forloop <= 1:
+        return (False,)
+    info = analyze(block, dict(cfg.sub), chunk=cfg.chunk, small_mm=cfg.small_mm)
+    from .schedule import schedule_block
+
+    has_dot = any(o.id in info.dot_ops for o in schedule_block(block).loop)
+    return (False, True) if has_dot and unpipelined_loads(block, info, cfg) else (False,)
+
+
 def config_space(block: BlockGraph) -> list[KernelConfig]:
     """Every config :func:`tune` might try for one block graph."""
     out = []
     for (s, sub, c, comb, mm), w, st in itertools.product(layout_choices(block, small_mm=SMALL_MM), (1, 2, 4, 8, 16),
                                                          (1, 2, 3, 4, 5)):
-        out.append(KernelConfig(num_warps=w, num_stages=st, split=s, sub=sub, chunk=c, combine=comb, small_mm=mm))
+        cfg = KernelConfig(num_warps=w, num_stages=st, split=s, sub=sub, chunk=c, combine=comb, small_mm=mm)
+        out += [dataclasses.replace(cfg, stage_all_loads=a) for a in stage_all_choices(block, cfg)]
     return out
 
 
@@ -255,9 +272,12 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     best_t = None
     for op in blocks:
         cands = []
-        for s, sub, ch, comb, mm in layout_choices(op.attrs["block"], small_mm=small_mm):
+        blk = op.attrs["block"]
+        for s, sub, ch, comb, mm in layout_choices(blk, small_mm=small_mm):
             c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
-            cands.append((estimate(graph, device_params, {**configs, op.id: c}), c))
+            for a in stage_all_choices(blk, c):
+                ca = dataclasses.replace(c, stage_all_loads=a)
+                cands.append((estimate(graph, device_params, {**configs, op.id: ca}), ca))
         cands.sort(key=lambda x: x[0])
         if not gpu:
             configs[op.id] = cands[0][1]
@@ -280,7 +300,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             return t
 
         # per small-matmul lowering ("dot" first): the best ``top`` by prediction (``top // 2``
-        # for the CUDA-core lowerings), round-robin over (split, combine) groups so that each
+        # for the CUDA-core lowerings), round-robin over (split, combine, staging) groups so that each
         # way of shaping the grid is measured at least once when the model ties; then the best
         # of every split factor not yet picked (the model's per-SM terms are rough:
         # rmsnorm_matmul ranks 96 programs first, yet split-K 4 — 384 programs, a balanced
@@ -291,7 +311,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             n = top if mm == "dot" else max(2, top // 2)
             groups: dict = {}
             for pred, c in mine:
-                groups.setdefault((c.split > 1, c.combine), []).append((pred, c))
+                groups.setdefault((c.split > 1, c.combine, c.stage_all_loads), []).append((pred, c))
             got = []
             while len(got) < min(n, len(mine)):
                 for g in sorted(groups.values(), key=lambda v: v[0][0] if v else float("inf")):
@@ -325,12 +345,12 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         # a block with tiles shared by a tl.dot operand and other ops: time both ways of loading
         # them at every warps × stages (H100 rmsnorm_matmul b=1: split loads 20.1 μs at w4s3k4L,
         # one load 24.2; but at w2s4c2 29.6 vs 21.5 — no single answer; NOTES.md v4)
-        blk = op.attrs["block"]
+        # and, where a loop waits for a load Triton does not stage, both ways (stage_all_choices)
         loads = (True, False) if dot_operand_loads(blk, analyze(blk)) else (True,)
         for base, sts in around:
-            for w, st, sl in itertools.product(warps, sts, loads):
+            for w, st, sl, a in itertools.product(warps, sts, loads, stage_all_choices(blk, base)):
                 c = KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,
-                                 combine=base.combine, small_mm=base.small_mm, split_loads=sl)
+                                 combine=base.combine, small_mm=base.small_mm, split_loads=sl, stage_all_loads=a)
                 if c in [x for _, x in timed]:
                     continue
                 t = run(c, estimate(graph, device_params, {**configs, op.id: c}))

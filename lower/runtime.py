@@ -88,6 +88,18 @@ def _load_module(source: str, interpret: bool):
     return mod
 
 
+def pdl_supported(device: str) -> bool:
+    """Whether kernels for ``device`` can use programmatic dependent launch: a CUDA GPU of
+    compute capability 9.0 or later (Hopper) and a Triton that has ``gdc_wait``."""
+    if device != "cuda" or not torch.cuda.is_available() or torch.cuda.get_device_capability() < (9, 0):
+        return False
+    try:
+        from triton.language.extra.cuda import gdc_wait  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 def capture_graph(launch: Callable[[], object], warmups: int = 3) -> Callable[[], None]:
     """Capture ``launch()`` (kernels, torch calls) as a CUDA graph after ``warmups`` calls
     on a side stream (compilation and autotuning happen outside the capture); returns
@@ -267,12 +279,14 @@ class CompiledProgram:
                         env[t.label()] = r.contiguous()
                     continue
                 for fn, ln in zip(step.fns, step.kernel.launches):
-                    fn[(ln.grid,)](*[env[a] for a in ln.args], num_warps=ln.num_warps, num_stages=ln.num_stages)
+                    extra = {"launch_pdl": True} if ln.pdl else {}
+                    fn[(ln.grid,)](*[env[a] for a in ln.args], num_warps=ln.num_warps, num_stages=ln.num_stages,
+                                   **extra)
 
 
 def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig] | None = None,
             *, cuda_graphs: bool = True, use_z3: bool = True, poison: bool = False, copy_outputs: bool = True,
-            smem_budget: int = DEFAULT_SMEM_BUDGET) -> CompiledProgram:  # noqa: A001 - the public name
+            smem_budget: int = DEFAULT_SMEM_BUDGET, pdl: bool | None = None) -> CompiledProgram:  # noqa: A001
     """Lower ``graph`` (a μGraph or a plain Program) to a :class:`CompiledProgram`.
 
     ``device="cuda"`` compiles for the GPU (error if there is none); ``"cpu"`` runs
@@ -281,7 +295,12 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     sub-tiles; see :mod:`lower.profile` for tuning). ``poison=True`` fills the
     workspace and outputs with NaN before every call (tests: unwritten elements
     show). ``copy_outputs=False`` returns the static output buffers themselves
-    (overwritten by the next call) instead of copies.
+    (overwritten by the next call) instead of copies. ``pdl``: launch every Triton
+    kernel with programmatic dependent launch (:func:`pdl_supported`; default: where
+    supported) — each kernel's launch overlaps the tail of the kernel before it, and
+    its first statement, ``gdc_wait()``, holds it until that kernel's writes are
+    visible, so results are as with plain stream order (H100: −0.1 to −0.6 μs per
+    launch under CUDA-graph replay; NOTES.md v6).
     """
     if not isinstance(graph, KernelGraph):
         raise TypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")
@@ -292,6 +311,10 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
                          "(Triton interpreter)")
     if not graph.outputs:
         raise InvalidGraphError(f"{graph.name}: the graph has no outputs")
+    if pdl and not pdl_supported(device):
+        raise InputError(f"lower.compile: pdl=True needs a CUDA device of compute capability 9.0 or later and a "
+                         f"Triton with gdc_wait (device={device!r})")
+    use_pdl = pdl_supported(device) if pdl is None else pdl
     configs = dict(configs or {})
     lay = layout_mod.solve(graph, use_z3=use_z3)
     order = kernel_order(graph)
@@ -301,7 +324,10 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
         return DevArg(t.label(), t.shape, lay.strides[t.id], t.dtype)
 
     steps: list[Step] = []
-    parts = ["import triton", "import triton.language as tl", "",
+    parts = ["import triton", "import triton.language as tl"]
+    if use_pdl:
+        parts.append("from triton.language.extra.cuda import gdc_wait")
+    parts += ["",
              f"# mugraph lowering of {graph.name!r}: {len(order)} scheduled ops", ""]
     schedule_lines = []
     for i, op in enumerate(order):
@@ -311,12 +337,13 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
             name = f"{base}_k{op.id}"
             check_shared_memory(bg, 1, smem_budget, name)
             k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
-                         interpret=device == "cpu")
+                         interpret=device == "cpu", pdl=use_pdl)
             steps.append(Step(op, k, name))
             parts.append(k.source)
             for ln in k.launches:
                 schedule_lines.append(f"#   {i}: {ln.fn}[({ln.grid},)]({', '.join(ln.args)}) "
-                                      f"num_warps={ln.num_warps} num_stages={ln.num_stages}")
+                                      f"num_warps={ln.num_warps} num_stages={ln.num_stages}"
+                                      + (" launch_pdl=True" if ln.pdl else ""))
         else:
             steps.append(Step(op, None, op.kind))
             schedule_lines.append("#   " + f"{i}: " + source_line(op.kind, op.outputs[0].label(),

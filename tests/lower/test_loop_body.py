@@ -1,10 +1,12 @@
-"""Two rewrites of the generated loop body, each a ``KernelConfig`` switch:
+"""Three rewrites of the generated loop body, each a ``KernelConfig`` switch:
 
 * deferred sums (``defer_sums``, ``lower.codegen.deferred_sums``): a loop-body ``sum``
   whose only use is an accumulator adds up the un-reduced tile and reduces once after
   the loop;
 * split loads (``split_loads``, ``lower.codegen.dot_operand_loads``): a loop tile that
-  feeds a ``tl.dot`` operand and other ops is loaded once for each.
+  feeds a ``tl.dot`` operand and other ops is loaded once for each;
+* staged loads (``stage_all_loads``, ``lower.codegen.unpipelined_loads``): the loop asks
+  Triton to software-pipeline every load, not only those of ``tl.dot`` operands.
 
 Same function as the float64 interpreter with and without them, split-K and
 re-chunking included; found where legal, refused where not. CPU only (Triton
@@ -15,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 import lower
-from lower.codegen import KernelConfig, deferred_sums, dot_operand_loads
+from lower.codegen import KernelConfig, deferred_sums, dot_operand_loads, unpipelined_loads
 from lower.testing import check, random_graph, random_inputs
 from lower.tiles import analyze
 from mugraph.benchmarks import reference
@@ -148,3 +150,37 @@ def test_random_ugraphs_with_split_loads():
         if hit >= 4:
             break
     assert hit >= 2, "too few random μGraphs with a tile shared by a dot operand and other ops"
+
+
+def test_unpipelined_loads_are_the_tiles_used_outside_dot_operands():
+    """rmsnorm_matmul's X is also squared for Σx²: its load waits every step unless the loop
+    stages everything; gated_mlp loads only dot operands; without stages nothing is pipelined
+    to miss; a dot-free loop ("v" lowering) is staged whole by the code generator."""
+    rms = _block_op(reference("rmsnorm_matmul", small=True)).attrs["block"]
+    x = next(o for o in rms.ops if o.kind == "iterator" and o.attrs["source"] == 0).outputs[0]
+    info = analyze(rms)
+    assert [t.id for t in unpipelined_loads(rms, info, KernelConfig(num_stages=3))] == [x.id]
+    assert [t.id for t in unpipelined_loads(rms, info, KernelConfig(num_stages=3, split_loads=False))] == [x.id]
+    assert unpipelined_loads(rms, info, KernelConfig(num_stages=3, stage_all_loads=True)) == []
+    assert unpipelined_loads(rms, info, KernelConfig(num_stages=1)) == []
+    gated = _block_op(reference("gated_mlp", small=True)).attrs["block"]
+    assert unpipelined_loads(gated, analyze(gated), KernelConfig(num_stages=3)) == []
+    assert unpipelined_loads(rms, analyze(rms, small_mm="v"), KernelConfig(num_stages=3, small_mm="v")) == []
+
+
+@pytest.mark.parametrize("label", ["w4s3A", "w4s4c2A", "w2s3k2LA", "w4s3uA", "w4s1A"])
+def test_staged_loop_matches_reference(label):
+    """``stage_all_loads`` changes only the loop statement (``tl.range(…, num_stages=)``, and
+    not with one stage); the program still matches float64 (fp32 and fp16 inputs)."""
+    cfg = KernelConfig.from_label(label)
+    assert cfg.stage_all_loads and cfg.label() == label
+    for dtype in ("float32", "float16"):
+        g = reference("rmsnorm_matmul", small=True, dtype=dtype)
+        op = _block_op(g)
+        prog = lower.compile(g, device="cpu", poison=True, configs={op.id: cfg})
+        src = prog.triton_source()
+        staged = "for i in tl.range(" in src and f"num_stages={cfg.num_stages})" in src
+        assert staged == (cfg.num_stages > 1), src
+        plain = lower.compile(g, device="cpu", configs={op.id: KernelConfig.from_label(label[:-1])}).triton_source()
+        assert ("tl.range(" in plain) is False
+        assert max(check(prog, g, random_inputs(g, 3))) <= TOL[dtype], (label, dtype)

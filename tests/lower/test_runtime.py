@@ -78,6 +78,37 @@ def test_cuda_without_gpu_and_bad_device():
         lower.compile("not a graph", device="cpu")
 
 
+def test_programmatic_dependent_launch_waits_first():
+    """With ``pdl`` every generated kernel (split-K partial and combine kernels included)
+    waits for the previous kernel before its first memory access, and is launched with
+    ``launch_pdl``; the interpreter has no ``gdc_wait``, so the CPU never uses it and
+    asking for it there is a one-line error."""
+    from lower.codegen import DevArg, generate
+
+    g = reference("rmsnorm_matmul", small=True)
+    op = next(o for o in g.ops if o.kind == "graph_defined")
+
+    def arg(t):
+        return DevArg(t.label(), t.shape, tuple(math.prod(t.shape[i + 1:]) for i in range(t.ndim)), t.dtype)
+
+    for cfg in (KernelConfig(), KernelConfig(split=2), KernelConfig(split=2, combine="last")):
+        k = generate(op.attrs["block"], "k", [arg(t) for t in op.inputs], [arg(t) for t in op.outputs], cfg, pdl=True)
+        kernels = k.source.split("@triton.jit")[1:]
+        assert len(kernels) == len(k.launches) and all(ln.pdl for ln in k.launches)
+        for body in kernels:
+            lines = [ln.strip() for ln in body.splitlines()[1:] if ln.strip() and not ln.strip().startswith("#")]
+            first_mem = next(i for i, ln in enumerate(lines) if "tl.load" in ln or "tl.store" in ln or "atomic" in ln)
+            assert lines.index(next(ln for ln in lines if ln.startswith("gdc_wait()"))) < first_mem
+        plain = generate(op.attrs["block"], "k", [arg(t) for t in op.inputs], [arg(t) for t in op.outputs], cfg)
+        assert "gdc_wait" not in plain.source and not any(ln.pdl for ln in plain.launches)
+    with pytest.raises(ValueError, match="interpreter"):
+        generate(op.attrs["block"], "k", [arg(t) for t in op.inputs], [arg(t) for t in op.outputs], pdl=True,
+                 interpret=True)
+    assert "gdc_wait" not in lower.compile(g, device="cpu").triton_source()
+    with pytest.raises(mg.InputError, match="pdl=True"):
+        lower.compile(g, device="cpu", pdl=True)
+
+
 def test_non_contiguous_inputs_are_accepted(gated):
     g, prog = gated
     ins = random_inputs(g, 1)
