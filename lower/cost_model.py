@@ -38,10 +38,10 @@ the un-reduced products of ``small_mm="va"`` included).
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
 a chain of round trips for the last program of each tile (store, atomic, loads).
 
-Agreement with 1480 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
-Spearman 0.56 over all, median 0.50 within one μGraph, favourite ≤ 35 % slower than
-the best recorded (NOTES.md v5: the model does not see warps, Triton's layout
-conversions or register spills of large loop tiles).
+Agreement with 1918 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
+Spearman 0.57 over all, median 0.47 within one μGraph, favourite ≤ 21 % slower than
+the best recorded, 0 % on rmsnorm_matmul (NOTES.md v6: the model does not see warps
+or Triton's layout conversions).
 
 Default parameters are the H100 SXM of our device machine (copy bandwidth
 measured there at about 3.0 TB/s, DESIGN §6 calibration); the model is meant to
