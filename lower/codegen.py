@@ -253,6 +253,11 @@ def dot_operand_loads(block: BlockGraph, info: TileInfo, skip: frozenset[int] = 
     return out
 
 
+def loop_has_dot(block: BlockGraph, info: TileInfo) -> bool:
+    """Whether the generated loop of ``block`` holds a ``tl.dot`` (what Triton's pipeliner keys on)."""
+    return block.forloop > 1 and any(o.id in info.dot_ops for o in schedule_block(block).loop)
+
+
 def unpipelined_loads(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") -> list[Tensor]:
     """Loop tiles whose loads Triton does *not* software-pipeline under ``cfg``: each step
     of the loop waits a full memory round trip for them.
@@ -263,17 +268,14 @@ def unpipelined_loads(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") ->
     first one still waits. Asked (``tl.range(…, num_stages=)``: ``stage_all_loads``, and
     the dot-free loops of the ``"v"``/``"va"`` lowerings) it stages every load. Without a
     loop, or with ``num_stages`` ≤ 1, there is nothing to pipeline: empty."""
-    if block.forloop <= 1 or cfg.num_stages <= 1:
+    if block.forloop <= 1 or cfg.num_stages <= 1 or cfg.stage_all_loads:
         return []
-    sch = schedule_block(block)
-    loop = {o.id for o in sch.loop}
+    loop = {o.id for o in schedule_block(block).loop}
     tiles = [t for t in block.tensors
              if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None and t.op.id in loop]
-    if cfg.stage_all_loads:
-        return []
-    cone, _ = _dot_cones(block, info)
-    if not any(block_op.kind == "matmul" for block_op in sch.loop if block_op.id in cone):
+    if not loop_has_dot(block, info):
         return [] if cfg.small_mm != "dot" else tiles
+    cone, _ = _dot_cones(block, info)
     cons = block.consumers()
     return [t for t in tiles if any(c.id not in cone for c in cons[t])]
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
 
-from .codegen import KernelConfig, deferred_sums, unpipelined_loads
+from .codegen import KernelConfig, deferred_sums, loop_has_dot, unpipelined_loads
 from .schedule import kernel_order
 from .memory import lowered_shared_memory
 from .tiles import analyze
@@ -189,7 +189,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # full latency (H100 rmsnorm_matmul b=8, 96 programs, no split-K: 64 / 32 / 16 steps measured
     # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; NOTES.md v6). Dot-free loops are not
     # charged so: the attention combine loops over L2-resident partials do not show it (v5).
-    exposed = _loop_has_dot(bg, info) and bool(unpipelined_loads(bg, info, cfg))
+    exposed = loop_has_dot(bg, info) and bool(unpipelined_loads(bg, info, cfg))
     per_step_latency = lat_step if exposed else lat_step / pipe
     serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
@@ -240,13 +240,6 @@ def _loop_tile_regs(bg, info, cfg: KernelConfig) -> float:
             if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in cons[t]):
                 n += math.prod(info.padded(t)) * (2 if t.id in dup else 1)
     return n
-
-
-def _loop_has_dot(bg, info) -> bool:
-    """Whether the generated loop of ``bg`` holds a ``tl.dot``."""
-    from .schedule import schedule_block
-
-    return bg.forloop > 1 and any(o.id in info.dot_ops for o in schedule_block(bg).loop)
 
 
 def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:

@@ -29,7 +29,7 @@ import torch
 
 from mugraph.ir import BlockGraph, KernelGraph
 
-from .codegen import KernelConfig, dot_operand_loads, unpipelined_loads
+from .codegen import KernelConfig, dot_operand_loads, loop_has_dot, unpipelined_loads
 from .cost_model import H100, DeviceParams, estimate
 from .runtime import capture_graph, compile as lower_compile
 from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
@@ -121,10 +121,7 @@ def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
     if block.forloop <= 1:
         return (False,)
     info = analyze(block, dict(cfg.sub), chunk=cfg.chunk, small_mm=cfg.small_mm)
-    from .schedule import schedule_block
-
-    has_dot = any(o.id in info.dot_ops for o in schedule_block(block).loop)
-    return (False, True) if has_dot and unpipelined_loads(block, info, cfg) else (False,)
+    return (False, True) if loop_has_dot(block, info) and unpipelined_loads(block, info, cfg) else (False,)
 
 
 def config_space(block: BlockGraph) -> list[KernelConfig]:
