@@ -56,6 +56,7 @@ def main() -> int:
 
     import mugraph as mg
     from lower import KernelConfig
+    from lower.codegen import parse_sub
     from lower.cost_model import estimate
     from lower.profile import _time
     from lower.testing import bench_inputs
@@ -75,7 +76,7 @@ def main() -> int:
                 comb = "kernel"
             c = KernelConfig(num_warps=w, num_stages=st, split=split, chunk=chunk, combine=comb, small_mm=mm,
                              defer_sums=ds == "on", split_loads=sl == "on", stage_all_loads=sa == "on",
-                             sub=() if sub == "-" else tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")))
+                             sub=parse_sub("" if sub == "-" else sub))
             row = {"b": b, "config": c.label(), "predicted_us": estimate(g, configs={op: c}) * 1e6}
             try:
                 t, _, err = _time(g, {op: c}, ins, ref, 2e-2, args.timing)

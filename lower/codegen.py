@@ -109,9 +109,8 @@ class KernelConfig:
         if not m:
             raise ValueError(f"not a KernelConfig label: {label!r} (e.g. 'w4s3c2k4Lp1:2v')")
         w, st, c, k, last, sub, mm, r, u, a = m.groups()
-        subs = tuple(tuple(int(x) for x in p.split(":")) for p in sub.split("x")) if sub else ()
         return cls(num_warps=int(w), num_stages=int(st), chunk=int(c or 1), split=int(k or 1),
-                   combine="last" if last else "kernel", sub=subs, small_mm=mm or "dot",
+                   combine="last" if last else "kernel", sub=parse_sub(sub or ""), small_mm=mm or "dot",
                    defer_sums=not r, split_loads=not u, stage_all_loads=bool(a))
 
     def label(self) -> str:
@@ -131,6 +130,11 @@ class KernelConfig:
         if self.stage_all_loads:
             s += "A"
         return s
+
+
+def parse_sub(text: str) -> tuple[tuple[int, int], ...]:
+    """``KernelConfig.sub`` from its label form ``"1:2x3:4"`` (``""``: none)."""
+    return tuple(tuple(int(x) for x in p.split(":")) for p in text.split("x")) if text else ()
 
 
 @dataclass
@@ -258,6 +262,22 @@ def loop_has_dot(block: BlockGraph, info: TileInfo) -> bool:
     return block.forloop > 1 and any(o.id in info.dot_ops for o in schedule_block(block).loop)
 
 
+def loop_asks_staging(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") -> bool:
+    """Whether the generated loop is ``tl.range(…, num_stages=)``, which asks Triton to stage
+    every load: under ``stage_all_loads``, and in the dot-free loops of the ``"v"``/``"va"``
+    lowerings (unasked, Triton stages only loads feeding a ``tl.dot``)."""
+    if block.forloop <= 1 or cfg.num_stages <= 1:
+        return False
+    return cfg.stage_all_loads or (cfg.small_mm != "dot" and not loop_has_dot(block, info))
+
+
+def loop_tiles(block: BlockGraph) -> list[Tensor]:
+    """The tiles the generated loop loads every step (iterators with an fmap, in the loop)."""
+    loop = {o.id for o in schedule_block(block).loop}
+    return [t for t in block.tensors if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None
+            and t.op.id in loop]
+
+
 def unpipelined_loads(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") -> list[Tensor]:
     """Loop tiles whose loads Triton does *not* software-pipeline under ``cfg``: each step
     of the loop waits a full memory round trip for them.
@@ -268,13 +288,11 @@ def unpipelined_loads(block: BlockGraph, info: TileInfo, cfg: "KernelConfig") ->
     first one still waits. Asked (``tl.range(…, num_stages=)``: ``stage_all_loads``, and
     the dot-free loops of the ``"v"``/``"va"`` lowerings) it stages every load. Without a
     loop, or with ``num_stages`` ≤ 1, there is nothing to pipeline: empty."""
-    if block.forloop <= 1 or cfg.num_stages <= 1 or cfg.stage_all_loads:
+    if block.forloop <= 1 or cfg.num_stages <= 1 or loop_asks_staging(block, info, cfg):
         return []
-    loop = {o.id for o in schedule_block(block).loop}
-    tiles = [t for t in block.tensors
-             if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None and t.op.id in loop]
+    tiles = loop_tiles(block)
     if not loop_has_dot(block, info):
-        return [] if cfg.small_mm != "dot" else tiles
+        return tiles
     cone, _ = _dot_cones(block, info)
     cons = block.consumers()
     return [t for t in tiles if any(c.id not in cone for c in cons[t])]
@@ -775,17 +793,9 @@ def generate(block: BlockGraph, name: str, sources: list[DevArg], outputs: list[
         loop_ops = [o for o in sch.loop if o.kind != "accum"]
         if block.forloop > 1 and loop_ops:
             hi = f"{lo} + {em.iters}" if lo != "0" else f"{em.iters}"
-            if cfg.stage_all_loads and cfg.num_stages > 1:
-                # Triton stages (cp.async, num_stages - 1 steps ahead) only the loads that feed a
-                # tl.dot unless asked per loop; asked, it stages every load of the loop
-                body.append("# stage every load of this loop num_stages - 1 steps ahead (unasked, Triton "
-                            "stages only the loads that feed a tl.dot)")
-                body.append(f"for i in tl.range({lo}, {hi}, num_stages={cfg.num_stages}):")
-            elif cfg.small_mm != "dot" and cfg.num_stages > 1 and not any(o.id in info.dot_ops for o in loop_ops):
-                # no tl.dot in this loop: Triton software-pipelines its loads (cp.async, num_stages - 1
-                # steps ahead) only when asked per loop; without it every step waits for its loads
-                body.append("# no tl.dot in this loop: ask for software-pipelined loads (num_stages - 1 steps "
-                            "ahead), which Triton does unasked only in loops with a tl.dot")
+            if loop_asks_staging(block, info, cfg):
+                body.append("# stage every load of this loop num_stages - 1 steps ahead (unasked, Triton stages "
+                            "only the loads that feed a tl.dot)")
                 body.append(f"for i in tl.range({lo}, {hi}, num_stages={cfg.num_stages}):")
             else:
                 body.append(f"for i in range({lo}, {hi}):")

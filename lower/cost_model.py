@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
 
-from .codegen import KernelConfig, deferred_sums, loop_has_dot, unpipelined_loads
+from .codegen import KernelConfig, deferred_sums, dot_operand_loads, loop_has_dot, loop_tiles, unpipelined_loads
 from .schedule import kernel_order
 from .memory import lowered_shared_memory
 from .tiles import analyze
@@ -162,9 +162,8 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
             acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
-    # bytes in flight: resident programs × (stages − 1) loop steps each. (Loops Triton does not
-    # pipeline — lower.memory.loop_is_pipelined — ignore num_stages on the card; charging them one
-    # step's full latency ranked the recorded configs worse, NOTES.md v5, so this stays uniform.)
+    # bytes in flight: resident programs × (stages − 1) loop steps each (uniform: see t_serial below
+    # for the one case charged differently)
     pipe = max(1, min(cfg.num_stages - 1, steps))
     # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
     # pipelined, else in registers), or the shared memory at padded extents where that is more
@@ -226,20 +225,12 @@ def _loop_tile_regs(bg, info, cfg: KernelConfig) -> float:
     """fp32 registers (elements, per program) the loop's loaded tiles take while element-wise
     ops use them: every loop tile with a use outside ``tl.dot`` (twice with split loads, one copy
     per layout). ``tl.dot`` operands go through shared memory in fragments and are not counted."""
-    from .codegen import dot_operand_loads
-    from .schedule import schedule_block
-
     if bg.forloop <= 1:
         return 0.0
-    loop = {o.id for o in schedule_block(bg).loop}
     dup = dot_operand_loads(bg, info) if cfg.split_loads else {}
     cons = bg.consumers()
-    n = 0.0
-    for t in bg.tensors:
-        if t.op.kind == "iterator" and t.op.id in loop and t.op.attrs["fmap"] is not None:
-            if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in cons[t]):
-                n += math.prod(info.padded(t)) * (2 if t.id in dup else 1)
-    return n
+    return float(sum(math.prod(info.padded(t)) * (2 if t.id in dup else 1) for t in loop_tiles(bg)
+                     if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in cons[t])))
 
 
 def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:

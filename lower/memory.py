@@ -78,17 +78,16 @@ def loop_is_pipelined(block: BlockGraph, info, cfg) -> bool:
     """Whether Triton software-pipelines the generated loop of ``block`` (loads issued
     ``num_stages − 1`` steps ahead). Triton (3.6, 3.9) does so unasked only in loops
     with a ``tl.dot``; :mod:`lower.codegen` asks for it (``tl.range(…, num_stages=)``)
-    in the dot-free loops of the ``"v"``/``"va"`` lowerings and wherever
-    ``KernelConfig.stage_all_loads`` says so — asked in the attention combine loops it
+    where :func:`lower.codegen.loop_asks_staging` says (``stage_all_loads``, and the
+    dot-free loops of the ``"v"``/``"va"`` lowerings) — asked in the attention combine loops it
     measured slower (L2-resident partials; NOTES.md v5). Elsewhere ``num_stages``
     changes nothing. (Which loads of a pipelined loop wait anyway:
     :func:`lower.codegen.unpipelined_loads`.)"""
-    from .schedule import schedule_block
+    from .codegen import loop_asks_staging, loop_has_dot
 
-    sch = schedule_block(block)
-    if block.forloop <= 1 or not sch.loop or cfg.num_stages <= 1:
+    if block.forloop <= 1 or cfg.num_stages <= 1:
         return False
-    return any(o.id in info.dot_ops for o in sch.loop) or cfg.small_mm != "dot" or cfg.stage_all_loads
+    return loop_has_dot(block, info) or loop_asks_staging(block, info, cfg)
 
 
 def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:

@@ -44,6 +44,7 @@ class Step:
     kernel: BlockKernel | None = None
     name: str = ""
     fns: list[Callable] = field(default_factory=list)
+    options: list[dict] = field(default_factory=list)   # per launch: num_warps, num_stages, launch_pdl
 
 
 @contextlib.contextmanager
@@ -278,10 +279,8 @@ class CompiledProgram:
                     else:
                         env[t.label()] = r.contiguous()
                     continue
-                for fn, ln in zip(step.fns, step.kernel.launches):
-                    extra = {"launch_pdl": True} if ln.pdl else {}
-                    fn[(ln.grid,)](*[env[a] for a in ln.args], num_warps=ln.num_warps, num_stages=ln.num_stages,
-                                   **extra)
+                for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
+                    fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)
 
 
 def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig] | None = None,
@@ -311,10 +310,11 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
                          "(Triton interpreter)")
     if not graph.outputs:
         raise InvalidGraphError(f"{graph.name}: the graph has no outputs")
-    if pdl and not pdl_supported(device):
+    use_pdl = pdl_supported(device)
+    if pdl and not use_pdl:
         raise InputError(f"lower.compile: pdl=True needs a CUDA device of compute capability 9.0 or later and a "
                          f"Triton with gdc_wait (device={device!r})")
-    use_pdl = pdl_supported(device) if pdl is None else pdl
+    use_pdl = use_pdl if pdl is None else pdl
     configs = dict(configs or {})
     lay = layout_mod.solve(graph, use_z3=use_z3)
     order = kernel_order(graph)
@@ -379,5 +379,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     for s in steps:
         if s.kernel is not None:
             s.fns = [getattr(mod, ln.fn) for ln in s.kernel.launches]
+            s.options = [{"num_warps": ln.num_warps, "num_stages": ln.num_stages}
+                         | ({"launch_pdl": True} if ln.pdl else {}) for ln in s.kernel.launches]
     return CompiledProgram(graph, device, steps, source, lay, mp, configs, mod, buffers, cuda_graphs,
                            poison, copy_outputs)
