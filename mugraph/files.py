@@ -25,16 +25,17 @@ from typing import Any
 from .errors import ArgumentTypeError, SerializationError
 from .limits import MAX_JSON_BYTES, MAX_JSON_DEPTH, MAX_NUMBER_CHARS
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]+")
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)  # read once: files written here get the permissions open() would give them
 
 
 def safe_name(name: str, max_chars: int = 64) -> str:
     """``name`` as one safe path component: runs of characters other than letters,
-    digits, ``_ . -`` become ``_``, leading dots are dropped (no ``..``, no hidden
-    files), and it is cut to ``max_chars``. Never empty."""
-    s = _UNSAFE.sub("_", str(name)).lstrip(".")[:max_chars]
+    digits, ``_`` and ``-`` (separators and dots included: no ``..``, no hidden files)
+    become ``_``, leading and trailing ``_`` are dropped, and it is cut to
+    ``max_chars``. Never empty: ``../../x`` is ``x``, ``..`` is ``unnamed``."""
+    s = _UNSAFE.sub("_", str(name)).strip("_")[:max_chars]
     return s or "unnamed"
 
 

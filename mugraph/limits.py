@@ -4,7 +4,7 @@ A huge or hostile input — a dim of 10¹², a constant ``"1e100000000"``, JSON 
 a million deep — fails at once with a one-line error naming the limit, instead of
 a ``MemoryError`` from numpy, minutes of big-integer arithmetic, or a
 ``RecursionError``. Each limit is far above what the benchmarks use (the largest
-full-shape tensor has 25 M elements; the deepest saved result nests 12 levels).
+full-shape tensor has 25 M elements; a saved superoptimize result nests about 10 levels).
 """
 
 from __future__ import annotations
