@@ -278,12 +278,14 @@ class Optimized:
 
     def summary(self) -> str:
         r = self.report
-        lines = [f"superoptimized {self.program.name!r} on {r['device']}: best = {self.best.origin} μGraph, "
-                 f"{self.best.num_kernels} kernel(s)",
-                 f"  why: {r['why']}"]
+        lines = [f"superoptimized {self.program.name!r} on {r.get('device', self.device)}: best = {self.best.origin} "
+                 f"μGraph, {self.best.num_kernels} kernel(s)",
+                 f"  why: {r.get('why', '(not recorded)')}"]
         s = r.get("search", {})
-        if s:
-            lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {s.get('wall_s', 0):.1f} s")
+        if isinstance(s, dict) and s:
+            wall = s.get("wall_s", 0)
+            wall = f"{wall:.1f}" if isinstance(wall, (int, float)) else "?"
+            lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {wall} s")
         lines.append(f"  verification bound: {r.get('error_bound')}")
         lines.append("  candidates (predicted / measured μs):")
         for c in self.candidates:
