@@ -19,8 +19,9 @@ from .errors import MugraphError
 class _Group(click.Group):
     """Every failure as one line on stderr — ``error: <what and why>`` — and a non-zero
     exit: 1 for a mugraph error (bad input, failed check), 2 for a usage error (a
-    missing file, a number that is not one), 1 for anything unexpected (a bug: set
-    ``MUGRAPH_TRACEBACK=1`` to see where). Never a traceback by default."""
+    missing file, a number that is not one), 130 for Ctrl-C, 1 for anything unexpected
+    (a bug: set ``MUGRAPH_TRACEBACK=1`` to see where). Never a traceback by default;
+    a command's own ``sys.exit`` code passes through."""
 
     def main(self, *args, **kwargs):
         if kwargs.get("standalone_mode", True) is False:  # a caller handling errors itself
@@ -29,7 +30,7 @@ class _Group(click.Group):
         try:
             rv = super().main(*args, **kwargs)
         except click.exceptions.Abort:
-            _fail("aborted", 1)
+            _fail("interrupted", 130)
         except click.UsageError as e:
             where = f" (see: {e.ctx.command_path} --help)" if e.ctx is not None else ""
             _fail(f"{e.format_message()}{where}", e.exit_code)

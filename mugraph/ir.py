@@ -114,8 +114,8 @@ def rational(c: Any, what: str) -> Fraction:
     if isinstance(c, bool) or isinstance(c, complex) or (
             not isinstance(c, (numbers.Rational, float)) and not _is_real_numpy(c)):
         raise ConstantError(f"{what}: {short(c)} ({type(c).__name__}) is not a real scalar constant")
-    if isinstance(c, numbers.Rational):
-        f = Fraction(c)
+    if isinstance(c, numbers.Rational):  # numpy integers too: made Python ints
+        f = Fraction(int(c.numerator), int(c.denominator))
     else:
         c = float(c)
         if not math.isfinite(c):
@@ -713,6 +713,8 @@ def build_thread_graphs(block: BlockGraph) -> list[ThreadGraph]:
     merged. A tile is an intermediate (kept in registers) when it is made inside a
     group, consumed only inside it, and not saved.
     """
+    if not isinstance(block, BlockGraph):
+        raise ArgumentTypeError(f"build_thread_graphs: expected a BlockGraph, got {type(block).__name__}")
     consumers = block.consumers()
     saved = {sv.tensor for sv in block.savers}
     parent: dict[int, int] = {}

@@ -370,6 +370,8 @@ row(G, "fmap without a loop", lambda: (lambda kg, X, bg: bg.input(X, fmap=1))(*k
     "forloop is 1, so fmap must be None")
 row(G, "fmap not divisible", lambda: (lambda kg, X, bg: bg.input(X, fmap=1))(*kg_block(forloop=3)),
     "InvalidGraphError", "not divisible by forloop 3")
+row(G, "build_thread_graphs(kernel graph)", lambda: mg.build_thread_graphs(prog()[0]), "ArgumentTypeError",
+    "expected a BlockGraph, got Program")
 row(G, "accum('x')", lambda: mg.BlockGraph().accum("x"), "ArgumentTypeError", "expected a mugraph Tensor")
 
 

@@ -82,3 +82,49 @@ def test_real_command_line_prints_one_error_line(tmp_path, args, needle):
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], r.stderr
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_cli_reports_an_unexpected_error_in_one_line(monkeypatch, tmp_path):
+    """A bug (not a MugraphError) is still one line and exit 1; MUGRAPH_TRACEBACK=1 lets
+    it through for debugging. --help exits 0."""
+    from click.testing import CliRunner
+
+    import mugraph.loading
+    from mugraph.cli import main
+
+    def broken(*a, **k):
+        raise ValueError("boom\nsecond line")
+
+    monkeypatch.setattr(mugraph.loading, "graph_from_file", broken)
+    f = tmp_path / "g.json"
+    f.write_text("{}")
+    r = CliRunner().invoke(main, ["show", str(f)])
+    assert r.exit_code == 1 and r.stderr.strip() == ("error: internal error, ValueError: boom "
+                                                     "(set MUGRAPH_TRACEBACK=1 for the traceback)")
+    monkeypatch.setenv("MUGRAPH_TRACEBACK", "1")
+    r = CliRunner().invoke(main, ["show", str(f)])
+    assert isinstance(r.exception, ValueError)
+    assert CliRunner().invoke(main, ["--help"]).exit_code == 0
+
+
+def test_what_is_refused_is_only_what_is_wrong():
+    """The strict checks take what is right in every spelling: numpy scalars as exact
+    constants, numpy ints as dims, lists as shapes, negative dims, dict imaps."""
+    import numpy as np
+    from fractions import Fraction
+
+    p = mg.Program("p")
+    x = p.input("x", [np.int64(4), 8], "float32")
+    assert x.shape == (4, 8) and type(x.shape[0]) is int
+    assert (np.float64(2.0) * x).op.attrs["c"] == 2 and (np.float32(0.5) * x).op.attrs["c"] == Fraction(1, 2)
+    assert (x * np.int64(3)).op.attrs["c"] == 3 and (x / np.int64(4)).op.attrs["c"] == Fraction(1, 4)
+    assert (x * 0.1).op.attrs["c"] == Fraction(1, 10)
+    assert mg.sum(x, -1).shape == (4, 1) and mg.reshape(x, [np.int32(8), 4]).shape == (8, 4)
+    kg = mg.KernelGraph("k")
+    X = kg.input("X", (8, 64))
+    bg = mg.BlockGraph(grid=[2], forloop=4)
+    t = bg.input(X, imap={"x": 0}, fmap=1)
+    assert t.shape == (4, 16) and bg.grid == (2, 1, 1)
+    ins = {"x": np.arange(32, dtype=np.int64).reshape(4, 8)}
+    p.output(mg.exp(x))
+    assert np.allclose(mg.evaluate(p, ins)[0], np.exp(ins["x"]))
