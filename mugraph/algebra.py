@@ -12,7 +12,6 @@ A value may be a single array or a tuple of arrays (e.g. a value mod p and mod q
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 import numpy as np

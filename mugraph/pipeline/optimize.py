@@ -4,9 +4,13 @@
 
 This is the one module of ``mugraph`` that imports the stages, and only inside
 functions, so the IR never depends on them. Results are cached on disk as JSON,
-keyed by the program, the configuration, the versions and the device; loading a
-cache or a saved result never executes code from it (the Triton source is
-regenerated from the μGraph).
+keyed by the program, the configuration, the seed, the versions and the device.
+An entry stores that key's contents and is served only if they, and the program
+inside it, are what was asked for; anything else (a copy under another key, an
+edit, a truncation) is recomputed and replaced with a warning. Entries are written
+atomically under unique temporary names, so concurrent writers cannot collide.
+Loading a cache or a saved result never executes code from it (the Triton source
+is regenerated from the μGraph; kernel configurations are checked field by field).
 """
 
 from __future__ import annotations
