@@ -12,13 +12,14 @@ runs, which is how the tests check lowering without a GPU.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import hashlib
-import importlib.util
+import linecache
 import os
 import re
 import sys
-import tempfile
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -68,24 +69,36 @@ def _ident(s: str) -> str:
     return s if s and not s[0].isdigit() else f"g_{s}"
 
 
-def _load_module(source: str, interpret: bool):
-    digest = hashlib.sha1(source.encode()).hexdigest()[:16]
-    folder = os.path.join(tempfile.gettempdir(), f"mugraph_lower_{os.getuid() if hasattr(os, 'getuid') else 0}")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"mg_{digest}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
-    name = f"mugraph_lower_{digest}_{'i' if interpret else 'c'}"
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
+#: generated modules by (sha256 of the source, interpreted?): each is compiled from the
+#: source string in memory, never written to or read back from disk
+_MODULES: dict[tuple[str, bool], types.ModuleType] = {}
+
+
+def _load_module(source: str, interpret: bool) -> types.ModuleType:
+    """Load the generated module from memory.
+
+    The module is compiled from ``source`` itself and its text is registered with
+    :mod:`linecache` under a ``<…>`` name (Triton's ``@jit`` reads a kernel's source
+    through :mod:`inspect`; linecache never looks for such names on disk). Nothing is
+    written to or imported from a file, so no folder anyone else can write — the
+    shared temporary directory included — can put code into a compiled program.
+    """
+    digest = hashlib.sha256(source.encode()).hexdigest()[:32]
+    mode = "i" if interpret else "c"
+    filename = f"<mugraph-lower {digest}{mode}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    mod = _MODULES.get((digest, interpret))
+    if mod is not None and mod.__dict__.get("__mugraph_source__") == source:
+        return mod
+    name = f"mugraph_lower_{digest}_{mode}"
+    mod = types.ModuleType(name)
+    mod.__file__ = filename
+    mod.__mugraph_source__ = source
+    code = builtins.compile(source, filename, "exec")
+    sys.modules[name] = mod  # Triton names kernels by module; pickling finds them here
     with _interpret(interpret):
-        spec.loader.exec_module(mod)
-    sys.modules[name] = mod
+        exec(code, mod.__dict__)  # noqa: S102 - the source generated just now, from the μGraph
+    _MODULES[(digest, interpret)] = mod
     return mod
 
 
@@ -206,19 +219,26 @@ class CompiledProgram:
             if v.dtype != TORCH_DTYPE[t.dtype]:
                 raise InputError(f"{g.name}: input {t.name!r} has dtype {v.dtype}, expected {TORCH_DTYPE[t.dtype]} "
                                  f"(compile the graph for that dtype, or cast)")
-            if v.device.type != self.device:
-                raise InputError(f"{g.name}: input {t.name!r} is on {v.device}, this program runs on {self.device}")
+            if v.device != self.arena.device:
+                raise InputError(f"{g.name}: input {t.name!r} is on {v.device}, this program runs on "
+                                 f"{self.arena.device}")
+            if v.layout != torch.strided:
+                raise InputError(f"{g.name}: input {t.name!r} is a {v.layout} tensor; pass a dense one")
             out.append(v if v.is_contiguous() else v.contiguous())
         return out
 
     def _check_out(self, out) -> list[torch.Tensor]:
         g = self.graph
+        if isinstance(out, torch.Tensor) and len(g.outputs) == 1:
+            raise InputError(f"{g.name}: out= takes a list of tensors, one per output: out=[y]")
+        if not isinstance(out, (list, tuple)):
+            raise InputError(f"{g.name}: out= must be a list of {len(g.outputs)} tensors, got {type(out).__name__}")
         out = list(out)
         if len(out) != len(g.outputs):
             raise InputError(f"{g.name}: out= needs {len(g.outputs)} tensors, got {len(out)}")
         for k, (o, t) in enumerate(zip(out, g.outputs)):
             if (not isinstance(o, torch.Tensor) or tuple(o.shape) != t.shape or o.dtype != TORCH_DTYPE[t.dtype]
-                    or o.device.type != self.device or not o.is_contiguous()):
+                    or o.device != self.arena.device or o.layout != torch.strided or not o.is_contiguous()):
                 raise InputError(f"{g.name}: out[{k}] must be a contiguous {t.shape} {t.dtype} tensor on {self.device}")
         return out
 

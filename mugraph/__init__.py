@@ -10,12 +10,12 @@ Build a Lax program, write or search μGraphs, evaluate them, save and draw them
     (Y,) = mg.evaluate(p, {"X": x, "W1": w1, "W2": w2})
 """
 
-from . import errors
+from . import errors, limits
 from .algebra import Algebra, FloatAlgebra
 from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, repeat, reshape, rms_norm,
                       scale, silu, sqrt, square, sub, sum)
-from .errors import (CacheError, ConfigError, DTypeError, InputError, InvalidGraphError, MugraphError, NotLaxError, ResourceError,
-                     SerializationError, ShapeError, UnsupportedOpError)
+from .errors import (ArgumentTypeError, CacheError, ConfigError, ConstantError, DTypeError, InputError, InvalidGraphError,
+                     MugraphError, NotLaxError, ResourceError, SerializationError, ShapeError, UnsupportedOpError)
 from .interpreter import evaluate
 from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
 from .lax import check_lax, is_lax
@@ -31,7 +31,8 @@ __all__ = [
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
     "concat", "reshape", "repeat", "scale", "constant",
     "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
-    "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
-    "UnsupportedOpError", "SerializationError", "InputError", "ConfigError", "CacheError",
+    "limits", "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
+    "UnsupportedOpError", "SerializationError", "InputError", "ConfigError", "CacheError", "ArgumentTypeError",
+    "ConstantError",
     "superoptimize", "Optimized", "OptimizeConfig", "Candidate",
 ]

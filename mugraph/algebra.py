@@ -12,7 +12,6 @@ A value may be a single array or a tuple of arrays (e.g. a value mod p and mod q
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -96,6 +95,9 @@ class Algebra:
         raise NotImplementedError
 
 
+_WHY = {"c": " (complex: the imaginary part would be lost)", "b": " (bool: say 0.0/1.0 if you mean numbers)",
+        "U": " (strings)", "S": " (bytes)", "O": " (Python objects)"}
+
 _TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32,
                  "float64": torch.float64}
 
@@ -111,7 +113,7 @@ class FloatAlgebra(Algebra):
     name = "float"
 
     def __init__(self, dtype: str = "float64") -> None:
-        if dtype not in _TORCH_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _TORCH_DTYPES:
             raise InputError(f"FloatAlgebra: unknown dtype {dtype!r}; use one of {sorted(_TORCH_DTYPES)}")
         self.dtype = dtype
         self.store = _TORCH_DTYPES[dtype]
@@ -147,9 +149,21 @@ class FloatAlgebra(Algebra):
         }
 
     def input(self, name, value, shape, dtype):
-        if isinstance(value, np.ndarray) or np.isscalar(value) or isinstance(value, (list, tuple)):
+        """A real array as this algebra's value. Floating and integer arrays are
+        taken by value; complex (the imaginary part would be lost), bool, string and
+        object arrays are refused, as are tensors that are not dense CPU/CUDA ones."""
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind not in "fiu":
+                raise InputError(f"input {name!r}: numpy dtype {value.dtype} is not real numbers{_WHY.get(value.dtype.kind, '')}")
             value = torch.from_numpy(np.asarray(value, dtype=np.float64))
-        if not isinstance(value, torch.Tensor):
+        elif isinstance(value, torch.Tensor):
+            if value.is_complex() or value.dtype == torch.bool:
+                raise InputError(f"input {name!r}: torch dtype {value.dtype} is not real numbers"
+                                 f"{_WHY['c'] if value.is_complex() else _WHY['b']}")
+            if value.layout != torch.strided or value.device.type not in ("cpu", "cuda"):
+                raise InputError(f"input {name!r}: a {value.layout} tensor on {value.device}; pass a dense CPU or "
+                                 "CUDA tensor")
+        else:
             raise InputError(f"input {name!r}: expected a numpy array or torch tensor, got {type(value).__name__}")
         if not value.is_floating_point():
             value = value.to(torch.float64)

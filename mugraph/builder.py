@@ -7,12 +7,12 @@ rational constants: ``x * 0.5`` is ``scale(x, 1/2)``, ``x + 1`` adds a ``const``
 
 from __future__ import annotations
 
+import numbers
 from fractions import Fraction
 from typing import Sequence
 
-from .errors import ShapeError
-from .ir import Tensor
-from .ops import to_fraction
+from .errors import ArgumentTypeError, ConstantError, ShapeError
+from .ir import Tensor, _is_sequence, rational, short, strict_int
 
 Scalar = int | float | Fraction
 
@@ -21,28 +21,43 @@ def _graph_of(*xs, what: str):
     for x in xs:
         if isinstance(x, Tensor):
             return x.graph
-    raise TypeError(f"{what}: needs at least one mugraph Tensor argument, got {[type(x).__name__ for x in xs]}")
+    raise ArgumentTypeError(f"{what}: needs at least one mugraph Tensor argument, got "
+                            f"{[type(x).__name__ for x in xs][:8]}")
+
+
+def _tensor(x, what: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ArgumentTypeError(f"{what}: expected a mugraph Tensor, got {type(x).__name__}")
+    return x
 
 
 def _is_scalar(x) -> bool:
-    return isinstance(x, (int, float, Fraction)) and not isinstance(x, bool)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool)
 
 
 def _scalar(c, what: str) -> Fraction:
-    try:
-        return to_fraction(c)
-    except (TypeError, ValueError) as e:
-        raise TypeError(f"{what}: {e}") from None
+    return rational(c, what)
 
 
 def _dim(x: Tensor, dim: int, what: str) -> int:
-    if not isinstance(dim, int) or not -x.ndim <= dim < x.ndim:
+    """A dim of ``x`` (negative counts from the end); a bool or a float is refused
+    (``sum(x, True)`` is not ``sum(x, 1)``)."""
+    if type(dim) is not int:
+        raise ArgumentTypeError(f"{what}: dim {short(dim)} is a {type(dim).__name__}, not an int")
+    if not -x.ndim <= dim < x.ndim:
         raise ShapeError(f"{what}: dim {dim} out of range for {x.label()} {x.shape}")
     return dim % x.ndim
 
 
+def _ints(v, what: str) -> tuple[int, ...]:
+    if not _is_sequence(v):
+        raise ArgumentTypeError(f"{what}: {short(v)} must be a sequence of ints")
+    return tuple(strict_int(s, what) for s in v)
+
+
 def constant(value: Scalar, like: Tensor) -> Tensor:
     """A rational constant shaped to broadcast against ``like`` (all dims 1)."""
+    _tensor(like, "const: like")
     return like.graph.add_op("const", [], {"value": _scalar(value, "const"), "shape": (1,) * like.ndim,
                                            "dtype": like.dtype})
 
@@ -54,13 +69,14 @@ def _binary(kind: str, a, b) -> Tensor:
     if _is_scalar(b):
         b = constant(b, a)
     if not isinstance(a, Tensor) or not isinstance(b, Tensor):
-        raise TypeError(f"{kind}: operands must be Tensors or scalars, got {type(a).__name__}, {type(b).__name__}")
+        raise ArgumentTypeError(f"{kind}: operands must be Tensors or real scalars, got {type(a).__name__}, "
+                                f"{type(b).__name__}")
     return g.add_op(kind, [a, b])
 
 
 def matmul(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` over the last two dims; leading dims broadcast."""
-    return _graph_of(a, b, what="matmul").add_op("matmul", [a, b])
+    return _tensor(a, "matmul: a").graph.add_op("matmul", [a, _tensor(b, "matmul: b")])
 
 
 def add(a, b) -> Tensor:
@@ -83,62 +99,63 @@ def div(a, b) -> Tensor:
     if isinstance(a, Tensor) and _is_scalar(b):
         c = _scalar(b, "div")
         if c == 0:
-            raise ZeroDivisionError(f"div: {a.label()} divided by the constant 0")
+            raise ConstantError(f"div: {a.label()} divided by the constant 0")
         return scale(a, 1 / c)
     return _binary("div", a, b)
 
 
 def scale(x: Tensor, c: Scalar) -> Tensor:
     """``x * c`` for a rational constant ``c``."""
-    return x.graph.add_op("scale", [x], {"c": _scalar(c, "scale")})
+    return _tensor(x, "scale").graph.add_op("scale", [x], {"c": _scalar(c, "scale")})
 
 
 def exp(x: Tensor) -> Tensor:
-    return x.graph.add_op("exp", [x])
+    return _tensor(x, "exp").graph.add_op("exp", [x])
 
 
 def sqrt(x: Tensor) -> Tensor:
-    return x.graph.add_op("sqrt", [x])
+    return _tensor(x, "sqrt").graph.add_op("sqrt", [x])
 
 
 def square(x: Tensor) -> Tensor:
-    return x.graph.add_op("square", [x])
+    return _tensor(x, "square").graph.add_op("square", [x])
 
 
 def silu(x: Tensor) -> Tensor:
-    return x.graph.add_op("silu", [x])
+    return _tensor(x, "silu").graph.add_op("silu", [x])
 
 
 def sum(x: Tensor, dim: int) -> Tensor:  # noqa: A001 - the public name mirrors the op
     """Sum along ``dim``; the dim is kept with size 1."""
-    return x.graph.add_op("sum", [x], {"dim": _dim(x, dim, "sum")})
+    return _tensor(x, "sum").graph.add_op("sum", [x], {"dim": _dim(x, dim, "sum")})
 
 
 def max(x: Tensor, dim: int) -> Tensor:  # noqa: A001
     """Max along ``dim`` (size 1 kept). Not Lax: such programs are only float-comparable."""
-    return x.graph.add_op("max", [x], {"dim": _dim(x, dim, "max")})
+    return _tensor(x, "max").graph.add_op("max", [x], {"dim": _dim(x, dim, "max")})
 
 
 def mean(x: Tensor, dim: int) -> Tensor:
-    d = _dim(x, dim, "mean")
+    d = _dim(_tensor(x, "mean"), dim, "mean")
     return scale(sum(x, d), Fraction(1, x.shape[d]))
 
 
 def rms_norm(x: Tensor, dim: int = -1) -> Tensor:
     """``x / sqrt(mean(x*x, dim))`` expanded into catalog ops (no weight, no epsilon)."""
-    d = _dim(x, dim, "rms_norm")
+    d = _dim(_tensor(x, "rms_norm"), dim, "rms_norm")
     return div(x, sqrt(mean(square(x), d)))
 
 
 def concat(xs: Sequence[Tensor], dim: int) -> Tensor:
-    xs = list(xs)
-    g = _graph_of(*xs, what="concat")
-    return g.add_op("concat", xs, {"dim": _dim(xs[0], dim, "concat")})
+    if not _is_sequence(xs) or not xs:
+        raise ArgumentTypeError(f"concat: expected a non-empty list of Tensors, got {short(xs)}")
+    xs = [_tensor(x, f"concat: xs[{i}]") for i, x in enumerate(xs)]
+    return xs[0].graph.add_op("concat", xs, {"dim": _dim(xs[0], dim, "concat")})
 
 
 def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
-    return x.graph.add_op("reshape", [x], {"shape": tuple(int(s) for s in shape)})
+    return _tensor(x, "reshape").graph.add_op("reshape", [x], {"shape": _ints(shape, "reshape: shape")})
 
 
 def repeat(x: Tensor, reps: Sequence[int]) -> Tensor:
-    return x.graph.add_op("repeat", [x], {"reps": tuple(int(r) for r in reps)})
+    return _tensor(x, "repeat").graph.add_op("repeat", [x], {"reps": _ints(reps, "repeat: reps")})

@@ -6,21 +6,61 @@ depends on ``search``, ``verify`` or ``lower``.
 
 from __future__ import annotations
 
+import os
 import sys
+from pathlib import Path
 
 import click
 
+from .benchmarks import PROGRAMS
 from .errors import MugraphError
 
 
 class _Group(click.Group):
-    """Turns mugraph errors into one-line messages instead of tracebacks."""
+    """Every failure as one line on stderr — ``error: <what and why>`` — and a non-zero
+    exit: 1 for a mugraph error (bad input, failed check), 2 for a usage error (a
+    missing file, a number that is not one), 130 for Ctrl-C, 1 for anything unexpected
+    (a bug: set ``MUGRAPH_TRACEBACK=1`` to see where). Never a traceback by default;
+    a command's own ``sys.exit`` code passes through."""
 
-    def invoke(self, ctx):
+    def main(self, *args, **kwargs):
+        if kwargs.get("standalone_mode", True) is False:  # a caller handling errors itself
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
         try:
-            return super().invoke(ctx)
+            rv = super().main(*args, **kwargs)
+        except click.exceptions.Abort:
+            _fail("interrupted", 130)
+        except click.UsageError as e:
+            where = f" (see: {e.ctx.command_path} --help)" if e.ctx is not None else ""
+            _fail(f"{e.format_message()}{where}", e.exit_code)
+        except click.ClickException as e:
+            _fail(e.format_message(), e.exit_code)
         except MugraphError as e:
-            raise click.ClickException(f"{type(e).__name__}: {e}") from None
+            _fail(f"{type(e).__name__}: {e}", 1)
+        except Exception as e:  # noqa: BLE001 - a bug, still reported as one line
+            if os.environ.get("MUGRAPH_TRACEBACK"):
+                raise
+            _fail(f"internal error, {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                  "(set MUGRAPH_TRACEBACK=1 for the traceback)", 1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"error: {' | '.join(message.splitlines())}", err=True)
+    sys.exit(code)
+
+
+def _out_file(path: str | None, what: str) -> None:
+    """Refuse an output path whose folder does not exist *before* the work that would
+    write it (a search of minutes must not end in 'no such folder')."""
+    if path is None:
+        return
+    p = Path(path)
+    if p.is_dir():
+        raise click.UsageError(f"{what} {path!r} is a folder; give a file name")
+    if not p.parent.is_dir():
+        raise click.UsageError(f"{what} {path!r}: folder {str(p.parent)!r} does not exist")
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -38,13 +78,17 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--batch", "-b", default=1, show_default=True, help="Benchmark batch size b (DESIGN §7).")
+@click.option("--batch", "-b", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Benchmark batch size b (DESIGN §7).")
 @click.option("--small", is_flag=True, help="Reduced shapes (fast).")
 @click.option("--out", "out_dir", default="out/demo", show_default=True, help="Where to save JSON and pictures.")
-@click.option("--seed", default=0, show_default=True)
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 def demo(batch: int, small: bool, out_dir: str, seed: int) -> None:
     """Evaluate each benchmark's hand-written μGraph against its program (float64)."""
     from .demo import format_rows, run_demo
+
+    if Path(out_dir).exists() and not Path(out_dir).is_dir():
+        raise click.UsageError(f"--out {out_dir!r} is a file, not a folder")
 
     rows = run_demo(b=batch, small=small, out_dir=out_dir, seed=seed)
     click.echo(format_rows(rows))
@@ -64,6 +108,7 @@ def show(file: str, name: str | None, png: str | None) -> None:
     from .loading import graph_from_file
     from .render import render
 
+    _out_file(png, "--png")
     g = graph_from_file(file, name)
     click.echo(str(g))
     if png:
@@ -94,7 +139,7 @@ def _search_options(f):
         click.option("--max-block-ops", type=int, default=None, help="Most ops in one block graph."),
         click.option("--max-kernel-ops", type=int, default=None, help="Most ops in the kernel graph."),
         click.option("--workers", type=int, default=None, help="Search processes."),
-        click.option("--seed", type=int, default=0, show_default=True),
+        click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--cache-dir", default=None, help="Result cache (default ~/.cache/mugraph)."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
     ]):
@@ -123,6 +168,7 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
     from .loading import graph_from_file
     from .pipeline import superoptimize
 
+    _out_file(out, "--out")
     p = graph_from_file(file, name)
     opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers), device=device,
                         cache_dir=False if no_cache else cache_dir, seed=seed)
@@ -135,17 +181,18 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
 
 
 @main.command()
-@click.option("--name", "names", multiple=True, help="Benchmark(s) to run (default: all six).")
-@click.option("--batch", "batches", multiple=True, type=int, help="Batch sizes (default: 1 and 8).")
+@click.option("--name", "names", multiple=True, type=click.Choice(sorted(PROGRAMS)),
+              help="Benchmark(s) to run (default: all six).")
+@click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1), help="Batch sizes (default: 1 and 8).")
 @click.option("--results", default="out/results", show_default=True,
               help="Saved results to time (NAME-bB.mug.json); missing ones are searched and saved here.")
 @click.option("--timing", type=click.Choice(["graph", "cold", "warm"]), default="graph", show_default=True,
               help="graph: calls unrolled in one CUDA graph (triton do_bench_cudagraph, warm L2); cold: one graph "
                    "replay per call, L2 evicted before each; warm: one replay per call, back to back.")
-@click.option("--top-k", default=3, show_default=True,
+@click.option("--top-k", default=3, show_default=True, type=click.IntRange(min=1),
               help="Results searched on a CPU: how many candidates (best predicted first) to autotune and time "
                    "on the GPU; the unfused program is always timed too.")
-@click.option("--tune-seconds", default=None, type=float,
+@click.option("--tune-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Per candidate: stop trying new kernel configurations after this many seconds (default: all).")
 @_search_options
 def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers, seed,
@@ -153,10 +200,18 @@ def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_
     """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
     from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
 
-    click.echo(COLUMNS)
-    rows, head = run_bench(names or None, tuple(batches) or (1, 8), results,
-                           _config(time_limit, max_block_ops, max_kernel_ops, workers), timing=timing,
-                           top_k=top_k, tune_seconds=tune_seconds, on_row=lambda r: click.echo(format_row(r)))
+    config = _config(time_limit, max_block_ops, max_kernel_ops, workers)
+    started = []
+
+    def on_row(r):
+        if not started:
+            click.echo(COLUMNS)
+            started.append(True)
+        click.echo(format_row(r))
+
+    rows, head = run_bench(names or None, tuple(batches) or (1, 8), results, config, timing=timing, top_k=top_k,
+                           tune_seconds=tune_seconds, on_row=on_row, seed=seed,
+                           cache_dir=False if no_cache else cache_dir)
     click.echo("\n" + format_table(rows, head))
 
 

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 
 class MugraphError(Exception):
-    """Base class of every error mugraph raises on purpose."""
+    """Base class of every error mugraph raises on purpose.
+
+    Its message is always one line: a line break inside it (from a quoted file
+    name, a program name, another library's message) is shown as ``" | "``, so a
+    log line or the CLI's ``error: …`` never spills over several lines.
+    """
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if "\n" not in text and "\r" not in text:
+            return text
+        return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 class ShapeError(MugraphError):
@@ -50,3 +61,16 @@ class ConfigError(MugraphError):
 
 class CacheError(MugraphError):
     """A cache or saved result that is corrupt, foreign, or from another program."""
+
+
+class ArgumentTypeError(MugraphError, TypeError):
+    """An argument of the wrong Python type (a list where a Tensor goes, a str where
+    an int goes). Also a ``TypeError``, so code that guards a call with ``except
+    TypeError`` keeps working."""
+
+
+class ConstantError(MugraphError, ValueError):
+    """A scalar constant that is not an exact finite rational mugraph can carry: NaN,
+    infinity, a bool, a complex number, a division by the constant 0, or more digits
+    than :data:`mugraph.limits.MAX_CONSTANT_DIGITS`."""
+

@@ -10,28 +10,44 @@ the dims they tile and reshapes.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import torch
 
 from .algebra import Algebra, FloatAlgebra
-from .errors import InputError
-from .ir import BlockGraph, KernelGraph, Tensor
+from .errors import ArgumentTypeError, InputError, ResourceError
+from .ir import BlockGraph, KernelGraph, Tensor, short
+from .limits import MAX_EVAL_ELEMENTS
 from .ops import CATALOG
 
 NB = 4  # batch axes of a block tile: grid x, y, z and the loop
 ELEMENTWISE = frozenset(n for n, d in CATALOG.items() if d.elementwise)
 
 
-def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | None = None) -> list:
+def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | None = None, *,
+             max_elements: int = MAX_EVAL_ELEMENTS) -> list:
     """Run ``graph`` (a Program or μGraph) on ``inputs`` (name -> numpy array or torch tensor).
 
     Returns the outputs in order: numpy arrays, or torch tensors if any input was
     one (float algebras); the algebra's own values otherwise. The default algebra is
-    float64 — the numerical reference.
+    float64 — the numerical reference. A graph in which some value would hold more
+    than ``max_elements`` elements (a block tile counts once per block and loop
+    iteration) is refused before anything is computed: a clear error, not a
+    ``MemoryError`` half-way.
     """
     if not isinstance(graph, KernelGraph):
-        raise TypeError(f"evaluate: expected a Program or KernelGraph, got {type(graph).__name__}")
+        raise ArgumentTypeError(f"evaluate: expected a Program or KernelGraph, got {type(graph).__name__}")
+    if not isinstance(inputs, Mapping):
+        raise ArgumentTypeError(f"evaluate: inputs must be a dict name -> array, got {type(inputs).__name__}")
+    if algebra is not None and not isinstance(algebra, Algebra):
+        raise ArgumentTypeError(f"evaluate: algebra must be a mugraph Algebra, got {type(algebra).__name__}")
+    if type(max_elements) is not int or max_elements < 1:
+        raise ArgumentTypeError(f"evaluate: max_elements={short(max_elements)} must be a positive int")
+    n, where = largest_value(graph)
+    if n > max_elements:
+        raise ResourceError(f"evaluate: {graph.name}: {where} would hold {n} elements > max_elements={max_elements} "
+                            "(mugraph.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
     alg = algebra if algebra is not None else FloatAlgebra("float64")
     as_torch = any(isinstance(v, torch.Tensor) for v in inputs.values())
     env = bind_inputs(graph, inputs, alg)
@@ -51,16 +67,55 @@ def bind_inputs(graph: KernelGraph, inputs: Mapping[str, Any], alg: Algebra) -> 
     """Check names and shapes of ``inputs`` against the graph's and convert them."""
     names = [t.name for t in graph.inputs]
     missing = [n for n in names if n not in inputs]
-    extra = [n for n in inputs if n not in names]
+    extra = [n if isinstance(n, str) and len(n) <= 40 else short(n, 40) for n in inputs if n not in names]
     if missing or extra:
-        raise InputError(f"{graph.name}: inputs do not match: missing {missing}, unexpected {extra}")
+        raise InputError(f"{graph.name}: inputs do not match: missing {missing}, unexpected {extra[:8]}")
     env = {}
     for t in graph.inputs:
-        shape = tuple(getattr(inputs[t.name], "shape", ()))
+        v = inputs[t.name]
+        if getattr(v, "shape", None) is None:
+            raise InputError(f"{graph.name}: input {t.name!r} is a {type(v).__name__}, not an array "
+                             "(pass a numpy array or torch tensor)")
+        shape = tuple(v.shape)
         if shape != t.shape:
             raise InputError(f"{graph.name}: input {t.name!r} has shape {shape}, expected {t.shape}")
         env[t] = alg.input(t.name, inputs[t.name], t.shape, t.dtype)
     return env
+
+
+def largest_value(graph: KernelGraph) -> tuple[int, str]:
+    """The most elements one value of :func:`evaluate` holds, and which: a kernel
+    tensor holds its own elements; a block tile holds its elements once per grid
+    position and loop iteration along which it varies (the vectorized evaluation's
+    batch axes), and an accumulator's input is summed over all loop iterations."""
+    worst, where = 0, ""
+    for op in graph.ops:
+        for t in op.outputs:
+            if t.numel > worst:
+                worst, where = t.numel, f"{t.label()} {t.shape}"
+        if op.kind != "graph_defined":
+            continue
+        block: BlockGraph = op.attrs["block"]
+        batch: dict[Tensor, tuple[int, ...]] = {}
+        for bop in block.ops:
+            out = bop.outputs[0]
+            if bop.kind == "iterator":
+                imap, fmap = bop.attrs["imap"], bop.attrs["fmap"]
+                b = tuple(g if d is not None else 1 for g, d in zip(block.grid, imap))
+                b += (block.forloop if fmap is not None else 1,)
+                n = math.prod(b) * out.numel
+            elif bop.kind == "accum":
+                src = batch[bop.inputs[0]]
+                b = src[:NB - 1] + (1,)
+                n = math.prod(src[:NB - 1]) * block.forloop * out.numel
+            else:
+                ins = [batch[t] for t in bop.inputs]
+                b = tuple(max(x) for x in zip(*ins)) if ins else (1,) * NB
+                n = math.prod(b) * out.numel
+            batch[out] = b
+            if n > worst:
+                worst, where = n, f"kernel#{op.id}/{out.label()} {out.shape} x batch {b}"
+    return worst, where
 
 
 def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:

@@ -31,11 +31,17 @@ Writing a μGraph by hand::
 
 from __future__ import annotations
 
+import keyword
+import math
+import numbers
+import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import DTypeError, InvalidGraphError, ResourceError, ShapeError, UnsupportedOpError
+from .errors import (ArgumentTypeError, ConstantError, DTypeError, InvalidGraphError, ResourceError, ShapeError,
+                     UnsupportedOpError)
+from .limits import MAX_CONSTANT_DIGITS, MAX_DIM, MAX_NAME_CHARS, MAX_NUMEL
 from .ops import CATALOG, MAX_RANK, get_op
 
 DTYPES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
@@ -48,22 +54,99 @@ DEFAULT_SMEM_BUDGET = 227 * 1024
 DEFAULT_REGISTER_BUDGET = 64 * 1024 * 4
 
 
+def short(value: Any, n: int = 60) -> str:
+    """``repr(value)`` cut to ``n`` characters: messages quote what the user passed
+    without printing a million-element list."""
+    r = repr(value)
+    return r if len(r) <= n else r[:n - 3] + "..."
+
+
 def check_dtype(dtype: str, what: str) -> str:
-    if dtype not in DTYPES:
-        raise DTypeError(f"{what}: unknown dtype {dtype!r}; use one of {sorted(DTYPES)}")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise DTypeError(f"{what}: unknown dtype {short(dtype)}; use one of {sorted(DTYPES)}")
     return dtype
 
 
+def strict_int(v: Any, what: str) -> int:
+    """``v`` as an int if it is one (a Python or numpy integer; never a bool, a float
+    or a string: ``2.7``, ``True`` and ``'8'`` are refused, not converted)."""
+    if type(v) is int:
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise ArgumentTypeError(f"{what}: {short(v)} is a {type(v).__name__}, not an int")
+    return int(v)
+
+
+def _is_sequence(v: Any) -> bool:
+    return type(v) in (tuple, list) or (isinstance(v, Sequence) and not isinstance(v, (str, bytes)))
+
+
 def check_shape(shape, what: str) -> tuple[int, ...]:
-    try:
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError):
-        raise ShapeError(f"{what}: shape {shape!r} is not a sequence of ints") from None
+    """``shape`` as a tuple of ints, or a :class:`ShapeError` naming the rule: a
+    sequence of 1 to ``MAX_RANK`` ints (a float dim or a string is refused, never
+    truncated), each in [1, ``MAX_DIM``], at most ``MAX_NUMEL`` elements in all."""
+    if not _is_sequence(shape):
+        raise ShapeError(f"{what}: shape {short(shape)} is not a sequence of ints")
     if not 1 <= len(shape) <= MAX_RANK:
-        raise ShapeError(f"{what}: shape {shape} has {len(shape)} dims; tensors have 1 to {MAX_RANK}")
+        raise ShapeError(f"{what}: shape {short(tuple(shape))} has {len(shape)} dims; tensors have 1 to {MAX_RANK}")
+    dims = []
+    for i, s in enumerate(shape):
+        if type(s) is not int and (isinstance(s, bool) or not isinstance(s, numbers.Integral)):
+            raise ShapeError(f"{what}: shape {short(tuple(shape))}: dim {i} is {short(s)} "
+                             f"({type(s).__name__}), not an int")
+        dims.append(int(s))
+    shape = tuple(dims)
     if any(s < 1 for s in shape):
         raise ShapeError(f"{what}: shape {shape} has a dim < 1")
+    if any(s > MAX_DIM for s in shape):
+        raise ShapeError(f"{what}: shape {shape} has a dim > {MAX_DIM} (mugraph.limits.MAX_DIM)")
+    if math.prod(shape) > MAX_NUMEL:
+        raise ShapeError(f"{what}: shape {shape} has {math.prod(shape)} elements > {MAX_NUMEL} "
+                         "(mugraph.limits.MAX_NUMEL: 32-bit element offsets)")
     return shape
+
+
+def rational(c: Any, what: str) -> Fraction:
+    """A scalar constant as an exact rational: an int, a Fraction, or a finite float
+    (by its shortest decimal form, so ``0.1`` is 1/10). Bools, complex numbers, NaN,
+    infinities and constants of more than ``MAX_CONSTANT_DIGITS`` digits are refused:
+    every stage computes with the constant exactly (the verifier in a finite field)."""
+    if isinstance(c, bool) or isinstance(c, complex) or (
+            not isinstance(c, (numbers.Rational, float)) and not _is_real_numpy(c)):
+        raise ConstantError(f"{what}: {short(c)} ({type(c).__name__}) is not a real scalar constant")
+    if isinstance(c, numbers.Rational):  # numpy integers too: made Python ints
+        f = Fraction(int(c.numerator), int(c.denominator))
+    else:
+        c = float(c)
+        if not math.isfinite(c):
+            raise ConstantError(f"{what}: constant {c} is not finite")
+        f = Fraction(repr(c))
+    for part, n in (("numerator", abs(f.numerator)), ("denominator", f.denominator)):
+        bits = n.bit_length()  # str() of a huge int is slow: count its digits from its bits when far over
+        digits = len(str(n)) if bits <= 4 * MAX_CONSTANT_DIGITS else int(bits * math.log10(2)) + 1
+        if digits > MAX_CONSTANT_DIGITS:
+            raise ConstantError(f"{what}: the constant's {part} has {digits} digits > {MAX_CONSTANT_DIGITS} "
+                                "(mugraph.limits.MAX_CONSTANT_DIGITS)")
+    return f
+
+
+def _is_real_numpy(c: Any) -> bool:
+    """A numpy real scalar (``np.float32(0.5)``), found without importing numpy."""
+    return type(c).__module__ == "numpy" and isinstance(c, numbers.Real)
+
+
+#: names the IR gives unnamed tensors; an input of such a name would be confused with them
+_AUTO_LABEL = re.compile(r"[tb][0-9]+")
+
+
+def check_name(name: Any, what: str) -> str:
+    """A graph name: a string of 1 to ``MAX_NAME_CHARS`` printable characters (it
+    appears in messages, pictures and, made safe, in cache file names)."""
+    if not isinstance(name, str):
+        raise ArgumentTypeError(f"{what}: the name must be a str, got {type(name).__name__}")
+    if not 1 <= len(name) <= MAX_NAME_CHARS or not name.isprintable():
+        raise InvalidGraphError(f"{what}: name {short(name)} must be 1 to {MAX_NAME_CHARS} printable characters")
+    return name
 
 
 class Tensor:
@@ -148,7 +231,32 @@ class Tensor:
         return scale(self, -1)
 
     def __bool__(self):
-        raise TypeError("a mugraph Tensor is symbolic; it has no truth value")
+        raise ArgumentTypeError(f"{self.label()}: a mugraph Tensor is symbolic; it has no truth value")
+
+    # what the catalog has no op for: a one-line error naming the way to say it, not
+    # Python's "unsupported operand" (and numpy must not broadcast an array over a Tensor)
+    __array_ufunc__ = None
+
+    def _unsupported(self, what: str, hint: str):
+        raise UnsupportedOpError(f"{self.label()}: {what} is not a mugraph op; {hint}")
+
+    def __pow__(self, o):
+        self._unsupported(f"x ** {short(o)}", "use mg.square(x), mg.sqrt(x) or mg.exp")
+
+    def __rpow__(self, o):
+        self._unsupported(f"{short(o)} ** x", "use mg.exp(x * log(base))")
+
+    def __abs__(self):
+        self._unsupported("abs(x)", "the catalog has no absolute value (mg.sqrt(mg.square(x)) is |x|)")
+
+    def __getitem__(self, key):
+        self._unsupported(f"x[{short(key)}]", "tensors are not indexed or iterated; use mg.reshape, mg.concat or a "
+                                            "BlockGraph iterator (imap/fmap)")
+
+    def _compare(self, o):
+        self._unsupported("a comparison", "mugraph programs have no comparisons (mg.max reduces along a dim)")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
 
     __hash__ = object.__hash__
 
@@ -198,12 +306,18 @@ class Graph:
 
     def _own(self, t: Tensor, what: str) -> None:
         if not isinstance(t, Tensor):
-            raise TypeError(f"{what}: expected a mugraph Tensor, got {type(t).__name__}")
+            raise ArgumentTypeError(f"{what}: expected a mugraph Tensor, got {type(t).__name__}")
         if t.graph is not self:
             raise InvalidGraphError(f"{what}: tensor {t.label()} belongs to another graph")
 
     def add_op(self, kind: str, inputs: Sequence[Tensor], attrs: dict | None = None) -> Tensor:
         """Append a catalog op; checks level, arity, shapes and dtypes; returns its output."""
+        if not isinstance(kind, str):
+            raise ArgumentTypeError(f"add_op: the op kind must be a str, got {type(kind).__name__}")
+        if attrs is not None and not isinstance(attrs, dict):
+            raise ArgumentTypeError(f"add_op {kind}: attrs must be a dict, got {type(attrs).__name__}")
+        if type(inputs) not in (list, tuple):
+            raise ArgumentTypeError(f"add_op {kind}: inputs must be a list of Tensors, got {type(inputs).__name__}")
         attrs = dict(attrs or {})
         self._check_open(kind)
         opdef = get_op(kind)
@@ -212,6 +326,7 @@ class Graph:
             raise UnsupportedOpError(f"{where}: not available in a {type(self).__name__}")
         for t in inputs:
             self._own(t, where)
+        _check_attrs(opdef, attrs, bool(inputs), where)
         if opdef.arity >= 0 and len(inputs) != opdef.arity:
             raise ShapeError(f"{where}: takes {opdef.arity} inputs, got {len(inputs)}")
         if opdef.arity < 0 and not inputs:
@@ -241,6 +356,31 @@ class Graph:
         return out
 
 
+def _check_attrs(opdef, attrs: dict, has_inputs: bool, where: str) -> None:
+    """The attributes an op carries, exactly: none unknown (a misspelt ``dims`` must not
+    be ignored), none missing, each of its type. Normalizes ``attrs`` in place
+    (dims to ints, shapes to tuples, constants to Fractions)."""
+    allowed = set(opdef.attrs) | ({"dtype"} if not has_inputs else set())
+    unknown = sorted(str(k) for k in attrs if k not in allowed)
+    if unknown:
+        raise InvalidGraphError(f"{where}: unknown attribute(s) {unknown}; {opdef.name} takes {list(opdef.attrs)}")
+    missing = [k for k in opdef.attrs if k not in attrs]
+    if missing:
+        raise InvalidGraphError(f"{where}: missing attribute(s) {missing}")
+    for k, v in attrs.items():
+        if k == "dim":
+            attrs[k] = strict_int(v, f"{where}: dim")
+        elif k == "shape":
+            attrs[k] = check_shape(v, f"{where}: attribute shape")
+        elif k == "reps":
+            if not _is_sequence(v):
+                raise ArgumentTypeError(f"{where}: reps {short(v)} must be a sequence of ints")
+            attrs[k] = tuple(strict_int(r, f"{where}: reps") for r in v)
+        elif k in ("c", "value"):
+            attrs[k] = v if type(v) is Fraction and v.denominator.bit_length() < 1000 \
+                and v.numerator.bit_length() < 1000 else rational(v, f"{where}: {k}")
+
+
 # ---------------------------------------------------------------------------- kernel level
 
 
@@ -252,14 +392,19 @@ class KernelGraph(Graph):
 
     def __init__(self, name: str = "graph") -> None:
         super().__init__()
-        self.name = name
+        self.name = check_name(name, type(self).__name__)
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
 
     def input(self, name: str, shape, dtype: str = "float16") -> Tensor:
-        what = f"input {name!r}"
-        if not isinstance(name, str) or not name.isidentifier():
-            raise InvalidGraphError(f"{what}: input names must be identifiers")
+        what = f"input {short(name)}"
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise InvalidGraphError(f"{what}: input names must be Python identifiers (not keywords): they name "
+                                    "the compiled program's arguments")
+        if len(name) > MAX_NAME_CHARS:
+            raise InvalidGraphError(f"{what[:40]}...: input names have at most {MAX_NAME_CHARS} characters")
+        if _AUTO_LABEL.fullmatch(name):
+            raise InvalidGraphError(f"{what}: names of the form t<N>/b<N> label unnamed tensors; pick another")
         if any(t.name == name for t in self.inputs):
             raise InvalidGraphError(f"{what}: an input of that name already exists")
         shape = check_shape(shape, what)
@@ -287,8 +432,11 @@ class KernelGraph(Graph):
         registers) and freezes it.
         """
         if not isinstance(block, BlockGraph):
-            raise TypeError(f"kernel: expected a BlockGraph, got {type(block).__name__}")
+            raise ArgumentTypeError(f"kernel: expected a BlockGraph, got {type(block).__name__}")
         where = f"graph_defined (op #{len(self.ops)})"
+        for k, v in (("smem_budget", smem_budget), ("register_budget", register_budget)):
+            if strict_int(v, f"{where}: {k}") < 1:
+                raise InvalidGraphError(f"{where}: {k}={v} must be a positive number of bytes")
         block._check_open(where)
         if not block.savers:
             raise InvalidGraphError(f"{where}: block graph has no output saver")
@@ -323,17 +471,27 @@ class Program(KernelGraph):
 
 
 def _norm_map(m, n_axes: int, what: str) -> tuple:
+    """An imap/omap as one entry per grid axis: a dim (int) or None. Given as a
+    sequence (missing trailing axes are None) or a dict keyed by axis name; an
+    unknown key (``'w'``) is refused, not ignored."""
     if m is None:
         m = ()
     if isinstance(m, dict):
+        unknown = [k for k in m if k not in AXES[:n_axes]]
+        if unknown:
+            raise InvalidGraphError(f"{what}: unknown grid axis key(s) {', '.join(short(k, 20) for k in unknown)}; "
+                                    f"keys are {list(AXES[:n_axes])}")
         m = tuple(m.get(a) for a in AXES[:n_axes])
+    if not _is_sequence(m):
+        raise InvalidGraphError(f"{what}: {short(m)} must be a tuple of dims (int or None), one per grid axis, "
+                                "or a dict {'x': dim, ...}")
     m = tuple(m)
     if len(m) > n_axes:
         raise InvalidGraphError(f"{what}: {m} has more than {n_axes} entries (one per grid axis x, y, z)")
     m = m + (None,) * (n_axes - len(m))
     for d in m:
-        if d is not None and (not isinstance(d, int) or isinstance(d, bool)):
-            raise InvalidGraphError(f"{what}: entries must be dims (int) or None, got {m}")
+        if d is not None and (type(d) is not int):
+            raise InvalidGraphError(f"{what}: entries must be dims (int) or None, got {short(m)}")
     return m
 
 
@@ -369,11 +527,13 @@ class BlockGraph(Graph):
 
     def __init__(self, grid=(1, 1, 1), forloop: int = 1) -> None:
         super().__init__()
-        grid = tuple(grid) + (1,) * (3 - len(tuple(grid)))
-        if len(grid) != 3 or any(not isinstance(g, int) or g < 1 for g in grid):
-            raise InvalidGraphError(f"grid {grid!r}: must be up to 3 positive ints (x, y, z)")
-        if not isinstance(forloop, int) or forloop < 1:
-            raise InvalidGraphError(f"forloop {forloop!r}: must be a positive int")
+        if not _is_sequence(grid) or not 1 <= len(grid) <= 3 or any(type(g) is not int or g < 1 for g in grid):
+            raise InvalidGraphError(f"grid {short(grid)}: must be a tuple of 1 to 3 positive ints (x, y, z)")
+        grid = tuple(grid) + (1,) * (3 - len(grid))
+        if math.prod(grid) > MAX_DIM:
+            raise InvalidGraphError(f"grid {grid}: {math.prod(grid)} blocks > {MAX_DIM} (one 32-bit launch axis)")
+        if type(forloop) is not int or not 1 <= forloop <= MAX_DIM:
+            raise InvalidGraphError(f"forloop {short(forloop)}: must be a positive int (at most {MAX_DIM})")
         self.grid: tuple[int, int, int] = grid  # type: ignore[assignment]
         self.forloop = forloop
         self.sources: list[Tensor] = []
@@ -412,6 +572,8 @@ class BlockGraph(Graph):
                     f"is not divisible by grid axis {ax} = {g}")
             tile[d] //= g
         if fmap is not None:
+            if type(fmap) is not int:
+                raise InvalidGraphError(f"{where}: fmap {short(fmap)} must be a dim (int) or None")
             if self.forloop == 1:
                 raise InvalidGraphError(f"{where}: fmap {fmap}: forloop is 1, so fmap must be None")
             if not isinstance(fmap, int) or not 0 <= fmap < len(shape):
@@ -551,6 +713,8 @@ def build_thread_graphs(block: BlockGraph) -> list[ThreadGraph]:
     merged. A tile is an intermediate (kept in registers) when it is made inside a
     group, consumed only inside it, and not saved.
     """
+    if not isinstance(block, BlockGraph):
+        raise ArgumentTypeError(f"build_thread_graphs: expected a BlockGraph, got {type(block).__name__}")
     consumers = block.consumers()
     saved = {sv.tensor for sv in block.savers}
     parent: dict[int, int] = {}

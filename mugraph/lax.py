@@ -3,7 +3,7 @@ exponentiation (``exp`` or ``silu``) on any path from an input to an output."""
 
 from __future__ import annotations
 
-from .errors import NotLaxError
+from .errors import ArgumentTypeError, NotLaxError
 from .ir import KernelGraph, Op, propagate
 from .ops import CATALOG, EXP_LIKE
 
@@ -13,6 +13,8 @@ Info = tuple[int, tuple[str, ...]]
 
 def check_lax(graph: KernelGraph) -> None:
     """Raise :class:`NotLaxError` naming the op and the path if ``graph`` is not Lax."""
+    if not isinstance(graph, KernelGraph):
+        raise ArgumentTypeError(f"check_lax: expected a Program or KernelGraph, got {type(graph).__name__}")
     propagate(graph, lambda op: (0, (op.attrs["name"],)),
               lambda op, ins, kernel: _step(op, ins, f"kernel#{kernel.id}/" if kernel else ""))
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .errors import MugraphError
+from .errors import ArgumentTypeError, MugraphError, SerializationError
+from .files import as_path, write_text_atomic
 from .ir import BlockGraph, KernelGraph, Op, Tensor
 from .text import _map
 
@@ -56,6 +57,9 @@ def to_dot(graph: KernelGraph) -> "graphviz.Digraph":
     """The Graphviz description of ``graph`` (its ``.source`` is DOT text)."""
     import graphviz
 
+    if not isinstance(graph, KernelGraph):
+        raise ArgumentTypeError(f"to_dot: expected a Program or KernelGraph, got {type(graph).__name__}")
+
     dot = graphviz.Digraph(graph.name, graph_attr={"rankdir": "TB", "fontname": "Helvetica"},
                            node_attr={"fontname": "Helvetica", "fontsize": "10"})
     kid: dict[Tensor, str] = {}
@@ -78,14 +82,22 @@ def to_dot(graph: KernelGraph) -> "graphviz.Digraph":
     return dot
 
 
+FORMATS = ("png", "svg", "pdf", "dot", "gv")
+
+
 def render(graph: KernelGraph, path: str | Path) -> Path:
-    """Draw ``graph`` to ``path``; the suffix picks the format (.png, .svg, .pdf, .dot)."""
-    path = Path(path)
-    fmt = path.suffix.lstrip(".") or "png"
+    """Draw ``graph`` to ``path``; the suffix picks the format (.png, .svg, .pdf, .dot).
+    The folder must exist; ``.dot`` text is written atomically."""
+    path = as_path(path, "render")
+    fmt = path.suffix.lstrip(".").lower()
+    if fmt not in FORMATS:
+        raise SerializationError(f"render: {str(path)!r}: the suffix picks the format; use one of "
+                                 f"{', '.join('.' + f for f in FORMATS)}")
+    if not path.parent.is_dir():
+        raise SerializationError(f"render: folder {str(path.parent)!r} does not exist")
     dot = to_dot(graph)
     if fmt in ("dot", "gv"):
-        path.write_text(dot.source)
-        return path
+        return write_text_atomic(path, dot.source, "render")
     if shutil.which("dot") is None:
         raise MugraphError("render: Graphviz's 'dot' program is not installed (apt-get install graphviz); "
                            "save a .dot file instead")

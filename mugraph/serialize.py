@@ -9,12 +9,15 @@ smuggle in an invalid graph. Loading never executes code from the file.
 from __future__ import annotations
 
 import json
+import re
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from .errors import MugraphError, SerializationError
-from .ir import BlockGraph, KernelGraph, Program, Tensor
+from .errors import ArgumentTypeError, MugraphError, SerializationError
+from .files import as_path, read_json, write_text_atomic
+from .ir import BlockGraph, KernelGraph, Program, Tensor, rational, short
+from .limits import MAX_CONSTANT_DIGITS
 
 FORMAT = "mugraph"
 VERSION = 1
@@ -30,17 +33,6 @@ def _enc_attrs(attrs: dict) -> dict:
         elif isinstance(v, tuple):
             v = list(v)
         out[k] = v
-    return out
-
-
-def _dec_attrs(attrs: dict) -> dict:
-    out = dict(attrs)
-    for k in _FRACTION_ATTRS:
-        if k in out:
-            out[k] = Fraction(out[k])
-    for k in _TUPLE_ATTRS:
-        if k in out:
-            out[k] = tuple(out[k])
     return out
 
 
@@ -82,75 +74,204 @@ def graph_to_json(graph: KernelGraph) -> dict:
             "ops": ops, "outputs": [ids[t] for t in graph.outputs]}
 
 
-def _dec_op(graph, d: dict, tensors: list[Tensor]) -> list[Tensor]:
-    attrs = _dec_attrs(d.get("attrs", {}))
+# ------------------------------------------------------------------ decoding
+# Every field is checked for its type and range before the builder sees it, and
+# the error names where in the document it is (``ops[3].inputs[1]``): a float dim
+# is refused (not truncated), a negative tensor index is refused (not counted from
+# the end), an unknown key is refused (not ignored), a constant's size is bounded.
+
+_CONST_RE = re.compile(r"[+-]?[0-9]+(?:/[0-9]+)?|[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE]([+-]?[0-9]+))?")
+
+
+def _bad(where: str, msg: str) -> SerializationError:
+    return SerializationError(f"{where}: {msg}")
+
+
+def _obj(v: Any, where: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict:
+    if not isinstance(v, dict):
+        raise _bad(where, f"expected an object, got {_json_type(v)}")
+    missing = [k for k in required if k not in v]
+    if missing:
+        raise _bad(where, f"missing key(s) {missing}")
+    unknown = [k for k in v if k not in required and k not in optional]
+    if unknown:
+        raise _bad(where, f"unknown key(s) {', '.join(short(k, 30) for k in unknown[:5])}; "
+                          f"allowed: {', '.join(required + optional)}")
+    return v
+
+
+def _list(v: Any, where: str) -> list:
+    if not isinstance(v, list):
+        raise _bad(where, f"expected a list, got {_json_type(v)}")
+    return v
+
+
+def _int(v: Any, where: str) -> int:
+    if type(v) is not int:
+        raise _bad(where, f"expected an integer, got {_json_type(v)} {short(v, 30)}")
+    return v
+
+
+def _str(v: Any, where: str) -> str:
+    if not isinstance(v, str):
+        raise _bad(where, f"expected a string, got {_json_type(v)}")
+    return v
+
+
+def _index(v: Any, n: int, where: str) -> int:
+    i = _int(v, where)
+    if not 0 <= i < n:
+        raise _bad(where, f"tensor index {i} out of range: {n} tensors are defined before this point")
+    return i
+
+
+def _opt_int(v: Any, where: str) -> int | None:
+    return None if v is None else _int(v, where)
+
+
+def _json_type(v: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+
+
+def _constant(v: Any, where: str) -> Fraction:
+    """A constant attribute: a string ``"p/q"`` (what :func:`save` writes) or decimal
+    ``"0.5"``, ``"1e-3"``, or a JSON integer or number; its exponent and digits bounded."""
+    if isinstance(v, str):
+        m = _CONST_RE.fullmatch(v) if len(v) <= 2 * MAX_CONSTANT_DIGITS + 8 else None
+        if m is None:
+            raise _bad(where, f"constant {short(v, 30)} is not a rational 'p/q' or a decimal of at most "
+                              f"{MAX_CONSTANT_DIGITS} digits")
+        if m.group(1) is not None and abs(int(m.group(1))) > MAX_CONSTANT_DIGITS:
+            raise _bad(where, f"constant {short(v, 30)}: exponent beyond ±{MAX_CONSTANT_DIGITS} "
+                              "(mugraph.limits.MAX_CONSTANT_DIGITS)")
+        if re.fullmatch(r"[+-]?[0-9]+/0+", v):
+            raise _bad(where, f"constant {short(v, 30)} divides by zero")
+        v = Fraction(v)
+    try:
+        return rational(v, where)
+    except MugraphError as e:
+        raise SerializationError(str(e)) from None
+
+
+def _dec_attrs(d: dict, where: str) -> dict:
+    attrs = dict(_obj(d, where, (), tuple(d) if isinstance(d, dict) else ()))
+    for k in _FRACTION_ATTRS:
+        if k in attrs:
+            attrs[k] = _constant(attrs[k], f"{where}.{k}")
+    for k in _TUPLE_ATTRS:
+        if k in attrs:
+            attrs[k] = tuple(_int(x, f"{where}.{k}[{i}]") for i, x in enumerate(_list(attrs[k], f"{where}.{k}")))
+    if "dim" in attrs:
+        _int(attrs["dim"], f"{where}.dim")
+    return attrs
+
+
+def _dec_op(graph, d: dict, tensors: list[Tensor], where: str) -> Tensor:
+    _obj(d, where, ("op", "inputs"), ("attrs", "dtype"))
+    kind = _str(d["op"], f"{where}.op")
+    ins = [tensors[_index(i, len(tensors), f"{where}.inputs[{j}]")]
+           for j, i in enumerate(_list(d["inputs"], f"{where}.inputs"))]
+    attrs = _dec_attrs(d.get("attrs", {}), f"{where}.attrs")
     if "dtype" in d:
-        attrs["dtype"] = d["dtype"]
-    return [graph.add_op(d["op"], [tensors[i] for i in d.get("inputs", [])], attrs)]
+        attrs["dtype"] = _str(d["dtype"], f"{where}.dtype")
+    return graph.add_op(kind, ins, attrs)
 
 
-def _dec_block(d: dict, kernel_tensors: list[Tensor]) -> BlockGraph:
-    block = BlockGraph(tuple(d["grid"]), d["forloop"])
-    for od in d["ops"]:
-        if od["op"] == "iterator":
-            block.input(kernel_tensors[od["source"]], tuple(od["imap"]), od["fmap"])
-        elif od["op"] == "accum":
-            block.accum(block.tensors[od["inputs"][0]])
+def _map_list(v: Any, where: str) -> tuple:
+    return tuple(_opt_int(x, f"{where}[{i}]") for i, x in enumerate(_list(v, where)))
+
+
+def _dec_block(d: dict, kernel_tensors: list[Tensor], where: str) -> BlockGraph:
+    _obj(d, where, ("grid", "forloop", "ops", "savers"))
+    grid = tuple(_int(g, f"{where}.grid[{i}]") for i, g in enumerate(_list(d["grid"], f"{where}.grid")))
+    block = BlockGraph(grid, _int(d["forloop"], f"{where}.forloop"))
+    for j, od in enumerate(_list(d["ops"], f"{where}.ops")):
+        w = f"{where}.ops[{j}]"
+        kind = _str(_obj(od, w, ("op",), ("inputs", "attrs", "dtype", "source", "imap", "fmap"))["op"], f"{w}.op")
+        if kind == "iterator":
+            _obj(od, w, ("op", "source", "imap", "fmap"))
+            src = kernel_tensors[_index(od["source"], len(kernel_tensors), f"{w}.source")]
+            block.input(src, _map_list(od["imap"], f"{w}.imap"), _opt_int(od["fmap"], f"{w}.fmap"))
+        elif kind == "accum":
+            _obj(od, w, ("op", "inputs"))
+            ins = _list(od["inputs"], f"{w}.inputs")
+            if len(ins) != 1:
+                raise _bad(f"{w}.inputs", f"an accumulator takes one input, got {len(ins)}")
+            block.accum(block.tensors[_index(ins[0], len(block.tensors), f"{w}.inputs[0]")])
         else:
-            _dec_op(block, od, block.tensors)
-    for sv in d["savers"]:
-        block.output(block.tensors[sv["tensor"]], tuple(sv["omap"]))
+            _dec_op(block, od, block.tensors, w)
+    for j, sv in enumerate(_list(d["savers"], f"{where}.savers")):
+        w = f"{where}.savers[{j}]"
+        _obj(sv, w, ("tensor", "omap"))
+        block.output(block.tensors[_index(sv["tensor"], len(block.tensors), f"{w}.tensor")],
+                     _map_list(sv["omap"], f"{w}.omap"))
     return block
 
 
 def graph_from_json(d: dict) -> KernelGraph:
+    """Rebuild a graph from :func:`graph_to_json`'s document, checking every field
+    (see above) and every validity rule; a :class:`SerializationError` names the
+    place in the document."""
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise SerializationError("not a mugraph document (missing \"format\": \"mugraph\")")
     if d.get("version") != VERSION:
-        raise SerializationError(f"unsupported mugraph format version {d.get('version')!r}; this build reads {VERSION}")
+        raise SerializationError(f"unsupported mugraph format version {short(d.get('version'), 30)}; "
+                                 f"this build reads {VERSION}")
     kinds = {"Program": Program, "KernelGraph": KernelGraph}
     if d.get("kind") not in kinds:
-        raise SerializationError(f"unknown document kind {d.get('kind')!r}; expected one of {sorted(kinds)}")
-    g = kinds[d["kind"]](d.get("name", "graph"))
+        raise SerializationError(f"unknown document kind {short(d.get('kind'), 30)}; expected one of {sorted(kinds)}")
+    _obj(d, "document", ("format", "version", "kind", "ops", "outputs"), ("name",))
+    where = "document"
     try:
-        for i, od in enumerate(d["ops"]):
-            if od["op"] == "input":
-                g.input(od["name"], tuple(od["shape"]), od["dtype"])
-            elif od["op"] == "graph_defined":
-                g.kernel(_dec_block(od["block"], g.tensors))
+        g = kinds[d["kind"]](_str(d.get("name", "graph"), "name"))
+        for i, od in enumerate(_list(d["ops"], "ops")):
+            where = f"ops[{i}]"
+            kind = _str(_obj(od, where, ("op",), ("inputs", "attrs", "dtype", "name", "shape", "block"))["op"],
+                        f"{where}.op")
+            if kind == "input":
+                _obj(od, where, ("op", "name", "shape", "dtype"))
+                g.input(_str(od["name"], f"{where}.name"), _list(od["shape"], f"{where}.shape"),
+                        _str(od["dtype"], f"{where}.dtype"))
+            elif kind == "graph_defined":
+                _obj(od, where, ("op", "block"))
+                g.kernel(_dec_block(od["block"], g.tensors, f"{where}.block"))
             else:
-                _dec_op(g, od, g.tensors)
-        for i in d["outputs"]:
-            g.output(g.tensors[i])
+                _dec_op(g, od, g.tensors, where)
+        where = "outputs"
+        for j, i in enumerate(_list(d["outputs"], "outputs")):
+            g.output(g.tensors[_index(i, len(g.tensors), f"outputs[{j}]")])
+    except SerializationError:
+        raise
     except MugraphError as e:
-        raise SerializationError(f"invalid graph in document: {e}") from None
-    except (KeyError, IndexError, TypeError, ValueError) as e:
-        raise SerializationError(f"malformed mugraph document: {type(e).__name__}: {e}") from None
+        raise SerializationError(f"invalid graph in document: {where}: {e}") from None
     return g
 
 
 def save(obj: Any, path: str | Path) -> Path:
-    """Write a Program or μGraph (or any object with ``to_json``) as versioned JSON."""
-    path = Path(path)
+    """Write a Program or μGraph (or an ``Optimized`` result) as versioned JSON.
+
+    The write is atomic (a unique temporary file renamed into place); the folder
+    must exist."""
+    from .pipeline.optimize import Optimized
+
     if isinstance(obj, KernelGraph):
         doc = graph_to_json(obj)
-    elif hasattr(obj, "to_json"):
+    elif isinstance(obj, Optimized):
         doc = obj.to_json()
     else:
-        raise SerializationError(f"save: cannot save a {type(obj).__name__}")
-    path.write_text(json.dumps(doc, indent=1))
-    return path
+        raise ArgumentTypeError(f"save: cannot save a {type(obj).__name__}; save a Program, KernelGraph or "
+                                "Optimized result")
+    return write_text_atomic(path, json.dumps(doc, indent=1), "save")
 
 
 def load(path: str | Path) -> Any:
-    """Read what :func:`save` wrote: a Program, a KernelGraph, or an ``Optimized`` result."""
-    path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise SerializationError(f"{path}: cannot read: {e.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise SerializationError(f"{path}: not JSON: {e}") from None
+    """Read what :func:`save` wrote: a Program, a KernelGraph, or an ``Optimized`` result.
+
+    The file is read within :mod:`mugraph.limits` (size, nesting, number length)
+    and rebuilt through the builder; nothing in it is executed."""
+    path = as_path(path, "load")
+    doc = read_json(path, "load")
     if isinstance(doc, dict) and doc.get("kind") == "Optimized":
         from .pipeline import Optimized  # a saved superoptimize result
 

@@ -3,10 +3,14 @@ ablations (Table 5) are config changes, not code changes."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import difflib
+import os
+from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-from mugraph.ir import DEFAULT_SMEM_BUDGET
+from mugraph.errors import ConfigError
+from mugraph.ir import DEFAULT_SMEM_BUDGET, short
+from mugraph.ops import CATALOG
 
 
 @dataclass
@@ -79,16 +83,23 @@ class SearchConfig:
     split_loops: bool = True
     split_sources: int = 2
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Types and ranges of every field (:data:`RULES`); lists become tuples."""
+        for k, v in check_fields(self.__dict__, "SearchConfig.").items():
+            setattr(self, k, v)
+
     def to_json(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_json(cls, d: dict) -> "SearchConfig":
-        kw = dict(d)
-        for k, v in list(kw.items()):
-            if isinstance(v, list):
-                kw[k] = tuple(v)
-        return cls(**kw)
+        if not isinstance(d, dict):
+            raise ConfigError(f"SearchConfig.from_json: expected an object, got {type(d).__name__}")
+        check_keys(d, "SearchConfig.from_json: ")
+        return cls(**d)
 
     def key(self) -> dict:
         """The fields that change the search's result (checkpoints must match them)."""
@@ -100,6 +111,78 @@ class SearchConfig:
 
 def default_config(**kw) -> SearchConfig:
     return SearchConfig(**kw)
+
+
+# --------------------------------------------------------------- validation
+# One rule per field: (accepted types, test, what the test asks). Lists are taken for
+# tuples (JSON has no tuples); bools are never numbers; a field with no rule here is
+# checked where it is used.
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
+
+
+def _int(v) -> bool:
+    return type(v) is int
+
+
+def _ints(v) -> bool:
+    return isinstance(v, (tuple, list)) and all(_int(x) and x >= 1 for x in v)
+
+
+def _ops(v) -> bool:
+    return v is None or (isinstance(v, (tuple, list)) and all(isinstance(x, str) and x in CATALOG for x in v))
+
+
+_POS = (lambda v: _int(v) and v >= 1, "a positive int")
+_NONNEG = (lambda v: _int(v) and v >= 0, "an int >= 0")
+_OPT_POS = (lambda v: v is None or (_int(v) and v >= 1), "a positive int or None")
+_BOOL = (lambda v: isinstance(v, bool), "True or False")
+_SECONDS = (lambda v: _num(v) and v > 0, "a number of seconds > 0")
+RULES: dict[str, tuple] = {
+    **dict.fromkeys(("max_kernel_ops", "max_block_ops", "max_block_inputs", "max_block_outputs", "min_blocks",
+                     "max_blocks", "smem_budget", "egraph_max_nodes", "z3_timeout_ms", "workers",
+                     "verify_per_kernels", "compose_above", "piece_ops", "compose_combinations"), _POS),
+    **dict.fromkeys(("max_graph_defined", "full_split_max", "split_sources", "seed"), _NONNEG),
+    **dict.fromkeys(("max_results", "max_verify"), _OPT_POS),
+    **dict.fromkeys(("prune_abstract", "prune_labels", "thread_graphs", "progress", "iterative_deepening", "verify",
+                     "compose", "split_loops"), _BOOL),
+    "max_grid_axes": (lambda v: _int(v) and 1 <= v <= 3, "1, 2 or 3"),
+    "tile_sizes": (_ints, "a list of positive ints"),
+    "forloop_ranges": (_ints, "a list of positive ints"),
+    "kernel_ops": (_ops, "None or a list of catalog op names"),
+    "block_ops": (_ops, "None or a list of catalog op names"),
+    "egraph_time_limit": _SECONDS,
+    "time_limit": (lambda v: v is None or (_num(v) and v > 0), "a number of seconds > 0, or None"),
+    "verify_reserve": (lambda v: _num(v) and v >= 0, "a number of seconds >= 0"),
+    "compose_share": (lambda v: _num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
+    "verify_error": (lambda v: _num(v) and 0 < v < 1, "a probability in (0, 1)"),
+    "distribute": (lambda v: v in ("factor", "both"), "'factor' or 'both'"),
+    "checkpoint": (lambda v: v is None or (isinstance(v, (str, os.PathLike)) and str(v) != ""), "a file path or None"),
+}
+
+
+def check_keys(d: dict, prefix: str, exclude: tuple[str, ...] = ()) -> None:
+    """Refuse keys that are not fields (a misspelt ``max_blok_ops`` must not be ignored)."""
+    names = [f.name for f in fields(SearchConfig) if f.name not in exclude]
+    for k in d:
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; fields: {', '.join(names)}"
+            raise ConfigError(f"{prefix}unknown key {short(k, 40)}{hint}")
+
+
+def check_fields(values: dict, prefix: str) -> dict:
+    """Check each value against its rule; returns the values with lists made tuples."""
+    out = {}
+    for k, v in values.items():
+        rule = RULES.get(k)
+        if rule is not None and not rule[0](v):
+            raise ConfigError(f"{prefix}{k}={short(v, 40)}: must be {rule[1]}")
+        out[k] = tuple(v) if isinstance(v, list) else v
+    if _int(out.get("min_blocks")) and _int(out.get("max_blocks")) and out["min_blocks"] > out["max_blocks"]:
+        raise ConfigError(f"{prefix}min_blocks={out['min_blocks']} > max_blocks={out['max_blocks']}")
+    return out
 
 
 _ = field  # re-exported for callers building configs programmatically

@@ -16,8 +16,11 @@ import torch
 
 from ..benchmarks import PROGRAMS, program
 from ..benchmarks.torch_versions import SDPA, TORCH
-from ..serialize import load
-from .optimize import OptimizeConfig, Optimized, superoptimize
+from ..errors import ArgumentTypeError, ConfigError, MugraphError
+from ..files import as_path, safe_name
+from ..ir import short
+from ..serialize import graph_to_json, load
+from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 
 
 @dataclass
@@ -53,27 +56,69 @@ def copy_bandwidth() -> float:
     return 2 * n / t
 
 
-def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig | None, progress: bool) -> Optimized:
-    if results is not None:
-        saved = results / f"{name}-b{b}.mug.json"
-        if saved.exists():
-            return load(saved)
-    opt = superoptimize(program(name, b=b), config, progress=progress)
-    if results is not None:
-        results.mkdir(parents=True, exist_ok=True)
-        opt.save(results / f"{name}-b{b}.mug.json")
+def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig | None, progress: bool,
+               seed: int = 0, cache_dir=None) -> Optimized:
+    """The saved result ``results/NAME-bB.mug.json`` if it holds this very program;
+    else (missing, unreadable, or another program's) superoptimized and saved."""
+    prog = program(name, b=b)
+    saved = results / f"{safe_name(name)}-b{b}.mug.json" if results is not None else None
+    if saved is not None and saved.exists():
+        try:
+            opt = load(saved)
+            if not isinstance(opt, Optimized):
+                why = "it holds a graph, not a superoptimize result"
+            elif graph_to_json(opt.program) != graph_to_json(prog):
+                why = f"it holds another program ({opt.program.name!r} with other inputs or ops)"
+            else:
+                return opt
+        except MugraphError as e:
+            why = f"it is unreadable ({e})"
+        log.warning("mugraph bench: re-running %s: %s", saved, why[:300])
+    opt = superoptimize(prog, config, progress=progress, seed=seed, cache_dir=cache_dir)
+    if saved is not None:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        opt.save(saved)
     return opt
+
+
+def check_args(names, batches, results, timing: str, top_k: int, tune_seconds) -> tuple[list[str], Path | None]:
+    """The table's arguments, checked before anything runs: benchmark names, batch
+    sizes, the results folder, the timing mode and the tuning budget."""
+    from lower.profile import TIMINGS
+
+    if isinstance(names, str):
+        raise ArgumentTypeError(f"bench: names={names!r} must be a list of benchmark names, e.g. [{names!r}]")
+    names = list(names or PROGRAMS)
+    unknown = [n for n in names if n not in PROGRAMS]
+    if unknown:
+        raise ConfigError(f"bench: unknown benchmark(s) {', '.join(short(n, 30) for n in unknown[:5])}; "
+                          f"choose from {sorted(PROGRAMS)}")
+    if not isinstance(batches, (list, tuple)) or not batches or any(type(b) is not int or b < 1 for b in batches):
+        raise ConfigError(f"bench: batches={short(batches)} must be a non-empty list of positive ints")
+    res = as_path(results, "bench: results") if results is not None else None
+    if res is not None and res.exists() and not res.is_dir():
+        raise ConfigError(f"bench: results={str(res)!r} is a file, not a folder")
+    if timing not in TIMINGS:
+        raise ConfigError(f"bench: timing={short(timing)}: use one of {sorted(TIMINGS)}")
+    if type(top_k) is not int or top_k < 1:
+        raise ConfigError(f"bench: top_k={short(top_k)} must be a positive int")
+    if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
+                                     or not 0 < tune_seconds < float("inf")):
+        raise ConfigError(f"bench: tune_seconds={short(tune_seconds)} must be seconds > 0 or None")
+    return names, res
 
 
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
               timing: str = "graph", progress: bool = True, top_k: int = 2, tune_seconds: float | None = None,
-              on_row: Callable[[BenchRow], None] | None = None) -> tuple[list[BenchRow], str]:
+              on_row: Callable[[BenchRow], None] | None = None, seed: int = 0,
+              cache_dir: str | Path | None | bool = None) -> tuple[list[BenchRow], str]:
     """Rows of the table, and a header line saying where and how it was measured.
-    ``on_row`` sees each row as soon as it is measured (long runs show progress)."""
+    ``on_row`` sees each row as soon as it is measured (long runs show progress).
+    ``seed`` and ``cache_dir`` go to ``superoptimize`` for results not saved yet."""
     from lower.cost_model import estimate
 
-    names = list(names or PROGRAMS)
-    res = Path(results) if results else None
+    names, res = check_args(names, batches, results, timing, top_k, tune_seconds)
+    config = make_config(config)
     gpu = torch.cuda.is_available()
     if gpu:
         from lower.cost_model import memory_floor_bytes
@@ -82,7 +127,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     rows = []
     for name in names:
         for b in batches:
-            opt = _optimized(name, b, res, config, progress)
+            opt = _optimized(name, b, res, config, progress, seed, cache_dir)
             pred = opt.best.predicted_s if opt.best.predicted_s is not None else estimate(opt.graph)
             row = BenchRow(name, b, None, pred * 1e6, kernels=opt.best.num_kernels,
                            origin=opt.best.origin, found_by=_how(opt.best))
@@ -91,7 +136,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                     opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
                     if res is not None:
-                        opt.save(res / f"{name}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
+                        opt.save(res / f"{safe_name(name)}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
                     row.predicted_us = (opt.best.predicted_s or 0.0) * 1e6
                 # inputs of std 0.25 (the GPU re-ranking's accuracy gate uses the same): attention
                 # without a max subtraction overflows fp16 at std ≳ 0.5, in the program as much as ours

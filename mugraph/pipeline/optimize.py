@@ -4,26 +4,39 @@
 
 This is the one module of ``mugraph`` that imports the stages, and only inside
 functions, so the IR never depends on them. Results are cached on disk as JSON,
-keyed by the program, the configuration, the versions and the device; loading a
-cache or a saved result never executes code from it (the Triton source is
-regenerated from the μGraph).
+keyed by the program, the configuration, the seed, the versions and the device.
+An entry stores that key's contents and is served only if they, and the program
+inside it, are what was asked for; anything else (a copy under another key, an
+edit, a truncation) is recomputed and replaced with a warning. Entries are written
+atomically under unique temporary names, so concurrent writers cannot collide.
+Loading a cache or a saved result never executes code from it (the Triton source
+is regenerated from the μGraph; kernel configurations are checked field by field).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import hashlib
 import itertools
 import json
+import logging
 import os
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import CacheError, ConfigError, MugraphError
-from ..ir import KernelGraph, Program
+from ..errors import ArgumentTypeError, CacheError, ConfigError, MugraphError, ResourceError, SerializationError
+from ..files import as_path, read_json, safe_name, write_text_atomic
+from ..interpreter import largest_value
+from ..ir import DTYPES, KernelGraph, Program, short
 from ..lax import check_lax
+from ..limits import MAX_EVAL_ELEMENTS
 from ..serialize import graph_from_json, graph_to_json
+
+log = logging.getLogger("mugraph")
 
 RESULT_VERSION = 1
 
@@ -46,25 +59,79 @@ class OptimizeConfig:
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
 
+    def __post_init__(self) -> None:
+        self.validate()
+
     def validate(self) -> None:
-        if not 0 < self.error < 1:
-            raise ConfigError(f"error={self.error}: the false-accept bound must lie in (0, 1)")
-        if self.top_k < 1:
-            raise ConfigError(f"top_k={self.top_k}: at least one candidate must be lowered")
-        s = self.search
-        for k in ("max_kernel_ops", "max_block_ops", "workers"):
-            if k in s and (not isinstance(s[k], int) or s[k] < 1):
-                raise ConfigError(f"search.{k}={s[k]!r}: must be a positive int")
-        if s.get("time_limit") is not None and s["time_limit"] <= 0:
-            raise ConfigError(f"search.time_limit={s['time_limit']}: must be positive seconds (or None)")
+        """Every field and every ``search`` key, before any work: a bad value is a
+        one-line :class:`ConfigError` naming it, never a search that runs and fails."""
+        from search.config import check_fields, check_keys
+
+        e = self.error
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1:
+            raise ConfigError(f"error={short(e)}: the false-accept bound must lie in (0, 1)")
+        if type(self.top_k) is not int or self.top_k < 1:
+            raise ConfigError(f"top_k={short(self.top_k)}: must be a positive int (candidates lowered)")
+        if not isinstance(self.keep_program, bool):
+            raise ConfigError(f"keep_program={short(self.keep_program)}: must be True or False")
+        fd = self.float_dtypes
+        if fd is not None:
+            if isinstance(fd, str) or not isinstance(fd, (tuple, list)) or not fd:
+                raise ConfigError(f"float_dtypes={short(fd)}: must be None or a non-empty tuple of dtype names")
+            for d in fd:
+                if not isinstance(d, str) or d not in DTYPES:
+                    raise ConfigError(f"float_dtypes={short(fd)}: {short(d)} is not a dtype the float check runs "
+                                      f"({', '.join(sorted(DTYPES))})")
+            self.float_dtypes = tuple(fd)
+        if not isinstance(self.search, dict):
+            raise ConfigError(f"search={short(self.search)}: must be a dict of search.SearchConfig fields")
+        for k, arg in _SET_BY_SUPEROPTIMIZE.items():
+            if k in self.search:
+                raise ConfigError(f"search.{k}: set by superoptimize itself; pass {arg} instead")
+        check_keys(self.search, "search: ", exclude=tuple(_SET_BY_SUPEROPTIMIZE))
+        self.search = check_fields(self.search, "search.")
         for k in ("forloop_ranges", "tile_sizes"):
-            if k in s and (not s[k] or any(not isinstance(v, int) or v < 1 for v in s[k])):
-                raise ConfigError(f"search.{k}={s[k]!r}: must be a non-empty list of positive ints")
+            if k in self.search and not self.search[k]:
+                raise ConfigError(f"search.{k}=[]: must be a non-empty list of positive ints")
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["search"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.search.items()}
         return d
+
+
+#: SearchConfig fields superoptimize sets from its own arguments (a value in ``search``
+#: would be overwritten silently, so it is refused)
+_SET_BY_SUPEROPTIMIZE = {"seed": "superoptimize(seed=...)", "progress": "superoptimize(progress=...)",
+                         "verify_error": "OptimizeConfig(error=...)"}
+
+
+def make_config(config: Any) -> OptimizeConfig:
+    """``config`` (an OptimizeConfig, a dict of its fields, or None) as a validated
+    OptimizeConfig; an unknown key is a ConfigError naming it (and the likely one)."""
+    if isinstance(config, OptimizeConfig):
+        config.validate()
+        return config
+    if config is None:
+        return OptimizeConfig()
+    if not isinstance(config, dict):
+        raise ArgumentTypeError(f"superoptimize: config must be an OptimizeConfig, a dict or None, "
+                                f"got {type(config).__name__}")
+    names = [f.name for f in dataclasses.fields(OptimizeConfig)]
+    for k in config:
+        if k not in names:
+            close = difflib.get_close_matches(str(k), names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            if not close and isinstance(k, str) and _is_search_field(k):
+                hint = f"; it is a search field: {{'search': {{{k!r}: ...}}}}"
+            raise ConfigError(f"config: unknown key {short(k, 40)}{hint} (keys: {', '.join(names)})")
+    return OptimizeConfig(**config)
+
+
+def _is_search_field(k: str) -> bool:
+    from search import SearchConfig
+
+    return k in {f.name for f in dataclasses.fields(SearchConfig)}
 
 
 @dataclass
@@ -95,10 +162,64 @@ class Candidate:
 
     @classmethod
     def from_json(cls, d: dict) -> "Candidate":
-        return cls(graph_from_json(d["graph"]), d["origin"], d.get("verified"), d.get("float_ok"),
+        """A saved candidate, every field checked: kernel configurations reach the code
+        generator, so each must name a graph-defined op and hold plain values only."""
+        if not isinstance(d, dict):
+            raise CacheError(f"a candidate must be an object, got {type(d).__name__}")
+        g = graph_from_json(d["graph"])
+        if d["origin"] not in ("search", "program"):
+            raise CacheError(f"candidate origin {short(d['origin'])} is not 'search' or 'program'")
+        for k in ("predicted_s", "measured_s"):
+            v = d.get(k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise CacheError(f"candidate {k}={short(v)} is not a number")
+        for k in ("float_summary", "rejected", "found_by"):
+            if not isinstance(d.get(k, ""), str):
+                raise CacheError(f"candidate {k} is not a string")
+        kernels = {str(op.id) for op in g.ops if op.kind == "graph_defined"}
+        configs = d.get("configs", {})
+        if not isinstance(configs, dict):
+            raise CacheError("candidate configs must be an object {op id: kernel config}")
+        for k, v in configs.items():
+            if k not in kernels:
+                raise CacheError(f"candidate configs: key {short(k, 20)} is not a graph-defined op of its graph "
+                                 f"({sorted(kernels)})")
+            _check_kernel_config(v, f"candidate configs[{k}]")
+        return cls(g, d["origin"], d.get("verified"), d.get("float_ok"),
                    d.get("float_summary", ""), d.get("predicted_s"), d.get("measured_s"),
-                   {int(k): v for k, v in d.get("configs", {}).items()}, d.get("rejected", ""),
+                   {int(k): v for k, v in configs.items()}, d.get("rejected", ""),
                    d.get("found_by", ""))
+
+
+_CONFIG_WORD = re.compile(r"[A-Za-z0-9_]{1,16}")
+
+
+def _check_kernel_config(v: Any, where: str) -> None:
+    """A saved ``lower.KernelConfig`` as plain values of its fields' types (small ints,
+    bools, short words, int pairs): nothing a code generator could be made to emit
+    as code. Field names come from the dataclass itself."""
+    from lower import KernelConfig
+
+    if not isinstance(v, dict):
+        raise CacheError(f"{where}: expected an object, got {type(v).__name__}")
+    defaults = {f.name: f.default for f in dataclasses.fields(KernelConfig)}
+    for k, x in v.items():
+        if k not in defaults:
+            raise CacheError(f"{where}: unknown field {short(k, 30)}")
+        dflt = defaults[k]
+        if isinstance(dflt, bool):
+            ok = isinstance(x, bool)
+        elif isinstance(dflt, int):
+            ok = type(x) is int and 0 <= x <= 1024
+        elif isinstance(dflt, str):
+            ok = isinstance(x, str) and _CONFIG_WORD.fullmatch(x) is not None
+        elif isinstance(dflt, tuple):
+            ok = isinstance(x, list) and all(isinstance(p, list) and len(p) == 2 and all(
+                type(i) is int and 0 <= i <= 1024 for i in p) for p in x)
+        else:
+            ok = False
+        if not ok:
+            raise CacheError(f"{where}: {k}={short(x, 30)} is not a valid value")
 
 
 class Optimized:
@@ -121,6 +242,8 @@ class Optimized:
         """The lowered program (compiled on first use; the Triton source is regenerated)."""
         import lower
 
+        if device is not None and device not in ("cpu", "cuda"):
+            raise ConfigError(f"compiled: device={short(device)}: use 'cpu' or 'cuda'")
         dev = device or self.device
         if self._compiled is None or self._compiled.device != dev:
             configs = {k: lower.KernelConfig.from_dict(v) for k, v in self.best.configs.items()}
@@ -137,7 +260,15 @@ class Optimized:
         configurations per kernel) and timed here (``timing``: see
         ``lower.profile.TIMINGS``), and the fastest wins."""
         import lower
+        from lower.profile import TIMINGS
 
+        if type(top_k) is not int or top_k < 1:
+            raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int")
+        if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
+                                         or not 0 < tune_seconds < float("inf")):
+            raise ConfigError(f"profile_on_gpu: tune_seconds={short(tune_seconds)} must be seconds > 0 or None")
+        if timing not in TIMINGS:
+            raise ConfigError(f"profile_on_gpu: timing={short(timing)}: use one of {sorted(TIMINGS)}")
         alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
                        key=lambda c: c.predicted_s or 0.0)
         self.best, why = _time_on_gpu(lower, self.program, alive, top_k, tune_seconds, timing)
@@ -151,12 +282,14 @@ class Optimized:
 
     def summary(self) -> str:
         r = self.report
-        lines = [f"superoptimized {self.program.name!r} on {r['device']}: best = {self.best.origin} μGraph, "
-                 f"{self.best.num_kernels} kernel(s)",
-                 f"  why: {r['why']}"]
+        lines = [f"superoptimized {self.program.name!r} on {r.get('device', self.device)}: best = {self.best.origin} "
+                 f"μGraph, {self.best.num_kernels} kernel(s)",
+                 f"  why: {r.get('why', '(not recorded)')}"]
         s = r.get("search", {})
-        if s:
-            lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {s.get('wall_s', 0):.1f} s")
+        if isinstance(s, dict) and s:
+            wall = s.get("wall_s", 0)
+            wall = f"{wall:.1f}" if isinstance(wall, (int, float)) else "?"
+            lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {wall} s")
         lines.append(f"  verification bound: {r.get('error_bound')}")
         lines.append("  candidates (predicted / measured μs):")
         for c in self.candidates:
@@ -175,23 +308,31 @@ class Optimized:
 
     @classmethod
     def from_json(cls, d: dict) -> "Optimized":
-        if d.get("kind") != "Optimized" or d.get("version") != RESULT_VERSION:
+        if not isinstance(d, dict) or d.get("kind") != "Optimized" or d.get("version") != RESULT_VERSION:
+            kind, version = (d.get("kind"), d.get("version")) if isinstance(d, dict) else (None, None)
             raise CacheError(f"not a saved mugraph result of version {RESULT_VERSION} "
-                             f"(kind={d.get('kind')!r}, version={d.get('version')!r})")
+                             f"(kind={short(kind, 30)}, version={short(version, 30)})")
         try:
             program = graph_from_json(d["program"])
+            if not isinstance(d["candidates"], list) or not d["candidates"]:
+                raise CacheError("saved result holds no candidates")
             cands = [Candidate.from_json(c) for c in d["candidates"]]
-            best = cands[d["best"]]
-            return cls(program, best, cands, d["report"], d["device"])
+            best = d["best"]
+            if type(best) is not int or not 0 <= best < len(cands):
+                raise CacheError(f"best={short(best)} is not the index of one of its {len(cands)} candidates")
+            if d["device"] not in ("cpu", "cuda"):
+                raise CacheError(f"device={short(d['device'])} is not 'cpu' or 'cuda'")
+            if not isinstance(d["report"], dict):
+                raise CacheError("report is not an object")
+            return cls(program, cands[best], cands, d["report"], d["device"])
         except MugraphError as e:
             raise CacheError(f"saved result is invalid: {e}") from None
-        except (KeyError, IndexError, TypeError, ValueError) as e:
-            raise CacheError(f"saved result is malformed: {type(e).__name__}: {e}") from None
+        except KeyError as e:
+            raise CacheError(f"saved result is malformed: missing key {e}") from None
 
     def save(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.write_text(json.dumps(self.to_json(), indent=1))
-        return path
+        """Write the result as JSON (atomically; the folder must exist)."""
+        return write_text_atomic(path, json.dumps(self.to_json(), indent=1), "Optimized.save")
 
 
 def _versions() -> dict:
@@ -209,10 +350,28 @@ def _device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
-def cache_key(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> str:
+def cache_doc(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> dict:
+    """Everything a cached result depends on; stored in the entry and compared on use."""
     doc = {"program": graph_to_json(program), "config": config.to_json(), "seed": seed,
            "versions": _versions(), "device": _device_name(device)}
+    return json.loads(json.dumps(doc, sort_keys=True))  # as it reads back from JSON (lists, not tuples)
+
+
+def cache_key(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> str:
+    return _key_of(cache_doc(program, config, seed, device))
+
+
+def _key_of(doc: dict) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def cache_path(root: Path, program: KernelGraph, key: str) -> Path:
+    """The entry's file: the program's name made safe (``../../x`` becomes ``x``),
+    then the key; always directly inside ``root``."""
+    path = root / f"{safe_name(program.name, 48)}-{key}.mug.json"
+    if path.parent != root:  # safe_name leaves no separator; checked all the same
+        raise CacheError(f"cache entry name {path.name!r} leaves the cache folder")
+    return path
 
 
 def default_cache_dir() -> Path:
@@ -222,10 +381,10 @@ def default_cache_dir() -> Path:
 def _resolve_device(device: str) -> str:
     import torch
 
+    if not isinstance(device, str) or device not in ("auto", "cuda", "cpu"):
+        raise ConfigError(f"device={short(device)}: use 'auto', 'cuda' or 'cpu'")
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cuda", "cpu"):
-        raise ConfigError(f"device={device!r}: use 'auto', 'cuda' or 'cpu'")
     if device == "cuda" and not torch.cuda.is_available():
         raise ConfigError("device='cuda' but torch sees no CUDA device")
     return device
@@ -236,40 +395,85 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     """Search, verify, lower and time μGraphs for ``program``; return the fastest.
 
     ``cache_dir``: where results are cached (default ``$MUGRAPH_CACHE_DIR`` or
-    ``~/.cache/mugraph``); pass ``False`` to neither read nor write the cache.
+    ``~/.cache/mugraph``); pass ``False`` to neither read nor write the cache. An
+    entry is used only if the program, configuration, seed, versions and device
+    stored in it are the ones asked for; a foreign or corrupt entry is recomputed
+    and replaced, with a one-line warning on the ``mugraph`` logger.
+
+    Every argument is checked before any work starts.
     """
     if not isinstance(program, KernelGraph):
-        raise TypeError(f"superoptimize: expected a mugraph Program, got {type(program).__name__}")
+        raise ArgumentTypeError(f"superoptimize: expected a mugraph Program, got {type(program).__name__}")
     if any(op.kind == "graph_defined" for op in program.ops):
         raise ConfigError(f"superoptimize: {program.name!r} already holds graph-defined kernels; "
                           "hand it the plain program (use verify.equivalent to check a hand-written μGraph)")
     if not program.outputs:
         raise ConfigError(f"superoptimize: {program.name!r} has no outputs")
     check_lax(program)
-    cfg = config if isinstance(config, OptimizeConfig) else OptimizeConfig(**(config or {}))
-    cfg.validate()
+    cfg = make_config(config)
+    if not isinstance(progress, bool):
+        raise ArgumentTypeError(f"superoptimize: progress={short(progress)} must be True or False")
+    if type(seed) is not int or seed < 0:
+        raise ConfigError(f"superoptimize: seed={short(seed)} must be an int >= 0")
+    if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
+        raise ArgumentTypeError(f"superoptimize: cache_dir={short(cache_dir)} must be a folder path, None or False")
+    n, where = largest_value(program)
+    if n > MAX_EVAL_ELEMENTS:  # the verifier and the float check evaluate the program at its shapes
+        raise ResourceError(f"superoptimize: {program.name!r}: {where} has {n} elements > {MAX_EVAL_ELEMENTS} "
+                            "(mugraph.limits.MAX_EVAL_ELEMENTS), too large to verify; reduce the shapes")
     dev = _resolve_device(device)
-    cache_path = None
+    path = key_doc = None
     if cache_dir is not False:
-        root = Path(cache_dir) if cache_dir else default_cache_dir()
-        cache_path = root / f"{program.name}-{cache_key(program, cfg, seed, dev)}.mug.json"
-        if cache_path.exists():
-            return load_result(cache_path)
+        root = default_cache_dir() if cache_dir is None else as_path(cache_dir, "superoptimize: cache_dir")
+        key_doc = cache_doc(program, cfg, seed, dev)
+        path = cache_path(root, program, _key_of(key_doc))
+        hit = _cached(path, program, key_doc)
+        if hit is not None:
+            return hit
     result = _run_pipeline(program, cfg, dev, progress, seed)
-    if cache_path is not None:
-        cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache_path.with_suffix(".tmp")
-        result.save(tmp)
-        tmp.replace(cache_path)
+    if path is not None:
+        _store(path, result, key_doc)
     return result
 
 
-def load_result(path: str | Path) -> Optimized:
-    path = Path(path)
+def _cached(path: Path, program: KernelGraph, key_doc: dict) -> Optimized | None:
+    """The entry at ``path`` if it is sound and is the one asked for; else None (with
+    a warning line saying why it is recomputed)."""
+    if not path.exists():
+        return None
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CacheError(f"{path}: unreadable cached result: {e}") from None
+        doc = read_json(path, "cache")
+        if not isinstance(doc, dict) or doc.get("cache_key") != key_doc:
+            why = "it was written for another program or configuration"
+        else:
+            opt = Optimized.from_json(doc)
+            if graph_to_json(opt.program) == key_doc["program"]:
+                return opt
+            why = "the program inside it is not the one asked for"
+    except MugraphError as e:
+        why = f"it is unreadable ({e})"
+    log.warning("mugraph cache: recomputing %s: %s", path.name, why[:300])
+    return None
+
+
+def _store(path: Path, result: Optimized, key_doc: dict) -> None:
+    """Write the entry atomically (unique temporary name, then rename): concurrent
+    writers of one key each write a whole file and the last rename wins. A cache that
+    cannot be written costs a warning, never the result."""
+    doc = {**result.to_json(), "cache_key": key_doc}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(doc, indent=1), "cache")
+    except (OSError, SerializationError) as e:
+        log.warning("mugraph cache: not saved in %s: %s", path.parent, str(e).splitlines()[0][:200])
+
+
+def load_result(path: str | Path) -> Optimized:
+    path = as_path(path, "load_result")
+    try:
+        doc = read_json(path, "load_result")
+    except SerializationError as e:
+        raise CacheError(f"unreadable cached result: {e}") from None
     try:
         return Optimized.from_json(doc)
     except CacheError as e:
@@ -290,7 +494,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     cands = [Candidate(g, "search", found_by=o) for g, o in zip(found.graphs, origins)]
     if cfg.keep_program:
         cands.append(Candidate(program, "program"))
-    dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)
+    dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
     for c, vj in itertools.zip_longest(cands, found.stats.get("verdicts") or []):
         if c.origin == "search":

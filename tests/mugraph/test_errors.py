@@ -248,8 +248,10 @@ def test_bad_input_raises_specific_one_line_error(fn, err, msg):
 
 def test_error_hierarchy():
     for e in (mg.ShapeError, mg.NotLaxError, mg.InvalidGraphError, mg.ResourceError, mg.DTypeError,
-              mg.SerializationError, mg.InputError, mg.UnsupportedOpError):
+              mg.SerializationError, mg.InputError, mg.UnsupportedOpError, mg.ConfigError, mg.CacheError,
+              mg.ArgumentTypeError, mg.ConstantError):
         assert issubclass(e, mg.MugraphError)
+    assert issubclass(mg.ArgumentTypeError, TypeError) and issubclass(mg.ConstantError, ValueError)
 
 
 def test_corrupt_and_foreign_files(tmp_path):

@@ -33,7 +33,7 @@ def test_not_a_program():
     ({"top_k": 0}, r"top_k=0"),
     ({"search": {"max_block_ops": 0}}, r"search.max_block_ops=0: must be a positive int"),
     ({"search": {"max_kernel_ops": -1}}, r"search.max_kernel_ops=-1"),
-    ({"search": {"time_limit": 0}}, r"search.time_limit=0: must be positive"),
+    ({"search": {"time_limit": 0}}, r"search.time_limit=0: must be a number of seconds > 0"),
     ({"search": {"forloop_ranges": []}}, r"search.forloop_ranges=\[\]"),
     ({"search": {"workers": 0}}, r"search.workers=0"),
 ])

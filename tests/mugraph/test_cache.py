@@ -1,0 +1,152 @@
+"""The result cache cannot hurt: names made safe, foreign and corrupt entries
+recomputed (with one warning line), atomic writes under concurrent writers.
+
+Most tests replace the pipeline by a stub that returns the unfused program as the
+answer (the cache logic is what is under test, and it runs in milliseconds); the
+concurrency test runs the real pipeline in four processes."""
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import mugraph as mg
+from mugraph.pipeline import optimize as opt_mod
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _prog(name="p", scale=2):
+    p = mg.Program(name)
+    x = p.input("x", (2, 4), "float32")
+    p.output(mg.exp(x) * scale)
+    return p
+
+
+@pytest.fixture
+def runs(monkeypatch):
+    """Stub pipeline: the program itself is the answer; records each program it ran."""
+    seen = []
+
+    def fake(program, cfg, device, progress, seed):
+        seen.append(program.name)
+        c = opt_mod.Candidate(program, "program")
+        return opt_mod.Optimized(program, c, [c], {"device": "cpu", "why": "stub", "error_bound": None}, device)
+
+    monkeypatch.setattr(opt_mod, "_run_pipeline", fake)
+    return seen
+
+
+def _opt(p, cache, **kw):
+    return mg.superoptimize(p, device="cpu", cache_dir=cache, progress=False, **kw)
+
+
+def test_hit_after_miss(tmp_path, runs):
+    a = _opt(_prog(), tmp_path)
+    b = _opt(_prog(), tmp_path)
+    assert runs == ["p"] and str(a.graph) == str(b.graph)
+    (entry,) = tmp_path.glob("*.mug.json")
+    assert entry.name.startswith("p-") and "cache_key" in json.loads(entry.read_text())
+
+
+@pytest.mark.parametrize("name", ["../../x", "/etc/passwd", "..", "a/../../b", "con\\..\\y", "ünï cödé", ".hidden"])
+def test_program_names_cannot_leave_the_cache_folder(tmp_path, runs, name):
+    cache = tmp_path / "cache"
+    _opt(_prog(name), cache)
+    written = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert len(written) == 1 and written[0].parent == cache, written
+    assert not written[0].name.startswith(".") and "/" not in written[0].name and "\\" not in written[0].name
+
+
+def test_entry_copied_under_another_key_is_recomputed(tmp_path, runs, caplog):
+    """A cache entry for program A placed under program B's key is never served for B."""
+    a, b = _prog("f", scale=2), _prog("f", scale=3)
+    _opt(a, tmp_path)
+    (entry_a,) = tmp_path.glob("*.mug.json")
+    key_b = mg.pipeline.cache_key(b, mg.OptimizeConfig(), 0, "cpu")
+    entry_b = tmp_path / f"f-{key_b}.mug.json"
+    entry_b.write_text(entry_a.read_text())
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        got = _opt(b, tmp_path)
+    assert runs == ["f", "f"]
+    x = np.ones((2, 4))
+    np.testing.assert_allclose(mg.evaluate(got.graph, {"x": x})[0], np.exp(x) * 3)
+    (rec,) = [r for r in caplog.records if "cache" in r.getMessage()]
+    assert "another program or configuration" in rec.getMessage() and "\n" not in rec.getMessage()
+    assert json.loads(entry_b.read_text())["cache_key"]["program"] == mg.serialize.graph_to_json(b)
+
+
+def test_entry_whose_program_was_edited_is_recomputed(tmp_path, runs, caplog):
+    p = _prog()
+    _opt(p, tmp_path)
+    (entry,) = tmp_path.glob("*.mug.json")
+    doc = json.loads(entry.read_text())
+    doc["program"]["ops"][2]["attrs"]["c"] = "5"  # the key still says scale 2
+    doc["candidates"][0]["graph"]["ops"][2]["attrs"]["c"] = "5"
+    entry.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        _opt(p, tmp_path)
+    assert runs == ["p", "p"] and "not the one asked for" in caplog.text
+
+
+@pytest.mark.parametrize("content", ["{truncated", "", "[]", "\x00\xff", '{"format": "mugraph"}',
+                                     "[" * 5000 + "]" * 5000])
+def test_corrupt_entry_is_replaced(tmp_path, runs, caplog, content):
+    p = _prog()
+    key = mg.pipeline.cache_key(p, mg.OptimizeConfig(), 0, "cpu")
+    entry = tmp_path / f"p-{key}.mug.json"
+    entry.write_text(content)
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        _opt(p, tmp_path)
+    assert runs == ["p"] and "recomputing" in caplog.text
+    assert isinstance(mg.load(entry), mg.Optimized)  # replaced by a sound entry
+    _opt(p, tmp_path)
+    assert runs == ["p"]  # and served from then on
+
+
+def test_unwritable_cache_costs_a_warning_not_the_result(tmp_path, runs, caplog):
+    blocker = tmp_path / "cache"
+    blocker.write_text("a file where the folder should be")
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        got = _opt(_prog(), blocker)
+    assert isinstance(got, mg.Optimized) and "not saved" in caplog.text
+
+
+def test_no_temporary_files_left(tmp_path, runs):
+    for s in range(3):
+        _opt(_prog(scale=s + 2), tmp_path)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".json"] * 3
+
+
+_WORKER = """
+import sys, mugraph as mg
+p = mg.Program("tiny")
+x = p.input("x", (8, 16), "float32"); w = p.input("w", (16, 16), "float32")
+p.output(mg.exp(x @ w))
+cfg = {"search": {"workers": 1, "time_limit": 60, "max_kernel_ops": 1, "max_block_ops": 3, "tile_sizes": [16],
+                  "forloop_ranges": [4], "max_results": 1}}
+opt = mg.superoptimize(p, cfg, device="cpu", cache_dir=sys.argv[1], progress=False)
+print("RESULT", opt.best.origin, opt.best.num_kernels, len(opt.candidates))
+"""
+
+
+def test_four_processes_share_one_cache_folder(tmp_path):
+    """Four processes superoptimize the same program into one folder at the same time:
+    every one finishes, all agree, and one sound entry is left (no temporary files)."""
+    cache = tmp_path / "cache"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(cache)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    results = {next(line for line in out.splitlines() if line.startswith("RESULT")) for out, _ in outs}
+    assert len(results) == 1, results
+    files = list(cache.iterdir())
+    assert len(files) == 1 and files[0].name.startswith("tiny-") and files[0].name.endswith(".mug.json"), files
+    assert isinstance(mg.load(files[0]), mg.Optimized)
