@@ -23,7 +23,7 @@ modules) must not change a single generated kernel. This module renders every
 Units are stored by *group* — the units of one kernel that share a layout (split,
 sub-tiles, chunk, combine, small-matmul lowering, deferred sums), over every warps,
 stages, load splitting and staging — one digest per group, of its units' keys and
-record digests in order (``tests/lower/data/codegen_digests.json``). The records of a
+record digests (sorted by key, so the order configs are enumerated in does not matter) (``tests/lower/data/codegen_digests.json``). The records of a
 representative subset (:func:`subset`) are stored whole
 (``tests/lower/data/codegen_records.json.xz``); ``tests/lower/test_codegen_digests.py``
 recomputes them on every test run. ::
@@ -275,15 +275,13 @@ def compute(specs: list[GraphSpec] | None = None, keep: Callable[[list[Unit]], l
         kept = {u.key for u in keep(units)}
         for u in units:
             rec = ctx.record(u)
-            g = groups.setdefault(u.group, [0, hashlib.sha256()])
-            g[0] += 1
-            g[1].update(f"{u.key} {_sha(rec)}\n".encode())
+            groups.setdefault(u.group, []).append(f"{u.key} {_sha(rec)}\n")
             if u.key in kept:
                 records[u.key] = rec
         n += len(units)
         if progress:
             progress(f"{spec.key}: {len(units)} units")
-    return Results({k: (c, h.hexdigest()[:16]) for k, (c, h) in groups.items()}, records, n)
+    return Results({k: (len(v), _sha("".join(sorted(v)))) for k, v in groups.items()}, records, n)
 
 
 def group_records(group: str) -> dict[str, str]:
@@ -320,7 +318,7 @@ def write(res: Results, code: str) -> None:
         if parse_key(k, specs)[1].key != k:   # the tests rebuild units from their keys
             raise ValueError(f"unit key {k!r} does not name its config")
     data = {
-        "about": "per group of units (lower.digests): [units, SHA-256 of the units' keys and record digests]",
+        "about": "per group of units (lower.digests): [units, SHA-256 of the sorted lines '<unit key> <record digest>']",
         "code": code,
         "normalization": "comments, trailing spaces and blank lines removed from the generated source",
         "units": res.units,
