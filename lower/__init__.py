@@ -15,7 +15,7 @@ the runtime (:mod:`lower.runtime`), the analytic cost model
 ``lower`` imports ``mugraph`` only.
 """
 
-from .codegen import KernelConfig
+from .config import KernelConfig
 from .runtime import CompiledProgram, compile  # noqa: A004 - the public name
 from . import cost_model
 from .profile import profile, tune

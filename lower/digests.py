@@ -44,7 +44,6 @@ import argparse
 import dataclasses
 import difflib
 import hashlib
-import itertools
 import json
 import lzma
 import os
@@ -60,10 +59,11 @@ from mugraph.ir import KernelGraph, Op
 
 from . import cost_model, layout
 from .calibration import DATA as TIMING_DATA, measurements
-from .codegen import DevArg, KernelConfig, dot_operand_loads, generate
+from .codegen import DevArg, generate
+from .config import KernelConfig
 from .memory import lowered_shared_memory
-from .profile import layout_choices, stage_all_choices
-from .tiles import SMALL_MM, analyze
+from .profile import first_round, neighbours
+from .tiles import SMALL_MM
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DIGESTS = os.path.join(ROOT, "tests", "lower", "data", "codegen_digests.json")
@@ -153,16 +153,12 @@ def normalize(source: str) -> str:
 
 
 def tuner_grid(block) -> list[KernelConfig]:
-    """Every config :func:`lower.profile.tune` may time for ``block`` (default arguments, all
-    small-matmul lowerings): each layout choice at 4 warps and 3 stages with its load-staging
-    choices, then, around any of them, warps × stages × split loads × load staging."""
-    loads = (True, False) if dot_operand_loads(block, analyze(block)) else (True,)
+    """Every config :func:`lower.profile.tune` may time for ``block`` (default warps and
+    stages, all small-matmul lowerings): its first round, and the neighbours of any of
+    those (the one it measures best is the one it sweeps around)."""
     out: list[KernelConfig] = []
-    for s, sub, ch, comb, mm in layout_choices(block, small_mm=SMALL_MM):
-        base = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
-        staging = stage_all_choices(block, base)
-        for w, st, sl, a in itertools.product(WARPS, STAGES, loads, staging):
-            out.append(dataclasses.replace(base, num_warps=w, num_stages=st, split_loads=sl, stage_all_loads=a))
+    for base in first_round(block, SMALL_MM):
+        out += [base] + neighbours(block, base, WARPS, STAGES)
     return list(dict.fromkeys(out))
 
 
@@ -420,12 +416,13 @@ def main(argv: list[str] | None = None) -> int:
         bad = check(Results({}, now, len(now)), data, records, full=False)
         n = len(now)
     else:
-        res = compute(progress=log)
         if a.record:
+            res = compute(progress=log)
             write(res, a.record)
             print(f"recorded {res.units} units in {len(res.groups)} groups, {len(res.records)} records kept")
             return 0
         data, records = load()
+        res = compute(keep=lambda units: [u for u in units if u.key in records], progress=log)
         bad = check(res, data, records, full=True)
         n = res.units
     if not bad:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from lower import digests
-from lower.codegen import KernelConfig
+from lower.config import KernelConfig
 
 
 @pytest.fixture(scope="module")
