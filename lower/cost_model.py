@@ -120,47 +120,11 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     p = plan(bg, cfg)
     info = p.info
     nprog = p.programs                           # programs per split (grid blocks × sub-tiles)
-    F = bg.forloop
     split = cfg.split
     steps = p.steps                              # generated-loop steps per program
     total = nprog * split                        # programs launched
-    dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
-    l2 = 0.0
-    step_bytes = 0.0                             # bytes one program loads per loop step
-    for t in bg.tensors:
-        if t.op.kind == "iterator":
-            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
-            looped = t.op.attrs["fmap"] is not None and F > 1
-            l2 += per * nprog * split * (steps if looped else 1)
-            step_bytes += per if looped else 0.0
-    if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
-        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
-    l2 += sum(t.nbytes for t in op.outputs)
-    tc, ew, fma = 0.0, 0.0, 0.0                  # fma: flops of matmuls on the CUDA cores
-    rep = _dot_operand_replication(p)
-    acc_regs = 0.0                               # fp32 accumulator elements one program holds
-    dsums = p.deferred_sums
-    for b in bg.ops:
-        out = b.outputs[0]
-        reps = total * (steps if out.acc == 0 else 1)
-        if b.kind == "matmul":
-            a = b.inputs[0]
-            p_out = info.padded(out)
-            k = info.padded(a)[-1]
-            fl = 2.0 * math.prod(p_out) * k * reps
-            if b.id in info.dot_ops:
-                tc += fl
-            else:
-                ew += fl
-                fma += fl
-            if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
-                acc_regs += math.prod(p_out) * k - math.prod(p_out)
-        elif b.kind == "accum":
-            src = b.inputs[0].op
-            # a deferred sum's accumulator holds the un-reduced tile
-            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
-        elif b.kind != "iterator":
-            ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
+    dram, l2, step_bytes = _traffic(op, p)
+    tc, ew, fma, acc_regs = _work(p)
     # bytes in flight: resident programs × (stages − 1) loop steps each (uniform: see t_serial below
     # for the one case charged differently)
     pipe = max(1, min(cfg.num_stages - 1, steps))
@@ -218,6 +182,61 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
                                 l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
     return costs
+
+
+def _traffic(op: Op, p: KernelPlan) -> tuple[float, float, float]:
+    """Bytes of one kernel: (unique device bytes — each source read once, each output
+    written once; bytes through L2 — every tile load, replicated tiles re-read, and the
+    outputs; bytes one program loads per loop step — the prologue's loads for a kernel
+    without a loop)."""
+    bg, info = p.block, p.info
+    nprog, split, steps, F = p.programs, p.config.split, p.steps, bg.forloop
+    dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
+    l2 = 0.0
+    step_bytes = 0.0
+    for t in bg.tensors:
+        if t.op.kind == "iterator":
+            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
+            looped = t.op.attrs["fmap"] is not None and F > 1
+            l2 += per * nprog * split * (steps if looped else 1)
+            step_bytes += per if looped else 0.0
+    if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
+        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
+    l2 += sum(t.nbytes for t in op.outputs)
+    return dram, l2, step_bytes
+
+
+def _work(p: KernelPlan) -> tuple[float, float, float, float]:
+    """Flops of one kernel, at padded tile sizes: (``tl.dot``, element-wise — CUDA-core
+    matmuls included, ops of a dot operand's cone once per warp that replicates them —,
+    CUDA-core matmuls alone), and the fp32 accumulator elements one program holds (the
+    un-reduced tiles of deferred sums and products included)."""
+    info, total, steps = p.info, p.programs * p.config.split, p.steps
+    tc, ew, fma = 0.0, 0.0, 0.0
+    rep = _dot_operand_replication(p)
+    acc_regs = 0.0
+    for b in p.block.ops:
+        out = b.outputs[0]
+        reps = total * (steps if out.acc == 0 else 1)
+        if b.kind == "matmul":
+            a = b.inputs[0]
+            p_out = info.padded(out)
+            k = info.padded(a)[-1]
+            fl = 2.0 * math.prod(p_out) * k * reps
+            if b.id in info.dot_ops:
+                tc += fl
+            else:
+                ew += fl
+                fma += fl
+            if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
+                acc_regs += math.prod(p_out) * k - math.prod(p_out)
+        elif b.kind == "accum":
+            src = b.inputs[0].op
+            # a deferred sum's accumulator holds the un-reduced tile
+            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in p.deferred_sums else out))
+        elif b.kind != "iterator":
+            ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
+    return tc, ew, fma, acc_regs
 
 
 def _loop_tile_regs(p: KernelPlan) -> float:

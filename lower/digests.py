@@ -23,10 +23,10 @@ modules) must not change a single generated kernel. This module renders every
 Units are stored by *group* — the units of one kernel that share a layout (split,
 sub-tiles, chunk, combine, small-matmul lowering, deferred sums), over every warps,
 stages, load splitting and staging — one digest per group, of its units' keys and
-record digests (sorted by key, so the order configs are enumerated in does not matter) (``tests/lower/data/codegen_digests.json``). The records of a
-representative subset (:func:`subset`) are stored whole
-(``tests/lower/data/codegen_records.json.xz``); ``tests/lower/test_codegen_digests.py``
-recomputes them on every test run. ::
+record digests sorted by key, so the order configs are enumerated in does not matter
+(``tests/lower/data/codegen_digests.json``). The records of a representative subset
+(:func:`subset`) are stored whole (``tests/lower/data/codegen_records.json.xz``);
+``tests/lower/test_codegen_digests.py`` recomputes them on every test run. ::
 
     python -m lower.digests            # recompute every unit, compare (about 5 minutes)
     python -m lower.digests --subset   # the stored subset only (seconds)
@@ -314,7 +314,8 @@ def write(res: Results, code: str) -> None:
         if parse_key(k, specs)[1].key != k:   # the tests rebuild units from their keys
             raise ValueError(f"unit key {k!r} does not name its config")
     data = {
-        "about": "per group of units (lower.digests): [units, SHA-256 of the sorted lines '<unit key> <record digest>']",
+        "about": ("per group of units (lower.digests): "
+                  "[units, SHA-256 of the sorted lines '<unit key> <record digest>']"),
         "code": code,
         "normalization": "comments, trailing spaces and blank lines removed from the generated source",
         "units": res.units,

@@ -57,22 +57,22 @@ class KernelPlan:
     iterations: int                          # μGraph loop iterations per program (forloop / split)
     steps: int                               # generated-loop steps per program (iterations / chunk)
     dtype: str                               # the storage dtype (``tl.dot`` operands are cast to it)
-    deferred_sums: dict[int, int] = field(default_factory=dict)
-    split_matmuls: dict[int, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    deferred_sums: dict[int, int] = field(default_factory=dict)   # sum op id -> dim, reduced after the loop
+    split_matmuls: dict[int, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)  # matmul -> Σ aᵢ @ bᵢ
     dropped: frozenset[int] = frozenset()    # concats only split matmuls read: never materialized
     dot_cone: frozenset[int] = frozenset()   # the loop's tl.dot operand cones (every dot)
-    dot_operand_loads: dict[int, tuple[bool, set[int]]] = field(default_factory=dict)
+    dot_operand_loads: dict[int, tuple[bool, set[int]]] = field(default_factory=dict)  # tiles loaded twice
     dot_only: frozenset[int] = frozenset()   # loaded tiles only tensor-core dots read
-    loop_tiles: list[Tensor] = field(default_factory=list)
-    loop_has_dot: bool = False
-    asks_staging: bool = False
-    pipelined: bool = False
-    unpipelined_loads: list[Tensor] = field(default_factory=list)
-    staged: dict[int, int] = field(default_factory=dict)
-    axes: list[tuple[str, int]] = field(default_factory=list)
-    programs: int = 1
-    accumulators: list[Op] = field(default_factory=list)
-    loop_accumulators: list[Op] = field(default_factory=list)
+    loop_tiles: list[Tensor] = field(default_factory=list)          # tiles the loop loads every step
+    loop_has_dot: bool = False               # the generated loop holds a tl.dot
+    asks_staging: bool = False               # the loop is tl.range(…, num_stages=): every load staged
+    pipelined: bool = False                  # Triton software-pipelines the loop (asked or not)
+    unpipelined_loads: list[Tensor] = field(default_factory=list)   # loop tiles each step waits for
+    staged: dict[int, int] = field(default_factory=dict)            # op id -> scratch elements
+    axes: list[tuple[str, int]] = field(default_factory=list)       # program-id axes: (name, size)
+    programs: int = 1                        # programs per split (grid blocks × sub-tiles)
+    accumulators: list[Op] = field(default_factory=list)            # handed over by split-K programs
+    loop_accumulators: list[Op] = field(default_factory=list)       # updated every loop step
 
     # -- derived views
     @property

@@ -13,8 +13,11 @@ sub-tiles, loop re-chunking, how split-K partials are combined) ranked by the
 cost model, the best ``top`` of them timed; then warps × stages around the
 winner. Every timed variant is first checked against float64 outputs. Every time
 is a median over CUDA-graph replays of the whole program (:func:`measure`, one of
-:data:`TIMINGS` — the same way the baselines in ``examples/bench_kernels.py`` are timed). Without a GPU nothing is timed:
-:func:`profile` returns the cost model's choice and says so (``measured=False``).
+:data:`TIMINGS` — the same way the baselines in ``examples/bench_kernels.py`` are
+timed). Without a GPU nothing is timed: :func:`profile` returns the cost model's choice
+and says so (``measured=False``). The configs it ranks and times are
+:func:`first_round` and the :func:`neighbours` of the best; every decision about a
+config is read from its kernel plan (:func:`lower.plan.plan`).
 """
 
 from __future__ import annotations
