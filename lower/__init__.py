@@ -1,10 +1,15 @@
 """lower — turn μGraphs into Triton kernels (DESIGN §6, paper §6).
 
-Passes, each in its own module: tile-dim analysis and padding (:mod:`lower.tiles`),
-layout ILP (:mod:`lower.layout`), scheduling (:mod:`lower.schedule`), memory
-planning (:mod:`lower.memory`), Triton code generation (:mod:`lower.codegen`),
-the runtime (:mod:`lower.runtime`), the analytic cost model
-(:mod:`lower.cost_model`) and GPU profiling / autotuning (:mod:`lower.profile`).
+Lowering is plan → render. Per graph-defined kernel and :class:`KernelConfig`
+(:mod:`lower.config`), :func:`lower.plan.plan` makes every decision once — tile-dim
+analysis and padding (:mod:`lower.tiles`), scheduling (:mod:`lower.schedule`), loads
+and staging, deferred sums, scratch, launch geometry — and Triton code generation
+renders the plan (:mod:`lower.codegen`, op emitters in :mod:`lower.emit`). The
+analytic cost model (:mod:`lower.cost_model`), the shared-memory estimate and
+workspace planning (:mod:`lower.memory`) and GPU profiling / autotuning
+(:mod:`lower.profile`) read plans too. Around them: layout ILP (:mod:`lower.layout`)
+and the runtime (:mod:`lower.runtime`); :mod:`lower.digests` checks that the
+generated Triton stays what it was.
 
     import lower
     prog = lower.compile(graph, device="cuda")      # or "cpu": Triton interpreter
@@ -15,7 +20,7 @@ the runtime (:mod:`lower.runtime`), the analytic cost model
 ``lower`` imports ``mugraph`` only.
 """
 
-from .codegen import KernelConfig
+from .config import KernelConfig
 from .runtime import CompiledProgram, compile  # noqa: A004 - the public name
 from . import cost_model
 from .profile import profile, tune

@@ -18,7 +18,7 @@ import math
 import os
 from dataclasses import dataclass
 
-from .codegen import KernelConfig
+from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")

@@ -27,12 +27,12 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   after another by each program, each paying a latency that software pipelining
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
   all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
-  (:func:`lower.codegen.unpipelined_loads`: every step waits for that load);
+  (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load);
   stretched when a thread would need more than 255 registers (spills), infinite
   when the padded tiles do not fit shared memory at all.
 
 Residency (programs per SM) is bounded by shared memory at *padded* extents
-(:func:`lower.memory.lowered_shared_memory`), warps, and registers (accumulators —
+(:func:`lower.memory.padded_shared_memory` of the kernel's plan), warps, and registers (accumulators —
 the un-reduced products of ``small_mm="va"`` included).
 
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
@@ -55,10 +55,10 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
 
-from .codegen import KernelConfig, deferred_sums, dot_operand_loads, loop_has_dot, loop_tiles, unpipelined_loads
+from .config import KernelConfig, KernelConfigError
+from .memory import padded_shared_memory
+from .plan import KernelPlan, plan
 from .schedule import kernel_order
-from .memory import lowered_shared_memory
-from .tiles import analyze
 
 
 @dataclass(frozen=True)
@@ -117,62 +117,25 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # every timer but "cold" makes them, find it there): bandwidth, round trip, per-step latency
     bw, lat_mem = (dev.l2_bw, dev.l2_latency) if in_l2 else (dev.dram_bw, dev.mem_latency)
     lat_step = dev.iter_latency * lat_mem / dev.mem_latency
-    chunk = cfg.chunk if bg.forloop > 1 else 1
-    info = analyze(bg, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
-    subs = math.prod(info.split.values()) if info.split else 1
-    nprog = bg.num_blocks * subs
-    F = bg.forloop
-    split = cfg.split if F > 1 else 1
-    steps = max(1, F // split // chunk)          # generated-loop steps per program
+    p = plan(bg, cfg)
+    info = p.info
+    nprog = p.programs                           # programs per split (grid blocks × sub-tiles)
+    split = cfg.split
+    steps = p.steps                              # generated-loop steps per program
     total = nprog * split                        # programs launched
-    dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
-    l2 = 0.0
-    step_bytes = 0.0                             # bytes one program loads per loop step
-    for t in bg.tensors:
-        if t.op.kind == "iterator":
-            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
-            looped = t.op.attrs["fmap"] is not None and F > 1
-            l2 += per * nprog * split * (steps if looped else 1)
-            step_bytes += per if looped else 0.0
-    if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
-        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
-    l2 += sum(t.nbytes for t in op.outputs)
-    tc, ew, fma = 0.0, 0.0, 0.0                  # fma: flops of matmuls on the CUDA cores
-    rep = _dot_operand_replication(bg, info, cfg.num_warps)
-    acc_regs = 0.0                               # fp32 accumulator elements one program holds
-    dsums = deferred_sums(bg, info, cfg) if cfg.defer_sums else {}
-    for b in bg.ops:
-        out = b.outputs[0]
-        reps = total * (steps if out.acc == 0 else 1)
-        if b.kind == "matmul":
-            a = b.inputs[0]
-            p_out = info.padded(out)
-            k = info.padded(a)[-1]
-            fl = 2.0 * math.prod(p_out) * k * reps
-            if b.id in info.dot_ops:
-                tc += fl
-            else:
-                ew += fl
-                fma += fl
-            if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
-                acc_regs += math.prod(p_out) * k - math.prod(p_out)
-        elif b.kind == "accum":
-            src = b.inputs[0].op
-            # a deferred sum's accumulator holds the un-reduced tile
-            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in dsums else out))
-        elif b.kind != "iterator":
-            ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
+    dram, l2, step_bytes = _traffic(op, p)
+    tc, ew, fma, acc_regs = _work(p)
     # bytes in flight: resident programs × (stages − 1) loop steps each (uniform: see t_serial below
     # for the one case charged differently)
     pipe = max(1, min(cfg.num_stages - 1, steps))
     # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
     # pipelined, else in registers), or the shared memory at padded extents where that is more
     # (tl.dot pads m, n to 16 and stages its operands)
-    lowered = float(lowered_shared_memory(bg, cfg))
+    lowered = float(padded_shared_memory(p))
     smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
     # registers: accumulators plus a few per thread of everything else (64 K per SM); a thread
     # holds at most 255, beyond that the compiler spills to local memory
-    regs = acc_regs + _loop_tile_regs(bg, info, cfg) + 16 * 32 * cfg.num_warps
+    regs = acc_regs + _loop_tile_regs(p) + 16 * 32 * cfg.num_warps
     spill = max(1.0, regs / (32 * cfg.num_warps) / 255)
     resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, int(65536 // regs) or 1,
                           math.ceil(total / dev.sms)))
@@ -188,7 +151,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # full latency (H100 rmsnorm_matmul b=8, 96 programs, no split-K: 64 / 32 / 16 steps measured
     # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; NOTES.md v6). Dot-free loops are not
     # charged so: the attention combine loops over L2-resident partials do not show it (v5).
-    exposed = loop_has_dot(bg, info) and bool(unpipelined_loads(bg, info, cfg))
+    exposed = p.loop_has_dot and bool(p.unpipelined_loads)
     per_step_latency = lat_step if exposed else lat_step / pipe
     serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
@@ -221,19 +184,73 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     return costs
 
 
-def _loop_tile_regs(bg, info, cfg: KernelConfig) -> float:
+def _traffic(op: Op, p: KernelPlan) -> tuple[float, float, float]:
+    """Bytes of one kernel: (unique device bytes — each source read once, each output
+    written once; bytes through L2 — every tile load, replicated tiles re-read, and the
+    outputs; bytes one program loads per loop step — the prologue's loads for a kernel
+    without a loop)."""
+    bg, info = p.block, p.info
+    nprog, split, steps, F = p.programs, p.config.split, p.steps, bg.forloop
+    dram = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
+    l2 = 0.0
+    step_bytes = 0.0
+    for t in bg.tensors:
+        if t.op.kind == "iterator":
+            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
+            looped = t.op.attrs["fmap"] is not None and F > 1
+            l2 += per * nprog * split * (steps if looped else 1)
+            step_bytes += per if looped else 0.0
+    if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
+        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors if t.op.kind == "iterator")
+    l2 += sum(t.nbytes for t in op.outputs)
+    return dram, l2, step_bytes
+
+
+def _work(p: KernelPlan) -> tuple[float, float, float, float]:
+    """Flops of one kernel, at padded tile sizes: (``tl.dot``, element-wise — CUDA-core
+    matmuls included, ops of a dot operand's cone once per warp that replicates them —,
+    CUDA-core matmuls alone), and the fp32 accumulator elements one program holds (the
+    un-reduced tiles of deferred sums and products included)."""
+    info, total, steps = p.info, p.programs * p.config.split, p.steps
+    tc, ew, fma = 0.0, 0.0, 0.0
+    rep = _dot_operand_replication(p)
+    acc_regs = 0.0
+    for b in p.block.ops:
+        out = b.outputs[0]
+        reps = total * (steps if out.acc == 0 else 1)
+        if b.kind == "matmul":
+            a = b.inputs[0]
+            p_out = info.padded(out)
+            k = info.padded(a)[-1]
+            fl = 2.0 * math.prod(p_out) * k * reps
+            if b.id in info.dot_ops:
+                tc += fl
+            else:
+                ew += fl
+                fma += fl
+            if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
+                acc_regs += math.prod(p_out) * k - math.prod(p_out)
+        elif b.kind == "accum":
+            src = b.inputs[0].op
+            # a deferred sum's accumulator holds the un-reduced tile
+            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in p.deferred_sums else out))
+        elif b.kind != "iterator":
+            ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
+    return tc, ew, fma, acc_regs
+
+
+def _loop_tile_regs(p: KernelPlan) -> float:
     """fp32 registers (elements, per program) the loop's loaded tiles take while element-wise
     ops use them: every loop tile with a use outside ``tl.dot`` (twice with split loads, one copy
     per layout). ``tl.dot`` operands go through shared memory in fragments and are not counted."""
-    if bg.forloop <= 1:
+    if p.block.forloop <= 1:
         return 0.0
-    dup = dot_operand_loads(bg, info) if cfg.split_loads else {}
-    cons = bg.consumers()
-    return float(sum(math.prod(info.padded(t)) * (2 if t.id in dup else 1) for t in loop_tiles(bg)
-                     if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in cons[t])))
+    info = p.info
+    return float(sum(math.prod(info.padded(t)) * (2 if t.id in p.dot_operand_loads else 1) for t in p.loop_tiles
+                     if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in p.consumers[t])))
 
 
-def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:
+def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     """Block op id -> how many times the generated code computes it per program.
 
     Element-wise ops that only make an operand of a ``tl.dot`` run in the dot-operand
@@ -242,9 +259,9 @@ def _dot_operand_replication(bg, info, num_warps: int) -> dict[int, int]:
     times when m is small (the x·g of rmsnorm_matmul at M = 2: 4× at 4 warps; TTGIR,
     NOTES.md v2). B operands are split over the warps along n, not replicated.
     """
-    cons = bg.consumers()
+    info, cons, num_warps = p.info, p.consumers, p.config.num_warps
     out: dict[int, int] = {}
-    for op in bg.ops:
+    for op in p.block.ops:
         if op.kind != "matmul" or op.id not in info.dot_ops:
             continue
         a = op.inputs[0]
@@ -282,7 +299,10 @@ def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
     in_l2 = footprint_bytes(graph) <= device_params.l2_bytes
     for op in kernel_order(graph):
         if op.kind == "graph_defined":
-            out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params, in_l2)
+            try:
+                out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params, in_l2)
+            except KernelConfigError as e:
+                raise KernelConfigError(f"{graph.name} k{op.id}: {e}") from None
         elif op.kind in ("reshape",):
             continue  # a view
         else:

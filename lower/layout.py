@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import KernelGraph, Tensor
 
-from .tiles import analyze
+from .plan import plan
 
 
 @dataclass
@@ -102,7 +102,7 @@ def access_costs(graph: KernelGraph) -> dict[int, dict[int, float]]:
         if op.kind != "graph_defined":
             continue
         bg = op.attrs["block"]
-        info = analyze(bg)
+        info = plan(bg).info
         consumers = bg.consumers()
         for k, sv in enumerate(bg.savers):
             add(op.outputs[k], sv.tensor.shape, bg.num_blocks, None, set())

@@ -13,7 +13,9 @@ Shared memory. Triton decides what goes to shared memory, but a μGraph whose
 tiles would not fit on the chip is one the profiler should never time; the
 estimate is the IR's lifetime-based peak (``BlockGraph.shared_memory_bytes``)
 plus the software-pipelining copies of the loop's loads (``num_stages`` − 1
-extra copies of every fmapped tile), checked against the budget.
+extra copies of every fmapped tile), checked against the budget
+(:func:`check_shared_memory`). :func:`padded_shared_memory` is the estimate at the
+padded extents of a kernel plan (what the cost model uses).
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ from dataclasses import dataclass
 
 from mugraph.errors import ResourceError
 from mugraph.ir import DTYPES, BlockGraph
+
+from .config import KernelConfig
+from .plan import KernelPlan
+from .plan import plan as plan_kernel
 
 ALIGN = 256
 
@@ -74,48 +80,25 @@ def shared_memory_estimate(block: BlockGraph, num_stages: int = 1) -> int:
     return peak + max(0, num_stages - 1) * pipelined
 
 
-def loop_is_pipelined(block: BlockGraph, info, cfg) -> bool:
-    """Whether Triton software-pipelines the generated loop of ``block`` (loads issued
-    ``num_stages − 1`` steps ahead). Triton (3.6, 3.9) does so unasked only in loops
-    with a ``tl.dot``; :mod:`lower.codegen` asks for it (``tl.range(…, num_stages=)``)
-    where :func:`lower.codegen.loop_asks_staging` says (``stage_all_loads``, and the
-    dot-free loops of the ``"v"``/``"va"`` lowerings) — asked in the attention combine loops it
-    measured slower (L2-resident partials; NOTES.md v5). Elsewhere ``num_stages``
-    changes nothing. (Which loads of a pipelined loop wait anyway:
-    :func:`lower.codegen.unpipelined_loads`.)"""
-    from .codegen import loop_asks_staging, loop_has_dot
-
-    if block.forloop <= 1 or cfg.num_stages <= 1:
-        return False
-    return loop_has_dot(block, info) or loop_asks_staging(block, info, cfg)
-
-
-def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:
-    """Bytes of shared memory the generated kernel of ``block`` is expected to take
-    under ``cfg`` (a :class:`lower.codegen.KernelConfig`), at *padded* tile extents.
+def padded_shared_memory(p: KernelPlan) -> int:
+    """Bytes of shared memory the generated kernel of plan ``p`` is expected to take, at
+    *padded* tile extents.
 
     :func:`shared_memory_estimate` is the IR's view (real tile sizes); Triton's is
     different: tiles are padded (to 16 on every dim of a ``tl.dot``), and what lands
     in shared memory is (calibrated on sm_90 compiles with Triton 3.9, NOTES.md v3)
 
     * the software-pipelining buffers of a loop's loads: ``num_stages − 1`` copies of
-      every fmapped tile (in its storage dtype) — in loops with a ``tl.dot``, and in
-      dot-free loops that the ``"v"``/``"va"`` lowerings pipeline with ``tl.range``;
+      every fmapped tile (in its storage dtype) — in loops Triton pipelines
+      (:attr:`lower.plan.KernelPlan.pipelined`: loops with a ``tl.dot``, and loops the
+      code generator asks to stage with ``tl.range``; asked in the attention combine
+      loops it measured slower, L2-resident partials, NOTES.md v5);
     * the operands of a ``tl.dot`` outside a pipelined loop (a block without a loop,
       or loop-invariant operands), staged whole at padded size.
 
     Layout-conversion scratch (a few KB) is not counted.
     """
-    from .codegen import KernelConfig
-    from .schedule import schedule_block
-    from .tiles import analyze
-
-    cfg = cfg or KernelConfig()
-    chunk = cfg.chunk if block.forloop > 1 else 1
-    info = analyze(block, dict(cfg.sub), chunk=chunk, small_mm=cfg.small_mm)
-    sch = schedule_block(block)
-    loop = {o.id for o in sch.loop}
-    pipelined = loop_is_pipelined(block, info, cfg)
+    info = p.info
 
     def padded_bytes(t) -> int:
         n = DTYPES[t.dtype]
@@ -125,15 +108,19 @@ def lowered_shared_memory(block: BlockGraph, cfg=None) -> int:
 
     total = 0
     staged = set()
-    if pipelined:
-        for op in sch.loop:
-            if op.kind == "iterator" and op.attrs["fmap"] is not None:
-                total += (cfg.num_stages - 1) * padded_bytes(op.outputs[0])
-                staged.add(op.outputs[0].id)
-    for op in block.ops:
-        if op.kind == "matmul" and op.id in info.dot_ops and not (pipelined and op.id in loop):
+    if p.pipelined:
+        for t in p.loop_tiles:
+            total += (p.config.num_stages - 1) * padded_bytes(t)
+            staged.add(t.id)
+    for op in p.block.ops:
+        if op.kind == "matmul" and op.id in info.dot_ops and not (p.pipelined and op.id in p.loop_ops):
             total += sum(padded_bytes(x) for x in op.inputs if x.id not in staged)
     return total
+
+
+def lowered_shared_memory(block: BlockGraph, cfg: KernelConfig | None = None) -> int:
+    """:func:`padded_shared_memory` of ``block`` planned under ``cfg`` (default config)."""
+    return padded_shared_memory(plan_kernel(block, cfg))
 
 
 def check_shared_memory(block: BlockGraph, num_stages: int, budget: int, where: str) -> int:

@@ -13,8 +13,11 @@ sub-tiles, loop re-chunking, how split-K partials are combined) ranked by the
 cost model, the best ``top`` of them timed; then warps × stages around the
 winner. Every timed variant is first checked against float64 outputs. Every time
 is a median over CUDA-graph replays of the whole program (:func:`measure`, one of
-:data:`TIMINGS` — the same way the baselines in ``examples/bench_kernels.py`` are timed). Without a GPU nothing is timed:
-:func:`profile` returns the cost model's choice and says so (``measured=False``).
+:data:`TIMINGS` — the same way the baselines in ``examples/bench_kernels.py`` are
+timed). Without a GPU nothing is timed: :func:`profile` returns the cost model's choice
+and says so (``measured=False``). The configs it ranks and times are
+:func:`first_round` and the :func:`neighbours` of the best; every decision about a
+config is read from its kernel plan (:func:`lower.plan.plan`).
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import torch
 
 from mugraph.ir import BlockGraph, KernelGraph
 
-from .codegen import KernelConfig, dot_operand_loads, loop_has_dot, unpipelined_loads
+from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
+from .plan import plan
 from .runtime import capture_graph, compile as lower_compile
-from .tiles import DOT_MIN, SMALL_MM, analyze, loop_chunks
+from .tiles import DOT_MIN, SMALL_MM, loop_chunks
 
 
 @dataclass
@@ -55,7 +59,7 @@ class ProfileResult:
 
 def grid_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DOT_MIN) -> list[tuple[int, tuple]]:
     """(split, sub) pairs the lowering may use for ``block`` (sub-tiles no smaller than ``min_tile``)."""
-    info = analyze(block)
+    info = plan(block).info
     splits = [s for s in (1, 2, 4, 8, 16) if block.forloop % s == 0 and block.forloop // s >= 1]
     par = sorted(info.parallel, key=lambda c: -info.size[c])[:2]
     per_class = []
@@ -84,12 +88,14 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
     real m or n below 16, ``"va"`` when one of those also feeds an accumulator
     directly (and its un-reduced product fits :data:`lower.tiles.DEFER_MAX`).
     ``"dot"`` always, first."""
-    base = analyze(block, dict(sub), chunk=chunk)
+    def info(mm: str):
+        return plan(block, KernelConfig(sub=sub, chunk=chunk, small_mm=mm)).info
+
     modes = ["dot"]
-    if ("v" in menu or "va" in menu) and analyze(block, dict(sub), chunk=chunk, small_mm="v").dot_ops != base.dot_ops:
+    if ("v" in menu or "va" in menu) and info("v").dot_ops != info("dot").dot_ops:
         if "v" in menu:
             modes.append("v")
-        if "va" in menu and analyze(block, dict(sub), chunk=chunk, small_mm="va").deferred:
+        if "va" in menu and info("va").deferred:
             modes.append("va")
     return modes
 
@@ -100,7 +106,7 @@ def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = 
     the loop's re-chunking, how split-K partials are combined, and how small
     matmuls are lowered (:func:`small_mm_modes` of the ``small_mm`` menu)."""
     out = []
-    chunks = loop_chunks(block)
+    chunks = loop_chunks(plan(block).info)
     for s, sub in grid_choices(block, max_programs, min_tile):
         for c in chunks:
             if (block.forloop // s) % c:
@@ -115,23 +121,39 @@ def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = 
 def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
     """``KernelConfig.stage_all_loads`` values worth timing for ``block`` laid out as ``cfg``:
     both where a loop with a ``tl.dot`` also loads a tile Triton does not stage unasked
-    (:func:`lower.codegen.unpipelined_loads`; H100 rmsnorm_matmul b=8: staging it 28.8 →
-    20.2 μs without split-K, 21.4 → 21.5 with it — the grid decides), else only ``False``
-    (dot-free loops: asking measured slower, NOTES.md v5)."""
+    (:attr:`lower.plan.KernelPlan.unpipelined_loads`; H100 rmsnorm_matmul b=8: staging it
+    28.8 → 20.2 μs without split-K, 21.4 → 21.5 with it — the grid decides), else only
+    ``False`` (dot-free loops: asking measured slower, NOTES.md v5)."""
     if block.forloop <= 1:
         return (False,)
-    info = analyze(block, dict(cfg.sub), chunk=cfg.chunk, small_mm=cfg.small_mm)
-    return (False, True) if loop_has_dot(block, info) and unpipelined_loads(block, info, cfg) else (False,)
+    p = plan(block, cfg)
+    return (False, True) if p.loop_has_dot and p.unpipelined_loads else (False,)
 
 
-def config_space(block: BlockGraph) -> list[KernelConfig]:
-    """Every config :func:`tune` might try for one block graph."""
+def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]:
+    """The configs :func:`tune` ranks first for ``block``: every layout choice at 4 warps
+    and 3 stages, with each of its load-staging choices."""
     out = []
-    for (s, sub, c, comb, mm), w, st in itertools.product(layout_choices(block, small_mm=SMALL_MM), (1, 2, 4, 8, 16),
-                                                         (1, 2, 3, 4, 5)):
-        cfg = KernelConfig(num_warps=w, num_stages=st, split=s, sub=sub, chunk=c, combine=comb, small_mm=mm)
-        out += [dataclasses.replace(cfg, stage_all_loads=a) for a in stage_all_choices(block, cfg)]
+    for s, sub, ch, comb, mm in layout_choices(block, small_mm=small_mm):
+        c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
+        out += [dataclasses.replace(c, stage_all_loads=a) for a in stage_all_choices(block, c)]
     return out
+
+
+def load_choices(block: BlockGraph) -> tuple[bool, ...]:
+    """``KernelConfig.split_loads`` values worth timing: both where a loop tile feeds a
+    ``tl.dot`` operand and other ops (:attr:`lower.plan.KernelPlan.dot_operand_loads`;
+    H100 rmsnorm_matmul b=1: split loads 20.1 μs at w4s3k4L, one load 24.2; but at w2s4c2
+    29.6 vs 21.5 — no single answer; NOTES.md v4), else only ``True``."""
+    return (True, False) if plan(block).dot_operand_loads else (True,)
+
+
+def neighbours(block: BlockGraph, base: KernelConfig, warps, stages) -> list[KernelConfig]:
+    """The configs :func:`tune` times around ``base`` (a layout it measured best): its
+    layout at every ``warps`` × ``stages`` × :func:`load_choices` × :func:`stage_all_choices`."""
+    return [KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,
+                         combine=base.combine, small_mm=base.small_mm, split_loads=sl, stage_all_loads=a)
+            for w, st, sl, a in itertools.product(warps, stages, load_choices(block), stage_all_choices(block, base))]
 
 
 _FLUSH: dict = {}
@@ -241,6 +263,36 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "gr
     return measure(prog.launcher(**inputs), timing), prog, err
 
 
+def _pick(cands: list[tuple[float, KernelConfig]], top: int) -> list[tuple[float, KernelConfig]]:
+    """The first-round configs :func:`tune` times, from ``cands`` ((prediction, config),
+    best first), in order of prediction.
+
+    Per small-matmul lowering ("dot" first): the best ``top`` by prediction (``top // 2``
+    for the CUDA-core lowerings), round-robin over (split, combine, staging) groups so that
+    each way of shaping the grid is measured at least once when the model ties; then the
+    best of every (split, chunk) pair not yet picked. The model's per-SM terms are rough:
+    rmsnorm_matmul ranks 96 programs first, yet split-K 4 — 384 programs, a balanced grid
+    on 132 SMs — measures 20 % faster (NOTES.md v2); gated_mlp b=8: no split, chunk 2
+    measured 25.2 μs, predicted 35.6, while its top pick measured 27.4 (lower/calibration.py).
+    """
+    picked = []
+    for mm in [m for m in SMALL_MM if any(c.small_mm == m for _, c in cands)]:
+        mine = [x for x in cands if x[1].small_mm == mm]
+        n = top if mm == "dot" else max(2, top // 2)
+        groups: dict = {}
+        for pred, c in mine:
+            groups.setdefault((c.split > 1, c.combine, c.stage_all_loads), []).append((pred, c))
+        got = []
+        while len(got) < min(n, len(mine)):
+            for g in sorted(groups.values(), key=lambda v: v[0][0] if v else float("inf")):
+                if g and len(got) < n:
+                    got.append(g.pop(0))
+        for s, ch in sorted({(c.split, c.chunk) for _, c in mine} - {(c.split, c.chunk) for _, c in got}):
+            got.append(min((x for x in mine if (x[1].split, x[1].chunk) == (s, ch)), key=lambda x: x[0]))
+        picked += got
+    return sorted(picked, key=lambda x: x[0])
+
+
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams = H100, warps=(1, 2, 4, 8, 16), stages=(2, 3, 4, 5), log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
@@ -266,16 +318,10 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         from .testing import random_inputs
 
         inputs = random_inputs(graph, 0, device="cuda")
-    best_t = None
     for op in blocks:
-        cands = []
         blk = op.attrs["block"]
-        for s, sub, ch, comb, mm in layout_choices(blk, small_mm=small_mm):
-            c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
-            for a in stage_all_choices(blk, c):
-                ca = dataclasses.replace(c, stage_all_loads=a)
-                cands.append((estimate(graph, device_params, {**configs, op.id: ca}), ca))
-        cands.sort(key=lambda x: x[0])
+        cands = sorted(((estimate(graph, device_params, {**configs, op.id: c}), c)
+                        for c in first_round(blk, small_mm)), key=lambda x: x[0])
         if not gpu:
             configs[op.id] = cands[0][1]
             trials += [(c.label(), None, p) for p, c in cands]
@@ -296,31 +342,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
             return t
 
-        # per small-matmul lowering ("dot" first): the best ``top`` by prediction (``top // 2``
-        # for the CUDA-core lowerings), round-robin over (split, combine, staging) groups so that each
-        # way of shaping the grid is measured at least once when the model ties; then the best
-        # of every split factor not yet picked (the model's per-SM terms are rough:
-        # rmsnorm_matmul ranks 96 programs first, yet split-K 4 — 384 programs, a balanced
-        # grid on 132 SMs — measures 20 % faster; NOTES.md v2)
-        picked = []
-        for mm in [m for m in SMALL_MM if any(c.small_mm == m for _, c in cands)]:
-            mine = [x for x in cands if x[1].small_mm == mm]
-            n = top if mm == "dot" else max(2, top // 2)
-            groups: dict = {}
-            for pred, c in mine:
-                groups.setdefault((c.split > 1, c.combine, c.stage_all_loads), []).append((pred, c))
-            got = []
-            while len(got) < min(n, len(mine)):
-                for g in sorted(groups.values(), key=lambda v: v[0][0] if v else float("inf")):
-                    if g and len(got) < n:
-                        got.append(g.pop(0))
-            # and the best of every (split, chunk) pair not yet picked: the model ranks neither
-            # well (gated_mlp b=8: no split, chunk 2 measured 25.2 μs, predicted 35.6, while its
-            # top pick measured 27.4; lower/calibration.py)
-            for s, ch in sorted({(c.split, c.chunk) for _, c in mine} - {(c.split, c.chunk) for _, c in got}):
-                got.append(min((x for x in mine if (x[1].split, x[1].chunk) == (s, ch)), key=lambda x: x[0]))
-            picked += got
-        picked.sort(key=lambda x: x[0])
+        picked = _pick(cands, top)
         for pred, c in picked:
             t = run(c, pred)
             if t is not None:
@@ -339,15 +361,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         around = [(c0, stages if looped else (c0.num_stages,))]
         around += [(min((x for x in timed if x[1].small_mm == mm), key=lambda x: x[0])[1], (c0.num_stages,))
                    for mm in dict.fromkeys(c.small_mm for _, c in timed) if mm != c0.small_mm]
-        # a block with tiles shared by a tl.dot operand and other ops: time both ways of loading
-        # them at every warps × stages (H100 rmsnorm_matmul b=1: split loads 20.1 μs at w4s3k4L,
-        # one load 24.2; but at w2s4c2 29.6 vs 21.5 — no single answer; NOTES.md v4)
-        # and, where a loop waits for a load Triton does not stage, both ways (stage_all_choices)
-        loads = (True, False) if dot_operand_loads(blk, analyze(blk)) else (True,)
+        # (and both ways of loading shared tiles, of staging loads, where they differ: neighbours)
         for base, sts in around:
-            for w, st, sl, a in itertools.product(warps, sts, loads, stage_all_choices(blk, base)):
-                c = KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,
-                                 combine=base.combine, small_mm=base.small_mm, split_loads=sl, stage_all_loads=a)
+            for c in neighbours(blk, base, warps, sts):
                 if c in [x for _, x in timed]:
                     continue
                 t = run(c, estimate(graph, device_params, {**configs, op.id: c}))
@@ -356,13 +372,12 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                     if t < t0:
                         t0, c0 = t, c
         configs[op.id] = c0
-        best_t = t0
     pred = estimate(graph, device_params, configs)
     if not gpu:
         return ProfileResult(graph, configs, None, pred, False, trials)
     # re-time the final program (the spread between this and the search's time is the noise)
-    best_t, prog, _ = _time(graph, configs, inputs, ref, tol, timing)
-    return ProfileResult(graph, configs, best_t, pred, True, trials, prog)
+    t, prog, _ = _time(graph, configs, inputs, ref, tol, timing)
+    return ProfileResult(graph, configs, t, pred, True, trials, prog)
 
 
 def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, tune_configs: bool = True,

@@ -29,7 +29,6 @@ class BlockSchedule:
     loop: list[Op]
     epilogue: list[Op]
     invariant_accums: list[Op]   # accumulators of loop-invariant values: acc = F · x
-    depth: dict[int, int]
 
 
 def depths(ops: list[Op]) -> dict[int, int]:
@@ -70,7 +69,7 @@ def schedule_block(block: BlockGraph) -> BlockSchedule:
     def order(ops):
         return sorted(ops, key=lambda o: (depth[o.id], o.id))
 
-    return BlockSchedule(order(pro), order(loop), order(epi), inv_acc, depth)
+    return BlockSchedule(order(pro), order(loop), order(epi), inv_acc)
 
 
 def kernel_order(graph: KernelGraph) -> list[Op]:

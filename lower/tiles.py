@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 
 from mugraph.ir import BlockGraph, Tensor
 
+from .config import KernelConfigError
+
 DOT_MIN = 16
 """Smallest extent ``tl.dot`` accepts on each of m, n, k."""
 
@@ -71,7 +73,6 @@ class TileInfo:
     deferred: set[int] = field(default_factory=set)  # matmul ids whose un-reduced product is accumulated
     small_mm: str = "dot"                    # how small matmuls are lowered (SMALL_MM)
     chunk: int = 1                           # μGraph loop iterations per generated-loop step
-    loop_cls: int | None = None              # the class of the fmapped dims (grown by ``chunk``)
     pairs: dict[int, list] = field(default_factory=dict)  # matmul id -> [(a_i, b_i)] of split concats
     parallel: list[int] = field(default_factory=list)  # splittable classes, stable order
 
@@ -114,132 +115,155 @@ def _aligned(x: Tensor, out_rank: int):
     return [(d, d + off) for d in range(x.ndim)]
 
 
-def analyze(block: BlockGraph, split: dict[int, int] | None = None, use_dot: bool = True,
-            chunk: int = 1, small_mm: str = "dot") -> TileInfo:
+def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,
+            small_mm: str = "dot") -> TileInfo:
     """Group tile dims into classes, pad them, find parallel (splittable) classes.
 
-    ``split`` maps a parallel class id (as listed in ``TileInfo.parallel`` of an
-    unsplit analysis — class ids are stable for a given graph) to a factor ``r``
-    dividing its size. ``use_dot=False`` lowers every matmul as multiply-and-sum
-    (a fallback for tiny tiles; tl.dot otherwise wherever shapes allow).
+    ``loop``: the ids of the loop body's ops (:func:`lower.schedule.schedule_block`;
+    the ``"va"`` lowering accumulates only loop matmuls un-reduced). ``split`` maps a
+    parallel class id (as listed in ``TileInfo.parallel`` of an unsplit analysis —
+    class ids are stable for a given graph) to a factor ``r`` dividing its size.
     ``chunk`` re-chunks the loop: one generated-loop step runs ``chunk`` μGraph
     iterations at once, so the class of the fmapped dims is ``chunk`` times larger
-    (only where :func:`loop_class` allows it). ``small_mm`` (:data:`SMALL_MM`):
+    (only where :func:`loop_chunks` allows it). ``small_mm`` (:data:`SMALL_MM`):
     ``"v"``/``"va"`` keep matmuls whose real m or n is below :data:`DOT_MIN` off
-    ``tl.dot``, so their dims are not padded to 16.
+    ``tl.dot``, so their dims are not padded to 16. Called by :func:`lower.plan.plan`
+    (once per block and config).
     """
     if small_mm not in SMALL_MM:
-        raise ValueError(f"small_mm must be one of {SMALL_MM}, got {small_mm!r}")
-    uf = _UF()
-    for t in block.tensors:
-        for d in range(t.ndim):
-            uf.add((t.id, d))
-    frozen: set = set()      # keys whose class may not be split
-    reduced: set = set()
-    dot_dims: list = []
-    matmuls: list = []
-    for op in block.ops:
-        out = op.outputs[0] if op.outputs else None
-        k = op.kind
-        if k in ELEMENTWISE or k == "accum":
-            for x in op.inputs:
-                for dx, do in _aligned(x, out.ndim):
-                    if x.shape[dx] == out.shape[do]:
-                        uf.union((x.id, dx), (out.id, do))
-        elif k == "matmul":
-            a, b = op.inputs
-            r = out.ndim
-            for x in (a, b):  # batch dims
-                for dx, do in _aligned(x, r):
-                    if do < r - 2 and x.shape[dx] == out.shape[do]:
-                        uf.union((x.id, dx), (out.id, do))
-            uf.union((a.id, a.ndim - 2), (out.id, r - 2))
-            uf.union((b.id, b.ndim - 1), (out.id, r - 1))
-            uf.union((a.id, a.ndim - 1), (b.id, b.ndim - 2))
-            reduced.add((a.id, a.ndim - 1))
-            matmuls.append(op)
-        elif k in ("sum", "max"):
-            (x,) = op.inputs
-            for d in range(x.ndim):
-                if d == op.attrs["dim"]:
-                    reduced.add((x.id, d))
-                else:
-                    uf.union((x.id, d), (out.id, d))
-        elif k == "concat":
-            dim = op.attrs["dim"]
-            for x in op.inputs:
-                frozen.add((x.id, dim))
-                for d in range(x.ndim):
-                    if d != dim:
-                        uf.union((x.id, d), (out.id, d))
-            frozen.add((out.id, dim))
-        elif k == "reshape":
-            frozen.update((op.inputs[0].id, d) for d in range(op.inputs[0].ndim))
-            frozen.update((out.id, d) for d in range(out.ndim))
-        elif k == "repeat":
-            (x,) = op.inputs
-            for d, r in enumerate(op.attrs["reps"]):
-                if r == 1:
-                    uf.union((x.id, d), (out.id, d))
-                else:
-                    frozen.update({(x.id, d), (out.id, d)})
-    pairs = _concat_matmuls(block) if use_dot else {}
-    for pieces in pairs.values():
-        for x, y in pieces:
-            uf.union((x.id, x.ndim - 1), (y.id, y.ndim - 2))
-    cls = {k: uf.find(k) for k in uf.p}
-    ids = {r: i for i, r in enumerate(sorted(set(cls.values())))}
-    cls = {k: ids[r] for k, r in cls.items()}
+        raise KernelConfigError(f"small_mm must be one of {SMALL_MM}, got {small_mm!r}")
+    cls, fixed, matmuls, pairs = _classes(block)
     size0: dict[int, int] = {}
     for t in block.tensors:
         for d in range(t.ndim):
             size0[cls[(t.id, d)]] = t.shape[d]
-    bad = {cls[k] for k in frozen | reduced}
-    saved = {cls[(sv.tensor.id, d)] for sv in block.savers for d in range(sv.tensor.ndim)}
-    fed = {cls[(t.id, d)] for t in block.tensors if t.op.kind == "iterator" for d in range(t.ndim)}
-    parallel = sorted(c for c in size0 if size0[c] > 1 and c not in bad and c in saved and c in fed)
+    parallel = _parallel(block, cls, size0, fixed)
     split = dict(split or {})
     for c, r in split.items():
         if c not in parallel or size0[c] % r:
-            raise ValueError(f"class {c} cannot be split by {r} (parallel: {parallel}, sizes {size0})")
+            raise KernelConfigError(f"class {c} cannot be split by {r} (parallel: {parallel}, sizes {size0})")
     size = {c: s // split.get(c, 1) for c, s in size0.items()}
     lc = None
     if chunk > 1:
         lc = _loop_class(block, cls, size0)
         if lc is None or block.forloop % chunk:
-            raise ValueError(f"the loop cannot be re-chunked by {chunk} (forloop {block.forloop}, "
-                             f"re-chunkable: {lc is not None})")
+            raise KernelConfigError(f"the loop cannot be re-chunked by {chunk} (forloop {block.forloop}, "
+                                    f"re-chunkable: {lc is not None})")
         size[lc] *= chunk
     ext = {c: next_pow2(s) for c, s in size.items()}
     info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
-                    parallel=parallel, pairs=pairs, chunk=chunk, loop_cls=lc, small_mm=small_mm)
-    if use_dot:
-        for op in matmuls:
-            a, b = op.inputs
-            r = op.outputs[0].ndim
-            mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
-            mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
-            if small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
-                continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
-            if r <= 3 and all(size[c] > 1 for c in mnk):
-                info.dot_ops.add(op.id)
-                for c in mnk:
-                    ext[c] = max(ext[c], DOT_MIN)
+                    parallel=parallel, pairs=pairs, chunk=chunk, small_mm=small_mm)
+    _pick_dots(info, matmuls)
     if small_mm == "va":
-        info.deferred = _deferrable(block, info, matmuls)
+        info.deferred = _deferrable(block, info, matmuls, loop)
     return info
 
 
-def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list) -> set[int]:
-    """Matmuls lowered off ``tl.dot`` whose product may be accumulated un-reduced: in
-    the loop body, the only consumer an accumulator updated every step, rank ≤ 3 (the
-    product has rank ≤ 4), and all of them together within :data:`DEFER_MAX` elements."""
-    from .schedule import schedule_block
+def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, dict[int, list]]:
+    """The dim classes of ``block``: (tensor id, dim) -> class id (numbered in order of the
+    smallest key of each class), the keys whose class may not be split (rearranged or
+    reduced), the matmuls, and the split concat-matmul pairs (:func:`_concat_matmuls`)."""
+    uf = _UF()
+    for t in block.tensors:
+        for d in range(t.ndim):
+            uf.add((t.id, d))
+    fixed: set = set()
+    matmuls = [op for op in block.ops if op.kind == "matmul"]
+    for op in block.ops:
+        fixed |= _join(uf, op)
+    pairs = _concat_matmuls(block)
+    for pieces in pairs.values():
+        for x, y in pieces:
+            uf.union((x.id, x.ndim - 1), (y.id, y.ndim - 2))
+    roots = {k: uf.find(k) for k in uf.p}
+    ids = {r: i for i, r in enumerate(sorted(set(roots.values())))}
+    return {k: ids[r] for k, r in roots.items()}, fixed, matmuls, pairs
 
+
+def _join(uf: _UF, op) -> set:
+    """Join the dims ``op`` forces to be the same axis of the same size; return the keys
+    it reduces over or rearranges (their classes cannot be split)."""
+    out = op.outputs[0] if op.outputs else None
+    k = op.kind
+    fixed: set = set()
+    if k in ELEMENTWISE or k == "accum":
+        for x in op.inputs:
+            for dx, do in _aligned(x, out.ndim):
+                if x.shape[dx] == out.shape[do]:
+                    uf.union((x.id, dx), (out.id, do))
+    elif k == "matmul":
+        a, b = op.inputs
+        r = out.ndim
+        for x in (a, b):  # batch dims
+            for dx, do in _aligned(x, r):
+                if do < r - 2 and x.shape[dx] == out.shape[do]:
+                    uf.union((x.id, dx), (out.id, do))
+        uf.union((a.id, a.ndim - 2), (out.id, r - 2))
+        uf.union((b.id, b.ndim - 1), (out.id, r - 1))
+        uf.union((a.id, a.ndim - 1), (b.id, b.ndim - 2))
+        fixed.add((a.id, a.ndim - 1))
+    elif k in ("sum", "max"):
+        (x,) = op.inputs
+        for d in range(x.ndim):
+            if d == op.attrs["dim"]:
+                fixed.add((x.id, d))
+            else:
+                uf.union((x.id, d), (out.id, d))
+    elif k == "concat":
+        dim = op.attrs["dim"]
+        for x in op.inputs:
+            fixed.add((x.id, dim))
+            for d in range(x.ndim):
+                if d != dim:
+                    uf.union((x.id, d), (out.id, d))
+        fixed.add((out.id, dim))
+    elif k == "reshape":
+        fixed.update((op.inputs[0].id, d) for d in range(op.inputs[0].ndim))
+        fixed.update((out.id, d) for d in range(out.ndim))
+    elif k == "repeat":
+        (x,) = op.inputs
+        for d, r in enumerate(op.attrs["reps"]):
+            if r == 1:
+                uf.union((x.id, d), (out.id, d))
+            else:
+                fixed.update({(x.id, d), (out.id, d)})
+    return fixed
+
+
+def _parallel(block: BlockGraph, cls: dict, size0: dict[int, int], fixed: set) -> list[int]:
+    """Classes that may be cut into sub-tiles: longer than 1, neither reduced nor
+    rearranged, reaching an output saver and fed by an input iterator."""
+    bad = {cls[k] for k in fixed}
+    saved = {cls[(sv.tensor.id, d)] for sv in block.savers for d in range(sv.tensor.ndim)}
+    fed = {cls[(t.id, d)] for t in block.tensors if t.op.kind == "iterator" for d in range(t.ndim)}
+    return sorted(c for c in size0 if size0[c] > 1 and c not in bad and c in saved and c in fed)
+
+
+def _pick_dots(info: TileInfo, matmuls: list) -> None:
+    """Mark the matmuls lowered to ``tl.dot`` (rank ≤ 3, every m, n, k above 1, and — under
+    ``"v"``/``"va"`` — m and n at least :data:`DOT_MIN`) and pad their m, n, k classes to
+    :data:`DOT_MIN`."""
+    cls, size, ext, pairs = info.cls, info.size, info.ext, info.pairs
+    for op in matmuls:
+        a, b = op.inputs
+        r = op.outputs[0].ndim
+        mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
+        mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
+        if info.small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
+            continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
+        if r <= 3 and all(size[c] > 1 for c in mnk):
+            info.dot_ops.add(op.id)
+            for c in mnk:
+                ext[c] = max(ext[c], DOT_MIN)
+
+
+def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list, loop: frozenset[int]) -> set[int]:
+    """Matmuls lowered off ``tl.dot`` whose product may be accumulated un-reduced: in
+    the loop body (``loop``: its op ids), the only consumer an accumulator updated every
+    step, rank ≤ 3 (the product has rank ≤ 4), and all of them together within
+    :data:`DEFER_MAX` elements."""
     if block.forloop <= 1:
         return set()
-    sch = schedule_block(block)
-    loop = {o.id for o in sch.loop}
     cons = block.consumers()
     out, total = set(), 0
     for op in matmuls:
@@ -315,11 +339,14 @@ def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:
     return c
 
 
-def loop_chunks(block: BlockGraph) -> list[int]:
-    """Re-chunk factors the lowering may use for ``block`` (1 always)."""
+def loop_chunks(info: TileInfo) -> list[int]:
+    """Re-chunk factors the lowering may use for ``info.block`` (1 always); ``info`` is the
+    block's unsplit, unchunked analysis (the plan of the default config)."""
+    block = info.block
+    if info.split or info.chunk != 1:
+        raise ValueError("loop_chunks needs the unsplit, unchunked analysis of the block")
     if block.forloop <= 1:
         return [1]
-    info = analyze(block)
     if _loop_class(block, info.cls, {c: s for c, s in info.size.items()}) is None:
         return [1]
     return [r for r in (1, 2, 4, 8, 16) if block.forloop % r == 0]
@@ -341,9 +368,3 @@ def _concat_matmuls(block: BlockGraph) -> dict[int, list]:
                         for x, y in zip(ca.inputs, cb.inputs))):
             pairs[op.id] = list(zip(ca.inputs, cb.inputs))
     return pairs
-
-
-def parallel_sizes(block: BlockGraph) -> dict[int, int]:
-    """Splittable classes of ``block`` and their sizes (for the tuner's menu)."""
-    info = analyze(block)
-    return {c: info.size[c] for c in info.parallel}

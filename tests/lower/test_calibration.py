@@ -11,8 +11,7 @@ import pytest
 import lower
 from lower import KernelConfig, cost_model
 from lower.calibration import agreement, measurements, spearman
-from lower.memory import loop_is_pipelined
-from lower.tiles import analyze
+from lower.plan import plan
 from mugraph.benchmarks import reference
 
 
@@ -63,10 +62,10 @@ def test_only_loops_with_a_dot_are_pipelined_unasked():
     combine = [o for o in reference("gqa", small=True).ops if o.kind == "graph_defined"][1].attrs["block"]
     for blk, want in ((rms, True), (combine, False)):
         cfg = KernelConfig(num_stages=3)
-        assert loop_is_pipelined(blk, analyze(blk), cfg) is want
-        assert loop_is_pipelined(blk, analyze(blk), dataclasses.replace(cfg, num_stages=1)) is False
+        assert plan(blk, cfg).pipelined is want
+        assert plan(blk, dataclasses.replace(cfg, num_stages=1)).pipelined is False
     v = KernelConfig(num_stages=3, small_mm="v")
-    assert loop_is_pipelined(combine, analyze(combine, small_mm="v"), v) is True
+    assert plan(combine, v).pipelined is True
     src = lower.compile(reference("gqa", small=True), device="cpu",
                         configs={[o for o in reference("gqa", small=True).ops
                                   if o.kind == "graph_defined"][1].id: KernelConfig(num_stages=3)}).triton_source()

@@ -1,11 +1,11 @@
 """Three rewrites of the generated loop body, each a ``KernelConfig`` switch:
 
-* deferred sums (``defer_sums``, ``lower.codegen.deferred_sums``): a loop-body ``sum``
+* deferred sums (``defer_sums``, ``KernelPlan.deferred_sums``): a loop-body ``sum``
   whose only use is an accumulator adds up the un-reduced tile and reduces once after
   the loop;
-* split loads (``split_loads``, ``lower.codegen.dot_operand_loads``): a loop tile that
+* split loads (``split_loads``, ``KernelPlan.dot_operand_loads``): a loop tile that
   feeds a ``tl.dot`` operand and other ops is loaded once for each;
-* staged loads (``stage_all_loads``, ``lower.codegen.unpipelined_loads``): the loop asks
+* staged loads (``stage_all_loads``, ``KernelPlan.unpipelined_loads``): the loop asks
   Triton to software-pipeline every load, not only those of ``tl.dot`` operands.
 
 Same function as the float64 interpreter with and without them, split-K and
@@ -17,9 +17,9 @@ from __future__ import annotations
 import pytest
 
 import lower
-from lower.codegen import KernelConfig, deferred_sums, dot_operand_loads, unpipelined_loads
+from lower.config import KernelConfig, KernelConfigError
+from lower.plan import plan
 from lower.testing import check, random_graph, random_inputs
-from lower.tiles import analyze
 from mugraph.benchmarks import reference
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
@@ -38,7 +38,7 @@ def test_rmsnorm_sum_of_squares_is_deferred():
     op = _block_op(g)
     block = op.attrs["block"]
     cfg = KernelConfig(num_warps=4)
-    found = deferred_sums(block, analyze(block), cfg)
+    found = plan(block, cfg).deferred_sums
     assert [_op(block, i).kind for i in found] == ["sum"]  # Σx², not the matmul
     src = lower.compile(g, device="cpu", configs={op.id: cfg}).triton_source()
     assert "_k = tl.zeros" in src and "keep_dims=True)  # once" in src
@@ -64,8 +64,8 @@ def test_reference_with_and_without_deferral(dtype, cfg):
             if b.forloop % max(1, c.split) or (b.forloop // max(1, c.split)) % c.chunk or b.forloop == 1:
                 c = KernelConfig(num_warps=4, defer_sums=cfg.defer_sums, split_loads=cfg.split_loads)
             try:
-                analyze(b, chunk=c.chunk)
-            except ValueError:
+                plan(b, c)
+            except KernelConfigError:
                 c = KernelConfig(num_warps=4, split=c.split, defer_sums=cfg.defer_sums, split_loads=cfg.split_loads)
             configs[op.id] = c
         prog = lower.compile(g, device="cpu", configs=configs, poison=True)
@@ -79,7 +79,7 @@ def test_random_ugraphs_with_deferred_sums():
     for seed in range(200):
         g = random_graph(seed)
         ops = [op for op in g.ops if op.kind == "graph_defined"]
-        if not any(deferred_sums(op.attrs["block"], analyze(op.attrs["block"]), KernelConfig()) for op in ops):
+        if not any(plan(op.attrs["block"]).deferred_sums for op in ops):
             continue
         hit += 1
         inputs = random_inputs(g, seed)
@@ -98,14 +98,14 @@ def test_a_sum_with_another_use_is_not_deferred():
     deferred); a loop-free kernel (ntrans) defers nothing."""
     g = reference("qknorm_gqa", small=True)
     b = _block_op(g).attrs["block"]
-    found = deferred_sums(b, analyze(b), KernelConfig())
+    found = plan(b).deferred_sums
     cons = b.consumers()
     loop_sums = [o for o in b.ops if o.kind == "sum" and o.id != 4]  # op 4 (Q's Σx²) is in the prologue
     kinds = {o.id: [c.kind for c in cons[o.outputs[0]]] for o in loop_sums}
     assert sorted(kinds.values()) == [["accum"], ["scale"]]
     assert set(found) == {i for i, k in kinds.items() if k == ["accum"]}
     nt = _block_op(reference("ntrans", small=True)).attrs["block"]
-    assert deferred_sums(nt, analyze(nt), KernelConfig()) == {}
+    assert plan(nt).deferred_sums == {}
 
 
 def test_rmsnorm_x_is_loaded_once_per_layout():
@@ -114,7 +114,7 @@ def test_rmsnorm_x_is_loaded_once_per_layout():
     g = reference("rmsnorm_matmul", small=True)
     op = _block_op(g)
     b = op.attrs["block"]
-    dup = dot_operand_loads(b, analyze(b))
+    dup = plan(b).dot_operand_loads
     (tid, (f32, ops)), = dup.items()
     x = next(o for o in b.ops if o.kind == "iterator" and o.attrs["source"] == 0).outputs[0]
     assert tid == x.id and f32 and [_op(b, i).kind for i in sorted(ops)] == ["mul"]
@@ -131,7 +131,7 @@ def test_tiles_used_by_a_dot_only_are_not_split():
         for op in reference(name, small=True).ops:
             if op.kind == "graph_defined":
                 b = op.attrs["block"]
-                assert dot_operand_loads(b, analyze(b)) == {}, name
+                assert plan(b).dot_operand_loads == {}, name
 
 
 def test_random_ugraphs_with_split_loads():
@@ -139,7 +139,7 @@ def test_random_ugraphs_with_split_loads():
     for seed in range(300):
         g = random_graph(seed)
         ops = [op for op in g.ops if op.kind == "graph_defined"]
-        if not any(dot_operand_loads(op.attrs["block"], analyze(op.attrs["block"])) for op in ops):
+        if not any(plan(op.attrs["block"]).dot_operand_loads for op in ops):
             continue
         hit += 1
         inputs = random_inputs(g, seed)
@@ -158,14 +158,13 @@ def test_unpipelined_loads_are_the_tiles_used_outside_dot_operands():
     to miss; a dot-free loop ("v" lowering) is staged whole by the code generator."""
     rms = _block_op(reference("rmsnorm_matmul", small=True)).attrs["block"]
     x = next(o for o in rms.ops if o.kind == "iterator" and o.attrs["source"] == 0).outputs[0]
-    info = analyze(rms)
-    assert [t.id for t in unpipelined_loads(rms, info, KernelConfig(num_stages=3))] == [x.id]
-    assert [t.id for t in unpipelined_loads(rms, info, KernelConfig(num_stages=3, split_loads=False))] == [x.id]
-    assert unpipelined_loads(rms, info, KernelConfig(num_stages=3, stage_all_loads=True)) == []
-    assert unpipelined_loads(rms, info, KernelConfig(num_stages=1)) == []
+    assert [t.id for t in plan(rms, KernelConfig(num_stages=3)).unpipelined_loads] == [x.id]
+    assert [t.id for t in plan(rms, KernelConfig(num_stages=3, split_loads=False)).unpipelined_loads] == [x.id]
+    assert plan(rms, KernelConfig(num_stages=3, stage_all_loads=True)).unpipelined_loads == []
+    assert plan(rms, KernelConfig(num_stages=1)).unpipelined_loads == []
     gated = _block_op(reference("gated_mlp", small=True)).attrs["block"]
-    assert unpipelined_loads(gated, analyze(gated), KernelConfig(num_stages=3)) == []
-    assert unpipelined_loads(rms, analyze(rms, small_mm="v"), KernelConfig(num_stages=3, small_mm="v")) == []
+    assert plan(gated, KernelConfig(num_stages=3)).unpipelined_loads == []
+    assert plan(rms, KernelConfig(num_stages=3, small_mm="v")).unpipelined_loads == []
 
 
 @pytest.mark.parametrize("label", ["w4s3A", "w4s4c2A", "w2s3k2LA", "w4s3uA", "w4s1A"])

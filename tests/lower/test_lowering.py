@@ -6,11 +6,10 @@ from __future__ import annotations
 import random
 
 import pytest
-import torch
 
 import lower
 import mugraph as mg
-from lower.codegen import KernelConfig
+from lower.config import KernelConfig
 from lower.profile import grid_choices
 from lower.testing import check, random_graph, random_inputs
 from mugraph.benchmarks import PROGRAMS, program, reference
@@ -137,6 +136,8 @@ def test_hand_written_edge_cases():
 
 
 # ---------------------------------------------------------------- re-chunked loops, split-K combines
+from lower.config import KernelConfigError  # noqa: E402
+from lower.plan import plan  # noqa: E402
 from lower.tiles import loop_chunks  # noqa: E402
 
 
@@ -149,7 +150,7 @@ def test_rechunked_loops(name, split, combine):
     g = reference(name, small=True, dtype="float32")
     op = next(o for o in g.ops if o.kind == "graph_defined")
     blk = op.attrs["block"]
-    chunks = [c for c in loop_chunks(blk) if c > 1 and (blk.forloop // split) % c == 0]
+    chunks = [c for c in loop_chunks(plan(blk).info) if c > 1 and (blk.forloop // split) % c == 0]
     assert chunks, (name, blk.forloop)
     cfg = KernelConfig(split=split, chunk=max(chunks), combine=combine)
     prog = lower.compile(g, device="cpu", configs={op.id: cfg}, poison=True)
@@ -175,8 +176,8 @@ def test_rechunk_is_refused_where_it_changes_the_function():
         bg.output(y, omap=(None, None, None))
         (o,) = kg.kernel(bg)
         kg.output(o)
-        assert loop_chunks(bg) == [1], build
-        with pytest.raises(ValueError):
+        assert loop_chunks(plan(bg).info) == [1], build
+        with pytest.raises(KernelConfigError, match="re-chunked"):
             lower.compile(kg, device="cpu", configs={kg.ops[1].id: KernelConfig(chunk=2)})
 
 
@@ -186,8 +187,8 @@ def test_rechunked_random_ugraphs():
         g = random_graph(seed)
         cfgs = {}
         for op in g.ops:
-            if op.kind == "graph_defined" and len(loop_chunks(op.attrs["block"])) > 1:
-                cfgs[op.id] = KernelConfig(chunk=loop_chunks(op.attrs["block"])[-1])
+            if op.kind == "graph_defined" and len(loop_chunks(plan(op.attrs["block"]).info)) > 1:
+                cfgs[op.id] = KernelConfig(chunk=loop_chunks(plan(op.attrs["block"]).info)[-1])
         assert cfgs, seed
         prog = lower.compile(g, device="cpu", configs=cfgs, poison=True)
         assert max(check(prog, g, random_inputs(g, seed))) <= 1e-4, (seed, str(g))

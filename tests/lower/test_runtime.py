@@ -13,7 +13,8 @@ import torch
 import lower
 import mugraph as mg
 from lower import cost_model, layout, memory
-from lower.codegen import EMITTERS, KernelConfig
+from lower.config import KernelConfig
+from lower.emit import EMITTERS
 from lower.profile import layout_choices
 from lower.testing import check, random_graph, random_inputs
 from lower.torch_ops import TORCH_OPS

@@ -16,11 +16,12 @@ import pytest
 import lower
 import mugraph as mg
 from lower import cost_model
-from lower.codegen import KernelConfig
+from lower.config import KernelConfig
 from lower.memory import lowered_shared_memory, shared_memory_estimate
-from lower.profile import SMALL_MM_MENU, grid_choices, layout_choices, small_mm_modes
+from lower.profile import SMALL_MM_MENU, layout_choices, small_mm_modes
 from lower.testing import check, random_graph, random_inputs
-from lower.tiles import SMALL_MM, analyze
+from lower.plan import plan
+from lower.tiles import SMALL_MM
 from mugraph.benchmarks import PROGRAMS, reference
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
@@ -67,8 +68,8 @@ def test_reference_ugraphs_on_cuda_cores(name, op_id, modes, dtype):
         prog = lower.compile(g, device="cpu", configs={op_id: cfg}, poison=True)
         src = prog.triton_source()
         blk = next(o for o in _blocks(g) if o.id == op_id).attrs["block"]
-        info = analyze(blk, small_mm=mm)
-        assert info.dot_ops < analyze(blk).dot_ops      # some matmul did leave tl.dot
+        info = plan(blk, KernelConfig(small_mm=mm)).info
+        assert info.dot_ops < plan(blk).info.dot_ops      # some matmul did leave tl.dot
         assert "tl.sum(" in src and f"config={cfg.label()}" in src
         if mm == "va":
             assert info.deferred and "_k += " in src and "the k-reduction, once" in src
@@ -90,7 +91,7 @@ def test_small_m_is_not_padded_to_16():
     assert re.search(r"acc_b5_k = tl.zeros\(\(2, \d+, 64\)", srcs["va"])
     # the dot-free loop asks Triton to pipeline its loads; the tl.dot loop is pipelined anyway
     assert "tl.range(" in srcs["v"] and "num_stages=3" in srcs["v"] and "tl.range(" not in srcs["dot"]
-    info = {mm: analyze(op.attrs["block"], small_mm=mm) for mm in SMALL_MM}
+    info = {mm: plan(op.attrs["block"], KernelConfig(small_mm=mm)).info for mm in SMALL_MM}
     b3 = next(t for t in op.attrs["block"].tensors if t.label() == "b3")
     assert info["dot"].padded(b3)[0] == 16 and info["v"].padded(b3)[0] == 2
 
@@ -126,7 +127,7 @@ def test_random_ugraphs_forced_through_cuda_core_matmuls(mm):
         cfgs = {}
         for op in _blocks(g):
             blk = op.attrs["block"]
-            info = analyze(blk, small_mm=mm)
+            info = plan(blk, KernelConfig(small_mm=mm)).info
             n_small += len([b for b in blk.ops if b.kind == "matmul"]) - len(info.dot_ops)
             n_deferred += len(info.deferred)
             cfgs[op.id] = KernelConfig(num_stages=3, small_mm=mm)
@@ -282,7 +283,7 @@ def test_dirty_padding_never_reaches_the_contraction(mm):
     (o,) = kg.kernel(bg)
     kg.output(o)
     (op,) = _blocks(kg)
-    info = analyze(bg, small_mm=mm)
+    info = plan(bg, KernelConfig(small_mm=mm)).info
     mmop = next(b for b in bg.ops if b.kind == "matmul")
     assert (mmop.id in info.deferred) == (mm == "va") and (mmop.id in info.dot_ops) == (mm == "dot")
     prog = lower.compile(kg, device="cpu", configs={op.id: KernelConfig(num_stages=2, small_mm=mm)}, poison=True)

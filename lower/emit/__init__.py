@@ -1,0 +1,67 @@
+"""Op emission: the Triton lines of every block op of a plan, one module per op category.
+
+* :mod:`.loads` — input iterators (masked loads) and accumulators;
+* :mod:`.elementwise` — constants, unary and binary ops;
+* :mod:`.reduce` — reductions, dispatched on their kind;
+* :mod:`.matmul` — ``tl.dot`` or CUDA-core multiply-and-sum;
+* :mod:`.rearrange` — concat / reshape / repeat through scratch;
+* :mod:`.core` — the emitter's state and the padding bookkeeping every category keeps.
+
+:func:`emit_block` runs them over a :class:`lower.plan.KernelPlan` in its emission
+order; :mod:`lower.codegen` assembles the kernels from the lines.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from mugraph.errors import UnsupportedOpError
+from mugraph.ir import Op
+
+from ..plan import KernelPlan
+from .core import TL_DTYPE, Emitter, Val, describe
+from .elementwise import BINARY, UNARY, emit_binary, emit_const, emit_unary
+from .loads import emit_accum, emit_iterator
+from .matmul import emit_matmul
+from .rearrange import emit_concat, emit_repeat, emit_reshape
+from .reduce import REDUCTIONS, emit_reduce
+
+EmitFn = Callable[[Emitter, Op], None]
+
+#: block op -> its emitter (a test asserts it covers the whole catalog)
+EMITTERS: dict[str, EmitFn] = {
+    "iterator": emit_iterator, "accum": emit_accum, "const": emit_const,
+    **{k: emit_unary for k in UNARY},
+    **{k: emit_binary for k in BINARY},
+    **{k: emit_reduce for k in REDUCTIONS},
+    "matmul": emit_matmul,
+    "concat": emit_concat, "reshape": emit_reshape, "repeat": emit_repeat,
+}
+
+__all__ = ["EMITTERS", "TL_DTYPE", "Emitter", "Val", "emit_block"]
+
+
+def emit_block(plan: KernelPlan, sources: list, interpret: bool = False) -> Emitter:
+    """Emit every op of ``plan`` (``sources``: the DevArg of each block source); the lines
+    are in ``Emitter.lines`` by op id."""
+    em = Emitter(plan, sources, interpret)
+    for op in plan.order:
+        em.cur = []
+        em.lines[op.id] = em.cur
+        if op.id in plan.dropped:
+            continue
+        fn = EMITTERS.get(op.kind)
+        if fn is None:
+            raise UnsupportedOpError(f"op {op.kind!r} (block op {op.id}): the Triton lowering has no emitter for it")
+        out = op.outputs[0]
+        info = plan.info
+        em.emit(f"# {out.label()} = {describe(op)}  tile {out.shape}"
+                + (f" (per program {info.shape(out)})" if info.shape(out) != out.shape else ""))
+        # an op of a tl.dot operand's cone reads the cone's own load of a shared tile
+        swapped = {tid: em.vals[tid] for tid, (_, ops) in plan.dot_operand_loads.items()
+                   if op.id in ops and tid in em.vals}
+        for tid in swapped:
+            em.vals[tid] = em.dup_vals[tid]
+        fn(em, op)
+        em.vals.update(swapped)
+    return em

@@ -1,0 +1,101 @@
+"""Emission of matmuls: ``tl.dot`` with fp32 accumulation where the plan says so, else a
+broadcast multiply-and-sum on the CUDA cores in fp32 (optionally left un-reduced over
+k for the accumulator to add up); a matmul of two matching concats is a sum of dots."""
+
+from __future__ import annotations
+
+from mugraph.ir import Op
+
+from .core import TL_DTYPE, Emitter, Val
+
+
+def dot_operand(em: Emitter, x: Val, contract: int) -> str:
+    """``x`` as a ``tl.dot`` operand: padding along the contracted dim zeroed, cast to the
+    storage dtype (fp32 stays fp32)."""
+    expr = em.clean_only(x, [contract])
+    if em.dtype == "bfloat16" and em.interpret:
+        # Triton's interpreter computes bf16 tl.dot wrongly (numpy has no bf16):
+        # round to bf16, then multiply exactly in fp32 — the same products.
+        return f"({expr}).to(tl.bfloat16).to(tl.float32)"
+    if em.dtype == "float32":
+        return expr if x.f32 else f"{expr}.to(tl.float32)"
+    if x.f32 or expr != x.name:
+        return f"({expr}).to({TL_DTYPE[em.dtype]})" if expr != x.name else f"{x.name}.to({TL_DTYPE[em.dtype]})"
+    return expr
+
+
+def _dot(em: Emitter, op: Op, ta, tb, a: Val, b: Val) -> str:
+    """``tl.dot`` of one pair of operands (rank 2 or 3; a batch of one as a 2-D dot)."""
+    t = op.outputs[0]
+    r = t.ndim
+    pt = em.info.padded(t)
+    ka, kb = len(a.pshape) - 1, len(b.pshape) - 2
+    ea, eb = dot_operand(em, a, ka), dot_operand(em, b, kb)
+    ea, eb = em.align(ea, len(a.pshape), r), em.align(eb, len(b.pshape), r)
+    if r == 3:
+        pa = (pt[0],) + tuple(em.info.padded(ta)[-2:])
+        pb = (pt[0],) + tuple(em.info.padded(tb)[-2:])
+        if len(a.pshape) < 3 or a.pshape[0] != pt[0]:
+            ea = f"tl.broadcast_to({ea}, {pa})"
+        if len(b.pshape) < 3 or b.pshape[0] != pt[0]:
+            eb = f"tl.broadcast_to({eb}, {pb})"
+    exact32 = em.dtype == "float32" or (em.dtype == "bfloat16" and em.interpret)
+    prec = f", input_precision=\"{em.cfg.fp32_dot}\"" if exact32 else ""
+    if r == 3 and pt[0] == 1:
+        # a batch of one: a 2-D dot (Triton's 3-D dot takes a slower path on GPU)
+        pa2, pb2 = tuple(em.info.padded(ta)[-2:]), tuple(em.info.padded(tb)[-2:])
+        ea, eb = f"tl.reshape({ea}, {pa2})", f"tl.reshape({eb}, {pb2})"
+        return f"tl.reshape(tl.dot({ea}, {eb}, out_dtype=tl.float32{prec}), {pt})"
+    return f"tl.dot({ea}, {eb}, out_dtype=tl.float32{prec})"
+
+
+def _cuda_core(em: Emitter, op: Op, a: Val, b: Val) -> str:
+    """out[.., m, n] = Σ_k a[.., m, k] · b[.., k, n] as a broadcast product over
+    (.., m, k, n) in fp32, summed over k (no padding to tl.dot's 16) — or not summed,
+    for a product the accumulator adds up un-reduced."""
+    r = op.outputs[0].ndim
+    ka, kb = len(a.pshape) - 1, len(b.pshape) - 2
+    ea = em.align(em.clean_only(a, [ka]), len(a.pshape), r)
+    eb = em.align(em.clean_only(b, [kb]), len(b.pshape), r)
+    ea = f"{ea}[{', '.join([':'] * r + ['None'])}]"
+    eb = f"{eb}[{', '.join([':'] * (r - 2) + ['None', ':', ':'])}]"
+    ea, eb = (e if x.f32 else f"({e}).to(tl.float32)" for e, x in ((ea, a), (eb, b)))
+    prod = f"{ea} * {eb}"
+    if op.id in em.info.deferred:
+        return prod  # summed over k after the loop (emit_accum, the kernel's loop block)
+    return f"tl.sum({prod}, axis={r - 1})"
+
+
+def emit_matmul(em: Emitter, op: Op) -> None:
+    """Padding of the result: rows are clean when a's rows are (and b is finite), columns
+    when b's columns are (and a is finite); batch dims are never padded by a matmul."""
+    t = op.outputs[0]
+    r = t.ndim
+    pairs = em.p.split_matmuls.get(op.id) or [tuple(op.inputs)]
+    parts = []
+    clean: set = set(range(r))
+    finite = True
+    for ta, tb in pairs:
+        a, b = em.vals[ta.id], em.vals[tb.id]
+        if op.id in em.info.dot_ops:
+            parts.append(_dot(em, op, ta, tb, a, b))
+        else:
+            parts.append(_cuda_core(em, op, a, b))
+        ca = {r - 2} if (len(a.pshape) - 2) in a.clean and b.finite else set()
+        cb = {r - 1} if (len(b.pshape) - 1) in b.clean and a.finite else set()
+        clean &= ca | cb | set(range(r - 2))
+        finite = finite and a.finite and b.finite
+    clean = {d for d in clean if d >= r - 2}
+    v = em.val(t, f32=True, clean=frozenset(clean), finite=finite)
+    if op.id not in em.info.dot_ops:
+        m, n = em.info.shape(t)[-2:]
+        why = (f"m = {m}, n = {n}: small, KernelConfig.small_mm={em.cfg.small_mm!r}"
+               if em.cfg.small_mm != "dot" and min(m, n) < 16 else "no tl.dot for this shape")
+        em.emit(f"# on the CUDA cores in fp32 ({why}): a broadcast product over (m, k, n), summed over k")
+    if op.id in em.info.deferred:
+        # the un-reduced product (.., m, k, n): the accumulator adds it up as is
+        kp = em.info.padded(op.inputs[0])[-1]
+        v.pshape = v.pshape[:-1] + (kp,) + v.pshape[-1:]
+        v.rshape = v.rshape[:-1] + (kp,) + v.rshape[-1:]
+        em.emit("# not reduced over k here: accumulated as is, summed once after the loop")
+    em.emit(f"{v.name} = {' + '.join(parts)}")

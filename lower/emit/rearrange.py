@@ -1,0 +1,77 @@
+"""Emission of the ops that rearrange elements: ``concat``, ``reshape`` and ``repeat``.
+
+Register tiles cannot be re-indexed freely, so these go through the per-program
+scratch area (the block's "shared memory"; the plan sizes it,
+:attr:`lower.plan.KernelPlan.staged`): the pieces are stored at their row-major
+offsets in the real (unpadded) layout and the result is loaded back, with barriers
+around. A reshape of unpadded tiles is a ``tl.reshape``; a repeat along unit dims a
+``tl.broadcast_to``.
+"""
+
+from __future__ import annotations
+
+from mugraph.ir import Op
+
+from .core import Emitter, Val, row_major_strides
+
+
+def _through_scratch(em: Emitter, op: Op, pieces: list[tuple[Val, list[str]]], out: Val,
+                     out_idx: list[str]) -> None:
+    """Write ``pieces`` (value, per-dim linear-index terms) into scratch, read ``out`` back."""
+    if op.id not in em.p.staged:
+        raise AssertionError(f"block op {op.id} ({op.kind}) goes through scratch the plan did not size")
+    em.emit("tl.debug_barrier()  # scratch free: earlier readers are done")
+    for v, idx in pieces:
+        masks = [em.mask_dim(v, d) for d in em.padded_dims(v)]
+        m = f", mask={' & '.join(masks)}" if masks else ""
+        em.emit(f"tl.store(scratch + {' + '.join(idx)}, {em.f32(v)}{m})")
+    em.emit("tl.debug_barrier()  # scratch written")
+    masks = [em.mask_dim(out, d) for d in em.padded_dims(out)]
+    m = f", mask={' & '.join(masks)}, other=0.0" if masks else ""
+    em.emit(f"{out.name} = tl.load(scratch + {' + '.join(out_idx)}{m})")
+
+
+def emit_concat(em: Emitter, op: Op) -> None:
+    t = op.outputs[0]
+    dim = op.attrs["dim"]
+    out = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
+    st = row_major_strides(out.rshape)
+    pieces, off = [], 0
+    for x in op.inputs:
+        v = em.vals[x.id]
+        idx = [em.r(p) if d != dim else (f"({em.r(p)} + {off})" if off else em.r(p))
+               for d, p in enumerate(v.pshape)]
+        pieces.append((v, em.terms(idx, st, t.ndim)))
+        off += v.rshape[dim]
+    out_idx = em.terms([em.r(p) for p in out.pshape], st, t.ndim)
+    _through_scratch(em, op, pieces, out, out_idx)
+
+
+def emit_reshape(em: Emitter, op: Op) -> None:
+    t = op.outputs[0]
+    x = em.vals[op.inputs[0].id]
+    if op.id not in em.p.staged:   # no padding on either side: a register reshape
+        v = em.val(t, f32=x.f32, clean=frozenset(range(t.ndim)), finite=True)
+        em.emit(f"{v.name} = tl.reshape({x.name}, {v.pshape})")
+        return
+    out = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
+    pin = em.terms([em.r(p) for p in x.pshape], row_major_strides(x.rshape), len(x.pshape))
+    pout = em.terms([em.r(p) for p in out.pshape], row_major_strides(out.rshape), t.ndim)
+    _through_scratch(em, op, [(x, pin)], out, pout)
+
+
+def emit_repeat(em: Emitter, op: Op) -> None:
+    t = op.outputs[0]
+    x = em.vals[op.inputs[0].id]
+    reps = op.attrs["reps"]
+    if op.id not in em.p.staged:   # repeats along unit dims only: a broadcast
+        dirty = {d for d, r in enumerate(reps) if r > 1}
+        v = em.val(t, f32=x.f32, clean=frozenset(x.clean - dirty), finite=x.finite)
+        em.emit(f"{v.name} = tl.broadcast_to({x.name}, {em.info.padded(t)})")
+        return
+    out = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
+    st = row_major_strides(x.rshape)
+    pin = em.terms([em.r(p) for p in x.pshape], st, len(x.pshape))
+    idx = [f"({em.r(p)} % {x.rshape[d]})" if reps[d] > 1 else em.r(p) for d, p in enumerate(out.pshape)]
+    pout = em.terms(idx, st, t.ndim)
+    _through_scratch(em, op, [(x, pin)], out, pout)

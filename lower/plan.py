@@ -1,0 +1,296 @@
+"""Kernel planning: every decision about how one block graph is lowered under one
+:class:`~lower.config.KernelConfig`, made once, before any code is written.
+
+:func:`plan` checks the config against the block and computes
+
+* the tiles (:func:`lower.tiles.analyze`: dim classes, padded extents, which matmuls
+  are ``tl.dot``, which products are accumulated un-reduced) and the schedule
+  (:func:`lower.schedule.schedule_block`: prologue, loop, epilogue) — each once;
+* the loop: μGraph iterations per program (split-K), generated-loop steps (chunk);
+* loads and staging: which loop tiles get a second load for a ``tl.dot`` operand
+  (:attr:`KernelPlan.dot_operand_loads`), which loads Triton leaves unpipelined,
+  whether the loop asks Triton to stage every load, which tiles stay in their
+  storage dtype because only tensor-core dots read them;
+* deferred sums (:attr:`KernelPlan.deferred_sums`) and the concat ∘ matmul peephole
+  (split matmuls, concats never materialized);
+* the per-program scratch area of the rearranging ops (:attr:`KernelPlan.staged`);
+* the launch geometry: grid axes, programs, the accumulators split-K programs hand
+  over, workspace buffers and tile counters (:meth:`KernelPlan.buffers`,
+  :meth:`KernelPlan.locks`).
+
+The code generator (:mod:`lower.codegen`) renders a plan; the cost model
+(:mod:`lower.cost_model`), the shared-memory estimate (:mod:`lower.memory`) and the
+tuner (:mod:`lower.profile`) read one. None of them re-derives a decision.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mugraph.ir import AXES, BlockGraph, Op, Tensor
+
+from .config import KernelConfig, KernelConfigError
+from .schedule import BlockSchedule, schedule_block
+from .tiles import ELEMENTWISE, TileInfo, analyze
+
+DEFER_SUM_REGS = 32
+"""Most fp32 registers per thread an un-reduced sum accumulator may take
+(:attr:`KernelPlan.deferred_sums`)."""
+
+COMBINES = ("kernel", "last")
+"""How split-K partial accumulators are summed (``KernelConfig.combine``)."""
+
+
+@dataclass(eq=False)
+class KernelPlan:
+    """How one block graph is lowered under one config (see the module docstring).
+
+    Tensors and ops are the block's own; sets hold op or tensor ids."""
+
+    block: BlockGraph
+    config: KernelConfig
+    info: TileInfo
+    schedule: BlockSchedule
+    consumers: dict[Tensor, list[Op]]
+    loop_ops: frozenset[int]                 # ids of the loop body's ops (accumulators included)
+    iterations: int                          # μGraph loop iterations per program (forloop / split)
+    steps: int                               # generated-loop steps per program (iterations / chunk)
+    dtype: str                               # the storage dtype (``tl.dot`` operands are cast to it)
+    deferred_sums: dict[int, int] = field(default_factory=dict)   # sum op id -> dim, reduced after the loop
+    split_matmuls: dict[int, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)  # matmul -> Σ aᵢ @ bᵢ
+    dropped: frozenset[int] = frozenset()    # concats only split matmuls read: never materialized
+    dot_cone: frozenset[int] = frozenset()   # the loop's tl.dot operand cones (every dot)
+    dot_operand_loads: dict[int, tuple[bool, set[int]]] = field(default_factory=dict)  # tiles loaded twice
+    dot_only: frozenset[int] = frozenset()   # loaded tiles only tensor-core dots read
+    loop_tiles: list[Tensor] = field(default_factory=list)          # tiles the loop loads every step
+    loop_has_dot: bool = False               # the generated loop holds a tl.dot
+    asks_staging: bool = False               # the loop is tl.range(…, num_stages=): every load staged
+    pipelined: bool = False                  # Triton software-pipelines the loop (asked or not)
+    unpipelined_loads: list[Tensor] = field(default_factory=list)   # loop tiles each step waits for
+    staged: dict[int, int] = field(default_factory=dict)            # op id -> scratch elements
+    axes: list[tuple[str, int]] = field(default_factory=list)       # program-id axes: (name, size)
+    programs: int = 1                        # programs per split (grid blocks × sub-tiles)
+    accumulators: list[Op] = field(default_factory=list)            # handed over by split-K programs
+    loop_accumulators: list[Op] = field(default_factory=list)       # updated every loop step
+
+    # -- derived views
+    @property
+    def scratch(self) -> int:
+        """fp32 elements of scratch each program needs (0: none)."""
+        return max(self.staged.values(), default=0)
+
+    @property
+    def order(self) -> list[Op]:
+        """The ops in the order their code is emitted: prologue, loop body, accumulators of
+        invariant values, the loop's accumulator updates, epilogue."""
+        sch = self.schedule
+        return (sch.prologue + [o for o in sch.loop if o.kind != "accum"] + sch.invariant_accums
+                + [o for o in sch.loop if o.kind == "accum"] + sch.epilogue)
+
+    @property
+    def combine_prologue(self) -> list[Op]:
+        """Prologue ops a separate combine kernel recomputes (those not downstream of an accumulator)."""
+        return [o for o in self.schedule.prologue if o.outputs[0].acc is None]
+
+    def partial_elements(self, acc: Op) -> int:
+        """Elements of one program's partial of accumulator ``acc`` (real extents, compact)."""
+        return math.prod(self.info.shape(acc.outputs[0]))
+
+    def buffers(self, name: str) -> dict[str, int]:
+        """Workspace buffers of the kernel named ``name``: buffer name -> bytes."""
+        out = {}
+        if self.scratch:
+            out[f"{name}_scratch"] = self.scratch * 4 * self.programs * self.config.split
+        if self.config.split > 1:
+            for j, acc in enumerate(self.accumulators):
+                out[f"{name}_part{j}"] = self.config.split * self.programs * self.partial_elements(acc) * 4
+        return out
+
+    def locks(self, name: str) -> dict[str, int]:
+        """Zeroed int32 counters (one per output tile) of the ``"last"`` combine."""
+        return {f"{name}_lock": self.programs} if self.config.split > 1 and self.config.combine == "last" else {}
+
+
+def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
+    """The plan of ``block`` under ``cfg`` (default :class:`KernelConfig`); a config the
+    block cannot take raises :class:`~lower.config.KernelConfigError`."""
+    cfg = cfg or KernelConfig()
+    _check(block, cfg)
+    sch = schedule_block(block)
+    loop = frozenset(o.id for o in sch.loop)
+    info = analyze(block, loop, dict(cfg.sub), chunk=cfg.chunk, small_mm=cfg.small_mm)
+    iterations = block.forloop // max(1, cfg.split)
+    p = KernelPlan(block, cfg, info, sch, block.consumers(), loop, iterations, iterations // max(1, cfg.chunk),
+                   block.savers[0].tensor.dtype if block.savers else "float16")
+    p.deferred_sums = _deferred_sums(p) if cfg.defer_sums else {}
+    p.split_matmuls, p.dropped = _split_matmuls(p)
+    p.dot_cone = frozenset(_dot_cones(p)[0])
+    p.dot_operand_loads = (_dot_operand_loads(p, frozenset(p.split_matmuls) | p.dropped) if cfg.split_loads
+                           else {})
+    p.dot_only = frozenset(t.id for t in block.tensors if t.op.kind == "iterator" and _dot_only(p, t))
+    p.loop_tiles = [t for t in block.tensors if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None
+                    and t.op.id in loop]
+    looped = block.forloop > 1 and cfg.num_stages > 1
+    p.loop_has_dot = block.forloop > 1 and any(o.id in info.dot_ops for o in sch.loop)
+    p.asks_staging = looped and (cfg.stage_all_loads or (cfg.small_mm != "dot" and not p.loop_has_dot))
+    p.pipelined = looped and (p.loop_has_dot or p.asks_staging)
+    p.unpipelined_loads = _unpipelined_loads(p) if looped and not p.asks_staging else []
+    p.staged = _staged(p)
+    p.axes = ([(f"b{AXES[a]}", g) for a, g in enumerate(block.grid) if g > 1]
+              + [(f"s{c}", r) for c, r in sorted(info.split.items())])
+    p.programs = math.prod(g for _, g in p.axes)
+    p.accumulators = [op for op in sch.loop + sch.invariant_accums if op.kind == "accum"]
+    p.loop_accumulators = [op for op in sch.loop if op.kind == "accum"]
+    return p
+
+
+def _check(block: BlockGraph, cfg: KernelConfig) -> None:
+    if cfg.split > 1 and (block.forloop % cfg.split or block.forloop == 1):
+        raise KernelConfigError(f"split {cfg.split} must divide forloop {block.forloop}")
+    if cfg.chunk > 1 and (block.forloop // max(1, cfg.split)) % cfg.chunk:
+        raise KernelConfigError(f"chunk {cfg.chunk} must divide forloop/split {block.forloop}/{cfg.split}")
+    if cfg.combine not in COMBINES:
+        raise KernelConfigError(f"combine must be 'kernel' or 'last', got {cfg.combine!r}")
+
+
+def _deferred_sums(p: KernelPlan) -> dict[int, int]:
+    """``sum`` ops of the loop body whose only use is an accumulator (sum op id -> dim).
+
+    Σ_steps Σ_dim x = Σ_dim Σ_steps x: such a sum can add up the un-reduced tile and
+    reduce once after the loop. Reducing every step costs a cross-warp exchange and a
+    barrier per step when warps split the summed dim, which stalls the software-pipelined
+    loads (rmsnorm_matmul's Σx² beside its matmul). Only while the tile stays within
+    :data:`DEFER_SUM_REGS` fp32 registers per thread."""
+    block, info = p.block, p.info
+    if block.forloop <= 1:
+        return {}
+    saved = [sv.tensor for sv in block.savers]
+    out = {}
+    for op in p.schedule.loop:
+        if op.kind != "sum":
+            continue
+        x, t = op.inputs[0], op.outputs[0]
+        users = p.consumers.get(t, [])
+        d = op.attrs["dim"]
+        if (len(users) != 1 or users[0].kind != "accum" or users[0].id not in p.loop_ops
+                or info.shape(x)[d] == 1 or t in saved):
+            continue
+        if math.prod(info.padded(x)) <= DEFER_SUM_REGS * 32 * p.config.num_warps:
+            out[op.id] = d
+    return out
+
+
+def _split_matmuls(p: KernelPlan) -> tuple[dict[int, list], frozenset[int]]:
+    """The concat ∘ matmul peephole (pairs found by :func:`lower.tiles.analyze`): matmuls
+    lowered as Σᵢ aᵢ @ bᵢ, and the concats whose only users are such matmuls (never
+    materialized)."""
+    info = p.info
+    pairs = {k: v for k, v in info.pairs.items() if k in info.dot_ops}
+    saved = {sv.tensor for sv in p.block.savers}
+    dropped = set()
+    for op in p.block.ops:
+        if op.kind == "concat":
+            users = p.consumers[op.outputs[0]]
+            if users and all(u.id in pairs for u in users) and op.outputs[0] not in saved:
+                dropped.add(op.id)
+    return pairs, frozenset(dropped)
+
+
+def _dot_cones(p: KernelPlan, skip: frozenset[int] = frozenset()) -> tuple[set[int], list[Tensor]]:
+    """The loop's ``tl.dot`` operand cones: (ids of the dots and of the element-wise loop ops
+    that make an operand and nothing else, the loop tiles at the cones' leaves).
+    Matmuls in ``skip`` (split concats) are left out."""
+    loop, cons = p.loop_ops, p.consumers
+    dots = [op for op in p.block.ops
+            if op.kind == "matmul" and op.id in p.info.dot_ops and op.id not in skip and op.id in loop]
+    cone: set[int] = {op.id for op in dots}   # the cones of every operand of every such dot
+    leaves: list[Tensor] = []
+    for op in dots:
+        for operand in op.inputs:
+            stack = [operand]
+            while stack:
+                t = stack.pop()
+                src = t.op
+                if src.kind == "iterator":
+                    leaves.append(t)
+                elif (src.kind in ELEMENTWISE and src.id in loop
+                      and all(c.id in cone or c.id == op.id for c in cons[t])):
+                    cone.add(src.id)
+                    stack += list(src.inputs)
+    return cone, list(dict.fromkeys(leaves))
+
+
+def _dot_operand_loads(p: KernelPlan, skip: frozenset[int]) -> dict[int, tuple[bool, set[int]]]:
+    """Loop-loaded tiles that feed a ``tl.dot`` operand *and* other ops: tensor id ->
+    (the operand's cone computes in fp32, ids of the cone's ops that read the tile).
+
+    The cone of an operand is the dot and the element-wise ops that make the operand
+    and nothing else. Triton computes the cone in the dot-operand layout; a tile also
+    used outside it (rmsnorm_matmul's X: the matmul's x·g and the Σx²) is then
+    converted between layouts every step, through shared memory with a barrier
+    (H100: rmsnorm_matmul with the Σx² 27.5 μs at 2 warps, without 19.3). Loading it
+    once per layout is cheaper. Matmuls in ``skip`` (split concats) are left alone."""
+    if p.block.forloop <= 1:
+        return {}
+    cone, leaves = _dot_cones(p, skip)
+    dots = {op.id for op in p.block.ops if op.id in cone and op.kind == "matmul"}
+    out: dict[int, tuple[bool, set[int]]] = {}
+    for t in leaves:
+        inside = {c.id for c in p.consumers[t] if c.id in cone}
+        if t.op.attrs["fmap"] is not None and inside and any(c.id not in cone for c in p.consumers[t]):
+            out[t.id] = (any(i not in dots for i in inside), inside)
+    return out
+
+
+def _dot_only(p: KernelPlan, t: Tensor) -> bool:
+    """``t`` feeds tensor-core dots only (directly or through a dropped concat): it is
+    kept in its storage dtype, which is what ``tl.dot`` takes."""
+    def dot(op: Op) -> bool:
+        return op.kind == "matmul" and op.id in p.info.dot_ops
+
+    for c in p.consumers[t]:
+        if c.id in p.dropped:
+            if not all(dot(u) for u in p.consumers[c.outputs[0]]):
+                return False
+        elif not dot(c):
+            return False
+    return bool(p.consumers[t])
+
+
+def _unpipelined_loads(p: KernelPlan) -> list[Tensor]:
+    """Loop tiles whose loads Triton does *not* software-pipeline: each step of the loop
+    waits a full memory round trip for them.
+
+    Triton (3.6, 3.9) stages, unasked, only the loads of a loop that feed a ``tl.dot``
+    operand (through its element-wise cone); a tile with any other use is loaded
+    synchronously — with split loads it gets a second, staged load for the cone, but the
+    first one still waits. Asked (``tl.range(…, num_stages=)``: ``stage_all_loads``, and
+    the dot-free loops of the ``"v"``/``"va"`` lowerings) it stages every load. (Called
+    only for a loop with stages that does not ask.)"""
+    if not p.loop_has_dot:
+        return list(p.loop_tiles)
+    return [t for t in p.loop_tiles if any(c.id not in p.dot_cone for c in p.consumers[t])]
+
+
+def _staged(p: KernelPlan) -> dict[int, int]:
+    """Ops that rearrange elements through the per-program scratch area -> the fp32
+    elements they need: concats (but those never materialized), reshapes of padded
+    tiles, repeats of dims longer than 1."""
+    info = p.info
+    out = {}
+    for op in p.block.ops:
+        if op.id in p.dropped:
+            continue
+        t = op.outputs[0] if op.outputs else None
+        if op.kind == "concat":
+            out[op.id] = math.prod(info.shape(t))
+        elif op.kind == "reshape":
+            x = op.inputs[0]
+            if not (info.padded(x) == info.shape(x) and info.padded(t) == info.shape(t)):
+                out[op.id] = math.prod(info.shape(t))
+        elif op.kind == "repeat":
+            x = op.inputs[0]
+            if not all(r == 1 or info.shape(x)[d] == 1 for d, r in enumerate(op.attrs["reps"])):
+                out[op.id] = math.prod(info.shape(x))
+    return out
