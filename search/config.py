@@ -44,9 +44,14 @@ class SearchConfig:
     egraph_time_limit: float = 60.0
     z3_timeout_ms: int = 200
     distribute: str = "factor"
-    #: driver
+    #: driver: ``workers`` tasks at once on ``executor`` — "processes" (local worker
+    #: processes), "serial" (in this process) or "ray" (a Ray cluster: ``ray_address``, or
+    #: the one ``ray.init()`` finds or starts); the choice never changes the result
     workers: int = 2
-    time_limit: Optional[float] = None
+    executor: str = "processes"
+    ray_address: Optional[str] = None
+    #: seconds for the whole search (it stops earlier when the space is exhausted); None: no limit
+    time_limit: Optional[float] = 300.0
     seed: int = 0
     checkpoint: Optional[str] = None
     progress: bool = True
@@ -93,7 +98,7 @@ class SearchConfig:
     def key(self) -> dict:
         """The fields that change the search's result (checkpoints must match them)."""
         d = self.to_json()
-        for k in ("workers", "time_limit", "checkpoint", "progress", "verify_reserve"):
+        for k in ("workers", "executor", "ray_address", "time_limit", "checkpoint", "progress", "verify_reserve"):
             d.pop(k)
         return d
 
