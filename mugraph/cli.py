@@ -140,8 +140,8 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
     except (KeyboardInterrupt, Interrupted) as e:
         _interrupted(str(e) if isinstance(e, Interrupted) else "interrupted")
     if opt.report.get("interrupted"):
-        _interrupted("interrupted: the result above is the best μGraph verified so far (not cached; "
-                     "rerun to resume the search)")
+        resume = f"; rerun to resume the search from {opt.report['checkpoint']}" if opt.report.get("checkpoint") else ""
+        _interrupted(f"interrupted: the result above is the best μGraph verified so far (not cached{resume})")
 
 
 def _interrupted(line: str) -> None:

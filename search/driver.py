@@ -373,7 +373,8 @@ class _Run:
             "interrupted": self.interrupted,
             #: tasks whose worker died twice or that raised: [{"task", "spec", "error"}]
             "failed_tasks": self.failed,
-            #: every worker lost while holding a task: [{"task", "spec", "error", "retried"}]
+            #: every worker lost while holding a task: [{"task", "spec", "error", "retried"}], or
+            #: a verification: [{"verify": candidate rank, "error", "retried": False}]
             "worker_failures": self.worker_failures,
             #: tasks still running when the time limit's grace ran out (their workers terminated)
             "tasks_cut": self.tasks_cut,
@@ -506,6 +507,8 @@ class _ExecutorVerdicts:
             for out in ex.wait(run._tick()):
                 if out.value is None:
                     run._note(f"verification of candidate {out.index} failed: {out.error}")
+                    if out.died:
+                        run.worker_failures.append({"verify": out.index, "error": out.error, "retried": False})
                 self.answers[out.index] = None if out.value is None else out.value["verdict"]
             run._refresh()
         return self.answers.pop(pos)

@@ -164,11 +164,31 @@ def _main_module_hidden():
             sys.modules["__main__"] = main
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored while a process is forked and exec'd: the child starts with SIGINT
+    ignored (an ignored signal stays ignored across exec, and Python then installs no
+    KeyboardInterrupt handler), so a Ctrl-C that reaches the whole process group while it
+    imports cannot print a traceback from it. Only the main thread may change handlers;
+    elsewhere this does nothing (the worker ignores SIGINT once it runs)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
 def _start_context():
-    methods = mp.get_all_start_methods()
-    if "forkserver" in methods:
+    if "forkserver" in mp.get_all_start_methods():
+        from multiprocessing import forkserver
+
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["search.worker"])
+        with _sigint_ignored(), _main_module_hidden():
+            forkserver.ensure_running()  # fork + exec only: the server imports on its own
         return ctx
     return mp.get_context("spawn")
 
@@ -178,20 +198,22 @@ def _process_main(conn, parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
     try:
-        conn.send(("hello", os.getpid()))
-        msg = conn.recv()
+        _serve(conn)
+    except (EOFError, OSError):
+        return  # the driver closed the pipe (it is done, or gone): nothing to report to
+
+
+def _serve(conn) -> None:
+    conn.send(("hello", os.getpid()))
+    msg = conn.recv()
+    try:
         state = WorkerState(msg[1])
-    except EOFError:
-        return
     except Exception as e:  # noqa: BLE001 - reported to the driver, which names it
         conn.send(("init_failed", one_line(e)))
         return
     conn.send(("ready", os.getpid()))
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return
+        msg = conn.recv()
         if msg[0] == "stop":
             return
         _, index, payload = msg
@@ -236,7 +258,7 @@ class ProcessExecutor:
 
     def __init__(self, workers: int) -> None:
         self.capacity = max(1, workers)
-        self._ctx = _start_context()
+        self._ctx: Any = None
         self._procs: list[_Proc] = []
         self._shared: Optional[dict] = None
         self._deaths_before_ready = 0
@@ -246,6 +268,7 @@ class ProcessExecutor:
 
     def start(self, shared: dict[str, Any]) -> None:
         self._shared = shared  # workers start on demand, at their first payload
+        self._ctx = _start_context()
 
     def idle(self) -> int:
         return self.capacity - len(self.busy())
@@ -263,8 +286,12 @@ class ProcessExecutor:
         parent, child = self._ctx.Pipe()
         p = self._ctx.Process(target=_process_main, args=(child, os.getpid()), daemon=True,
                               name="mugraph-search-worker")
-        with _main_module_hidden():
-            p.start()
+        if self._ctx.get_start_method() == "forkserver":
+            with _main_module_hidden():
+                p.start()  # the server forks it; it starts with the server's SIGINT disposition
+        else:
+            with _sigint_ignored(), _main_module_hidden():
+                p.start()
         child.close()
         w = _Proc(p, parent)
         w.started = time.monotonic()  # type: ignore[attr-defined]
@@ -289,8 +316,8 @@ class ProcessExecutor:
             if w.conn in ready:
                 self._receive(w, out)
             if w.proc.sentinel in ready or not w.proc.is_alive():
-                while self._poll(w):
-                    self._receive(w, out)
+                while self._poll(w) and self._receive(w, out):
+                    pass  # what it sent before it died
                 self._bury(w, out)
         return out
 
@@ -301,11 +328,12 @@ class ProcessExecutor:
         except (OSError, ValueError):
             return False
 
-    def _receive(self, w: _Proc, out: list[Outcome]) -> None:
+    def _receive(self, w: _Proc, out: list[Outcome]) -> bool:
+        """Handle one message from ``w``; False when there is none (the pipe is closed)."""
         try:
             msg = w.conn.recv()
         except (EOFError, OSError, ValueError):
-            return  # the sentinel decides
+            return False  # the sentinel decides
         kind = msg[0]
         if kind == "hello":
             w.conn.send(("init", self._shared))
@@ -321,6 +349,7 @@ class ProcessExecutor:
         elif kind in ("done", "error") and msg[1] == w.task:
             out.append(Outcome(w.task, msg[2]) if kind == "done" else Outcome(w.task, error=msg[2]))
             w.task, w.payload, w.sent = None, None, False
+        return True
 
     def _bury(self, w: _Proc, out: list[Outcome]) -> None:
         w.proc.join(0.5)

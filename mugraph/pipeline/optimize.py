@@ -372,6 +372,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     elif own_checkpoint and found.complete:  # nothing left to resume; the result cache holds the answer
         Path(scfg.checkpoint).unlink(missing_ok=True)
     report = {"device": _device_name(device), "why": why, "error_bound": bound, "interrupted": interrupted,
+              "checkpoint": scfg.checkpoint if interrupted or not found.complete else None,
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "total_s": time.perf_counter() - t0, "versions": _versions()}
     return Optimized(program, best, cands, report, device)
