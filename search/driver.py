@@ -32,6 +32,7 @@ finished tasks; a rerun with the same checkpoint skips them.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
@@ -105,8 +106,14 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     return _Run(program, config or SearchConfig()).execute()
 
 
-#: the searches running in this process, outermost first (piece searches nest in a whole one)
-_ACTIVE: list["_Run"] = []
+class _Active(threading.local):
+    """The searches running in this thread, outermost first (piece searches nest in a whole one)."""
+
+    def __init__(self) -> None:
+        self.runs: list[_Run] = []
+
+
+_ACTIVE = _Active()
 
 
 class _Run:
@@ -115,12 +122,12 @@ class _Run:
         self.t0 = time.perf_counter()
         now = time.monotonic()
         t_end = None if cfg.time_limit is None else now + cfg.time_limit
-        outer = _ACTIVE[-1].t_end if _ACTIVE else None
+        outer = _ACTIVE.runs[-1].t_end if _ACTIVE.runs else None
         if outer is not None:  # a piece search never outlives the search it serves
             t_end = outer if t_end is None else min(t_end, outer)
         self.t_end = t_end
         self.deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * (t_end - now))
-        self.nested = bool(_ACTIVE)
+        self.nested = bool(_ACTIVE.runs)
         if cfg.executor not in EXECUTORS:
             raise ConfigError(f"executor={cfg.executor!r}: use one of {', '.join(EXECUTORS)}")
         self.checker = Checker(program, cfg.verify_error, cfg.seed)
@@ -147,7 +154,7 @@ class _Run:
 
     # ------------------------------------------------------------------ flow
     def execute(self) -> SearchResult:
-        _ACTIVE.append(self)
+        _ACTIVE.runs.append(self)
         try:
             self.bar = _bar(self.cfg)
             try:
@@ -167,7 +174,7 @@ class _Run:
                 graphs, origins, verdicts, vstats = self._verify_after_interrupt(matches)
             return self._result(matches, graphs, origins, verdicts, vstats)
         finally:
-            _ACTIVE.pop()
+            _ACTIVE.runs.pop()
             self._stop_executor()
             self._save()
             if self.bar is not None:
@@ -242,26 +249,24 @@ class _Run:
         self._set_phase("search")
         attempts: Counter = Counter()
         try:
-            while todo:
-                ex = self._executor()
-                now = time.monotonic()
-                if self.deadline is not None and now > self.deadline:
+            while todo or (self.executor is not None and self.executor.busy()):
+                open_ = self.deadline is None or time.monotonic() <= self.deadline
+                if not open_ and self.executor is None:
                     break
-                while todo and ex.idle() > 0:
+                ex = self._executor()
+                if not open_:  # no more dispatch: collect what runs, until the deadline's grace is over
+                    if not ex.busy():
+                        break
+                    if self._past(self.deadline, GRACE):
+                        self.tasks_cut += len(ex.busy())
+                        self._stop_executor()
+                        break
+                while open_ and todo and ex.idle() > 0:
                     i = todo.popleft()
                     attempts[i] += 1
                     ex.submit(i, {"kind": "search", "task": self.task_json[i], "deadline": self._wall(self.deadline)})
                 for out in ex.wait(self._tick()):
-                    self._search_outcome(out, attempts, todo)
-                self._refresh()
-            # no more dispatch: collect what is running, until the deadline's grace is over
-            while self.executor is not None and self.executor.busy():
-                if self._past(self.deadline, GRACE):
-                    self.tasks_cut += len(self.executor.busy())
-                    self._stop_executor()
-                    break
-                for out in self.executor.wait(self._tick()):
-                    self._search_outcome(out, attempts, None)
+                    self._search_outcome(out, attempts, todo if open_ else None)
                 self._refresh()
         finally:
             self.search_seconds = time.perf_counter() - t_start

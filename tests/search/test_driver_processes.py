@@ -136,8 +136,9 @@ def _workers(pid: int) -> list[int]:
     return [w for s in servers for w in _children(s)]
 
 
-def _busy_workers(proc: subprocess.Popen, n: int, cpu: float = 1.0, limit: float = 60.0) -> list[int]:
-    """Wait until ``n`` workers have spent ``cpu`` seconds (started, and deep in a task)."""
+def _busy_workers(proc: subprocess.Popen, n: int, cpu: float, limit: float = 60.0) -> list[int]:
+    """Wait until ``n`` workers have spent ``cpu`` seconds (a worker forked from the server
+    is ready after a few milliseconds of its own: the rest is a task)."""
     end = time.monotonic() + limit
     while time.monotonic() < end:
         assert proc.poll() is None, proc.communicate()[1][-3000:]
@@ -152,11 +153,12 @@ def test_killed_and_stuck_workers_cannot_hold_the_result(tmp_path):
     """One worker SIGKILLed (its task retried and reported), the other SIGSTOPped (stuck for
     good): the result still arrives within the limit + 10 s."""
     (tmp_path / "s.py").write_text(GUARDED)
-    cfg = dict(bench=True, max_kernel_ops=1, max_block_ops=9, progress=False, workers=2, time_limit=20.0)
+    cfg = dict(bench=True, max_kernel_ops=1, max_block_ops=9, progress=False, workers=2, time_limit=18.0,
+               verify_reserve=0.0, max_verify=1)
     proc = subprocess.Popen([sys.executable, "s.py", json.dumps(cfg)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)
     try:
-        killed, stopped = _busy_workers(proc, 2)
+        killed, stopped = _busy_workers(proc, 2, cpu=0.3)
         os.kill(killed, signal.SIGKILL)
         os.kill(stopped, signal.SIGSTOP)
         out, err = proc.communicate(timeout=cfg["time_limit"] + 60)
@@ -204,7 +206,7 @@ def test_sigint_returns_best_so_far_and_a_rerun_resumes(tmp_path):
     assert 0 < saved < r["stats"]["tasks"]
     assert r["stats"]["tasks_done"] == saved  # every finished task is in the checkpoint
     # the rerun starts from the checkpoint (a short limit: it need not finish)
-    again = _run(["s.py"], {**cfg, "time_limit": 8.0}, tmp_path)
+    again = _run(["s.py"], {**cfg, "time_limit": 5.0}, tmp_path)
     assert again["stats"]["tasks_resumed"] == saved and again["stats"]["tasks_done"] >= saved
     assert not again["stats"]["interrupted"]
 
