@@ -67,9 +67,10 @@ def main() -> None:
         import ray
 
         if args.ray_address:
-            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False)
+            ray.init(address=args.ray_address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
         else:
-            ray.init(num_cpus=max(args.workers), include_dashboard=False, log_to_driver=False)
+            ray.init(num_cpus=max(args.workers), include_dashboard=False, log_to_driver=False,
+                     logging_level="ERROR")
     if args.warmup:
         for ex in args.executors:
             search.run(p, search.SearchConfig(max_kernel_ops=1, max_block_ops=2, workers=1, executor=ex,

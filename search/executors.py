@@ -433,6 +433,11 @@ class RayExecutor:
             except (ConnectionError, RuntimeError, ValueError) as e:
                 raise ConfigError(f"ray_address={self._address!r}: cannot connect to a Ray cluster "
                                   f"({one_line(e)})") from None
+        # one CPU per actor: more actors than the cluster has CPUs would never be scheduled, and
+        # the tasks handed to them would wait for ever (without a time limit)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        if cpus >= 1:
+            self.capacity = min(self.capacity, cpus)
         self._shared_ref = ray.put(shared)
         self._cls = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(_RayWorker)
 

@@ -74,3 +74,9 @@ def test_lost_actor_is_a_death_not_an_error(cluster):
         assert out[0].value is not None
     finally:
         ex.close()
+
+
+def test_more_workers_than_cluster_cpus_still_finish(cluster):
+    """Actors beyond the cluster's CPUs would never be scheduled: the executor uses at most that many."""
+    r = search.run(_program(), _cfg(executor="ray", workers=5, time_limit=60.0))
+    assert r.stats["complete"] and r.graph_json
