@@ -135,10 +135,14 @@ def verify(ref: str, cand: str, error: float, seed: int | None) -> None:
 
 def _search_options(f):
     for opt in reversed([
-        click.option("--time-limit", type=float, default=None, help="Search time limit in seconds."),
+        click.option("--time-limit", type=float, default=None,
+                     help="Search time limit in seconds (default 300; the search ends earlier when its space "
+                          "is exhausted)."),
         click.option("--max-block-ops", type=int, default=None, help="Most ops in one block graph."),
         click.option("--max-kernel-ops", type=int, default=None, help="Most ops in the kernel graph."),
-        click.option("--workers", type=int, default=None, help="Search processes."),
+        click.option("--workers", type=int, default=None, help="Search workers (default 2)."),
+        click.option("--executor", type=click.Choice(["processes", "serial", "ray"]), default=None,
+                     help="Where search tasks run (default processes; ray: pip install 'mugraph[ray]')."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--cache-dir", default=None, help="Result cache (default ~/.cache/mugraph)."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
@@ -147,11 +151,11 @@ def _search_options(f):
     return f
 
 
-def _config(time_limit, max_block_ops, max_kernel_ops, workers):
+def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None):
     from .pipeline import OptimizeConfig
 
     s = {k: v for k, v in dict(time_limit=time_limit, max_block_ops=max_block_ops, max_kernel_ops=max_kernel_ops,
-                                 workers=workers).items() if v is not None}
+                                 workers=workers, executor=executor).items() if v is not None}
     return OptimizeConfig(search=s)
 
 
@@ -162,22 +166,34 @@ def _config(time_limit, max_block_ops, max_kernel_ops, workers):
 @click.option("--out", default=None, help="Save the result (JSON) here; reload it with mg.load.")
 @click.option("--source", "show_source", is_flag=True, help="Print the generated Triton source.")
 @_search_options
-def optimize(file, name, device, out, show_source, time_limit, max_block_ops, max_kernel_ops, workers, seed,
-             cache_dir, no_cache) -> None:
+def optimize(file, name, device, out, show_source, time_limit, max_block_ops, max_kernel_ops, workers, executor,
+             seed, cache_dir, no_cache) -> None:
     """Superoptimize the Lax program FILE defines (.py that builds it, or a saved .json)."""
     from .loading import graph_from_file
-    from .pipeline import superoptimize
+    from .pipeline import Interrupted, superoptimize
 
     _out_file(out, "--out")
-    p = graph_from_file(file, name)
-    opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers), device=device,
-                        cache_dir=False if no_cache else cache_dir, seed=seed)
-    click.echo(str(opt.graph))
-    click.echo(opt.summary())
-    if show_source:
-        click.echo(opt.triton_source())
-    if out:
-        click.echo(f"saved {opt.save(out)}")
+    try:
+        p = graph_from_file(file, name)
+        opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers, executor), device=device,
+                            cache_dir=False if no_cache else cache_dir, seed=seed)
+        click.echo(str(opt.graph))
+        click.echo(opt.summary())
+        if out:
+            click.echo(f"saved {opt.save(out)}")
+        if show_source and not opt.report.get("interrupted"):
+            click.echo(opt.triton_source())
+    except (KeyboardInterrupt, Interrupted) as e:
+        _interrupted(str(e) if isinstance(e, Interrupted) else "interrupted")
+    if opt.report.get("interrupted"):
+        resume = f"; rerun to resume the search from {opt.report['checkpoint']}" if opt.report.get("checkpoint") else ""
+        _interrupted(f"interrupted: the result above is the best μGraph verified so far (not cached{resume})")
+
+
+def _interrupted(line: str) -> None:
+    """Ctrl-C: one line on stderr and exit status 130 (128 + SIGINT), as shells report it."""
+    click.echo(line, err=True)
+    sys.exit(130)
 
 
 @main.command()
@@ -195,12 +211,12 @@ def optimize(file, name, device, out, show_source, time_limit, max_block_ops, ma
 @click.option("--tune-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Per candidate: stop trying new kernel configurations after this many seconds (default: all).")
 @_search_options
-def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers, seed,
-          cache_dir, no_cache) -> None:
+def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers,
+          executor, seed, cache_dir, no_cache) -> None:
     """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
     from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
 
-    config = _config(time_limit, max_block_ops, max_kernel_ops, workers)
+    config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
     started = []
 
     def on_row(r):

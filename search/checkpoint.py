@@ -1,10 +1,17 @@
 """Checkpoints: finished tasks and their results, so an interrupted search resumes
 without redoing work and ends with the same result.
 
-The file records the program (as JSON), the result-relevant config fields and,
-per finished task index, its verified graphs and statistics. It is rewritten
-atomically (write to a temporary file, then rename), so a kill at any moment
-leaves either the old or the new checkpoint, never a torn one.
+The file records the program (its name and a hash of its JSON), the result-relevant
+config fields (``SearchConfig.key()``) and, per finished task index, its fingerprint
+matches and statistics. It is rewritten atomically (a uniquely named temporary file in
+the same folder, then a rename), so a kill at any moment leaves either the old or the
+new checkpoint, never a torn one.
+
+A checkpoint is used only for the search it was written for: a file written for
+another program or config, of another format version, or unreadable (truncated,
+corrupt) is refused with a one-line :class:`CheckpointError` that says what differs
+and the way out — delete the file or pass another path. It is never silently ignored
+and overwritten (that would throw away another search's work).
 """
 
 from __future__ import annotations
@@ -12,32 +19,94 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
-VERSION = 1
+from mugraph.errors import CacheError
+
+VERSION = 2
+
+
+class CheckpointError(CacheError):
+    """A checkpoint file that belongs to another search, or cannot be read."""
 
 
 def fingerprint_of(program_json: dict, config_key: dict) -> str:
+    """The hash identifying a search: its program and its result-relevant config."""
     blob = json.dumps([program_json, config_key], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _program_hash(program_json: dict) -> str:
+    return hashlib.sha256(json.dumps(program_json, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class Checkpoint:
-    def __init__(self, path: str | os.PathLike, key: str) -> None:
+    """Finished tasks of one search (``done``: task index -> {"results", "stats"})."""
+
+    def __init__(self, path: str | os.PathLike, program_json: dict, config_key: dict) -> None:
         self.path = Path(path)
-        self.key = key
+        self.program_name = str(program_json.get("name", ""))
+        self.program_hash = _program_hash(program_json)
+        self.config = json.loads(json.dumps(config_key, default=str))
+        self.key = fingerprint_of(program_json, config_key)
         self.done: dict[int, dict[str, Any]] = {}
-        if self.path.exists():
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, program_json: dict, config_key: dict) -> "Checkpoint":
+        """The checkpoint at ``path`` (empty if there is no file); refuses a foreign or unreadable one."""
+        ck = cls(path, program_json, config_key)
+        if ck.path.exists():
+            ck._load()
+        return ck
+
+    def _refuse(self, why: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {self.path}: {why}; delete it or pass another checkpoint path")
+
+    def _load(self) -> None:
+        try:
             doc = json.loads(self.path.read_text())
-            if doc.get("version") == VERSION and doc.get("key") == key:
-                self.done = {int(k): v for k, v in doc["done"].items()}
+        except json.JSONDecodeError as e:
+            raise self._refuse(f"not valid JSON (truncated or corrupt at character {e.pos})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise self._refuse(f"unreadable ({type(e).__name__}: {e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != "mugraph-search-checkpoint":
+            raise self._refuse("not a mugraph search checkpoint")
+        if doc.get("version") != VERSION:
+            raise self._refuse(f"format version {doc.get('version')!r}, this mugraph writes {VERSION}")
+        if doc.get("program_hash") != self.program_hash:
+            raise self._refuse(f"written for program {doc.get('program')!r}, not for this {self.program_name!r}"
+                               if doc.get("program") != self.program_name else
+                               f"written for another program named {self.program_name!r}")
+        if doc.get("key") != self.key:
+            old = doc.get("config") if isinstance(doc.get("config"), dict) else {}
+            diff = sorted(k for k in set(old) | set(self.config) if old.get(k) != self.config.get(k))
+            what = ", ".join(f"{k}={old.get(k)!r} (now {self.config.get(k)!r})" for k in diff[:3]) or "its key"
+            raise self._refuse(f"written for another search config: {what}")
+        try:
+            done = doc["done"]
+            self.done = {int(k): {"results": list(v["results"]), "stats": dict(v["stats"])} for k, v in done.items()}
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise self._refuse(f"malformed task records ({type(e).__name__}: {e})") from None
 
     def record(self, index: int, results: list[dict], stats: dict) -> None:
         self.done[index] = {"results": results, "stats": stats}
 
     def save(self) -> None:
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text(json.dumps({"version": VERSION, "key": self.key,
-                                   "done": {str(k): v for k, v in sorted(self.done.items())}}))
-        os.replace(tmp, self.path)
+        doc = {"format": "mugraph-search-checkpoint", "version": VERSION, "key": self.key,
+               "program": self.program_name, "program_hash": self.program_hash, "config": self.config,
+               "done": {str(k): v for k, v in sorted(self.done.items())}}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump(doc, f)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def remove(self) -> None:
+        """Delete the file (a finished search's checkpoint has nothing left to resume)."""
+        self.path.unlink(missing_ok=True)

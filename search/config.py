@@ -48,9 +48,14 @@ class SearchConfig:
     egraph_time_limit: float = 60.0
     z3_timeout_ms: int = 200
     distribute: str = "factor"
-    #: driver
+    #: driver: ``workers`` tasks at once on ``executor`` — "processes" (local worker
+    #: processes), "serial" (in this process) or "ray" (a Ray cluster: ``ray_address``, or
+    #: the one ``ray.init()`` finds or starts); the choice never changes the result
     workers: int = 2
-    time_limit: Optional[float] = None
+    executor: str = "processes"
+    ray_address: Optional[str] = None
+    #: seconds for the whole search (it stops earlier when the space is exhausted); None: no limit
+    time_limit: Optional[float] = 300.0
     seed: int = 0
     checkpoint: Optional[str] = None
     progress: bool = True
@@ -104,7 +109,7 @@ class SearchConfig:
     def key(self) -> dict:
         """The fields that change the search's result (checkpoints must match them)."""
         d = self.to_json()
-        for k in ("workers", "time_limit", "checkpoint", "progress", "verify_reserve"):
+        for k in ("workers", "executor", "ray_address", "time_limit", "checkpoint", "progress", "verify_reserve"):
             d.pop(k)
         return d
 
@@ -158,6 +163,8 @@ RULES: dict[str, tuple] = {
     "compose_share": (lambda v: _num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
     "verify_error": (lambda v: _num(v) and 0 < v < 1, "a probability in (0, 1)"),
     "distribute": (lambda v: v in ("factor", "both"), "'factor' or 'both'"),
+    "executor": (lambda v: v in ("processes", "serial", "ray"), "'processes', 'serial' or 'ray'"),
+    "ray_address": (lambda v: v is None or (isinstance(v, str) and v != ""), "None or a Ray address such as 'auto'"),
     "checkpoint": (lambda v: v is None or (isinstance(v, (str, os.PathLike)) and str(v) != ""), "a file path or None"),
 }
 

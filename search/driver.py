@@ -1,31 +1,60 @@
 """The search driver: ``search.run(program, config) -> SearchResult``.
 
-The root of the search tree is split into serializable :class:`~search.enumerate.Task`
-objects (kernel-op prefixes / block-graph starts), run by a pool of worker
-processes (each builds its own oracle once). Results are merged *in task order*
-and, within a task, in DFS order, so the outcome does not depend on scheduling:
-the same seed and config give the same graphs. A checkpoint records finished
-tasks; resuming skips them. A time limit stops dispatching and lets running tasks
-stop at their deadline; the search then returns what it has verified.
+Phases, each shown on the progress bar with the time left: *oracle* (saturate the
+program's e-graph once, here), *pieces* (compositional search of deep programs),
+*search* (the enumeration: the root of the search tree split into serializable
+:class:`~search.enumerate.Task` values, run by an executor — :mod:`search.executors`),
+*split-loop* (variants of the cheapest matches) and *verify* (full verification of
+the cheapest fingerprint matches, also on the executor).
+
+Determinism. Results are merged *in task order* and, within a task, in DFS order,
+and verifications are committed in rank order, so the outcome depends neither on
+scheduling nor on the executor: the same seed and config searched to completion give
+the same graphs with ``serial``, ``processes`` and ``ray``.
+
+Time. ``time_limit`` bounds the whole call: dispatching stops ``verify_reserve``
+(at most 30 %) before the end, running tasks stop there cooperatively, and the
+verifications left get the reserve. The limit is hard for the worker executors: at
+``time_limit`` + :data:`GRACE` seconds every worker still running is terminated, so
+``run`` returns within the limit plus a few seconds whatever the workers do.
+
+Failures. A task whose worker dies is retried once, then reported in
+``stats["failed_tasks"]`` (with every death in ``stats["worker_failures"]``); a task
+that raises is reported at once, never swallowed. Both are printed on the progress
+bar as one line each.
+
+Ctrl-C. The workers are stopped, the checkpoint is saved, the cheapest fingerprint
+matches are verified in this process until one passes (a second Ctrl-C skips that),
+and the result is returned marked ``stats["interrupted"]``. A checkpoint records
+finished tasks; a rerun with the same checkpoint skips them.
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing as mp
+import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
+from mugraph.errors import ConfigError
 from mugraph.ir import KernelGraph, Program
 from mugraph.serialize import graph_from_json, graph_to_json
 
-from .checkpoint import Checkpoint, fingerprint_of
+from .check import Checker
+from .checkpoint import Checkpoint
 from .config import SearchConfig
 from .derive import composed, splits
-from .enumerate import Searcher, Task, cost_key, signature
+from .enumerate import Searcher, cost_key, signature
+from .executors import EXECUTORS, Executor, Outcome, make_executor
+from .worker import WorkerState, shared_state
+
+#: seconds past ``time_limit`` after which running workers are terminated
+GRACE = 4.0
+#: share of ``time_limit`` the e-graph saturation may take (its own limit applies too)
+ORACLE_SHARE = 0.25
 
 
 @dataclass
@@ -39,6 +68,16 @@ class SearchResult:
     @property
     def graphs(self) -> list[KernelGraph]:
         return [graph_from_json(d) for d in self.graph_json]
+
+    @property
+    def interrupted(self) -> bool:
+        """True when Ctrl-C stopped the search (the graphs are the best verified so far)."""
+        return bool(self.stats.get("interrupted"))
+
+    @property
+    def complete(self) -> bool:
+        """True when the whole space was searched (no time limit, failure or Ctrl-C cut it)."""
+        return bool(self.stats.get("complete"))
 
     def to_json(self) -> dict:
         return {"format": "mugraph-search-result", "version": 1, "program": self.program,
@@ -58,216 +97,367 @@ class SearchResult:
         return cls.from_json(json.loads(Path(path).read_text()))
 
 
-# ------------------------------------------------------------------ workers
-
-_W: dict[str, Any] = {}
-
-
-def _init_worker(program_json: dict, cfg_json: dict) -> None:
-    program = graph_from_json(program_json)
-    _W["searcher"] = Searcher(program, SearchConfig.from_json(cfg_json))
-
-
-def _run_one(args: tuple[int, list, Optional[float]]) -> tuple[int, list[dict], dict, dict]:
-    index, task_json, deadline = args
-    s: Searcher = _W["searcher"]
-    s.stats = Counter()
-    s.results = []
-    before = s.oracle.stats.as_dict()
-    prefix = _fix_attrs(tuple(_tuplify(x) for x in task_json[0]))
-    block = None if task_json[1] is None else (tuple(task_json[1][0]), task_json[1][1])
-    kops = task_json[2] if len(task_json) > 2 else None
-    s.run_task(Task(prefix, block, kops), deadline=deadline)
-    after = s.oracle.stats.as_dict()
-    odelta = {k: after[k] - before[k] for k in ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes",
-                                                "z3_calls", "z3_proofs", "seconds")}
-    timed_out = deadline is not None and time.monotonic() > deadline
-    return index, s.results, dict(s.stats), {**odelta, "timed_out": timed_out}
-
-
-def _tuplify(x):
-    if isinstance(x, list):
-        return tuple(_tuplify(y) for y in x)
-    return x
-
-
-def _fix_attrs(prefix: tuple) -> tuple:
-    """JSON turned Fractions into strings; scale/const attrs need them back."""
-    from fractions import Fraction
-    out = []
-    for spec in prefix:
-        _, kind, inputs, attrs = spec
-        attrs = tuple((k, Fraction(v) if k in ("c", "value") else v) for k, v in attrs)
-        out.append(("op", kind, tuple(inputs), attrs))
-    return tuple(out)
-
-
-# ------------------------------------------------------------------ driver
-
 def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult:
-    """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs."""
-    cfg = config or SearchConfig()
-    t0 = time.perf_counter()
-    t_end = None if cfg.time_limit is None else time.monotonic() + cfg.time_limit
-    deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * cfg.time_limit)
-    pjson = graph_to_json(program)
-    root = Searcher(program, cfg)
-    derived: list[tuple] = []
-    dstats: dict[str, Any] = {}
-    if cfg.compose:
+    """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs.
+
+    Returns within ``config.time_limit`` (default 300 s) plus a few seconds, earlier when
+    the space is exhausted. Ctrl-C returns the best verified result so far, marked
+    ``result.interrupted``."""
+    return _Run(program, config or SearchConfig()).execute()
+
+
+class _Active(threading.local):
+    """The searches running in this thread, outermost first (piece searches nest in a whole one)."""
+
+    def __init__(self) -> None:
+        self.runs: list[_Run] = []
+
+
+_ACTIVE = _Active()
+
+
+class _Run:
+    def __init__(self, program: Program, cfg: SearchConfig) -> None:
+        self.program, self.cfg = program, cfg
+        self.t0 = time.perf_counter()
+        now = time.monotonic()
+        t_end = None if cfg.time_limit is None else now + cfg.time_limit
+        outer = _ACTIVE.runs[-1].t_end if _ACTIVE.runs else None
+        if outer is not None:  # a piece search never outlives the search it serves
+            t_end = outer if t_end is None else min(t_end, outer)
+        self.t_end = t_end
+        self.deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * (t_end - now))
+        self.nested = bool(_ACTIVE.runs)
+        if cfg.executor not in EXECUTORS:
+            raise ConfigError(f"executor={cfg.executor!r}: use one of {', '.join(EXECUTORS)}")
+        self.checker = Checker(program, cfg.verify_error, cfg.seed)
+        self.root: Optional[Searcher] = None
+        self.tasks: list = []
+        self.task_json: list[list] = []
+        self.done: dict[int, tuple[list, dict, dict]] = {}
+        self.counts: Counter = Counter()
+        self.ckpt: Optional[Checkpoint] = None
+        self.executor: Optional[Executor] = None
+        self.bar = None
+        self.phase = "oracle"
+        self.interrupted = False
+        self.derived: list[tuple] = []
+        self.dstats: dict[str, Any] = {}
+        self.first_match: Optional[float] = None
+        self.phase_done: dict[int, float] = {}
+        self.failed: list[dict] = []
+        self.worker_failures: list[dict] = []
+        self.tasks_cut = 0
+        self.resumed = 0
+        self.search_seconds = 0.0
+        self.last_save = time.monotonic()
+
+    # ------------------------------------------------------------------ flow
+    def execute(self) -> SearchResult:
+        _ACTIVE.runs.append(self)
+        try:
+            self.bar = _bar(self.cfg)
+            try:
+                self._prepare()
+                self._compose()
+                self._enumerate()
+                matches = self._matches()
+                self._split(matches)
+                graphs, origins, verdicts, vstats = self._verify(matches)
+            except KeyboardInterrupt:
+                if self.nested:
+                    raise
+                self.interrupted = True
+                self._stop_executor()
+                self._save()
+                matches = self._matches()
+                graphs, origins, verdicts, vstats = self._verify_after_interrupt(matches)
+            return self._result(matches, graphs, origins, verdicts, vstats)
+        finally:
+            _ACTIVE.runs.pop()
+            self._stop_executor()
+            self._save()
+            if self.bar is not None:
+                self.bar.close()
+
+    def _set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self._refresh(force=True)
+
+    def _left(self) -> Optional[float]:
+        return None if self.t_end is None else self.t_end - time.monotonic()
+
+    # --------------------------------------------------------------- prepare
+    def _prepare(self) -> None:
+        cfg = self.cfg
+        self._set_phase("oracle")
+        ocfg = cfg
+        if cfg.time_limit is not None:  # saturation may not eat the whole limit
+            ocfg = replace(cfg, egraph_time_limit=min(cfg.egraph_time_limit, ORACLE_SHARE * cfg.time_limit))
+        self.root = Searcher(self.program, ocfg, checker=self.checker)
+        if cfg.iterative_deepening:
+            # phase k: graphs of exactly k kernel ops, so that few-kernel graphs come first;
+            # within a phase, tasks starting with a graph-defined op (one mapping each, small)
+            # before those starting with a pre-defined op (each holds a whole sub-search)
+            self.tasks = [t for k in range(1, cfg.max_kernel_ops + 1)
+                          for t in sorted(self.root.root_tasks(k), key=lambda t: t.block is None)]
+        else:
+            self.tasks = self.root.root_tasks()
+        self.task_json = [t.to_json() for t in self.tasks]
+        if cfg.checkpoint:
+            self.ckpt = Checkpoint.open(cfg.checkpoint, graph_to_json(self.program), cfg.key())
+            for i, rec in self.ckpt.done.items():
+                if i < len(self.tasks):
+                    self.resumed += 1
+                    self._record(i, rec["results"], rec["stats"].get("search", {}), rec["stats"].get("oracle", {}),
+                                 save=False)
+        if self.bar is not None:
+            self.bar.reset(total=len(self.tasks))
+            self.bar.update(len(self.done))
+
+    def _compose(self) -> None:
+        if not self.cfg.compose:
+            return
         # deep programs: pieces first (a share of the time; 60 s without a limit), then the
         # whole-program enumeration. Piece searches stop on their time share, so with a tight
         # limit what they propose can depend on the machine's speed (not on scheduling);
         # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
-        budget = 60.0 if deadline is None else cfg.compose_share * (deadline - time.monotonic())
-        derived += composed(program, cfg, budget, root.checker, dstats)
-    if cfg.iterative_deepening:
-        # phase k: graphs of exactly k kernel ops, so that few-kernel graphs come first;
-        # within a phase, tasks starting with a graph-defined op (one mapping each, small)
-        # before those starting with a pre-defined op (each holds a whole sub-search)
-        tasks = [t for k in range(1, cfg.max_kernel_ops + 1)
-                 for t in sorted(root.root_tasks(k), key=lambda t: t.block is None)]
-    else:
-        tasks = root.root_tasks()
-    task_json = [t.to_json() for t in tasks]
-    ckpt = Checkpoint(cfg.checkpoint, fingerprint_of(pjson, cfg.key())) if cfg.checkpoint else None
-    done: dict[int, tuple[list, dict, dict]] = {}
-    if ckpt:
-        for i, rec in ckpt.done.items():
-            done[i] = (rec["results"], rec["stats"].get("search", {}), rec["stats"].get("oracle", {}))
-    todo = [i for i in range(len(tasks)) if i not in done]
-    bar = _bar(cfg, len(tasks), len(done))
-    counts: Counter = Counter()
-    for r in done.values():
-        counts.update(r[1])
-    last_save = time.monotonic()
-    interrupted = False
-    first_match: list = [None]
-    phase_of = [t.kops or 0 for t in tasks]
-    phase_left = Counter(phase_of[i] for i in todo)
-    phase_done: dict[int, float] = {}
+        self._set_phase("pieces")
+        budget = 60.0 if self.deadline is None else self.cfg.compose_share * (self.deadline - time.monotonic())
+        self.derived += composed(self.program, self.cfg, budget, self.checker, self.dstats)
 
-    def finish(i: int, res: list, st: dict, ost: dict) -> None:
-        nonlocal last_save
-        done[i] = (res, st, ost)
-        counts.update(st)
-        if res and first_match[0] is None:
-            first_match[0] = round(time.perf_counter() - t0, 3)
-        ph = phase_of[i]
-        if not ost.get("timed_out"):
-            phase_left[ph] -= 1
-            if phase_left[ph] == 0:
-                phase_done[ph] = round(time.perf_counter() - t0, 3)
-        if ckpt and not ost.get("timed_out"):
-            ckpt.record(i, res, {"search": st, "oracle": ost})
-            if time.monotonic() - last_save > 2.0:
-                ckpt.save()
-                last_save = time.monotonic()
-        if bar is not None:
-            bar.update(1)
-            bar.set_postfix(states=counts["block_states"] + counts["kernel_states"],
-                            pruned=sum(v for k, v in counts.items() if k.startswith("pruned")),
-                            cand=counts["candidates"], matches=counts["fingerprint_matches"], refresh=False)
+    # ------------------------------------------------------------- enumerate
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            cfg = self.cfg
+            assert self.root is not None
+            ex = make_executor(cfg.executor, cfg.workers, ray_address=cfg.ray_address,
+                               state=WorkerState(searcher=self.root))
+            ex.start(shared_state(self.program, cfg, self.root))
+            self.executor = ex
+        return self.executor
 
-    try:
-        if cfg.workers <= 1:
-            _W["searcher"] = root
-            for i in todo:
-                if deadline is not None and time.monotonic() > deadline:
+    def _stop_executor(self) -> None:
+        if self.executor is not None:
+            ex, self.executor = self.executor, None
+            ex.close()
+
+    def _enumerate(self) -> None:
+        t_start = time.perf_counter()
+        todo = deque(i for i in range(len(self.tasks)) if i not in self.done)
+        self._phase_left = Counter((self.tasks[i].kops or 0) for i in todo)
+        self._set_phase("search")
+        attempts: Counter = Counter()
+        try:
+            while todo or (self.executor is not None and self.executor.busy()):
+                open_ = self.deadline is None or time.monotonic() <= self.deadline
+                if not open_ and self.executor is None:
                     break
-                finish(*_run_one((i, task_json[i], deadline)))
-        else:
-            ctx = mp.get_context("spawn")  # fork after egglog (Rust threads) can deadlock
-            with ctx.Pool(cfg.workers, initializer=_init_worker,
-                          initargs=(pjson, cfg.to_json())) as pool:
-                for out in pool.imap_unordered(_run_one, [(i, task_json[i], deadline) for i in todo]):
-                    finish(*out)
-                    if deadline is not None and time.monotonic() > deadline + 5:
-                        pool.terminate()
+                ex = self._executor()
+                if not open_:  # no more dispatch: collect what runs, until the deadline's grace is over
+                    if not ex.busy():
                         break
-    except KeyboardInterrupt:
-        interrupted = True
-    finally:
-        search_seconds = time.perf_counter() - t0
-        if ckpt:
-            ckpt.save()
-        if bar is not None:
-            bar.close()
-    matches: list[tuple] = []
-    ostats: Counter = Counter()
-    timed_out = False
-    for i in sorted(done):
-        for j, m in enumerate(done[i][0]):
-            matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
-        ostats.update({k: v for k, v in done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
-        timed_out |= bool(done[i][2].get("timed_out"))
+                    if self._past(self.deadline, GRACE):
+                        self.tasks_cut += len(ex.busy())
+                        self._stop_executor()
+                        break
+                while open_ and todo and ex.idle() > 0:
+                    i = todo.popleft()
+                    attempts[i] += 1
+                    ex.submit(i, {"kind": "search", "task": self.task_json[i], "deadline": self._wall(self.deadline)})
+                for out in ex.wait(self._tick()):
+                    self._search_outcome(out, attempts, todo if open_ else None)
+                self._refresh()
+        finally:
+            self.search_seconds = time.perf_counter() - t_start
 
-    def propose(g: KernelGraph, origin: str) -> None:  # derived graphs rank after every task's matches
-        matches.append((tuple(cost_key(g)), len(tasks) + len(matches), 0, graph_to_json(g), signature(g), origin))
+    def _search_outcome(self, out: Outcome, attempts: Counter, todo: Optional[deque]) -> None:
+        i = out.index
+        if out.value is not None:
+            v = out.value
+            self._record(i, v["results"], v["stats"], v["oracle"])
+            return
+        spec = _describe(self.task_json[i])
+        if out.died:
+            retry = attempts[i] < 2 and todo is not None
+            self.worker_failures.append({"task": i, "spec": spec, "error": out.error, "retried": retry})
+            if retry:
+                todo.appendleft(i)
+                self._note(f"task {i} ({spec}): {out.error}; retrying it")
+                return
+        self.failed.append({"task": i, "spec": spec, "error": out.error})
+        self._note(f"task {i} ({spec}) failed: {out.error}")
 
-    for g, origin in derived:
-        propose(g, origin)
-    if cfg.split_loops:
+    def _record(self, i: int, res: list, st: dict, ost: dict, save: bool = True) -> None:
+        self.done[i] = (res, st, ost)
+        self.counts.update(st)
+        if res and self.first_match is None and save:
+            self.first_match = round(time.perf_counter() - self.t0, 3)
+        if not ost.get("timed_out") and save:
+            ph = self.tasks[i].kops or 0
+            self._phase_left[ph] -= 1
+            if self._phase_left[ph] == 0:
+                self.phase_done[ph] = round(time.perf_counter() - self.t0, 3)
+            if self.ckpt:
+                self.ckpt.record(i, res, {"search": st, "oracle": ost})
+                if time.monotonic() - self.last_save > 2.0:
+                    self._save()
+        if self.bar is not None and save:
+            self.bar.update(1)
+
+    def _save(self) -> None:
+        if self.ckpt:
+            self.ckpt.save()
+            self.last_save = time.monotonic()
+
+    # ------------------------------------------------------------- candidates
+    def _matches(self) -> list[tuple]:
+        matches: list[tuple] = []
+        for i in sorted(self.done):
+            for j, m in enumerate(self.done[i][0]):
+                matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
+        for g, origin in self.derived:  # derived graphs rank after every task's matches
+            self._propose(matches, g, origin)
+        return matches
+
+    def _propose(self, matches: list[tuple], g: KernelGraph, origin: str) -> None:
+        matches.append((tuple(cost_key(g)), len(self.tasks) + len(matches), 0, graph_to_json(g), signature(g),
+                        origin))
+
+    def _split(self, matches: list[tuple]) -> None:
+        if not self.cfg.split_loops:
+            return
+        self._set_phase("split-loop")
         ones = [graph_from_json(m[3]) for m in sorted(matches, key=lambda m: m[:3]) if m[0][0] == 1]
-        for g, origin in splits(ones[:cfg.split_sources], root.checker, dstats, t_end):
-            propose(g, origin)
-    if not cfg.verify:
-        ranked = sorted(matches, key=lambda m: m[:3])
-        graphs, origins, vstats = [m[3] for m in ranked], [m[5] for m in ranked], Counter()
-        verdicts: list = [None] * len(graphs)
-    else:
-        graphs, origins, verdicts, vstats = _verify_best(root, program, matches, cfg, t_end)
-    counts.update(vstats)
-    if cfg.max_results is not None:
-        graphs, origins, verdicts = graphs[:cfg.max_results], origins[:cfg.max_results], verdicts[:cfg.max_results]
-    o = root.oracle
-    stats = {
-        "program": program.name,
-        "wall_seconds": round(time.perf_counter() - t0, 3),
-        "tasks": len(tasks), "tasks_done": sum(1 for r in done.values() if not r[2].get("timed_out")),
-        "complete": len(done) == len(tasks) and not timed_out and not interrupted,
-        "interrupted": interrupted,
-        "search": dict(sorted(counts.items())),
-        "search_seconds": round(search_seconds, 3),
-        "first_match_seconds": first_match[0],
-        #: seconds at which every task of an iterative-deepening phase (kernel ops) had finished
-        "phase_complete_seconds": dict(sorted(phase_done.items())),
-        "fingerprint_matches_by_kernels": sorted(Counter(m[0][0] for m in matches).items()),
-        "fingerprint_matches_by_signature": dict(sorted(Counter(m[4] for m in matches).items())),
-        "oracle": {**dict(ostats), "saturated": o.saturated, "egraph_nodes": o.stats.egraph_nodes,
-                   "saturation_seconds": round(o.stats.saturation_seconds, 3),
-                   "distinct_expressions": len(o._cache)},
-        "verification": root.checker.method if cfg.verify else "fingerprint only (sub-search)",
-        "num_graphs": len(graphs),
-        #: how each returned graph was found: enumeration, composed(+fused), split-loop
-        "origins": origins,
-        #: each returned graph's Verdict (JSON) against the program, so callers need not verify again
-        "verdicts": verdicts,
-        "derived": dstats,
-        "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
-    }
-    if interrupted:
-        raise KeyboardInterrupt
-    return SearchResult(program.name, graphs, stats)
+        for g, origin in splits(ones[:self.cfg.split_sources], self.checker, self.dstats, self.t_end):
+            self._propose(matches, g, origin)
+
+    # ----------------------------------------------------------------- verify
+    def _verify(self, matches: list[tuple]) -> tuple[list[dict], list[str], list, Counter]:
+        if not self.cfg.verify:
+            ranked = sorted(matches, key=lambda m: m[:3])
+            return [m[3] for m in ranked], [m[5] for m in ranked], [None] * len(ranked), Counter()
+        self._set_phase("verify")
+        return _verify_best(_order(matches), self.cfg, len(matches), self._verdicts())
+
+    def _verify_after_interrupt(self, matches: list[tuple]) -> tuple[list[dict], list[str], list, Counter]:
+        """After Ctrl-C: the cheapest matches, in this process, until one passes (Ctrl-C again: none)."""
+        if not self.cfg.verify:
+            return [], [], [], Counter()
+        self._set_phase("verify (interrupted)")
+        try:
+            return _verify_best(_order(matches), self.cfg, len(matches), _LocalVerdicts(self), stop_after=1)
+        except KeyboardInterrupt:
+            return [], [], [], Counter({"verify_skipped_interrupt": 1})
+
+    def _verdicts(self) -> "_LocalVerdicts | _ExecutorVerdicts":
+        return _LocalVerdicts(self) if self.cfg.executor == "serial" else _ExecutorVerdicts(self)
+
+    # ---------------------------------------------------------------- result
+    def _result(self, matches, graphs, origins, verdicts, vstats) -> SearchResult:
+        cfg = self.cfg
+        self.counts.update(vstats)
+        if cfg.max_results is not None:
+            graphs, origins, verdicts = graphs[:cfg.max_results], origins[:cfg.max_results], verdicts[:cfg.max_results]
+        ostats: Counter = Counter()
+        timed_out = False
+        for i in sorted(self.done):
+            ostats.update({k: v for k, v in self.done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
+            timed_out |= bool(self.done[i][2].get("timed_out"))
+        tasks_done = sum(1 for r in self.done.values() if not r[2].get("timed_out"))
+        o = self.root.oracle if self.root is not None else None
+        stats = {
+            "program": self.program.name,
+            "wall_seconds": round(time.perf_counter() - self.t0, 3),
+            "executor": cfg.executor, "workers": cfg.workers, "time_limit": cfg.time_limit,
+            "tasks": len(self.tasks), "tasks_done": tasks_done,
+            #: tasks whose results came from the checkpoint
+            "tasks_resumed": self.resumed,
+            "complete": (self.root is not None and tasks_done == len(self.tasks) and not timed_out
+                         and not self.interrupted),
+            "interrupted": self.interrupted,
+            #: tasks whose worker died twice or that raised: [{"task", "spec", "error"}]
+            "failed_tasks": self.failed,
+            #: every worker lost while holding a task: [{"task", "spec", "error", "retried"}], or
+            #: a verification: [{"verify": candidate rank, "error", "retried": False}]
+            "worker_failures": self.worker_failures,
+            #: tasks still running when the time limit's grace ran out (their workers terminated)
+            "tasks_cut": self.tasks_cut,
+            "search": dict(sorted(self.counts.items())),
+            "search_seconds": round(self.search_seconds, 3),
+            "first_match_seconds": self.first_match,
+            #: seconds at which every task of an iterative-deepening phase (kernel ops) had finished
+            "phase_complete_seconds": dict(sorted(self.phase_done.items())),
+            "fingerprint_matches_by_kernels": sorted(Counter(m[0][0] for m in matches).items()),
+            "fingerprint_matches_by_signature": dict(sorted(Counter(m[4] for m in matches).items())),
+            "oracle": {**dict(ostats),
+                       "saturated": None if o is None else o.saturated,
+                       "egraph_nodes": None if o is None else o.stats.egraph_nodes,
+                       "saturation_seconds": None if o is None else round(o.stats.saturation_seconds, 3),
+                       "distinct_expressions": None if o is None else len(o._cache)},
+            "verification": self.checker.method if cfg.verify else "fingerprint only (sub-search)",
+            "num_graphs": len(graphs),
+            #: how each returned graph was found: enumeration, composed(+fused), split-loop
+            "origins": origins,
+            #: each returned graph's Verdict (JSON) against the program, so callers need not verify again
+            "verdicts": verdicts,
+            "derived": self.dstats,
+            "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
+        }
+        startup = getattr(self.executor, "startup_seconds", None)
+        if startup:
+            stats["worker_startup_seconds"] = startup
+        return SearchResult(self.program.name, graphs, stats)
+
+    # ------------------------------------------------------------------ misc
+    def _past(self, t: Optional[float], extra: float) -> bool:
+        return t is not None and time.monotonic() > t + extra
+
+    def _tick(self) -> float:
+        """How long one wait may block: short, so the bar's clock and the deadlines stay live."""
+        return 0.5
+
+    @staticmethod
+    def _wall(t: Optional[float]) -> Optional[float]:
+        return None if t is None else time.time() + (t - time.monotonic())
+
+    def _note(self, line: str) -> None:
+        if self.bar is not None:
+            self.bar.write(f"search: {line}")
+
+    def _refresh(self, force: bool = False) -> None:
+        bar = self.bar
+        if bar is None:
+            return
+        c = self.counts
+        left = self._left()
+        bar.set_description_str(self.phase if left is None else f"{self.phase} ({max(0, left):.0f} s left)",
+                                refresh=False)
+        post = {"states": c["block_states"] + c["kernel_states"], "cand": c["candidates"],
+                "matches": c["fingerprint_matches"]}
+        if self.failed:
+            post["failed"] = len(self.failed)
+        if self.worker_failures:
+            post["lost_workers"] = len(self.worker_failures)
+        bar.set_postfix(post, refresh=False)
+        if force:
+            bar.refresh()
+        else:
+            bar.update(0)
 
 
-def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: SearchConfig,
-                 t_end: Optional[float]) -> tuple[list[dict], list[str], list[dict], Counter]:
-    """Fully verify a bounded number of fingerprint-matching candidates.
+def _describe(task_json: list) -> str:
+    """A short text of a task for messages: its first kernel op or block start."""
+    prefix, block, kops = (task_json + [None])[:3]
+    what = ",".join(op[1] for op in prefix) if prefix else ""
+    if block is not None:
+        what += (" + " if what else "") + f"block{tuple(block[0])}#{block[1]}"
+    return f"{what or 'root'} (≤{kops} kernels)" if kops else (what or "root")
 
-    Candidates are ranked by :func:`~search.enumerate.cost_key` (kernels, device
-    bytes written, block ops; ties by discovery order, so the choice is
-    deterministic). For each kernel count, taking kernel signatures (``gd+gd``,
-    ``matmul+gd``, …) in turn and the cheapest of each first, up to
-    ``verify_per_kernels`` pass verification, with at most ``max_verify``
-    verifications in all (a failure — a fingerprint false positive — lets the next
-    one in). ``max_verify=None`` verifies every match.
-    """
-    st: Counter = Counter()
-    out: list[dict] = []
-    origins: list[str] = []
-    verdicts: list[dict] = []
-    # per kernel count: cheapest first, round-robin over kernel signatures (gd+gd, matmul+gd, …)
+
+def _order(matches: list[tuple]) -> list[tuple]:
+    """Matches in verification order: per kernel count, cheapest first, round-robin over
+    kernel signatures (``gd+gd``, ``matmul+gd``, …)."""
     by_sig: dict[tuple[int, str], list] = {}
     for m in sorted(matches, key=lambda m: m[:3]):
         by_sig.setdefault((m[0][0], m[4]), []).append(m)
@@ -276,41 +466,124 @@ def _verify_best(root: Searcher, program: Program, matches: list[tuple], cfg: Se
         queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0][:3])
         for r in range(max(len(q) for q in queues)):
             order.extend(q[r] for q in queues if r < len(q))
+    return order
+
+
+class _LocalVerdicts:
+    """Verdicts computed in this process, one at a time, while the time limit lasts."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+
+    def get(self, order: list[tuple], pos: int, ahead: list[int]) -> Any:
+        if self.run._past(self.run.t_end, 0.0):
+            return "time"
+        v = self.run.checker.verdict(graph_from_json(order[pos][3]))
+        return None if v is None else v.to_json()
+
+
+class _ExecutorVerdicts:
+    """Verdicts from the executor's workers: the candidates a sequential pass may verify
+    next are dispatched ahead (as many as there are idle workers) and committed in rank
+    order by :func:`_verify_best`, so the outcome is the sequential one. Nothing is
+    dispatched after the time limit; workers still verifying :data:`GRACE` seconds
+    after it are terminated."""
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        self.answers: dict[int, Any] = {}
+        self.sent: set[int] = set()
+
+    def get(self, order: list[tuple], pos: int, ahead: list[int]) -> Any:
+        run = self.run
+        while pos not in self.answers:
+            if run._past(run.t_end, 0.0) and pos not in self.sent:
+                return "time"
+            if run._past(run.t_end, GRACE):
+                run._stop_executor()
+                return "time"
+            ex = run._executor()
+            for q in ahead:
+                if ex.idle() <= 0:
+                    break
+                if q not in self.sent and not run._past(run.t_end, 0.0):
+                    self.sent.add(q)
+                    ex.submit(q, {"kind": "verify", "graph": order[q][3]})
+            for out in ex.wait(run._tick()):
+                if out.value is None:
+                    run._note(f"verification of candidate {out.index} failed: {out.error}")
+                    if out.died:
+                        run.worker_failures.append({"verify": out.index, "error": out.error, "retried": False})
+                self.answers[out.index] = None if out.value is None else out.value["verdict"]
+            run._refresh()
+        return self.answers.pop(pos)
+
+
+def _verify_best(order: list[tuple], cfg: SearchConfig, n_matches: int, verdicts_of,
+                 stop_after: Optional[int] = None) -> tuple[list[dict], list[str], list[dict], Counter]:
+    """Fully verify a bounded number of fingerprint-matching candidates.
+
+    Candidates come in :func:`_order` (ranked by :func:`~search.enumerate.cost_key`:
+    kernels, estimated time, shared memory, block ops; ties by discovery order, so the
+    choice is deterministic). For each kernel count, up to ``verify_per_kernels`` pass
+    verification, with at most ``max_verify`` verifications in all (a failure — a
+    fingerprint false positive — lets the next one in); ``max_verify=None`` verifies
+    every match. ``verdicts_of.get(order, pos, ahead)`` answers position ``pos`` (the
+    verdict's JSON, None when the verifier could not evaluate it, or ``"time"`` when the
+    limit ran out first); ``ahead`` lists the positions this pass may verify next,
+    ``pos`` first, for sources that work on several at once. ``stop_after``: stop once
+    that many passed.
+    """
+    st: Counter = Counter()
+    out: list[dict] = []
+    origins: list[str] = []
+    verdicts: list[dict] = []
     passed: Counter = Counter()
     tried = 0
-    for m in order:
-        cost, gj = m[0], m[3]
+
+    def needed(q: int) -> bool:
+        return cfg.max_verify is None or passed[order[q][0][0]] < cfg.verify_per_kernels
+
+    for pos in range(len(order)):
+        if stop_after is not None and len(out) >= stop_after:
+            break
         if cfg.max_verify is not None and tried >= cfg.max_verify:
             break
-        if cfg.max_verify is not None and passed[cost[0]] >= cfg.verify_per_kernels:
+        if not needed(pos):
             continue
-        if out and t_end is not None and time.monotonic() > t_end:
+        budget = None if cfg.max_verify is None else cfg.max_verify - tried
+        ahead = [q for q in range(pos, len(order)) if needed(q)][:budget]
+        v = verdicts_of.get(order, pos, ahead)
+        if v == "time":
             st["verify_skipped_time"] += 1
             continue
         tried += 1
         st["verifications"] += 1
-        g = graph_from_json(gj)
-        v = root.checker.verdict(g)
-        if v is not None and v.equivalent:
+        if v is not None and v.get("equivalent"):
+            m = order[pos]
             st["verified"] += 1
             if cfg.thread_graphs:
-                st["thread_graphs"] += sum(len(op.attrs["block"].thread_graphs)
-                                           for op in g.ops if op.kind == "graph_defined")
-            passed[cost[0]] += 1
-            out.append(gj)
+                st["thread_graphs"] += _thread_graphs(m[3])
+            passed[m[0][0]] += 1
+            out.append(m[3])
             origins.append(m[5])
-            verdicts.append(v.to_json())
+            verdicts.append(v)
         else:
             st["verify_failed"] += 1
-    st["unverified_matches"] = len(matches) - st["verifications"]
+    st["unverified_matches"] = n_matches - st["verifications"]
     return out, origins, verdicts, st
 
 
-def _bar(cfg: SearchConfig, total: int, initial: int):
+def _thread_graphs(gj: dict) -> int:
+    g = graph_from_json(gj)
+    return sum(len(op.attrs["block"].thread_graphs) for op in g.ops if op.kind == "graph_defined")
+
+
+def _bar(cfg: SearchConfig):
     if not cfg.progress:
         return None
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover
         return None
-    return tqdm(total=total, initial=initial, desc="search", unit="task", dynamic_ncols=True)
+    return tqdm(total=None, desc="oracle", unit="task", dynamic_ncols=True)

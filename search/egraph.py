@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 from egglog import bindings
 
@@ -208,6 +208,22 @@ class SaturatedEGraph:
             stack.extend(edges.get(c, ()))
         self.roots, self.reachable = roots, reach
         self.stats.nodes, self.stats.classes, self.stats.reachable = len(table), len(cls_id), len(reach)
+
+    def to_tables(self) -> dict:
+        """The exported e-graph as plain data (the hash-cons table, roots, reachable
+        classes, statistics): what a search worker needs to answer lookups, so workers
+        receive it instead of saturating the same e-graph again."""
+        return {"table": self.table, "roots": list(self.roots), "reachable": self.reachable,
+                "saturated": self.saturated, "stats": asdict(self.stats)}
+
+    @classmethod
+    def from_tables(cls, d: dict) -> "SaturatedEGraph":
+        """An e-graph rebuilt from :meth:`to_tables` (no egglog run)."""
+        g = cls.__new__(cls)
+        g.table, g.roots, g.reachable, g.saturated = d["table"], list(d["roots"]), d["reachable"], d["saturated"]
+        g.stats = EGraphStats(**d["stats"])
+        g._memo = {}
+        return g
 
     def lookup(self, t: ex.Term) -> int | None:
         """The e-class of term ``t``, or None if the e-graph does not represent it."""

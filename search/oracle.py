@@ -51,12 +51,14 @@ class SubexprOracle:
     """
 
     def __init__(self, targets: list[ex.Term], *, max_nodes: int = 2_000_000, time_limit: float = 60.0,
-                 z3_timeout_ms: int = 200, distribute: str = "factor", enabled: bool = True) -> None:
+                 z3_timeout_ms: int = 200, distribute: str = "factor", enabled: bool = True,
+                 egraph: SaturatedEGraph | None = None) -> None:
         self.targets = list(targets)
         self.enabled = enabled
         self.stats = OracleStats()
-        self.egraph = SaturatedEGraph(self.targets, max_nodes=max_nodes, time_limit=time_limit,
-                                      distribute=distribute)
+        #: ``egraph``: one already saturated for these targets (a search worker gets the driver's)
+        self.egraph = egraph or SaturatedEGraph(self.targets, max_nodes=max_nodes, time_limit=time_limit,
+                                                distribute=distribute)
         self.stats.saturation_seconds = self.egraph.stats.seconds
         self.stats.egraph_nodes = self.egraph.stats.nodes
         self.stats.saturated = self.egraph.saturated

@@ -39,6 +39,13 @@ from ..serialize import graph_from_json, graph_to_json
 log = logging.getLogger("mugraph")
 
 RESULT_VERSION = 1
+#: seconds of search when the config names no ``time_limit`` (``search.SearchConfig``'s default);
+#: verification of the search's best candidates is inside it, the float check and lowering after it
+DEFAULT_TIME_LIMIT = 300.0
+
+
+class Interrupted(MugraphError):
+    """Ctrl-C stopped ``superoptimize`` before any μGraph was verified."""
 
 
 @dataclass
@@ -46,7 +53,9 @@ class OptimizeConfig:
     """What ``superoptimize`` may spend and how sure it must be.
 
     ``search``: fields of ``search.SearchConfig`` (limits, mapping candidates,
-    workers, time limit, …). ``error``: the verifier's bound on a false accept.
+    workers, executor, time limit, …); the search's ``time_limit`` defaults to
+    :data:`DEFAULT_TIME_LIMIT` (300 s, ending earlier when the space is exhausted).
+    ``error``: the verifier's bound on a false accept.
     ``top_k``: how many candidates (by the cost model) are lowered and timed.
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
@@ -401,6 +410,16 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     and replaced, with a one-line warning on the ``mugraph`` logger.
 
     Every argument is checked before any work starts.
+
+    Time: the search takes at most ``config.search["time_limit"]`` seconds (default
+    :data:`DEFAULT_TIME_LIMIT`, 300 s; less when its space is exhausted), then each verified
+    candidate is float-checked and lowered (seconds each). With the cache on, the search is
+    checkpointed under ``cache_dir/checkpoints/`` (unless ``search.checkpoint`` names a file),
+    so a search cut short — by Ctrl-C or a crash — resumes where it stopped on the next call.
+
+    Ctrl-C returns an :class:`Optimized` built from the candidates verified so far
+    (``report["interrupted"]`` is True; it is not cached), or raises :class:`Interrupted` when
+    none was.
     """
     if not isinstance(program, KernelGraph):
         raise ArgumentTypeError(f"superoptimize: expected a mugraph Program, got {type(program).__name__}")
@@ -430,8 +449,12 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         hit = _cached(path, program, key_doc)
         if hit is not None:
             return hit
-    result = _run_pipeline(program, cfg, dev, progress, seed)
-    if path is not None:
+    ckpt_dir = None if path is None else path.parent / "checkpoints"
+    try:
+        result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir)
+    except KeyboardInterrupt:  # before the search started, or while it was setting up
+        raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified") from None
+    if path is not None and not result.report.get("interrupted"):
         _store(path, result, key_doc)
     return result
 
@@ -480,7 +503,30 @@ def load_result(path: str | Path) -> Optimized:
         raise CacheError(f"{path}: {e}") from None
 
 
-def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int) -> Optimized:
+def _checkpoint_path(folder: Path, program: Program, scfg) -> Path:
+    """The default checkpoint of a search: named by the program and a hash of what decides
+    its result (program, result-relevant config), so a rerun — with another time limit or
+    worker count too — finds it, and no other search does."""
+    from search.checkpoint import fingerprint_of
+
+    return folder / f"{safe_name(program.name, 48)}-{fingerprint_of(graph_to_json(program), scfg.key())[:24]}.ckpt.json"
+
+
+def _search(search, program: Program, scfg, own_checkpoint: bool):
+    """``search.run``; a default checkpoint that cannot be read is replaced (with a warning):
+    it is the cache's own file, and the search can only start over."""
+    try:
+        return search.run(program, scfg)
+    except search.CheckpointError as e:
+        if not own_checkpoint:
+            raise
+        log.warning("mugraph checkpoint: %s: starting the search over", str(e)[:300])
+        Path(scfg.checkpoint).unlink(missing_ok=True)
+        return search.run(program, scfg)
+
+
+def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
+                  checkpoint_dir: Path | None = None) -> Optimized:
     import lower
     import search
     import verify
@@ -488,7 +534,11 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     t0 = time.perf_counter()
     scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
                                   "verify_error": cfg.error})
-    found = search.run(program, scfg)
+    own_checkpoint = checkpoint_dir is not None and not scfg.checkpoint
+    if own_checkpoint:
+        scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
+    found = _search(search, program, scfg, own_checkpoint)
+    interrupted = found.interrupted
     t_search = time.perf_counter() - t0
     origins = found.stats.get("origins") or [""] * len(found.graphs)
     cands = [Candidate(g, "search", found_by=o) for g, o in zip(found.graphs, origins)]
@@ -496,40 +546,62 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
-    for c, vj in itertools.zip_longest(cands, found.stats.get("verdicts") or []):
-        if c.origin == "search":
-            # the search ran verify.equivalent on this very graph with the same program, error
-            # and seed; its verdict is reused (deterministic), and computed here only if absent
-            v = verify.Verdict.from_json(vj) if vj else verify.equivalent(program, c.graph, error=cfg.error,
-                                                                            seed=seed)
-            c.verified = v.to_json()
-            bound = v.error_bound if bound is None else max(bound, v.error_bound)
-            if not v.equivalent:  # the search verified it already; never ship on a disagreement
-                c.rejected = "verification failed"
-                continue
-        fr = verify.float_check(program, c.graph, dtypes=dtypes, seed=seed)
-        c.float_ok, c.float_summary = bool(fr.passed), str(fr).splitlines()[0] if str(fr) else ""
-        if not c.float_ok:
-            c.rejected = "float check failed"
-            continue
-        choice = lower.profile(c.graph, tune_configs=False)  # default configs, predicted only
-        tuned = _predict_tuned(lower, c.graph)
-        c.predicted_s = min(choice.predicted_s, tuned.predicted_s)
-        c.configs = {k: asdict(v) for k, v in (tuned if tuned.predicted_s <= choice.predicted_s
-                                               else choice).configs.items()}
+    try:
+        for c, vj in itertools.zip_longest(cands, found.stats.get("verdicts") or []):
+            bound = _check_candidate(lower, verify, program, cfg, seed, dtypes, c, vj, bound)
+    except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
+        interrupted = True
+        for c in cands:
+            if c.predicted_s is None and not c.rejected:
+                c.rejected = "not checked (interrupted)"
     alive = sorted((c for c in cands if not c.rejected), key=lambda c: c.predicted_s)
+    if interrupted and not any(c.origin == "search" for c in alive):
+        raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified"
+                          + (f"; rerun to resume the search from {scfg.checkpoint}" if scfg.checkpoint else ""))
     if not alive:
         raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification")
-    if device == "cuda":
-        best, why = _time_on_gpu(lower, program, alive, cfg.top_k)
-    else:
-        best = alive[0]
-        why = ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel configs), "
-               "not timed")
-    report = {"device": _device_name(device), "why": why, "error_bound": bound,
+    best, why = alive[0], ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel "
+                           "configs), not timed")
+    if device == "cuda" and not interrupted:
+        try:
+            best, why = _time_on_gpu(lower, program, alive, cfg.top_k)
+        except KeyboardInterrupt:
+            interrupted = True
+            why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"
+    if interrupted:
+        why += "; interrupted: the best of the candidates verified so far"
+    elif own_checkpoint and found.complete:  # nothing left to resume; the result cache holds the answer
+        Path(scfg.checkpoint).unlink(missing_ok=True)
+    report = {"device": _device_name(device), "why": why, "error_bound": bound, "interrupted": interrupted,
+              "checkpoint": scfg.checkpoint if interrupted or not found.complete else None,
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "total_s": time.perf_counter() - t0, "versions": _versions()}
     return Optimized(program, best, cands, report, device)
+
+
+def _check_candidate(lower, verify, program: Program, cfg: OptimizeConfig, seed: int, dtypes, c: Candidate,
+                     vj: dict | None, bound: float | None) -> float | None:
+    """Verdict, float check and predicted time of one candidate (``c.rejected`` says why not)."""
+    if c.origin == "search":
+        # the search ran verify.equivalent on this very graph with the same program, error
+        # and seed; its verdict is reused (deterministic), and computed here only if absent
+        v = verify.Verdict.from_json(vj) if vj else verify.equivalent(program, c.graph, error=cfg.error, seed=seed)
+        c.verified = v.to_json()
+        bound = v.error_bound if bound is None else max(bound, v.error_bound)
+        if not v.equivalent:  # the search verified it already; never ship on a disagreement
+            c.rejected = "verification failed"
+            return bound
+    fr = verify.float_check(program, c.graph, dtypes=dtypes, seed=seed)
+    c.float_ok, c.float_summary = bool(fr.passed), str(fr).splitlines()[0] if str(fr) else ""
+    if not c.float_ok:
+        c.rejected = "float check failed"
+        return bound
+    choice = lower.profile(c.graph, tune_configs=False)  # default configs, predicted only
+    tuned = _predict_tuned(lower, c.graph)
+    c.predicted_s = min(choice.predicted_s, tuned.predicted_s)
+    c.configs = {k: asdict(v) for k, v in (tuned if tuned.predicted_s <= choice.predicted_s
+                                           else choice).configs.items()}
+    return bound
 
 
 def _time_on_gpu(lower, program: KernelGraph, alive: list[Candidate], top_k: int,

@@ -1,10 +1,16 @@
-"""search.run: verified results, determinism, checkpoint/resume, JSON round trip."""
+"""search.run: verified results, determinism, checkpoint/resume (and refusal of foreign or
+corrupt checkpoints), JSON round trip, task failures, progress bar, defaults."""
 
 import json
+from collections import Counter
+
+import pytest
 
 import mugraph as mg
 import search
-from search import SearchConfig, SearchResult
+from search import CheckpointError, SearchConfig, SearchResult
+from search import driver as driver_mod
+from search.executors import Outcome, SerialExecutor
 
 
 def _program():
@@ -15,8 +21,8 @@ def _program():
 
 
 def _cfg(**kw):
-    base = dict(max_kernel_ops=1, max_block_ops=5, tile_sizes=(16,), forloop_ranges=(4,), workers=1, verify_error=1e-3,
-                progress=False)
+    base = dict(max_kernel_ops=1, max_block_ops=5, tile_sizes=(16,), forloop_ranges=(4,), executor="serial",
+                verify_error=1e-3, progress=False)
     base.update(kw)
     return SearchConfig(**base)
 
@@ -27,8 +33,9 @@ def test_finds_single_kernel_and_is_deterministic(tmp_path):
     assert a.graphs and any(g.num_kernels == 1 for g in a.graphs)
     for g in a.graphs[:3]:
         assert g.num_kernels >= 1
-    b = search.run(_program(), _cfg(workers=2))
+    b = search.run(_program(), _cfg(executor="processes", workers=2))
     assert a.graph_json == b.graph_json
+    assert b.stats["executor"] == "processes" and not b.stats["failed_tasks"] and not b.stats["worker_failures"]
     p = a.save(tmp_path / "r.json")
     c = SearchResult.load(p)
     assert c.graph_json == a.graph_json and c.stats == json.loads(json.dumps(a.stats))
@@ -83,3 +90,79 @@ def test_iterative_deepening_and_verification_budget():
     assert st["search"]["fingerprint_matches"] == sum(n for _, n in st["fingerprint_matches_by_kernels"])
     assert st["search"]["unverified_matches"] == st["search"]["fingerprint_matches"] - st["search"]["verifications"]
     assert set(st["phase_complete_seconds"]) == {1, 2}
+
+
+def test_checkpoint_of_another_program_or_config_is_refused(tmp_path):
+    ck = tmp_path / "ck.json"
+    search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=3))
+    before = ck.read_text()
+    with pytest.raises(CheckpointError, match=r"another search config: max_block_ops=3 \(now 4\).*delete it"):
+        search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=4))
+    other = mg.Program("other")
+    X = other.input("X", (8, 64)); W = other.input("W", (64, 32))
+    other.output(mg.exp(X @ W))
+    with pytest.raises(CheckpointError, match=r"written for program 'expmm', not for this 'other'"):
+        search.run(other, _cfg(checkpoint=str(ck), max_block_ops=3))
+    assert ck.read_text() == before  # refused, not overwritten
+    # what does not change the result (workers, executor, time limit) may change on resume
+    again = search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=3, time_limit=100.0))
+    assert again.stats["tasks_resumed"] == again.stats["tasks"]
+
+
+@pytest.mark.parametrize("content", ["", '{"format": "mugraph-search-checkpoint", "version": 2, "done": {"0": ',
+                                     "[1, 2]", '{"format": "mugraph-search-checkpoint", "version": 1}', "\xff\xfe"])
+def test_corrupt_checkpoint_is_one_line_error(tmp_path, content):
+    ck = tmp_path / "ck.json"
+    ck.write_bytes(content.encode("latin-1"))
+    with pytest.raises(CheckpointError) as e:
+        search.run(_program(), _cfg(checkpoint=str(ck)))
+    msg = str(e.value)
+    assert "\n" not in msg and str(ck) in msg and "delete it or pass another checkpoint path" in msg
+    assert isinstance(e.value, mg.MugraphError)
+
+
+def test_task_errors_and_lost_workers_are_reported(monkeypatch):
+    """A task that raises is reported at once; a task whose worker dies is retried once, then
+    reported; the other tasks' results are kept and the search is marked incomplete."""
+    full = search.run(_program(), _cfg())
+    calls: Counter = Counter()
+
+    class Faulty(SerialExecutor):
+        def wait(self, timeout):
+            if not self._queue:
+                return []
+            index, payload = self._queue[0]
+            calls[index] += 1
+            if index == 0:
+                self._queue.popleft()
+                return [Outcome(index, error="worker pid 1 killed by SIGKILL", died=True)]
+            if index == 1:
+                self._queue.popleft()
+                return [Outcome(index, error="ValueError: bad task")]
+            return super().wait(timeout)
+
+    monkeypatch.setattr(driver_mod, "make_executor", lambda *a, state=None, **k: Faulty(state))
+    r = search.run(_program(), _cfg())
+    st = r.stats
+    assert calls[0] == 2 and calls[1] == 1  # died: retried once; raised: not retried
+    assert [f["task"] for f in st["failed_tasks"]] == [0, 1]
+    assert "SIGKILL" in st["failed_tasks"][0]["error"] and st["failed_tasks"][1]["error"] == "ValueError: bad task"
+    assert [(w["task"], w["retried"]) for w in st["worker_failures"]] == [(0, True), (0, False)]
+    assert not st["complete"] and st["tasks_done"] == st["tasks"] - 2
+    assert full.stats["complete"] and not full.stats["failed_tasks"]
+
+
+def test_progress_bar_shows_phase_and_time_left(capsys):
+    search.run(_program(), _cfg(progress=True, time_limit=120.0, max_block_ops=3))
+    err = capsys.readouterr().err
+    assert "search (" in err and "s left)" in err and "verify (" in err
+
+
+def test_defaults_bound_the_search():
+    cfg = SearchConfig()
+    assert cfg.time_limit == 300.0 and cfg.executor == "processes"
+    from mugraph.pipeline import DEFAULT_TIME_LIMIT
+    assert DEFAULT_TIME_LIMIT == cfg.time_limit
+    assert "executor" not in cfg.key() and "time_limit" not in cfg.key()
+    with pytest.raises(mg.errors.ConfigError, match="executor='threads'"):
+        search.run(_program(), _cfg(executor="threads"))

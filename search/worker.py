@@ -1,0 +1,102 @@
+"""What a search worker does, whatever runs it (this process, a local worker process, a Ray actor).
+
+A worker is set up once from the *shared state* — plain Python data, shipped once per
+worker — and then answers *payloads* (plain JSON values), one at a time:
+
+* shared state (:func:`shared_state`): the program (μGraph JSON), the search config
+  (JSON) and the driver's saturated e-graph exported as tables
+  (:meth:`search.egraph.SaturatedEGraph.to_tables`), so no worker runs equality
+  saturation again;
+* ``{"kind": "search", "task": Task JSON, "deadline": wall-clock seconds or None}``:
+  run one root task of the enumeration (:meth:`search.enumerate.Searcher.run_task`)
+  and return its fingerprint matches and statistics;
+* ``{"kind": "verify", "graph": μGraph JSON}``: fully verify one candidate against the
+  program (:meth:`search.check.Checker.verdict`) and return the verdict's JSON.
+
+Deadlines travel as wall-clock times (``time.time()``) because a Ray cluster's nodes
+share no monotonic clock; each worker converts one to its own monotonic clock when a
+task starts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from fractions import Fraction
+from typing import Any, Optional
+
+from mugraph.ir import Program
+from mugraph.serialize import graph_from_json, graph_to_json
+
+from .config import SearchConfig
+from .egraph import SaturatedEGraph
+from .enumerate import Searcher, Task
+from .oracle import SubexprOracle
+
+#: oracle counters a task reports as deltas (the rest are properties of the e-graph)
+_ORACLE_COUNTERS = ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes", "z3_calls", "z3_proofs",
+                    "seconds")
+
+
+def shared_state(program: Program, cfg: SearchConfig, searcher: Searcher) -> dict[str, Any]:
+    """What every worker receives once: program, config and the oracle's e-graph tables."""
+    return {"program": graph_to_json(program), "config": cfg.to_json(),
+            "egraph": searcher.oracle.egraph.to_tables()}
+
+
+class WorkerState:
+    """A worker's searcher (with its oracle and checker), built once from the shared state."""
+
+    def __init__(self, shared: dict[str, Any] | None = None, searcher: Optional[Searcher] = None) -> None:
+        if searcher is None:
+            assert shared is not None
+            program = graph_from_json(shared["program"])
+            cfg = SearchConfig.from_json(shared["config"])
+            searcher = Searcher(program, cfg, oracle=_oracle(program, cfg, shared["egraph"]))
+        self.searcher = searcher
+
+    def handle(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Answer one payload (see the module docstring)."""
+        if payload["kind"] == "search":
+            return self._search(payload["task"], payload.get("deadline"))
+        if payload["kind"] == "verify":
+            v = self.searcher.checker.verdict(graph_from_json(payload["graph"]))
+            return {"verdict": None if v is None else v.to_json()}
+        raise ValueError(f"unknown payload kind {payload['kind']!r}")
+
+    def _search(self, task_json: list, deadline_wall: Optional[float]) -> dict[str, Any]:
+        s = self.searcher
+        s.stats = Counter()
+        s.results = []
+        before = s.oracle.stats.as_dict()
+        deadline = None if deadline_wall is None else time.monotonic() + (deadline_wall - time.time())
+        s.run_task(task_from_json(task_json), deadline=deadline)
+        after = s.oracle.stats.as_dict()
+        oracle = {k: after[k] - before[k] for k in _ORACLE_COUNTERS}
+        timed_out = deadline is not None and time.monotonic() > deadline
+        return {"results": s.results, "stats": dict(s.stats), "oracle": {**oracle, "timed_out": timed_out}}
+
+
+def _oracle(program: Program, cfg: SearchConfig, tables: dict) -> SubexprOracle:
+    from . import expr as ex
+
+    return SubexprOracle(ex.output_exprs(program), z3_timeout_ms=cfg.z3_timeout_ms, enabled=cfg.prune_abstract,
+                         egraph=SaturatedEGraph.from_tables(tables))
+
+
+def task_from_json(task_json: list) -> Task:
+    """The inverse of :meth:`Task.to_json` (JSON turned tuples into lists and Fractions into strings)."""
+    prefix = tuple(_prefix_op(spec) for spec in task_json[0])
+    block = None if task_json[1] is None else (tuple(task_json[1][0]), task_json[1][1])
+    kops = task_json[2] if len(task_json) > 2 else None
+    return Task(prefix, block, kops)
+
+
+def _prefix_op(spec: list) -> tuple:
+    _, kind, inputs, attrs = spec
+    attrs = tuple((k, Fraction(v) if k in ("c", "value") else _tuplify(v)) for k, v in attrs)
+    return ("op", kind, tuple(inputs), attrs)
+
+
+def _tuplify(x):
+    return tuple(_tuplify(y) for y in x) if isinstance(x, list) else x

@@ -1,0 +1,151 @@
+"""search.executors: the local process pool's failure handling, at the executor level."""
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+
+import mugraph as mg
+import search
+from search import SearchConfig, WorkerError
+from search.enumerate import Searcher
+from search.executors import ProcessExecutor, SerialExecutor, _main_module_hidden, make_executor
+from search.worker import WorkerState, shared_state
+
+
+def _program():
+    p = mg.Program("expmm")
+    X = p.input("X", (8, 64)); W = p.input("W", (64, 32)); V = p.input("V", (64, 32))
+    p.output(mg.exp(X @ W) * (X @ V))
+    return p
+
+
+def _cfg(**kw):
+    base = dict(max_kernel_ops=1, max_block_ops=5, tile_sizes=(16,), forloop_ranges=(4,), verify_error=1e-3,
+                progress=False, time_limit=None)
+    base.update(kw)
+    return SearchConfig(**base)
+
+
+@pytest.fixture(scope="module")
+def shared():
+    p, cfg = _program(), _cfg()
+    root = Searcher(p, cfg)
+    return shared_state(p, cfg, root), [t.to_json() for t in root.root_tasks(1)]
+
+
+def _collect(ex, n, limit=60.0):
+    out, end = [], time.monotonic() + limit
+    while len(out) < n and time.monotonic() < end:
+        out += ex.wait(0.5)
+    return out
+
+
+def test_process_worker_answers_like_the_serial_one(shared):
+    state, tasks = shared
+    serial, procs = SerialExecutor(), ProcessExecutor(2)
+    serial.start(state)
+    procs.start(state)
+    try:
+        for i in range(3):
+            payload = {"kind": "search", "task": tasks[i], "deadline": None}
+            serial.submit(i, payload)
+            (a,) = serial.wait(1.0)
+            procs.submit(i, payload)
+            (b,) = _collect(procs, 1)
+            assert a.index == b.index == i
+            assert a.value["results"] == b.value["results"] and a.value["stats"] == b.value["stats"]
+            assert {k: v for k, v in a.value["oracle"].items() if k != "seconds"} == \
+                {k: v for k, v in b.value["oracle"].items() if k != "seconds"}
+    finally:
+        procs.close()
+
+
+def test_task_exception_is_a_one_line_error_and_the_worker_lives_on(shared):
+    state, tasks = shared
+    ex = ProcessExecutor(1)
+    ex.start(state)
+    try:
+        ex.submit(7, {"kind": "nonsense"})
+        (o,) = _collect(ex, 1)
+        assert o.index == 7 and o.value is None and not o.died
+        assert o.error == "ValueError: unknown payload kind 'nonsense'"
+        ex.submit(8, {"kind": "search", "task": tasks[0], "deadline": None})
+        (o,) = _collect(ex, 1)
+        assert o.index == 8 and o.value is not None
+        assert len(ex._procs) == 1  # the same worker answered
+    finally:
+        ex.close()
+
+
+def test_killed_worker_gives_its_task_back_and_is_replaced(shared):
+    state, tasks = shared
+    ex = ProcessExecutor(1)
+    ex.start(state)
+    try:
+        ex.submit(0, {"kind": "search", "task": tasks[0], "deadline": None})
+        _collect(ex, 1)
+        pid = ex._procs[0].proc.pid
+        ex.submit(1, {"kind": "search", "task": tasks[1], "deadline": None})
+        os.kill(pid, signal.SIGKILL)
+        (o,) = _collect(ex, 1)
+        assert o.index == 1 and o.died and o.error == f"worker pid {pid} killed by SIGKILL"
+        assert ex.busy() == [] and ex.idle() == 1
+        ex.submit(1, {"kind": "search", "task": tasks[1], "deadline": None})
+        (o,) = _collect(ex, 1)
+        assert o.value is not None and ex._procs[0].proc.pid != pid
+    finally:
+        ex.close()
+
+
+def test_close_ends_a_stuck_worker_at_once(shared):
+    state, tasks = shared
+    ex = ProcessExecutor(1)
+    ex.start(state)
+    ex.submit(0, {"kind": "search", "task": tasks[0], "deadline": None})
+    _collect(ex, 1)
+    proc = ex._procs[0].proc
+    os.kill(proc.pid, signal.SIGSTOP)  # a worker that never answers again
+    t0 = time.monotonic()
+    ex.close()
+    assert time.monotonic() - t0 < 5.0 and not proc.is_alive()
+
+
+def test_workers_that_cannot_start_are_one_error(shared):
+    state, _ = shared
+    ex = ProcessExecutor(1)
+    ex.start({**state, "program": {"format": "not a graph"}})
+    ex.submit(0, {"kind": "search", "task": [[], None, 1], "deadline": None})
+    with pytest.raises(WorkerError, match="search worker failed to start: ") as e:
+        _collect(ex, 1)
+    assert "\n" not in str(e.value)
+    assert ex._procs == []
+
+
+def test_main_module_is_hidden_only_while_a_worker_starts():
+    main = sys.modules["__main__"]
+    with _main_module_hidden():
+        hidden = sys.modules["__main__"]
+        assert hidden is not main and getattr(hidden, "__file__", None) is None and hidden.__spec__ is None
+    assert sys.modules["__main__"] is main
+
+
+def test_make_executor_names_the_choices():
+    assert make_executor("serial", 4).capacity == 1
+    assert make_executor("processes", 3).capacity == 3
+    with pytest.raises(mg.errors.ConfigError, match="executor='dask': use one of processes, serial, ray"):
+        make_executor("dask", 2)
+
+
+def test_serial_executor_reuses_the_driver_searcher():
+    p, cfg = _program(), _cfg()
+    root = Searcher(p, cfg)
+    ex = make_executor("serial", 1, state=WorkerState(searcher=root))
+    ex.start({})
+    ex.submit(0, {"kind": "search", "task": root.root_tasks(1)[0].to_json(), "deadline": None})
+    (o,) = ex.wait(0.1)
+    assert o.value is not None and set(o.value) == {"results", "stats", "oracle"}
+    r = search.run(p, _cfg(executor="serial"))
+    assert r.stats["complete"]
