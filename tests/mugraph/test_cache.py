@@ -148,7 +148,8 @@ def test_four_processes_share_one_cache_folder(tmp_path):
     results = {next(line for line in out.splitlines() if line.startswith("RESULT")) for out, _ in outs}
     assert len(results) == 1, results
     # completed searches delete their default checkpoint: only the folder may remain
-    assert not list((cache / "checkpoints").glob("*")) if (cache / "checkpoints").exists() else True
+    leftover = list((cache / "checkpoints").glob("*")) if (cache / "checkpoints").exists() else []
+    assert not leftover, leftover
     files = [f for f in cache.iterdir() if f.name != "checkpoints"]
     assert len(files) == 1 and files[0].name.startswith("tiny-") and files[0].name.endswith(".mug.json"), files
     assert isinstance(mg.load(files[0]), mg.Optimized)
