@@ -12,18 +12,17 @@ structural ones and matmul sees them as int64: :meth:`FieldAlgebra.apply`). A va
 a tuple ``(x_p, x_q)``, or ``(x_p,)`` once an exponentiation is upstream (the
 q-part is then undefined: a second ``exp`` on a path is not Lax and raises).
 
-Overflow: every modulus is below ``2**31``, so a product of two residues is below
-``2**62`` and fits ``int64``; sums of up to ``2**32`` residues fit too. Matmul
-runs as float64 GEMMs, which are exact while every partial sum stays below
-``2**53``; see :func:`matmul_mod` for the limb split that guarantees it.
+Overflow: every modulus is below ``2**31`` (:data:`MAX_MODULUS`, enforced by
+:class:`Field`), so a product of two residues is below ``2**62`` and fits
+``int64``; sums of up to ``2**32`` residues fit too. Matmul runs as float64 GEMMs,
+which are exact while every partial sum stays below ``2**53``; see
+:func:`matmul_mod` for the limb split that guarantees it.
 
-Primes: the default pair is the largest *safe-prime* pair below ``2**31``
-(``p = 2q + 1``, both prime) with ``q ≡ 3 (mod 4)`` — hence ``p ≡ 7 (mod 8)`` —
-for which 2, 3, 5 and 7 are quadratic residues mod both ``p`` and ``q``. Then
-``sqrt(x) = x^((m+1)/4)`` is a multiplicative map on both fields, and it maps
-the squares of small constants (``4``, ``1/4096 = (1/64)²``, ``9``, …) to their
-positive roots, as real arithmetic does. Mirage used ``p = 167, q = 83`` in
-16-bit integers; :data:`MIRAGE` gives that pair for comparison.
+Primes: :class:`Field` is one pair. The verifier draws a fresh pair for every
+test from :data:`verify.family.DEFAULT` (random safe primes ``p = 2q + 1 < 2^31``);
+a fixed pair is kept only to reproduce Mirage's test (:data:`MIRAGE`,
+``p = 167, q = 83``, which Mirage ran in 16-bit integers). With ``p ≡ 3 (mod 4)``
+``sqrt(x) = x^((p+1)/4)`` is a multiplicative map (and the same mod q).
 """
 
 from __future__ import annotations
@@ -63,7 +62,8 @@ class FieldError(MugraphError):
 
 
 def is_prime(n: int) -> bool:
-    """Deterministic Miller–Rabin for n < 3.3e24 (bases: the first 13 primes)."""
+    """Deterministic Miller–Rabin: bases 2, 7, 61 below 4,759,123,141 (Jaeschke),
+    the first 13 primes up to 3.3e24 (every modulus here is below 2^31)."""
     if n < 2:
         return False
     small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
@@ -74,7 +74,9 @@ def is_prime(n: int) -> bool:
     while d % 2 == 0:
         d //= 2
         r += 1
-    for a in small:
+    for a in ((2, 7, 61) if n < 4_759_123_141 else small):
+        if a % n == 0:  # n = 61: a base that is a multiple of n says nothing
+            continue
         x = pow(a, d, n)
         if x in (1, n - 1):
             continue
@@ -85,20 +87,6 @@ def is_prime(n: int) -> bool:
         else:
             return False
     return True
-
-
-def find_prime_pair(below: int = MAX_MODULUS, residues: tuple[int, ...] = (2, 3, 5, 7)) -> tuple[int, int]:
-    """The largest safe-prime pair ``p = 2q+1 < below`` with ``q ≡ 3 (mod 4)`` and
-    every number in ``residues`` a quadratic residue mod p and mod q."""
-    q = (below - 2) // 2
-    q -= (q - 3) % 4
-    while q > 3:
-        p = 2 * q + 1
-        if (is_prime(q) and is_prime(p)
-                and all(pow(a, (p - 1) // 2, p) == 1 and pow(a, (q - 1) // 2, q) == 1 for a in residues)):
-            return p, q
-        q -= 4
-    raise FieldError(f"no safe-prime pair below {below}")
 
 
 @dataclass(frozen=True)
@@ -134,12 +122,8 @@ class Field:
         return f"p={self.p}, q={self.q}"
 
 
-DEFAULT = Field(2147471759, 1073735879, "default")
-"""Largest safe-prime pair below 2**31 meeting the conditions above
-(``find_prime_pair()``; checked in the tests)."""
-
 MIRAGE = Field(167, 83, "mirage")
-"""Mirage's 16-bit pair (paper §7), for comparison only."""
+"""Mirage's 16-bit pair (paper §7): the fixed-prime mode, to reproduce Mirage's test."""
 
 
 # ----------------------------------------------------------------------------- scalar helpers

@@ -25,8 +25,9 @@ from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph
 from mugraph.serialize import load
 
-from .equivalence import DEFAULT_ERROR, equivalent
-from .field import DEFAULT, MIRAGE, Field
+from .equivalence import DEFAULT_ERROR, FieldLike, equivalent
+from .family import DEFAULT
+from .field import MIRAGE
 from .verdict import Verdict
 
 _cache: dict[str, dict] = {}
@@ -74,7 +75,7 @@ def graph_from_path(path: str | Path, role: str) -> KernelGraph:
 
 
 def verify_files(ref_path: str | Path, cand_path: str | Path | None = None, *, error: float = DEFAULT_ERROR,
-                 seed: int | None = None, field: Field = DEFAULT, float_check: bool = True,
+                 seed: int | None = None, field: FieldLike = DEFAULT, float_check: bool = True,
                  non_lax: str = "raise") -> Verdict:
     """Load the reference and candidate from files and run :func:`verify.equivalent`.
 
@@ -86,9 +87,21 @@ def verify_files(ref_path: str | Path, cand_path: str | Path | None = None, *, e
     return equivalent(ref, cand, error=error, seed=seed, field=field, float_check=float_check, non_lax=non_lax)
 
 
+def failure_line(v: Verdict) -> str | None:
+    """The line a command prints when the verdict is not a pass: which checks failed
+    (None when every check passed)."""
+    if v.ok:
+        return None
+    failed = v.failed_checks or (["field tests"] if v.equivalent is not True else [])
+    what = ", ".join(f"{k} ({v.checks.get(k, 'failed')})" for k in failed) or "no check passed"
+    return f"FAILED: {what}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m verify REF [CAND] [--error E] [--seed S] [--mirage-primes] [--json]``;
-    exit status 0 when equivalent, 1 when not (or unproven), 2 on a bad input."""
+    exit status 0 when equivalent and every check passed (field tests, error bound,
+    float check), 1 when any check failed or the verdict is undecided (the failed
+    checks are printed to stderr), 2 on a bad input."""
     ap = argparse.ArgumentParser(prog="python -m verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("ref")
     ap.add_argument("cand", nargs="?")
@@ -107,4 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(v.dumps(indent=1) if args.json else str(v))
-    return 0 if v.equivalent else 1
+    line = failure_line(v)
+    if line:
+        print(line, file=sys.stderr)
+    return 0 if line is None else 1
