@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import verify  # noqa: E402
 from mugraph.benchmarks import REFERENCES, program, reference  # noqa: E402
-from verify.field import DEFAULT, MIRAGE  # noqa: E402
+from verify.family import DEFAULT  # noqa: E402
+from verify.field import MIRAGE  # noqa: E402
 from verify.fuzz import differs, mutate, random_program, random_ugraph  # noqa: E402
 
 

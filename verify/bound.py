@@ -62,7 +62,7 @@ So one test errs with probability at most::
     ε(F) = (k−1)·(e/q + bad_q(h_e)) + d/p + bad_p(h) + (k−1)/(q−1)           (with exp; conjecture)
 
 with ``p = p_min``, ``q = q_min``. The constants' term ``bad`` is 0 while every
-height stays below ``log2 q_min`` (≈ 29.6 bits for the default family): then no
+height stays below ``log2 q_min`` (≈ 29.8 bits for the default family): then no
 member can divide a coefficient at all.
 
 **Failed draws.** A draw where some divisor is zero is discarded (never given a

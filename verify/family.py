@@ -8,11 +8,16 @@ event of probability at most (number of family members dividing a given non-zero
 integer) / (family size); :mod:`verify.bound` adds that term to the per-test bound.
 
 **The family** (:data:`DEFAULT`): the pairs ``(p, q)`` with ``q`` prime in
-``[3·2^28, 2^30)``, ``q ≡ 3 (mod 4)`` and ``p = 2q + 1`` prime. There are
-:data:`FAMILY_SIZE` = 401,802 of them, counted by :func:`count_pairs` (a segmented
+``[7·2^27, 2^30)``, ``q ≡ 3 (mod 4)`` and ``p = 2q + 1`` prime. There are
+:data:`FAMILY_SIZE` = 199,645 of them, counted by :func:`count_pairs` (a segmented
 sieve; a test recounts them). Every member keeps the arithmetic of
 :mod:`verify.field` exact: ``p < 2^31``, so a product of two residues fits int64 and
-the float64 GEMMs split into limbs as before. ``p ≡ 7 (mod 8)`` and
+the float64 GEMMs split into limbs as before. The range is the top eighth of the
+31-bit (p) and 30-bit (q) numbers: a uniform residue is drawn from raw random bits
+by rejection (:func:`verify.field.uniform_residues`), which throws away at most
+1/8 of the words there (twice [3·2^28, 2^30)'s 401,802 pairs would throw away up to
+a quarter and slow the search's small tests by a tenth), and ``p ≥ 2^30.8``,
+``q ≥ 2^29.8`` keep the Schwartz–Zippel terms ``d/p``, ``e/q`` small. ``p ≡ 7 (mod 8)`` and
 ``q ≡ 3 (mod 4)``, so ``sqrt(x) = x^((m+1)/4)`` is a multiplicative map on both
 fields and ``χ(−1) = −1`` (a negative constant is a non-square, like a negative
 real).
@@ -42,10 +47,10 @@ from mugraph.errors import MugraphError
 
 from .field import Field, FieldError, is_prime
 
-Q_LO = 3 << 28
+Q_LO = 7 << 27
 Q_HI = 1 << 30
 #: members of the default family, ``count_pairs(Q_LO, Q_HI)`` (checked in the tests)
-FAMILY_SIZE = 401_802
+FAMILY_SIZE = 199_645
 
 #: the wheel: candidates ``q`` are drawn from residue classes mod this number
 _WHEEL_PRIMES = (3, 5, 7, 11, 13)
@@ -136,21 +141,24 @@ class PrimeFamily:
                              f"{MAX_SQUARE_CONDITIONS} odd primes")
         res = _wheel(wheel_sq)
         t_lo, t_hi = self.q_lo // WHEEL, -(-self.q_hi // WHEEL)
+        span = (t_hi - t_lo) * len(res)  # candidates t·WHEEL + r, each equally likely
         tried = 0
         while tried < _MAX_CANDIDATES:
-            qs = rng.integers(t_lo, t_hi, _BATCH) * WHEEL + res[rng.integers(0, len(res), _BATCH)]
+            t, r = np.divmod(rng.integers(0, span, _BATCH), len(res))
+            qs = (t + t_lo) * WHEEL + res[r]
             tried += _BATCH
-            for q in qs.tolist():
-                if not (self.q_lo <= q < self.q_hi and is_prime(q)):
-                    continue
+            for q in qs.tolist():  # in draw order: the first member wins
                 p = 2 * q + 1
-                if not is_prime(p):
+                # a base-2 Fermat test on both first (one pow each: most candidates fail it),
+                # then the deterministic Miller–Rabin on the survivors
+                if not (self.q_lo <= q < self.q_hi and pow(2, q - 1, q) == 1 and pow(2, p - 1, p) == 1
+                        and is_prime(q) and is_prime(p)):
                     continue
                 if any(a % p == 0 or a % q == 0 for a in avoid):
                     continue
                 if any(pow(s, (p - 1) // 2, p) != 1 or pow(s, (q - 1) // 2, q) != 1 for s in extra):
                     continue
-                return Field(p, q, "drawn")
+                return Field._proven(p, q, "drawn")
         raise FieldError(f"no prime pair of the family meets the conditions (avoid {len(avoid)} integers, "
                          f"squares {sorted(squares)}) in {tried} candidates")
 

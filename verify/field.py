@@ -114,6 +114,15 @@ class Field:
         if p >= MAX_MODULUS:
             raise FieldError(f"p={p} must be < 2**31 so residue products fit int64")
 
+    @classmethod
+    def _proven(cls, p: int, q: int, name: str) -> "Field":
+        """A pair the caller has just proven valid (:meth:`verify.family.PrimeFamily.draw`):
+        built without testing both primes a second time."""
+        f = object.__new__(cls)
+        for k, v in (("p", p), ("q", q), ("name", name)):
+            object.__setattr__(f, k, v)
+        return f
+
     @property
     def sqrt_ok(self) -> tuple[bool, bool]:
         return self.p % 4 == 3, self.q % 4 == 3
@@ -189,9 +198,12 @@ class PowTable:
         self.tables = []
         for w in range(self.windows):
             step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
-            t = np.ones(1, dtype=np.int64)
-            for j in range(self.bits):
-                t = np.concatenate([t, t * pow(step, 1 << j, p) % p])
+            t = np.empty(1 << self.bits, dtype=np.int64)
+            t[0] = 1
+            for j in range(self.bits):  # T[2^j + i] = T[i] · step^(2^j), written in place
+                n = 1 << j
+                np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
+                np.remainder(t[n:2 * n], p, out=t[n:2 * n])
             self.tables.append(t)
 
     def __call__(self, k: np.ndarray) -> np.ndarray:
@@ -422,7 +434,7 @@ class FieldAlgebra(Algebra):
     def __init__(self, fld: Field, omega: int) -> None:
         self.field = fld
         self.omega = omega
-        self.pow_omega = PowTable(omega, fld.p, fld.q)
+        self._pow_omega: PowTable | None = None
         p, q = fld.p, fld.q
         self.moduli = (p, q)
         self.ops: dict[str, Callable] = {
@@ -444,6 +456,13 @@ class FieldAlgebra(Algebra):
             "reshape": lambda xs, at: self.reshape(xs[0], at["shape"]),
             "repeat": lambda xs, at: self.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
         }
+
+    @property
+    def pow_omega(self) -> PowTable:
+        """``k ↦ ω^k``, built on first use (exp-free graphs never pay for the tables)."""
+        if self._pow_omega is None:
+            self._pow_omega = PowTable(self.omega, self.field.p, self.field.q)
+        return self._pow_omega
 
     # -- structure: values may have one or two parts; combine on the common ones
     def concat(self, vs, axis: int):
