@@ -46,7 +46,7 @@ from mugraph.ir import KernelGraph
 
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
 from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
-from .family import DEFAULT, MAX_SQUARE_CONDITIONS, PrimeFamily
+from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
 from .field import Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, random_omega, \
     uniform_residues
 from .floatcheck import compare_float64, float_check as run_float_check
@@ -125,10 +125,10 @@ def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
             squares |= small
             if rest > 1 and n in avoid:
                 unconditioned.add(rest)
-        odd = sorted(s for s in squares if s != 2)
-        if len(odd) > MAX_SQUARE_CONDITIONS:
-            unconditioned |= set(odd[MAX_SQUARE_CONDITIONS:])
-            squares -= set(odd[MAX_SQUARE_CONDITIONS:])
+        extra = sorted(squares - WHEEL_SQUARES)  # conditions the draw pays for (factor ~4 each)
+        if len(extra) > MAX_EXTRA_SQUARES:
+            unconditioned |= set(extra[MAX_EXTRA_SQUARES:])
+            squares -= set(extra[MAX_EXTRA_SQUARES:])
     if isinstance(fld, Field):
         primes = Primes(fld.p, fld.q, 1.0)
         notes.append(f"fixed primes p={fld.p}, q={fld.q}: a constant sharing a factor with p or q is not caught, so "

@@ -55,14 +55,17 @@ FAMILY_SIZE = 199_645
 #: the wheel: candidates ``q`` are drawn from residue classes mod this number
 _WHEEL_PRIMES = (3, 5, 7, 11, 13)
 WHEEL = 8 * math.prod(_WHEEL_PRIMES)
-#: conditions beyond the wheel cost a factor ~4 each in candidates; more than this many
-#: odd primes in ``squares`` and the draw gives up on the extra ones (the caller is told)
-MAX_SQUARE_CONDITIONS = 8
+#: square conditions for primes beyond the wheel cost a factor ~4 each in candidates (those
+#: of the wheel's primes cost nothing): at most this many (``make_plan`` leaves the rest out
+#: and says so)
+MAX_EXTRA_SQUARES = 3
+#: the primes whose square conditions the wheel carries
+WHEEL_SQUARES = frozenset((2,) + _WHEEL_PRIMES)
 #: candidates drawn per call of the generator (one numpy call, not one per candidate)
 _BATCH = 64
 #: a draw that finds nothing in this many candidates reports that the conditions exclude
-#: (almost) every member
-_MAX_CANDIDATES = 1 << 22
+#: (almost) every member (a draw needs ~17 candidates, ~1100 with three extra squares)
+_MAX_CANDIDATES = 1 << 18
 
 
 def _legendre_small(a: int, ell: int) -> int:
@@ -109,8 +112,9 @@ class PrimeFamily:
             v = getattr(self, k)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise FieldError(f"PrimeFamily: {k} must be a positive int, got {v!r}")
-        if not 7 <= self.q_lo < self.q_hi or 2 * (self.q_hi - 1) + 1 >= 2 ** 31:
-            raise FieldError(f"PrimeFamily: need 7 <= q_lo < q_hi <= 2**30 (p = 2q+1 < 2**31: exact int64 arithmetic), "
+        if not 17 <= self.q_lo < self.q_hi or 2 * (self.q_hi - 1) + 1 >= 2 ** 31:
+            raise FieldError(f"PrimeFamily: need 17 <= q_lo < q_hi <= 2**30 (the wheel's primes are below 17; "
+                             f"p = 2q+1 < 2**31 keeps the arithmetic exact in int64), "
                              f"got [{self.q_lo}, {self.q_hi})")
 
     @property
@@ -134,11 +138,11 @@ class PrimeFamily:
         ``2^22`` candidates (the conditions exclude nearly every member)."""
         avoid = sorted({abs(int(a)) for a in avoid} - {0, 1})
         squares = {int(s) for s in squares}
-        wheel_sq = frozenset(s for s in squares if s == 2 or s in _WHEEL_PRIMES)
-        extra = sorted(s for s in squares if s not in wheel_sq)
-        if len(extra) + len(wheel_sq) > MAX_SQUARE_CONDITIONS + 1:
-            raise FieldError(f"too many square conditions ({sorted(squares)}); at most "
-                             f"{MAX_SQUARE_CONDITIONS} odd primes")
+        wheel_sq = frozenset(squares & WHEEL_SQUARES)
+        extra = sorted(squares - WHEEL_SQUARES)
+        if len(extra) > MAX_EXTRA_SQUARES:
+            raise FieldError(f"too many square conditions beyond {sorted(WHEEL_SQUARES)}: {extra}; at most "
+                             f"{MAX_EXTRA_SQUARES}")
         res = _wheel(wheel_sq)
         t_lo, t_hi = self.q_lo // WHEEL, -(-self.q_hi // WHEEL)
         span = (t_hi - t_lo) * len(res)  # candidates t·WHEEL + r, each equally likely

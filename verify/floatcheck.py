@@ -23,9 +23,10 @@ cancelled. A case passes when every output is finite and its worst element
 error is ``≤ max(tol[dtype], slack × err_ref)``, where ``err_ref`` is the
 reference graph's own worst error in the same dtype on that output — a
 candidate may be as inaccurate as the program it replaces, a little more, never
-much more. NaN/Inf never pass. When ``R`` itself is not finite, or the reference
-graph overflows in that dtype, the case says nothing about the candidate and is
-skipped (reported, never silently).
+much more. NaN/Inf never pass. Where ``R`` itself is not finite, or the reference
+graph overflows in that dtype (or is grossly inaccurate), that output says nothing
+about the candidate and is skipped — the other outputs are still judged; skips are
+reported, never silent, and a case with no output left is skipped as a whole.
 
 Accumulators are kept in float32 (:class:`KernelFloatAlgebra`), as the lowering
 keeps them (DESIGN §6: fp32 loop-carried values): a loop that sums squares past
@@ -230,40 +231,47 @@ def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Seque
     for i, scale in enumerate(scales):
         for dtype in dtypes:
             ins = float_inputs(reference, dtype, scale, seed + i)
-            base = tol[dtype]
             R = magnitudes(reference, ins)
-            if not all(torch.isfinite(r).all() and torch.isfinite(m).all() for r, m in R):
-                cases.append(FloatCase(dtype, scale, None, None, base, None,
-                                       "the float64 reference overflows at this magnitude"))
-                continue
             tiny = float(torch.finfo(_TORCH[dtype]).tiny)
             with torch.no_grad():
                 ref = element_errors(mg.evaluate(reference, ins, KernelFloatAlgebra(dtype)), R, tiny)
                 cand = element_errors(mg.evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R, tiny)
-            cases.append(_judge(dtype, scale, base, slack, ref, cand))
+            finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
+            cases.append(_judge(dtype, scale, tol[dtype], slack, finite, ref, cand))
     return FloatReport(cases)
 
 
-def _judge(dtype: str, scale: float, base: float, slack: float, ref: list, cand: list) -> FloatCase:
-    """One case from the per-output worst errors of the reference graph and the candidate."""
+def _judge(dtype: str, scale: float, base: float, slack: float, finite: list[bool], ref: list,
+           cand: list) -> FloatCase:
+    """One case, judged output by output: an output whose float64 reference is not
+    finite, or whose reference graph overflows or is inaccurate in the dtype, says
+    nothing about the candidate there and is skipped (named in the note); every
+    other output must be finite and within its own limit."""
     errors = [None if c is None else c[0] for c in cand]
-    worst_ref = None if any(r is None for r in ref) else max((r[0] for r in ref), default=0.0)
-    if worst_ref is None:
-        return FloatCase(dtype, scale, None, None, base, None,
-                         f"the reference graph itself overflows in {dtype} at this magnitude", errors=errors)
-    if worst_ref > MEANINGLESS:
-        return FloatCase(dtype, scale, None, worst_ref, base, None,
-                         f"the reference graph itself is inaccurate in {dtype} at this magnitude "
-                         f"(error {worst_ref:.2g})", errors=errors)
-    bad = [i for i, c in enumerate(cand) if c is None]
+    skipped, judged = [], []
+    for o, (f, r) in enumerate(zip(finite, ref)):
+        if not f:
+            skipped.append(f"output {o}: the float64 reference overflows")
+        elif r is None:
+            skipped.append(f"output {o}: the reference graph itself overflows in {dtype}")
+        elif r[0] > MEANINGLESS:
+            skipped.append(f"output {o}: the reference graph itself is inaccurate in {dtype} (error {r[0]:.2g})")
+        else:
+            judged.append(o)
+    note = "; ".join(skipped) + (" at this magnitude" if skipped else "")
+    if not judged:
+        return FloatCase(dtype, scale, None, None, base, None, note, errors=errors)
+    bad = [o for o in judged if cand[o] is None]
+    worst_ref = max(ref[o][0] for o in judged)
     if bad:
         return FloatCase(dtype, scale, None, worst_ref, base, False,
-                         f"NaN/Inf in the candidate's output {bad[0]}", output=bad[0], errors=errors)
-    limits = [max(base, slack * r[0]) for r in ref]
+                         "; ".join([f"NaN/Inf in the candidate's output {bad[0]}"] + skipped), output=bad[0],
+                         errors=errors)
+    limits = {o: max(base, slack * ref[o][0]) for o in judged}
     # the output that exceeds its limit by the largest factor (else the one closest to it)
-    o = max(range(len(cand)), key=lambda i: cand[i][0] / limits[i])
-    ok = all(c[0] <= lim for c, lim in zip(cand, limits))
-    return FloatCase(dtype, scale, cand[o][0], ref[o][0], limits[o], ok, "", o, list(cand[o][1]), errors)
+    o = max(judged, key=lambda k: cand[k][0] / limits[k])
+    ok = all(cand[k][0] <= limits[k] for k in judged)
+    return FloatCase(dtype, scale, cand[o][0], ref[o][0], limits[o], ok, note, o, list(cand[o][1]), errors)
 
 
 def compare_float64(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,

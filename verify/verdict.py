@@ -167,6 +167,8 @@ class Verdict:
             head = f"{name}: EQUIVALENT"
             if not self.bound_met:
                 head += " (all tests passed, but the error bound was not reached)"
+            if self.failed_checks:
+                head += " — but not ok: " + ", ".join(self.failed_checks) + " did not pass"
         else:
             head = f"{name}: NOT EQUIVALENT"
         lines = [head]
