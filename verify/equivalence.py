@@ -44,6 +44,7 @@ import mugraph as mg
 from mugraph.errors import ConfigError, NotLaxError
 from mugraph.ir import KernelGraph
 
+from . import args
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
 from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
@@ -208,6 +209,9 @@ def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld:
     be passed to skip recomputing it."""
     if need_q is None:
         need_q = inputs_needing_q(a) | inputs_needing_q(b)
+    args.generator("field_test", rng)
+    args.integer("field_test", "max_failed_draws", max_failed_draws, 1, 1 << 20)
+    check_compatible(a, b)
     if isinstance(_check_field(fld), PrimeFamily) and plan is None:
         plan = make_plan(a, b, fld)
     mismatch, failed, _ = _field_test(a, b, rng, fld, need_q, max_failed_draws, plan)
@@ -278,21 +282,14 @@ def _check_field(fld) -> FieldLike:
     return fld
 
 
-def _check_int(name: str, v, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ConfigError(f"equivalent: {name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
-
 def _check_args(error, seed, fld, max_tests, float_check, non_lax, max_failed_draws, float_kwargs):
     """One-line :class:`~mugraph.errors.ConfigError` for every bad argument of :func:`equivalent`."""
-    if isinstance(error, bool) or not isinstance(error, (int, float)) or not 0 < error < 1:
-        raise ConfigError(f"equivalent: error must be a number in (0, 1) (a probability), got {error!r}")
+    args.number("equivalent", "error", error, lo=0, hi=1)
     if seed is not None:
-        _check_int("seed", seed, 0)
+        args.integer("equivalent", "seed", seed, 0)
     _check_field(fld)
-    _check_int("max_tests", max_tests, 1)
-    _check_int("max_failed_draws", max_failed_draws, 1)
+    args.integer("equivalent", "max_tests", max_tests, 1, 1 << 20)
+    args.integer("equivalent", "max_failed_draws", max_failed_draws, 1, 1 << 20)
     if not isinstance(float_check, bool):
         raise ConfigError(f"equivalent: float_check must be True or False, got {float_check!r}")
     if non_lax not in ("raise", "float"):
@@ -468,7 +465,7 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
     always for a divisor that is identically zero) — treat that candidate with
     :func:`equivalent`.
     """
-    _check_int("seed", seed, 0)
+    args.integer("fingerprint", "seed", seed, 0)
     fld = fingerprint_field(seed, _check_field(field))
     ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
     outs = mg.evaluate(live_graph(graph), ins, _fixed_algebra(seed, fld))

@@ -45,6 +45,7 @@ import numpy as np
 
 from mugraph.errors import MugraphError
 
+from . import args
 from .field import Field, FieldError, is_prime
 
 Q_LO = 7 << 27
@@ -136,8 +137,9 @@ class PrimeFamily:
 
         Raises :class:`~verify.field.FieldError` when no member is found in
         ``2^22`` candidates (the conditions exclude nearly every member)."""
-        avoid = sorted({abs(int(a)) for a in avoid} - {0, 1})
-        squares = {int(s) for s in squares}
+        args.generator("PrimeFamily.draw", rng)
+        avoid = sorted({abs(a) for a in args.int_list("PrimeFamily.draw", "avoid", avoid, None)} - {0, 1})
+        squares = set(args.int_list("PrimeFamily.draw", "squares", squares, 2))
         wheel_sq = frozenset(squares & WHEEL_SQUARES)
         extra = sorted(squares - WHEEL_SQUARES)
         if len(extra) > MAX_EXTRA_SQUARES:

@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 
 import mugraph as mg
@@ -49,6 +50,7 @@ from mugraph.algebra import Algebra, FloatAlgebra
 from mugraph.errors import ConfigError, InputError
 from mugraph.ir import KernelGraph
 
+from . import args
 from .analysis import check_compatible
 from .verdict import FloatCase, FloatReport
 
@@ -176,7 +178,7 @@ def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tens
             worst.append((0.0, ()))
             continue
         flat = int(torch.argmax(err))
-        idx = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), err.shape))
+        idx = tuple(int(i) for i in np.unravel_index(flat, tuple(err.shape)))
         worst.append((float(err.reshape(-1)[flat]), idx))
     return worst
 
@@ -282,6 +284,10 @@ def compare_float64(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int
     graphs' :class:`MagnitudeAlgebra` magnitudes; ``1e-300`` absolute), False if
     none does, None if a run is not finite (undecided)."""
     check_compatible(a, b)
+    args.integer("compare_float64", "seed", seed, 0)
+    args.integer("compare_float64", "draws", draws, 1, 1000)
+    args.number("compare_float64", "scale", scale, lo=0)
+    args.number("compare_float64", "rtol", rtol, lo=0)
     g = torch.Generator().manual_seed(seed)
     for _ in range(draws):
         ins = {t.name: torch.randn(t.shape, generator=g, dtype=torch.float64) * scale

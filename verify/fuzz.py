@@ -40,6 +40,7 @@ from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph, Program
 from mugraph.serialize import graph_from_json, graph_to_json
 
+from . import args
 from .analysis import check_compatible
 from .floatcheck import FLOAT64_RTOL, compare_float64
 
@@ -48,6 +49,13 @@ Rng = np.random.Generator
 
 
 # ============================================================================ random programs
+
+
+def _rng(where: str, rng) -> Rng:
+    """A generator, or a seed (an int >= 0) for one."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng(args.integer(where, "rng (a Generator or a seed)", rng, 0))
 
 
 def _choice(rng: Rng, xs):
@@ -69,7 +77,10 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
     exp/silu with at most one per path, square, scale, const, sum, concat,
     reshape, repeat; ``sqrt`` of a sum of squares when ``sqrt``). One or two
     outputs, each computed by an op. Deterministic in ``rng``."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("random_program", rng)
+    args.integer("random_program", "max_ops", max_ops, 1, 1000)
+    if not args.int_list("random_program", "sizes", sizes, 1):
+        raise mg.ConfigError("random_program: sizes must hold at least one dim size")
     p = Program(name)
     a, b, c = (int(_choice(rng, sizes)) for _ in range(3))
     shapes = [(a, b), (b, c), (a, c), (a, b), (2, a, b), (b, b)]
@@ -174,7 +185,9 @@ def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "
     ops on the tiles, one or two accumulators, an optional post-loop op, and a
     random valid omap. All dims are equal so that many imap/fmap/omap changes keep
     the graph valid (and change its meaning) — food for the mapping mutations."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("random_ugraph", rng)
+    args.integer("random_ugraph", "n", n, 2, 64)
+    args.integer("random_ugraph", "max_ops", max_ops, 1, 1000)
     for _ in range(200):
         try:
             return _try_ugraph(rng, n, max_ops, name)
@@ -686,6 +699,10 @@ def with_large_part(graph: KernelGraph, dim: int = 0) -> KernelGraph:
     """``graph`` with its first output ``O`` replaced by ``concat([O·2^40, O], dim)``:
     one output with a part 2^40 times larger than the rest — the setting in which a
     wrong small part hides from a norm-wise float comparison (:func:`_m_hidden_part`)."""
+    if not isinstance(graph, KernelGraph):
+        raise mg.InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
+    args.integer("with_large_part", f"dim (output 0 has rank {graph.outputs[0].ndim})", dim, 0,
+                 graph.outputs[0].ndim - 1)
     doc = graph_to_json(graph)
     lv = _Level(doc, None)
     o = doc["outputs"][0]
@@ -712,8 +729,14 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
     """A valid, Lax mutant of ``graph`` with the same inputs and output shapes, and
     the mutation's name (None if none of ``tries`` attempts gave one). The mutant may happen to be equivalent (e.g. a
     swap of equal operands); decide with :func:`differs`."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-    names = kinds or list(MUTATIONS)
+    rng = _rng("mutate", rng)
+    args.integer("mutate", "tries", tries, 1, 10_000)
+    if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or not kinds):
+        raise mg.ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
+    unknown = sorted(set(kinds or ()) - set(MUTATIONS))
+    if unknown:
+        raise mg.ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
+    names = list(kinds) if kinds else list(MUTATIONS)
     base = graph_to_json(graph)
     for _ in range(tries):
         name = _choice(rng, names)
@@ -807,7 +830,8 @@ REWRITES: dict[str, Callable] = {"commute": _r_commute, "square": _r_square, "su
 
 def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGraph:
     """Apply up to ``steps`` meaning-preserving rewrites (the result is equivalent)."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("rewrite", rng)
+    args.integer("rewrite", "steps", steps, 0, 1000)
     g = graph
     for _ in range(steps):
         name = _choice(rng, list(REWRITES))

@@ -21,7 +21,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from mugraph.errors import MugraphError
+from mugraph.errors import ConfigError, MugraphError
 from mugraph.ir import KernelGraph
 from mugraph.serialize import load
 
@@ -80,6 +80,9 @@ def verify_files(ref_path: str | Path, cand_path: str | Path | None = None, *, e
     """Load the reference and candidate from files and run :func:`verify.equivalent`.
 
     ``cand_path`` defaults to ``ref_path`` (one .py file defining ``REF`` and ``CAND``)."""
+    for name, v in (("ref_path", ref_path), ("cand_path", cand_path)):
+        if not (isinstance(v, (str, Path)) or (v is None and name == "cand_path")):
+            raise ConfigError(f"verify_files: {name} must be a path (str or pathlib.Path), got {type(v).__name__}")
     ref_path = Path(ref_path)
     cand_path = Path(cand_path) if cand_path is not None else ref_path
     ref = graph_from_path(ref_path, "REF")

@@ -64,10 +64,10 @@ def _verdict(a, b, rng):
 
 
 def test_fuzz_no_false_accepts_or_rejections():
-    c = run_fuzz(360, seed=2026, check=_verdict)
+    c = run_fuzz(300, seed=2026, check=_verdict)
     assert c[("accepted", "different")] == 0, c
     assert c[("rejected", "same")] == 0, c
-    assert c[("rejected", "different")] >= 200, c  # the mutants really do differ
+    assert c[("rejected", "different")] >= 180, c  # the mutants really do differ
     used = {k[3:] for k in c if isinstance(k, str) and k.startswith("by:")}
     assert used == set(MUTATIONS), used ^ set(MUTATIONS)
 
