@@ -33,7 +33,6 @@ import math
 import time
 import zlib
 from dataclasses import dataclass, field as dc_field
-from fractions import Fraction
 from functools import lru_cache
 from typing import Sequence, Union
 
@@ -61,7 +60,8 @@ BASE_SQUARES = (2, 3, 5, 7)
 #: prime factors of constants and dims below this are made squares when the graphs use sqrt
 SQUARE_FACTOR_LIMIT = 1 << 10
 #: with sqrt, a constant's prime factor left out of the square conditions makes its sign a
-#: coin flip per test: the heuristic per-test bound gets this much added
+#: coin flip per test (random primes): the heuristic per-test bound gets this much added
+#: (with fixed primes the sign is the same on every test: no bound)
 UNCONDITIONED_SQRT = 0.5
 
 FieldLike = Union[Field, PrimeFamily]
@@ -146,8 +146,9 @@ def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
         primes = Primes(fld.p_min, fld.q_min, pairs)
     if unconditioned:
         notes.append(f"sqrt: the sign of constants with the prime factors {sorted(unconditioned)} is not controlled "
-                     f"by the primes drawn (sqrt(c²) may be −c): the heuristic bound adds {UNCONDITIONED_SQRT} per "
-                     "test and a mismatch falls back to float64")
+                     "by the primes (sqrt(c²) may be −c): " + ("with fixed primes there is no bound" if
+                     isinstance(fld, Field) else f"the heuristic bound adds {UNCONDITIONED_SQRT} per test")
+                     + ", and a mismatch falls back to float64")
     return Plan(kinds, avoid, tuple(sorted(squares)), sorted(unconditioned), primes, notes)
 
 
@@ -166,7 +167,9 @@ def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, flo
     eps = pair_bound(plan.primes, oa, ob, sa.z + sb.z)
     heuristic = sa.heuristic or sb.heuristic
     if heuristic and plan.unconditioned:
-        eps = min(1.0, eps + UNCONDITIONED_SQRT)
+        # random primes: each test flips a fair coin for such a constant's sign; fixed primes
+        # give the same (possibly wrong) sign on every test, so no bound at all
+        eps = 1.0 if plan.primes.pairs == 1 else min(1.0, eps + UNCONDITIONED_SQRT)
     nbits, term = constants_report(plan.primes, oa, ob)
     return eps, heuristic, nbits, term
 

@@ -549,8 +549,8 @@ def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) ->
     Takes raw 32-bit words of ``rng``'s bit generator, keeps their low
     ``b = bit_length(m − 1)`` bits (uniform on ``[0, 2^b)``) and rejects values
     ``≥ m``; accepted values are uniform on ``[0, m)`` and independent — no modulo
-    bias. Rejected entries (probability ``(2^b − m)/2^b < 1/2``; about 5e-6 for the
-    default primes) are redrawn from fresh words. No division at all, and raw
+    bias. Rejected entries (probability ``(2^b − m)/2^b < 1/2``; at most 1/8 for
+    the family's primes, :mod:`verify.family`) are redrawn from fresh words. No division at all, and raw
     words are 1.7× faster to get than ``rng.integers(0, 2**32, dtype=uint32)``."""
     n = int(np.prod(shape, dtype=np.int64))
     mask = np.uint32((1 << max(1, (m - 1).bit_length())) - 1)

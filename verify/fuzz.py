@@ -33,7 +33,6 @@ from fractions import Fraction
 from typing import Callable, Iterator
 
 import numpy as np
-import torch
 
 import mugraph as mg
 from mugraph.errors import MugraphError

@@ -97,3 +97,15 @@ def test_mirage_primes_with_a_non_square_constant():
     a, b = pair(lambda x: mg.rms_norm(mg.scale(x, 13)), lambda x: mg.rms_norm(x))
     v = verify.equivalent(a, b, seed=0, field=MIRAGE)
     assert v.equivalent is None and "13" in str(v)
+
+
+def test_fixed_primes_give_no_bound_for_an_uncontrolled_sign():
+    """Under the former fixed pair 11 is not a square: rms_norm(−11·X) and rms_norm(X)
+    agree on every test (the sign flip is invisible), so the verdict must not claim a
+    bound — only the float check can catch it."""
+    former = verify.Field(2147471759, 1073735879)
+    assert pow(11, (former.p - 1) // 2, former.p) != 1
+    a, b = pair(lambda x: mg.rms_norm(mg.scale(x, -11)), lambda x: mg.rms_norm(x))
+    v = verify.equivalent(a, b, seed=0, field=former, float_check=False)
+    assert v.equivalent is True and v.per_test_bound == 1.0 and not v.bound_met and not v.ok
+    assert verify.equivalent(a, b, seed=0).equivalent is False  # random primes: rejected
