@@ -184,7 +184,7 @@ class Verdict:
                              + (" — relies on the Li–Wu conjecture" if self.conjecture else "")
                              + (" — heuristic (sqrt)" if self.heuristic else ""))
                 lines.append(f"  constants: coefficients of up to {self.constant_bits:.0f} bits; a drawn prime "
-                             f"dividing one adds {_p2(self.constant_term)} per test (of {self.pairs:.6g} pairs)")
+                             f"dividing one adds {_p2(self.constant_term)} per test (of {self.pairs:,.0f} pairs)")
         if self.counterexample is not None:
             lines.append(f"  counterexample: {self.counterexample}")
         if self.float_check is not None:
