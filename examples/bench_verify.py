@@ -1,19 +1,24 @@
 """Benchmark of the verifier: soundness on mutants, and speed.
 
-    python examples/bench_verify.py            # 10,000 mutants (a few minutes on 2 cores)
+    python examples/bench_verify.py            # 10,000 mutants (about ten minutes on 2 cores)
     python examples/bench_verify.py --quick    # 600 mutants, same tables (about a minute)
 
-1. Mutation fuzz: mutants of random Lax programs, random μGraphs and the
-   reference μGraphs (small shapes) are judged by ``verify.equivalent`` (default
-   primes, error 2^-40, no float check) and by the float64 interpreter (the ground
+1. Mutation fuzz: mutants of the reference μGraphs, random Lax programs (plain, with
+   sqrt, and with a 2^40-times larger part next to the rest of an output), and random
+   μGraphs (small shapes), by every operator of ``verify.fuzz.MUTATIONS`` — those a
+   buggy search would make and those a hostile user builds around fixed primes —
+   are judged by ``verify.equivalent`` (random primes per test, error 2^-40, no
+   float check) and by the float64 interpreter, element by element (the ground
    truth). Accepted-but-different must be 0; rejected-but-same (false rejections)
-   must be 0 too. For every different mutant, one single field test with Mirage's
-   primes p=167, q=83 is also run: the count it accepts is how often Mirage's one
-   deterministic test would have been fooled.
+   must be 0 too; undecided verdicts (a field mismatch through sqrt that float64 does
+   not confirm) are counted. For every different mutant one single field test with
+   fixed primes also runs — the largest safe-prime pair below 2^31 (the verifier's
+   fixed pair before primes were drawn per test) and Mirage's p=167, q=83 — and the
+   count each accepts is how often that fixed test would have been fooled.
 2. Speed: one field test of the full-size gqa (b=1) and gated_mlp μGraphs against
-   their programs — by phase (draw inputs + ω, program, μGraph, compare) and whole
-   (``verify.field_test``) — and field tests per second at the small shapes the
-   search uses (fingerprints, and full pairs). A test's first run in a process
+   their programs — by phase (draw primes, inputs and ω; program; μGraph; compare)
+   and whole (``verify.field_test``) — and field tests per second at the small shapes
+   the search uses (fingerprints, and full pairs). A test's first run in a process
    is slower (fresh memory is faulted in, torch starts its threads): the full-size
    timings are taken after it, as best and median of a few runs.
 """
@@ -33,8 +38,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import verify  # noqa: E402
 from mugraph.benchmarks import REFERENCES, program, reference  # noqa: E402
-from verify.field import DEFAULT, MIRAGE  # noqa: E402
-from verify.fuzz import differs, mutate, random_program, random_ugraph  # noqa: E402
+from verify.family import DEFAULT  # noqa: E402
+from verify.field import MIRAGE, Field  # noqa: E402
+from verify.fuzz import differs, mutate, random_program, random_ugraph, with_large_part  # noqa: E402
+
+#: the verifier's fixed pair before primes were drawn per test
+FORMER = Field(2147471759, 1073735879, "former fixed")
+
+
+def corpus(i: int, rng, refs):
+    """The ``i``-th graph to mutate (the same mix as ``tests/verify/test_fuzz.py``)."""
+    kind = i % 6
+    if kind == 0:
+        return refs[(i // 6) % len(refs)]
+    if kind == 1:
+        return random_program(rng)
+    if kind == 2:
+        return random_ugraph(rng)
+    if kind == 3:
+        return random_program(rng, sqrt=True)
+    if kind == 4:
+        return with_large_part(random_program(rng))
+    return with_large_part(refs[(i // 6) % len(refs)])
+
+
+def fixed_fooled(g, m, rng, fld: Field) -> bool | None:
+    """Does one field test with the fixed pair accept the (different) mutant? None: no
+    usable draw (a divisor 0 mod p in 8 draws, or a constant with no meaning mod p)."""
+    try:
+        return verify.field_test(g, m, rng=rng, fld=fld, max_failed_draws=8)[0] is None
+    except (verify.ZeroDivisorDraw, verify.FieldError):
+        return None
 
 
 def fuzz(n: int, seed: int):
@@ -45,35 +79,87 @@ def fuzz(n: int, seed: int):
     t0 = time.perf_counter()
     i = 0
     while c["mutants"] < n:
-        kind = i % 3
-        g = refs[(i // 3) % len(refs)] if kind == 0 else random_program(rng) if kind == 1 else random_ugraph(rng)
+        g = corpus(i, rng, refs)
         i += 1
         r = mutate(g, rng)
         if r is None:
             continue
         m, name = r
         c["mutants"] += 1
+        per[name]["mutants"] += 1
         truth = differs(g, m, seed=i)
         if truth is None:
             c["undecided (float64 not finite)"] += 1
+            per[name]["float64 undecided"] += 1
             continue
         v = verify.equivalent(g, m, seed=i, float_check=False)
+        if v.equivalent is None:
+            c["undecided (verifier)"] += 1
+            per[name]["verifier undecided"] += 1
+            continue
         acc = bool(v.equivalent)
         key = ("accepted" if acc else "rejected") + "-but-" + ("different" if truth else "same") \
             if acc == truth else ("accepted-same" if acc else "rejected-different")
         c[key] += 1
         per[name]["different" if truth else "same"] += 1
         if truth:
-            try:
-                fooled = verify.field_test(g, m, rng=rng, fld=MIRAGE, max_failed_draws=8)[0] is None
-            except verify.ZeroDivisorDraw:  # with p=167 a large divisor is often 0 somewhere
-                c["mirage no usable draw"] += 1
-                continue
-            c["mirage single test fooled"] += fooled
-            per[name]["mirage fooled"] += fooled
+            for fld, label in ((FORMER, "former"), (MIRAGE, "mirage")):
+                fooled = fixed_fooled(g, m, rng, fld)
+                if fooled is None:
+                    c[f"{label} no usable draw"] += 1
+                else:
+                    c[f"{label} tried"] += 1
+                    c[f"{label} fooled"] += fooled
+                    per[name][f"{label} fooled"] += fooled
         if c["mutants"] % 1000 == 0:
             print(f"  … {c['mutants']} mutants, {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return c, per, time.perf_counter() - t0
+
+
+def _pair(build_a, build_b, inputs=("x",)):
+    import mugraph as mg
+    out = []
+    for name, build in (("ref", build_a), ("cand", build_b)):
+        p = mg.Program(name)
+        xs = [p.input(n, (4, 8)) for n in inputs]
+        p.output(build(*xs))
+        out.append(p)
+    return out
+
+
+def hostile_pairs():
+    """The pairs a hostile user builds around fixed primes, and the sqrt pairs: the
+    verdict with random primes, with the former fixed pair, and with Mirage's."""
+    from fractions import Fraction as F
+
+    import mugraph as mg
+
+    P, Q = FORMER.p, FORMER.q
+    one = lambda x: mg.scale(x, 1)  # noqa: E731
+    rms = mg.rms_norm
+    yield "X·(p+1) vs X (former p)", True, _pair(lambda x: mg.scale(x, P + 1), one)
+    yield "X·168 vs X (Mirage's p + 1)", True, _pair(lambda x: mg.scale(x, 168), one)
+    yield "exp(X·(q+1)) vs exp(X) (former q)", True, _pair(lambda x: mg.exp(mg.scale(x, Q + 1)), mg.exp)
+    yield "exp(X·(1/2 + q/2^29)) vs exp(X/2)", True, _pair(
+        lambda x: mg.exp(mg.scale(x, F(1, 2) + F(Q, 2 ** 29))), lambda x: mg.exp(mg.scale(x, F(1, 2))))
+    yield "X·(1 + p/2^30) vs X (numerator shares p)", True, _pair(lambda x: mg.scale(x, 1 + F(P, 2 ** 30)), one)
+    yield "X·(1 + 2^30/p) vs X (denominator shares p)", True, _pair(lambda x: mg.scale(x, 1 + F(2 ** 30, P)), one)
+    yield "concat([X·2^40, Y + Z·p/2^20]) vs concat([X·2^40, Y])", True, _pair(
+        lambda x, y, z: mg.concat([mg.scale(x, 2 ** 40), y], 0),
+        lambda x, y, z: mg.concat([mg.scale(x, 2 ** 40), y + mg.scale(z, F(P, 2 ** 20))], 0), "xyz")
+    yield "(X/p)·p vs X", False, _pair(lambda x: mg.scale(mg.scale(x, F(1, P)), P), one)
+    yield "(X/167)·167 vs X", False, _pair(lambda x: mg.scale(mg.scale(x, F(1, 167)), 167), one)
+    yield "rms_norm(11·X) vs rms_norm(X)", False, _pair(lambda x: rms(mg.scale(x, 11)), rms)
+    yield "rms_norm(13/7·X) vs rms_norm(X)", False, _pair(lambda x: rms(mg.scale(x, F(13, 7))), rms)
+    yield "rms_norm(−11·X) vs rms_norm(X)", True, _pair(lambda x: rms(mg.scale(x, -11)), rms)
+
+
+def _word(v) -> str:
+    if v.equivalent is None:
+        return "undecided"
+    if v.equivalent is False:
+        return "rejected"
+    return "accepted" if v.bound_met else "accepted, bound not met"
 
 
 def time_field_test(name: str, reps: int):
@@ -87,11 +173,13 @@ def time_field_test(name: str, reps: int):
     need = verify.equivalence.inputs_needing_q(g) | verify.equivalence.inputs_needing_q(p)
     specs = [(t.name, t.shape, t.name in need) for t in sorted(g.inputs, key=lambda t: t.name)]
     rng = np.random.default_rng(0)
+    plan = verify.equivalence.make_plan(p, g, DEFAULT)
     draw, prog, ev, cmp, full = [], [], [], [], []
     for _ in range(reps):
         t0 = time.perf_counter()
-        alg = verify.FieldAlgebra(DEFAULT, verify.field.random_omega(DEFAULT, rng))
-        ins = verify.field.draw_inputs(specs, DEFAULT, rng)
+        f = DEFAULT.draw(rng, avoid=plan.avoid, squares=plan.squares)
+        alg = verify.FieldAlgebra(f, verify.field.random_omega(f, rng))
+        ins = verify.field.draw_inputs(specs, f, rng)
         t1 = time.perf_counter()
         oa = mg.evaluate(p, ins, alg)
         t2 = time.perf_counter()
@@ -101,7 +189,7 @@ def time_field_test(name: str, reps: int):
         t4 = time.perf_counter()
         del alg, ins, oa, ob
         t5 = time.perf_counter()
-        assert verify.field_test(p, g, rng=rng, need_q=need)[0] is None
+        assert verify.field_test(p, g, rng=rng, need_q=need, plan=plan)[0] is None
         full.append(time.perf_counter() - t5)
         for acc, t in ((draw, t1 - t0), (prog, t2 - t1), (ev, t3 - t2), (cmp, t4 - t3)):
             acc.append(t)
@@ -109,6 +197,8 @@ def time_field_test(name: str, reps: int):
 
 
 def small_rates(seconds: float):
+    """Fingerprints and full field tests per second at the small shapes; a test draws
+    its primes as ``verify.equivalent`` does (the comparison's plan made once)."""
     out = []
     for name in sorted(REFERENCES):
         g, p = reference(name, small=True), program(name, small=True)
@@ -119,9 +209,10 @@ def small_rates(seconds: float):
             n += 1
         fp = n / (time.perf_counter() - t0)
         rng = np.random.default_rng(0)
+        plan = verify.equivalence.make_plan(p, g, DEFAULT)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            verify.field_test(p, g, rng=rng)
+            verify.field_test(p, g, rng=rng, plan=plan)
             n += 1
         ft = n / (time.perf_counter() - t0)
         out.append((name, fp, ft))
@@ -139,9 +230,8 @@ def main(argv=None) -> int:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small shapes: thread start-up would dominate (the search runs 1 thread/worker)
     c, per, secs = fuzz(n, args.seed)
-    diff = c["rejected-different"] + c["accepted-but-different"]
-    same = c["accepted-same"] + c["rejected-but-same"]
-    print(f"## Mutation fuzz ({c['mutants']} mutants, seed {args.seed}, {secs:.0f} s; primes {DEFAULT}, error 2^-40)")
+    print(f"## Mutation fuzz ({c['mutants']} mutants, seed {args.seed}, {secs:.0f} s; a fresh pair per test from "
+          f"{DEFAULT.size} safe-prime pairs, error 2^-40)")
     print()
     print("| outcome | count |")
     print("|---|---|")
@@ -149,26 +239,43 @@ def main(argv=None) -> int:
     print(f"| **different, accepted (false accepts)** | **{c['accepted-but-different']}** |")
     print(f"| same function, accepted | {c['accepted-same']} |")
     print(f"| **same function, rejected (false rejections)** | **{c['rejected-but-same']}** |")
-    print(f"| undecided (float64 overflow) | {c['undecided (float64 not finite)']} |")
-    tried = diff - c["mirage no usable draw"]
-    rate = c["mirage single test fooled"] / tried if tried else 0.0
-    print(f"| one test with Mirage's p=167, q=83 fooled by a different mutant | "
-          f"{c['mirage single test fooled']} of {tried} ({100 * rate:.2f}%) |")
-    print(f"| … no draw without a zero divisor in 8 tries with p=167 | {c['mirage no usable draw']} |")
+    print(f"| undecided: float64 overflows (no ground truth) | {c['undecided (float64 not finite)']} |")
+    print(f"| undecided: verifier (field mismatch through sqrt, float64 agrees) | {c['undecided (verifier)']} |")
+    for label, what in (("former", f"the former fixed pair p={FORMER.p}, q={FORMER.q}"),
+                        ("mirage", "Mirage's p=167, q=83")):
+        tried = c[f"{label} tried"]
+        rate = c[f"{label} fooled"] / tried if tried else 0.0
+        print(f"| one test with {what} fooled by a different mutant | {c[f'{label} fooled']} of {tried} "
+              f"({100 * rate:.2f}%; {c[f'{label} no usable draw']} without a usable draw) |")
     print()
-    print("| mutation | different | same | Mirage single test fooled |")
-    print("|---|---|---|---|")
+    print("| mutation | mutants | different | same | undecided (float64 / verifier) | former pair fooled "
+          "| Mirage fooled |")
+    print("|---|---|---|---|---|---|---|")
     for name in sorted(per):
         d = per[name]
-        print(f"| {name} | {d['different']} | {d['same']} | {d['mirage fooled']} |")
+        print(f"| {name} | {d['mutants']} | {d['different']} | {d['same']} | {d['float64 undecided']} / "
+              f"{d['verifier undecided']} | {d['former fooled']} | {d['mirage fooled']} |")
+    print()
+
+    print("## Hostile pairs (verify.equivalent, seed 1, float check on)")
+    print()
+    print("| pair | differs | random primes (default) | former fixed pair | Mirage's 167/83 |")
+    print("|---|---|---|---|---|")
+    for label, different, (a, b) in hostile_pairs():
+        cells = []
+        for fld in (DEFAULT, FORMER, MIRAGE):
+            v = verify.equivalent(a, b, seed=1, field=fld)
+            cells.append(_word(v) + ("" if v.ok or v.equivalent is not True else " (not ok: "
+                                     + ", ".join(v.failed_checks) + ")"))
+        print(f"| {label} | {'yes' if different else 'no'} | " + " | ".join(cells) + " |")
     print()
 
     reps = 3 if args.quick else 5
     torch.set_num_threads(threads)
-    print(f"## One field test at full size (b=1; {DEFAULT}; {threads} torch threads; phases: best of {reps}; "
+    print(f"## One field test at full size (b=1; primes drawn per test; {threads} torch threads; phases: best of {reps}; "
           f"full test: best and median of {reps})")
     print()
-    print("| μGraph | draw inputs + ω | evaluate program | evaluate μGraph | compare | "
+    print("| μGraph | draw primes, inputs + ω | evaluate program | evaluate μGraph | compare | "
           "**full test** (draw + program + μGraph + compare) | median |")
     print("|---|---|---|---|---|---|---|")
     for name in ("gqa", "gated_mlp"):

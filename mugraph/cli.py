@@ -118,18 +118,37 @@ def show(file: str, name: str | None, png: str | None) -> None:
 @main.command()
 @click.argument("ref", type=click.Path(exists=True, dir_okay=False))
 @click.argument("cand", type=click.Path(exists=True, dir_okay=False))
-@click.option("--error", default=2.0 ** -40, show_default=True, help="Target probability of a false accept.")
-@click.option("--seed", default=None, type=int)
-def verify(ref: str, cand: str, error: float, seed: int | None) -> None:
-    """Prove CAND equivalent to REF by finite-field random testing (files: .json or .py)."""
+@click.option("--error", default=2.0 ** -40, show_default=True, type=float,
+              help="Target probability of a false accept, in (0, 1).")
+@click.option("--seed", default=None, type=int, help="Seed (an int >= 0) to replay a run; default: random.")
+@click.option("--no-float", is_flag=True, help="Skip the float check (fp16/bf16/fp32 against float64).")
+@click.option("--float-only", is_flag=True, help="Compare non-Lax graphs in floating point only (unproven).")
+@click.option("--mirage-primes", is_flag=True,
+              help="Fixed p=167, q=83 instead of a fresh random pair per test: Mirage's test, for comparison.")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+def verify(ref: str, cand: str, error: float, seed: int | None, no_float: bool, float_only: bool,
+           mirage_primes: bool, as_json: bool) -> None:
+    """Prove CAND equivalent to REF by finite-field random testing (files: .json or .py).
+
+    Exit status 0 only when the graphs are equivalent and every check passed
+    (field tests, error bound, float check); 1 when any check failed or the
+    verdict is undecided (the failed checks are printed); 2 on bad input."""
     try:
         import verify as verify_stage
+        from verify.standalone import failure_line
         run = verify_stage.verify_files
     except (ImportError, AttributeError):
         raise click.ClickException("the verify stage is not installed in this build") from None
-    verdict = run(ref, cand, error=error, seed=seed)
-    click.echo(str(verdict))
-    if not verdict.equivalent:
+    try:
+        verdict = run(ref, cand, error=error, seed=seed, float_check=not no_float,
+                      field=verify_stage.MIRAGE if mirage_primes else verify_stage.DEFAULT,
+                      non_lax="float" if float_only else "raise")
+    except MugraphError as e:
+        raise click.UsageError(f"{type(e).__name__}: {e}") from None
+    click.echo(verdict.dumps(indent=1) if as_json else str(verdict))
+    line = failure_line(verdict)
+    if line:
+        click.echo(line, err=True)
         sys.exit(1)
 
 

@@ -4,19 +4,21 @@ Public API::
 
     import verify
     v = verify.equivalent(program, ugraph)          # -> Verdict (exact field tests + float check)
-    print(v); v.equivalent; v.error_bound; v.counterexample; v.to_json()
+    print(v); v.equivalent; v.ok; v.checks; v.error_bound; v.counterexample; v.to_json()
     verify.float_check(program, ugraph)             # -> FloatReport (numerics alone)
     verify.fingerprint(ugraph)                      # -> str, equal for equivalent graphs
     verify.verify_files("ref.json", "cand.py")      # the CLI: python -m mugraph verify REF CAND
 
-Modules: :mod:`verify.field` (primes, modular arithmetic, the field algebra),
+Modules: :mod:`verify.family` (the random primes: a fresh pair per test),
+:mod:`verify.field` (one pair of primes, modular arithmetic, the field algebra),
 :mod:`verify.bound` (the per-test error bound and its derivation),
 :mod:`verify.equivalence`, :mod:`verify.floatcheck`, :mod:`verify.standalone`,
 :mod:`verify.fuzz` (random Lax programs and mutations, reused by the search).
 """
 
 from .equivalence import DEFAULT_ERROR, equivalent, field_test, fingerprint, per_test_bound
-from .field import DEFAULT, MIRAGE, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
+from .family import DEFAULT, PrimeFamily
+from .field import MIRAGE, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
 from .floatcheck import float_check
 from .standalone import verify_files
 from .verdict import Counterexample, FloatCase, FloatReport, Verdict
@@ -24,5 +26,5 @@ from .verdict import Counterexample, FloatCase, FloatReport, Verdict
 __all__ = [
     "equivalent", "float_check", "fingerprint", "verify_files", "field_test", "per_test_bound",
     "Verdict", "Counterexample", "FloatReport", "FloatCase",
-    "Field", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw",
+    "Field", "PrimeFamily", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw",
 ]

@@ -4,6 +4,8 @@ ever reach an exponent."""
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, Tensor, graph_ops, propagate
 from mugraph.ops import EXP_LIKE
@@ -19,7 +21,7 @@ def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
     of outputs with the same shapes (in order)."""
     for g, role in ((a, "reference"), (b, "candidate")):
         if not isinstance(g, KernelGraph):
-            raise TypeError(f"verify: the {role} must be a mugraph Program or KernelGraph, got {type(g).__name__}")
+            raise InputError(f"verify: the {role} must be a mugraph Program or KernelGraph, got {type(g).__name__}")
     sa, sb = input_signature(a), input_signature(b)
     if set(sa) != set(sb):
         only_a, only_b = sorted(set(sa) - set(sb)), sorted(set(sb) - set(sa))
@@ -36,6 +38,27 @@ def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
         if x.shape != y.shape:
             raise InputError(f"{a.name} vs {b.name}: output {i} has shape {x.shape} in the reference "
                              f"but {y.shape} in the candidate")
+
+
+def constants(graph: KernelGraph) -> list[Fraction]:
+    """Every rational constant of the graph (``scale`` factors and ``const`` values),
+    at every level."""
+    out = []
+    for op, _ in graph_ops(graph):
+        if op.kind == "scale":
+            out.append(Fraction(op.attrs["c"]))
+        elif op.kind == "const":
+            out.append(Fraction(op.attrs["value"]))
+    return out
+
+
+def dim_sizes(graph: KernelGraph) -> set[int]:
+    """Every dim size of every tensor, at every level (reductions sum that many terms)."""
+    out: set[int] = set()
+    for op, _ in graph_ops(graph):
+        for t in op.outputs:
+            out.update(int(s) for s in t.shape)
+    return out
 
 
 def op_kinds(graph: KernelGraph) -> set[str]:

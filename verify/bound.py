@@ -3,25 +3,47 @@ r"""The per-test error bound: how likely one field test accepts a non-equivalent
 **Shape of the functions.** Every output element of a Lax graph is a real function
 ``N/D`` where ``N`` and ``D`` are *exponential polynomials*
 ``Σ_{i≤k} c_i(x) · exp(g_i(x)/h_i(x))`` with polynomial ``c_i, g_i, h_i`` (Mirage
-eq. 2; at most one exp on a path keeps the exponents free of exps). For two graphs
-``a = Na/Da`` and ``b = Nb/Db`` the test compares ``a`` and ``b`` in the field, i.e.
-checks ``F = Na·Db − Nb·Da = 0`` at the drawn point, and ``F`` is again an
-exponential polynomial. In the field, ``x`` outside exponents is ``x_p ∈ Z_p``,
-inside exponents ``x_q ∈ Z_q`` (independent), and ``exp(e) = ω^e`` for a random
-element ``ω`` of order ``q``.
+eq. 2; at most one exp on a path keeps the exponents free of exps). Clearing the
+denominators of the rational constants, all of ``c_i, g_i, h_i`` have *integer*
+coefficients. For two graphs ``a = Na/Da`` and ``b = Nb/Db`` the test compares
+``a`` and ``b`` in the field, i.e. checks ``F = Na·Db − Nb·Da = 0`` at the drawn
+point, and ``F`` is again such an exponential polynomial. In the field, ``x``
+outside exponents is ``x_p ∈ Z_p``, inside exponents ``x_q ∈ Z_q`` (independent),
+and ``exp(e) = ω^e`` for a random element ``ω`` of order ``q``.
 
-**Polynomial part (Schwartz–Zippel).** Without exp, ``F`` is a polynomial of total
-degree ``d``; if it is not identically zero, ``Pr[F(x_p) = 0] ≤ d/p``.
+**Random primes.** Each test draws a fresh pair ``(p, q)`` uniformly from a
+family of ``N`` pairs (:mod:`verify.family`) with every ``p ≥ p_min`` and
+``q ≥ q_min``; pairs for which ``p`` or ``q`` divides a numerator or denominator of
+a constant of either graph are excluded (redrawn), leaving ``N' ≥ N − X`` where
+``X`` counts, over those integers ``c``, the primes ``≥ q_min`` that can divide
+them: at most ``⌊log2|c| / log2 q_min⌋`` each. A non-zero integer ``C`` with
+``|C| ≤ 2^h`` has at most ``⌊h / log2 m⌋`` prime factors ``≥ m`` (their product
+would exceed ``|C|``), so
+
+    Pr[the drawn p divides C] ≤ bad_p(h) = ⌊h / log2 p_min⌋ / N'
+
+(and ``bad_q`` likewise). With a fixed pair (Mirage's test) ``N' = 1``: the term is
+0 while ``h < log2 p`` and 1 (no bound) from there on — ``X·(p+1)`` against ``X``
+is then indistinguishable, and the verdict says the bound was not reached.
+``h`` comes from the analysis below: the log2 of the L1 norm (sum of absolute
+values) of the integer coefficients, which bounds every single coefficient, also
+after terms with equal exponents are grouped.
+
+**Polynomial part (Schwartz–Zippel).** Without exp, ``F`` is an integer polynomial
+of total degree ``d`` and height ``h``; if it is not identically zero, some
+coefficient ``C ≠ 0`` has ``|C| ≤ 2^h``; unless ``p | C`` (``bad_p(h)``), ``F mod p``
+is a non-zero polynomial and ``Pr[F(x_p) = 0] ≤ d/p``.
 
 **Exponential part.** Group the ``k`` terms of ``F`` by their exponent as a rational
-function; a non-zero ``F`` has a group with non-zero coefficient, say term 1. The
-test accepts only if one of these events happens:
+function over Q; a non-zero ``F`` has a group with non-zero coefficient, say term 1.
+The test accepts only if one of these events happens:
 
-1. another exponent collides with term 1's at the draw: ``g_1/h_1 = g_j/h_j`` in
-   ``Z_q``; ``g_1h_j − g_jh_1`` is a non-zero polynomial of degree
-   ``≤ e = deg g + deg h``, so by Schwartz–Zippel and a union bound this has
-   probability ``≤ (k−1)·e/q``;
-2. no collision, but term 1's coefficient vanishes: ``≤ d/p`` (Schwartz–Zippel);
+1. another exponent collides with term 1's mod q: ``g_1h_j − g_jh_1`` is a non-zero
+   integer polynomial of degree ``≤ e = deg g + deg h`` and height
+   ``≤ h_e = 1 + h_g + h_h``; it vanishes identically mod q with probability
+   ``≤ bad_q(h_e)``, else at the draw with probability ``≤ e/q`` (Schwartz–Zippel);
+   a union bound over the other terms gives ``(k−1)·(e/q + bad_q(h_e))``;
+2. no collision, but term 1's coefficient vanishes: ``≤ d/p + bad_p(h)``;
 3. neither, so ``F`` is a non-zero polynomial ``P(ω) = Σ_j C_j ω^{ε_j}`` with at
    most ``k`` distinct exponents ``ε_j ∈ Z_q`` — a non-zero ``k``-sparse function on
    ``Z_q`` — and ``ω`` must be a root of it. **Conjecture** (the number-theoretic
@@ -32,77 +54,128 @@ test accepts only if one of these events happens:
    roots of unity. Over ``C`` this is Chebotarev's theorem on the DFT matrix
    (Tao 2005); over ``F_p`` Malavolta & Rosen (2026) prove it for each ``q`` and all
    but finitely many ``p ≡ 1 (mod q)``, and on average over ``p = q^{O(1)}``; it is
-   *not* proven for our specific pair. Under it, ``Pr_ω[P(ω) = 0] ≤ (k−1)/(q−1)``.
+   *not* proven for our pairs. Under it, ``Pr_ω[P(ω) = 0] ≤ (k−1)/(q−1)``.
 
 So one test errs with probability at most::
 
-    ε(F) = d/p                                            (no exp)
-    ε(F) = (k−1)·e/q + d/p + (k−1)/(q−1)                  (with exp; conjecture)
+    ε(F) = d/p + bad_p(h)                                                  (no exp)
+    ε(F) = (k−1)·(e/q + bad_q(h_e)) + d/p + bad_p(h) + (k−1)/(q−1)           (with exp; conjecture)
 
-assuming the integer coefficients of ``F`` do not vanish mod ``p`` (true unless a
-constant's numerator or denominator shares the factor ``p ≈ 2^31``).
+with ``p = p_min``, ``q = q_min``. The constants' term ``bad`` is 0 while every
+height stays below ``log2 q_min`` (≈ 29.8 bits for the default family): then no
+member can divide a coefficient at all.
 
 **Failed draws.** A draw where some divisor is zero is discarded (never given a
 made-up value). Conditioning on "no zero divisor" (probability ``≥ 1 − z``) can
 raise the acceptance probability by at most the factor ``1/(1 − z)``, where ``z``
 sums, over every division, the number of divisor elements times the bound above
-for that divisor (its p-part, and its q-part ``≤ d/q`` when it has one). The per-test
-bound is ``max_outputs ε(F) / (1 − z_a − z_b)``; tests are independent (fresh
-inputs, fresh ω), so ``n`` passing tests leave ``bound^n``.
+for that divisor (its p-part, and its q-part ``≤ d/q + bad_q(h)`` when it has one).
+The per-test bound is ``max_outputs ε(F) / (1 − z_a − z_b)``; tests are independent
+(fresh primes, fresh inputs, fresh ω), so ``n`` passing tests leave ``bound^n``.
 
-**Degrees.** :class:`DegreeAlgebra` runs the graph through the interpreter on
-symbolic summaries (degree ``d``, term count ``k``, exponent degrees, and the
-denominator as a multiset of *factors*) instead of numbers. Summing ``K`` fractions
-normally multiplies their denominators; a factor that provably does not vary along
-the reduced dim (it was broadcast along it, as ``s`` in ``(E/s) @ V``) is shared and
-counted once. Anything the analysis cannot prove shared is multiplied out, so the
-summary is always an upper bound — at worst a loose one. ``sqrt`` is outside the
-theorem's class (its field map ``x^((p+1)/4)`` has huge degree): a ``sqrt`` output
-is summarized as a fresh variable of degree 1, and the bound is heuristic.
+**Degrees and heights.** :class:`DegreeAlgebra` runs the graph through the
+interpreter on symbolic summaries (degree ``d``, term count ``k``, exponent degrees,
+the heights ``h``, ``h_g``, ``h_h``, the integer constant of the denominator, and
+the rest of the denominator as a multiset of *factors*) instead of numbers. Heights
+follow ``‖fg‖₁ ≤ ‖f‖₁‖g‖₁`` and ``‖f + g‖₁ ≤ ‖f‖₁ + ‖g‖₁``; a constant ``a/b`` puts
+``|a|`` into the numerator and ``b`` into the denominator's constant (sums of
+fractions share it through the lcm). Summing ``K`` fractions normally multiplies
+their denominators; a factor that provably does not vary along the reduced dim (it
+was broadcast along it, as ``s`` in ``(E/s) @ V``) is shared and counted once.
+Anything the analysis cannot prove shared is multiplied out, so the summary is
+always an upper bound — at worst a loose one. ``sqrt`` is outside the theorem's
+class (its field map ``x^((p+1)/4)`` has huge degree): a ``sqrt`` output is
+summarized as a fresh variable of degree 1, and the bound is heuristic.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Sequence
 
 from mugraph.algebra import Algebra
 from mugraph.errors import NotLaxError
 from mugraph.ops import broadcast_shapes
 
-from .field import Field
+
+def _log2add(a: float, b: float) -> float:
+    """``log2(2^a + 2^b)``."""
+    hi, lo = (a, b) if a >= b else (b, a)
+    return hi + math.log2(1.0 + 2.0 ** (lo - hi))
+
+
+def bits(n: int) -> float:
+    """``log2 max(1, |n|)``: the height of an integer constant."""
+    n = abs(int(n))
+    return math.log2(n) if n > 1 else 0.0
+
+
+@dataclass(frozen=True)
+class Primes:
+    """How a test's primes are drawn, as far as the bound is concerned: every ``p``
+    is ``≥ p_min``, every ``q ≥ q_min``, and the pair is uniform over ``pairs``
+    equally likely pairs (1 for a fixed pair)."""
+
+    p_min: int
+    q_min: int
+    pairs: float
+
+    def bad(self, height: float, m_min: int) -> float:
+        """``Pr[the drawn prime (≥ m_min) divides a given non-zero integer of at most
+        2^height]``: ``⌊height / log2 m_min⌋ / pairs``, at most 1."""
+        t = math.floor(height * (1 + 1e-12) / math.log2(m_min) + 1e-9)  # rounding may only raise it
+        return min(1.0, t / self.pairs) if t else 0.0
 
 
 @dataclass(frozen=True)
 class ExpPoly:
-    """Summary of an exponential polynomial ``Σ_{i≤k} c_i(x)·exp(g_i/h_i)``.
+    """Summary of an exponential polynomial ``Σ_{i≤k} c_i(x)·exp(g_i/h_i)`` with
+    integer coefficients.
 
     ``d``: max degree of the ``c_i``; ``k``: number of terms (1 when exp-free);
     ``eg``/``eh``: max degrees of the exponents' numerators/denominators;
-    ``x``: whether any exponent is present."""
+    ``x``: whether any exponent is present; ``h``: log2 of ``Σ‖c_i‖₁`` (the
+    coefficients' height); ``hg``/``hh``: max log2 L1 norms of the exponents'
+    numerators/denominators."""
 
     d: int = 0
     k: float = 1.0
     eg: int = 0
     eh: int = 0
     x: bool = False
+    h: float = 0.0
+    hg: float = 0.0
+    hh: float = 0.0
 
     def __mul__(self, o: "ExpPoly") -> "ExpPoly":
-        if self.eh == 0 and o.eh == 0:
-            eg, eh = max(self.eg, o.eg), 0
-        else:  # g1/h1 + g2/h2 = (g1h2 + g2h1)/(h1h2)
-            eg, eh = max(self.eg + o.eh, o.eg + self.eh), self.eh + o.eh
         x = self.x or o.x
-        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x)
+        if not o.x:  # exponents add: an exp-free side adds 0
+            eg, eh, hg, hh = self.eg, self.eh, self.hg, self.hh
+        elif not self.x:
+            eg, eh, hg, hh = o.eg, o.eh, o.hg, o.hh
+        else:  # g1/h1 + g2/h2 = (g1h2 + g2h1)/(h1h2)
+            if self.eh == 0 and o.eh == 0:
+                eg, eh = max(self.eg, o.eg), 0
+            else:
+                eg, eh = max(self.eg + o.eh, o.eg + self.eh), self.eh + o.eh
+            hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
+        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh)
 
     def __add__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
-        return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, max(self.eg, o.eg), max(self.eh, o.eh), x)
+        if self.x and o.x:
+            eg, eh, hg, hh = max(self.eg, o.eg), max(self.eh, o.eh), max(self.hg, o.hg), max(self.hh, o.hh)
+        else:
+            s = self if self.x else o
+            eg, eh, hg, hh = s.eg, s.eh, s.hg, s.hh
+        return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, eg, eh, x, _log2add(self.h, o.h), hg, hh)
 
     def times(self, n: int) -> "ExpPoly":
         """A sum of ``n`` summaries like this one."""
-        return ExpPoly(self.d, self.k * n if self.x else 1.0, self.eg, self.eh, self.x)
+        return ExpPoly(self.d, self.k * n if self.x else 1.0, self.eg, self.eh, self.x, self.h + math.log2(n),
+                       self.hg, self.hh)
 
     def power(self, n: int) -> "ExpPoly":
         """A product of ``n`` summaries like this one (closed form of ``*``)."""
@@ -112,15 +185,23 @@ class ExpPoly:
             eg, eh = self.eg, 0
         else:
             eg, eh = self.eg + (n - 1) * self.eh, n * self.eh
-        return ExpPoly(self.d * n, self.k ** n if self.x else 1.0, eg, eh, self.x)
+        hg, hh = (math.log2(n) + self.hg + (n - 1) * self.hh, n * self.hh) if self.x else (self.hg, self.hh)
+        return ExpPoly(self.d * n, self.k ** n if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh)
 
-    def zero_prob(self, fld: Field) -> float:
+    def scaled(self, height: float) -> "ExpPoly":
+        """This summary with its coefficients multiplied by an integer of that height."""
+        return ExpPoly(self.d, self.k, self.eg, self.eh, self.x, self.h + height, self.hg, self.hh)
+
+    def zero_prob(self, primes: Primes) -> float:
         """Upper bound on ``Pr[this = 0]`` at a random draw when it is not
-        identically zero (module docstring)."""
-        p, q = fld.p, fld.q
-        eps = self.d / p
+        identically zero over Q (module docstring)."""
+        if not math.isfinite(self.k):
+            return 1.0
+        p, q = primes.p_min, primes.q_min
+        eps = self.d / p + primes.bad(self.h, p)
         if self.x and self.k > 1:
-            eps += (self.k - 1) * (self.eg + self.eh) / q + (self.k - 1) / (q - 1)
+            he = 1 + self.hg + self.hh
+            eps += (self.k - 1) * ((self.eg + self.eh) / q + primes.bad(he, q)) + (self.k - 1) / (q - 1)
         return min(1.0, eps)
 
 
@@ -140,19 +221,22 @@ class Factor:
 
 @dataclass(frozen=True)
 class Deg:
-    """Symbolic summary of a tensor value: ``num / Π den``."""
+    """Symbolic summary of a tensor value: ``num / (c · Π den)`` with ``c`` a
+    positive integer (the constants' denominators)."""
 
     shape: tuple[int, ...]
     num: ExpPoly
     den: tuple[Factor, ...] = ()
     heuristic: bool = False
+    c: int = 1
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
 
     def den_poly(self, factors: Sequence[Factor] | None = None) -> ExpPoly:
-        out = ONE
+        """The product of ``factors`` (default: the whole denominator, ``c`` included)."""
+        out = ONE if factors is not None else ExpPoly(h=bits(self.c))
         for f in (self.den if factors is None else factors):
             out = out * f.poly
         return out
@@ -168,7 +252,7 @@ def _h(*parts) -> int:
 def _move(v: Deg, shape, tag, mask_fn) -> Deg:
     """Apply a structural move to every factor: new key, new mask."""
     den = tuple(Factor(_h(f.key, tag), f.poly, tuple(mask_fn(f.mask))) for f in v.den)
-    return Deg(tuple(shape), v.num, den, v.heuristic)
+    return Deg(tuple(shape), v.num, den, v.heuristic, v.c)
 
 
 def _groups(old: Sequence[int], new: Sequence[int]) -> list[tuple[list[int], list[int]]]:
@@ -199,8 +283,8 @@ class DegreeAlgebra(Algebra):
 
     name = "degree"
 
-    def __init__(self, fld: Field, salt: object = 0) -> None:
-        self.field = fld
+    def __init__(self, primes: Primes, salt: object = 0) -> None:
+        self.primes = primes
         self.salt = salt
         self.z = 0.0
         self.heuristic = False
@@ -209,8 +293,8 @@ class DegreeAlgebra(Algebra):
             "matmul": self._matmul, "add": self._addsub, "sub": self._addsub, "mul": self._mul,
             "div": self._div, "exp": self._exp, "silu": self._silu, "sqrt": self._sqrt,
             "square": lambda xs, at: self._mul([xs[0], xs[0]], at),
-            "scale": lambda xs, at: xs[0],
-            "const": lambda xs, at: Deg(tuple(at["shape"]), ONE),
+            "scale": self._scale,
+            "const": self._const,
             "sum": lambda xs, at: self._reduce(xs[0], at["dim"]),
             "max": self._max,
             "concat": lambda xs, at: self.concat(xs, at["dim"]),
@@ -277,7 +361,7 @@ class DegreeAlgebra(Algebra):
         shape[axis] = sum(v.shape[axis] for v in vs)
         shape = tuple(shape)
         # each region i: N_i/D_i = (N_i · Π_{j≠i} D_j) / Π_j D_j; a factor is 1 outside its region
-        dens = [v.den_poly() for v in vs]
+        dens = [v.den_poly() for v in vs]  # constants included: the result's constant is their product
         num = None
         for i, v in enumerate(vs):
             term = v.num
@@ -291,7 +375,7 @@ class DegreeAlgebra(Algebra):
                 mask = list(f.mask)
                 mask[axis] = True
                 den.append(Factor(_h(f.key, "concat", i, axis, shape), f.poly, tuple(mask)))
-        return Deg(shape, num, tuple(den), any(v.heuristic for v in vs))
+        return Deg(shape, num, tuple(den), any(v.heuristic for v in vs), math.prod(v.c for v in vs))
 
     # ------------------------------------------------------------------ semantics
     def input(self, name, value, shape, dtype):
@@ -320,24 +404,34 @@ class DegreeAlgebra(Algebra):
         only_b = list(b.den)
         for f in shared:
             only_b.remove(next(g for g in only_b if g.key == f.key))
-        num = a.num * a.den_poly(only_b) + b.num * a.den_poly(only_a)
-        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic)
+        c = math.lcm(a.c, b.c)  # a/(ca·…) + b/(cb·…) over the common constant lcm(ca, cb)
+        num = a.num.scaled(bits(c // a.c)) * a.den_poly(only_b) + b.num.scaled(bits(c // b.c)) * a.den_poly(only_a)
+        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic, c)
 
     def _mul(self, xs, at):
         a, b = self._pair(*xs)
-        return Deg(a.shape, a.num * b.num, a.den + b.den, a.heuristic or b.heuristic)
+        return Deg(a.shape, a.num * b.num, a.den + b.den, a.heuristic or b.heuristic, a.c * b.c)
+
+    def _scale(self, xs, at):
+        (x,) = xs
+        c = Fraction(at["c"])
+        return Deg(x.shape, x.num.scaled(bits(c.numerator)), x.den, x.heuristic, x.c * c.denominator)
+
+    def _const(self, xs, at):
+        v = Fraction(at["value"])
+        return Deg(tuple(at["shape"]), ExpPoly(h=bits(v.numerator)), (), False, v.denominator)
 
     def _divisor_risk(self, b: Deg) -> None:
         n = math.prod(b.shape)
-        risk = b.num.zero_prob(self.field)
+        risk = b.num.zero_prob(self.primes)
         if b.exp_free():  # the q-part is divided too
-            risk += b.num.d / self.field.q
+            risk += b.num.d / self.primes.q_min + self.primes.bad(b.num.h, self.primes.q_min)
         self.z += n * risk
 
     def _div(self, xs, at):
         a, b = xs
         self._divisor_risk(b)
-        # 1/b = Db/Nb: Nb becomes a new factor on b's own carrier (so the dims b is
+        # 1/b = (cb·Db)/Nb: Nb becomes a new factor on b's own carrier (so the dims b is
         # broadcast along are known constant), then it is multiplied in like mul
         inv = Deg(b.shape, b.den_poly(), (Factor(self.fresh(), b.num, tuple(s > 1 for s in b.shape)),),
                   b.heuristic)
@@ -347,15 +441,17 @@ class DegreeAlgebra(Algebra):
         (x,) = xs
         if not x.exp_free():
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu)")
-        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, x.den_poly().d, True), (), x.heuristic)
+        dp = x.den_poly()
+        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h), (), x.heuristic)
 
     def _silu(self, xs, at):
         (x,) = xs
         if not x.exp_free():
             raise NotLaxError("silu: its argument already contains an exponentiation (exp/silu)")
         # x / (1 + exp(−x)): 1 + ω^k is never 0 (ω has odd order), so no failed draws
-        f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, x.den_poly().d, True), tuple(s > 1 for s in x.shape))
-        return Deg(x.shape, x.num, x.den + (f,), x.heuristic)
+        dp = x.den_poly()
+        f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, dp.d, True, 1.0, x.num.h, dp.h), tuple(s > 1 for s in x.shape))
+        return Deg(x.shape, x.num, x.den + (f,), x.heuristic, x.c)
 
     def _sqrt(self, xs, at):
         (x,) = xs
@@ -378,12 +474,12 @@ class DegreeAlgebra(Algebra):
             return Factor(_h(f.key, "sum", dim, v.shape), f.poly, tuple(m))
 
         if not vary:
-            return Deg(shape, v.num.times(K), tuple(rekey(f) for f in const), v.heuristic)
+            return Deg(shape, v.num.times(K), tuple(rekey(f) for f in const), v.heuristic, v.c)
         V = v.den_poly(vary)
         num = (v.num * V.power(K - 1)).times(K)
         mask = [any(f.mask[i] for f in vary) and i != dim for i in range(len(shape))]
         merged = Factor(self.fresh(), V.power(K), tuple(mask))
-        return Deg(shape, num, tuple(rekey(f) for f in const) + (merged,), v.heuristic)
+        return Deg(shape, num, tuple(rekey(f) for f in const) + (merged,), v.heuristic, v.c)
 
     def _matmul(self, xs, at):
         a, b = xs
@@ -393,18 +489,18 @@ class DegreeAlgebra(Algebra):
         carrier = lead + (m, K, n)
         a4 = self._broadcast(self.reshape(a, a.shape + (1,)), carrier)
         b4 = self._broadcast(self.reshape(b, b.shape[:-2] + (1,) + b.shape[-2:]), carrier)
-        prod = Deg(carrier, a4.num * b4.num, a4.den + b4.den, a4.heuristic or b4.heuristic)
+        prod = Deg(carrier, a4.num * b4.num, a4.den + b4.den, a4.heuristic or b4.heuristic, a4.c * b4.c)
         r = self._reduce(prod, len(carrier) - 2)
         return self.reshape(r, lead + (m, n))
 
 
-def pair_bound(fld: Field, outs_a: Sequence[Deg], outs_b: Sequence[Deg], z: float) -> float:
+def pair_bound(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg], z: float) -> float:
     """The per-test bound for two graphs whose outputs are summarized by
     ``outs_a``/``outs_b`` and whose zero-divisor risks add up to ``z``."""
     eps = 0.0
     for a, b in zip(outs_a, outs_b):
         F = a.num * b.den_poly() + b.num * a.den_poly()
-        eps = max(eps, F.zero_prob(fld))
+        eps = max(eps, F.zero_prob(primes))
     if z >= 1:
         return 1.0
     return min(1.0, eps / (1 - z))
@@ -417,3 +513,21 @@ def tests_needed(per_test: float, error: float) -> int | None:
     if per_test >= 1:
         return None
     return max(1, math.ceil(math.log(error) / math.log(per_test) - 1e-12))
+
+
+def constants_report(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg]) -> tuple[float, float]:
+    """``(bits, term)``: the largest coefficient height (bits) of the compared
+    functions ``F`` — their coefficients, and their exponents' collision polynomials
+    — and the largest part of the per-test bound that comes from a drawn prime
+    dividing one of them (the ``bad_p``/``bad_q`` terms of the module docstring)."""
+    worst_bits, worst_term = 0.0, 0.0
+    for a, b in zip(outs_a, outs_b):
+        F = a.num * b.den_poly() + b.num * a.den_poly()
+        term = primes.bad(F.h, primes.p_min)
+        hb = F.h
+        if F.x and F.k > 1:
+            he = 1 + F.hg + F.hh
+            hb = max(hb, he)
+            term += (F.k - 1) * primes.bad(he, primes.q_min) if math.isfinite(F.k) else 1.0
+        worst_bits, worst_term = max(worst_bits, hb), max(worst_term, min(1.0, term))
+    return worst_bits, worst_term

@@ -2,38 +2,69 @@
 
 :func:`equivalent` evaluates both graphs on the same random field inputs —
 residues mod p outside exponents, mod q inside, a random ω of order q — and
-compares their outputs exactly. Equivalent graphs always agree (no false
-rejections); a non-equivalent pair agrees in one test with probability at most
-the per-test bound of :mod:`verify.bound`, so the tests repeat (fresh inputs,
-fresh ω) until the bound compounded over the tests reaches the requested error.
-:func:`fingerprint` is one such evaluation on a fixed draw, hashed, for the
-search to compare many candidates against the program cheaply.
+compares their outputs exactly. Every test draws a fresh pair of primes
+(:mod:`verify.family`), so a constant that happens to be a multiple of one prime
+cannot make different graphs look alike on every test. Equivalent graphs always
+agree; a non-equivalent pair agrees in one test with probability at most the
+per-test bound of :mod:`verify.bound`, so the tests repeat (fresh primes, fresh
+inputs, fresh ω) until the bound compounded over the tests reaches the requested
+error. :func:`fingerprint` is one such evaluation on a fixed draw (primes
+included, from the seed), hashed, for the search to compare many candidates
+against the program cheaply.
+
+**sqrt.** The field's ``sqrt`` is the multiplicative map ``x ↦ x^((m+1)/4)``:
+``sqrt(ab) = sqrt(a)·sqrt(b)`` holds exactly, and ``sqrt(x)² = χ(x)·x`` where ``χ``
+(the Legendre symbol) plays the part of the sign. For constants the sign must be
+the real one: a draw keeps only primes for which every prime factor of the
+graphs' constants and dims (and 2, 3, 5, 7) is a square, so every positive
+constant ``c`` has ``χ(c) = 1`` and ``sqrt(c²) = c`` while ``χ(−1) = −1`` — then
+``rms_norm(c·X) = rms_norm(X)`` holds in the field for ``c > 0`` and a sign flip
+(``c < 0``) does not. Where the field meets an identity it cannot decide (one that
+needs a non-constant argument of ``sqrt`` to be positive, as ``sqrt(x)² = x``), a
+mismatch through ``sqrt`` is not taken as proof: the pair falls back to
+:func:`verify.floatcheck.compare_float64` — rejected if float64 confirms the
+difference, UNDECIDED (said so in the verdict) if it does not.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 import zlib
+from dataclasses import dataclass, field as dc_field
 from functools import lru_cache
-from typing import Sequence
+from typing import Sequence, Union
 
 import numpy as np
 import torch
 
 import mugraph as mg
-from mugraph.errors import NotLaxError
+from mugraph.errors import ConfigError, NotLaxError
 from mugraph.ir import KernelGraph
 
-from .analysis import check_compatible, inputs_needing_q, live_graph, op_kinds
-from .bound import DegreeAlgebra, pair_bound, tests_needed
-from .field import DEFAULT, Field, FieldAlgebra, FieldInput, ZeroDivisorDraw, draw_inputs, random_omega, \
+from . import args
+from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
+from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
+from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
+from .field import Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, random_omega, \
     uniform_residues
-from .floatcheck import float_check as run_float_check
+from .floatcheck import compare_float64, float_check as run_float_check
 from .verdict import Counterexample, Verdict
 
 DEFAULT_ERROR = 2.0 ** -40
 MAX_FAILED_DRAWS = 32
+#: primes that are squares mod every drawn pair when the graphs use sqrt (small constants'
+#: roots: 1/4096 = (1/64)², 9, 25, 49 …); fingerprints, drawn from the seed alone, use these
+BASE_SQUARES = (2, 3, 5, 7)
+#: prime factors of constants and dims below this are made squares when the graphs use sqrt
+SQUARE_FACTOR_LIMIT = 1 << 10
+#: with sqrt, a constant's prime factor left out of the square conditions makes its sign a
+#: coin flip per test (random primes): the heuristic per-test bound gets this much added
+#: (with fixed primes the sign is the same on every test: no bound)
+UNCONDITIONED_SQRT = 0.5
+
+FieldLike = Union[Field, PrimeFamily]
 
 
 class _Shape:
@@ -43,20 +74,111 @@ class _Shape:
         self.shape = tuple(shape)
 
 
-def summarize(graph: KernelGraph, fld: Field = DEFAULT, salt: object = 0):
+def _small_primes(n: int) -> list[int]:
+    return [k for k in range(2, n) if all(k % d for d in range(2, math.isqrt(k) + 1))]
+
+
+_SMALL = _small_primes(SQUARE_FACTOR_LIMIT)
+
+
+def _factor_small(n: int) -> tuple[set[int], int]:
+    """Prime factors of ``n`` below :data:`SQUARE_FACTOR_LIMIT`, and the cofactor left."""
+    n = abs(n)
+    out = set()
+    for ell in _SMALL:
+        if n < ell:
+            break
+        while n % ell == 0:
+            out.add(ell)
+            n //= ell
+    return out, n
+
+
+@dataclass
+class Plan:
+    """What comparing two graphs needs before any test: their op kinds, the integers
+    no drawn prime may divide (``avoid``: the constants' numerators and
+    denominators), the primes that must be squares mod both (``squares``, with
+    sqrt), those that could not be made so (``unconditioned``), and how the bound
+    sees the draw (``primes``)."""
+
+    kinds: set[str]
+    avoid: tuple[int, ...]
+    squares: tuple[int, ...]
+    unconditioned: list[int]
+    primes: Primes
+    notes: list[str] = dc_field(default_factory=list)
+
+
+def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
+    """The :class:`Plan` for comparing ``a`` with ``b`` under ``fld`` (a family: a
+    fresh pair per test; a :class:`~verify.field.Field`: fixed primes)."""
+    kinds = op_kinds(a) | op_kinds(b)
+    consts = set(constants(a)) | set(constants(b))
+    avoid = tuple(sorted({abs(n) for c in consts for n in (c.numerator, c.denominator)} - {0, 1}))
+    squares: set[int] = set()
+    unconditioned: set[int] = set()
+    notes: list[str] = []
+    if "sqrt" in kinds:
+        squares = set(BASE_SQUARES)
+        for n in list(avoid) + sorted(dim_sizes(a) | dim_sizes(b)):
+            small, rest = _factor_small(n)
+            squares |= small
+            if rest > 1 and n in avoid:
+                unconditioned.add(rest)
+        extra = sorted(squares - WHEEL_SQUARES)  # conditions the draw pays for (factor ~4 each)
+        if len(extra) > MAX_EXTRA_SQUARES:
+            unconditioned |= set(extra[MAX_EXTRA_SQUARES:])
+            squares -= set(extra[MAX_EXTRA_SQUARES:])
+    if isinstance(fld, Field):
+        primes = Primes(fld.p, fld.q, 1.0)
+        notes.append(f"fixed primes p={fld.p}, q={fld.q}: a constant sharing a factor with p or q is not caught, so "
+                     f"the bound holds only while every coefficient stays below {math.log2(fld.q):.1f} bits "
+                     "(the default draws a fresh random pair per test)")
+        non_sq = sorted(s for s in squares if pow(s, (fld.p - 1) // 2, fld.p) != 1
+                        or pow(s, (fld.q - 1) // 2, fld.q) != 1)
+        if non_sq:
+            unconditioned |= set(non_sq)
+    else:
+        lq = math.log2(fld.q_min)
+        excluded = 2 * sum(math.floor(bits(n) / lq) for n in avoid)
+        pairs = max(1.0, (fld.size - excluded) * (fld.square_fraction(squares) if squares else 1.0))
+        primes = Primes(fld.p_min, fld.q_min, pairs)
+    if unconditioned:
+        notes.append(f"sqrt: the sign of constants with the prime factors {sorted(unconditioned)} is not controlled "
+                     "by the primes (sqrt(c²) may be −c): " + ("with fixed primes there is no bound" if
+                     isinstance(fld, Field) else f"the heuristic bound adds {UNCONDITIONED_SQRT} per test")
+                     + ", and a mismatch falls back to float64")
+    return Plan(kinds, avoid, tuple(sorted(squares)), sorted(unconditioned), primes, notes)
+
+
+def summarize(graph: KernelGraph, primes: Primes, salt: object = 0):
     """Degree summaries of ``graph``'s outputs and its zero-divisor risk
     (:class:`verify.bound.DegreeAlgebra`)."""
-    alg = DegreeAlgebra(fld, salt)
+    alg = DegreeAlgebra(primes, salt)
     outs = mg.evaluate(graph, {t.name: _Shape(t.shape) for t in graph.inputs}, alg)
     return outs, alg
 
 
-def per_test_bound(a: KernelGraph, b: KernelGraph, fld: Field = DEFAULT) -> tuple[float, bool]:
+def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, float, float]:
+    """``(per-test bound, heuristic, constant bits, constants' term)``."""
+    oa, sa = summarize(live_graph(a), plan.primes, "a")
+    ob, sb = summarize(live_graph(b), plan.primes, "b")
+    eps = pair_bound(plan.primes, oa, ob, sa.z + sb.z)
+    heuristic = sa.heuristic or sb.heuristic
+    if heuristic and plan.unconditioned:
+        # random primes: each test flips a fair coin for such a constant's sign; fixed primes
+        # give the same (possibly wrong) sign on every test, so no bound at all
+        eps = 1.0 if plan.primes.pairs == 1 else min(1.0, eps + UNCONDITIONED_SQRT)
+    nbits, term = constants_report(plan.primes, oa, ob)
+    return eps, heuristic, nbits, term
+
+
+def per_test_bound(a: KernelGraph, b: KernelGraph, fld: FieldLike = DEFAULT) -> tuple[float, bool]:
     """The probability bound for one test of ``a`` against ``b`` and whether it is
     heuristic (sqrt); see :mod:`verify.bound`."""
-    oa, sa = summarize(live_graph(a), fld, "a")
-    ob, sb = summarize(live_graph(b), fld, "b")
-    return pair_bound(fld, oa, ob, sa.z + sb.z), sa.heuristic or sb.heuristic
+    eps, heuristic, _, _ = _bound(a, b, make_plan(a, b, _check_field(fld)))
+    return eps, heuristic
 
 
 def _specs(graph: KernelGraph, need_q: set[str]):
@@ -76,21 +198,39 @@ def _first_mismatch(oa: Sequence[tuple], ob: Sequence[tuple]) -> tuple[int, tupl
     return None
 
 
-def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld: Field = DEFAULT,
-               need_q: set[str] | None = None, max_failed_draws: int = MAX_FAILED_DRAWS):
-    """One field test: draw inputs and ω, evaluate both graphs, compare exactly.
+def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld: FieldLike = DEFAULT,
+               need_q: set[str] | None = None, max_failed_draws: int = MAX_FAILED_DRAWS,
+               plan: Plan | None = None):
+    """One field test: draw primes (from a family; a :class:`~verify.field.Field` is
+    used as it is), inputs and ω, evaluate both graphs, compare exactly.
 
     Returns ``(mismatch, failed_draws)``: ``mismatch`` is None when all outputs
-    agree, else ``(output, index, value_a, value_b, part)``. A draw that meets a
-    zero divisor is discarded and redrawn; after ``max_failed_draws`` in a row a
-    :class:`~verify.field.ZeroDivisorDraw` says a divisor is (almost surely)
-    identically zero."""
-    specs = _specs(a, need_q if need_q is not None else inputs_needing_q(a) | inputs_needing_q(b))
-    a, b = live_graph(a), live_graph(b)  # a zero divisor in dead code must not fail the draw
+    agree, else ``(output, index, value_a, value_b, part, p, q)``. A draw that meets
+    a zero divisor is discarded and redrawn (primes too); after
+    ``max_failed_draws`` in a row a :class:`~verify.field.ZeroDivisorDraw` says a
+    divisor is (almost surely) identically zero. ``plan`` (:func:`make_plan`) may
+    be passed to skip recomputing it."""
+    if need_q is None:
+        need_q = inputs_needing_q(a) | inputs_needing_q(b)
+    args.generator("field_test", rng)
+    args.integer("field_test", "max_failed_draws", max_failed_draws, 1, 1 << 20)
+    check_compatible(a, b)
+    if isinstance(_check_field(fld), PrimeFamily) and plan is None:
+        plan = make_plan(a, b, fld)
+    mismatch, failed, _ = _field_test(a, b, rng, fld, need_q, max_failed_draws, plan)
+    return mismatch, failed
+
+
+def _field_test(a: KernelGraph, b: KernelGraph, rng: np.random.Generator, fld: FieldLike, need_q: set[str],
+                max_failed_draws: int, plan: Plan | None) -> tuple[tuple | None, int, Field]:
+    """:func:`field_test`, also returning the primes of the draw that was compared."""
+    specs = _specs(a, need_q)
+    a, b = live_graph(a), live_graph(b)  # a zero divisor in dead code must not fail a draw
     failed = 0
     while True:
-        alg = FieldAlgebra(fld, random_omega(fld, rng))
-        ins = draw_inputs(specs, fld, rng)
+        f = fld if isinstance(fld, Field) else fld.draw(rng, avoid=plan.avoid, squares=plan.squares)
+        alg = FieldAlgebra(f, random_omega(f, rng))
+        ins = draw_inputs(specs, f, rng)
         try:
             oa = mg.evaluate(a, ins, alg)
             ob = mg.evaluate(b, ins, alg)
@@ -101,7 +241,8 @@ def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld:
                     f"{a.name} vs {b.name}: {failed} draws in a row divided by zero: a divisor is "
                     "(almost surely) identically zero") from None
             continue
-        return _first_mismatch(oa, ob), failed
+        m = _first_mismatch(oa, ob)
+        return (None if m is None else m + (f.p, f.q)), failed, f
 
 
 def _float_values(a: KernelGraph, b: KernelGraph, output: int, index: tuple, seed: int):
@@ -127,9 +268,9 @@ def _notes(kinds: set[str], a: KernelGraph, b: KernelGraph) -> list[str]:
         notes.append("silu is outside Mirage's Lax class as an op; its field meaning x·(1+ω^(−x))⁻¹ is that of "
                      "the Lax expression x/(1+exp(−x)), which the bound covers")
     if "sqrt" in kinds:
-        notes.append("sqrt is outside the theorem's class: evaluated as the multiplicative map x^((m+1)/4) "
-                     "(so sqrt(ab) = sqrt(a)·sqrt(b) holds, but sqrt(x)² = ±x); the bound is heuristic and a "
-                     "mismatch through sqrt may be a false rejection")
+        notes.append("sqrt is outside the theorem's class: evaluated as the multiplicative map x^((m+1)/4), with "
+                     "primes drawn so that every constant's sign is its real one (sqrt(c²) = |c|); the bound is "
+                     "heuristic, and a mismatch through sqrt is confirmed in float64 before it rejects")
     da = {t.dtype for t in a.inputs}
     db = {t.dtype for t in b.inputs}
     if da != db:
@@ -137,75 +278,146 @@ def _notes(kinds: set[str], a: KernelGraph, b: KernelGraph) -> list[str]:
     return notes
 
 
+def _check_field(fld) -> FieldLike:
+    if not isinstance(fld, (Field, PrimeFamily)):
+        raise ConfigError(f"field must be a verify.PrimeFamily (random primes, the default) or a verify.Field "
+                          f"(fixed primes), got {type(fld).__name__}")
+    return fld
+
+
+def _check_args(error, seed, fld, max_tests, float_check, non_lax, max_failed_draws, float_kwargs):
+    """One-line :class:`~mugraph.errors.ConfigError` for every bad argument of :func:`equivalent`."""
+    args.number("equivalent", "error", error, lo=0, hi=1)
+    if seed is not None:
+        args.integer("equivalent", "seed", seed, 0)
+    _check_field(fld)
+    args.integer("equivalent", "max_tests", max_tests, 1, 1 << 20)
+    args.integer("equivalent", "max_failed_draws", max_failed_draws, 1, 1 << 20)
+    if not isinstance(float_check, bool):
+        raise ConfigError(f"equivalent: float_check must be True or False, got {float_check!r}")
+    if non_lax not in ("raise", "float"):
+        raise ConfigError(f"equivalent: non_lax must be 'raise' or 'float', got {non_lax!r}")
+    if float_kwargs is not None and not isinstance(float_kwargs, dict):
+        raise ConfigError(f"equivalent: float_kwargs must be a dict of float_check arguments, got {float_kwargs!r}")
+
+
+def _describe(fld: FieldLike, plan: Plan) -> str:
+    if isinstance(fld, Field):
+        return f"fixed p={fld.p}, q={fld.q}" + (" (Mirage's test)" if fld.name == "mirage" else "")
+    s = str(fld)
+    if plan.avoid:
+        s += f"; redrawn when p or q divides one of the {len(plan.avoid)} constants' numerators/denominators"
+    if plan.squares:
+        s += f"; {plan.squares} squares mod p and q (sqrt)"
+    return s
+
+
 def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, seed: int | None = None,
-               field: Field = DEFAULT, max_tests: int = 128, float_check: bool = True,
+               field: FieldLike = DEFAULT, max_tests: int = 128, float_check: bool = True,
                non_lax: str = "raise", max_failed_draws: int = MAX_FAILED_DRAWS,
                float_kwargs: dict | None = None) -> Verdict:
     """Decide whether ``a`` and ``b`` (programs or μGraphs, any mix) compute the
     same function, with false-accept probability at most ``error``.
 
-    Runs independent field tests until the per-test bound (:mod:`verify.bound`)
-    compounded is ≤ ``error`` (at most ``max_tests``; the verdict says when the
-    bound was not reached), then — if ``float_check`` — the float check of ``b``
-    against ``a``. ``seed`` makes the run reproducible (the verdict records the seed
-    used). ``field`` picks the primes (:data:`verify.field.DEFAULT`,
-    :data:`verify.field.MIRAGE` or any valid :class:`~verify.field.Field`).
+    Runs independent field tests, each with a fresh random pair of primes from
+    ``field`` (default :data:`verify.family.DEFAULT`), until the per-test bound
+    (:mod:`verify.bound`, with its term for constants sharing a factor with a
+    drawn prime) compounded is ≤ ``error`` (at most ``max_tests``; the verdict says
+    when the bound was not reached), then — if ``float_check`` — the float check of
+    ``b`` against ``a``. ``seed`` makes the run reproducible (the verdict records
+    the seed used). A :class:`~verify.field.Field` for ``field`` (e.g.
+    :data:`verify.field.MIRAGE`) fixes the primes instead: Mirage's test, kept to
+    reproduce it — a constant that is 0 mod a fixed prime is then undetectable,
+    and the verdict says so.
 
-    Non-Lax graphs raise :class:`~mugraph.errors.NotLaxError` naming the op, unless
+    The verdict records every check that ran (``Verdict.checks``). Non-Lax graphs
+    raise :class:`~mugraph.errors.NotLaxError` naming the op, unless
     ``non_lax="float"``: then only the float check runs and the verdict says that
     equivalence is unproven. Graphs with different inputs or outputs raise
-    :class:`~mugraph.errors.InputError`.
+    :class:`~mugraph.errors.InputError`; bad arguments
+    :class:`~mugraph.errors.ConfigError`.
     """
     t0 = time.perf_counter()
+    _check_args(error, seed, field, max_tests, float_check, non_lax, max_failed_draws, float_kwargs)
     check_compatible(a, b)
-    if non_lax not in ("raise", "float"):
-        raise ValueError(f"non_lax must be 'raise' or 'float', got {non_lax!r}")
-    if not 0 < error < 1:
-        raise ValueError(f"error must be in (0, 1), got {error}")
     if seed is None:
         seed = int(np.random.SeedSequence().entropy % (1 << 63))
+    fkw = dict(float_kwargs or {})
     try:
         mg.check_lax(a)
         mg.check_lax(b)
     except NotLaxError as e:
         if non_lax == "raise":
             raise
-        report = run_float_check(a, b, seed=seed % (1 << 31), **(float_kwargs or {}))
+        report = run_float_check(a, b, seed=seed % (1 << 31), **fkw)
         return Verdict(a.name, b.name, None, method="float-only", seed=seed, target_error=error,
                        float_check=report, seconds=time.perf_counter() - t0,
+                       checks={"float check": "passed" if report.passed else "failed"},
                        notes=[f"not Lax ({e}); EQUIVALENCE IS UNPROVEN: only a floating-point comparison ran"])
 
-    kinds = op_kinds(a) | op_kinds(b)
-    per_test, heuristic = per_test_bound(a, b, field)
+    plan = make_plan(a, b, field)
+    per_test, heuristic, nbits, term = _bound(a, b, plan)
     needed = tests_needed(per_test, error)
     n = max_tests if needed is None else min(needed, max_tests)
     rng = np.random.default_rng(seed)
     need_q = inputs_needing_q(a) | inputs_needing_q(b)
     a_live, b_live = live_graph(a), live_graph(b)
     v = Verdict(a.name, b.name, True, tests=0, per_test_bound=per_test, target_error=error,
-                conjecture=bool(kinds & {"exp", "silu"}), heuristic=heuristic, p=field.p, q=field.q,
-                seed=seed, notes=_notes(kinds, a, b))
+                conjecture=bool(plan.kinds & {"exp", "silu"}), heuristic=heuristic,
+                p=field.p if isinstance(field, Field) else None, q=field.q if isinstance(field, Field) else None,
+                seed=seed, notes=_notes(plan.kinds, a, b) + plan.notes, primes=_describe(field, plan),
+                pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term)
     for i in range(n):
-        mismatch, failed = field_test(a_live, b_live, rng=rng, fld=field, need_q=need_q,
-                                      max_failed_draws=max_failed_draws)
+        try:
+            mismatch, failed, used = _field_test(a_live, b_live, rng, field, need_q, max_failed_draws, plan)
+        except FieldError as e:  # fixed primes only: a constant with no meaning mod p
+            v.equivalent, v.tests = None, i + 1
+            v.checks["field tests"] = "undecided"
+            v.notes.append(f"UNDECIDED: {e} — the fixed primes cannot represent it (the default draws primes "
+                           "that avoid every constant)")
+            break
         v.failed_draws += failed
         v.tests = i + 1
+        v.p, v.q = used.p, used.q
         if mismatch is not None:
-            out, idx, va, vb, part = mismatch
+            out, idx, va, vb, part, p, q = mismatch
             fa, fb = _float_values(a, b, out, idx, seed % (1 << 31))
+            v.counterexample = Counterexample(out, idx, va, vb, part, i + 1, fa, fb, p, q)
             v.equivalent = False
-            v.counterexample = Counterexample(out, idx, va, vb, part, i + 1, fa, fb)
+            v.checks["field tests"] = "failed"
+            if "sqrt" in plan.kinds:
+                _sqrt_fallback(v, a, b, seed)
             break
     if v.equivalent:
+        v.checks["field tests"] = "passed"
         v.error_bound = per_test ** v.tests
         v.bound_met = v.error_bound <= error
+        v.checks["error bound"] = "met" if v.bound_met else "not met"
         if not v.bound_met:
             v.notes.append(f"the per-test bound {per_test:.3g} is too weak to reach {error:.3g} in "
                            f"{max_tests} tests: passing is evidence, not a proof at that level")
-        if float_check:
-            v.float_check = run_float_check(a, b, seed=seed % (1 << 31), **(float_kwargs or {}))
+    if float_check and v.equivalent is not False:
+        v.float_check = run_float_check(a, b, seed=seed % (1 << 31), **fkw)
+        v.checks["float check"] = "passed" if v.float_check.passed else "failed"
     v.seconds = time.perf_counter() - t0
     return v
+
+
+def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> None:
+    """A field mismatch through sqrt: float64 decides whether it stands (module docstring)."""
+    truth = compare_float64(a, b, seed=seed % (1 << 31))
+    if truth:
+        v.checks["sqrt fallback (float64)"] = "differs"
+        v.checks["field tests"] = "failed"
+        v.notes.append("the field mismatch passes through sqrt; float64 confirms the difference")
+        return
+    v.equivalent = None
+    v.checks["field tests"] = "undecided"
+    v.checks["sqrt fallback (float64)"] = "agrees" if truth is False else "not finite"
+    v.notes.append("UNDECIDED: the field mismatch passes through sqrt, whose field meaning cannot decide this pair "
+                   "(an identity that needs a non-constant sqrt argument to be positive, e.g. sqrt(x)² = x); "
+                   + ("float64 agrees to 1e-7 per element" if truth is False else "float64 is not finite")
+                   + " — not a proof either way")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -224,27 +436,42 @@ def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> Fie
 
 
 @lru_cache(maxsize=16)
+def fingerprint_field(seed: int, fld: FieldLike = DEFAULT) -> Field:
+    """The primes of the fingerprint for ``seed``: drawn from the family by a
+    generator seeded with ``seed`` alone (so every graph gets the same pair), with
+    :data:`BASE_SQUARES` squares; a fixed :class:`~verify.field.Field` as it is."""
+    if isinstance(fld, Field):
+        return fld
+    return fld.draw(np.random.default_rng([seed, 0x7072696D65]), squares=BASE_SQUARES)
+
+
+@lru_cache(maxsize=16)
 def _fixed_algebra(seed: int, fld: Field) -> FieldAlgebra:
     return FieldAlgebra(fld, random_omega(fld, np.random.default_rng([seed, 0x6F6D656761])))
 
 
-def fingerprint(graph: KernelGraph, *, seed: int = 0, field: Field = DEFAULT) -> str:
-    """A hash of ``graph``'s outputs on a fixed random field draw (by ``seed``).
+def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT) -> str:
+    """A hash of ``graph``'s outputs on a fixed random field draw (by ``seed``:
+    primes, inputs and ω).
 
     Equivalent graphs (same input names and shapes) always get the same
     fingerprint; a non-equivalent one collides with probability at most the
     per-test bound of :mod:`verify.bound` (plus 2^-128 for the hash). So the search
     fingerprints the program once and keeps candidates whose fingerprint matches,
-    then confirms them with :func:`equivalent`. Input draws and ω are cached, so
-    repeated calls at small shapes cost one evaluation each.
+    then confirms them with :func:`equivalent`. Primes, input draws and ω are
+    cached, so repeated calls at small shapes cost one evaluation each.
 
-    Raises :class:`~mugraph.errors.NotLaxError` for non-Lax graphs and
-    :class:`~verify.field.ZeroDivisorDraw` when the fixed draw makes a divisor zero
-    (probability ~ size/2^30 for a graph that divides; always for a divisor that is
-    identically zero) — treat that candidate with :func:`equivalent`.
+    Raises :class:`~mugraph.errors.NotLaxError` for non-Lax graphs,
+    :class:`~verify.field.FieldError` for a constant whose denominator is a multiple
+    of the seed's prime, and :class:`~verify.field.ZeroDivisorDraw` when the fixed
+    draw makes a divisor zero (probability ~ size/2^30 for a graph that divides;
+    always for a divisor that is identically zero) — treat that candidate with
+    :func:`equivalent`.
     """
-    ins = {t.name: _fixed_draw(seed, field, t.name, tuple(t.shape)) for t in graph.inputs}
-    outs = mg.evaluate(live_graph(graph), ins, _fixed_algebra(seed, field))
+    args.integer("fingerprint", "seed", seed, 0)
+    fld = fingerprint_field(seed, _check_field(field))
+    ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
+    outs = mg.evaluate(live_graph(graph), ins, _fixed_algebra(seed, fld))
     h = hashlib.blake2b(digest_size=16)
     for o in outs:
         x = np.ascontiguousarray(o[0])

@@ -12,18 +12,17 @@ structural ones and matmul sees them as int64: :meth:`FieldAlgebra.apply`). A va
 a tuple ``(x_p, x_q)``, or ``(x_p,)`` once an exponentiation is upstream (the
 q-part is then undefined: a second ``exp`` on a path is not Lax and raises).
 
-Overflow: every modulus is below ``2**31``, so a product of two residues is below
-``2**62`` and fits ``int64``; sums of up to ``2**32`` residues fit too. Matmul
-runs as float64 GEMMs, which are exact while every partial sum stays below
-``2**53``; see :func:`matmul_mod` for the limb split that guarantees it.
+Overflow: every modulus is below ``2**31`` (:data:`MAX_MODULUS`, enforced by
+:class:`Field`), so a product of two residues is below ``2**62`` and fits
+``int64``; sums of up to ``2**32`` residues fit too. Matmul runs as float64 GEMMs,
+which are exact while every partial sum stays below ``2**53``; see
+:func:`matmul_mod` for the limb split that guarantees it.
 
-Primes: the default pair is the largest *safe-prime* pair below ``2**31``
-(``p = 2q + 1``, both prime) with ``q ≡ 3 (mod 4)`` — hence ``p ≡ 7 (mod 8)`` —
-for which 2, 3, 5 and 7 are quadratic residues mod both ``p`` and ``q``. Then
-``sqrt(x) = x^((m+1)/4)`` is a multiplicative map on both fields, and it maps
-the squares of small constants (``4``, ``1/4096 = (1/64)²``, ``9``, …) to their
-positive roots, as real arithmetic does. Mirage used ``p = 167, q = 83`` in
-16-bit integers; :data:`MIRAGE` gives that pair for comparison.
+Primes: :class:`Field` is one pair. The verifier draws a fresh pair for every
+test from :data:`verify.family.DEFAULT` (random safe primes ``p = 2q + 1 < 2^31``);
+a fixed pair is kept only to reproduce Mirage's test (:data:`MIRAGE`,
+``p = 167, q = 83``, which Mirage ran in 16-bit integers). With ``p ≡ 3 (mod 4)``
+``sqrt(x) = x^((p+1)/4)`` is a multiplicative map (and the same mod q).
 """
 
 from __future__ import annotations
@@ -63,7 +62,8 @@ class FieldError(MugraphError):
 
 
 def is_prime(n: int) -> bool:
-    """Deterministic Miller–Rabin for n < 3.3e24 (bases: the first 13 primes)."""
+    """Deterministic Miller–Rabin: bases 2, 7, 61 below 4,759,123,141 (Jaeschke),
+    the first 13 primes up to 3.3e24 (every modulus here is below 2^31)."""
     if n < 2:
         return False
     small = (2, 3, 5, 7, 11, 13, 17, 19, 23, 29, 31, 37, 41)
@@ -74,7 +74,9 @@ def is_prime(n: int) -> bool:
     while d % 2 == 0:
         d //= 2
         r += 1
-    for a in small:
+    for a in ((2, 7, 61) if n < 4_759_123_141 else small):
+        if a % n == 0:  # n = 61: a base that is a multiple of n says nothing
+            continue
         x = pow(a, d, n)
         if x in (1, n - 1):
             continue
@@ -85,20 +87,6 @@ def is_prime(n: int) -> bool:
         else:
             return False
     return True
-
-
-def find_prime_pair(below: int = MAX_MODULUS, residues: tuple[int, ...] = (2, 3, 5, 7)) -> tuple[int, int]:
-    """The largest safe-prime pair ``p = 2q+1 < below`` with ``q ≡ 3 (mod 4)`` and
-    every number in ``residues`` a quadratic residue mod p and mod q."""
-    q = (below - 2) // 2
-    q -= (q - 3) % 4
-    while q > 3:
-        p = 2 * q + 1
-        if (is_prime(q) and is_prime(p)
-                and all(pow(a, (p - 1) // 2, p) == 1 and pow(a, (q - 1) // 2, q) == 1 for a in residues)):
-            return p, q
-        q -= 4
-    raise FieldError(f"no safe-prime pair below {below}")
 
 
 @dataclass(frozen=True)
@@ -126,6 +114,15 @@ class Field:
         if p >= MAX_MODULUS:
             raise FieldError(f"p={p} must be < 2**31 so residue products fit int64")
 
+    @classmethod
+    def _proven(cls, p: int, q: int, name: str) -> "Field":
+        """A pair the caller has just proven valid (:meth:`verify.family.PrimeFamily.draw`):
+        built without testing both primes a second time."""
+        f = object.__new__(cls)
+        for k, v in (("p", p), ("q", q), ("name", name)):
+            object.__setattr__(f, k, v)
+        return f
+
     @property
     def sqrt_ok(self) -> tuple[bool, bool]:
         return self.p % 4 == 3, self.q % 4 == 3
@@ -134,12 +131,8 @@ class Field:
         return f"p={self.p}, q={self.q}"
 
 
-DEFAULT = Field(2147471759, 1073735879, "default")
-"""Largest safe-prime pair below 2**31 meeting the conditions above
-(``find_prime_pair()``; checked in the tests)."""
-
 MIRAGE = Field(167, 83, "mirage")
-"""Mirage's 16-bit pair (paper §7), for comparison only."""
+"""Mirage's 16-bit pair (paper §7): the fixed-prime mode, to reproduce Mirage's test."""
 
 
 # ----------------------------------------------------------------------------- scalar helpers
@@ -205,9 +198,12 @@ class PowTable:
         self.tables = []
         for w in range(self.windows):
             step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
-            t = np.ones(1, dtype=np.int64)
-            for j in range(self.bits):
-                t = np.concatenate([t, t * pow(step, 1 << j, p) % p])
+            t = np.empty(1 << self.bits, dtype=np.int64)
+            t[0] = 1
+            for j in range(self.bits):  # T[2^j + i] = T[i] · step^(2^j), written in place
+                n = 1 << j
+                np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
+                np.remainder(t[n:2 * n], p, out=t[n:2 * n])
             self.tables.append(t)
 
     def __call__(self, k: np.ndarray) -> np.ndarray:
@@ -438,7 +434,7 @@ class FieldAlgebra(Algebra):
     def __init__(self, fld: Field, omega: int) -> None:
         self.field = fld
         self.omega = omega
-        self.pow_omega = PowTable(omega, fld.p, fld.q)
+        self._pow_omega: PowTable | None = None
         p, q = fld.p, fld.q
         self.moduli = (p, q)
         self.ops: dict[str, Callable] = {
@@ -460,6 +456,13 @@ class FieldAlgebra(Algebra):
             "reshape": lambda xs, at: self.reshape(xs[0], at["shape"]),
             "repeat": lambda xs, at: self.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
         }
+
+    @property
+    def pow_omega(self) -> PowTable:
+        """``k ↦ ω^k``, built on first use (exp-free graphs never pay for the tables)."""
+        if self._pow_omega is None:
+            self._pow_omega = PowTable(self.omega, self.field.p, self.field.q)
+        return self._pow_omega
 
     # -- structure: values may have one or two parts; combine on the common ones
     def concat(self, vs, axis: int):
@@ -546,8 +549,8 @@ def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) ->
     Takes raw 32-bit words of ``rng``'s bit generator, keeps their low
     ``b = bit_length(m − 1)`` bits (uniform on ``[0, 2^b)``) and rejects values
     ``≥ m``; accepted values are uniform on ``[0, m)`` and independent — no modulo
-    bias. Rejected entries (probability ``(2^b − m)/2^b < 1/2``; about 5e-6 for the
-    default primes) are redrawn from fresh words. No division at all, and raw
+    bias. Rejected entries (probability ``(2^b − m)/2^b < 1/2``; at most 1/8 for
+    the family's primes, :mod:`verify.family`) are redrawn from fresh words. No division at all, and raw
     words are 1.7× faster to get than ``rng.integers(0, 2**32, dtype=uint32)``."""
     n = int(np.prod(shape, dtype=np.int64))
     mask = np.uint32((1 << max(1, (m - 1).bit_length())) - 1)

@@ -6,33 +6,56 @@ Per case (dtype × input magnitude): inputs ``N(0, scale²)`` are drawn once,
 rounded to the dtype, and used by every run; the reference graph in float64 on
 those same rounded inputs is the ground truth ``R``. The candidate in the dtype
 (values stored in it, each op computed in float32 as a GPU kernel with fp32
-accumulation does) gives ``C``; it passes when it is finite and
-``‖C − R‖/‖R‖ ≤ max(tol[dtype], slack × err_ref)`` for every output, where
-``err_ref`` is the reference graph's own error in the same dtype — a candidate
-may be as inaccurate as the program it replaces, a little more, never much more.
-NaN/Inf never pass. When ``R`` itself is not finite, or the reference graph
-overflows in that dtype, the case says nothing about the candidate and is skipped
-(reported, never silently).
+accumulation does) gives ``C``.
+
+**Per output, per element.** Each output is compared on its own, element by
+element: the error of element ``e`` is ``|C_e − R_e| / (M_e + tiny)``, where
+``M_e`` is the *magnitude* of the reference's computation of that element
+(:class:`MagnitudeAlgebra`: the same graph in float64 with every op replaced by
+its first-order error propagation — ``|a| + |b|`` for a sum, ``|a|·|b|`` for a
+product, ``Σ|a||b|`` for a matmul, …), and ``tiny`` the dtype's smallest normal
+number. Rounding in a dtype with unit roundoff ``u`` moves an element by a small
+multiple of ``u·M_e``, so the tolerance scales with each element's own
+magnitude: no output, and no part of an output (a concatenation of a part scaled
+by 2^40 and a small one), can hide a wrong value under a larger one, and an
+element that cancels to ~0 is still allowed the rounding of the terms that
+cancelled. A case passes when every output is finite and its worst element
+error is ``≤ max(tol[dtype], slack × err_ref)``, where ``err_ref`` is the
+reference graph's own worst error in the same dtype on that output — a
+candidate may be as inaccurate as the program it replaces, a little more, never
+much more. NaN/Inf never pass. Where ``R`` itself is not finite, or the reference
+graph overflows in that dtype (or is grossly inaccurate), that output says nothing
+about the candidate and is skipped — the other outputs are still judged; skips are
+reported, never silent, and a case with no output left is skipped as a whole.
 
 Accumulators are kept in float32 (:class:`KernelFloatAlgebra`), as the lowering
 keeps them (DESIGN §6: fp32 loop-carried values): a loop that sums squares past
 the float16 range is fine on the GPU and must not fail here.
+
+:func:`compare_float64` is the same per-element comparison between two graphs in
+float64, with a tolerance of ``1e-7`` — the verifier's fallback where the field
+cannot decide (a mismatch through ``sqrt``) and the fuzz's ground truth.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
+import numpy as np
 import torch
 
 import mugraph as mg
-from mugraph.algebra import FloatAlgebra
+from mugraph.algebra import Algebra, FloatAlgebra
+from mugraph.errors import ConfigError, InputError
 from mugraph.ir import KernelGraph
 
+from . import args
 from .analysis import check_compatible
 from .verdict import FloatCase, FloatReport
 
-#: relative-error tolerances by dtype (fp16: 10-bit mantissa, bf16: 7-bit, fp32: 23-bit)
+#: worst per-element errors allowed, in units of the element's magnitude (fp16: 10-bit
+#: mantissa, u = 4.9e-4; bf16: 7-bit, u = 3.9e-3; fp32: 23-bit, u = 6e-8)
 TOLERANCES = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-4}
 DEFAULT_DTYPES = ("float16", "bfloat16", "float32")
 #: input standard deviations: ordinary activations and large magnitudes
@@ -40,6 +63,8 @@ DEFAULT_SCALES = (0.25, 1.0, 16.0)
 SLACK = 4.0
 #: a reference graph this inaccurate in a dtype says nothing about a candidate
 MEANINGLESS = 0.25
+#: float64 comparison (:func:`compare_float64`): per-element tolerance in units of magnitude
+FLOAT64_RTOL = 1e-7
 
 _TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -52,16 +77,109 @@ class KernelFloatAlgebra(FloatAlgebra):
         return v.to(self.compute).sum(dim=axis, keepdim=True)
 
 
-def _rel_errors(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor]) -> float | None:
-    """Max over outputs of ‖out − ref‖/‖ref‖ in float64; None if any is not finite."""
-    worst = 0.0
-    for o, r in zip(outs, refs):
+class MagnitudeAlgebra(Algebra):
+    """float64 values paired with their *magnitudes* ``M ≥ |value|``: the scale of
+    the terms an element is computed from, so that rounding with unit roundoff
+    ``u`` changes the element by a small multiple of ``u·M`` (running error
+    analysis, first order, constants dropped).
+
+    | op | value | magnitude |
+    |---|---|---|
+    | add, sub | ``a ± b`` | ``Ma + Mb`` |
+    | mul, square, matmul, sum | as usual | on the magnitudes (``Ma·Mb``, ``Ma @ Mb``, ``Σ Ma``) |
+    | div | ``a/b`` | ``(Ma + |a/b|·Mb) / |b|`` |
+    | exp | ``e = exp(a)`` | ``e·(1 + Ma)`` (an absolute error δ in ``a`` is a relative one in ``e``) |
+    | sqrt | ``s = sqrt(a)`` | ``s + Ma / (2·max(s, sqrt(Ma)))`` |
+    | silu | ``silu(a)`` | ``|silu(a)| + 1.1·Ma`` (``|silu'| ≤ 1.1``) |
+    | scale, const | ``c·a``, ``c`` | ``|c|·Ma``, ``|c|`` |
+    | max | ``max a`` | ``max Ma`` |
+    """
+
+    name = "magnitude"
+
+    def __init__(self) -> None:
+        def unpack(xs):
+            return [x[0] for x in xs], [x[1] for x in xs]
+
+        def div(xs, at):
+            (a, b), (ma, mb) = unpack(xs)
+            v = a / b
+            return v, (ma + v.abs() * mb) / b.abs()
+
+        def exp(xs, at):
+            (a,), (ma,) = unpack(xs)
+            e = torch.exp(a)
+            return e, e * (1 + ma)
+
+        def sqrt(xs, at):
+            (a,), (ma,) = unpack(xs)
+            s = torch.sqrt(a)
+            return s, s + ma / (2 * torch.maximum(s, torch.sqrt(ma)))
+
+        def silu(xs, at):
+            (a,), (ma,) = unpack(xs)
+            v = a * torch.sigmoid(a)
+            return v, v.abs() + 1.1 * ma
+
+        def const(xs, at):
+            c = float(at["value"])
+            return (torch.full(tuple(at["shape"]), c, dtype=torch.float64),
+                    torch.full(tuple(at["shape"]), abs(c), dtype=torch.float64))
+
+        def both(fn):  # the same function of values and of magnitudes
+            return lambda xs, at: (fn([x[0] for x in xs], at), fn([x[1] for x in xs], at))
+
+        self.ops = {
+            "matmul": both(lambda xs, at: torch.matmul(xs[0], xs[1])),
+            "add": lambda xs, at: (xs[0][0] + xs[1][0], xs[0][1] + xs[1][1]),
+            "sub": lambda xs, at: (xs[0][0] - xs[1][0], xs[0][1] + xs[1][1]),
+            "mul": both(lambda xs, at: xs[0] * xs[1]),
+            "div": div, "exp": exp, "sqrt": sqrt, "silu": silu, "const": const,
+            "square": both(lambda xs, at: xs[0] * xs[0]),
+            "scale": lambda xs, at: (xs[0][0] * float(at["c"]), xs[0][1] * abs(float(at["c"]))),
+            "sum": both(lambda xs, at: xs[0].sum(dim=at["dim"], keepdim=True)),
+            "max": both(lambda xs, at: xs[0].amax(dim=at["dim"], keepdim=True)),
+            "concat": both(lambda xs, at: torch.cat(xs, dim=at["dim"])),
+            "reshape": both(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
+            "repeat": both(lambda xs, at: xs[0].repeat(*at["reps"])),
+        }
+
+    def input(self, name, value, shape, dtype):
+        if not isinstance(value, torch.Tensor):
+            raise InputError(f"input {name!r}: the magnitude algebra takes torch tensors")
+        v = value.detach().to("cpu", torch.float64)
+        return v, v.abs()
+
+    def output(self, v, as_torch):
+        return v
+
+    def accumulate(self, v, axis):
+        return tuple(x.sum(dim=axis, keepdim=True) for x in v)
+
+
+def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``(value, magnitude)`` of every output of ``graph`` in float64 (:class:`MagnitudeAlgebra`)."""
+    with torch.no_grad():
+        return mg.evaluate(graph, inputs, MagnitudeAlgebra())
+
+
+def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                   tiny: float) -> list[tuple[float, tuple[int, ...]] | None]:
+    """Per output: the worst ``|out − ref| / (M + tiny)`` over its elements and where,
+    or None if the output is not finite."""
+    worst = []
+    for o, (r, m) in zip(outs, refs):
         o = o.to(torch.float64)
         if not torch.isfinite(o).all():
-            return None
-        n = torch.linalg.vector_norm(r).item()
-        d = torch.linalg.vector_norm(o - r).item()
-        worst = max(worst, d / n if n > 0 else d)
+            worst.append(None)
+            continue
+        err = (o - r).abs() / (m + tiny)
+        if err.numel() == 0:
+            worst.append((0.0, ()))
+            continue
+        flat = int(torch.argmax(err))
+        idx = tuple(int(i) for i in np.unravel_index(flat, tuple(err.shape)))
+        worst.append((float(err.reshape(-1)[flat]), idx))
     return worst
 
 
@@ -71,43 +189,112 @@ def float_inputs(graph: KernelGraph, dtype: str, scale: float, seed: int) -> dic
     out = {}
     for t in sorted(graph.inputs, key=lambda t: t.name):
         x = torch.randn(t.shape, generator=g, dtype=torch.float64) * scale
-        out[t.name] = x.to(_TORCH[dtype]).to(torch.float64)
+        out[t.name] = x.to(_TORCH[dtype]).to(torch.float64) if dtype in _TORCH else x
     return out
+
+
+def _check_args(dtypes, scales, seed, tolerances, slack) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """One-line errors for bad arguments of :func:`float_check`."""
+    if isinstance(dtypes, str) or not isinstance(dtypes, Sequence) or not dtypes:
+        raise ConfigError(f"float_check: dtypes must be a non-empty sequence of {sorted(_TORCH)}, got {dtypes!r}")
+    for d in dtypes:
+        if d not in _TORCH:
+            raise ConfigError(f"float_check: unknown dtype {d!r}; use one of {sorted(_TORCH)}")
+    if isinstance(scales, str) or not isinstance(scales, Sequence) or not scales:
+        raise ConfigError(f"float_check: scales must be a non-empty sequence of positive numbers, got {scales!r}")
+    for s in scales:
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not (math.isfinite(s) and s > 0):
+            raise ConfigError(f"float_check: every scale must be a finite number > 0, got {s!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ConfigError(f"float_check: seed must be an int >= 0, got {seed!r}")
+    if tolerances is not None:
+        if not isinstance(tolerances, dict):
+            raise ConfigError(f"float_check: tolerances must be a dict dtype -> number, got {tolerances!r}")
+        for k, v in tolerances.items():
+            if k not in _TORCH:
+                raise ConfigError(f"float_check: tolerance for unknown dtype {k!r}; use one of {sorted(_TORCH)}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (math.isfinite(v) and v > 0):
+                raise ConfigError(f"float_check: tolerance for {k} must be a finite number > 0, got {v!r}")
+    if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not (math.isfinite(slack) and slack >= 1):
+        raise ConfigError(f"float_check: slack must be a finite number >= 1, got {slack!r}")
+    return tuple(dtypes), tuple(float(s) for s in scales)
 
 
 def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Sequence[str] = DEFAULT_DTYPES,
                 scales: Sequence[float] = DEFAULT_SCALES, seed: int = 0,
                 tolerances: dict[str, float] | None = None, slack: float = SLACK) -> FloatReport:
     """Run ``candidate`` in each dtype at each input magnitude and compare it with
-    ``reference`` in float64 (module docstring). Works for any graphs, Lax or not."""
+    ``reference`` in float64, per output and per element (module docstring). Works
+    for any graphs, Lax or not."""
     check_compatible(reference, candidate)
+    dtypes, scales = _check_args(dtypes, scales, seed, tolerances, slack)
     tol = {**TOLERANCES, **(tolerances or {})}
     cases = []
     for i, scale in enumerate(scales):
         for dtype in dtypes:
-            if dtype not in _TORCH:
-                raise mg.InputError(f"float_check: unknown dtype {dtype!r}; use one of {sorted(_TORCH)}")
             ins = float_inputs(reference, dtype, scale, seed + i)
+            R = magnitudes(reference, ins)
+            tiny = float(torch.finfo(_TORCH[dtype]).tiny)
             with torch.no_grad():
-                R = mg.evaluate(reference, ins, FloatAlgebra("float64"))
-                base = tol[dtype]
-                if not all(torch.isfinite(r).all() for r in R):
-                    cases.append(FloatCase(dtype, scale, None, None, base, None,
-                                           "the float64 reference overflows at this magnitude"))
-                    continue
-                ref_err = _rel_errors(mg.evaluate(reference, ins, KernelFloatAlgebra(dtype)), R)
-                cand_err = _rel_errors(mg.evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R)
-            if ref_err is None:
-                cases.append(FloatCase(dtype, scale, cand_err, None, base, None,
-                                       f"the reference graph itself overflows in {dtype} at this magnitude"))
-                continue
-            if ref_err > MEANINGLESS:
-                cases.append(FloatCase(dtype, scale, cand_err, ref_err, base, None,
-                                       f"the reference graph itself is inaccurate in {dtype} at this magnitude "
-                                       f"(error {ref_err:.2g})"))
-                continue
-            limit = max(base, slack * ref_err)
-            ok = cand_err is not None and cand_err <= limit
-            note = "" if cand_err is not None else "NaN/Inf in the candidate's output"
-            cases.append(FloatCase(dtype, scale, cand_err, ref_err, limit, ok, note))
+                ref = element_errors(mg.evaluate(reference, ins, KernelFloatAlgebra(dtype)), R, tiny)
+                cand = element_errors(mg.evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R, tiny)
+            finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
+            cases.append(_judge(dtype, scale, tol[dtype], slack, finite, ref, cand))
     return FloatReport(cases)
+
+
+def _judge(dtype: str, scale: float, base: float, slack: float, finite: list[bool], ref: list,
+           cand: list) -> FloatCase:
+    """One case, judged output by output: an output whose float64 reference is not
+    finite, or whose reference graph overflows or is inaccurate in the dtype, says
+    nothing about the candidate there and is skipped (named in the note); every
+    other output must be finite and within its own limit."""
+    errors = [None if c is None else c[0] for c in cand]
+    skipped, judged = [], []
+    for o, (f, r) in enumerate(zip(finite, ref)):
+        if not f:
+            skipped.append(f"output {o}: the float64 reference overflows")
+        elif r is None:
+            skipped.append(f"output {o}: the reference graph itself overflows in {dtype}")
+        elif r[0] > MEANINGLESS:
+            skipped.append(f"output {o}: the reference graph itself is inaccurate in {dtype} (error {r[0]:.2g})")
+        else:
+            judged.append(o)
+    note = "; ".join(skipped) + (" at this magnitude" if skipped else "")
+    if not judged:
+        return FloatCase(dtype, scale, None, None, base, None, note, errors=errors)
+    bad = [o for o in judged if cand[o] is None]
+    worst_ref = max(ref[o][0] for o in judged)
+    if bad:
+        return FloatCase(dtype, scale, None, worst_ref, base, False,
+                         "; ".join([f"NaN/Inf in the candidate's output {bad[0]}"] + skipped), output=bad[0],
+                         errors=errors)
+    limits = {o: max(base, slack * ref[o][0]) for o in judged}
+    # the output that exceeds its limit by the largest factor (else the one closest to it)
+    o = max(judged, key=lambda k: cand[k][0] / limits[k])
+    ok = all(cand[k][0] <= limits[k] for k in judged)
+    return FloatCase(dtype, scale, cand[o][0], ref[o][0], limits[o], ok, note, o, list(cand[o][1]), errors)
+
+
+def compare_float64(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
+                    rtol: float = FLOAT64_RTOL) -> bool | None:
+    """Whether ``a`` and ``b`` compute different real functions, by float64 runs on
+    ``draws`` random normal inputs (std ``scale``): True if some element of some
+    output differs by more than ``rtol`` times its magnitude (the larger of the two
+    graphs' :class:`MagnitudeAlgebra` magnitudes; ``1e-300`` absolute), False if
+    none does, None if a run is not finite (undecided)."""
+    check_compatible(a, b)
+    args.integer("compare_float64", "seed", seed, 0)
+    args.integer("compare_float64", "draws", draws, 1, 1000)
+    args.number("compare_float64", "scale", scale, lo=0)
+    args.number("compare_float64", "rtol", rtol, lo=0)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(draws):
+        ins = {t.name: torch.randn(t.shape, generator=g, dtype=torch.float64) * scale
+               for t in sorted(a.inputs, key=lambda t: t.name)}
+        for (x, mx), (y, my) in zip(magnitudes(a, ins), magnitudes(b, ins)):
+            if not all(torch.isfinite(t).all() for t in (x, y, mx, my)):
+                return None
+            if ((x - y).abs() > rtol * torch.maximum(mx, my) + 1e-300).any():
+                return True
+    return False

@@ -8,9 +8,16 @@ equivalent pairs nor accepts different ones. This module produces that evidence
 * :data:`MUTATIONS` — operators that change a graph's meaning the ways a buggy
   search or a buggy hand-written kernel would (swapped operands of sub/div/matmul,
   a changed imap/fmap/omap, a dropped or doubled accumulator, a wrong scale
-  constant, a wrong reduction dim, a moved exp, a swapped input, add↔sub, mul↔div);
+  constant, a wrong reduction dim, a moved exp, a swapped input, add↔sub, mul↔div),
+  and the ways a hostile one would fool a verifier with fixed primes: constants
+  moved by a multiple of a prime or sharing it in a numerator or denominator
+  (``prime_constant``), the same inside an exponent (``exp_prime_constant``), sign
+  flips under ``sqrt`` (``sqrt_sign``, which also makes equivalent positive
+  scalings) and a wrong part hidden next to a 2^40-times larger one in the same
+  output (``hidden_part``, on graphs from :func:`with_large_part`);
 * :data:`REWRITES` — operators that keep the meaning (commuted operands,
-  ``square → mul``, ``sub → add ∘ scale(−1)``, ``scale → mul const``);
+  ``square → mul``, ``sub → add ∘ scale(−1)``, ``scale → mul const``,
+  ``sqrt(u) → sqrt(c²u)/c`` for ``c > 0``, ``scale(x, c) → scale(scale(x, c/P), P)``);
 * :func:`differs` — the float64 ground truth: do two graphs compute different
   functions?
 
@@ -26,20 +33,28 @@ from fractions import Fraction
 from typing import Callable, Iterator
 
 import numpy as np
-import torch
 
 import mugraph as mg
 from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph, Program
 from mugraph.serialize import graph_from_json, graph_to_json
 
+from . import args
 from .analysis import check_compatible
+from .floatcheck import FLOAT64_RTOL, compare_float64
 
 Doc = dict
 Rng = np.random.Generator
 
 
 # ============================================================================ random programs
+
+
+def _rng(where: str, rng) -> Rng:
+    """A generator, or a seed (an int >= 0) for one."""
+    if isinstance(rng, np.random.Generator):
+        return rng
+    return np.random.default_rng(args.integer(where, "rng (a Generator or a seed)", rng, 0))
 
 
 def _choice(rng: Rng, xs):
@@ -61,7 +76,10 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
     exp/silu with at most one per path, square, scale, const, sum, concat,
     reshape, repeat; ``sqrt`` of a sum of squares when ``sqrt``). One or two
     outputs, each computed by an op. Deterministic in ``rng``."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("random_program", rng)
+    args.integer("random_program", "max_ops", max_ops, 1, 1000)
+    if not args.int_list("random_program", "sizes", sizes, 1):
+        raise mg.ConfigError("random_program: sizes must hold at least one dim size")
     p = Program(name)
     a, b, c = (int(_choice(rng, sizes)) for _ in range(3))
     shapes = [(a, b), (b, c), (a, c), (a, b), (2, a, b), (b, b)]
@@ -166,7 +184,9 @@ def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "
     ops on the tiles, one or two accumulators, an optional post-loop op, and a
     random valid omap. All dims are equal so that many imap/fmap/omap changes keep
     the graph valid (and change its meaning) — food for the mapping mutations."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("random_ugraph", rng)
+    args.integer("random_ugraph", "n", n, 2, 64)
+    args.integer("random_ugraph", "max_ops", max_ops, 1, 1000)
     for _ in range(200):
         try:
             return _try_ugraph(rng, n, max_ops, name)
@@ -445,6 +465,12 @@ def _m_redirect_accum(doc, rng, g):
     return doc
 
 
+def _plus1(c: Fraction) -> Fraction:
+    """``c + 1``, or ``c·(1 + 2^-10)`` for ``|c| > 2^10``: a change float64 can see
+    (``2^40 + 1`` is ``2^40`` to 12 digits, and the ground truth would call it equal)."""
+    return c + 1 if abs(c) <= 2 ** 10 else c * Fraction(1025, 1024)
+
+
 def _m_scale(doc, rng, g):
     s = _sites(doc, lambda lv, i, od: od["op"] in ("scale", "const"))
     if not s:
@@ -461,9 +487,9 @@ def _m_scale(doc, rng, g):
     elif r == "neg":
         c = -c if c else Fraction(1)
     elif r == "plus1":
-        c += 1
+        c = _plus1(c)
     else:  # 1/n → 1/(n−1): a scale off by one block
-        c = Fraction(c.numerator, max(1, c.denominator - 1)) if c.denominator > 1 else c + 1
+        c = Fraction(c.numerator, max(1, c.denominator - 1)) if c.denominator > 1 else _plus1(c)
     attrs[key] = str(c)
     return doc
 
@@ -533,10 +559,166 @@ def _m_swap_input(doc, rng, g):
     return doc
 
 
+# ---------------------------------------------------------------------------- tricks on the primes
+
+#: primes a verifier with fixed primes would use: the largest safe-prime pair below 2^31
+#: (this verifier's fixed pair before primes were drawn per test) and Mirage's pair
+FIXED_PRIMES = (2147471759, 1073735879, 167, 83)
+
+
+def trap_primes() -> tuple[int, ...]:
+    """Primes a constant can be built around to fool a fixed-prime test:
+    :data:`FIXED_PRIMES` and the pair the search's fingerprints use (seed 0)."""
+    from .equivalence import fingerprint_field  # the fuzz module is imported by equivalence's users
+
+    f = fingerprint_field(0)
+    return FIXED_PRIMES + (f.p, f.q)
+
+
+def _near(P: int) -> int:
+    """``k`` with ``P / 2^k`` in ``[1, 2)``."""
+    return P.bit_length() - 1
+
+
+def _const_sites(doc, pred=lambda lv, i, od: True):
+    return _sites(doc, lambda lv, i, od: od["op"] in ("scale", "const") and pred(lv, i, od))
+
+
+def _set_const(od: dict, fn) -> None:
+    key = "c" if "c" in od["attrs"] else "value"
+    od["attrs"][key] = str(fn(Fraction(od["attrs"][key])))
+
+
+def _m_prime_constant(doc, rng, g):
+    """A constant changed by a factor that a prime makes invisible to a test whose p
+    (or q) is that prime ``P``: ``c·(P+1)``, ``c·(1 + P/2^k)``, ``c·P/2^k`` (numerators
+    sharing ``P``), ``c·(1 + 2^k/P)`` (a denominator sharing it) — each a change of a
+    factor 1.5 or more in real arithmetic (relative, so float64 sees it next to any
+    magnitude)."""
+    s = _const_sites(doc)
+    if not s:
+        return None
+    lv, i = _choice(rng, s)
+    P = int(_choice(rng, trap_primes()))
+    k = _near(P)
+    r = _choice(rng, ["times_p1", "plus_p", "times_p", "plus_inv"])
+    fn = {"times_p1": lambda c: c * (P + 1) if c else Fraction(P),
+          "plus_p": lambda c: c * (1 + Fraction(P, 2 ** k)) if c else Fraction(P, 2 ** k),
+          "times_p": lambda c: c * Fraction(P, 2 ** k) if c else Fraction(P, 2 ** k),
+          "plus_inv": lambda c: c * (1 + Fraction(2 ** k, P)) if c else Fraction(2 ** k, P)}[r]
+    _set_const(lv.ops[i], fn)
+    return doc
+
+
+def _feeds_exp(lv: _Level, i: int) -> bool:
+    t = lv.first_tensor(i)
+    return any(od["op"] in ("exp", "silu") and t in od.get("inputs", []) for od in lv.ops)
+
+
+def _m_exp_prime_constant(doc, rng, g):
+    """A constant inside an exponent made ≡ itself mod a prime q (``c + Q/2^k``,
+    ``c·Q/2^k``, ``c + 2^k/Q``): ``exp(X·(c + q))`` looks like ``exp(X·c)`` to a test
+    whose q is ``Q``."""
+    s = _const_sites(doc, lambda lv, i, od: _feeds_exp(lv, i))
+    if not s:
+        return None
+    lv, i = _choice(rng, s)
+    Q = int(_choice(rng, trap_primes()[1::2]))  # the q of each pair
+    k = _near(Q)
+    r = _choice(rng, ["plus_q", "times_q", "plus_inv"])
+    fn = {"plus_q": lambda c: c + Fraction(Q, 2 ** k),
+          "times_q": lambda c: c * Fraction(Q, 2 ** k) if c else Fraction(Q, 2 ** k),
+          "plus_inv": lambda c: c + Fraction(2 ** k, Q)}[r]
+    _set_const(lv.ops[i], fn)
+    return doc
+
+
+#: factors ``c`` for ``sqrt(u) → sqrt(c²·u)/c``: equivalent when ``c > 0``, a sign flip when not
+SQRT_FACTORS = (Fraction(11), Fraction(-11), Fraction(3), Fraction(-3), Fraction(13, 7), Fraction(-13, 7),
+                Fraction(2), Fraction(-1))
+
+
+def _sqrt_scaled(doc, rng, factors) -> Doc | None:
+    s = _sites(doc, lambda lv, i, od: od["op"] == "sqrt")
+    if not s:
+        return None
+    lv, i = _choice(rng, s)
+    c = _choice(rng, factors)
+    u = lv.ops[i]["inputs"][0]
+    out = lv.first_tensor(i)
+    users = lv.consumers(out)
+    if c == -1:  # the root's sign flipped outright
+        t0 = lv.insert(i + 1, [{"op": "scale", "inputs": [out], "attrs": {"c": "-1"}}])
+    else:  # sqrt(c²·u) / c
+        pre = lv.insert(i, [{"op": "scale", "inputs": [u], "attrs": {"c": str(c * c)}}])
+        lv.ops[i + 1]["inputs"] = [pre]
+        out = lv.first_tensor(i + 1)
+        t0 = lv.insert(i + 2, [{"op": "scale", "inputs": [out], "attrs": {"c": str(1 / c)}}])
+    for cont, j in users:  # shifted by the insertions; redirect them to the new root
+        cont[j] = t0
+    return doc
+
+
+def _m_sqrt_sign(doc, rng, g):
+    """``sqrt(u) → sqrt(c²·u)/c`` for ``c`` in :data:`SQRT_FACTORS` (a sign flip
+    under sqrt when ``c < 0``, positive scaling — equivalent — when ``c > 0``), or
+    ``−sqrt(u)``."""
+    return _sqrt_scaled(doc, rng, SQRT_FACTORS)
+
+
+#: a part this much larger than the rest of its output (:func:`with_large_part`)
+LARGE = 2 ** 40
+
+
+def _m_hidden_part(doc, rng, g):
+    """Next to a part scaled by ≥ 2^20 in one concatenated output, the other part
+    ``B`` becomes ``B + B·P/2^20``: a norm-wise float comparison of the whole output
+    cannot see it, a test whose p is ``P`` neither."""
+    out = []
+    for li, lv in enumerate(_levels(doc)):
+        prod = lv.producers()
+        for i, od in enumerate(lv.ops):
+            if od["op"] != "concat" or len(od["inputs"]) != 2:
+                continue
+            big = [k for k, t in enumerate(od["inputs"])
+                   if lv.ops[prod[t]]["op"] == "scale" and abs(Fraction(lv.ops[prod[t]]["attrs"]["c"])) >= 2 ** 20]
+            out += [(lv, i, 1 - k) for k in big]
+    if not out:
+        return None
+    lv, i, k = _choice(rng, out)
+    P = int(_choice(rng, trap_primes()[0::2]))  # the p of each pair
+    b = lv.ops[i]["inputs"][k]
+    t0 = lv.insert(i, [{"op": "scale", "inputs": [b], "attrs": {"c": str(Fraction(P, 2 ** 20))}},
+                       {"op": "add", "inputs": [b, ("new", 0)]}])
+    lv.ops[i + 2]["inputs"][k] = t0 + 1
+    return doc
+
+
+def with_large_part(graph: KernelGraph, dim: int = 0) -> KernelGraph:
+    """``graph`` with its first output ``O`` replaced by ``concat([O·2^40, O], dim)``:
+    one output with a part 2^40 times larger than the rest — the setting in which a
+    wrong small part hides from a norm-wise float comparison (:func:`_m_hidden_part`)."""
+    if not isinstance(graph, KernelGraph):
+        raise mg.InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
+    args.integer("with_large_part", f"dim (output 0 has rank {graph.outputs[0].ndim})", dim, 0,
+                 graph.outputs[0].ndim - 1)
+    doc = graph_to_json(graph)
+    lv = _Level(doc, None)
+    o = doc["outputs"][0]
+    t0 = lv.insert(len(lv.ops), [{"op": "scale", "inputs": [o], "attrs": {"c": str(LARGE)}},
+                                 {"op": "concat", "inputs": [("new", 0), o], "attrs": {"dim": dim}}])
+    doc["outputs"][0] = t0 + 1
+    g = graph_from_json(doc)
+    g.name = f"{graph.name}+large"
+    return g
+
+
 MUTATIONS: dict[str, Callable] = {
     "swap_operands": _m_swap_operands, "change_kind": _m_change_kind, "imap": _m_imap, "fmap": _m_fmap,
     "omap": _m_omap, "double_accum": _m_double_accum, "drop_accum": _m_redirect_accum, "scale": _m_scale,
     "reduction_dim": _m_reduction_dim, "move_exp": _m_move_exp, "swap_input": _m_swap_input,
+    "prime_constant": _m_prime_constant, "exp_prime_constant": _m_exp_prime_constant, "sqrt_sign": _m_sqrt_sign,
+    "hidden_part": _m_hidden_part,
 }
 """name → fn(doc, rng, graph) returning the mutated doc (mutated in place) or None."""
 
@@ -546,8 +728,14 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
     """A valid, Lax mutant of ``graph`` with the same inputs and output shapes, and
     the mutation's name (None if none of ``tries`` attempts gave one). The mutant may happen to be equivalent (e.g. a
     swap of equal operands); decide with :func:`differs`."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
-    names = kinds or list(MUTATIONS)
+    rng = _rng("mutate", rng)
+    args.integer("mutate", "tries", tries, 1, 10_000)
+    if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or not kinds):
+        raise mg.ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
+    unknown = sorted(set(kinds or ()) - set(MUTATIONS))
+    if unknown:
+        raise mg.ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
+    names = list(kinds) if kinds else list(MUTATIONS)
     base = graph_to_json(graph)
     for _ in range(tries):
         name = _choice(rng, names)
@@ -615,12 +803,34 @@ def _r_scale(doc, rng, g):
     return doc
 
 
-REWRITES: dict[str, Callable] = {"commute": _r_commute, "square": _r_square, "sub": _r_sub, "scale": _r_scale}
+def _r_sqrt_scale(doc, rng, g):
+    """``sqrt(u) → sqrt(c²·u)/c`` for a positive ``c``: real arithmetic keeps the value."""
+    return _sqrt_scaled(doc, rng, [c for c in SQRT_FACTORS if c > 0])
+
+
+def _r_prime_roundtrip(doc, rng, g):
+    """``scale(x, c) → scale(scale(x, c/P), P)`` for a prime ``P`` a fixed-prime test
+    might use: ``(X/p)·p`` is ``X``."""
+    s = _sites(doc, lambda lv, i, od: od["op"] == "scale")
+    if not s:
+        return None
+    lv, i = _choice(rng, s)
+    P = int(_choice(rng, trap_primes()))
+    c = Fraction(lv.ops[i]["attrs"]["c"])
+    x = lv.ops[i]["inputs"][0]
+    t0 = lv.insert(i, [{"op": "scale", "inputs": [x], "attrs": {"c": str(c / P)}}])
+    lv.ops[i + 1] = {"op": "scale", "inputs": [t0], "attrs": {"c": str(P)}}
+    return doc
+
+
+REWRITES: dict[str, Callable] = {"commute": _r_commute, "square": _r_square, "sub": _r_sub, "scale": _r_scale,
+                                 "sqrt_scale": _r_sqrt_scale, "prime_roundtrip": _r_prime_roundtrip}
 
 
 def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGraph:
     """Apply up to ``steps`` meaning-preserving rewrites (the result is equivalent)."""
-    rng = np.random.default_rng(rng) if not isinstance(rng, np.random.Generator) else rng
+    rng = _rng("rewrite", rng)
+    args.integer("rewrite", "steps", steps, 0, 1000)
     g = graph
     for _ in range(steps):
         name = _choice(rng, list(REWRITES))
@@ -644,25 +854,11 @@ def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGrap
 
 
 def differs(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
-            rtol: float = 1e-7, atol: float = 1e-12) -> bool | None:
-    """Whether ``a`` and ``b`` compute different real functions, decided by the
-    float64 interpreter on ``draws`` random normal inputs (std ``scale``): True if
-    some output differs by more than ``rtol`` relative to the outputs' norms plus
-    ``atol`` per element (outputs that cancel to zero leave rounding noise of
-    ~1e-17, which is no difference); None if a run is not finite (undecided)."""
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(draws):
-        ins = {t.name: torch.randn(t.shape, generator=g, dtype=torch.float64) * scale
-               for t in sorted(a.inputs, key=lambda t: t.name)}
-        with torch.no_grad():
-            ra = mg.evaluate(a, ins)
-            rb = mg.evaluate(b, ins)
-        for x, y in zip(ra, rb):
-            if x.shape != y.shape:
-                return True
-            if not (torch.isfinite(x).all() and torch.isfinite(y).all()):
-                return None
-            n = torch.linalg.vector_norm(x).item() + torch.linalg.vector_norm(y).item()
-            if torch.linalg.vector_norm(x - y).item() > rtol * n + atol * x.numel() ** 0.5:
-                return True
-    return False
+            rtol: float = FLOAT64_RTOL) -> bool | None:
+    """Whether ``a`` and ``b`` compute different real functions — the fuzz's ground
+    truth: :func:`verify.floatcheck.compare_float64` (float64 on ``draws`` random
+    normal inputs of std ``scale``; an element differs when it moves by more than
+    ``rtol`` times its own magnitude, so a wrong small part next to a large one is
+    seen, and an output that cancels to ~1e-17 is no difference); None if a run is
+    not finite (undecided)."""
+    return compare_float64(a, b, seed=seed, draws=draws, scale=scale, rtol=rtol)

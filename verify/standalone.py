@@ -21,12 +21,13 @@ import runpy
 import sys
 from pathlib import Path
 
-from mugraph.errors import MugraphError
+from mugraph.errors import ConfigError, MugraphError
 from mugraph.ir import KernelGraph
 from mugraph.serialize import load
 
-from .equivalence import DEFAULT_ERROR, equivalent
-from .field import DEFAULT, MIRAGE, Field
+from .equivalence import DEFAULT_ERROR, FieldLike, equivalent
+from .family import DEFAULT
+from .field import MIRAGE
 from .verdict import Verdict
 
 _cache: dict[str, dict] = {}
@@ -74,11 +75,14 @@ def graph_from_path(path: str | Path, role: str) -> KernelGraph:
 
 
 def verify_files(ref_path: str | Path, cand_path: str | Path | None = None, *, error: float = DEFAULT_ERROR,
-                 seed: int | None = None, field: Field = DEFAULT, float_check: bool = True,
+                 seed: int | None = None, field: FieldLike = DEFAULT, float_check: bool = True,
                  non_lax: str = "raise") -> Verdict:
     """Load the reference and candidate from files and run :func:`verify.equivalent`.
 
     ``cand_path`` defaults to ``ref_path`` (one .py file defining ``REF`` and ``CAND``)."""
+    for name, v in (("ref_path", ref_path), ("cand_path", cand_path)):
+        if not (isinstance(v, (str, Path)) or (v is None and name == "cand_path")):
+            raise ConfigError(f"verify_files: {name} must be a path (str or pathlib.Path), got {type(v).__name__}")
     ref_path = Path(ref_path)
     cand_path = Path(cand_path) if cand_path is not None else ref_path
     ref = graph_from_path(ref_path, "REF")
@@ -86,9 +90,21 @@ def verify_files(ref_path: str | Path, cand_path: str | Path | None = None, *, e
     return equivalent(ref, cand, error=error, seed=seed, field=field, float_check=float_check, non_lax=non_lax)
 
 
+def failure_line(v: Verdict) -> str | None:
+    """The line a command prints when the verdict is not a pass: which checks failed
+    (None when every check passed)."""
+    if v.ok:
+        return None
+    failed = v.failed_checks or (["field tests"] if v.equivalent is not True else [])
+    what = ", ".join(f"{k} ({v.checks.get(k, 'failed')})" for k in failed) or "no check passed"
+    return f"FAILED: {what}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m verify REF [CAND] [--error E] [--seed S] [--mirage-primes] [--json]``;
-    exit status 0 when equivalent, 1 when not (or unproven), 2 on a bad input."""
+    exit status 0 when equivalent and every check passed (field tests, error bound,
+    float check), 1 when any check failed or the verdict is undecided (the failed
+    checks are printed to stderr), 2 on a bad input."""
     ap = argparse.ArgumentParser(prog="python -m verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("ref")
     ap.add_argument("cand", nargs="?")
@@ -107,4 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(v.dumps(indent=1) if args.json else str(v))
-    return 0 if v.equivalent else 1
+    line = failure_line(v)
+    if line:
+        print(line, file=sys.stderr)
+    return 0 if line is None else 1

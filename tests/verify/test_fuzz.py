@@ -1,6 +1,7 @@
-"""No false accepts: seeded mutants of random Lax programs, random μGraphs and the
-reference μGraphs. A mutant the float64 interpreter calls different must be
-rejected; one it calls equal must be accepted (no false rejections either)."""
+"""No false accepts: seeded mutants of random Lax programs (with and without sqrt, and
+with a 2^40-times larger part in an output), random μGraphs and the reference
+μGraphs. A mutant the float64 interpreter calls different must be rejected; one it
+calls equal must be accepted (no false rejections either)."""
 
 import collections
 import zlib
@@ -10,12 +11,30 @@ import pytest
 
 import verify
 from mugraph.benchmarks import REFERENCES, reference
-from verify.fuzz import MUTATIONS, REWRITES, differs, mutate, random_program, random_ugraph, rewrite
+from verify.fuzz import (MUTATIONS, REWRITES, differs, mutate, random_program, random_ugraph, rewrite,
+                         with_large_part)
+
+
+def corpus(i: int, rng, refs):
+    """The ``i``-th graph to mutate: references, random programs (plain, with sqrt,
+    with a large part), random μGraphs."""
+    kind = i % 6
+    if kind == 0:
+        return refs[(i // 6) % len(refs)]
+    if kind == 1:
+        return random_program(rng)
+    if kind == 2:
+        return random_ugraph(rng)
+    if kind == 3:
+        return random_program(rng, sqrt=True)
+    if kind == 4:
+        return with_large_part(random_program(rng))
+    return with_large_part(refs[(i // 6) % len(refs)])
 
 
 def run_fuzz(n: int, seed: int, check=None):
     """Mutate ``n`` graphs; returns a Counter of (verdict, truth) outcomes.
-    ``check(a, b, rng) -> accepted`` defaults to one field test."""
+    ``check(a, b, rng) -> accepted`` defaults to one field test (None: undecided)."""
     rng = np.random.default_rng(seed)
     refs = [reference(r, small=True) for r in sorted(REFERENCES)]
     if check is None:
@@ -23,8 +42,7 @@ def run_fuzz(n: int, seed: int, check=None):
             return verify.field_test(a, b, rng=rng)[0] is None
     out = collections.Counter()
     for i in range(n):
-        kind = i % 3
-        g = refs[i % len(refs)] if kind == 0 else random_program(rng) if kind == 1 else random_ugraph(rng)
+        g = corpus(i, rng, refs)
         r = mutate(g, rng)
         if r is None:
             out["no mutant"] += 1
@@ -40,29 +58,61 @@ def run_fuzz(n: int, seed: int, check=None):
     return out
 
 
+def _verdict(a, b, rng):
+    v = verify.equivalent(a, b, seed=int(rng.integers(1 << 31)), float_check=False)
+    return v.equivalent
+
+
 def test_fuzz_no_false_accepts_or_rejections():
-    c = run_fuzz(300, seed=2026)
+    c = run_fuzz(300, seed=2026, check=_verdict)
     assert c[("accepted", "different")] == 0, c
     assert c[("rejected", "same")] == 0, c
-    assert c[("rejected", "different")] >= 120, c  # the mutants really do differ
+    assert c[("rejected", "different")] >= 180, c  # the mutants really do differ
     used = {k[3:] for k in c if isinstance(k, str) and k.startswith("by:")}
     assert used == set(MUTATIONS), used ^ set(MUTATIONS)
+
+
+def test_fuzz_tricks_fool_a_fixed_prime_test_but_not_random_primes():
+    """The constant tricks are real: one test with the former fixed pair accepts
+    different mutants that the random primes reject."""
+    fixed = verify.Field(2147471759, 1073735879)
+    rng = np.random.default_rng(3)
+    refs = [reference(r, small=True) for r in sorted(REFERENCES)]
+    n, fooled = 0, 0
+    for i in range(60):
+        g = corpus(i, rng, refs)
+        r = mutate(g, rng, kinds=["prime_constant", "exp_prime_constant", "hidden_part"])
+        if r is None or differs(g, r[0], seed=i) is not True:
+            continue
+        n += 1
+        try:
+            fooled += verify.field_test(g, r[0], rng=rng, fld=fixed)[0] is None
+        except verify.FieldError:  # a denominator that is a multiple of the fixed p
+            fooled += 1
+        assert _verdict(g, r[0], rng) is False, r[1]
+    assert n >= 20 and fooled >= 3, (n, fooled)
 
 
 def test_fuzz_harness_catches_a_broken_verifier():
     """The harness must be able to fail: a verifier that accepts everything is caught."""
     c = run_fuzz(30, seed=5, check=lambda a, b, rng: True)
     assert c[("accepted", "different")] > 0
+    c = run_fuzz(30, seed=5, check=lambda a, b, rng: False)
+    assert c[("rejected", "same")] > 0
 
 
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_each_mutation_yields_rejected_mutants(name):
     rng = np.random.default_rng(zlib.crc32(name.encode()))
     rejected = 0
+    refs = [reference(r, small=True) for r in sorted(REFERENCES)]
     for i in range(120):
-        g = [random_program, random_ugraph][i % 2](rng)
-        if i % 4 == 0:
-            g = reference(sorted(REFERENCES)[i % 6], small=True)
+        if name in ("sqrt_sign", "hidden_part", "exp_prime_constant"):  # need sqrt, a large part, an exp
+            g = corpus(i, rng, refs)
+        else:
+            g = [random_program, random_ugraph][i % 2](rng)
+            if i % 4 == 0:
+                g = refs[i % 6]
         r = mutate(g, rng, kinds=[name])
         if r is None or not differs(g, r[0]):
             continue
@@ -82,13 +132,32 @@ def test_random_program_is_deterministic_and_lax():
         mg.check_lax(random_ugraph(s))
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", range(6))
 def test_rewrites_are_equivalent(seed):
-    g = random_ugraph(seed) if seed % 2 else random_program(seed)
+    g = [random_program(seed), random_ugraph(seed), random_program(seed, sqrt=True)][seed % 3]
     h = rewrite(g, seed, steps=4)
     assert differs(g, h) is False
-    assert verify.field_test(g, h, rng=np.random.default_rng(seed))[0] is None
-    assert set(REWRITES) == {"commute", "square", "sub", "scale"}
+    v = verify.equivalent(g, h, seed=seed, float_check=False)
+    assert v.equivalent is True and v.ok, str(v)
+    assert set(REWRITES) == {"commute", "square", "sub", "scale", "sqrt_scale", "prime_roundtrip"}
+
+
+@pytest.mark.parametrize("name", ["sqrt_scale", "prime_roundtrip"])
+def test_each_new_rewrite_applies_and_keeps_the_meaning(name):
+    import mugraph as mg
+    from verify.fuzz import graph_to_json
+    changed = 0
+    for seed in range(12):
+        g = random_program(seed, sqrt=True)
+        doc = graph_to_json(g)
+        out = REWRITES[name](doc, np.random.default_rng(seed), g)
+        if out is None:
+            continue
+        h = mg.serialize.graph_from_json(out)
+        changed += str(h) != str(g)
+        assert differs(g, h, seed=seed) is False
+        assert verify.equivalent(g, h, seed=seed, float_check=False).equivalent is True
+    assert changed >= 3
 
 
 def test_differs_ignores_rounding_noise_of_a_zero_function():

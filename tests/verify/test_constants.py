@@ -1,0 +1,167 @@
+"""Constants cannot fool the verifier: the pairs a hostile user builds around fixed
+primes (a multiple of p, an exponent constant ≡ 0 mod q, rationals sharing a prime,
+a wrong part hidden next to a large one) are rejected with random primes, the
+bound carries the term for constants, and equivalent rewrites with such constants
+still pass."""
+
+from fractions import Fraction
+
+import pytest
+import torch
+
+import mugraph as mg
+import verify
+from verify.equivalence import fingerprint_field
+from verify.field import MIRAGE, Field
+from verify.floatcheck import magnitudes
+
+#: the primes that used to be fixed (the largest safe-prime pair below 2^31) and Mirage's
+FORMER = Field(2147471759, 1073735879, "former")
+FIXED_P = (FORMER.p, FORMER.q, MIRAGE.p, MIRAGE.q)
+
+
+def pair(build_a, build_b, shapes=None):
+    """Two programs over the same inputs (default one (4, 8) input ``x``)."""
+    shapes = shapes or {"x": (4, 8)}
+    out = []
+    for name, build in (("ref", build_a), ("cand", build_b)):
+        p = mg.Program(name)
+        xs = [p.input(n, s) for n, s in shapes.items()]
+        p.output(build(*xs))
+        out.append(p)
+    return out
+
+
+def ident(x):
+    return mg.scale(x, 1)
+
+
+@pytest.mark.parametrize("P", FIXED_P + (None,))
+def test_multiple_of_a_prime_is_rejected(P):
+    """X·(P+1) vs X for the primes that used to be fixed (and the search's
+    fingerprint pair): rejected on the first test."""
+    P = P or fingerprint_field(0).p
+    a, b = pair(lambda x: mg.scale(x, P + 1), ident)
+    v = verify.equivalent(a, b, seed=0)
+    assert v.equivalent is False and v.checks == {"field tests": "failed"} and not v.ok
+    assert v.counterexample.p is not None and v.counterexample.p != P
+
+
+def test_the_same_pair_fools_the_fixed_primes_and_the_verdict_says_so():
+    a, b = pair(lambda x: mg.scale(x, FORMER.p + 1), ident)
+    assert verify.field_test(a, b, rng=__import__("numpy").random.default_rng(0), fld=FORMER)[0] is None
+    v = verify.equivalent(a, b, seed=0, field=FORMER, float_check=False)
+    # every test passes — but the bound knows a 31-bit coefficient may be a multiple of p
+    assert v.equivalent is True and not v.bound_met and v.per_test_bound == 1.0 and not v.ok
+    assert v.checks["error bound"] == "not met" and "fixed primes" in str(v)
+
+
+@pytest.mark.parametrize("Q", [FORMER.q, MIRAGE.q, None])
+def test_exponent_constant_multiple_of_q_is_rejected(Q):
+    Q = Q or fingerprint_field(0).q
+    a, b = pair(lambda x: mg.exp(mg.scale(x, Q + 1)), lambda x: mg.exp(x))
+    assert verify.equivalent(a, b, seed=1, float_check=False).equivalent is False
+    # c + Q/2^k: finite in float64, ≡ c mod Q
+    k = Q.bit_length() - 1
+    a, b = pair(lambda x: mg.exp(mg.scale(x, Fraction(1, 2) + Fraction(Q, 2 ** k))),
+                lambda x: mg.exp(mg.scale(x, Fraction(1, 2))))
+    assert verify.equivalent(a, b, seed=2, float_check=False).equivalent is False
+
+
+@pytest.mark.parametrize("P", FIXED_P)
+def test_rationals_sharing_a_prime_are_rejected(P):
+    k = P.bit_length() - 1
+    for c in (1 + Fraction(P, 2 ** k), Fraction(P, 2 ** 20), 1 + Fraction(2 ** k, P), Fraction(3, P)):
+        a, b = pair(lambda x, c=c: mg.scale(x, c), ident)
+        v = verify.equivalent(a, b, seed=3, float_check=False)
+        assert v.equivalent is False, c
+
+
+def test_a_denominator_equal_to_a_fixed_prime_is_undecided_not_a_crash():
+    a, b = pair(lambda x: mg.scale(mg.scale(x, Fraction(1, 167)), 167), ident)
+    v = verify.equivalent(a, b, seed=0, field=MIRAGE)
+    assert v.equivalent is None and v.checks["field tests"] == "undecided" and not v.ok
+    assert "UNDECIDED" in str(v) and "167" in str(v)
+
+
+@pytest.mark.parametrize("P", FIXED_P)
+def test_x_over_p_times_p_is_equivalent(P):
+    a, b = pair(lambda x: mg.scale(mg.scale(x, Fraction(1, P)), P), ident)
+    v = verify.equivalent(a, b, seed=P % 97)
+    assert v.equivalent is True and v.ok and v.bound_met
+    assert v.constant_bits >= P.bit_length() - 1
+
+
+def test_constants_term_in_the_bound_and_the_verdict():
+    """A 31-bit coefficient may be divisible by one member: the per-test bound holds
+    that term (⌊31/log2 p_min⌋ / pairs), and the verdict prints it."""
+    fam = verify.DEFAULT
+    P = FORMER.p
+    a, b = pair(lambda x: mg.scale(mg.scale(x, Fraction(1, P)), P), ident)
+    v = verify.equivalent(a, b, seed=5, float_check=False)
+    assert v.constant_term > 0 and v.per_test_bound >= v.constant_term
+    assert v.pairs <= fam.size and v.pairs >= fam.size - 8  # P and 1/P exclude at most a few pairs
+    assert v.constant_term == pytest.approx(1 / v.pairs)
+    assert "constants:" in str(v) and "per test" in str(v)
+    # small constants: no member can divide a coefficient, so the term is exactly 0
+    a, b = pair(lambda x: mg.scale(x, Fraction(3, 7)), lambda x: mg.scale(mg.scale(x, 3), Fraction(1, 7)))
+    v = verify.equivalent(a, b, seed=5, float_check=False)
+    assert v.equivalent and v.constant_term == 0.0 and v.constant_bits < 29
+
+
+def test_redraw_never_uses_a_prime_dividing_a_constant():
+    """Force the draw to meet the constant: avoid the very pair the seed draws first."""
+    import numpy as np
+    first = verify.DEFAULT.draw(np.random.default_rng(11))
+    again = verify.DEFAULT.draw(np.random.default_rng(11), avoid=[first.p * 3, first.q * 5])
+    assert (again.p, again.q) != (first.p, first.q)
+    assert (first.p * 3) % again.p and (first.p * 3) % again.q and (first.q * 5) % again.q
+
+
+def _concat_trick(P):
+    shapes = {"x": (4, 8), "y": (4, 8), "z": (4, 8)}
+    return pair(lambda x, y, z: mg.concat([mg.scale(x, 2 ** 40), y], 0),
+                lambda x, y, z: mg.concat([mg.scale(x, 2 ** 40), y + mg.scale(z, Fraction(P, 2 ** 20))], 0), shapes)
+
+
+@pytest.mark.parametrize("P", [FORMER.p, FORMER.q, None])
+def test_wrong_part_hidden_next_to_a_large_one(P):
+    """concat([X·2^40, Y]) vs concat([X·2^40, Y + Z·P/2^20]): the field rejects it,
+    and the float check alone fails it too (per element), although a norm-wise
+    relative error over the whole output is far below every tolerance."""
+    a, b = _concat_trick(P or fingerprint_field(0).p)
+    assert verify.equivalent(a, b, seed=0, float_check=False).equivalent is False
+    r = verify.float_check(a, b)
+    judged = [c for c in r.cases if c.passed is not None]
+    assert not r.passed and len(judged) >= 6  # fp16 cannot hold 2^40: skipped, said so
+    assert all(c.passed is False and c.output == 0 and c.index[0] >= 4 for c in judged)  # the small half
+    assert all("overflows" in c.note for c in r.cases if c.passed is None)
+    ins = {n: torch.randn(4, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(i))
+           for i, n in enumerate("xyz")}
+    (ra,), (rb,) = mg.evaluate(a, ins), mg.evaluate(b, ins)
+    assert float((ra - rb).norm() / ra.norm()) < 1e-4  # what a norm-wise check would have seen
+
+
+def test_outputs_are_checked_separately():
+    """A second output that is wrong cannot hide behind a large first output."""
+    def build(bad):
+        p = mg.Program("two")
+        x, y = p.input("x", (4, 8)), p.input("y", (4, 8))
+        p.output(mg.scale(x, 2 ** 40))
+        p.output(mg.scale(y, 3) if bad else mg.scale(y, 2))
+        return p
+    r = verify.float_check(build(False), build(True))
+    assert not r.passed and all(c.passed is False and c.output == 1 for c in r.cases)  # fp16 too: output 1 fits
+    assert all(c.errors[0] is None or c.errors[0] < 1e-2 for c in r.cases)
+    assert all("output 0" in c.note for c in r.cases if c.dtype == "float16")  # 2^40 overflows fp16: named
+
+
+def test_magnitudes_bound_the_values_and_see_cancellation():
+    p = mg.Program("m")
+    x, y = p.input("x", (3, 4)), p.input("y", (4, 2))
+    p.output((x @ y) - (x @ y))
+    p.output(mg.exp(x) / (mg.square(x) + 1))
+    ins = {"x": torch.randn(3, 4, dtype=torch.float64), "y": torch.randn(4, 2, dtype=torch.float64)}
+    (v0, m0), (v1, m1) = magnitudes(p, ins)
+    assert (v0 == 0).all() and (m0 > 0).all()  # cancelled, but the terms had a size
+    assert (m1 >= v1.abs()).all()
