@@ -112,7 +112,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path, args, needle):
     f = write_pair(tmp_path, "good")
     code, out, err = run_cli(f, f, *args)
     assert code == 2 and needle in err
-    assert "Traceback" not in err and len([ln for ln in err.splitlines() if ln.startswith("Error")]) == 1
+    assert "Traceback" not in err and len([ln for ln in err.splitlines() if ln.lower().startswith("error")]) == 1
 
 
 def test_bad_files_exit_2(tmp_path):
