@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, Tensor, graph_ops, propagate
-from mugraph.ops import EXP_LIKE
+from mugraph.ops import exp_like
 
 
 def input_signature(graph: KernelGraph) -> dict[str, tuple[int, ...]]:
@@ -76,7 +76,7 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
 
     def step(kind: str, ins: list[frozenset[str]]) -> frozenset[str]:
         s = frozenset().union(*ins) if ins else frozenset()
-        if kind in EXP_LIKE:
+        if exp_like(kind):
             need.update(s)
             return frozenset()  # the q-part is gone after an exponentiation
         return s
