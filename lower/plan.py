@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mugraph.ir import AXES, BlockGraph, Op, Tensor
-from mugraph.ops import is_contraction, is_pointwise, is_rearrangement, joins, reduction
+from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction
 
 from .config import KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
@@ -171,8 +171,7 @@ def _deferred_sums(p: KernelPlan) -> dict[int, int]:
     saved = [sv.tensor for sv in block.savers]
     out = {}
     for op in p.schedule.loop:
-        red = reduction(op.kind)
-        if red is None or red.combine != "add":
+        if reduction(op.kind) is None or not adds_up(op.kind):
             continue
         x, t = op.inputs[0], op.outputs[0]
         users = p.consumers.get(t, [])

@@ -506,6 +506,11 @@ def exp_like(kind: str) -> bool:
     return d is not None and d.exp_like
 
 
+def lax_classes(kinds) -> set[str]:
+    """The Lax classes of the catalog ops among ``kinds``."""
+    return {CATALOG[k].lax for k in kinds if k in CATALOG}
+
+
 def dim_map(kind: str, shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
     """:class:`DimMap` of a catalog op on inputs of ``shapes`` with output shape ``out``."""
     return get_op(kind).dims(shapes, attrs, tuple(out))

@@ -8,7 +8,7 @@ from fractions import Fraction
 
 from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, Tensor, graph_ops, propagate
-from mugraph.ops import exp_like
+from mugraph.ops import CATALOG, exp_like
 
 
 def input_signature(graph: KernelGraph) -> dict[str, tuple[int, ...]]:
@@ -41,14 +41,12 @@ def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
 
 
 def constants(graph: KernelGraph) -> list[Fraction]:
-    """Every rational constant of the graph (``scale`` factors and ``const`` values),
-    at every level."""
+    """Every rational constant of the graph (its ops' rational attributes: ``scale``
+    factors, ``const`` values), at every level."""
     out = []
     for op, _ in graph_ops(graph):
-        if op.kind == "scale":
-            out.append(Fraction(op.attrs["c"]))
-        elif op.kind == "const":
-            out.append(Fraction(op.attrs["value"]))
+        d = CATALOG.get(op.kind)
+        out += [Fraction(op.attrs[a.name]) for a in (d.attrs if d else ()) if a.type == "rational"]
     return out
 
 
