@@ -6,9 +6,10 @@ Every stage reads these traits instead of testing op names: lowering unifies til
 dims from :func:`dim_map`, the search enumerates attributes from the schema, the
 reduce emitter pads with the reduction's identity. What an op *does* on one kind of
 value is a stage's business: each stage keeps one facet table per concern, keyed by
-op name (float and field evaluation, degree bound, abstract expression, Triton
-emission, torch call; README "Adding an operator" lists them), and one test walks
-every (op, facet) pair.
+op name (float, magnitude and field evaluation, degree bound, abstract expression,
+Triton emission, torch call; README "Adding an operator" lists them), and
+``tests/mugraph/test_catalog.py`` walks every (op, facet) pair. Shape and dim rules
+are in :mod:`mugraph.oprules`.
 
 Levels: ``"K"`` kernel graph (a pre-defined kernel op run by a library),
 ``"B"`` block graph (an op on tiles inside a graph-defined kernel).
@@ -23,15 +24,20 @@ programs using it can only be compared in floating point).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Callable, Sequence
+from typing import Sequence
 
-from .errors import MugraphError, ShapeError, UnsupportedOpError
+from .errors import MugraphError, UnsupportedOpError
+from .oprules import (DimMap, DimRule, Shape, ShapeRule, broadcast_shape, broadcast_shapes, concat_shape, const_shape,
+                      dims_concat, dims_elementwise, dims_matmul, dims_none, dims_reduce, dims_repeat, dims_reshape,
+                      matmul_shape, reduce_shape, repeat_shape, reshape_shape, same_shape)
 
-Shape = tuple[int, ...]
-ShapeRule = Callable[[Sequence[Shape], dict], Shape]
+__all__ = ["ATTR_TYPES", "Attr", "CATALOG", "COMBINE_IDENTITY", "Category", "CatalogError", "DimMap", "LAX_CLASSES",
+           "MAX_RANK", "OpDef", "Padding", "Reduction", "STRUCTURAL", "adds_up", "broadcast_shapes", "category",
+           "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_pointwise", "is_rearrangement", "joins",
+           "lax_classes", "reduction", "register", "to_fraction", "unregister"]
 
 MAX_RANK = 4
 
@@ -108,163 +114,14 @@ class Attr:
     doc: str = ""
 
 
-@dataclass(frozen=True)
-class DimMap:
-    """How the dims of one op's output follow the dims of its inputs (for given shapes).
-
-    ``same``: ``(input, input dim, output dim)`` — the same axis; the input's size is the
-    output's, or 1 (broadcast). ``contracted``: groups of ``(input, dim)`` that are one
-    axis, summed over (a matmul's k). ``reduced``: ``(input, dim)`` folded into the
-    output's size-1 dim of the same index. ``moved_in``/``moved_out``: input dims
-    ``(input, dim)`` and output dims whose elements change place (concat's dim,
-    reshape's dims, repeat's repeated dims): no axis of one side is an axis of the other.
-    """
-
-    same: tuple[tuple[int, int, int], ...] = ()
-    contracted: tuple[tuple[tuple[int, int], ...], ...] = ()
-    reduced: tuple[tuple[int, int], ...] = ()
-    moved_in: tuple[tuple[int, int], ...] = ()
-    moved_out: tuple[int, ...] = ()
-
-
-DimRule = Callable[[Sequence[Shape], dict, Shape], DimMap]
-
-
-# ---------------------------------------------------------------------------- shape rules
-
-
-def broadcast_shapes(a: Shape, b: Shape) -> Shape:
-    """Numpy broadcasting (right-aligned; a size-1 dim stretches)."""
-    n = max(len(a), len(b))
-    a1 = (1,) * (n - len(a)) + tuple(a)
-    b1 = (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a1, b1):
-        if x != y and x != 1 and y != 1:
-            raise ShapeError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast")
-        out.append(max(x, y))
-    return tuple(out)
-
-
-def _elementwise(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    out = shapes[0]
-    for s in shapes[1:]:
-        out = broadcast_shapes(out, s)
-    return out
-
-
-def _same(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    return tuple(shapes[0])
-
-
-def _matmul(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    a, b = shapes
-    if len(a) < 2 or len(b) < 2:
-        raise ShapeError(f"needs operands of rank >= 2, got {tuple(a)} @ {tuple(b)}")
-    if a[-1] != b[-2]:
-        raise ShapeError(f"inner dims differ: {tuple(a)} @ {tuple(b)} ({a[-1]} != {b[-2]})")
-    lead = broadcast_shapes(a[:-2], b[:-2]) if (a[:-2] or b[:-2]) else ()
-    return tuple(lead) + (a[-2], b[-1])
-
-
-def _check_dim(shape: Shape, dim: int) -> None:
-    if not 0 <= dim < len(shape):
-        raise ShapeError(f"dim {dim} out of range for shape {tuple(shape)}")
-
-
-def _reduce(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    (s,) = shapes
-    _check_dim(s, attrs["dim"])
-    out = list(s)
-    out[attrs["dim"]] = 1
-    return tuple(out)
-
-
-def _concat(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    dim = attrs["dim"]
-    first = shapes[0]
-    _check_dim(first, dim)
-    total = 0
-    for s in shapes:
-        if len(s) != len(first) or any(x != y for i, (x, y) in enumerate(zip(s, first)) if i != dim):
-            raise ShapeError(f"shapes {[tuple(x) for x in shapes]} differ outside dim {dim}")
-        total += s[dim]
-    out = list(first)
-    out[dim] = total
-    return tuple(out)
-
-
-def _reshape(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    (s,) = shapes
-    new = tuple(attrs["shape"])
-    if math.prod(s) != math.prod(new):
-        raise ShapeError(f"cannot reshape {tuple(s)} ({math.prod(s)} elements) to {new} ({math.prod(new)})")
-    return new
-
-
-def _repeat(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    (s,) = shapes
-    reps = tuple(attrs["reps"])
-    if len(reps) != len(s) or any(r < 1 for r in reps):
-        raise ShapeError(f"reps {reps} must be one positive count per dim of {tuple(s)}")
-    return tuple(x * r for x, r in zip(s, reps))
-
-
-def _const(shapes: Sequence[Shape], attrs: dict) -> Shape:
-    return tuple(attrs["shape"])
-
-
-# ---------------------------------------------------------------------------- dim rules
-
-
-def _dims_elementwise(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    """Right-aligned: the last dims line up (numpy broadcasting)."""
-    return DimMap(same=tuple((i, d, d + len(out) - len(s)) for i, s in enumerate(shapes) for d in range(len(s))))
-
-
-def _dims_reduce(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    (s,) = shapes
-    dim = attrs["dim"]
-    return DimMap(same=tuple((0, d, d) for d in range(len(s)) if d != dim), reduced=((0, dim),))
-
-
-def _dims_matmul(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    a, b = shapes
-    r = len(out)
-    batch = tuple((i, d, d + r - len(x)) for i, x in enumerate((a, b)) for d in range(len(x) - 2))
-    return DimMap(same=batch + ((0, len(a) - 2, r - 2), (1, len(b) - 1, r - 1)),
-                  contracted=(((0, len(a) - 1), (1, len(b) - 2)),))
-
-
-def _dims_none(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    return DimMap()
-
-
-def _dims_concat(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    dim = attrs["dim"]
-    return DimMap(same=tuple((i, d, d) for i, s in enumerate(shapes) for d in range(len(s)) if d != dim),
-                  moved_in=tuple((i, dim) for i in range(len(shapes))), moved_out=(dim,))
-
-
-def _dims_reshape(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    return DimMap(moved_in=tuple((0, d) for d in range(len(shapes[0]))), moved_out=tuple(range(len(out))))
-
-
-def _dims_repeat(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
-    reps = attrs["reps"]
-    return DimMap(same=tuple((0, d, d) for d, r in enumerate(reps) if r == 1),
-                  moved_in=tuple((0, d) for d, r in enumerate(reps) if r != 1),
-                  moved_out=tuple(d for d, r in enumerate(reps) if r != 1))
-
-
 #: per category: (arity, shape rule, dim rule) unless the entry gives its own
 _DEFAULTS: dict[Category, tuple[int | None, ShapeRule | None, DimRule | None]] = {
-    Category.UNARY: (1, _same, _dims_elementwise),
-    Category.BINARY: (2, _elementwise, _dims_elementwise),
-    Category.REDUCTION: (1, _reduce, _dims_reduce),
-    Category.CONTRACTION: (2, _matmul, _dims_matmul),
+    Category.UNARY: (1, same_shape, dims_elementwise),
+    Category.BINARY: (2, broadcast_shape, dims_elementwise),
+    Category.REDUCTION: (1, reduce_shape, dims_reduce),
+    Category.CONTRACTION: (2, matmul_shape, dims_matmul),
     Category.REARRANGEMENT: (None, None, None),
-    Category.CONSTANT: (0, _const, _dims_none),
+    Category.CONSTANT: (0, const_shape, dims_none),
 }
 
 _PADDING_WORDS = {"reads": ("any", "zero", "identity"), "zero": ("keeps", "all", "any", "none"),
@@ -439,11 +296,11 @@ for _d in [
     OpDef("max", _R, "none", "max along dim; dim becomes 1 (not Lax: float comparison only)", attrs=_DIM,
           reduction=Reduction("max", -math.inf), padding=Padding(reads="identity")),
     OpDef("concat", Category.REARRANGEMENT, "linear", "join along dim", attrs=_DIM, arity=-1,
-          shape_rule=_concat, dims=_dims_concat, joins=True),
+          shape_rule=concat_shape, dims=dims_concat, joins=True),
     OpDef("reshape", Category.REARRANGEMENT, "linear", "row-major reshape",
-          attrs=(Attr("shape", "shape", "the new shape"),), arity=1, shape_rule=_reshape, dims=_dims_reshape),
+          attrs=(Attr("shape", "shape", "the new shape"),), arity=1, shape_rule=reshape_shape, dims=dims_reshape),
     OpDef("repeat", Category.REARRANGEMENT, "linear", "tile each dim reps[d] times",
-          attrs=(Attr("reps", "counts", "copies per dim"),), arity=1, shape_rule=_repeat, dims=_dims_repeat),
+          attrs=(Attr("reps", "counts", "copies per dim"),), arity=1, shape_rule=repeat_shape, dims=dims_repeat),
 ]:
     register(_d)
 del _d
