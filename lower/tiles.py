@@ -17,8 +17,8 @@ elements it moves.
 
 The same classes tell which dims are *parallel*: a class that no op reduces over
 (a reduction's dim, a matmul's k), that no rearrangement (concat/reshape/repeat)
-moves, and that reaches an output saver can be cut into ``r`` sub-tiles, each run by its own Triton program.
-That is the freedom the profiler tunes on top of the μGraph's own grid (a μGraph
+moves, and that reaches an output saver can be cut into ``r`` sub-tiles, each run
+by its own Triton program. That is the freedom the profiler tunes on top of the μGraph's own grid (a μGraph
 fixes its grid; the lowering may refine it along such dims without changing the
 function: each output element still depends on exactly the same inputs).
 """
@@ -110,12 +110,6 @@ class _UF:
         ra, rb = self.find(a), self.find(b)
         if ra != rb:
             self.p[max(ra, rb)] = min(ra, rb)
-
-
-def _aligned(x: Tensor, out_rank: int):
-    """Pairs (dim of x, dim of out) for right-aligned broadcasting."""
-    off = out_rank - x.ndim
-    return [(d, d + off) for d in range(x.ndim)]
 
 
 def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,

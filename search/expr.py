@@ -58,7 +58,7 @@ from fractions import Fraction
 from typing import Callable, Sequence
 
 from mugraph.ir import BlockGraph, KernelGraph, Tensor
-from mugraph.ops import CATALOG, Category
+from mugraph.ops import CATALOG, CatalogError, Category
 
 Term = int
 
@@ -327,7 +327,7 @@ def symbols() -> list[Symbol]:
     for k, d in CATALOG.items():
         if EXPR_RULES.get(k) is OWN:
             if d.category not in _ARITY:
-                raise ValueError(f"{k}: a {d.category.value} op cannot be its own symbol; give it a rule")
+                raise CatalogError(f"{k}: a {d.category.value} op cannot be its own symbol; give it a rule")
             out.append(Symbol(k, *_ARITY[d.category]))
     return out
 

@@ -6,11 +6,12 @@ Every tile lives in registers with power-of-two extents (:mod:`lower.tiles`); a
 
 Padding bookkeeping: each value records the dims along which its padding is known to
 be zero (``clean``) and whether its padding is finite (``finite``). Loads give zeros
-(masked ``other=0.0``); each op propagates what it can prove — element-wise ops keep
-a dim clean when zero maps to zero (``square``, ``silu``, ``scale``, ``sqrt``; ``add``
-and ``sub`` of operands clean along it; ``mul`` by a clean operand when both are
-finite), ``exp`` and ``div`` make padding non-zero or non-finite; a reduction or a
-dot contraction along a dim that is not clean masks first (:meth:`Emitter.clean_only`).
+(masked ``other=0.0``); each op propagates what it can prove, by its padding rule in
+the catalog (:class:`mugraph.ops.Padding`) — element-wise ops keep a dim clean when
+zero maps to zero (``square``, ``silu``, ``scale``, ``sqrt``; ``add`` and ``sub`` of
+operands clean along it; ``mul`` by a clean operand when both are finite), ``exp`` and
+``div`` make padding non-zero or non-finite; a reduction sets the padding along its
+dim to its identity and a dot contraction zeroes it first (:meth:`Emitter.clean_only`).
 So the common paths (load → dot, load → square → sum) carry no extra masks, and no
 path can leak padding into a real element.
 """

@@ -354,3 +354,47 @@ def test_min_in_the_other_stages(min_op):
     prog = lower.compile(p, device="cpu")
     torch.testing.assert_close(prog(x), x.amin(1, keepdim=True))
     assert isinstance(FloatAlgebra().apply("min", [x.double()], {"dim": 0}), torch.Tensor)
+
+
+# ---------------------------------------------------------------------------- no names in the stages
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+#: the random μGraph generators choose ops by name and model each one's numeric range
+#: (which inputs keep exp finite, sqrt real): per-op knowledge of a test generator
+GENERATORS = {"verify/fuzz.py", "lower/testing.py"}
+
+
+def _op_name_comparisons(path) -> list[str]:
+    """``==``/``!=``/``in`` comparisons of a catalog op name in a module, as
+    ``file:line``; a comparison against a Lax class or a combine op (``.lax``,
+    ``.combine``, ``lax_classes(...)``), whose names some ops share, is not one."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    names = set(CATALOG)
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        if any(isinstance(s, ast.Attribute) and s.attr in ("lax", "combine") for s in sides) or any(
+                isinstance(s, ast.Call) and getattr(s.func, "id", None) == "lax_classes" for s in sides):
+            continue
+        consts = set()
+        for s in sides:
+            elts = s.elts if isinstance(s, (ast.Tuple, ast.List, ast.Set)) else [s]
+            consts |= {e.value for e in elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+        if consts & names:
+            out.append(f"{path.relative_to(ROOT)}:{node.lineno} compares {sorted(consts & names)}")
+    return out
+
+
+def test_stages_read_traits_not_op_names():
+    """No module of the packages tests an op's name to learn its category: they ask
+    the catalog (``ops.reduction(kind)``, ``ops.is_contraction(kind)``, …)."""
+    found = []
+    for pkg in ("mugraph", "search", "verify", "lower"):
+        for path in sorted((ROOT / pkg).rglob("*.py")):
+            if str(path.relative_to(ROOT)) not in GENERATORS:
+                found += _op_name_comparisons(path)
+    assert not found, "op names compared instead of catalog traits: " + "; ".join(found)
