@@ -1,8 +1,9 @@
 """Equality saturation of the target expression (DESIGN §3 "Checking").
 
-We insert the program's output expressions into an e-graph, saturate it under the
-axioms A_eq (egglog does the rewriting; it was 2–20× faster than a pure-Python
-e-graph on the prototype), then export the e-graph once into a Python hash-cons
+We insert the program's output expressions into an e-graph (its datatype generated
+from the symbols of :mod:`search.expr`), saturate it under the axioms A_eq (egglog
+does the rewriting; it was 2–20× faster than a pure-Python e-graph on the
+prototype), then export the e-graph once into a Python hash-cons
 table ``(op, child classes) -> class``. A query term is looked up bottom-up
 *without inserting it*: μs per query instead of egglog's ms–s ``check``.
 

@@ -6,9 +6,10 @@ direction only — to *prove keeps* where the e-graph's budget stopped saturatio
 and as the reference the e-graph oracle is tested against.
 
 The encoding is the paper's: an uninterpreted sort ``E``, one function per
-abstract operator, reduction sizes as integers, ``sub(x, y)`` the subexpression
+abstract operator (generated from :func:`search.expr.symbols`, its signature from the
+symbol's arity), reduction sizes as integers, ``sub(x, y)`` the subexpression
 relation, A_eq as universally quantified equalities and A_sub as quantified
-implications. Distributivity is the full equality here (an equality has no
+implications (every argument of every symbol is a subexpression of it: generated too). Distributivity is the full equality here (an equality has no
 direction); the e-graph only factors, so a keep that needs expansion would show
 up as a disagreement in the agreement test.
 """

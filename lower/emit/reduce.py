@@ -5,30 +5,21 @@ fold or is refused — never another one's."""
 
 from __future__ import annotations
 
-import math
-
 from mugraph.errors import UnsupportedOpError
 from mugraph.ir import Op
 from mugraph.ops import get_op, reduction
 
-from .core import Emitter, Val, fmt_number
+from .core import Emitter, Val
 
 TL_REDUCE = {"add": "tl.sum", "max": "tl.max", "min": "tl.min"}
 """Combine op of a reduction -> the Triton reduction that folds with it."""
-
-
-def _literal(x: float) -> str:
-    """A reduction identity as a Triton (Python) float expression."""
-    if math.isinf(x):
-        return "float('-inf')" if x < 0 else "float('inf')"
-    return fmt_number(x)
 
 
 def _deferred(em: Emitter, op: Op, x: Val, d: int) -> None:
     """A sum only an accumulator uses: it adds up the un-reduced tile (padding zeroed) and
     reduces once after the loop — no cross-warp reduction (and barrier) per step."""
     t = op.outputs[0]
-    src = em.clean_only(x, [d])
+    src = em.read_padding(x, [d], op.kind)
     src = src if x.f32 else f"({src}).to(tl.float32)"
     v = em.val(t, f32=True, clean=x.clean | {d}, finite=x.finite)
     v.pshape, v.rshape = x.pshape, x.rshape
@@ -54,12 +45,7 @@ def emit_reduce(em: Emitter, op: Op) -> None:
     if op.id in em.p.deferred_sums:
         _deferred(em, op, x, d)
         return
-    if red.identity == 0:
-        src = em.clean_only(x, [d])
-    else:
-        src = em.f32(x)
-        if x.pshape[d] > x.rshape[d]:
-            src = f"tl.where({em.mask_dim(x, d)}, {src}, {_literal(red.identity)})"
+    src = em.read_padding(x, [d], op.kind)
     keeps = get_op(op.kind).padding.zero == "keeps"
     v = em.val(t, f32=True, clean=x.clean - {d} if keeps else frozenset(), finite=x.finite)
     em.emit(f"{v.name} = {fn}({src}, axis={d}, keep_dims=True)")
