@@ -17,7 +17,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from mugraph.ir import KernelGraph, Program
 
@@ -26,12 +26,16 @@ from .compose import compose, partition
 from .config import SearchConfig
 from .rewrite import fuse_all, graph_key, split_variants
 
+if TYPE_CHECKING:
+    from .driver import SearchResult
 
-def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker,
-             stats: dict) -> list[tuple[KernelGraph, str]]:
-    """Fingerprint-matching graphs of ``program`` built from separately searched pieces."""
-    from .driver import run  # noqa: PLC0415 - the piece searches are ordinary searches
 
+def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker, stats: dict,
+             run: Callable[[Program, SearchConfig], SearchResult]) -> list[tuple[KernelGraph, str]]:
+    """Fingerprint-matching graphs of ``program`` built from separately searched pieces.
+
+    ``run`` searches one piece: the driver passes its own ``search.run`` (the piece
+    searches are ordinary searches, nested in this one)."""
     t0 = time.monotonic()
     n_ops = sum(1 for op in program.ops if op.kind != "input")
     if n_ops <= cfg.compose_above:

@@ -34,13 +34,16 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-import mugraph as mg
-from mugraph.errors import MugraphError
-from mugraph.ir import KernelGraph, Program
+from mugraph import builder as mg
+from mugraph.errors import ConfigError, InputError, MugraphError
+from mugraph.ir import BlockGraph, KernelGraph, Program, Tensor
+from mugraph.lax import check_lax
+from mugraph.ops import broadcast_shapes
 from mugraph.serialize import graph_from_json, graph_to_json
 
 from . import args
 from .analysis import check_compatible
+from .equivalence import fingerprint_field
 from .floatcheck import FLOAT64_RTOL, compare_float64
 
 Doc = dict
@@ -63,7 +66,7 @@ def _choice(rng: Rng, xs):
 
 def _broadcastable(a, b) -> bool:
     try:
-        mg.ops.broadcast_shapes(a, b)
+        broadcast_shapes(a, b)
         return True
     except MugraphError:
         return False
@@ -79,14 +82,14 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
     rng = _rng("random_program", rng)
     args.integer("random_program", "max_ops", max_ops, 1, 1000)
     if not args.int_list("random_program", "sizes", sizes, 1):
-        raise mg.ConfigError("random_program: sizes must hold at least one dim size")
+        raise ConfigError("random_program: sizes must hold at least one dim size")
     p = Program(name)
     a, b, c = (int(_choice(rng, sizes)) for _ in range(3))
     shapes = [(a, b), (b, c), (a, c), (a, b), (2, a, b), (b, b)]
-    pool: list[tuple[mg.Tensor, int]] = []  # (tensor, exps on the worst path)
+    pool: list[tuple[Tensor, int]] = []  # (tensor, exps on the worst path)
     for i in range(int(rng.integers(2, 5))):
         pool.append((p.input(f"x{i}", _choice(rng, shapes), "float32"), 0))
-    made: list[mg.Tensor] = []
+    made: list[Tensor] = []
     tries = 0
     while len(made) < max_ops and tries < 20 * max_ops:
         tries += 1
@@ -200,7 +203,7 @@ def _try_ugraph(rng: Rng, n: int, max_ops: int, name: str) -> KernelGraph:
     X = [kg.input(f"x{i}", (n, n), "float32") for i in range(int(rng.integers(2, 4)))]
     grid = (int(_choice(rng, [1, 2])), int(_choice(rng, [1, 2])), 1)
     F = int(_choice(rng, [1, 2]))
-    bg = mg.BlockGraph(grid=grid, forloop=F)
+    bg = BlockGraph(grid=grid, forloop=F)
     tiles = []
     for x in X:
         dims = [0, 1]
@@ -250,7 +253,7 @@ def _try_ugraph(rng: Rng, n: int, max_ops: int, name: str) -> KernelGraph:
     bg.output(out, omap=tuple(omap))
     (Y,) = kg.kernel(bg)
     kg.output(Y)
-    mg.check_lax(kg)
+    check_lax(kg)
     return kg
 
 
@@ -569,8 +572,6 @@ FIXED_PRIMES = (2147471759, 1073735879, 167, 83)
 def trap_primes() -> tuple[int, ...]:
     """Primes a constant can be built around to fool a fixed-prime test:
     :data:`FIXED_PRIMES` and the pair the search's fingerprints use (seed 0)."""
-    from .equivalence import fingerprint_field  # the fuzz module is imported by equivalence's users
-
     f = fingerprint_field(0)
     return FIXED_PRIMES + (f.p, f.q)
 
@@ -699,7 +700,7 @@ def with_large_part(graph: KernelGraph, dim: int = 0) -> KernelGraph:
     one output with a part 2^40 times larger than the rest — the setting in which a
     wrong small part hides from a norm-wise float comparison (:func:`_m_hidden_part`)."""
     if not isinstance(graph, KernelGraph):
-        raise mg.InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
+        raise InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
     args.integer("with_large_part", f"dim (output 0 has rank {graph.outputs[0].ndim})", dim, 0,
                  graph.outputs[0].ndim - 1)
     doc = graph_to_json(graph)
@@ -731,10 +732,10 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
     rng = _rng("mutate", rng)
     args.integer("mutate", "tries", tries, 1, 10_000)
     if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or not kinds):
-        raise mg.ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
+        raise ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
     unknown = sorted(set(kinds or ()) - set(MUTATIONS))
     if unknown:
-        raise mg.ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
+        raise ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
     names = list(kinds) if kinds else list(MUTATIONS)
     base = graph_to_json(graph)
     for _ in range(tries):
@@ -745,7 +746,7 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
             if doc is None:
                 continue
             m = graph_from_json(doc)
-            mg.check_lax(m)
+            check_lax(m)
             check_compatible(graph, m)
         except (MugraphError, KeyError, IndexError, ValueError, TypeError, ZeroDivisionError):
             continue
