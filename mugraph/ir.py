@@ -44,6 +44,7 @@ from .errors import ArgumentTypeError, DTypeError, InvalidGraphError, ResourceEr
 from .limits import MAX_DIM, MAX_NAME_CHARS
 from .ops import CATALOG, get_op
 from .text import format_block, format_graph
+from .unionfind import UnionFind
 
 AXES = "xyz"
 
@@ -580,28 +581,18 @@ def build_thread_graphs(block: BlockGraph) -> list[ThreadGraph]:
         raise ArgumentTypeError(f"build_thread_graphs: expected a BlockGraph, got {type(block).__name__}")
     consumers = block.consumers()
     saved = {sv.tensor for sv in block.savers}
-    parent: dict[int, int] = {}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    uf: UnionFind[int] = UnionFind()
     for op in block.ops:
         if op.kind not in CATALOG or not CATALOG[op.kind].elementwise:
             continue
-        parent[op.id] = op.id
+        uf.add(op.id)
         for t in op.inputs:
             p = t.op
-            if p.id in parent and len(consumers[t]) == 1 and t not in saved and t.acc == op.outputs[0].acc:
-                parent[find(p.id)] = find(op.id)
-    groups: dict[int, list[Op]] = {}
-    for op in block.ops:
-        if op.id in parent:
-            groups.setdefault(find(op.id), []).append(op)
+            if p.id in uf and len(consumers[t]) == 1 and t not in saved and t.acc == op.outputs[0].acc:
+                uf.union(p.id, op.id)
+    groups = [[block.ops[i] for i in ids] for ids in uf.groups().values()]
     out = []
-    for ops in sorted(groups.values(), key=lambda g: g[0].id):
+    for ops in sorted(groups, key=lambda g: g[0].id):
         if len(ops) < 2:
             continue
         members = {op.id for op in ops}
