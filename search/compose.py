@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
+from mugraph.rewrite import splice
 from mugraph.unionfind import UnionFind
-
-from .rewrite import splice
 
 
 @dataclass

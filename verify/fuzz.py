@@ -39,6 +39,7 @@ from mugraph.errors import ConfigError, InputError, MugraphError
 from mugraph.ir import BlockGraph, KernelGraph, Program, Tensor
 from mugraph.lax import check_lax
 from mugraph.ops import broadcast_shapes
+from mugraph.rewrite import live_graph
 from mugraph.serialize import graph_from_json, graph_to_json
 
 from . import args
@@ -158,27 +159,7 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
         outs.append(made[int(rng.integers(len(made) - 1))])
     for t in outs:
         p.output(t)
-    return _prune(p)
-
-
-def _prune(p: Program) -> Program:
-    """Drop ops no output depends on (mutating dead code proves nothing)."""
-    live = set(t.id for t in p.outputs)
-    for op in reversed(p.ops):
-        if any(t.id in live for t in op.outputs):
-            live.update(t.id for t in op.inputs)
-    doc = graph_to_json(p)
-    keep = [i for i, op in enumerate(p.ops) if op.kind == "input" or op.outputs[0].id in live]
-    new_id = {p.ops[i].outputs[0].id: k for k, i in enumerate(keep)}
-    ops = []
-    for i in keep:
-        od = doc["ops"][i]
-        if "inputs" in od:
-            od["inputs"] = [new_id[t] for t in od["inputs"]]
-        ops.append(od)
-    doc["ops"] = ops
-    doc["outputs"] = [new_id[t] for t in doc["outputs"]]
-    return graph_from_json(doc)
+    return live_graph(p)  # mutating dead code proves nothing
 
 
 def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "random_ugraph") -> KernelGraph:
