@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import itertools
 import json
 import logging
 import os
@@ -34,7 +33,7 @@ from ..interpreter import largest_value
 from ..ir import DTYPES, KernelGraph, Program, short
 from ..lax import check_lax
 from ..limits import MAX_EVAL_ELEMENTS
-from ..serialize import graph_to_json
+from ..serialize import graph_from_json, graph_to_json
 from .cache import cache_doc, cache_key, cache_path, cached, default_cache_dir, key_of, store, versions
 from .results import Candidate, Optimized, load_result
 from .timing import device_name, predict_tuned, time_on_gpu
@@ -236,15 +235,17 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     found = _search(program, scfg, own_checkpoint)
     interrupted = found.interrupted
     t_search = time.perf_counter() - t0
-    origins = found.stats.get("origins") or [""] * len(found.graphs)
-    cands = [Candidate(g, "search", found_by=o) for g, o in zip(found.graphs, origins)]
+    # the search verified each graph against this program with the same error and seed;
+    # its verdict is kept (the check below recomputes it only when absent)
+    cands = [Candidate(graph_from_json(f.graph), "search", verified=f.verdict, found_by=f.origin)
+             for f in found.found]
     if cfg.keep_program:
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
     try:
-        for c, vj in itertools.zip_longest(cands, found.stats.get("verdicts") or []):
-            bound = _check_candidate(program, cfg, seed, dtypes, c, vj, bound)
+        for c in cands:
+            bound = _check_candidate(program, cfg, seed, dtypes, c, bound)
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
         interrupted = True
         for c in cands:
@@ -275,12 +276,13 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     return Optimized(program, best, cands, report, device)
 
 def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c: Candidate,
-                     vj: dict | None, bound: float | None) -> float | None:
+                     bound: float | None) -> float | None:
     """Verdict, float check and predicted time of one candidate (``c.rejected`` says why not)."""
     if c.origin == "search":
-        # the search ran verify.equivalent on this very graph with the same program, error
-        # and seed; its verdict is reused (deterministic), and computed here only if absent
-        v = verify.Verdict.from_json(vj) if vj else verify.equivalent(program, c.graph, error=cfg.error, seed=seed)
+        # a verdict the search computed (same program, error and seed: deterministic) is
+        # reused; one is computed here only if absent
+        v = (verify.Verdict.from_json(c.verified) if c.verified
+             else verify.equivalent(program, c.graph, error=cfg.error, seed=seed))
         c.verified = v.to_json()
         bound = v.error_bound if bound is None else max(bound, v.error_bound)
         if not v.equivalent:  # the search verified it already; never ship on a disagreement

@@ -167,8 +167,8 @@ def test_compositional_search_fuses_qknorm_attention_into_one_kernel():
                        verify_error=1e-3, max_verify=4)
     r = search.run(p, cfg)
     assert r.stats["derived"]["pieces"]
-    ones = [g for g, o in zip(r.graphs, r.stats["origins"]) if g.num_kernels == 1]
-    assert ones and "composed+fused" in r.stats["origins"]
+    ones = [g for g, o in zip(r.graphs, r.origins) if g.num_kernels == 1]
+    assert ones and "composed+fused" in r.origins
     for g in r.graphs:
         assert _agree(p, g)
 
