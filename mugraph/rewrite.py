@@ -55,7 +55,6 @@ class Rebuild:
 
     def __init__(self, graph: KernelGraph, m: dict[Tensor, Tensor], replace: dict[Site, OpBuilder],
                  drop: Iterable[Site], reads: dict[Tensor, Tensor], savers: dict[tuple[int, int], object]) -> None:
-        self.kernel_graph = graph
         self.graph: Graph = graph
         self.m = m
         self.replace = replace

@@ -81,6 +81,11 @@ class SearchResult:
         return [f.origin for f in self.found]
 
     @property
+    def verdicts(self) -> list[Optional[dict]]:
+        """Each graph's verdict (JSON) against the program; None when not verified."""
+        return [f.verdict for f in self.found]
+
+    @property
     def interrupted(self) -> bool:
         """True when Ctrl-C stopped the search (the graphs are the best verified so far)."""
         return bool(self.stats.get("interrupted"))
