@@ -34,10 +34,10 @@ _PRODUCT = ("superoptimize", "Optimized", "OptimizeConfig", "Candidate", "save",
 
 
 def __getattr__(name: str):
-    if name in _PRODUCT:
-        from . import pipeline  # the one import of the product by the core: lazy, so the core stays below it
+    if name in _PRODUCT or name == "pipeline":
+        import mugraph.pipeline as pipeline  # the core's one import of the product: lazy, so the core stays below it
 
-        value = getattr(pipeline, name)
+        value = pipeline if name == "pipeline" else getattr(pipeline, name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'mugraph' has no attribute {name!r}")

@@ -119,3 +119,13 @@ def test_type_checking_imports_are_not_dependencies(tmp_path):
     _plant(tmp_path, {**CLEAN, "mugraph/ir.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                                "    from .pipeline import Optimized\n"})
     assert ig.violations(ig.build(tmp_path)) == []
+
+
+@pytest.mark.parametrize("access", ["mg.pipeline.load_result", "mg.OptimizeConfig", "mg.load"])
+def test_product_names_resolve_on_first_access(access):
+    """Each lazy name works as the first thing a fresh interpreter asks for (the
+    subpackage itself included: ``mg.pipeline.…`` before anything imported it)."""
+    code = f"import mugraph as mg\nx = {access}\nfrom mugraph import superoptimize, save\nprint(callable(x))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-500:]
