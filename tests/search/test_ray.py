@@ -43,7 +43,7 @@ def test_serial_processes_and_ray_return_identical_graphs(cluster):
         assert r.stats["executor"] == ex and not r.stats["failed_tasks"] and not r.stats["worker_failures"]
     assert runs["serial"].graph_json  # something to compare
     assert runs["serial"].graph_json == runs["processes"].graph_json == runs["ray"].graph_json
-    assert runs["serial"].stats["origins"] == runs["ray"].stats["origins"]
+    assert runs["serial"].origins == runs["ray"].origins
     assert runs["serial"].stats["search"] == runs["ray"].stats["search"]
 
 
