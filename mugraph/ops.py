@@ -26,7 +26,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import Enum
-from fractions import Fraction
 from typing import Sequence
 
 from .errors import MugraphError, UnsupportedOpError
@@ -37,7 +36,7 @@ from .oprules import (DimMap, DimRule, Shape, ShapeRule, broadcast_shape, broadc
 __all__ = ["ATTR_TYPES", "Attr", "CATALOG", "COMBINE_IDENTITY", "Category", "CatalogError", "DimMap", "LAX_CLASSES",
            "MAX_RANK", "OpDef", "Padding", "Reduction", "STRUCTURAL", "adds_up", "broadcast_shapes", "category",
            "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_pointwise", "is_rearrangement", "joins",
-           "lax_classes", "reduction", "register", "to_fraction", "unregister"]
+           "lax_classes", "reduction", "register", "unregister"]
 
 MAX_RANK = 4
 
@@ -371,18 +370,3 @@ def lax_classes(kinds) -> set[str]:
 def dim_map(kind: str, shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
     """:class:`DimMap` of a catalog op on inputs of ``shapes`` with output shape ``out``."""
     return get_op(kind).dims(shapes, attrs, tuple(out))
-
-
-def to_fraction(c) -> Fraction:
-    """A python scalar as an exact rational (floats by their shortest decimal form)."""
-    if isinstance(c, Fraction):
-        return c
-    if isinstance(c, bool):
-        raise TypeError("bool is not a scalar constant")
-    if isinstance(c, int):
-        return Fraction(c)
-    if isinstance(c, float):
-        if c != c or c in (float("inf"), float("-inf")):
-            raise ValueError(f"constant {c} is not finite")
-        return Fraction(repr(c))
-    raise TypeError(f"{c!r} is not a scalar constant")

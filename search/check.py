@@ -8,8 +8,8 @@ matches, verified to the configured error bound with ``verify.equivalent``.
 
 from __future__ import annotations
 
-import mugraph as mg
 import verify
+from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph
 
 
@@ -30,14 +30,14 @@ class Checker:
             if self._target_fp is None:
                 self._target_fp = verify.fingerprint(self.program, seed=self.seed)
             return verify.fingerprint(graph, seed=self.seed) == self._target_fp
-        except mg.MugraphError:
+        except MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 
     def verdict(self, graph: KernelGraph):
         """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph)."""
         try:
             return verify.equivalent(self.program, graph, error=self.error, seed=self.seed)
-        except mg.MugraphError:
+        except MugraphError:
             return None
 
     def verified(self, graph: KernelGraph) -> bool:

@@ -45,9 +45,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-import mugraph as mg
 from mugraph.algebra import Algebra, FloatAlgebra
 from mugraph.errors import ConfigError, InputError
+from mugraph.interpreter import evaluate
 from mugraph.ir import KernelGraph
 
 from . import args
@@ -169,7 +169,7 @@ MagnitudeAlgebra.ops = MAGNITUDE_OPS
 def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(value, magnitude)`` of every output of ``graph`` in float64 (:class:`MagnitudeAlgebra`)."""
     with torch.no_grad():
-        return mg.evaluate(graph, inputs, MagnitudeAlgebra())
+        return evaluate(graph, inputs, MagnitudeAlgebra())
 
 
 def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -245,8 +245,8 @@ def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Seque
             R = magnitudes(reference, ins)
             tiny = float(torch.finfo(_TORCH[dtype]).tiny)
             with torch.no_grad():
-                ref = element_errors(mg.evaluate(reference, ins, KernelFloatAlgebra(dtype)), R, tiny)
-                cand = element_errors(mg.evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R, tiny)
+                ref = element_errors(evaluate(reference, ins, KernelFloatAlgebra(dtype)), R, tiny)
+                cand = element_errors(evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R, tiny)
             finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
             cases.append(_judge(dtype, scale, tol[dtype], slack, finite, ref, cand))
     return FloatReport(cases)
