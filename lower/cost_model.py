@@ -54,11 +54,13 @@ import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import DTYPES, KernelGraph, Op
+from mugraph.ops import Category, category, is_contraction
 
 from .config import KernelConfig, KernelConfigError
 from .memory import padded_shared_memory
 from .plan import KernelPlan, plan
 from .schedule import kernel_order
+from .torch_ops import TORCH_OPS
 
 
 @dataclass(frozen=True)
@@ -218,7 +220,7 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
     for b in p.block.ops:
         out = b.outputs[0]
         reps = total * (steps if out.acc == 0 else 1)
-        if b.kind == "matmul":
+        if is_contraction(b.kind):
             a = b.inputs[0]
             p_out = info.padded(out)
             k = info.padded(a)[-1]
@@ -247,7 +249,7 @@ def _loop_tile_regs(p: KernelPlan) -> float:
         return 0.0
     info = p.info
     return float(sum(math.prod(info.padded(t)) * (2 if t.id in p.dot_operand_loads else 1) for t in p.loop_tiles
-                     if any(not (c.kind == "matmul" and c.id in info.dot_ops) for c in p.consumers[t])))
+                     if any(c.id not in info.dot_ops for c in p.consumers[t])))
 
 
 def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
@@ -262,7 +264,7 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     info, cons, num_warps = p.info, p.consumers, p.config.num_warps
     out: dict[int, int] = {}
     for op in p.block.ops:
-        if op.kind != "matmul" or op.id not in info.dot_ops:
+        if op.id not in info.dot_ops:
             continue
         a = op.inputs[0]
         r = max(1, num_warps // max(1, info.padded(a)[-2] // 16))
@@ -272,8 +274,8 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
         while stack:  # the cone of element-wise producers used by this operand only
             t = stack.pop()
             p = t.op
-            if p.kind in ("iterator", "accum", "matmul", "const") or any(c is not op and c.id not in out
-                                                                         for c in cons[t]):
+            if (p.kind in ("iterator", "accum") or category(p.kind) in (Category.CONTRACTION, Category.CONSTANT)
+                    or any(c is not op and c.id not in out for c in cons[t])):
                 continue
             out[p.id] = r
             stack += list(p.inputs)
@@ -283,7 +285,7 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
 def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:
     nbytes = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
     flops = 0.0
-    if op.kind == "matmul":
+    if is_contraction(op.kind):
         a = op.inputs[0]
         flops = 2.0 * op.outputs[0].numel * a.shape[-1]
     t_c = flops / dev.tc_flops
@@ -303,8 +305,8 @@ def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
                 out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params, in_l2)
             except KernelConfigError as e:
                 raise KernelConfigError(f"{graph.name} k{op.id}: {e}") from None
-        elif op.kind in ("reshape",):
-            continue  # a view
+        elif TORCH_OPS[op.kind].view:
+            continue  # no kernel runs
         else:
             out.launches.append(_torch_cost(op, device_params))
     return out

@@ -42,6 +42,7 @@ import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import KernelGraph, Tensor
+from mugraph.ops import reduction
 
 from .plan import plan
 
@@ -114,9 +115,9 @@ def access_costs(graph: KernelGraph) -> dict[int, dict[int, float]]:
             times = bg.num_blocks * (bg.forloop if bop.attrs["fmap"] is not None else 1)
             side, red = None, set()
             for c in consumers[it]:
-                if c.kind == "matmul" and c.id in info.dot_ops:
+                if c.id in info.dot_ops:
                     side = "a" if c.inputs[0] is it else "b"
-                if c.kind in ("sum", "max"):
+                if reduction(c.kind) is not None:
                     red.add(c.attrs["dim"])
             add(tensors[src.id], it.shape, times, side, red)
     return costs

@@ -113,7 +113,7 @@ def padded_shared_memory(p: KernelPlan) -> int:
             total += (p.config.num_stages - 1) * padded_bytes(t)
             staged.add(t.id)
     for op in p.block.ops:
-        if op.kind == "matmul" and op.id in info.dot_ops and not (p.pipelined and op.id in p.loop_ops):
+        if op.id in info.dot_ops and not (p.pipelined and op.id in p.loop_ops):
             total += sum(padded_bytes(x) for x in op.inputs if x.id not in staged)
     return total
 

@@ -27,12 +27,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 from mugraph.ir import AXES, BlockGraph, Op, Tensor
+from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction
 
 from .config import KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
-from .tiles import ELEMENTWISE, TileInfo, analyze
+from .tiles import TileInfo, analyze
 
 DEFER_SUM_REGS = 32
 """Most fp32 registers per thread an un-reduced sum accumulator may take
@@ -155,7 +157,8 @@ def _check(block: BlockGraph, cfg: KernelConfig) -> None:
 
 
 def _deferred_sums(p: KernelPlan) -> dict[int, int]:
-    """``sum`` ops of the loop body whose only use is an accumulator (sum op id -> dim).
+    """Sums (reductions whose combine is addition) of the loop body whose only use is an
+    accumulator (op id -> dim).
 
     Σ_steps Σ_dim x = Σ_dim Σ_steps x: such a sum can add up the un-reduced tile and
     reduce once after the loop. Reducing every step costs a cross-warp exchange and a
@@ -168,7 +171,7 @@ def _deferred_sums(p: KernelPlan) -> dict[int, int]:
     saved = [sv.tensor for sv in block.savers]
     out = {}
     for op in p.schedule.loop:
-        if op.kind != "sum":
+        if reduction(op.kind) is None or not adds_up(op.kind):
             continue
         x, t = op.inputs[0], op.outputs[0]
         users = p.consumers.get(t, [])
@@ -190,7 +193,7 @@ def _split_matmuls(p: KernelPlan) -> tuple[dict[int, list], frozenset[int]]:
     saved = {sv.tensor for sv in p.block.savers}
     dropped = set()
     for op in p.block.ops:
-        if op.kind == "concat":
+        if joins(op.kind):
             users = p.consumers[op.outputs[0]]
             if users and all(u.id in pairs for u in users) and op.outputs[0] not in saved:
                 dropped.add(op.id)
@@ -203,7 +206,7 @@ def _dot_cones(p: KernelPlan, skip: frozenset[int] = frozenset()) -> tuple[set[i
     Matmuls in ``skip`` (split concats) are left out."""
     loop, cons = p.loop_ops, p.consumers
     dots = [op for op in p.block.ops
-            if op.kind == "matmul" and op.id in p.info.dot_ops and op.id not in skip and op.id in loop]
+            if is_contraction(op.kind) and op.id in p.info.dot_ops and op.id not in skip and op.id in loop]
     cone: set[int] = {op.id for op in dots}   # the cones of every operand of every such dot
     leaves: list[Tensor] = []
     for op in dots:
@@ -214,7 +217,7 @@ def _dot_cones(p: KernelPlan, skip: frozenset[int] = frozenset()) -> tuple[set[i
                 src = t.op
                 if src.kind == "iterator":
                     leaves.append(t)
-                elif (src.kind in ELEMENTWISE and src.id in loop
+                elif (is_pointwise(src.kind) and src.id in loop
                       and all(c.id in cone or c.id == op.id for c in cons[t])):
                     cone.add(src.id)
                     stack += list(src.inputs)
@@ -234,7 +237,7 @@ def _dot_operand_loads(p: KernelPlan, skip: frozenset[int]) -> dict[int, tuple[b
     if p.block.forloop <= 1:
         return {}
     cone, leaves = _dot_cones(p, skip)
-    dots = {op.id for op in p.block.ops if op.id in cone and op.kind == "matmul"}
+    dots = {op.id for op in p.block.ops if op.id in cone and is_contraction(op.kind)}
     out: dict[int, tuple[bool, set[int]]] = {}
     for t in leaves:
         inside = {c.id for c in p.consumers[t] if c.id in cone}
@@ -247,7 +250,7 @@ def _dot_only(p: KernelPlan, t: Tensor) -> bool:
     """``t`` feeds tensor-core dots only (directly or through a dropped concat): it is
     kept in its storage dtype, which is what ``tl.dot`` takes."""
     def dot(op: Op) -> bool:
-        return op.kind == "matmul" and op.id in p.info.dot_ops
+        return is_contraction(op.kind) and op.id in p.info.dot_ops
 
     for c in p.consumers[t]:
         if c.id in p.dropped:
@@ -275,22 +278,36 @@ def _unpipelined_loads(p: KernelPlan) -> list[Tensor]:
 
 def _staged(p: KernelPlan) -> dict[int, int]:
     """Ops that rearrange elements through the per-program scratch area -> the fp32
-    elements they need: concats (but those never materialized), reshapes of padded
-    tiles, repeats of dims longer than 1."""
-    info = p.info
+    elements they need (:data:`SCRATCH`); concats never materialized take none."""
     out = {}
     for op in p.block.ops:
-        if op.id in p.dropped:
+        if op.id in p.dropped or not is_rearrangement(op.kind):
             continue
-        t = op.outputs[0] if op.outputs else None
-        if op.kind == "concat":
-            out[op.id] = math.prod(info.shape(t))
-        elif op.kind == "reshape":
-            x = op.inputs[0]
-            if not (info.padded(x) == info.shape(x) and info.padded(t) == info.shape(t)):
-                out[op.id] = math.prod(info.shape(t))
-        elif op.kind == "repeat":
-            x = op.inputs[0]
-            if not all(r == 1 or info.shape(x)[d] == 1 for d, r in enumerate(op.attrs["reps"])):
-                out[op.id] = math.prod(info.shape(x))
+        n = SCRATCH[op.kind](p, op)
+        if n is not None:
+            out[op.id] = n
     return out
+
+
+def _scratch_reshape(p: KernelPlan, op: Op) -> int | None:
+    """A reshape of padded tiles (of unpadded ones: a register reshape)."""
+    info, x, t = p.info, op.inputs[0], op.outputs[0]
+    if info.padded(x) == info.shape(x) and info.padded(t) == info.shape(t):
+        return None
+    return math.prod(info.shape(t))
+
+
+def _scratch_repeat(p: KernelPlan, op: Op) -> int | None:
+    """A repeat of dims longer than 1 (along unit dims: a broadcast)."""
+    info, x = p.info, op.inputs[0]
+    if all(r == 1 or info.shape(x)[d] == 1 for d, r in enumerate(op.attrs["reps"])):
+        return None
+    return math.prod(info.shape(x))
+
+
+#: rearrangement -> the fp32 scratch elements it needs per program (None: it stays in registers)
+SCRATCH: dict[str, Callable[[KernelPlan, Op], int | None]] = {
+    "concat": lambda p, op: math.prod(p.info.shape(op.outputs[0])),
+    "reshape": _scratch_reshape,
+    "repeat": _scratch_repeat,
+}

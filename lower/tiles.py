@@ -11,10 +11,14 @@ the next power of two, raised to 16 when the class feeds ``tl.dot``. A size-1
 dim that broadcasts against a larger one is *not* joined (it stays 1 and Triton
 broadcasts it), so broadcasting keeps numpy semantics.
 
+Which dims an op joins comes from the catalog (:func:`mugraph.ops.dim_map`): the
+dims it keeps as the same axis, the axes it contracts, the dims it reduces or whose
+elements it moves.
+
 The same classes tell which dims are *parallel*: a class that no op reduces over
-(sum/max dim, matmul k), that no concat/reshape/repeat rearranges, and that reaches
-an output saver can be cut into ``r`` sub-tiles, each run by its own Triton program.
-That is the freedom the profiler tunes on top of the μGraph's own grid (a μGraph
+(a reduction's dim, a matmul's k), that no rearrangement (concat/reshape/repeat)
+moves, and that reaches an output saver can be cut into ``r`` sub-tiles, each run
+by its own Triton program. That is the freedom the profiler tunes on top of the μGraph's own grid (a μGraph
 fixes its grid; the lowering may refine it along such dims without changing the
 function: each output element still depends on exactly the same inputs).
 """
@@ -25,6 +29,7 @@ import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import BlockGraph, Tensor
+from mugraph.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.unionfind import UnionFind
 
 from .config import KernelConfigError
@@ -50,8 +55,6 @@ rmsnorm_matmul at b = 1) is lowered (``KernelConfig.small_mm``):
 DEFER_MAX = 16384
 """Most fp32 elements (64 KB of registers per program) the un-reduced ``"va"``
 accumulators of one block may hold."""
-
-ELEMENTWISE = ("add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "scale")
 
 
 def next_pow2(n: int) -> int:
@@ -91,10 +94,6 @@ class TileInfo:
         return self.split.get(self.cls[(t.id, d)], 1)
 
 
-def _aligned(x: Tensor, out_rank: int):
-    """Pairs (dim of x, dim of out) for right-aligned broadcasting."""
-    off = out_rank - x.ndim
-    return [(d, d + off) for d in range(x.ndim)]
 
 
 def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,
@@ -150,7 +149,7 @@ def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, 
         for d in range(t.ndim):
             uf.add((t.id, d))
     fixed: set = set()
-    matmuls = [op for op in block.ops if op.kind == "matmul"]
+    matmuls = [op for op in block.ops if is_contraction(op.kind)]
     for op in block.ops:
         fixed |= _join(uf, op)
     pairs = _concat_matmuls(block)
@@ -164,51 +163,27 @@ def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, 
 
 def _join(uf: UnionFind, op) -> set:
     """Join the dims ``op`` forces to be the same axis of the same size; return the keys
-    it reduces over or rearranges (their classes cannot be split)."""
-    out = op.outputs[0] if op.outputs else None
-    k = op.kind
+    it reduces over or rearranges (their classes cannot be split). A size-1 dim that
+    broadcasts against a longer one is not joined."""
+    if op.kind == "iterator":
+        return set()
+    out = op.outputs[0]
+    if op.kind == "accum":
+        for d in range(out.ndim):
+            uf.union((op.inputs[0].id, d), (out.id, d))
+        return set()
+    ins = op.inputs
+    dm = dim_map(op.kind, [t.shape for t in ins], op.attrs, out.shape)
     fixed: set = set()
-    if k in ELEMENTWISE or k == "accum":
-        for x in op.inputs:
-            for dx, do in _aligned(x, out.ndim):
-                if x.shape[dx] == out.shape[do]:
-                    uf.union((x.id, dx), (out.id, do))
-    elif k == "matmul":
-        a, b = op.inputs
-        r = out.ndim
-        for x in (a, b):  # batch dims
-            for dx, do in _aligned(x, r):
-                if do < r - 2 and x.shape[dx] == out.shape[do]:
-                    uf.union((x.id, dx), (out.id, do))
-        uf.union((a.id, a.ndim - 2), (out.id, r - 2))
-        uf.union((b.id, b.ndim - 1), (out.id, r - 1))
-        uf.union((a.id, a.ndim - 1), (b.id, b.ndim - 2))
-        fixed.add((a.id, a.ndim - 1))
-    elif k in ("sum", "max"):
-        (x,) = op.inputs
-        for d in range(x.ndim):
-            if d == op.attrs["dim"]:
-                fixed.add((x.id, d))
-            else:
-                uf.union((x.id, d), (out.id, d))
-    elif k == "concat":
-        dim = op.attrs["dim"]
-        for x in op.inputs:
-            fixed.add((x.id, dim))
-            for d in range(x.ndim):
-                if d != dim:
-                    uf.union((x.id, d), (out.id, d))
-        fixed.add((out.id, dim))
-    elif k == "reshape":
-        fixed.update((op.inputs[0].id, d) for d in range(op.inputs[0].ndim))
-        fixed.update((out.id, d) for d in range(out.ndim))
-    elif k == "repeat":
-        (x,) = op.inputs
-        for d, r in enumerate(op.attrs["reps"]):
-            if r == 1:
-                uf.union((x.id, d), (out.id, d))
-            else:
-                fixed.update({(x.id, d), (out.id, d)})
+    for i, dx, do in dm.same:
+        if ins[i].shape[dx] == out.shape[do]:
+            uf.union((ins[i].id, dx), (out.id, do))
+    for group in dm.contracted:
+        for i, d in group:
+            uf.union((ins[group[0][0]].id, group[0][1]), (ins[i].id, d))
+            fixed.add((ins[i].id, d))
+    fixed.update((ins[i].id, d) for i, d in dm.reduced + dm.moved_in)
+    fixed.update((out.id, d) for d in dm.moved_out)
     return fixed
 
 
@@ -306,19 +281,27 @@ def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:
             continue                      # constants, invariant work, post-loop ops
         if op.kind == "accum":
             return None                   # C reaches an accumulator un-reduced
-        if op.kind in ("concat", "reshape", "repeat"):
+        if is_rearrangement(op.kind):
             return None
         if has_out:
-            if op.kind in ELEMENTWISE or op.kind in ("sum", "max", "matmul"):
+            if is_pointwise(op.kind) or folds(op.kind):
                 continue                  # per element of C (reduction/contraction over another dim)
             return None
-        # C is reduced here: only sums, feeding accumulators only
-        if op.kind == "sum" or (op.kind == "matmul" and ins[0] == [op.inputs[0].ndim - 1]
-                                and ins[1] == [op.inputs[1].ndim - 2]):
+        # C is reduced here: only sums (over C itself), feeding accumulators only
+        if adds_up(op.kind) and _sums_over(op, dims_in_c):
             if all(u.kind == "accum" for u in consumers.get(out.id, [])):
                 continue
         return None
     return c
+
+
+def _sums_over(op, dims_in_c) -> bool:
+    """Every dim of class C among ``op``'s inputs is one it adds up along, and each of its
+    contracted axes lies in C on every side or on none."""
+    dm = dim_map(op.kind, [t.shape for t in op.inputs], op.attrs, op.outputs[0].shape)
+    summed = set(dm.reduced) | {k for g in dm.contracted for k in g}
+    inside = {(i, d) for i, t in enumerate(op.inputs) for d in dims_in_c(t)}
+    return inside <= summed and all(len({k in inside for k in g}) == 1 for g in dm.contracted)
 
 
 def loop_chunks(info: TileInfo) -> list[int]:
@@ -339,11 +322,11 @@ def _concat_matmuls(block: BlockGraph) -> dict[int, list]:
     lowering computes Σᵢ aᵢ @ bᵢ instead (no data movement, every piece a tl.dot)."""
     pairs: dict[int, list] = {}
     for op in block.ops:
-        if op.kind != "matmul":
+        if not is_contraction(op.kind):
             continue
         a, b = op.inputs
         ca, cb = a.op, b.op
-        if (ca.kind == "concat" and cb.kind == "concat" and ca.attrs["dim"] == a.ndim - 1
+        if (joins(ca.kind) and joins(cb.kind) and ca.attrs["dim"] == a.ndim - 1
                 and cb.attrs["dim"] == b.ndim - 2 and len(ca.inputs) == len(cb.inputs)
                 and all(x.shape[-1] == y.shape[-2] for x, y in zip(ca.inputs, cb.inputs))
                 and all(x.shape[-1] > 1 and x.shape[-2] > 1 and y.shape[-1] > 1

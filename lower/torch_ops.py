@@ -7,6 +7,7 @@ did not lay out itself is row-major, as :mod:`lower.layout` assumes.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -14,7 +15,25 @@ import torch.nn.functional as F
 
 TorchFn = Callable[[list[torch.Tensor], dict, torch.dtype, torch.device], torch.Tensor]
 
-TORCH_OPS: dict[str, TorchFn] = {
+
+@dataclass(frozen=True)
+class TorchOp:
+    """One row: the call ``fn(inputs, attrs, dtype, device)``, and whether it is a view
+    (no kernel runs: the cost model charges no launch)."""
+
+    fn: TorchFn
+    view: bool = False
+
+    def __call__(self, x: list[torch.Tensor], attrs: dict, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return self.fn(x, attrs, dtype, device)
+
+
+def _rows(table: dict[str, TorchFn | TorchOp]) -> dict[str, TorchOp]:
+    return {k: v if isinstance(v, TorchOp) else TorchOp(v) for k, v in table.items()}
+
+
+#: torch call: catalog op -> its row
+TORCH_OPS: dict[str, TorchOp] = _rows({
     "matmul": lambda x, at, dt, dev: torch.matmul(x[0], x[1]),
     "add": lambda x, at, dt, dev: x[0] + x[1],
     "sub": lambda x, at, dt, dev: x[0] - x[1],
@@ -29,9 +48,9 @@ TORCH_OPS: dict[str, TorchFn] = {
     "sum": lambda x, at, dt, dev: x[0].sum(dim=at["dim"], keepdim=True),
     "max": lambda x, at, dt, dev: x[0].amax(dim=at["dim"], keepdim=True),
     "concat": lambda x, at, dt, dev: torch.cat(list(x), dim=at["dim"]),
-    "reshape": lambda x, at, dt, dev: x[0].reshape(tuple(at["shape"])),
+    "reshape": TorchOp(lambda x, at, dt, dev: x[0].reshape(tuple(at["shape"])), view=True),
     "repeat": lambda x, at, dt, dev: x[0].repeat(*at["reps"]),
-}
+})
 
 
 def source_line(kind: str, out: str, args: list[str], attrs: dict) -> str:

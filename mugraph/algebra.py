@@ -12,7 +12,7 @@ A value may be a single array or a tuple of arrays (e.g. a value mod p and mod q
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -20,6 +20,8 @@ import torch
 from .errors import InputError, UnsupportedOpError
 
 Value = Any
+#: a facet row: (the algebra, input values, the op's attributes) -> the output value
+Row = Callable[["Algebra", list, dict], Any]
 
 
 def _permute(a, perm):
@@ -41,13 +43,14 @@ def _tile(a, reps):
 class Algebra:
     """Base class: structural hooks shared by all algebras, op dispatch by name.
 
-    Subclasses fill :attr:`ops` (op name -> function(inputs, attrs) -> value) for
-    every op of :data:`mugraph.ops.CATALOG`, plus :meth:`input`, :meth:`output`
-    and :meth:`accumulate`.
+    Subclasses set :attr:`ops`, their facet table (op name -> row(algebra, inputs,
+    attrs) -> value, one row per op of :data:`mugraph.ops.CATALOG` the algebra gives a
+    meaning), plus :meth:`input`, :meth:`output` and :meth:`accumulate`. The table is
+    the class's, not the instance's, so an op registered later needs one row there.
     """
 
     name = "abstract"
-    ops: dict[str, Callable[[list[Value], dict], Value]] = {}
+    ops: ClassVar[dict[str, Row]] = {}
 
     # --- structure (components mapped by lift)
     def lift(self, v: Value, fn: Callable) -> Value:
@@ -78,11 +81,10 @@ class Algebra:
 
     # --- semantics
     def apply(self, kind: str, inputs: list[Value], attrs: dict) -> Value:
-        try:
-            fn = self.ops[kind]
-        except KeyError:
-            raise UnsupportedOpError(f"{kind}: the {self.name} algebra has no meaning for this op") from None
-        return fn(inputs, attrs)
+        fn = self.ops.get(kind)
+        if fn is None:
+            raise UnsupportedOpError(f"{kind}: the {self.name} algebra has no meaning for this op")
+        return fn(self, inputs, attrs)
 
     def input(self, name: str, value: Any, shape: tuple[int, ...], dtype: str) -> Value:
         raise NotImplementedError
@@ -102,6 +104,27 @@ _TORCH_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32"
                  "float64": torch.float64}
 
 
+#: float evaluation, the numerical reference: op name -> row(algebra, inputs in the compute dtype, attrs)
+FLOAT_OPS: dict[str, Row] = {
+    "matmul": lambda alg, xs, at: torch.matmul(xs[0], xs[1]),
+    "add": lambda alg, xs, at: xs[0] + xs[1],
+    "sub": lambda alg, xs, at: xs[0] - xs[1],
+    "mul": lambda alg, xs, at: xs[0] * xs[1],
+    "div": lambda alg, xs, at: xs[0] / xs[1],
+    "exp": lambda alg, xs, at: torch.exp(xs[0]),
+    "sqrt": lambda alg, xs, at: torch.sqrt(xs[0]),
+    "square": lambda alg, xs, at: xs[0] * xs[0],
+    "silu": lambda alg, xs, at: xs[0] * torch.sigmoid(xs[0]),
+    "scale": lambda alg, xs, at: xs[0] * float(at["c"]),
+    "const": lambda alg, xs, at: torch.full(tuple(at["shape"]), float(at["value"]), dtype=alg.compute),
+    "sum": lambda alg, xs, at: xs[0].sum(dim=at["dim"], keepdim=True),
+    "max": lambda alg, xs, at: xs[0].amax(dim=at["dim"], keepdim=True),
+    "concat": lambda alg, xs, at: torch.cat(xs, dim=at["dim"]),
+    "reshape": lambda alg, xs, at: xs[0].reshape(tuple(at["shape"])),
+    "repeat": lambda alg, xs, at: xs[0].repeat(*at["reps"]),
+}
+
+
 class FloatAlgebra(Algebra):
     """Real arithmetic on torch tensors.
 
@@ -111,6 +134,7 @@ class FloatAlgebra(Algebra):
     """
 
     name = "float"
+    ops = FLOAT_OPS
 
     def __init__(self, dtype: str = "float64") -> None:
         if not isinstance(dtype, str) or dtype not in _TORCH_DTYPES:
@@ -118,35 +142,11 @@ class FloatAlgebra(Algebra):
         self.dtype = dtype
         self.store = _TORCH_DTYPES[dtype]
         self.compute = torch.float64 if dtype == "float64" else torch.float32
-        c = self.compute
 
-        def up(x):
-            return x.to(c)
-
-        def rounded(fn):
-            return lambda xs, at: fn([up(x) for x in xs], at).to(self.store)
-
-        def const(xs, at):
-            return torch.full(tuple(at["shape"]), float(at["value"]), dtype=c)
-
-        self.ops = {
-            "matmul": rounded(lambda xs, at: torch.matmul(xs[0], xs[1])),
-            "add": rounded(lambda xs, at: xs[0] + xs[1]),
-            "sub": rounded(lambda xs, at: xs[0] - xs[1]),
-            "mul": rounded(lambda xs, at: xs[0] * xs[1]),
-            "div": rounded(lambda xs, at: xs[0] / xs[1]),
-            "exp": rounded(lambda xs, at: torch.exp(xs[0])),
-            "sqrt": rounded(lambda xs, at: torch.sqrt(xs[0])),
-            "square": rounded(lambda xs, at: xs[0] * xs[0]),
-            "silu": rounded(lambda xs, at: xs[0] * torch.sigmoid(xs[0])),
-            "scale": rounded(lambda xs, at: xs[0] * float(at["c"])),
-            "const": rounded(const),
-            "sum": rounded(lambda xs, at: xs[0].sum(dim=at["dim"], keepdim=True)),
-            "max": rounded(lambda xs, at: xs[0].amax(dim=at["dim"], keepdim=True)),
-            "concat": rounded(lambda xs, at: torch.cat(xs, dim=at["dim"])),
-            "reshape": rounded(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
-            "repeat": rounded(lambda xs, at: xs[0].repeat(*at["reps"])),
-        }
+    def apply(self, kind, inputs, attrs):
+        """Each op computes in :attr:`compute` and stores its result in the storage dtype."""
+        ins = [x.to(self.compute) for x in inputs]
+        return super().apply(kind, ins, attrs).to(self.store)
 
     def input(self, name, value, shape, dtype):
         """A real array as this algebra's value. Floating and integer arrays are
@@ -178,3 +178,4 @@ class FloatAlgebra(Algebra):
 
     def accumulate(self, v, axis):
         return v.to(self.compute).sum(dim=axis, keepdim=True).to(self.store)
+

@@ -19,10 +19,9 @@ from .algebra import Algebra, FloatAlgebra
 from .errors import ArgumentTypeError, InputError, ResourceError
 from .ir import BlockGraph, KernelGraph, Tensor, short
 from .limits import MAX_EVAL_ELEMENTS
-from .ops import CATALOG
+from .ops import OpDef, get_op
 
 NB = 4  # batch axes of a block tile: grid x, y, z and the loop
-ELEMENTWISE = frozenset(n for n, d in CATALOG.items() if d.elementwise)
 
 
 def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | None = None, *,
@@ -134,13 +133,14 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:
             env[out] = alg.accumulate(v, NB - 1)
         else:
             args = [env[t] for t in op.inputs]
-            if op.kind == "concat":  # tiles varying along different grid/loop axes: broadcast them first
+            d = get_op(op.kind)
+            if d.broadcasts:  # tile dims broadcast right-aligned, after the batch axes
+                target = max(t.ndim for t in op.inputs)
+                args = [_align(alg, a, t.ndim, target) for a, t in zip(args, op.inputs)]
+            elif len(args) > 1:  # tiles varying along different grid/loop axes: broadcast them first
                 batch = tuple(max(alg.shape(a)[i] for a in args) for i in range(NB))
                 args = [alg.expand(a, batch + alg.shape(a)[NB:]) for a in args]
-            if op.kind == "matmul" or op.kind in ELEMENTWISE:
-                target = max(t.ndim for t in op.inputs) if op.kind == "matmul" else out.ndim
-                args = [_align(alg, a, t.ndim, target) for a, t in zip(args, op.inputs)]
-            env[out] = alg.apply(op.kind, args, _batched_attrs(op.kind, op.attrs, args, alg))
+            env[out] = alg.apply(op.kind, args, _batched_attrs(d, op.attrs, args, alg))
     return [_save(block, env[sv.tensor], sv, alg) for sv in block.savers]
 
 
@@ -153,16 +153,18 @@ def _align(alg: Algebra, v, ndim: int, target: int):
     return alg.reshape(v, s[:NB] + (1,) * (target - ndim) + s[NB:])
 
 
-def _batched_attrs(kind: str, attrs: dict, args: list, alg: Algebra) -> dict:
-    if kind in ("sum", "max", "concat"):
-        return {**attrs, "dim": attrs["dim"] + NB}
-    if kind == "reshape":
-        return {**attrs, "shape": alg.shape(args[0])[:NB] + tuple(attrs["shape"])}
-    if kind == "repeat":
-        return {**attrs, "reps": (1,) * NB + tuple(attrs["reps"])}
-    if kind == "const":
-        return {**attrs, "shape": (1,) * NB + tuple(attrs["shape"])}
-    return attrs
+def _batched_attrs(d: OpDef, attrs: dict, args: list, alg: Algebra) -> dict:
+    """The op's attributes for values with :data:`NB` leading batch axes, by attribute
+    type: a dim moves past them, a shape or per-dim counts get them in front."""
+    out = dict(attrs)
+    for a in d.attrs:
+        if a.type == "dim":
+            out[a.name] = attrs[a.name] + NB
+        elif a.type == "shape":
+            out[a.name] = (alg.shape(args[0])[:NB] if args else (1,) * NB) + tuple(attrs[a.name])
+        elif a.type == "counts":
+            out[a.name] = (1,) * NB + tuple(attrs[a.name])
+    return out
 
 
 def _iterate(block: BlockGraph, v, attrs: dict, alg: Algebra):

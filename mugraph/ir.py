@@ -223,28 +223,41 @@ class Graph:
 
 
 def _check_attrs(opdef, attrs: dict, has_inputs: bool, where: str) -> None:
-    """The attributes an op carries, exactly: none unknown (a misspelt ``dims`` must not
-    be ignored), none missing, each of its type. Normalizes ``attrs`` in place
-    (dims to ints, shapes to tuples, constants to Fractions)."""
-    allowed = set(opdef.attrs) | ({"dtype"} if not has_inputs else set())
+    """The attributes an op carries, exactly, as its catalog schema says: none unknown
+    (a misspelt ``dims`` must not be ignored), none missing, each of its type.
+    Normalizes ``attrs`` in place (dims to ints, shapes to tuples, constants to Fractions)."""
+    names = opdef.attr_names
+    allowed = set(names) | ({"dtype"} if not has_inputs else set())
     unknown = sorted(str(k) for k in attrs if k not in allowed)
     if unknown:
-        raise InvalidGraphError(f"{where}: unknown attribute(s) {unknown}; {opdef.name} takes {list(opdef.attrs)}")
-    missing = [k for k in opdef.attrs if k not in attrs]
+        raise InvalidGraphError(f"{where}: unknown attribute(s) {unknown}; {opdef.name} takes {list(names)}")
+    missing = [k for k in names if k not in attrs]
     if missing:
         raise InvalidGraphError(f"{where}: missing attribute(s) {missing}")
-    for k, v in attrs.items():
-        if k == "dim":
-            attrs[k] = strict_int(v, f"{where}: dim")
-        elif k == "shape":
-            attrs[k] = check_shape(v, f"{where}: attribute shape")
-        elif k == "reps":
-            if not _is_sequence(v):
-                raise ArgumentTypeError(f"{where}: reps {short(v)} must be a sequence of ints")
-            attrs[k] = tuple(strict_int(r, f"{where}: reps") for r in v)
-        elif k in ("c", "value"):
-            attrs[k] = v if type(v) is Fraction and v.denominator.bit_length() < 1000 \
-                and v.numerator.bit_length() < 1000 else rational(v, f"{where}: {k}")
+    for a in opdef.attrs:
+        what = f"{where}: attribute {a.name}" if a.type == "shape" else f"{where}: {a.name}"
+        attrs[a.name] = _ATTR_CHECKS[a.type](attrs[a.name], what)
+
+
+def _counts(v: Any, what: str) -> tuple[int, ...]:
+    if not _is_sequence(v):
+        raise ArgumentTypeError(f"{what} {short(v)} must be a sequence of ints")
+    return tuple(strict_int(r, what) for r in v)
+
+
+def _rational_attr(v: Any, what: str) -> Fraction:
+    if type(v) is Fraction and v.denominator.bit_length() < 1000 and v.numerator.bit_length() < 1000:
+        return v
+    return rational(v, what)
+
+
+#: attribute type (:data:`mugraph.ops.ATTR_TYPES`) -> its check: the value normalized, or a MugraphError
+_ATTR_CHECKS: dict[str, Callable[[Any, str], Any]] = {
+    "dim": strict_int,
+    "shape": check_shape,
+    "counts": _counts,
+    "rational": _rational_attr,
+}
 
 
 # ---------------------------------------------------------------------------- kernel level

@@ -1,11 +1,12 @@
 """The Lax-fragment check (paper §5): catalog ops of a Lax class, and at most one
-exponentiation (``exp`` or ``silu``) on any path from an input to an output."""
+exponentiation (an exp-like op of the catalog: ``exp``, ``silu``) on any path from an
+input to an output."""
 
 from __future__ import annotations
 
 from .errors import ArgumentTypeError, NotLaxError
 from .ir import KernelGraph, Op, propagate
-from .ops import CATALOG, EXP_LIKE
+from .ops import CATALOG
 
 # per tensor: (exps on the worst path to it, that path as op labels)
 Info = tuple[int, tuple[str, ...]]
@@ -34,7 +35,7 @@ def _step(op: Op, ins: list[Info], prefix: str) -> Info:
     lax = CATALOG[op.kind].lax
     if lax == "none":
         raise NotLaxError(f"{label}: op {op.kind!r} is outside the Lax fragment (path: {' -> '.join(path)})")
-    n = worst[0] + (op.kind in EXP_LIKE)
+    n = worst[0] + CATALOG[op.kind].exp_like
     if n > 1:
         raise NotLaxError(
             f"{label}: second exponentiation on a path (Lax allows one exp/silu per path): {' -> '.join(path)}")

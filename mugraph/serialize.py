@@ -18,11 +18,10 @@ from .errors import ArgumentTypeError, MugraphError, SerializationError
 from .files import as_path, read_json, write_text_atomic
 from .ir import BlockGraph, KernelGraph, Program, Tensor, rational, short
 from .limits import MAX_CONSTANT_DIGITS
+from .ops import CATALOG
 
 FORMAT = "mugraph"
 VERSION = 1
-_FRACTION_ATTRS = ("c", "value")
-_TUPLE_ATTRS = ("shape", "reps")
 
 
 def _enc_attrs(attrs: dict) -> dict:
@@ -47,7 +46,7 @@ def _enc_block(block: BlockGraph, kernel_ids: dict[Tensor, int]) -> dict:
             d: dict[str, Any] = {"op": op.kind, "inputs": [t.id for t in op.inputs]}
             if op.attrs:
                 d["attrs"] = _enc_attrs(op.attrs)
-            if op.kind == "const":
+            if not op.inputs:  # an op without inputs carries its dtype
                 d["dtype"] = op.outputs[0].dtype
             ops.append(d)
     return {"grid": list(block.grid), "forloop": block.forloop, "ops": ops,
@@ -67,7 +66,7 @@ def graph_to_json(graph: KernelGraph) -> dict:
             d: dict[str, Any] = {"op": op.kind, "inputs": [ids[t] for t in op.inputs]}
             if op.attrs:
                 d["attrs"] = _enc_attrs(op.attrs)
-            if op.kind == "const":
+            if not op.inputs:  # an op without inputs carries its dtype
                 d["dtype"] = op.outputs[0].dtype
             ops.append(d)
     return {"format": FORMAT, "version": VERSION, "kind": type(graph).__name__, "name": graph.name,
@@ -154,16 +153,21 @@ def _constant(v: Any, where: str) -> Fraction:
         raise SerializationError(str(e)) from None
 
 
-def _dec_attrs(d: dict, where: str) -> dict:
+def _dec_attrs(kind: str, d: dict, where: str) -> dict:
+    """The attributes of a ``kind`` op, each decoded by its type in the catalog schema
+    (names the op does not take are left for the builder to refuse)."""
     attrs = dict(_obj(d, where, (), tuple(d) if isinstance(d, dict) else ()))
-    for k in _FRACTION_ATTRS:
-        if k in attrs:
+    opdef = CATALOG.get(kind)
+    for a in opdef.attrs if opdef is not None else ():
+        k = a.name
+        if k not in attrs:
+            continue
+        if a.type == "rational":
             attrs[k] = _constant(attrs[k], f"{where}.{k}")
-    for k in _TUPLE_ATTRS:
-        if k in attrs:
+        elif a.type in ("shape", "counts"):
             attrs[k] = tuple(_int(x, f"{where}.{k}[{i}]") for i, x in enumerate(_list(attrs[k], f"{where}.{k}")))
-    if "dim" in attrs:
-        _int(attrs["dim"], f"{where}.dim")
+        elif a.type == "dim":
+            _int(attrs[k], f"{where}.{k}")
     return attrs
 
 
@@ -172,7 +176,7 @@ def _dec_op(graph, d: dict, tensors: list[Tensor], where: str) -> Tensor:
     kind = _str(d["op"], f"{where}.op")
     ins = [tensors[_index(i, len(tensors), f"{where}.inputs[{j}]")]
            for j, i in enumerate(_list(d["inputs"], f"{where}.inputs"))]
-    attrs = _dec_attrs(d.get("attrs", {}), f"{where}.attrs")
+    attrs = _dec_attrs(kind, d.get("attrs", {}), f"{where}.attrs")
     if "dtype" in d:
         attrs["dtype"] = _str(d["dtype"], f"{where}.dtype")
     return graph.add_op(kind, ins, attrs)

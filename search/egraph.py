@@ -1,8 +1,9 @@
 """Equality saturation of the target expression (DESIGN §3 "Checking").
 
-We insert the program's output expressions into an e-graph, saturate it under the
-axioms A_eq (egglog does the rewriting; it was 2–20× faster than a pure-Python
-e-graph on the prototype), then export the e-graph once into a Python hash-cons
+We insert the program's output expressions into an e-graph (its datatype generated
+from the symbols of :mod:`search.expr`), saturate it under the axioms A_eq (egglog
+does the rewriting; it was 2–20× faster than a pure-Python e-graph on the
+prototype), then export the e-graph once into a Python hash-cons
 table ``(op, child classes) -> class``. A query term is looked up bottom-up
 *without inserting it*: μs per query instead of egglog's ms–s ``check``.
 
@@ -43,9 +44,7 @@ from egglog import bindings
 
 from . import expr as ex
 
-_DATATYPE = """
-(datatype E (V String) (C String) (Add E E) (Mul E E) (Div E E) (Exp E) (Sqrt E) (Silu E)
-  (Sum i64 E) (Max i64 E))
+_AXIOMS = """
 (ruleset ax)
 (rewrite (Add a b) (Add b a) :ruleset ax)
 (rewrite (Add a (Add b c)) (Add (Add a b) c) :ruleset ax)
@@ -65,8 +64,27 @@ _DATATYPE = """
 _EXPAND = "(rewrite (Mul x (Add y z)) (Add (Mul x y) (Mul x z)) :ruleset ax)\n"
 _PULL = "(rewrite (Sum i (Mul x y)) (Mul (Sum i x) y) :ruleset ax)\n"
 
-_CTOR = {"add": "Add", "mul": "Mul", "div": "Div", "exp": "Exp", "sqrt": "Sqrt", "silu": "Silu",
-         "sum": "Sum", "max": "Max", "var": "V", "const": "C"}
+_LEAF = {ex.VAR: "V", ex.CONST: "C"}
+_CTORS: dict[str, str] = {}
+
+
+def ctor(kind: str) -> str:
+    """The egglog constructor of a term kind: ``V``/``C`` for leaves, the symbol's name
+    capitalized (``sum`` -> ``Sum``)."""
+    c = _CTORS.get(kind)
+    if c is None:
+        c = _CTORS[kind] = _LEAF.get(kind) or kind[:1].upper() + kind[1:]
+    return c
+
+
+def datatype() -> str:
+    """The egglog datatype of abstract expressions, generated from :func:`search.expr.symbols`:
+    a string leaf for inputs and constants, ``(Name E …)`` per symbol, ``(Name i64 E)``
+    per reduction symbol."""
+    parts = ["(V String)", "(C String)"]
+    for sym in ex.symbols():
+        parts.append(f"({ctor(sym.name)}{' i64' if sym.sized else ''}{' E' * sym.children})")
+    return f"(datatype E {' '.join(parts)})"
 
 
 def _q(s: str) -> str:
@@ -77,13 +95,13 @@ def to_egglog(t: ex.Term) -> str:
     """egglog text of a term (terms with ``cat``/``top`` never reach the e-graph)."""
     n = ex.node(t)
     k = n[0]
-    if k == "var" or k == "const":
-        return f"({_CTOR[k]} {_q(n[1])})"
-    if k in ("sum", "max"):
-        return f"({_CTOR[k]} {n[1]} {to_egglog(n[2])})"
-    if k in ("cat", "top"):
+    if k in _LEAF:
+        return f"({ctor(k)} {_q(n[1])})"
+    if k in (ex.CAT, ex.TOP_KIND):
         raise ValueError("cat/top terms are not e-graph terms")
-    return f"({_CTOR[k]} " + " ".join(to_egglog(c) for c in n[1:]) + ")"
+    if ex.sized(k):
+        return f"({ctor(k)} {n[1]} {to_egglog(n[2])})"
+    return f"({ctor(k)} " + " ".join(to_egglog(c) for c in n[1:]) + ")"
 
 
 def divisors(n: int) -> list[int]:
@@ -114,7 +132,9 @@ class SaturatedEGraph:
         t0 = time.perf_counter()
         self.stats = EGraphStats()
         eg = bindings.EGraph()
-        prog = _DATATYPE + (_EXPAND + _PULL if distribute == "both" else "")
+        syms = ex.symbols()
+        self._sized_ctors = {ctor(x.name) for x in syms if x.sized}
+        prog = datatype() + _AXIOMS + (_EXPAND + _PULL if distribute == "both" else "")
         for i, r in enumerate(roots):
             prog += f"(let $root{i} {to_egglog(r)})\n"
         eg.run_program(*eg.parse_program(prog))
@@ -150,11 +170,11 @@ class SaturatedEGraph:
                 return
             seen.add(t)
             n = ex.node(t)
-            if n[0] in ("sum", "max"):
-                if n[0] == "sum":
+            if ex.sized(n[0]):
+                if n[0] == ex.SUM:  # the sizes the factoring axioms split
                     out.add(n[1])
                 walk(n[2])
-            elif n[0] not in ("var", "const"):
+            elif n[0] not in _LEAF:
                 for c in n[1:]:
                     walk(c)
         for r in roots:
@@ -180,10 +200,10 @@ class SaturatedEGraph:
                 continue
             ch = nd["children"]
             c = cid(nd["eclass"])
-            if op in ("V", "C"):
+            if op in _LEAF.values():
                 key = (op, json.loads(nodes[ch[0]]["op"]))
                 kids: tuple = ()
-            elif op in ("Sum", "Max"):
+            elif op in self._sized_ctors:
                 n = int(nodes[ch[0]]["op"])
                 kid = cid(nodes[ch[1]]["eclass"])
                 key = (op, n, kid)
@@ -232,13 +252,13 @@ class SaturatedEGraph:
             return memo[t]
         n = ex.node(t)
         k = n[0]
-        if k == "var" or k == "const":
-            r = self.table.get((_CTOR[k], n[1]))
-        elif k in ("sum", "max"):
-            c = self.lookup(n[2])
-            r = None if c is None else self.table.get((_CTOR[k], n[1], c))
-        elif k in ("cat", "top"):
+        if k in _LEAF:
+            r = self.table.get((ctor(k), n[1]))
+        elif k in (ex.CAT, ex.TOP_KIND):
             r = None
+        elif ex.sized(k):
+            c = self.lookup(n[2])
+            r = None if c is None else self.table.get((ctor(k), n[1], c))
         else:
             kids = []
             for x in n[1:]:
@@ -247,6 +267,6 @@ class SaturatedEGraph:
                     memo[t] = None
                     return None
                 kids.append(c)
-            r = self.table.get((_CTOR[k],) + tuple(kids))
+            r = self.table.get((ctor(k),) + tuple(kids))
         memo[t] = r
         return r

@@ -38,7 +38,7 @@ from typing import Callable, Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program
-from mugraph.ops import CATALOG
+from mugraph.ops import CATALOG, adds_up, is_contraction
 from mugraph.serialize import graph_to_json
 
 from . import expr as ex
@@ -147,7 +147,13 @@ class Searcher:
         self.block_kinds = tuple(cfg.block_ops or kinds) + (ACC,)
         self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
         self.rank[GD] = len(self.rank)
-        self.consts = sorted({Fraction(op.attrs["c"]) for op in program.ops if op.kind == "scale"})
+        # rational attributes take the program's own values of that attribute of that op
+        self.attr_values: dict[tuple[str, str], list] = {}
+        for op in program.ops:
+            for a in CATALOG[op.kind].attrs if op.kind in CATALOG else ():
+                if a.type == "rational":
+                    self.attr_values.setdefault((op.kind, a.name), set()).add(Fraction(op.attrs[a.name]))
+        self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
@@ -200,10 +206,9 @@ class Searcher:
                 return "labels"
             lab = tuple(None for _ in shape)
         if self.cfg.prune_labels:
-            if kind in ("sum", "max") and not lb.reduces_only(lv.labs[inputs[0]][attrs["dim"]], self.reduced):
-                return "labels"
-            if kind == "matmul" and shapes[0][-1] > 1 and not lb.reduces_only(lv.labs[inputs[0]][-1], self.reduced):
-                return "labels"
+            for i, d in lb.reduced_dims(kind, shapes, attrs, shape):
+                if not lb.reduces_only(lv.labs[inputs[i]][d], self.reduced):
+                    return "labels"
         term = ex.op_expr(kind, [lv.terms[i] for i in inputs], shapes, attrs)
         if not self.oracle.is_sub(term):
             return "abstract"
@@ -212,15 +217,19 @@ class Searcher:
     def _candidates(self, lv: _Level, kinds: tuple[str, ...], block: bool = False):
         """(key, kind, inputs, attrs) for every op whose key exceeds the last one.
 
-        Two placement rules cut ops that E cannot see as redundant: ``scale``
-        (erased in E) only follows a reduction (``sum``, ``matmul``, ``accum``) —
-        a rational factor commutes with every linear op, so one placement per
-        reduction suffices — and, in a block graph, binary ops never mix loop-body
-        and post-loop tiles.
+        Attributes come from the op's schema: a ``dim`` ranges over the input's dims
+        longer than 1, a ``rational`` over the program's values of that attribute; an op
+        with any other attribute (a shape, per-dim counts) is not generated. Two
+        placement rules cut ops that E cannot see as redundant: a constant factor
+        (``scale``, erased in E) only follows an op that adds terms up (``sum``,
+        ``matmul``, ``accum``) and never another constant factor — a rational factor
+        commutes with every linear op, so one placement per reduction suffices — and,
+        in a block graph, binary ops never mix loop-body and post-loop tiles.
         """
         last = lv.last_key
         n = len(lv.shapes)
         accs = lv.accs
+        squared = {CATALOG[k].squares for k in kinds if k in CATALOG}
         for m in range(max(last[0], 0), n):
             am = accs[m]
             for kind in kinds:
@@ -229,27 +238,23 @@ class Searcher:
                     if am != 0:
                         continue
                     combos = [((m,), {})]
-                elif kind == "scale":
-                    if lv.scaled[m] or not self._after_reduction(lv, m):
-                        continue
-                    combos = [((m,), {"c": c}) for c in self.consts]
                 else:
                     d = CATALOG[kind]
-                    if d.arity == 1:
-                        if kind in ("sum", "max"):
-                            combos = [((m,), {"dim": k}) for k, s in enumerate(lv.shapes[m]) if s > 1]
-                        elif kind in ("reshape", "repeat", "const", "concat"):
-                            combos = []
-                        else:
-                            combos = [((m,), {})]
+                    if d.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
+                        continue
+                    attr_sets = self._attr_choices(d, lv.shapes[m])
+                    if attr_sets is None:
+                        combos = []
+                    elif d.arity == 1:
+                        combos = [((m,), at) for at in attr_sets]
                     elif d.arity == 2:
                         ok = [a for a in range(m + 1)
                               if not block or am is None or accs[a] is None or accs[a] == am]
-                        if kind == "mul" and "square" in kinds:
+                        if kind in squared:
                             ok = [a for a in ok if a != m]  # x*x is spelled square(x)
-                        combos = [((a, m), {}) for a in ok]
+                        combos = [((a, m), at) for a in ok for at in attr_sets]
                         if not d.commutative:
-                            combos += [((m, a), {}) for a in ok if a != m]
+                            combos += [((m, a), at) for a in ok if a != m for at in attr_sets]
                     else:
                         combos = []
                 for inputs, attrs in combos:
@@ -259,8 +264,23 @@ class Searcher:
                         continue
                     yield key, kind, inputs, attrs, akey
 
+    def _attr_choices(self, d, shape: tuple) -> list[dict] | None:
+        """Every attribute assignment the search tries for op ``d`` on an input of
+        ``shape`` (one empty one for an op without attributes), or None when an
+        attribute is not one the search enumerates."""
+        out: list[dict] = [{}]
+        for a in d.attrs:
+            if a.type == "dim":
+                values = [k for k, s in enumerate(shape) if s > 1]
+            elif a.type == "rational":
+                values = self.attr_values.get((d.name, a.name), [])
+            else:
+                return None
+            out = [{**at, a.name: v} for at in out for v in values]
+        return out
+
     def _after_reduction(self, lv: _Level, i: int) -> bool:
-        return lv.producer[i] in ("sum", "matmul", ACC)
+        return lv.producer[i] == ACC or adds_up(lv.producer[i])
 
     # ----------------------------------------------------------------- kernel
     def kernel_dfs(self, ks: _Level, new: int) -> None:
@@ -307,7 +327,7 @@ class Searcher:
                 return
             shape, term, lab = r
             spec = ("op", kind, inputs, tuple(sorted(attrs.items())))
-            ks.push(spec, key, inputs, [(shape, term, lab, None, kind == "scale", kind)])
+            ks.push(spec, key, inputs, [(shape, term, lab, None, _scales(kind), kind)])
             self.kernel_dfs(ks, 1)
             ks.pop(inputs)
         else:
@@ -350,14 +370,12 @@ class Searcher:
                     continue
                 out = (shape, term, lab, 1, False, ACC)
             else:
-                if kind == "scale" and bs.scaled[ins[0]]:
-                    continue
                 r = self._op_result(bs, kind, ins, attrs, akey)
                 if isinstance(r, str):
                     self.stats[f"pruned_{r}"] += 1
                     continue
                 shape, term, lab = r
-                out = (shape, term, lab, acc, kind == "scale", kind)
+                out = (shape, term, lab, acc, _scales(kind), kind)
             dup = (out[0], out[1], out[2], out[3], out[4])
             if dup in bs.seen:
                 self.stats["pruned_duplicate"] += 1
@@ -517,7 +535,12 @@ class Searcher:
             raise ValueError(f"task prefix op {spec} is pruned ({r})")
         key = (max(inputs), inputs, self.rank[kind], _attr_key(tuple(sorted(attrs_d.items()))))
         ks.push(("op", kind, inputs, tuple(sorted(attrs_d.items()))), key, inputs,
-                [(*r, None, kind == "scale", kind)])
+                [(*r, None, _scales(kind), kind)])
+
+
+def _scales(kind: str) -> bool:
+    """Is ``kind`` a constant factor (the search places one per reduction)?"""
+    return kind in CATALOG and CATALOG[kind].constant_factor
 
 
 # --------------------------------------------------------------- materialize
@@ -592,7 +615,7 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
             blocks = b.grid[0] * b.grid[1] * b.grid[2]
             rbytes = 0.0
             for bop in b.ops:
-                if bop.kind == "matmul":
+                if is_contraction(bop.kind):
                     per = 2.0 * _numel(bop.outputs[0].shape) * bop.inputs[0].shape[-1]
                     flops += per * blocks * (b.forloop if bop.outputs[0].acc == 0 else 1)
                 if bop.kind != "iterator":
@@ -607,7 +630,7 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
             occ = min(1.0, blocks / _SMS)
         else:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
-            if op.kind == "matmul":
+            if is_contraction(op.kind):
                 flops = 2.0 * _numel(op.outputs[0].shape) * op.inputs[0].shape[-1]
             occ = 1.0
         est += max((rbytes + wbytes) / (_BW * occ), flops / _FLOPS) + _LAUNCH

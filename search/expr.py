@@ -13,14 +13,19 @@ id. Tuples (children are ids, sizes are ints):
 ==================  ==================================================
 ``("var", name)``   a kernel input
 ``("const", text)`` a rational constant (``scale``'s factor, ``const``'s value)
-``("add", a, b)``   ``("mul", a, b)``: commutative, children sorted by text
-``("div", a, b)``   ``("exp", a)`` ``("sqrt", a)`` ``("silu", a)``
-``("sum", n, a)``   a reduction adding ``n`` terms (exact size, no log2)
-``("max", n, a)``   not Lax; kept as an uninterpreted reduction
+``("add", a, b)``   a *symbol*: an uninterpreted function of the catalog op of
+                    that name — binary (``add``, ``mul``, ``div``; children of a
+                    commutative op sorted by text), unary (``exp``, ``sqrt``, ``silu``)
+``("sum", n, a)``   a reduction symbol folding ``n`` terms (exact size, no log2):
+                    ``sum``, and ``max`` (not Lax; kept uninterpreted)
 ``("cat", d, parts)`` a concatenation along dim ``d`` (counted from the right),
                     ``parts`` a tuple of ``(size, id)``; see below
 ``("top",)``        an expression we cannot describe (reshape of a concat, …)
 ==================  ==================================================
+
+The symbols are the ops whose row in :data:`EXPR_RULES` is :data:`OWN`; their arity
+follows from the op's category (:func:`symbols`), and the e-graph's constructors
+and Z3's function signatures are generated from that list.
 
 Decisions: rational factors are *erased*: ``scale(x, c)`` is ``E(x)`` and
 ``sub(a, b)`` is ``add(a, b)``. Erasing is a homomorphism (A_eq-equivalent terms
@@ -48,13 +53,19 @@ therefore arrive at the oracle in one spelling per A_eq-trivial variant.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
 from mugraph.ir import BlockGraph, KernelGraph, Tensor
-from mugraph.ops import CATALOG
+from mugraph.ops import CATALOG, CatalogError, Category
 
 Term = int
+
+#: leaf and structural term kinds (not symbols)
+VAR, CONST, CAT, TOP_KIND = "var", "const", "cat", "top"
+#: the symbols the composite rules are written in (matmul = Σ_k a·b, an accumulator a Σ over iterations)
+SUM, MUL, ADD = "sum", "mul", "add"
 
 _TERMS: list[tuple] = []
 _IDS: dict[tuple, int] = {}
@@ -81,32 +92,38 @@ def text(i: Term) -> str:
     return _TEXT[i]
 
 
+def sized(kind: str) -> bool:
+    """Is ``kind`` a reduction symbol (``(kind, n, child)``)?"""
+    d = CATALOG.get(kind)
+    return d is not None and d.category is Category.REDUCTION
+
+
 def _render(t: tuple) -> str:
     k = t[0]
-    if k == "var":
+    if k == VAR:
         return t[1]
-    if k == "const":
+    if k == CONST:
         return f"#{t[1]}"
-    if k in ("sum", "max"):
-        return f"{k}({t[1]},{_TEXT[t[2]]})"
-    if k == "cat":
+    if k == CAT:
         return f"cat[{t[1]}](" + ",".join(f"{n}:{_TEXT[p]}" for n, p in t[2]) + ")"
-    if k == "top":
+    if k == TOP_KIND:
         return "⊤"
+    if sized(k):
+        return f"{k}({t[1]},{_TEXT[t[2]]})"
     return f"{k}(" + ",".join(_TEXT[c] for c in t[1:]) + ")"
 
 
 # ---------------------------------------------------------------- constructors
 
 def var(name: str) -> Term:
-    return intern(("var", name))
+    return intern((VAR, name))
 
 
 def const(c) -> Term:
-    return intern(("const", str(Fraction(c))))
+    return intern((CONST, str(Fraction(c))))
 
 
-TOP: Term = intern(("top",))
+TOP: Term = intern((TOP_KIND,))
 
 
 def _comm(kind: str, a: Term, b: Term) -> Term:
@@ -115,35 +132,43 @@ def _comm(kind: str, a: Term, b: Term) -> Term:
     return intern((kind, a, b))
 
 
+def binary(kind: str, a: Term, b: Term) -> Term:
+    """The symbol ``kind`` of two terms (children sorted when the op is commutative)."""
+    if CATALOG[kind].commutative:
+        return _lift2(lambda x, y: _comm(kind, x, y), a, b)
+    return _lift2(lambda x, y: intern((kind, x, y)), a, b)
+
+
 def add(a: Term, b: Term) -> Term:
-    return _lift2(lambda x, y: _comm("add", x, y), a, b)
+    return binary(ADD, a, b)
 
 
 def mul(a: Term, b: Term) -> Term:
-    return _lift2(lambda x, y: _comm("mul", x, y), a, b)
+    return binary(MUL, a, b)
 
 
 def div(a: Term, b: Term) -> Term:
-    return _lift2(lambda x, y: intern(("div", x, y)), a, b)
+    return binary("div", a, b)
 
 
 def unary(kind: str, a: Term) -> Term:
     t = _TERMS[a]
-    if t[0] == "top":
+    if t[0] == TOP_KIND:
         return TOP
-    if t[0] == "cat":
-        return intern(("cat", t[1], tuple((n, unary(kind, p)) for n, p in t[2])))
+    if t[0] == CAT:
+        return intern((CAT, t[1], tuple((n, unary(kind, p)) for n, p in t[2])))
     return intern((kind, a))
 
 
 def reduce(kind: str, n: int, a: Term) -> Term:
-    """``sum``/``max`` of ``n`` terms, normalized (``n == 1`` is the identity; nested sums merge)."""
+    """The reduction symbol ``kind`` of ``n`` terms, normalized: ``n == 1`` is the
+    identity, and nested folds of an addition merge (``sum(a, sum(b, x)) = sum(a·b, x)``)."""
     t = _TERMS[a]
-    if t[0] == "top":
+    if t[0] == TOP_KIND:
         return TOP
     if n == 1:
         return a
-    if t[0] == kind and kind == "sum":
+    if t[0] == kind and CATALOG[kind].adds_up:
         return reduce(kind, n * t[1], t[2])
     return intern((kind, n, a))
 
@@ -151,9 +176,9 @@ def reduce(kind: str, n: int, a: Term) -> Term:
 def _lift2(fn: Callable[[Term, Term], Term], a: Term, b: Term) -> Term:
     """Apply a binary constructor, pushing it into ``cat`` parts when both sides agree."""
     ta, tb = _TERMS[a], _TERMS[b]
-    if ta[0] == "top" or tb[0] == "top":
+    if ta[0] == TOP_KIND or tb[0] == TOP_KIND:
         return TOP
-    if ta[0] == "cat" or tb[0] == "cat":
+    if ta[0] == CAT or tb[0] == CAT:
         return TOP  # shape-aware pushes happen in the op table, where shapes are known
     return fn(a, b)
 
@@ -161,7 +186,7 @@ def _lift2(fn: Callable[[Term, Term], Term], a: Term, b: Term) -> Term:
 # ------------------------------------------------------------- concat helpers
 
 def _is_cat(a: Term) -> bool:
-    return _TERMS[a][0] == "cat"
+    return _TERMS[a][0] == CAT
 
 
 def _cat_parts(a: Term) -> tuple[int, tuple]:
@@ -178,24 +203,24 @@ def _elementwise2(fn: Callable[[Term, Term], Term], a: Term, sa: tuple, b: Term,
     if ca and cb:
         (da, pa), (db, pb) = _cat_parts(a), _cat_parts(b)
         if da == db and [n for n, _ in pa] == [n for n, _ in pb]:
-            return intern(("cat", da, tuple((n, fn(x, y)) for (n, x), (_, y) in zip(pa, pb))))
+            return intern((CAT, da, tuple((n, fn(x, y)) for (n, x), (_, y) in zip(pa, pb))))
         return TOP
     if ca:
         d, parts = _cat_parts(a)
         if len(sb) >= -d and sb[d] != 1:
             return TOP
-        return intern(("cat", d, tuple((n, _elementwise2(fn, x, sa, b, sb)) for n, x in parts)))
+        return intern((CAT, d, tuple((n, _elementwise2(fn, x, sa, b, sb)) for n, x in parts)))
     d, parts = _cat_parts(b)
     if len(sa) >= -d and sa[d] != 1:
         return TOP
-    return intern(("cat", d, tuple((n, _elementwise2(fn, a, sa, x, sb)) for n, x in parts)))
+    return intern((CAT, d, tuple((n, _elementwise2(fn, a, sa, x, sb)) for n, x in parts)))
 
 
 def _matmul(a: Term, sa: tuple, b: Term, sb: tuple) -> Term:
     k = sa[-1]
     ca, cb = _is_cat(a), _is_cat(b)
     if not ca and not cb:
-        return reduce("sum", k, mul(a, b))
+        return reduce(SUM, k, mul(a, b))
     if ca and _cat_parts(a)[0] == -1:
         if not cb or _cat_parts(b)[0] != -2:
             return TOP
@@ -204,30 +229,40 @@ def _matmul(a: Term, sa: tuple, b: Term, sb: tuple) -> Term:
             return TOP
         out = None
         for (n, x), (_, y) in zip(pa, pb):
-            term = reduce("sum", n, mul(x, y)) if not (_is_cat(x) or _is_cat(y)) else TOP
+            term = reduce(SUM, n, mul(x, y)) if not (_is_cat(x) or _is_cat(y)) else TOP
             out = term if out is None else add(out, term)
         return out
     if cb and _cat_parts(b)[0] == -2:
         return TOP
     if ca and _cat_parts(a)[0] == -2 and not cb:
-        return intern(("cat", -2, tuple((n, _matmul(x, sa, b, sb)) for n, x in _cat_parts(a)[1])))
+        return intern((CAT, -2, tuple((n, _matmul(x, sa, b, sb)) for n, x in _cat_parts(a)[1])))
     if cb and _cat_parts(b)[0] == -1 and not ca:
-        return intern(("cat", -1, tuple((n, _matmul(a, sa, y, sb)) for n, y in _cat_parts(b)[1])))
+        return intern((CAT, -1, tuple((n, _matmul(a, sa, y, sb)) for n, y in _cat_parts(b)[1])))
     return TOP
 
 
-def _sum(a: Term, shape: tuple, dim: int) -> Term:
+def _sum(kind: str, a: Term, shape: tuple, dim: int) -> Term:
+    """A fold of addition (symbol ``kind``) along ``dim``: over a concatenated dim it is
+    the ``add`` of the parts' folds."""
     n = shape[dim]
     if not _is_cat(a):
-        return reduce("sum", n, a)
+        return reduce(kind, n, a)
     d, parts = _cat_parts(a)
     if dim - len(shape) == d:
         out = None
         for m, x in parts:
-            term = reduce("sum", m, x) if not _is_cat(x) else TOP
+            term = reduce(kind, m, x) if not _is_cat(x) else TOP
             out = term if out is None else add(out, term)
         return out
-    return intern(("cat", d, tuple((m, _sum(x, shape, dim)) for m, x in parts)))
+    return intern((CAT, d, tuple((m, _sum(kind, x, shape, dim)) for m, x in parts)))
+
+
+def _fold(kind: str, a: Term, shape: tuple, dim: int) -> Term:
+    """The reduction symbol ``kind`` along ``dim``: pushed through a concat for an
+    addition; any other fold of a concat is ``top``."""
+    if CATALOG[kind].adds_up:
+        return _sum(kind, a, shape, dim)
+    return reduce(kind, shape[dim], a) if not _is_cat(a) else TOP
 
 
 def _concat(args: Sequence[Term], shapes: Sequence[tuple], dim: int) -> Term:
@@ -236,51 +271,90 @@ def _concat(args: Sequence[Term], shapes: Sequence[tuple], dim: int) -> Term:
     for a, s in zip(args, shapes):
         if _is_cat(a) and _cat_parts(a)[0] == d:
             parts.extend(_cat_parts(a)[1])
-        elif _TERMS[a][0] == "top":
+        elif _TERMS[a][0] == TOP_KIND:
             return TOP
         else:
             parts.append((s[dim], a))
-    return intern(("cat", d, tuple(parts)))
+    return intern((CAT, d, tuple(parts)))
 
 
 # ------------------------------------------------------------------- op table
 
 Rule = Callable[[list[Term], list[tuple], dict], Term]
 
-#: E(output) per catalog op, keyed by op name: (input terms, input shapes, attrs) -> term
-EXPR_RULES: dict[str, Rule] = {
+OWN = object()
+"""The row of an op that is its own symbol: an uninterpreted function named after the
+op, of the arity its category says (:func:`symbols`)."""
+
+#: E(output) per catalog op, keyed by op name: (input terms, input shapes, attrs) -> term, or OWN
+EXPR_RULES: dict[str, Rule | object] = {
     "matmul": lambda a, s, at: _matmul(a[0], s[0], a[1], s[1]),
-    "add": lambda a, s, at: _elementwise2(add, a[0], s[0], a[1], s[1]),
+    "add": OWN,
     "sub": lambda a, s, at: _elementwise2(add, a[0], s[0], a[1], s[1]),
-    "mul": lambda a, s, at: _elementwise2(mul, a[0], s[0], a[1], s[1]),
-    "div": lambda a, s, at: _elementwise2(div, a[0], s[0], a[1], s[1]),
-    "exp": lambda a, s, at: unary("exp", a[0]),
-    "sqrt": lambda a, s, at: unary("sqrt", a[0]),
-    "silu": lambda a, s, at: unary("silu", a[0]),
+    "mul": OWN,
+    "div": OWN,
+    "exp": OWN,
+    "sqrt": OWN,
+    "silu": OWN,
     "square": lambda a, s, at: _elementwise2(mul, a[0], s[0], a[0], s[0]),
     "scale": lambda a, s, at: a[0],
     "const": lambda a, s, at: const(at["value"]),
-    "sum": lambda a, s, at: _sum(a[0], s[0], at["dim"]),
-    "max": lambda a, s, at: reduce("max", s[0][at["dim"]], a[0]) if not _is_cat(a[0]) else TOP,
+    "sum": OWN,
+    "max": OWN,
     "concat": lambda a, s, at: _concat(a, s, at["dim"]),
     "reshape": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
     "repeat": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
 }
 
-assert set(EXPR_RULES) == set(CATALOG), "every catalog op needs an abstract-expression rule"
+
+@dataclass(frozen=True)
+class Symbol:
+    """An uninterpreted function of abstract expressions: ``children`` term arguments,
+    after a size when ``sized`` (a reduction: ``(name, n, child)``)."""
+
+    name: str
+    children: int
+    sized: bool
+
+
+_ARITY = {Category.UNARY: (1, False), Category.BINARY: (2, False), Category.REDUCTION: (1, True)}
+
+
+def symbols() -> list[Symbol]:
+    """The symbols of E in catalog order: every op whose row is :data:`OWN`, with the
+    arity its category gives (unary, binary, or a reduction's size and child)."""
+    out = []
+    for k, d in CATALOG.items():
+        if EXPR_RULES.get(k) is OWN:
+            if d.category not in _ARITY:
+                raise CatalogError(f"{k}: a {d.category.value} op cannot be its own symbol; give it a rule")
+            out.append(Symbol(k, *_ARITY[d.category]))
+    return out
+
+
+def _own(kind: str, a: list[Term], s: list[tuple], at: dict) -> Term:
+    c = CATALOG[kind].category
+    if c is Category.UNARY:
+        return unary(kind, a[0])
+    if c is Category.BINARY:
+        return _elementwise2(lambda x, y: binary(kind, x, y), a[0], s[0], a[1], s[1])
+    return _fold(kind, a[0], s[0], at["dim"])
 
 
 def op_expr(kind: str, args: list[Term], shapes: list[tuple], attrs: dict) -> Term:
     """E of a catalog op's output."""
-    return EXPR_RULES[kind](args, shapes, attrs)
+    rule = EXPR_RULES[kind]
+    if rule is OWN:
+        return _own(kind, args, shapes, attrs)
+    return rule(args, shapes, attrs)
 
 
 def accum_expr(x: Term, forloop: int) -> Term:
     """E of an accumulator over ``forloop`` iterations: ``sum(F, E(x))``."""
     if _is_cat(x):
         d, parts = _cat_parts(x)
-        return intern(("cat", d, tuple((n, accum_expr(p, forloop)) for n, p in parts)))
-    return reduce("sum", forloop, x)
+        return intern((CAT, d, tuple((n, accum_expr(p, forloop)) for n, p in parts)))
+    return reduce(SUM, forloop, x)
 
 
 # --------------------------------------------------------------- whole graphs
@@ -328,7 +402,7 @@ def output_exprs(graph: KernelGraph) -> list[Term]:
 def leaves(i: Term) -> list[Term]:
     """The non-cat parts of a term (itself unless it is a ``cat``)."""
     t = _TERMS[i]
-    if t[0] != "cat":
+    if t[0] != CAT:
         return [i]
     return [x for _, p in t[2] for x in leaves(p)]
 
@@ -336,10 +410,10 @@ def leaves(i: Term) -> list[Term]:
 def size(i: Term) -> int:
     """Number of nodes of the term tree (for statistics and test corpora)."""
     t = _TERMS[i]
-    if t[0] in ("var", "const", "top"):
+    if t[0] in (VAR, CONST, TOP_KIND):
         return 1
-    if t[0] in ("sum", "max"):
+    if sized(t[0]):
         return 1 + size(t[2])
-    if t[0] == "cat":
+    if t[0] == CAT:
         return 1 + sum(size(p) for _, p in t[2])
     return 1 + sum(size(c) for c in t[1:])

@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from mugraph.ir import KernelGraph
+from mugraph.ops import dim_map
 from mugraph.unionfind import UnionFind
 
 Part = tuple[int, int]
@@ -60,46 +61,33 @@ def agree(a: Label, b: Label) -> Label:
     raise LabelError(f"{a} != {b}")
 
 
-def elementwise(labels: Sequence[Labels], shapes: Sequence[tuple], out_ndim: int) -> Labels:
-    out: list[Label] = [()] * out_ndim
-    for lab, shp in zip(labels, shapes):
-        off = out_ndim - len(shp)
-        for d, (l, s) in enumerate(zip(lab, shp)):
-            if s == 1:
-                continue
-            cur = out[off + d]
-            out[off + d] = l if cur == () else agree(cur, l)
+def op_labels(kind: str, labels: list[Labels], shapes: list[tuple], attrs: dict, out_shape: tuple) -> Labels:
+    """Labels of a catalog op's output, from its :func:`~mugraph.ops.dim_map`: a dim
+    takes the labels of the input dims that are the same axis (they must agree;
+    broadcast size-1 dims do not count), the dims of a contracted axis must agree,
+    a reduced dim has size 1, a dim whose elements move is unknown. Raises
+    :class:`LabelError` on a mismatch."""
+    dm = dim_map(kind, shapes, attrs, out_shape)
+    for (i, d), *rest in dm.contracted:
+        if shapes[i][d] != 1:
+            for j, e in rest:
+                agree(labels[i][d], labels[j][e])
+    out: list[Label] = [()] * len(out_shape)
+    for i, dx, do in dm.same:
+        if shapes[i][dx] == 1:
+            continue
+        cur, lab = out[do], labels[i][dx]
+        out[do] = lab if cur == () else agree(cur, lab)
+    for d in dm.moved_out:
+        out[d] = None if out_shape[d] > 1 else ()
     return tuple(out)
 
 
-def matmul(la: Labels, sa: tuple, lb: Labels, sb: tuple) -> Labels:
-    if sa[-1] != 1:
-        agree(la[-1], lb[-2])
-    n = max(len(sa), len(sb))
-    batch = elementwise([la[:-2], lb[:-2]], [sa[:-2], sb[:-2]], n - 2) if n > 2 else ()
-    return tuple(batch) + (la[-2], lb[-1])
-
-
-def reduce(lab: Labels, dim: int) -> Labels:
-    return lab[:dim] + ((),) + lab[dim + 1:]
-
-
-def op_labels(kind: str, labels: list[Labels], shapes: list[tuple], attrs: dict, out_shape: tuple) -> Labels:
-    """Labels of a catalog op's output; raises :class:`LabelError` on a mismatch."""
-    if kind == "matmul":
-        return matmul(labels[0], shapes[0], labels[1], shapes[1])
-    if kind in ("sum", "max"):
-        return reduce(labels[0], attrs["dim"])
-    if kind == "const":
-        return ((),) * len(out_shape)
-    if kind == "concat":
-        d = attrs["dim"]
-        rest = elementwise([l[:d] + l[d + 1:] for l in labels], [s[:d] + s[d + 1:] for s in shapes],
-                           len(out_shape) - 1)
-        return rest[:d] + (None,) + rest[d:]
-    if kind in ("reshape", "repeat"):
-        return tuple(None if s > 1 else () for s in out_shape)
-    return elementwise(labels, shapes, len(out_shape))
+def reduced_dims(kind: str, shapes: list[tuple], attrs: dict, out_shape: tuple) -> list[tuple[int, int]]:
+    """``(input, dim)`` of the dims ``kind`` adds terms up along (a reduction's dim, one
+    dim of each contracted axis longer than 1)."""
+    dm = dim_map(kind, shapes, attrs, out_shape)
+    return list(dm.reduced) + [g[0] for g in dm.contracted if shapes[g[0][0]][g[0][1]] > 1]
 
 
 def split(label: Label, g: int) -> tuple[Optional[int], Label] | None:
@@ -135,7 +123,7 @@ def compatible(a: Labels, b: Labels) -> bool:
 
 def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels], frozenset]:
     """Index classes of a program by unification: labels of its inputs and outputs, and
-    the classes it reduces (contracted by a matmul or summed). A μGraph can only
+    the classes it reduces (contracted by a matmul or folded by a reduction). A μGraph can only
     add terms up along a reduced class, so sums, matmul contractions and loops
     (whose accumulators sum over iterations) are restricted to those classes."""
     uf: UnionFind[tuple] = UnionFind()
@@ -158,31 +146,12 @@ def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels
             if a is not None and b is not None:
                 union(a, b)
 
-        if op.kind == "matmul":
-            a, b = ins
-            tie(a[-1], b[-2])
-            tie(so[-2], a[-2])
-            tie(so[-1], b[-1])
-            for src in (a[:-2], b[:-2]):
-                off = len(so) - 2 - len(src)
-                for d, k in enumerate(src):
-                    tie(so[off + d], k)
-        elif op.kind in ("sum", "max"):
-            for d, k in enumerate(ins[0]):
-                if d != op.attrs["dim"]:
-                    tie(so[d], k)
-        elif op.kind == "concat":
-            for src in ins:
-                for d, k in enumerate(src):
-                    if d != op.attrs["dim"]:
-                        tie(so[d], k)
-        elif op.kind in ("reshape", "repeat", "const"):
-            pass
-        else:
-            for src in ins:
-                off = len(so) - len(src)
-                for d, k in enumerate(src):
-                    tie(so[off + d], k)
+        dm = dim_map(op.kind, [t.shape for t in op.inputs], op.attrs, out.shape)
+        for i, dx, do in dm.same:
+            tie(so[do], ins[i][dx])
+        for (i, d), *rest in dm.contracted:
+            for j, e in rest:
+                tie(ins[i][d], ins[j][e])
     ids: dict[tuple, int] = {}
 
     def labels_of(t) -> Labels:
@@ -199,12 +168,10 @@ def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels
     outs = [labels_of(t) for t in program.outputs]
     reduced = set()
     for op in program.ops:
-        if op.kind == "matmul":
-            k = slot[op.inputs[0].id][-1]
-            if k is not None:
-                reduced.add(ids.setdefault(find(k), len(ids)))
-        elif op.kind in ("sum", "max"):
-            k = slot[op.inputs[0].id][op.attrs["dim"]]
+        if op.kind == "input":
+            continue
+        for i, d in reduced_dims(op.kind, [t.shape for t in op.inputs], op.attrs, op.outputs[0].shape):
+            k = slot[op.inputs[i].id][d]
             if k is not None:
                 reduced.add(ids.setdefault(find(k), len(ids)))
     return ins, outs, frozenset(reduced)

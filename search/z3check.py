@@ -6,9 +6,10 @@ direction only — to *prove keeps* where the e-graph's budget stopped saturatio
 and as the reference the e-graph oracle is tested against.
 
 The encoding is the paper's: an uninterpreted sort ``E``, one function per
-abstract operator, reduction sizes as integers, ``sub(x, y)`` the subexpression
+abstract operator (generated from :func:`search.expr.symbols`, its signature from the
+symbol's arity), reduction sizes as integers, ``sub(x, y)`` the subexpression
 relation, A_eq as universally quantified equalities and A_sub as quantified
-implications. Distributivity is the full equality here (an equality has no
+implications (every argument of every symbol is a subexpression of it: generated too). Distributivity is the full equality here (an equality has no
 direction); the e-graph only factors, so a keep that needs expansion would show
 up as a disagreement in the agreement test.
 """
@@ -28,13 +29,11 @@ class Z3Prover:
         self.rlimit = rlimit
         E = self.E = z3.DeclareSort("E")
         I = z3.IntSort()
-        f = z3.Function
-        self.fn = {
-            "add": f("add", E, E, E), "mul": f("mul", E, E, E), "div": f("div", E, E, E),
-            "exp": f("exp", E, E), "sqrt": f("sqrt", E, E), "silu": f("silu", E, E),
-            "sum": f("sum", I, E, E), "max": f("max", I, E, E),
-        }
-        self.sub = f("sub", E, E, z3.BoolSort())
+        self.symbols = ex.symbols()
+        # one function per symbol, its signature from the symbol's arity: (Int,)? E… -> E
+        self.fn = {sym.name: z3.Function(sym.name, *([I] if sym.sized else []), *[E] * sym.children, E)
+                   for sym in self.symbols}
+        self.sub = z3.Function("sub", E, E, z3.BoolSort())
         self._consts: dict[str, z3.ExprRef] = {}
         self._memo: dict[int, z3.ExprRef] = {}
         self.axioms = self._axioms()
@@ -43,7 +42,7 @@ class Z3Prover:
         E, fn, sub = self.E, self.fn, self.sub
         x, y, z = z3.Consts("x y z", E)
         i, j = z3.Ints("i j")
-        add, mul, div, sm = fn["add"], fn["mul"], fn["div"], fn["sum"]
+        add, mul, div, sm = fn[ex.ADD], fn[ex.MUL], fn["div"], fn[ex.SUM]
         A = z3.ForAll
         ax = [
             # A_eq
@@ -66,17 +65,20 @@ class Z3Prover:
             A([x], sub(x, x)),
             A([x, y, z], z3.Implies(z3.And(sub(x, y), sub(y, z)), sub(x, z)),
               patterns=[z3.MultiPattern(sub(x, y), sub(y, z))]),
-            A([x, y], z3.And(sub(x, add(x, y)), sub(y, add(x, y)))),
-            A([x, y], z3.And(sub(x, mul(x, y)), sub(y, mul(x, y)))),
-            A([x, y], z3.And(sub(x, div(x, y)), sub(y, div(x, y)))),
-            A([x], sub(x, fn["exp"](x))),
-            A([x], sub(x, fn["sqrt"](x))),
-            A([x], sub(x, fn["silu"](x))),
-            A([i, x], sub(x, sm(i, x))),
-            A([i, x], sub(x, fn["max"](i, x))),
-            A([i, j, x], z3.Implies(z3.And(i > 0, j > 0, j % i == 0), sub(sm(i, x), sm(j, x))),
-              patterns=[z3.MultiPattern(sm(i, x), sm(j, x))]),
         ]
+        # every argument of a symbol is a subexpression of it (generated per symbol)
+        for sym in self.symbols:
+            f = fn[sym.name]
+            if sym.sized:
+                ax.append(A([i, x], sub(x, f(i, x))))
+            elif sym.children == 1:
+                ax.append(A([x], sub(x, f(x))))
+            else:
+                args = [x, y, z][:sym.children]
+                ax.append(A(args, z3.And(*[sub(a, f(*args)) for a in args])))
+        # a partial sum over a divisor of the size is a subexpression of the whole sum
+        ax.append(A([i, j, x], z3.Implies(z3.And(i > 0, j > 0, j % i == 0), sub(sm(i, x), sm(j, x))),
+                    patterns=[z3.MultiPattern(sm(i, x), sm(j, x))]))
         return ax
 
     def encode(self, t: ex.Term) -> z3.ExprRef:
@@ -85,15 +87,15 @@ class Z3Prover:
             return m
         n = ex.node(t)
         k = n[0]
-        if k in ("var", "const"):
-            key = ("" if k == "var" else "#") + n[1]
+        if k in (ex.VAR, ex.CONST):
+            key = ("" if k == ex.VAR else "#") + n[1]
             r = self._consts.get(key)
             if r is None:
                 r = self._consts[key] = z3.Const(key, self.E)
-        elif k in ("sum", "max"):
-            r = self.fn[k](z3.IntVal(n[1]), self.encode(n[2]))
-        elif k in ("cat", "top"):
+        elif k in (ex.CAT, ex.TOP_KIND):
             raise ValueError("cat/top terms have no Z3 encoding")
+        elif ex.sized(k):
+            r = self.fn[k](z3.IntVal(n[1]), self.encode(n[2]))
         else:
             r = self.fn[k](*[self.encode(c) for c in n[1:]])
         self._memo[t] = r

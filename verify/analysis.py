@@ -9,7 +9,7 @@ from fractions import Fraction
 
 from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, graph_ops, propagate
-from mugraph.ops import EXP_LIKE
+from mugraph.ops import CATALOG, exp_like
 from mugraph.rewrite import live_graph
 
 __all__ = ["input_signature", "check_compatible", "constants", "dim_sizes", "op_kinds", "inputs_needing_q",
@@ -46,14 +46,12 @@ def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
 
 
 def constants(graph: KernelGraph) -> list[Fraction]:
-    """Every rational constant of the graph (``scale`` factors and ``const`` values),
-    at every level."""
+    """Every rational constant of the graph (its ops' rational attributes: ``scale``
+    factors, ``const`` values), at every level."""
     out = []
     for op, _ in graph_ops(graph):
-        if op.kind == "scale":
-            out.append(Fraction(op.attrs["c"]))
-        elif op.kind == "const":
-            out.append(Fraction(op.attrs["value"]))
+        d = CATALOG.get(op.kind)
+        out += [Fraction(op.attrs[a.name]) for a in (d.attrs if d else ()) if a.type == "rational"]
     return out
 
 
@@ -81,7 +79,7 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
 
     def step(kind: str, ins: list[frozenset[str]]) -> frozenset[str]:
         s = frozenset().union(*ins) if ins else frozenset()
-        if kind in EXP_LIKE:
+        if exp_like(kind):
             need.update(s)
             return frozenset()  # the q-part is gone after an exponentiation
         return s

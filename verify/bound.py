@@ -289,18 +289,6 @@ class DegreeAlgebra(Algebra):
         self.z = 0.0
         self.heuristic = False
         self._fresh = 0
-        self.ops = {
-            "matmul": self._matmul, "add": self._addsub, "sub": self._addsub, "mul": self._mul,
-            "div": self._div, "exp": self._exp, "silu": self._silu, "sqrt": self._sqrt,
-            "square": lambda xs, at: self._mul([xs[0], xs[0]], at),
-            "scale": self._scale,
-            "const": self._const,
-            "sum": lambda xs, at: self._reduce(xs[0], at["dim"]),
-            "max": self._max,
-            "concat": lambda xs, at: self.concat(xs, at["dim"]),
-            "reshape": lambda xs, at: self.reshape(xs[0], at["shape"]),
-            "repeat": lambda xs, at: self.tile(xs[0], at["reps"]),
-        }
 
     def fresh(self) -> int:
         self._fresh += 1
@@ -493,6 +481,23 @@ class DegreeAlgebra(Algebra):
         r = self._reduce(prod, len(carrier) - 2)
         return self.reshape(r, lead + (m, n))
 
+
+
+#: degree bound: op name -> row(algebra, input summaries, attrs) (ops outside the theorem's class raise)
+DEGREE_OPS = {
+    "matmul": DegreeAlgebra._matmul, "add": DegreeAlgebra._addsub, "sub": DegreeAlgebra._addsub,
+    "mul": DegreeAlgebra._mul, "div": DegreeAlgebra._div, "exp": DegreeAlgebra._exp, "silu": DegreeAlgebra._silu,
+    "sqrt": DegreeAlgebra._sqrt,
+    "square": lambda alg, xs, at: alg._mul([xs[0], xs[0]], at),
+    "scale": DegreeAlgebra._scale,
+    "const": DegreeAlgebra._const,
+    "sum": lambda alg, xs, at: alg._reduce(xs[0], at["dim"]),
+    "max": DegreeAlgebra._max,
+    "concat": lambda alg, xs, at: alg.concat(xs, at["dim"]),
+    "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
+    "repeat": lambda alg, xs, at: alg.tile(xs[0], at["reps"]),
+}
+DegreeAlgebra.ops = DEGREE_OPS
 
 def pair_bound(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg], z: float) -> float:
     """The per-test bound for two graphs whose outputs are summarized by

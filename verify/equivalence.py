@@ -43,6 +43,7 @@ from mugraph.errors import ConfigError, NotLaxError
 from mugraph.interpreter import evaluate
 from mugraph.ir import KernelGraph
 from mugraph.lax import check_lax
+from mugraph.ops import exp_like, lax_classes
 
 from . import args
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
@@ -120,7 +121,7 @@ def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
     squares: set[int] = set()
     unconditioned: set[int] = set()
     notes: list[str] = []
-    if "sqrt" in kinds:
+    if "sqrt" in lax_classes(kinds):
         squares = set(BASE_SQUARES)
         for n in list(avoid) + sorted(dim_sizes(a) | dim_sizes(b)):
             small, rest = _factor_small(n)
@@ -262,13 +263,13 @@ def _float_values(a: KernelGraph, b: KernelGraph, output: int, index: tuple, see
 
 def _notes(kinds: set[str], a: KernelGraph, b: KernelGraph) -> list[str]:
     notes = []
-    if kinds & {"exp", "silu"}:
+    if any(exp_like(k) for k in kinds):
         notes.append("exp: the per-test bound for exponentials relies on the Li–Wu conjecture "
                      "(an uncertainty principle for the NTT over F_p; see verify.bound)")
-    if "silu" in kinds:
+    if "silu" in lax_classes(kinds):
         notes.append("silu is outside Mirage's Lax class as an op; its field meaning x·(1+ω^(−x))⁻¹ is that of "
                      "the Lax expression x/(1+exp(−x)), which the bound covers")
-    if "sqrt" in kinds:
+    if "sqrt" in lax_classes(kinds):
         notes.append("sqrt is outside the theorem's class: evaluated as the multiplicative map x^((m+1)/4), with "
                      "primes drawn so that every constant's sign is its real one (sqrt(c²) = |c|); the bound is "
                      "heuristic, and a mismatch through sqrt is confirmed in float64 before it rejects")
@@ -364,7 +365,7 @@ def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, 
     need_q = inputs_needing_q(a) | inputs_needing_q(b)
     a_live, b_live = live_graph(a), live_graph(b)
     v = Verdict(a.name, b.name, True, tests=0, per_test_bound=per_test, target_error=error,
-                conjecture=bool(plan.kinds & {"exp", "silu"}), heuristic=heuristic,
+                conjecture=any(exp_like(k) for k in plan.kinds), heuristic=heuristic,
                 p=field.p if isinstance(field, Field) else None, q=field.q if isinstance(field, Field) else None,
                 seed=seed, notes=_notes(plan.kinds, a, b) + plan.notes, primes=_describe(field, plan),
                 pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term)
@@ -386,7 +387,7 @@ def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, 
             v.counterexample = Counterexample(out, idx, va, vb, part, i + 1, fa, fb, p, q)
             v.equivalent = False
             v.checks["field tests"] = "failed"
-            if "sqrt" in plan.kinds:
+            if "sqrt" in lax_classes(plan.kinds):
                 _sqrt_fallback(v, a, b, seed)
             break
     if v.equivalent:

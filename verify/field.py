@@ -38,6 +38,7 @@ import torch
 
 from mugraph.algebra import Algebra
 from mugraph.errors import MugraphError, NotLaxError
+from mugraph.ops import Category, category
 
 Value = tuple  # (x_p,) or (x_p, x_q) of int64 arrays
 
@@ -245,9 +246,10 @@ def as_ints(v: Value) -> Value:
     return tuple(a if a.dtype == np.int64 else a.astype(np.int64) for a in v)
 
 
-#: ops of the field algebra that take residues stored as float64 as they are: matmul
-#: converts to float64 anyway, the others only move entries
-FLOAT_SAFE = frozenset({"matmul", "reshape", "concat", "repeat"})
+def float_safe(kind: str) -> bool:
+    """Ops of the field algebra that take residues stored as float64 as they are:
+    contractions convert to float64 anyway, rearrangements only move entries."""
+    return category(kind) in (Category.CONTRACTION, Category.REARRANGEMENT)
 
 
 _SCRATCH = threading.local()
@@ -433,25 +435,6 @@ class FieldAlgebra(Algebra):
         self._pow_omega: PowTable | None = None
         p, q = fld.p, fld.q
         self.moduli = (p, q)
-        self.ops: dict[str, Callable] = {
-            "matmul": self._matmul,
-            "add": self._binary(lambda x, y, m: (x + y) % m),
-            "sub": self._binary(lambda x, y, m: (x - y) % m),
-            "mul": self._binary(lambda x, y, m: x * y % m),
-            "div": self._div,
-            "exp": self._exp,
-            "silu": self._silu,
-            "sqrt": self._sqrt,
-            "square": lambda xs, at: tuple(v * v % m for v, m in zip(xs[0], self.moduli)),
-            "scale": self._scale,
-            "const": self._const,
-            "sum": lambda xs, at: tuple(v.sum(axis=at["dim"], keepdims=True) % m
-                                        for v, m in zip(xs[0], self.moduli)),
-            "max": self._max,
-            "concat": lambda xs, at: self.concat(xs, at["dim"]),
-            "reshape": lambda xs, at: self.reshape(xs[0], at["shape"]),
-            "repeat": lambda xs, at: self.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
-        }
 
     @property
     def pow_omega(self) -> PowTable:
@@ -472,7 +455,7 @@ class FieldAlgebra(Algebra):
         return (value.xp,) if value.xq is None else (value.xp, value.xq)
 
     def apply(self, kind, inputs, attrs):
-        if kind not in FLOAT_SAFE:  # residues stored as float64 become int64 before any arithmetic
+        if not float_safe(kind):  # residues stored as float64 become int64 before any arithmetic
             inputs = [as_ints(v) for v in inputs]
         return super().apply(kind, inputs, attrs)
 
@@ -481,12 +464,6 @@ class FieldAlgebra(Algebra):
 
     def accumulate(self, v, axis):
         return tuple(a.sum(axis=axis, keepdims=True) % m for a, m in zip(as_ints(v), self.moduli))
-
-    def _binary(self, fn):
-        def op(xs, at):
-            x, y = xs
-            return tuple(fn(a, b, m) for a, b, m in zip(x, y, self.moduli))
-        return op
 
     def _matmul(self, xs, at):
         x, y = xs
@@ -536,6 +513,36 @@ class FieldAlgebra(Algebra):
 
     def _max(self, xs, at):
         raise NotLaxError("max: has no finite-field meaning (not Lax); compare such graphs in floating point")
+
+
+def _binary(fn):
+    """A field row of an element-wise binary op: ``fn(a, b, m)`` on each part."""
+    def row(alg: FieldAlgebra, xs, at):
+        x, y = xs
+        return tuple(fn(a, b, m) for a, b, m in zip(x, y, alg.moduli))
+    return row
+
+
+#: field evaluation: op name -> row(algebra, inputs, attrs) (ops outside the field's class raise)
+FIELD_OPS: dict[str, Callable] = {
+    "matmul": FieldAlgebra._matmul,
+    "add": _binary(lambda x, y, m: (x + y) % m),
+    "sub": _binary(lambda x, y, m: (x - y) % m),
+    "mul": _binary(lambda x, y, m: x * y % m),
+    "div": FieldAlgebra._div,
+    "exp": FieldAlgebra._exp,
+    "silu": FieldAlgebra._silu,
+    "sqrt": FieldAlgebra._sqrt,
+    "square": lambda alg, xs, at: tuple(v * v % m for v, m in zip(xs[0], alg.moduli)),
+    "scale": FieldAlgebra._scale,
+    "const": FieldAlgebra._const,
+    "sum": lambda alg, xs, at: tuple(v.sum(axis=at["dim"], keepdims=True) % m for v, m in zip(xs[0], alg.moduli)),
+    "max": FieldAlgebra._max,
+    "concat": lambda alg, xs, at: alg.concat(xs, at["dim"]),
+    "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
+    "repeat": lambda alg, xs, at: alg.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
+}
+FieldAlgebra.ops = FIELD_OPS
 
 
 def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) -> np.ndarray:

@@ -97,53 +97,6 @@ class MagnitudeAlgebra(Algebra):
 
     name = "magnitude"
 
-    def __init__(self) -> None:
-        def unpack(xs):
-            return [x[0] for x in xs], [x[1] for x in xs]
-
-        def div(xs, at):
-            (a, b), (ma, mb) = unpack(xs)
-            v = a / b
-            return v, (ma + v.abs() * mb) / b.abs()
-
-        def exp(xs, at):
-            (a,), (ma,) = unpack(xs)
-            e = torch.exp(a)
-            return e, e * (1 + ma)
-
-        def sqrt(xs, at):
-            (a,), (ma,) = unpack(xs)
-            s = torch.sqrt(a)
-            return s, s + ma / (2 * torch.maximum(s, torch.sqrt(ma)))
-
-        def silu(xs, at):
-            (a,), (ma,) = unpack(xs)
-            v = a * torch.sigmoid(a)
-            return v, v.abs() + 1.1 * ma
-
-        def const(xs, at):
-            c = float(at["value"])
-            return (torch.full(tuple(at["shape"]), c, dtype=torch.float64),
-                    torch.full(tuple(at["shape"]), abs(c), dtype=torch.float64))
-
-        def both(fn):  # the same function of values and of magnitudes
-            return lambda xs, at: (fn([x[0] for x in xs], at), fn([x[1] for x in xs], at))
-
-        self.ops = {
-            "matmul": both(lambda xs, at: torch.matmul(xs[0], xs[1])),
-            "add": lambda xs, at: (xs[0][0] + xs[1][0], xs[0][1] + xs[1][1]),
-            "sub": lambda xs, at: (xs[0][0] - xs[1][0], xs[0][1] + xs[1][1]),
-            "mul": both(lambda xs, at: xs[0] * xs[1]),
-            "div": div, "exp": exp, "sqrt": sqrt, "silu": silu, "const": const,
-            "square": both(lambda xs, at: xs[0] * xs[0]),
-            "scale": lambda xs, at: (xs[0][0] * float(at["c"]), xs[0][1] * abs(float(at["c"]))),
-            "sum": both(lambda xs, at: xs[0].sum(dim=at["dim"], keepdim=True)),
-            "max": both(lambda xs, at: xs[0].amax(dim=at["dim"], keepdim=True)),
-            "concat": both(lambda xs, at: torch.cat(xs, dim=at["dim"])),
-            "reshape": both(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
-            "repeat": both(lambda xs, at: xs[0].repeat(*at["reps"])),
-        }
-
     def input(self, name, value, shape, dtype):
         if not isinstance(value, torch.Tensor):
             raise InputError(f"input {name!r}: the magnitude algebra takes torch tensors")
@@ -156,6 +109,62 @@ class MagnitudeAlgebra(Algebra):
     def accumulate(self, v, axis):
         return tuple(x.sum(dim=axis, keepdim=True) for x in v)
 
+
+def _unpack(xs):
+    return [x[0] for x in xs], [x[1] for x in xs]
+
+
+def _div(alg, xs, at):
+    (a, b), (ma, mb) = _unpack(xs)
+    v = a / b
+    return v, (ma + v.abs() * mb) / b.abs()
+
+
+def _exp(alg, xs, at):
+    (a,), (ma,) = _unpack(xs)
+    e = torch.exp(a)
+    return e, e * (1 + ma)
+
+
+def _sqrt(alg, xs, at):
+    (a,), (ma,) = _unpack(xs)
+    s = torch.sqrt(a)
+    return s, s + ma / (2 * torch.maximum(s, torch.sqrt(ma)))
+
+
+def _silu(alg, xs, at):
+    (a,), (ma,) = _unpack(xs)
+    v = a * torch.sigmoid(a)
+    return v, v.abs() + 1.1 * ma
+
+
+def _const(alg, xs, at):
+    c = float(at["value"])
+    return (torch.full(tuple(at["shape"]), c, dtype=torch.float64),
+            torch.full(tuple(at["shape"]), abs(c), dtype=torch.float64))
+
+
+def _both(fn):
+    """A row computing the same function of values and of magnitudes."""
+    return lambda alg, xs, at: (fn([x[0] for x in xs], at), fn([x[1] for x in xs], at))
+
+
+#: magnitude evaluation (the float check's rounding scale): op name -> row(algebra, (value, magnitude)s, attrs)
+MAGNITUDE_OPS = {
+    "matmul": _both(lambda xs, at: torch.matmul(xs[0], xs[1])),
+    "add": lambda alg, xs, at: (xs[0][0] + xs[1][0], xs[0][1] + xs[1][1]),
+    "sub": lambda alg, xs, at: (xs[0][0] - xs[1][0], xs[0][1] + xs[1][1]),
+    "mul": _both(lambda xs, at: xs[0] * xs[1]),
+    "div": _div, "exp": _exp, "sqrt": _sqrt, "silu": _silu, "const": _const,
+    "square": _both(lambda xs, at: xs[0] * xs[0]),
+    "scale": lambda alg, xs, at: (xs[0][0] * float(at["c"]), xs[0][1] * abs(float(at["c"]))),
+    "sum": _both(lambda xs, at: xs[0].sum(dim=at["dim"], keepdim=True)),
+    "max": _both(lambda xs, at: xs[0].amax(dim=at["dim"], keepdim=True)),
+    "concat": _both(lambda xs, at: torch.cat(xs, dim=at["dim"])),
+    "reshape": _both(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
+    "repeat": _both(lambda xs, at: xs[0].repeat(*at["reps"])),
+}
+MagnitudeAlgebra.ops = MAGNITUDE_OPS
 
 def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(value, magnitude)`` of every output of ``graph`` in float64 (:class:`MagnitudeAlgebra`)."""

@@ -1,8 +1,9 @@
 """Op emission: the Triton lines of every block op of a plan, one module per op category.
 
 * :mod:`.loads` — input iterators (masked loads) and accumulators;
-* :mod:`.elementwise` — constants, unary and binary ops;
-* :mod:`.reduce` — reductions, dispatched on their kind;
+* :mod:`.elementwise` — constants, unary and binary ops (a row per op from its
+  Triton expression);
+* :mod:`.reduce` — reductions, from the catalog's combine op and identity;
 * :mod:`.matmul` — ``tl.dot`` or CUDA-core multiply-and-sum;
 * :mod:`.rearrange` — concat / reshape / repeat through scratch;
 * :mod:`.core` — the emitter's state and the padding bookkeeping every category keeps.
@@ -20,20 +21,26 @@ from mugraph.ir import Op
 
 from ..plan import KernelPlan
 from .core import TL_DTYPE, Emitter, Val, describe
-from .elementwise import BINARY, UNARY, emit_binary, emit_const, emit_unary
+from .core import fmt_number
+from .elementwise import binary, emit_const, unary
 from .loads import emit_accum, emit_iterator
 from .matmul import emit_matmul
 from .rearrange import emit_concat, emit_repeat, emit_reshape
-from .reduce import REDUCTIONS, emit_reduce
+from .reduce import emit_reduce
 
 EmitFn = Callable[[Emitter, Op], None]
 
-#: block op -> its emitter (a test asserts it covers the whole catalog)
+#: Triton emission: block op -> its emitter (a test walks it against the catalog)
 EMITTERS: dict[str, EmitFn] = {
-    "iterator": emit_iterator, "accum": emit_accum, "const": emit_const,
-    **{k: emit_unary for k in UNARY},
-    **{k: emit_binary for k in BINARY},
-    **{k: emit_reduce for k in REDUCTIONS},
+    "iterator": emit_iterator, "accum": emit_accum,
+    "const": emit_const,
+    "exp": unary(lambda a, op: f"tl.exp({a})"),
+    "sqrt": unary(lambda a, op: f"tl.sqrt({a})"),
+    "square": unary(lambda a, op: f"{a} * {a}"),
+    "silu": unary(lambda a, op: f"{a} * tl.sigmoid({a})"),
+    "scale": unary(lambda a, op: f"{a} * {fmt_number(op.attrs.get('c', 1))}"),
+    "add": binary("+"), "sub": binary("-"), "mul": binary("*"), "div": binary("/"),
+    "sum": emit_reduce, "max": emit_reduce,
     "matmul": emit_matmul,
     "concat": emit_concat, "reshape": emit_reshape, "repeat": emit_repeat,
 }

@@ -6,21 +6,24 @@ Every tile lives in registers with power-of-two extents (:mod:`lower.tiles`); a
 
 Padding bookkeeping: each value records the dims along which its padding is known to
 be zero (``clean``) and whether its padding is finite (``finite``). Loads give zeros
-(masked ``other=0.0``); each op propagates what it can prove — element-wise ops keep
-a dim clean when zero maps to zero (``square``, ``silu``, ``scale``, ``sqrt``; ``add``
-and ``sub`` of operands clean along it; ``mul`` by a clean operand when both are
-finite), ``exp`` and ``div`` make padding non-zero or non-finite; a reduction or a
-dot contraction along a dim that is not clean masks first (:meth:`Emitter.clean_only`).
+(masked ``other=0.0``); each op propagates what it can prove, by its padding rule in
+the catalog (:class:`mugraph.ops.Padding`) — element-wise ops keep a dim clean when
+zero maps to zero (``square``, ``silu``, ``scale``, ``sqrt``; ``add`` and ``sub`` of
+operands clean along it; ``mul`` by a clean operand when both are finite), ``exp`` and
+``div`` make padding non-zero or non-finite; a reduction sets the padding along its
+dim to its identity and a dot contraction zeroes it first (:meth:`Emitter.read_padding`).
 So the common paths (load → dot, load → square → sum) carry no extra masks, and no
 path can leak padding into a real element.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 
 from mugraph.ir import Op, Tensor
+from mugraph.ops import get_op, reduction
 
 from ..plan import KernelPlan
 
@@ -42,6 +45,13 @@ class Val:
 def fmt_number(c) -> str:
     """A constant (int, float or ``Fraction``) as a Python float literal."""
     return repr(float(Fraction(c)))
+
+
+def _literal(x: float) -> str:
+    """A padding value as a Triton (Python) float expression (infinities included)."""
+    if math.isinf(x):
+        return "float('-inf')" if x < 0 else "float('inf')"
+    return fmt_number(x)
 
 
 def describe(op: Op) -> str:
@@ -132,6 +142,22 @@ class Emitter:
     @staticmethod
     def f32(v: Val) -> str:
         return v.name if v.f32 else f"{v.name}.to(tl.float32)"
+
+    def read_padding(self, v: Val, dims, kind: str) -> str:
+        """``v`` as op ``kind`` must read it along the dims it folds (``dims``), by the
+        op's padding rule (:attr:`mugraph.ops.Padding.reads`): zero padding for a
+        contraction (and a reduction whose identity is 0), the identity of a reduction's
+        combine op, or anything."""
+        rule = get_op(kind).padding
+        fill = reduction(kind).identity if rule.reads == "identity" else 0.0 if rule.reads == "zero" else None
+        if fill == 0:
+            return self.clean_only(v, dims)
+        src = self.f32(v)
+        padded = [d for d in dims if v.pshape[d] > v.rshape[d]]
+        if fill is None or not padded:
+            return src
+        m = " & ".join(self.mask_dim(v, d) for d in padded)
+        return f"tl.where({m}, {src}, {_literal(fill)})"
 
     def clean_only(self, v: Val, dims) -> str:
         """``v`` as an expression whose padding along ``dims`` is zero."""

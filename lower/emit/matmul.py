@@ -9,10 +9,10 @@ from mugraph.ir import Op
 from .core import TL_DTYPE, Emitter, Val
 
 
-def dot_operand(em: Emitter, x: Val, contract: int) -> str:
-    """``x`` as a ``tl.dot`` operand: padding along the contracted dim zeroed, cast to the
-    storage dtype (fp32 stays fp32)."""
-    expr = em.clean_only(x, [contract])
+def dot_operand(em: Emitter, x: Val, contract: int, kind: str) -> str:
+    """``x`` as a ``tl.dot`` operand of a ``kind`` op: padding along the contracted dim as
+    the op reads it (zero), cast to the storage dtype (fp32 stays fp32)."""
+    expr = em.read_padding(x, [contract], kind)
     if em.dtype == "bfloat16" and em.interpret:
         # Triton's interpreter computes bf16 tl.dot wrongly (numpy has no bf16):
         # round to bf16, then multiply exactly in fp32 — the same products.
@@ -30,7 +30,7 @@ def _dot(em: Emitter, op: Op, ta, tb, a: Val, b: Val) -> str:
     r = t.ndim
     pt = em.info.padded(t)
     ka, kb = len(a.pshape) - 1, len(b.pshape) - 2
-    ea, eb = dot_operand(em, a, ka), dot_operand(em, b, kb)
+    ea, eb = dot_operand(em, a, ka, op.kind), dot_operand(em, b, kb, op.kind)
     ea, eb = em.align(ea, len(a.pshape), r), em.align(eb, len(b.pshape), r)
     if r == 3:
         pa = (pt[0],) + tuple(em.info.padded(ta)[-2:])
@@ -55,8 +55,8 @@ def _cuda_core(em: Emitter, op: Op, a: Val, b: Val) -> str:
     for a product the accumulator adds up un-reduced."""
     r = op.outputs[0].ndim
     ka, kb = len(a.pshape) - 1, len(b.pshape) - 2
-    ea = em.align(em.clean_only(a, [ka]), len(a.pshape), r)
-    eb = em.align(em.clean_only(b, [kb]), len(b.pshape), r)
+    ea = em.align(em.read_padding(a, [ka], op.kind), len(a.pshape), r)
+    eb = em.align(em.read_padding(b, [kb], op.kind), len(b.pshape), r)
     ea = f"{ea}[{', '.join([':'] * r + ['None'])}]"
     eb = f"{eb}[{', '.join([':'] * (r - 2) + ['None', ':', ':'])}]"
     ea, eb = (e if x.f32 else f"({e}).to(tl.float32)" for e, x in ((ea, a), (eb, b)))

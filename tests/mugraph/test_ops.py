@@ -95,16 +95,10 @@ def test_block_level_matches_kernel_level(name, build, shapes, expected, ref):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_every_catalog_op_is_tested_and_has_float_semantics():
+def test_every_catalog_op_is_tested():
+    """(every facet row of every op: tests/mugraph/test_catalog.py)"""
     tested = {c[0] for c in CASES}
     assert set(CATALOG) <= tested
-    assert set(FloatAlgebra().ops) == set(CATALOG)
-
-
-def test_catalog_entries_are_complete():
-    for name, d in CATALOG.items():
-        assert d.name == name and d.levels and d.lax and d.doc
-        assert d.lax in {"linear", "multilinear", "division", "exponentiation", "sqrt", "silu", "none"}
 
 
 @pytest.mark.parametrize("dtype,tol", [("float32", 1e-6), ("float16", 2e-3), ("bfloat16", 1.6e-2)])
