@@ -50,8 +50,12 @@ class MugraphCompiled:
     """What the backend returns for one dynamo graph: a callable specialized per
     input signature (``variants``)."""
 
+    #: the most recent instances (tests and the H100 script read what each one did)
+    instances: list["MugraphCompiled"] = []
+
     def __init__(self, gm: fx.GraphModule, options: FrontendOptions) -> None:
         self.gm, self.options = gm, options
+        MugraphCompiled.instances = (MugraphCompiled.instances + [self])[-16:]
         self.variants: dict[tuple, Callable] = {}
         self.captured: dict[tuple, Captured] = {}
 

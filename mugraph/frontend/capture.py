@@ -65,7 +65,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             return torch.func.functional_call(module, dict(zip(names, xs[:len(names)])), xs[len(names):])
     try:
         gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
-                     tracing_mode="fake")(*consts.values(), *example_inputs)
+                     tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
     except MugraphError:
         raise
     except Exception as e:  # noqa: BLE001 - torch's tracer raises many kinds; one line names it
@@ -105,7 +105,8 @@ def _slice_of(n: Any, dim_size: int) -> tuple[fx.Node, int, int] | None:
     """``(x, start, end)`` if ``n`` is ``x[..., start:end]`` on the last dim, step 1."""
     if not (isinstance(n, fx.Node) and n.op == "call_function" and n.target == aten.slice.Tensor):
         return None
-    x, dim, start, end, step = (list(n.args) + [0, None, None, 1])[:5]
+    args = list(n.args) + [None, 0, None, None, 1][len(n.args):]
+    x, dim, start, end, step = args[:5]
     v = _val(x)
     if v is None or v.ndim == 0 or dim % v.ndim != v.ndim - 1 or step != 1:
         return None

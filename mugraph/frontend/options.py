@@ -40,8 +40,8 @@ class FrontendOptions:
         t = self.time_limit
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6:
             raise ConfigError(f"time_limit={short(t)}: seconds of search per piece, > 0")
-        if type(self.min_ops) is not int or self.min_ops < 1:
-            raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 1")
+        if type(self.min_ops) is not int or self.min_ops < 0:
+            raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 0 (0: search every piece)")
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")

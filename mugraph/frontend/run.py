@@ -59,8 +59,10 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
         configs = {i: lower.KernelConfig.from_dict(v) for i, v in opt.best.configs.items()}
         prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False)
         op = make_op(f"{bp.name}_{opts.key()}_{kind[0]}", prog, kind)
-    except MugraphError as e:
-        log.warning("mugraph: %s stays torch code: %s", bp.name, str(e)[:300])
+    except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
+        what = str(e).splitlines()[0][:300] if str(e) else ""
+        log.warning("mugraph: %s stays torch code: %s%s", bp.name,
+                    "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
         _DONE[k] = None
         return None
     bp.info = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
