@@ -1,4 +1,4 @@
-"""The PyTorch front door (docs/design.md §9): capture PyTorch code, cut it into
+"""The PyTorch front door (docs/design.md §10): capture PyTorch code, cut it into
 Lax pieces, superoptimize each, run the result as a ``torch.compile`` backend.
 
     import mugraph.frontend as mf

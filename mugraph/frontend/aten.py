@@ -1,4 +1,4 @@
-"""The front end's op table: ATen ops as mugraph builder calls (docs/design.md §9.2).
+"""The front end's op table: ATen ops as mugraph builder calls (docs/design.md §10.2).
 
 One row per ATen overload a transformer block uses. A row turns the node's
 arguments — its tensor arguments already mugraph tensors, the rest plain Python

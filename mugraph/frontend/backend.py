@@ -1,4 +1,4 @@
-"""The ``"mugraph"`` backend of ``torch.compile`` (docs/design.md §9.5).
+"""The ``"mugraph"`` backend of ``torch.compile`` (docs/design.md §10.5).
 
 Dynamo hands the backend a graph of torch calls and its example inputs; the
 backend returns a callable that specializes on first use of each input

@@ -1,5 +1,5 @@
 """Capture: PyTorch code as an ATen-level FX graph, each node probed for its
-mugraph form (docs/design.md §9.1).
+mugraph form (docs/design.md §10.1).
 
 Tracing uses ``make_fx`` (the proxy-tensor tracer under ``torch.export`` and
 AOTAutograd) with fake tensors at the example inputs' shapes, so nothing is

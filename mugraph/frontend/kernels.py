@@ -1,4 +1,4 @@
-"""Superoptimized pieces as torch operators (docs/design.md §9.4).
+"""Superoptimized pieces as torch operators (docs/design.md §10.4).
 
 On a GPU a piece's lowered Triton kernels are registered with
 ``torch.library.triton_op``: its body launches each kernel through

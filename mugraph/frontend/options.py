@@ -26,6 +26,9 @@ class FrontendOptions:
     ``kernel_op``: ``"auto"``, ``"triton_op"`` or ``"custom_op"`` (see
     :mod:`mugraph.frontend.kernels`).
     ``seed``: the search's and verifier's seed.
+    ``deadline``: a wall-clock time (``time.time()``) after which no new search
+    starts (pieces not in the cache then stay torch code, one log line each);
+    bounds a whole model's compile.
     """
 
     time_limit: float = 30.0
@@ -35,6 +38,7 @@ class FrontendOptions:
     inductor: bool = True
     kernel_op: str = "auto"
     seed: int = 0
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -49,6 +53,9 @@ class FrontendOptions:
             raise ConfigError(f"inductor={short(self.inductor)}: must be True or False")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
+        d = self.deadline
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
+            raise ConfigError(f"deadline={short(d)}: a time.time() value or None")
         if type(self.seed) is not int or self.seed < 0:
             raise ConfigError(f"seed={short(self.seed)}: must be an int >= 0")
 

@@ -1,4 +1,4 @@
-"""Partition: the captured graph cut into Lax pieces and library ops (docs/design.md §9.3).
+"""Partition: the captured graph cut into Lax pieces and library ops (docs/design.md §10.3).
 
 A *piece* is a set of mapped, Lax nodes that (1) is connected through its own
 edges, (2) has at most one exponentiation on any path inside it, and (3) can run

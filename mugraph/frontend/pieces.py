@@ -1,5 +1,5 @@
 """Pieces as mugraph Programs, and the captured graph rewritten around them
-(docs/design.md §9.3–9.4).
+(docs/design.md §10.3–10.4).
 
 A piece's Program has one input per tensor it reads from outside (in order of
 first use), then one per constant a row asked for (RoPE's rotation matrix), and

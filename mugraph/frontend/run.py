@@ -1,4 +1,4 @@
-"""Superoptimize the pieces of a captured graph and stitch them back (docs/design.md §9.4).
+"""Superoptimize the pieces of a captured graph and stitch them back (docs/design.md §10.4).
 
 Each piece is handed to ``mg.superoptimize`` (searched, verified, lowered; results
 cached on disk by program — structure and shapes — configuration and device),
@@ -48,6 +48,9 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     if k in _DONE:
         return _DONE[k]
     cached = _is_cached(bp, opts, device)
+    if not cached and opts.deadline is not None and time.time() > opts.deadline:
+        log.warning("mugraph: %s stays torch code: the deadline for searches has passed", bp.name)
+        return None
     if not cached:
         log.info("mugraph: new search for %s, ≤ %g s", bp.describe(), opts.time_limit)
     t0 = time.perf_counter()
