@@ -135,7 +135,10 @@ def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
             if t not in made and t not in m:
                 m[t] = p.input(_piece_input_name(t), t.shape, t.dtype)
                 inputs.append(t)
-        m[op.outputs[0]] = p.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
+        attrs = dict(op.attrs)
+        if not op.inputs:  # a constant keeps its dtype (add_op takes it from the attrs)
+            attrs.setdefault("dtype", op.outputs[0].dtype)
+        m[op.outputs[0]] = p.add_op(op.kind, [m[t] for t in op.inputs], attrs)
     used_outside = set()
     for op in program.ops:
         if op.id not in ids:

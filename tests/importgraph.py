@@ -25,7 +25,7 @@ PACKAGES = ("mugraph", "search", "verify", "lower")
 # below it, never one above; ``search`` may use ``verify`` but the three stages
 # are otherwise independent of each other. Anything in ``mugraph`` that is not
 # named as product is IR core.
-PRODUCT = ("mugraph.pipeline", "mugraph.cli", "mugraph.demo", "mugraph.__main__")
+PRODUCT = ("mugraph.pipeline", "mugraph.frontend", "mugraph.cli", "mugraph.demo", "mugraph.__main__")
 STAGES = ("search", "verify", "lower")
 STAGE_USES = {"search": {"verify"}, "verify": set(), "lower": set()}
 

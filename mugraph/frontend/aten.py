@@ -1,0 +1,290 @@
+"""The front end's op table: ATen ops as mugraph builder calls (docs/design.md §10.2).
+
+One row per ATen overload a transformer block uses. A row turns the node's
+arguments — its tensor arguments already mugraph tensors, the rest plain Python
+values — into builder calls, or raises :class:`Unmapped` when this particular use
+cannot be expressed (``pow(x, 3)``, a softmax over a dtype change, …). Whether a
+node maps is decided by building it (see :mod:`.capture`), so the builder's own
+shape, dtype and constant checks are the rules; this table holds no shape logic of
+its own beyond translating ATen's conventions (negative dims, ``keepdim``, lists
+of dims) into the catalog's (one dim, kept with size 1).
+
+ATen ops not in the table stay torch calls; so do ops whose IR form is outside the
+Lax fragment (``amax`` maps to the catalog's ``max``, which the partition keeps
+outside every piece).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any, Callable
+
+import torch
+
+from .. import builder as B
+from ..errors import MugraphError
+
+aten = torch.ops.aten
+
+
+class Unmapped(MugraphError):
+    """This use of an ATen op has no form in the catalog (the node stays a torch call)."""
+
+
+@dataclass
+class Context:
+    """What a row may ask of the piece being built: constant tensors (RoPE's
+    rotation matrix) become extra inputs of the piece, fed by the runtime."""
+
+    make_input: Callable[[int, torch.Tensor], Any]
+    constants: list = field(default_factory=list)
+
+    def constant(self, t: torch.Tensor):
+        """``t`` as a new input of the piece (its value is kept in ``constants``)."""
+        self.constants.append(t)
+        return self.make_input(len(self.constants) - 1, t)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """RoPE's rotate-half, ``cat(-x[..., h:], x[..., :h])`` with ``h`` half the last dim.
+
+    The capture replaces the slice/neg/cat pattern with a call of this function
+    (so the graph still runs as torch where it is not mapped); mapped, it is
+    ``x @ R`` for the constant signed permutation ``R`` — a multilinear op,
+    inside the Lax fragment, where the slices are not."""
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rotate_half_matrix(d: int, dtype: torch.dtype) -> torch.Tensor:
+    """``R`` with ``x @ R == rotate_half(x)`` for a last dim of size ``d`` (even)."""
+    h = d // 2
+    r = torch.zeros(d, d, dtype=dtype)
+    idx = torch.arange(h)
+    r[idx + h, idx] = -1  # out[:, j] = -x[:, j + h] for j < h
+    r[idx, idx + h] = 1   # out[:, j + h] = x[:, j]
+    return r
+
+
+def _dim(x, d: int) -> int:
+    if type(d) is not int or not -x.ndim <= d < x.ndim:
+        raise Unmapped(f"dim {d!r} of a rank-{x.ndim} tensor")
+    return d % x.ndim
+
+
+def _dims(x, dims) -> list[int]:
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(x.ndim))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({_dim(x, d) for d in dims})
+
+
+def _drop(x, dims: list[int], shape_before) -> Any:
+    keep = tuple(s for i, s in enumerate(shape_before) if i not in dims)
+    if not keep:
+        raise Unmapped("a reduction to a 0-dim tensor")
+    return B.reshape(x, keep)
+
+
+def _reduce(kind: str, x, dims, keepdim: bool = False, dtype=None):
+    if dtype is not None:
+        raise Unmapped(f"{kind} with dtype={dtype}")
+    ds = _dims(x, dims)
+    shape = x.shape
+    y = x
+    for d in ds:
+        y = B.sum(y, d) if kind != "max" else B.max(y, d)
+    if kind == "mean":
+        n = 1
+        for d in ds:
+            n *= shape[d]
+        y = B.scale(y, Fraction(1, n))
+    return y if keepdim else _drop(y, ds, shape)
+
+
+def _alpha(y, alpha):
+    return y if alpha == 1 else B.mul(y, alpha)
+
+
+def _scalar_or_tensor(v):
+    if isinstance(v, bool) or not isinstance(v, (int, float, B.TensorOps)):
+        raise Unmapped(f"operand {type(v).__name__}")
+    return v
+
+
+def _binary(fn):
+    def row(ctx, a, b, alpha=1):
+        a, b = _scalar_or_tensor(a), _scalar_or_tensor(b)
+        if not isinstance(a, B.TensorOps) and not isinstance(b, B.TensorOps):
+            raise Unmapped("two scalars")
+        return fn(a, _alpha(b, alpha) if isinstance(b, B.TensorOps) else b * alpha)
+    return row
+
+
+def _div(ctx, a, b, rounding_mode=None):
+    if rounding_mode is not None:
+        raise Unmapped(f"div with rounding_mode={rounding_mode!r}")
+    return B.div(_scalar_or_tensor(a), _scalar_or_tensor(b))
+
+
+def _pow(ctx, x, e):
+    if isinstance(e, bool) or not isinstance(e, (int, float)):
+        raise Unmapped("pow with a tensor exponent")
+    if e == 2:
+        return B.square(x)
+    if e == 1:
+        return B.reshape(x, x.shape)
+    if e == 0.5:
+        return B.sqrt(x)
+    if e == -0.5:
+        return B.div(1, B.sqrt(x))
+    if e == -1:
+        return B.div(1, x)
+    raise Unmapped(f"pow with exponent {e}")
+
+
+def _expand(ctx, x, size, implicit=False):
+    size = list(size)
+    if len(size) < x.ndim:
+        raise Unmapped(f"expand of rank {x.ndim} to {size}")
+    lead = len(size) - x.ndim
+    src = (1,) * lead + tuple(x.shape)
+    target = tuple(src[i] if s == -1 else s for i, s in enumerate(size))
+    y = B.reshape(x, src) if lead else x
+    reps = []
+    for s, t in zip(src, target):
+        if s == t:
+            reps.append(1)
+        elif s == 1:
+            reps.append(t)
+        else:
+            raise Unmapped(f"expand of {tuple(x.shape)} to {tuple(size)}")
+    return B.repeat(y, reps) if any(r != 1 for r in reps) else (y if lead else B.reshape(x, x.shape))
+
+
+def _reshape(ctx, x, shape):
+    shape = list(shape)
+    if shape.count(-1) == 1:
+        known = 1
+        for s in shape:
+            if s != -1:
+                known *= s
+        n = 1
+        for s in x.shape:
+            n *= s
+        shape[shape.index(-1)] = n // known if known else 0
+    return B.reshape(x, tuple(shape))
+
+
+def _unsqueeze(ctx, x, d):
+    if type(d) is not int or not -x.ndim - 1 <= d <= x.ndim:
+        raise Unmapped(f"unsqueeze dim {d!r}")
+    d = d % (x.ndim + 1)
+    s = list(x.shape)
+    s.insert(d, 1)
+    return B.reshape(x, tuple(s))
+
+
+def _squeeze(ctx, x, dims=None):
+    ds = _dims(x, dims)
+    s = tuple(n for i, n in enumerate(x.shape) if not (i in ds and n == 1))
+    if not s:
+        raise Unmapped("squeeze to a 0-dim tensor")
+    return B.reshape(x, s)
+
+
+def _copy(ctx, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
+          memory_format=None):
+    """``clone``/``contiguous``/``_to_copy`` that keep the dtype: a copy, i.e. identity
+    in value (a reshape to the same shape, which the lowering folds)."""
+    if dtype is not None and str(dtype).removeprefix("torch.") != x.dtype:
+        raise Unmapped(f"a cast from {x.dtype} to {dtype}")
+    return B.reshape(x, x.shape)
+
+
+def _identity(ctx, x, *rest, **kw):
+    return B.reshape(x, x.shape)
+
+
+def _cat(ctx, xs, dim=0):
+    xs = list(xs)
+    if len(xs) == 1:
+        return B.reshape(xs[0], xs[0].shape)
+    return B.concat(xs, _dim(xs[0], dim))
+
+
+def _addmm(ctx, bias, a, b, beta=1, alpha=1):
+    return B.add(_alpha(B.matmul(a, b), alpha), _alpha(bias, beta))
+
+
+def _rotate_half(ctx, x):
+    d = x.shape[-1]
+    if d % 2 or x.ndim < 2:
+        raise Unmapped(f"rotate_half of shape {x.shape}")
+    r = ctx.constant(rotate_half_matrix(d, getattr(torch, x.dtype)))
+    return B.matmul(x, r)
+
+
+def _sigmoid(ctx, x):
+    """``1 / (1 + exp(-x))``: one exp, so it counts as one exponentiation on its paths."""
+    return B.div(1, B.add(B.exp(B.scale(x, -1)), 1))
+
+
+#: ATen overload -> row. Ops a row can refuse are refused per use (``Unmapped``).
+ROWS: dict[Any, Callable] = {
+    aten.mm.default: lambda ctx, a, b: B.matmul(a, b),
+    aten.bmm.default: lambda ctx, a, b: B.matmul(a, b),
+    aten.matmul.default: lambda ctx, a, b: B.matmul(a, b),
+    aten.addmm.default: _addmm,
+    aten.add.Tensor: _binary(B.add),
+    aten.add.Scalar: _binary(B.add),
+    aten.sub.Tensor: _binary(B.sub),
+    aten.sub.Scalar: _binary(B.sub),
+    aten.rsub.Scalar: lambda ctx, a, b, alpha=1: B.sub(b, _alpha(a, alpha)),
+    aten.rsub.Tensor: lambda ctx, a, b, alpha=1: B.sub(b, _alpha(a, alpha)),
+    aten.mul.Tensor: _binary(B.mul),
+    aten.mul.Scalar: _binary(B.mul),
+    aten.div.Tensor: _div,
+    aten.div.Scalar: _div,
+    aten.div.Tensor_mode: _div,
+    aten.neg.default: lambda ctx, x: B.scale(x, -1),
+    aten.exp.default: lambda ctx, x: B.exp(x),
+    aten.sqrt.default: lambda ctx, x: B.sqrt(x),
+    aten.rsqrt.default: lambda ctx, x: B.div(1, B.sqrt(x)),
+    aten.reciprocal.default: lambda ctx, x: B.div(1, x),
+    aten.pow.Tensor_Scalar: _pow,
+    aten.mean.dim: lambda ctx, x, dims=None, keepdim=False, dtype=None: _reduce("mean", x, dims, keepdim, dtype),
+    aten.mean.default: lambda ctx, x, dtype=None: _reduce("mean", x, None, False, dtype),
+    aten.sum.dim_IntList: lambda ctx, x, dims=None, keepdim=False, dtype=None: _reduce("sum", x, dims, keepdim, dtype),
+    aten.sum.default: lambda ctx, x, dtype=None: _reduce("sum", x, None, False, dtype),
+    aten.amax.default: lambda ctx, x, dims=(), keepdim=False: _reduce("max", x, dims, keepdim),
+    aten.silu.default: lambda ctx, x: B.silu(x),
+    aten.sigmoid.default: _sigmoid,
+    aten.view.default: _reshape,
+    aten._unsafe_view.default: _reshape,
+    aten.reshape.default: _reshape,
+    aten.unsqueeze.default: _unsqueeze,
+    aten.squeeze.dim: lambda ctx, x, d: _squeeze(ctx, x, [d]),
+    aten.squeeze.dims: _squeeze,
+    aten.squeeze.default: lambda ctx, x: _squeeze(ctx, x, None),
+    aten.expand.default: _expand,
+    aten.clone.default: _copy,
+    aten.contiguous.default: _copy,
+    aten._to_copy.default: _copy,
+    aten.alias.default: _identity,
+    aten.detach.default: _identity,
+    aten.cat.default: _cat,
+    rotate_half: _rotate_half,
+}
+
+
+def decompositions() -> dict:
+    """ATen decompositions applied while tracing: softmax into ``amax`` (a library op),
+    ``x - m``, ``exp``, ``sum`` and ``div`` — so the exp/sum/div land in a Lax piece —
+    and the other composite ops a block uses into the rows above."""
+    from torch._decomp import get_decompositions
+
+    return get_decompositions([aten._softmax, aten._log_softmax, aten.silu_backward, aten.addcmul,
+                               aten.t, aten.linear])

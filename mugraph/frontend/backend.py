@@ -1,0 +1,106 @@
+"""The ``"mugraph"`` backend of ``torch.compile`` (docs/design.md §10.5).
+
+Dynamo hands the backend a graph of torch calls and its example inputs; the
+backend returns a callable that specializes on first use of each input
+signature (shapes, dtypes, devices, and the values of integer inputs): it traces
+the graph at ATen level, cuts it into Lax pieces, superoptimizes each (a new
+shape is a new program: a new search, cached on disk, announced in one log
+line), stitches the pieces in as torch operators and hands the result to
+Inductor, which compiles the rest. Specializing per signature is what lets
+dynamo's dynamic shapes through: a symbolic graph is traced again at each
+concrete shape it meets.
+
+Inference only: a call that needs gradients runs the graph through Inductor
+without pieces (one log line says so) — the pieces have no backward.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .capture import trace
+from .graph import Captured
+from .options import FrontendOptions
+from .run import device_of, optimize_piece
+
+log = logging.getLogger("mugraph")
+
+
+def _signature(args: tuple) -> tuple:
+    sig = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            sig.append(("T", tuple(a.shape), a.dtype, a.device.type, a.requires_grad))
+        else:
+            sig.append(("V", a))
+    return tuple(sig)
+
+
+def _inductor(gm: fx.GraphModule, args: list) -> Callable:
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, args)
+
+
+class MugraphCompiled:
+    """What the backend returns for one dynamo graph: a callable specialized per
+    input signature (``variants``)."""
+
+    #: the most recent instances (tests and the H100 script read what each one did)
+    instances: list["MugraphCompiled"] = []
+
+    def __init__(self, gm: fx.GraphModule, options: FrontendOptions) -> None:
+        self.gm, self.options = gm, options
+        MugraphCompiled.instances = (MugraphCompiled.instances + [self])[-16:]
+        self.variants: dict[tuple, Callable] = {}
+        self.captured: dict[tuple, Captured] = {}
+
+    def __call__(self, *args: Any):
+        sig = _signature(args)
+        fn = self.variants.get(sig)
+        if fn is None:
+            fn = self.variants[sig] = self._specialize(sig, args)
+        return fn(*args)
+
+    def _specialize(self, sig: tuple, args: tuple) -> Callable:
+        opts = self.options
+        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+            log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
+            return _inductor(self.gm, list(args)) if opts.inductor else self.gm
+        with torch.no_grad():
+            cap = Captured(trace(self.gm, args), opts.min_ops)
+        self.captured[sig] = cap
+        dev = device_of(args)
+        done = {}
+        for bp in cap.pieces:
+            r = optimize_piece(bp, opts, dev)
+            if r is not None:
+                done[bp.name] = r[0]
+        kept = [bp for bp in cap.pieces if bp.name in done]
+        stitched = cap.stitched(lambda bp: done[bp.name], kept)
+        log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized, %d library ops",
+                 len(cap.info), len(kept), len(cap.pieces), len(cap.library))
+        if not opts.inductor:
+            return stitched
+        return _inductor(stitched, list(args))
+
+
+def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:
+    """``torch.compile(m, backend="mugraph", options={...})``: see :class:`FrontendOptions`."""
+    opts = FrontendOptions.of({**(options or {}), **kw})
+    return MugraphCompiled(gm, opts)
+
+
+def register() -> None:
+    """Register ``"mugraph"`` with dynamo (once; the entry point does the same lazily)."""
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if _BACKENDS.get("mugraph") is None:
+        register_backend(name="mugraph")(mugraph_backend)
+
+
+register()

@@ -1,0 +1,215 @@
+"""Capture: PyTorch code as an ATen-level FX graph, each node probed for its
+mugraph form (docs/design.md §10.1).
+
+Tracing uses ``make_fx`` (the proxy-tensor tracer under ``torch.export`` and
+AOTAutograd) with fake tensors at the example inputs' shapes, so nothing is
+computed and every node carries its result's shape and dtype (``meta["val"]``).
+The softmax and ``linear`` decompositions of :func:`.aten.decompositions` run
+while tracing. RoPE's rotate-half (two slices, a negation, a cat) is then
+recognized and replaced by one call of :func:`.aten.rotate_half`.
+
+Each call node is then *probed*: its row of :data:`.aten.ROWS` is run on fresh
+inputs of its argument shapes in a scratch Program; the node maps if the row
+succeeds and the built tensor has the node's shape and dtype (so ATen conventions
+the row misreads can never slip through). The probe records the catalog ops the
+node became, whether they are Lax, and how many exponentiations lie on it.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from ..errors import ArgumentTypeError, MugraphError
+from ..ir import DTYPES, Program, Tensor
+from ..ops import CATALOG, EXP_LIKE
+from .aten import ROWS, Context, Unmapped, decompositions, rotate_half
+
+aten = torch.ops.aten
+
+
+@dataclass
+class NodeInfo:
+    """What probing found for one FX node."""
+
+    mapped: bool
+    why: str = ""                  # why not, when not mapped
+    kinds: tuple[str, ...] = ()    # catalog ops the node becomes
+    lax: bool = False              # every op of a Lax class
+    exps: int = 0                  # exp-like ops on its longest path
+
+    @property
+    def num_ops(self) -> int:
+        return len(self.kinds)
+
+
+def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
+    """``fn`` traced at ATen level with fake tensors shaped like ``example_inputs``."""
+    if not callable(fn):
+        raise ArgumentTypeError(f"from_torch: expected a function or nn.Module, got {type(fn).__name__}")
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, (torch.Tensor, int, float, bool)):
+            raise ArgumentTypeError(f"from_torch: example input {i} is a {type(x).__name__}, not a torch.Tensor")
+    consts: dict[str, torch.Tensor] = {}
+    if isinstance(fn, torch.nn.Module):  # weights enter as inputs while tracing, then become constants
+        module = fn
+        consts = {**dict(module.named_parameters()), **dict(module.named_buffers())}
+        names = list(consts)
+
+        def fn(*xs):  # noqa: F811 - the module's call with its state passed in
+            return torch.func.functional_call(module, dict(zip(names, xs[:len(names)])), xs[len(names):])
+    try:
+        gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
+                     tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
+    except MugraphError:
+        raise
+    except Exception as e:  # noqa: BLE001 - torch's tracer raises many kinds; one line names it
+        raise Unmapped(f"from_torch: tracing failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
+    if consts:
+        _lift_constants(gm, list(consts.values()))
+    for n in gm.graph.nodes:  # constants (a module's weights) carry their value's shape and dtype
+        if n.op == "get_attr" and "val" not in n.meta:
+            v = getattr(gm, n.target, None)
+            if isinstance(v, torch.Tensor):
+                n.meta["val"] = v
+    fold_rotate_half(gm)
+    return gm
+
+
+def _lift_constants(gm: fx.GraphModule, values: list[torch.Tensor]) -> None:
+    """The first ``len(values)`` placeholders become constants of ``gm`` (get_attr)."""
+    phs = [n for n in gm.graph.nodes if n.op == "placeholder"][:len(values)]
+    last = [n for n in gm.graph.nodes if n.op == "placeholder"][-1]
+    for i, (n, v) in enumerate(zip(phs, values)):
+        name = f"_const{i}"
+        gm.register_buffer(name, v.detach())
+        with gm.graph.inserting_after(last):
+            a = gm.graph.get_attr(name)
+        a.meta["val"] = v.detach()
+        n.replace_all_uses_with(a)
+        gm.graph.erase_node(n)
+    gm.graph.lint()
+    gm.recompile()
+
+
+def _val(n: Any):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _slice_of(n: Any, dim_size: int) -> tuple[fx.Node, int, int] | None:
+    """``(x, start, end)`` if ``n`` is ``x[..., start:end]`` on the last dim, step 1."""
+    if not (isinstance(n, fx.Node) and n.op == "call_function" and n.target == aten.slice.Tensor):
+        return None
+    args = list(n.args) + [None, 0, None, None, 1][len(n.args):]
+    x, dim, start, end, step = args[:5]
+    v = _val(x)
+    if v is None or v.ndim == 0 or dim % v.ndim != v.ndim - 1 or step != 1:
+        return None
+    start = 0 if start is None else start
+    end = dim_size if end is None else min(end, dim_size)
+    return x, start % dim_size if start < 0 else start, end % dim_size if end < 0 else end
+
+
+def fold_rotate_half(gm: fx.GraphModule) -> int:
+    """Replace ``cat([-x[..., h:], x[..., :h]], -1)`` by ``rotate_half(x)``; the
+    slices and the negation go if nothing else reads them. Returns how many."""
+    count = 0
+    for n in list(gm.graph.nodes):
+        if not (n.op == "call_function" and n.target == aten.cat.default and len(n.args[0]) == 2):
+            continue
+        v = _val(n)
+        if v is None or v.ndim == 0 or (n.args[1] if len(n.args) > 1 else 0) % v.ndim != v.ndim - 1:
+            continue
+        d = v.shape[-1]
+        first, second = n.args[0]
+        if not (first.op == "call_function" and first.target == aten.neg.default):
+            continue
+        hi, lo = _slice_of(first.args[0], d), _slice_of(second, d)
+        if hi is None or lo is None or hi[0] is not lo[0] or d % 2 or hi[1:] != (d // 2, d) or lo[1:] != (0, d // 2):
+            continue
+        with gm.graph.inserting_before(n):
+            r = gm.graph.call_function(rotate_half, (hi[0],))
+        r.meta = dict(n.meta)
+        n.replace_all_uses_with(r)
+        gm.graph.erase_node(n)
+        for dead in (first, first.args[0], second):
+            if not dead.users:
+                gm.graph.erase_node(dead)
+        count += 1
+    if count:
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def tensor_args(node: fx.Node) -> list[fx.Node]:
+    """The node's tensor-valued inputs, in order of first use."""
+    seen: dict[fx.Node, None] = {}
+    for a in node.all_input_nodes:
+        if isinstance(_val(a), torch.Tensor):
+            seen[a] = None
+    return list(seen)
+
+
+def build_node(node: fx.Node, env: dict[fx.Node, Any], ctx: Context):
+    """Apply the node's row with ``env`` mapping its tensor inputs to mugraph tensors."""
+    row = ROWS.get(node.target)
+    if row is None:
+        raise Unmapped(f"{node.target} has no row")
+
+    def sub(a):
+        if isinstance(a, fx.Node):
+            if a not in env:
+                raise Unmapped(f"argument {a.name} is not a tensor")
+            return env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(sub(x) for x in a)
+        if isinstance(a, torch.dtype):
+            return a
+        if isinstance(a, (torch.device, torch.layout, torch.memory_format)):
+            return None
+        return a
+    return row(ctx, *sub(tuple(node.args)), **{k: sub(v) for k, v in node.kwargs.items()})
+
+
+def dtype_name(t: torch.dtype) -> str:
+    return str(t).removeprefix("torch.")
+
+
+def probe(node: fx.Node) -> NodeInfo:
+    """Whether ``node`` maps to catalog ops, and what it becomes (see the module doc)."""
+    if node.op != "call_function":
+        return NodeInfo(False, node.op)
+    if node.target is operator.getitem or node.target not in ROWS:
+        return NodeInfo(False, f"{getattr(node.target, '__name__', node.target)} has no row")
+    out = _val(node)
+    if not isinstance(out, torch.Tensor):
+        return NodeInfo(False, "result is not one tensor")
+    p = Program("probe")
+    env: dict[fx.Node, Any] = {}
+    try:
+        for i, a in enumerate(tensor_args(node)):
+            v = _val(a)
+            if dtype_name(v.dtype) not in DTYPES:
+                return NodeInfo(False, f"input dtype {v.dtype}")
+            env[a] = p.input(f"a{i}", tuple(int(s) for s in v.shape), dtype_name(v.dtype))
+        ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
+        y = build_node(node, env, ctx)
+    except MugraphError as e:
+        return NodeInfo(False, str(e)[:200])
+    if not isinstance(y, Tensor) or tuple(y.shape) != tuple(out.shape) or y.dtype != dtype_name(out.dtype):
+        return NodeInfo(False, f"built {getattr(y, 'shape', None)} {getattr(y, 'dtype', None)}, "
+                               f"node is {tuple(out.shape)} {out.dtype}")
+    kinds = tuple(op.kind for op in p.ops if op.kind != "input")
+    depth: dict[int, int] = {}
+    for op in p.ops:
+        d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + (op.kind in EXP_LIKE)
+        for t in op.outputs:
+            depth[t.id] = d
+    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0))
+

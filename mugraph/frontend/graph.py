@@ -1,0 +1,80 @@
+"""``from_torch``: a captured program — the ATen graph, what each node maps to,
+the Lax pieces — and its runs: the float64 reference and the superoptimized form."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .capture import NodeInfo, probe, trace
+from .options import FrontendOptions
+from .partition import partition
+from .pieces import BuiltPiece, build_piece, reference_call, rewrite
+
+log = logging.getLogger("mugraph")
+
+
+class Captured:
+    """A traced program cut into Lax pieces (``pieces``) and library ops (``library``)."""
+
+    def __init__(self, gm: fx.GraphModule, min_ops: int = 2) -> None:
+        self.graph_module = gm
+        self.info: dict[fx.Node, NodeInfo] = {n: probe(n) for n in gm.graph.nodes if n.op == "call_function"}
+        self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(gm.graph, self.info, min_ops)]
+        inside = {n for bp in self.pieces for n in bp.piece.nodes}
+        #: call nodes that stay torch calls
+        self.library: list[fx.Node] = [n for n in self.info if n not in inside]
+
+    def summary(self) -> str:
+        lines = [f"{len(self.pieces)} Lax pieces, {len(self.library)} library ops"]
+        lines += [f"  {bp.describe()}" for bp in self.pieces]
+        names: dict[str, int] = {}
+        for n in self.library:
+            t = getattr(n.target, "__name__", str(n.target))
+            names[t] = names.get(t, 0) + 1
+        lines.append("  library: " + ", ".join(f"{k}×{v}" for k, v in sorted(names.items())))
+        return "\n".join(lines)
+
+    def stitched(self, call_of: Callable[[BuiltPiece], Any], pieces: list[BuiltPiece] | None = None) -> fx.GraphModule:
+        """The graph with each piece (of ``pieces``, default all) as one call of ``call_of(piece)``."""
+        return rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of)
+
+    def reference(self) -> fx.GraphModule:
+        """The pieces run by mugraph's float64 interpreter, the rest by torch: what the
+        capture means (tests compare it with the original function)."""
+        return self.stitched(reference_call)
+
+    def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
+                **kw: Any) -> fx.GraphModule:
+        """Superoptimize every piece and stitch its kernels in; the rest runs as torch
+        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor)."""
+        from .run import device_of, optimize_piece
+
+        opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
+                                  if not isinstance(options, FrontendOptions) else options)
+        dev = device or device_of(self.example_devices)
+        done = {}
+        for bp in self.pieces:
+            r = optimize_piece(bp, opts, dev)
+            if r is not None:
+                done[bp.name] = r[0]
+        kept = [bp for bp in self.pieces if bp.name in done]
+        return self.stitched(lambda bp: done[bp.name], kept)
+
+    @property
+    def example_devices(self) -> list:
+        out = []
+        for n in self.graph_module.graph.nodes:
+            v = n.meta.get("val")
+            if n.op == "placeholder" and isinstance(v, torch.Tensor):
+                out.append(v)
+        return out
+
+
+def from_torch(fn: Callable, *example_inputs: torch.Tensor, min_ops: int = 2) -> Captured:
+    """Trace ``fn`` (a function or ``nn.Module``) at ATen level with inputs shaped like
+    ``example_inputs``; probe every node; cut the graph into Lax pieces."""
+    return Captured(trace(fn, example_inputs), min_ops)

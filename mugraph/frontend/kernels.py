@@ -1,0 +1,106 @@
+"""Superoptimized pieces as torch operators (docs/design.md §10.4).
+
+On a GPU a piece's lowered Triton kernels are registered with
+``torch.library.triton_op``: its body launches each kernel through
+``torch.library.wrap_triton``, so ``torch.compile``/Inductor traces through the
+op and sees the kernels themselves (it can schedule them, and capture them in
+its CUDA graphs). Buffers are allocated per call (a traced op must be
+functional: no workspace kept between calls).
+
+On the CPU the kernels run under Triton's interpreter, whose kernels are not
+``JITFunction`` objects, and ``wrap_triton`` refuses them; there the piece is a
+``torch.library.custom_op`` (opaque to Inductor, which calls it) running the
+compiled program. Both have a fake implementation giving the outputs' shapes.
+
+This module keeps no ``from __future__ import annotations``: ``custom_op`` reads
+the body's type hints to infer the operator's schema.
+"""
+
+import logging
+from typing import Callable, List
+
+import torch
+
+from lower.runtime import TORCH_DTYPE, CompiledProgram, _interpret
+from lower.torch_ops import TORCH_OPS
+
+from ..ir import Program
+
+log = logging.getLogger("mugraph")
+
+#: registered operators by qualified name (a name can be defined once per process)
+_OPS: dict = {}
+
+
+def functional_runner(prog: CompiledProgram, wrap: Callable) -> Callable[[List[torch.Tensor]], List[torch.Tensor]]:
+    """Run ``prog``'s schedule with buffers allocated per call; each Triton launch goes
+    through ``wrap(fn)`` (``torch.library.wrap_triton`` on a GPU)."""
+    graph = prog.graph
+    locks = {name for s in prog.steps if s.kernel is not None for name in s.kernel.locks}
+    specs = {name: (tuple(v.shape), tuple(v.stride()), v.dtype) for name, v in prog.views.items()}
+
+    def run(xs: List[torch.Tensor]) -> List[torch.Tensor]:
+        dev = xs[0].device
+        env = {}
+        for name, (shape, stride, dtype) in specs.items():
+            env[name] = (torch.zeros(shape, dtype=dtype, device=dev) if name in locks
+                         else torch.empty_strided(shape, stride, dtype=dtype, device=dev))
+        for t, x in zip(graph.inputs, xs):
+            env[t.label()] = x.contiguous()
+        outs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
+        for t, o in zip(graph.outputs, outs):
+            env[t.label()] = o
+        with _interpret(prog.interpret):
+            for step in prog.steps:
+                op = step.op
+                if step.kernel is None:
+                    t = op.outputs[0]
+                    r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
+                                           TORCH_DTYPE[t.dtype], dev).to(TORCH_DTYPE[t.dtype])
+                    if t in graph.outputs:
+                        env[t.label()].copy_(r)
+                    else:
+                        env[t.label()] = r.contiguous()
+                    continue
+                for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
+                    opts = {k: v for k, v in opts.items() if k != "launch_pdl"}
+                    wrap(fn)[(ln.grid,)](*[env[a] for a in ln.args], **opts)
+        return outs
+    return run
+
+
+def register(name: str, program: Program, run: Callable[[List[torch.Tensor]], List[torch.Tensor]],
+             triton: bool):
+    """``torch.ops.mugraph.<name>``: a ``triton_op`` (``triton=True``) or a ``custom_op``
+    calling ``run``; defined once per process and name."""
+    qual = f"mugraph::{name}"
+    if qual in _OPS:
+        return _OPS[qual]
+    specs = [(tuple(t.shape), TORCH_DTYPE[t.dtype]) for t in program.outputs]
+
+    def body(xs: List[torch.Tensor]) -> List[torch.Tensor]:
+        return run(list(xs))
+
+    if triton:
+        op = torch.library.triton_op(qual, body, mutates_args=())
+    else:
+        op = torch.library.custom_op(qual, body, mutates_args=())
+
+    def fake(xs: List[torch.Tensor]) -> List[torch.Tensor]:
+        dev = xs[0].device
+        return [torch.empty(s, dtype=d, device=dev) for s, d in specs]
+
+    op.register_fake(fake)
+    _OPS[qual] = getattr(torch.ops.mugraph, name).default
+    return _OPS[qual]
+
+
+def make_op(name: str, prog: CompiledProgram, kind: str):
+    """The operator for a compiled piece. ``kind``: ``"triton_op"`` (GPU; Inductor
+    traces through the kernels), ``"custom_op"`` (opaque; the only one the CPU
+    interpreter allows), or ``"auto"`` (triton_op on a GPU, custom_op on the CPU)."""
+    if kind == "auto":
+        kind = "triton_op" if prog.device == "cuda" else "custom_op"
+    if kind == "triton_op":
+        return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True)
+    return register(name, prog.graph, functional_runner(prog, lambda f: f), False)

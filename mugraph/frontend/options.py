@@ -1,0 +1,84 @@
+"""Options of the front end and of the ``"mugraph"`` torch.compile backend."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from ..ir import short
+
+
+@dataclass
+class FrontendOptions:
+    """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
+
+    ``time_limit``: seconds of search per piece (the search's ``time_limit``).
+    ``min_ops``: a piece with fewer catalog ops is left to torch.
+    ``cache_dir``: where searched pieces are cached (``None``: mugraph's default,
+    ``$MUGRAPH_CACHE_DIR`` or ``~/.cache/mugraph``; ``False``: no cache).
+    ``search``: further ``search.SearchConfig`` fields (``workers``, ``executor``, …).
+    ``inductor``: compile the stitched graph with Inductor (else run it eagerly).
+    ``kernel_op``: ``"auto"``, ``"triton_op"`` or ``"custom_op"`` (see
+    :mod:`mugraph.frontend.kernels`).
+    ``seed``: the search's and verifier's seed.
+    ``deadline``: a wall-clock time (``time.time()``) after which no new search
+    starts (pieces not in the cache then stay torch code, one log line each);
+    bounds a whole model's compile.
+    """
+
+    time_limit: float = 30.0
+    min_ops: int = 2
+    cache_dir: Any = None
+    search: dict = field(default_factory=dict)
+    inductor: bool = True
+    kernel_op: str = "auto"
+    seed: int = 0
+    deadline: float | None = None
+
+    def __post_init__(self) -> None:
+        t = self.time_limit
+        if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6:
+            raise ConfigError(f"time_limit={short(t)}: seconds of search per piece, > 0")
+        if type(self.min_ops) is not int or self.min_ops < 0:
+            raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 0 (0: search every piece)")
+        if not isinstance(self.search, dict) or "time_limit" in self.search:
+            raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
+                              "the option time_limit)")
+        if not isinstance(self.inductor, bool):
+            raise ConfigError(f"inductor={short(self.inductor)}: must be True or False")
+        if self.kernel_op not in ("auto", "triton_op", "custom_op"):
+            raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
+        d = self.deadline
+        if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
+            raise ConfigError(f"deadline={short(d)}: a time.time() value or None")
+        if type(self.seed) is not int or self.seed < 0:
+            raise ConfigError(f"seed={short(self.seed)}: must be an int >= 0")
+
+    @classmethod
+    def of(cls, options: Any) -> "FrontendOptions":
+        if isinstance(options, cls):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, dict):
+            raise ConfigError(f"options={short(options)}: must be a dict of {[f.name for f in dataclasses.fields(cls)]}")
+        names = [f.name for f in dataclasses.fields(cls)]
+        for k in options:
+            if k not in names:
+                close = difflib.get_close_matches(str(k), names, n=1)
+                raise ConfigError(f"mugraph backend: unknown option {short(k, 40)}"
+                                  + (f"; did you mean {close[0]!r}?" if close else "") + f" (options: {', '.join(names)})")
+        return cls(**options)
+
+    def optimize_config(self) -> dict:
+        return {"search": {**self.search, "time_limit": float(self.time_limit)}}
+
+    def key(self) -> str:
+        """What decides a piece's result (not where it is cached, not how it is run)."""
+        doc = {"search": self.optimize_config(), "seed": self.seed}
+        return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]

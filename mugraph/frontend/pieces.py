@@ -1,0 +1,168 @@
+"""Pieces as mugraph Programs, and the captured graph rewritten around them
+(docs/design.md §10.3–10.4).
+
+A piece's Program has one input per tensor it reads from outside (in order of
+first use), then one per constant a row asked for (RoPE's rotation matrix), and
+one output per member value read outside it. Its name is a hash of its structure
+and shapes, so equal pieces — the same block at the same shapes, in this model or
+another — share one cached search.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.fx as fx
+
+from ..interpreter import evaluate
+from ..ir import Program
+from ..lax import check_lax
+from ..serialize import graph_to_json
+from .aten import Context
+from .capture import NodeInfo, _val, build_node, dtype_name, tensor_args
+from .partition import Piece
+
+
+@dataclass(eq=False)
+class BuiltPiece:
+    """One Lax piece: its nodes, its Program and how it connects to the graph."""
+
+    piece: Piece
+    program: Program
+    inputs: list[fx.Node]
+    constants: list[torch.Tensor]
+    outputs: list[fx.Node]
+    key: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.program.name
+
+    def describe(self) -> str:
+        kinds: dict[str, int] = {}
+        for op in self.program.ops:
+            if op.kind != "input":
+                kinds[op.kind] = kinds.get(op.kind, 0) + 1
+        ins = ", ".join(f"{tuple(t.shape)}" for t in self.program.inputs)
+        return (f"{self.name}: {sum(kinds.values())} ops ({', '.join(f'{k}×{n}' for k, n in sorted(kinds.items()))}); "
+                f"inputs {ins}")
+
+
+def structural_key(program: Program) -> str:
+    doc = graph_to_json(program)
+    doc.pop("name", None)
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def build_piece(piece: Piece) -> BuiltPiece:
+    """The piece as a Program (checked to be Lax) and its connections."""
+    members = set(piece.nodes)
+    p = Program("piece")
+    env: dict[fx.Node, Any] = {}
+    inputs: list[fx.Node] = []
+    for n in piece.nodes:
+        for a in tensor_args(n):
+            if a not in members and a not in env:
+                v = _val(a)
+                env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype_name(v.dtype))
+                inputs.append(a)
+    ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
+    for n in piece.nodes:
+        env[n] = build_node(n, env, ctx)
+    outputs = [n for n in piece.nodes if any(u not in members for u in n.users)]
+    for n in outputs:
+        p.output(env[n])
+    check_lax(p)
+    key = structural_key(p)
+    p.name = f"piece_{key[:16]}"
+    return BuiltPiece(piece, p, inputs, list(ctx.constants), outputs, key)
+
+
+PieceCall = Callable[[list[torch.Tensor]], list[torch.Tensor]]
+
+
+def reference_call(bp: BuiltPiece) -> PieceCall:
+    """The piece evaluated by mugraph's float64 interpreter (results cast back to
+    each output's dtype): the captured form's meaning, for tests."""
+    def call(xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        feed = {t.name: x.detach().double().cpu().numpy() for t, x in zip(bp.program.inputs, xs)}
+        outs = evaluate(bp.program, feed)
+        dev = xs[0].device if xs else torch.device("cpu")
+        return [torch.from_numpy(np.asarray(o, dtype=np.float64)).to(dev) for o in outs]
+    call.__name__ = f"ref_{bp.name}"
+    return call
+
+
+def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[BuiltPiece], Any]) -> fx.GraphModule:
+    """A new graph in which each piece is one call of ``call_of(piece)`` (taking the
+    list of its inputs, returning the list of its outputs) and every other node is
+    copied. Nodes are emitted in a topological order of the contracted graph that
+    keeps the original order wherever it can (the graph is functional, so any
+    topological order computes the same values)."""
+    owner: dict[fx.Node, BuiltPiece] = {n: bp for bp in pieces for n in bp.piece.nodes}
+    order = list(gm.graph.nodes)
+    index = {n: i for i, n in enumerate(order)}
+    units: list[Any] = []
+    seen: set[int] = set()
+    for n in order:
+        bp = owner.get(n)
+        if bp is None:
+            units.append(n)
+        elif id(bp) not in seen:
+            seen.add(id(bp))
+            units.append(bp)
+
+    def unit_of(n: fx.Node):
+        return owner.get(n, n)
+
+    def deps(u) -> set:
+        nodes = u.piece.nodes if isinstance(u, BuiltPiece) else [u]
+        return {unit_of(a) for m in nodes for a in m.all_input_nodes} - {u}
+
+    import heapq
+
+    pos = {id(u): (index[u.piece.nodes[0]] if isinstance(u, BuiltPiece) else index[u]) for u in units}
+    waiting = {id(u): len(deps(u)) for u in units}
+    users: dict[int, list] = {}
+    for u in units:
+        for d in deps(u):
+            users.setdefault(id(d), []).append(u)
+    heap = [(pos[id(u)], k, u) for k, u in enumerate(units) if waiting[id(u)] == 0]
+    heapq.heapify(heap)
+    tie = len(units)
+    g = fx.Graph()
+    new: dict[fx.Node, fx.Node] = {}
+    consts_done: dict[int, list[fx.Node]] = {}
+    emitted = 0
+    while heap:
+        _, _, u = heapq.heappop(heap)
+        emitted += 1
+        if isinstance(u, BuiltPiece):
+            cnodes = []
+            for j, c in enumerate(u.constants):
+                name = f"_mugraph_{u.name}_c{j}"
+                if not hasattr(gm, name):
+                    gm.register_buffer(name, c)
+                cnodes.append(g.get_attr(name))
+            call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
+            for k, o in enumerate(u.outputs):
+                new[o] = g.call_function(__import__("operator").getitem, (call, k))
+                new[o].meta = dict(o.meta)
+        else:
+            new[u] = g.node_copy(u, lambda a: new[a])
+        for v in users.get(id(u), ()):
+            waiting[id(v)] -= 1
+            if waiting[id(v)] == 0:
+                tie += 1
+                heapq.heappush(heap, (pos[id(v)], tie, v))
+    if emitted != len(units):
+        raise AssertionError("the contracted graph has a cycle (the partition must prevent this)")
+    out = fx.GraphModule(gm, g)
+    out.graph.lint()
+    return out

@@ -1,0 +1,82 @@
+"""Superoptimize the pieces of a captured graph and stitch them back (docs/design.md §10.4).
+
+Each piece is handed to ``mg.superoptimize`` (searched, verified, lowered; results
+cached on disk by program — structure and shapes — configuration and device),
+and its lowered program becomes a torch operator (:mod:`.kernels`). A piece
+whose search raises a mugraph error stays torch code, with one log line saying
+why; nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+import lower
+
+from ..errors import MugraphError
+from ..pipeline.cache import cache_doc, cache_path, key_of
+from ..pipeline.optimize import make_config, superoptimize
+from ..pipeline.cache import default_cache_dir
+from ..files import as_path
+from .kernels import make_op
+from .options import FrontendOptions
+from .pieces import BuiltPiece
+
+log = logging.getLogger("mugraph")
+
+#: (piece name, options key, device, kernel op kind) -> (operator, Optimized): one search
+#: and one registration per process
+_DONE: dict[tuple, tuple[Any, Any]] = {}
+
+
+def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
+    if opts.cache_dir is False:
+        return False
+    root = default_cache_dir() if opts.cache_dir is None else as_path(opts.cache_dir, "cache_dir")
+    doc = cache_doc(bp.program, make_config(opts.optimize_config()), opts.seed, device)
+    return cache_path(root, bp.program, key_of(doc)).exists()
+
+
+def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
+    """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code."""
+    kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
+    k = (bp.name, opts.key(), device, kind)
+    if k in _DONE:
+        return _DONE[k]
+    cached = _is_cached(bp, opts, device)
+    if not cached and opts.deadline is not None and time.time() > opts.deadline:
+        log.warning("mugraph: %s stays torch code: the deadline for searches has passed", bp.name)
+        return None
+    if not cached:
+        log.info("mugraph: new search for %s, ≤ %g s", bp.describe(), opts.time_limit)
+    t0 = time.perf_counter()
+    try:
+        opt = superoptimize(bp.program, opts.optimize_config(), device=device, cache_dir=opts.cache_dir,
+                            progress=False, seed=opts.seed)
+        # no CUDA graph of its own (the caller may capture one around it) and no PDL launch
+        # option (wrap_triton passes launch options through only for warps and stages)
+        configs = {i: lower.KernelConfig.from_dict(v) for i, v in opt.best.configs.items()}
+        prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False)
+        op = make_op(f"{bp.name}_{opts.key()}_{kind[0]}", prog, kind)
+    except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
+        what = str(e).splitlines()[0][:300] if str(e) else ""
+        log.warning("mugraph: %s stays torch code: %s%s", bp.name,
+                    "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
+        _DONE[k] = None
+        return None
+    bp.info = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
+               "origin": opt.best.origin, "found_by": opt.best.found_by,
+               "predicted_s": opt.best.predicted_s}
+    _DONE[k] = (op, opt)
+    return _DONE[k]
+
+
+def device_of(example_inputs) -> str:
+    for x in example_inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "cuda":
+            return "cuda"
+    return "cpu"

@@ -1,0 +1,149 @@
+"""torch.compile(backend="mugraph"): the real path — search, verify, lowered Triton
+kernels (under the interpreter on the CPU), Inductor for the rest — against eager."""
+
+import logging
+
+import pytest
+import torch
+
+import mugraph as mg
+import mugraph.frontend  # noqa: F401 - registers the backend
+from mugraph.frontend.backend import MugraphCompiled
+
+g = torch.Generator().manual_seed(2)
+
+
+def r(*shape):
+    return torch.randn(*shape, generator=g)
+
+
+def opts(cache, t=3.0, **kw):
+    return {"time_limit": t, "cache_dir": cache, **kw}
+
+
+def new_searches(caplog):
+    return [m for m in caplog.messages if "new search" in m]
+
+
+def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
+    def attn(q, k, v):
+        s = (q @ k.transpose(-1, -2)) * 0.25
+        m = s.amax(dim=-1, keepdim=True)           # the max of a safe softmax: a library op
+        p = torch.exp(s - m)
+        return (p / p.sum(dim=-1, keepdim=True)) @ v
+    q, k, v = r(8, 16), r(8, 16), r(8, 16)
+    with torch.no_grad():
+        f = torch.compile(attn, backend="mugraph", options=opts(piece_cache))
+        y = f(q, k, v)
+    torch.testing.assert_close(y, attn(q, k, v), atol=1e-5, rtol=1e-5)
+    assert len(new_searches(mugraph_log)) >= 1
+    # the softmax piece (x - m, exp, sum, div, @ v) became a searched μGraph: its
+    # Triton kernels ran under the interpreter
+    (cap,) = _backend_results()[0].captured.values()
+    assert any(bp.info.get("origin") == "search" and bp.info["kernels"] >= 1 for bp in cap.pieces), \
+        [bp.info for bp in cap.pieces]
+    # a new shape: a new program, a new search, said in one line each
+    mugraph_log.clear()
+    with torch.no_grad():
+        y = f(r(4, 16), k, v)
+    assert len(new_searches(mugraph_log)) >= 1
+    # the same shapes again, in a fresh compile: served by the cache, no search
+    mugraph_log.clear()
+    torch._dynamo.reset()
+    with torch.no_grad():
+        f2 = torch.compile(attn, backend="mugraph", options=opts(piece_cache))
+        torch.testing.assert_close(f2(q, k, v), attn(q, k, v), atol=1e-5, rtol=1e-5)
+    assert new_searches(mugraph_log) == []
+
+
+def test_rmsnorm_mlp_module(piece_cache, mugraph_log):
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.rand(16) + 0.5)
+            self.up = torch.nn.Linear(16, 32, bias=False)
+            self.gate = torch.nn.Linear(16, 32, bias=False)
+            self.down = torch.nn.Linear(32, 16, bias=False)
+
+        def forward(self, x):
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+            return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
+    m = Block().eval()
+    x = r(2, 4, 16)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        y = torch.compile(m, backend="mugraph", options=opts(piece_cache))(x)
+        torch.testing.assert_close(y, m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_options_are_checked():
+    with pytest.raises(mg.ConfigError, match="time_lmit.*did you mean 'time_limit'"):
+        mugraph.frontend.mugraph_backend(None, [], options={"time_lmit": 3})
+    with pytest.raises(mg.ConfigError, match="time_limit"):
+        mugraph.frontend.mugraph_backend(None, [], options={"time_limit": 0})
+    with pytest.raises(mg.ConfigError, match="kernel_op"):
+        mugraph.frontend.mugraph_backend(None, [], options={"kernel_op": "cuda"})
+
+
+def test_backend_is_registered_and_named_in_pyproject():
+    import tomllib
+    from pathlib import Path
+
+    from torch._dynamo import list_backends
+    from torch._dynamo.backends.registry import lookup_backend
+
+    assert "mugraph" in list_backends(exclude_tags=())
+    assert lookup_backend("mugraph") is mugraph.frontend.mugraph_backend
+    doc = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    target = doc["project"]["entry-points"]["torch_dynamo_backends"]["mugraph"]
+    mod, name = target.split(":")
+    assert getattr(__import__(mod, fromlist=[name]), name) is mugraph.frontend.mugraph_backend
+
+
+def test_gradients_fall_back_to_inductor(piece_cache, caplog):
+    caplog.set_level(logging.WARNING, logger="mugraph")
+    w = torch.nn.Parameter(r(8, 8))
+    torch._dynamo.reset()
+    f = torch.compile(lambda x: torch.exp(x @ w) * 2, backend="mugraph", options=opts(piece_cache))
+    y = f(r(4, 8))
+    y.sum().backward()
+    assert w.grad is not None
+    assert any("inference only" in m for m in caplog.messages)
+
+
+def test_llama_decoder_layer(piece_cache, mugraph_log):
+    transformers = pytest.importorskip("transformers")  # the 'torch' extra: pip install 'mugraph[torch]'
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=128, num_hidden_layers=1, vocab_size=32,
+                                   max_position_embeddings=64)
+    cfg._attn_implementation = "eager"  # matmul/softmax/matmul in ATen (SDPA would stay one library op)
+    torch.manual_seed(0)
+    layer = LlamaDecoderLayer(cfg, layer_idx=0).eval()
+    rope = LlamaRotaryEmbedding(cfg)
+    x = torch.randn(1, 4, 64)
+    cos, sin = rope(x, torch.arange(4)[None])
+    mask = torch.full((4, 4), float("-inf")).triu(1)[None, None]
+
+    def run(h, cos, sin, mask):
+        out = layer(h, attention_mask=mask, position_embeddings=(cos, sin))
+        return out[0] if isinstance(out, tuple) else out
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = run(x, cos, sin, mask)
+        f = torch.compile(run, backend="mugraph", options=opts(piece_cache, 4.0))
+        got = f(x, cos, sin, mask)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    # what ran: every piece searched (or served by the cache), verified and lowered
+    (compiled,) = _backend_results()
+    (cap,) = compiled.captured.values()
+    assert len(cap.pieces) >= 4
+    for bp in cap.pieces:
+        mg.check_lax(bp.program)
+        assert bp.info, f"{bp.name} was not superoptimized"
+
+
+def _backend_results():
+    return [c for c in MugraphCompiled.instances if c.captured][-1:]

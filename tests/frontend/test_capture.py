@@ -1,0 +1,126 @@
+"""Each mapped ATen op, captured and run through mugraph's float64 interpreter, against
+torch in float64; what stays a torch call stays one."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import mugraph as mg
+from mugraph.frontend import from_torch
+from mugraph.frontend.aten import rotate_half, rotate_half_matrix
+
+aten = torch.ops.aten
+g = torch.Generator().manual_seed(0)
+
+
+def r(*shape, pos=False):
+    x = torch.randn(*shape, generator=g)
+    return x.abs() + 0.5 if pos else x
+
+
+def check(fn, *xs, mapped=(), library=(), atol=1e-5, ref=None):
+    """Capture ``fn`` (every worth-it piece kept: min_ops=0), assert which ATen ops
+    mapped and which stayed library, and compare the captured form (pieces in the
+    float64 interpreter) with ``fn`` in float64."""
+    cap = from_torch(fn, *xs, min_ops=0)
+    inside = {n.target for bp in cap.pieces for n in bp.piece.nodes}
+    lib = {n.target for n in cap.library}
+    for t in mapped:
+        assert t in inside, f"{t} not mapped: {[(n.target, cap.info[n].why) for n in cap.library]}"
+    for t in library:
+        assert t in lib, f"{t} should stay a torch call"
+    for bp in cap.pieces:
+        mg.check_lax(bp.program)
+    got = cap.reference()(*[x.double() for x in xs])
+    want = (ref or fn)(*[x.double() for x in xs])
+    got = got if isinstance(got, (tuple, list)) else (got,)
+    want = want if isinstance(want, (tuple, list)) else (want,)
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a.double(), b.double(), atol=atol, rtol=1e-6)
+    return cap
+
+
+CASES = {
+    "mm": (lambda a, b: a @ b, (r(4, 8), r(8, 6)), [aten.mm.default]),
+    "bmm": (torch.bmm, (r(2, 4, 8), r(2, 8, 3)), [aten.bmm.default]),
+    "matmul4d": (torch.matmul, (r(1, 2, 4, 8), r(1, 2, 8, 3)), [aten.bmm.default]),
+    "linear": (lambda x, w, b: F.linear(x, w, b), (r(4, 8), r(6, 8), r(6)), [aten.addmm.default]),
+    "add": (lambda a, b: a + b * 2 + 1.5, (r(4, 8), r(1, 8)), [aten.add.Tensor, aten.mul.Tensor]),
+    "add_alpha": (lambda a, b: torch.add(a, b, alpha=3), (r(4, 8), r(4, 8)), [aten.add.Tensor]),
+    "sub": (lambda a, b: a - b - 0.25, (r(4, 8), r(4, 1)), [aten.sub.Tensor]),
+    "rsub": (lambda a: 1 - a, (r(4, 8),), [aten.rsub.Scalar]),
+    "mul": (lambda a, b: a * b * 0.5, (r(4, 8), r(4, 8)), [aten.mul.Tensor]),
+    "div": (lambda a, b: a / b / 4, (r(4, 8), r(4, 8, pos=True)), [aten.div.Tensor]),
+    "neg": (lambda a, b: -a * b, (r(4, 8), r(4, 8)), [aten.neg.default]),
+    "exp": (lambda a: torch.exp(a) * 2, (r(4, 8),), [aten.exp.default]),
+    "sqrt": (lambda a: torch.sqrt(a) + 1, (r(4, 8, pos=True),), [aten.sqrt.default]),
+    "rsqrt": (lambda a: torch.rsqrt(a) + 1, (r(4, 8, pos=True),), [aten.rsqrt.default]),
+    "reciprocal": (lambda a: torch.reciprocal(a) + 1, (r(4, 8, pos=True),), [aten.reciprocal.default]),
+    "pow2": (lambda a: a.pow(2) + 1, (r(4, 8),), [aten.pow.Tensor_Scalar]),
+    "pow_half": (lambda a: a ** 0.5 + a ** -0.5 + a ** -1, (r(4, 8, pos=True),), [aten.pow.Tensor_Scalar]),
+    "mean": (lambda a: a.mean(-1, keepdim=True) + a.mean(0), (r(4, 8),), [aten.mean.dim]),
+    "mean_all": (lambda a: a.mean((0, 1), keepdim=True) * a, (r(4, 8),), [aten.mean.dim]),
+    "sum": (lambda a: a.sum((0, 2)) * 2, (r(3, 4, 5),), [aten.sum.dim_IntList]),
+    "silu": (lambda a: F.silu(a) * a, (r(4, 8),), [aten.silu.default]),
+    "sigmoid": (lambda a: torch.sigmoid(a) * a, (r(4, 8),), [aten.sigmoid.default]),
+    "view": (lambda a: (a * 2).view(2, 16) + 1, (r(4, 8),), [aten.view.default]),
+    "reshape": (lambda a: (a * 2).reshape(8, -1) + 1, (r(4, 8),), [aten.view.default]),
+    "unsqueeze_expand": (lambda a: (a * 2).unsqueeze(0).expand(3, 4, 8) * 1.5, (r(4, 8),),
+                         [aten.unsqueeze.default, aten.expand.default]),
+    "contiguous": (lambda a: (a * 2).contiguous().clone() + 1, (r(4, 8),), [aten.clone.default]),
+    "cat": (lambda a, b: torch.cat([a * 2, b + 1], dim=1) * 3, (r(4, 8), r(4, 2)), [aten.cat.default]),
+    "rotate_half": (lambda q, c, s: q * c + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * s,
+                    (r(1, 2, 3, 8), r(1, 1, 3, 8), r(1, 1, 3, 8)), [rotate_half]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_mapped_op_against_float64(name):
+    fn, xs, targets = CASES[name]
+    check(fn, *xs, mapped=targets)
+
+
+def test_softmax_max_outside_the_pieces():
+    cap = check(lambda x: torch.softmax(x * 0.5, dim=-1), r(4, 8), mapped=[aten.exp.default, aten.div.Tensor],
+                library=[aten.amax.default])
+    assert any(op.kind == "exp" for bp in cap.pieces for op in bp.program.ops)
+    assert not any(op.kind == "max" for bp in cap.pieces for op in bp.program.ops)
+
+
+def test_unmapped_ops_stay_torch_calls():
+    def fn(x, y):
+        z = x.transpose(0, 1) * 2          # no IR op (a torch call between pieces)
+        return torch.where(z > 0, z, y.t()) + x[1:3].sum()  # comparison, select, slice
+    check(fn, r(4, 4), r(4, 4), library=[aten.transpose.int, aten.where.self, aten.gt.Scalar, aten.slice.Tensor])
+
+
+def test_probe_refuses_what_the_catalog_cannot_say():
+    cap = from_torch(lambda x: (x.pow(3) + x.half().float() + torch.div(x, 3, rounding_mode="floor")), r(4, 8),
+                     min_ops=0)
+    why = {str(n.target): cap.info[n].why for n in cap.library}
+    assert "exponent 3" in why["aten.pow.Tensor_Scalar"]
+    assert "rounding_mode" in why["aten.div.Tensor_mode"]
+    assert "cast" in why["aten._to_copy.default"]
+    cap = from_torch(lambda x: x.mean() * x, r(4, 8), min_ops=0)  # a 0-dim result: the IR's tensors have 1-4 dims
+    assert "0-dim" in cap.info[next(n for n in cap.library if n.target == aten.mean.default)].why
+
+
+def test_rotate_half_matrix():
+    x = r(2, 3, 6)
+    torch.testing.assert_close(x @ rotate_half_matrix(6, torch.float32), rotate_half(x))
+
+
+def test_module_weights_are_constants():
+    lin = torch.nn.Linear(8, 4)
+    import copy
+
+    cap = check(lin, r(3, 8), mapped=[aten.addmm.default], ref=copy.deepcopy(lin).double())
+    assert [n.op for n in cap.graph_module.graph.nodes].count("placeholder") == 1
+
+
+def test_bad_input_is_one_line():
+    with pytest.raises(mg.ArgumentTypeError, match="example input 0"):
+        from_torch(lambda x: x, "not a tensor")
+    with pytest.raises(mg.ArgumentTypeError, match="function or nn.Module"):
+        from_torch(3, r(2))

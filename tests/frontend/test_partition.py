@@ -1,0 +1,104 @@
+"""The partition: every piece is Lax, every non-Lax op lies outside, the pieces are
+maximal where the rule allows and never form a cycle."""
+
+import torch
+import torch.nn.functional as F
+
+import mugraph as mg
+from mugraph.frontend import from_torch
+
+aten = torch.ops.aten
+g = torch.Generator().manual_seed(1)
+
+
+def r(*shape):
+    return torch.randn(*shape, generator=g)
+
+
+def lax_and_outside(cap):
+    for bp in cap.pieces:
+        mg.check_lax(bp.program)
+    inside = {n for bp in cap.pieces for n in bp.piece.nodes}
+    for n, i in cap.info.items():
+        if not (i.mapped and i.lax):
+            assert n not in inside, f"{n.target} ({i.why or 'not Lax'}) inside a piece"
+    return inside
+
+
+def test_rmsnorm_matmul_is_one_piece():
+    def fn(x, w, W):
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w) @ W
+    cap = from_torch(fn, r(4, 16), r(16), r(16, 16))
+    lax_and_outside(cap)
+    assert len(cap.pieces) == 1 and not cap.library
+
+
+def test_gated_mlp_is_one_piece_with_one_exp_per_path():
+    def fn(x, w1, w2, w3):
+        return (F.silu(x @ w1) * (x @ w2)) @ w3
+    cap = from_torch(fn, r(4, 16), r(16, 32), r(16, 32), r(32, 16))
+    lax_and_outside(cap)
+    assert len(cap.pieces) == 1
+    assert sum(op.kind == "silu" for op in cap.pieces[0].program.ops) == 1
+
+
+def test_two_exps_on_a_path_are_cut():
+    def fn(x, w):
+        return torch.exp(torch.exp(x @ w) * 0.5) + x
+    cap = from_torch(fn, r(4, 8), r(8, 8), min_ops=1)
+    lax_and_outside(cap)
+    assert len(cap.pieces) == 2
+    for bp in cap.pieces:
+        assert sum(op.kind == "exp" for op in bp.program.ops) == 1
+
+
+def test_safe_softmax_max_outside_exp_sum_div_inside():
+    def fn(x, w):
+        s = x @ w
+        return torch.softmax(s, dim=-1) @ w.t()
+    cap = from_torch(fn, r(4, 8), r(8, 8))
+    inside = lax_and_outside(cap)
+    amax = [n for n in cap.library if n.target == aten.amax.default]
+    assert len(amax) == 1
+    (sm,) = [bp for bp in cap.pieces if any(op.kind == "exp" for op in bp.program.ops)]
+    kinds = {op.kind for op in sm.program.ops}
+    assert {"sub", "exp", "sum", "div"} <= kinds
+    # the max feeds the piece (x - m inside it); a lone mm is not worth a search
+    assert any(amax[0] in n.all_input_nodes for n in sm.piece.nodes)
+    assert amax[0].args[0] not in inside and amax[0].args[0].target == aten.mm.default
+
+
+def test_no_piece_cycle_through_a_library_op():
+    # a -> (library) -> b and a -> b: merging a and b around the library op would need
+    # the library op both before and after the piece
+    def fn(x):
+        a = x * 2
+        m = torch.amax(a, dim=-1, keepdim=True)
+        return a * 3 + m
+    cap = from_torch(fn, r(4, 8), min_ops=1)
+    lax_and_outside(cap)
+    y = cap.reference()(r(4, 8).double())
+    assert y.shape == (4, 8)
+    order = list(cap.graph_module.graph.nodes)
+    for bp in cap.pieces:
+        for n in bp.inputs:
+            assert order.index(n) < order.index(bp.piece.nodes[-1])
+
+
+def test_lone_elementwise_op_is_left_to_torch():
+    cap = from_torch(lambda x: torch.amax(x * 2, dim=-1), r(4, 8))
+    assert cap.pieces == [] and len(cap.library) == 2
+    cap = from_torch(lambda x: torch.amax(x * 2, dim=-1), r(4, 8), min_ops=1)
+    assert len(cap.pieces) == 1
+
+
+def test_equal_pieces_share_a_name():
+    def fn(x, y):
+        return torch.exp(x * 2) + 1, torch.exp(y * 2) + 1
+    a = from_torch(fn, r(4, 8), r(4, 8))
+    names = [bp.name for bp in a.pieces]
+    assert len(names) == 1 or names[0] == names[1]
+    b = from_torch(lambda x: torch.exp(x * 2) + 1, r(4, 8))
+    assert b.pieces[0].name in names
+    c = from_torch(lambda x: torch.exp(x * 2) + 1, r(4, 4))  # another shape: another program
+    assert c.pieces[0].name not in names
