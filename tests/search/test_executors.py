@@ -88,6 +88,7 @@ def test_killed_worker_gives_its_task_back_and_is_replaced(shared):
         ex.submit(0, {"kind": "search", "task": tasks[0], "deadline": None})
         _collect(ex, 1)
         pid = ex._procs[0].proc.pid
+        os.kill(pid, signal.SIGSTOP)  # the task below is tiny: stopped, the worker cannot answer it before the kill
         ex.submit(1, {"kind": "search", "task": tasks[1], "deadline": None})
         os.kill(pid, signal.SIGKILL)
         (o,) = _collect(ex, 1)
