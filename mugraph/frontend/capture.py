@@ -27,7 +27,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..errors import ArgumentTypeError, MugraphError
 from ..ir import DTYPES, Program, Tensor
-from ..ops import CATALOG, EXP_LIKE
+from ..ops import CATALOG, exp_like
 from .aten import ROWS, Context, Unmapped, decompositions, rotate_half
 
 aten = torch.ops.aten
@@ -208,7 +208,7 @@ def probe(node: fx.Node) -> NodeInfo:
     kinds = tuple(op.kind for op in p.ops if op.kind != "input")
     depth: dict[int, int] = {}
     for op in p.ops:
-        d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + (op.kind in EXP_LIKE)
+        d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + exp_like(op.kind)
         for t in op.outputs:
             depth[t.id] = d
     return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0))
