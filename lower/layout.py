@@ -16,6 +16,10 @@ Constraints (linear):
 
 * ``Σ_d x[T, d] = 1`` for every tensor (exactly one innermost dim);
 * ``x[T, last] = 1`` for user-visible tensors and torch-produced ones (fixed);
+* a permute (a torch view, :mod:`lower.torch_ops`) is no variable: its strides are
+  its input's, permuted, so a kernel reading it loads through them — the transpose
+  is folded into the load's pointer arithmetic and no copy is made (unless it is a
+  graph output, which the runtime writes row-major);
 
 Cost (linear in ``x``), summed over every access of ``T``: each output saver
 that writes it and each input iterator that reads it, weighted by how often it
@@ -42,7 +46,7 @@ import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import KernelGraph, Tensor
-from mugraph.ops import reduction
+from mugraph.ops import reduction, reorders
 
 from .plan import plan
 
@@ -142,6 +146,13 @@ def solve(graph: KernelGraph, use_z3: bool = True) -> LayoutPlan:
             solver = "enumeration"
         inner.update(chosen)
     strides = {t.id: strides_for(t.shape, inner[t.id]) for t in graph.tensors}
+    outs = {t.id for t in graph.outputs}
+    for op in graph.ops:  # topological: a permute of a permute sees its input's strides
+        t = op.outputs[0] if op.outputs else None
+        if reorders(op.kind) and t.id not in outs:
+            src = strides[op.inputs[0].id]
+            strides[t.id] = tuple(src[d] for d in op.attrs["perm"])
+            inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
     return LayoutPlan(inner, strides, costs, solver, objective)
 
 

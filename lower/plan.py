@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from mugraph.ir import AXES, BlockGraph, Op, Tensor
-from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction
+from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
 
 from .config import KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
@@ -65,6 +65,7 @@ class KernelPlan:
     dot_cone: frozenset[int] = frozenset()   # the loop's tl.dot operand cones (every dot)
     dot_operand_loads: dict[int, tuple[bool, set[int]]] = field(default_factory=dict)  # tiles loaded twice
     dot_only: frozenset[int] = frozenset()   # loaded tiles only tensor-core dots read
+    load_permutes: dict[int, int] = field(default_factory=dict)    # permute op id -> iterator op id it loads
     loop_tiles: list[Tensor] = field(default_factory=list)          # tiles the loop loads every step
     loop_has_dot: bool = False               # the generated loop holds a tl.dot
     asks_staging: bool = False               # the loop is tl.range(…, num_stages=): every load staged
@@ -130,6 +131,7 @@ def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
     p.dot_cone = frozenset(_dot_cones(p)[0])
     p.dot_operand_loads = (_dot_operand_loads(p, frozenset(p.split_matmuls) | p.dropped) if cfg.split_loads
                            else {})
+    p.load_permutes = _load_permutes(p)
     p.dot_only = frozenset(t.id for t in block.tensors if t.op.kind == "iterator" and _dot_only(p, t))
     p.loop_tiles = [t for t in block.tensors if t.op.kind == "iterator" and t.op.attrs["fmap"] is not None
                     and t.op.id in loop]
@@ -246,14 +248,30 @@ def _dot_operand_loads(p: KernelPlan, skip: frozenset[int]) -> dict[int, tuple[b
     return out
 
 
+def _load_permutes(p: KernelPlan) -> dict[int, int]:
+    """Permutes folded into a load: a permute of an iterator's tile that nothing else
+    reads (and that is not loaded twice) is loaded in its permuted order directly —
+    the pointer terms of the source's dims in the permute's order, i.e. the strides do
+    the transposing (:func:`lower.emit.rearrange.emit_permute`)."""
+    out = {}
+    for op in p.block.ops:
+        if not reorders(op.kind):
+            continue
+        (x,) = op.inputs
+        if x.op.kind == "iterator" and len(p.consumers[x]) == 1 and x.id not in p.dot_operand_loads:
+            out[op.id] = x.op.id
+    return out
+
+
 def _dot_only(p: KernelPlan, t: Tensor) -> bool:
-    """``t`` feeds tensor-core dots only (directly or through a dropped concat): it is
-    kept in its storage dtype, which is what ``tl.dot`` takes."""
+    """``t`` feeds tensor-core dots only (directly, through a dropped concat or through
+    a permute folded into its load): it is kept in its storage dtype, which is what
+    ``tl.dot`` takes."""
     def dot(op: Op) -> bool:
         return is_contraction(op.kind) and op.id in p.info.dot_ops
 
     for c in p.consumers[t]:
-        if c.id in p.dropped:
+        if c.id in p.dropped or c.id in p.load_permutes:
             if not all(dot(u) for u in p.consumers[c.outputs[0]]):
                 return False
         elif not dot(c):
@@ -310,4 +328,5 @@ SCRATCH: dict[str, Callable[[KernelPlan, Op], int | None]] = {
     "concat": lambda p, op: math.prod(p.info.shape(op.outputs[0])),
     "reshape": _scratch_reshape,
     "repeat": _scratch_repeat,
+    "permute": lambda p, op: None,   # folded into its load, or a register tl.permute
 }

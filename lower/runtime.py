@@ -27,6 +27,7 @@ import torch
 
 from mugraph.errors import InputError, InvalidGraphError
 from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
+from mugraph.ops import reorders
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
@@ -295,8 +296,8 @@ class CompiledProgram:
                                            TORCH_DTYPE[t.dtype], self.arena.device).to(TORCH_DTYPE[t.dtype])
                     if t in self.graph.outputs:
                         env[t.label()].copy_(r)
-                    else:
-                        env[t.label()] = r.contiguous()
+                    else:  # a permute stays a strided view: lower.layout gave its readers its strides
+                        env[t.label()] = r if reorders(op.kind) else r.contiguous()
                     continue
                 for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
                     fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)

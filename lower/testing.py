@@ -11,7 +11,8 @@ non-negative ones and ``div`` only denominators bounded away from zero (positive
 values with a known lower bound). The generator covers every block op of the
 catalog, 1–3 grid axes, loops, dims both imapped and fmapped, replicated inputs,
 several savers, post-loop ops, broadcasting of tiles, odd sizes (padding + masks),
-chains of graph-defined kernels and pre-defined ops between them.
+chains of graph-defined kernels and pre-defined ops between them (a permute among
+them: a strided view the next kernel loads through).
 """
 
 from __future__ import annotations
@@ -146,6 +147,14 @@ class _Gen:
         reps[self.rng.randrange(x.t.ndim)] = self.rng.choice([2, 3])
         return _T(B.repeat(x.t, reps), x.mag, x.pos, x.nonneg)
 
+    def permute(self, x: _T) -> _T | None:
+        if x.t.ndim < 2:
+            return None
+        perm = list(range(x.t.ndim))
+        while perm == sorted(perm):
+            self.rng.shuffle(perm)
+        return _T(B.permute(x.t, perm), x.mag, x.pos, x.nonneg)
+
     def const(self, like: _T) -> _T:
         v = Fraction(self.rng.choice([1, 2, 3, 5]), self.rng.choice([1, 2, 4]))
         shape = tuple(s if self.rng.random() < 0.2 else 1 for s in like.t.shape)
@@ -158,7 +167,7 @@ class _Gen:
             if n_ops <= 0:
                 break
             kind = r.choice(["unary", "binary", "binary", "reduce", "matmul", "matmul", "concat", "reshape",
-                             "repeat", "const", "posify"])
+                             "repeat", "permute", "const", "posify"])
             a, b = r.choice(pool), r.choice(pool)
             try:
                 if kind == "unary":
@@ -175,6 +184,8 @@ class _Gen:
                     y = self.reshape(a)
                 elif kind == "repeat":
                     y = self.repeat(a)
+                elif kind == "permute":
+                    y = self.permute(a)
                 elif kind == "const":
                     y = self.binary(a, self.const(a))
                 else:  # a positive value to divide by: x*x + c
@@ -297,7 +308,11 @@ def random_graph(seed: int, dtype: str = "float32", max_tries: int = 50) -> Kern
             # maybe a pre-defined op, and a second graph-defined kernel
             if g.rng.random() < 0.4:
                 o, m = g.rng.choice(live)
-                y = B.scale(o, Fraction(1, 2)) if g.rng.random() < 0.5 else B.sqrt(B.add(B.square(o), 1))
+                u = g.rng.random()
+                if u < 0.3 and o.ndim >= 2:  # a view the next kernel loads through permuted strides
+                    y = B.permute(o, list(range(o.ndim))[::-1])
+                else:
+                    y = B.scale(o, Fraction(1, 2)) if u < 0.65 else B.sqrt(B.add(B.square(o), 1))
                 live.append((y, m))
             if g.rng.random() < 0.5:
                 outs2 = g.block(kg, g.rng.sample(live, min(2, len(live))), g.rng.randint(0, 1))

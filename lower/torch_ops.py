@@ -2,7 +2,9 @@
 
 A kernel-graph op that is not graph-defined is a library kernel (DESIGN §2); torch
 is our library. Results are made contiguous so every device tensor the lowering
-did not lay out itself is row-major, as :mod:`lower.layout` assumes.
+did not lay out itself is row-major, as :mod:`lower.layout` assumes — except a
+``permute``, which stays a view: its strides are its input's, permuted, and
+:mod:`lower.layout` gives the kernels that read it exactly those.
 """
 
 from __future__ import annotations
@@ -50,6 +52,9 @@ TORCH_OPS: dict[str, TorchOp] = _rows({
     "concat": lambda x, at, dt, dev: torch.cat(list(x), dim=at["dim"]),
     "reshape": TorchOp(lambda x, at, dt, dev: x[0].reshape(tuple(at["shape"])), view=True),
     "repeat": lambda x, at, dt, dev: x[0].repeat(*at["reps"]),
+    # a strided view: the runtime keeps it (no copy) and the kernels that read it load
+    # through its permuted strides (lower/layout.py derives them)
+    "permute": TorchOp(lambda x, at, dt, dev: x[0].permute(*at["perm"]), view=True),
 })
 
 

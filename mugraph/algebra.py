@@ -122,6 +122,7 @@ FLOAT_OPS: dict[str, Row] = {
     "concat": lambda alg, xs, at: torch.cat(xs, dim=at["dim"]),
     "reshape": lambda alg, xs, at: xs[0].reshape(tuple(at["shape"])),
     "repeat": lambda alg, xs, at: xs[0].repeat(*at["reps"]),
+    "permute": lambda alg, xs, at: xs[0].permute(*at["perm"]),
 }
 
 

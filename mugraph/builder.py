@@ -207,3 +207,26 @@ def reshape(x: Tensor, shape: Sequence[int]) -> Tensor:
 
 def repeat(x: Tensor, reps: Sequence[int]) -> Tensor:
     return _tensor(x, "repeat").graph.add_op("repeat", [x], {"reps": _ints(reps, "repeat: reps")})
+
+
+def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
+    """``x`` with its dims reordered: output dim ``o`` is input dim ``dims[o]`` (negative
+    dims count from the end), as ``torch.permute``. Lowering folds it into the strides
+    of the load that reads it; no data moves."""
+    x = _tensor(x, "permute")
+    dims = _ints(dims, "permute: dims")
+    if len(dims) != x.ndim:
+        raise ShapeError(f"permute: dims {dims} name {len(dims)} dims, {x.label()} {x.shape} has {x.ndim}")
+    perm = tuple(_dim(x, d, "permute") for d in dims)
+    if len(set(perm)) != len(perm):
+        raise ShapeError(f"permute: dims {dims} repeat a dim of {x.label()} {x.shape}")
+    return x.graph.add_op("permute", [x], {"perm": perm})
+
+
+def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
+    """``x`` with dims ``dim0`` and ``dim1`` swapped (a :func:`permute`), as ``torch.transpose``."""
+    x = _tensor(x, "transpose")
+    d0, d1 = _dim(x, dim0, "transpose"), _dim(x, dim1, "transpose")
+    perm = list(range(x.ndim))
+    perm[d0], perm[d1] = perm[d1], perm[d0]
+    return x.graph.add_op("permute", [x], {"perm": tuple(perm)})

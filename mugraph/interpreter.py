@@ -155,7 +155,8 @@ def _align(alg: Algebra, v, ndim: int, target: int):
 
 def _batched_attrs(d: OpDef, attrs: dict, args: list, alg: Algebra) -> dict:
     """The op's attributes for values with :data:`NB` leading batch axes, by attribute
-    type: a dim moves past them, a shape or per-dim counts get them in front."""
+    type: a dim moves past them, a shape or per-dim counts get them in front, a
+    permutation keeps them in place."""
     out = dict(attrs)
     for a in d.attrs:
         if a.type == "dim":
@@ -164,6 +165,8 @@ def _batched_attrs(d: OpDef, attrs: dict, args: list, alg: Algebra) -> dict:
             out[a.name] = (alg.shape(args[0])[:NB] if args else (1,) * NB) + tuple(attrs[a.name])
         elif a.type == "counts":
             out[a.name] = (1,) * NB + tuple(attrs[a.name])
+        elif a.type == "perm":
+            out[a.name] = tuple(range(NB)) + tuple(NB + p for p in attrs[a.name])
     return out
 
 

@@ -256,6 +256,7 @@ _ATTR_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "dim": strict_int,
     "shape": check_shape,
     "counts": _counts,
+    "perm": _counts,       # ints; the shape rule checks it is a permutation of the input's dims
     "rational": _rational_attr,
 }
 

@@ -40,9 +40,6 @@ class DimMap:
 DimRule = Callable[[Sequence[Shape], dict, Shape], DimMap]
 
 
-DimRule = Callable[[Sequence[Shape], dict, Shape], DimMap]
-
-
 def broadcast_shapes(a: Shape, b: Shape) -> Shape:
     """Numpy broadcasting (right-aligned; a size-1 dim stretches)."""
     n = max(len(a), len(b))
@@ -120,6 +117,14 @@ def repeat_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
     return tuple(x * r for x, r in zip(s, reps))
 
 
+def permute_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
+    (s,) = shapes
+    perm = tuple(attrs["perm"])
+    if sorted(perm) != list(range(len(s))):
+        raise ShapeError(f"perm {perm} is not a permutation of the {len(s)} dims of {tuple(s)}")
+    return tuple(s[p] for p in perm)
+
+
 def const_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
     return tuple(attrs["shape"])
 
@@ -162,3 +167,10 @@ def dims_repeat(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
     return DimMap(same=tuple((0, d, d) for d, r in enumerate(reps) if r == 1),
                   moved_in=tuple((0, d) for d, r in enumerate(reps) if r != 1),
                   moved_out=tuple(d for d, r in enumerate(reps) if r != 1))
+
+
+def dims_permute(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
+    """Output dim ``o`` is input dim ``perm[o]``: the same axis, only its place in the
+    layout changes (so a tile dim unifies across a permute, and a load can read it
+    through the permuted strides)."""
+    return DimMap(same=tuple((0, p, o) for o, p in enumerate(attrs["perm"])))

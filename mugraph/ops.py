@@ -30,13 +30,14 @@ from typing import Sequence
 
 from .errors import MugraphError, UnsupportedOpError
 from .oprules import (DimMap, DimRule, Shape, ShapeRule, broadcast_shape, broadcast_shapes, concat_shape, const_shape,
-                      dims_concat, dims_elementwise, dims_matmul, dims_none, dims_reduce, dims_repeat, dims_reshape,
-                      matmul_shape, reduce_shape, repeat_shape, reshape_shape, same_shape)
+                      dims_concat, dims_elementwise, dims_matmul, dims_none, dims_permute, dims_reduce, dims_repeat,
+                      dims_reshape, matmul_shape, permute_shape, reduce_shape, repeat_shape, reshape_shape,
+                      same_shape)
 
 __all__ = ["ATTR_TYPES", "Attr", "CATALOG", "COMBINE_IDENTITY", "Category", "CatalogError", "DimMap", "LAX_CLASSES",
            "MAX_RANK", "OpDef", "Padding", "Reduction", "STRUCTURAL", "adds_up", "broadcast_shapes", "category",
            "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_pointwise", "is_rearrangement", "joins",
-           "lax_classes", "reduction", "register", "unregister"]
+           "lax_classes", "reduction", "register", "reorders", "unregister"]
 
 MAX_RANK = 4
 
@@ -55,7 +56,7 @@ class Category(str, Enum):
     BINARY = "binary"                # element-wise, two inputs, numpy broadcasting
     REDUCTION = "reduction"          # folds one dim (``attrs["dim"]``, kept as size 1) with a combine op
     CONTRACTION = "contraction"      # sums products over a shared dim (matmul)
-    REARRANGEMENT = "rearrangement"  # moves elements without arithmetic (concat, reshape, repeat)
+    REARRANGEMENT = "rearrangement"  # moves elements without arithmetic (concat, reshape, repeat, permute)
     CONSTANT = "constant"            # no inputs
 
 
@@ -97,11 +98,13 @@ ATTR_TYPES: dict[str, str] = {
     "dim": "a dim index of the (first) input; the IR takes an int, the builders also count from the end",
     "shape": "a shape: a tuple of positive ints",
     "counts": "one positive int per dim of the input",
+    "perm": "a permutation of the input's dims (output dim o is input dim perm[o])",
     "rational": "an exact rational constant (a Fraction; floats by their shortest decimal form)",
 }
 """Attribute types: the IR normalizes and checks each by type, the interpreter shifts
-``dim``/``shape``/``counts`` past its batch axes, the search enumerates ``dim`` over
-the input's dims and ``rational`` over the program's constants of that attribute."""
+``dim``/``shape``/``counts``/``perm`` past its batch axes, the search enumerates ``dim`` over
+the input's dims, ``rational`` and ``perm`` over the program's own values of that
+attribute (a permutation is a program's layout decision, not something to invent)."""
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,8 @@ class OpDef:
     binary op this unary op applies to one operand twice: the search spells ``mul(x, x)``
     as ``square(x)``). ``joins``: the output is the inputs laid side by side along
     ``dim`` (concat: lowering computes a matmul of two joins as a sum of matmuls).
+    ``reorders``: the output is the input with its dims reordered by ``attrs["perm"]``
+    (permute: lowering reads it through permuted strides instead of moving elements).
     ``exp_like``: counts as one exponentiation for the Lax path rule.
     """
 
@@ -165,6 +170,7 @@ class OpDef:
     constant_factor: bool = False
     squares: str | None = None
     joins: bool = False
+    reorders: bool = False
 
     def __post_init__(self) -> None:
         where = f"catalog entry {self.name!r}"
@@ -215,6 +221,8 @@ class OpDef:
                 raise CatalogError(f"{where}: padding {k}={getattr(self.padding, k)!r} is not one of {allowed}")
         if self.constant_factor and [a.type for a in self.attrs] != ["rational"]:
             raise CatalogError(f"{where}: a constant factor carries exactly one rational attribute")
+        if self.reorders and (self.category is not Category.REARRANGEMENT or self.attr_names != ("perm",)):
+            raise CatalogError(f"{where}: an op that reorders dims is a rearrangement with one attribute 'perm'")
         if self.squares is not None and self.category is not Category.UNARY:
             raise CatalogError(f"{where}: only a unary op can square a binary one")
 
@@ -300,6 +308,11 @@ for _d in [
           attrs=(Attr("shape", "shape", "the new shape"),), arity=1, shape_rule=reshape_shape, dims=dims_reshape),
     OpDef("repeat", Category.REARRANGEMENT, "linear", "tile each dim reps[d] times",
           attrs=(Attr("reps", "counts", "copies per dim"),), arity=1, shape_rule=repeat_shape, dims=dims_repeat),
+    # a permute moves no axis out of itself (its dim map is all "same"): lowering reads
+    # it through permuted strides instead of copying (lower/layout.py, lower/emit/rearrange.py)
+    OpDef("permute", Category.REARRANGEMENT, "linear", "reorder the dims: output dim o is input dim perm[o]",
+          attrs=(Attr("perm", "perm", "the input dim of each output dim"),), arity=1, shape_rule=permute_shape,
+          dims=dims_permute, reorders=True),
 ]:
     register(_d)
 del _d
@@ -355,6 +368,12 @@ def joins(kind: str) -> bool:
     """The output is the inputs laid side by side along ``attrs["dim"]`` (concat)."""
     d = CATALOG.get(kind)
     return d is not None and d.joins
+
+
+def reorders(kind: str) -> bool:
+    """The output is the input with its dims reordered by ``attrs["perm"]`` (permute)."""
+    d = CATALOG.get(kind)
+    return d is not None and d.reorders
 
 
 def exp_like(kind: str) -> bool:

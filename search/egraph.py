@@ -123,6 +123,10 @@ class EGraphStats:
 class SaturatedEGraph:
     """The saturated e-graph of a set of root terms, exported as a hash-cons table.
 
+    A root that is a concatenation enters as its parts (a subexpression of a ``cat`` is
+    one of a part); ``top`` parts enter not at all — the oracle then never prunes
+    (:class:`search.oracle.SubexprOracle`), since anything may hide in them.
+
     ``saturated`` is True only when no rule applied any more and no new reduction
     size appeared: then "not found" is an exact answer; otherwise it means "don't know".
     """
@@ -135,10 +139,12 @@ class SaturatedEGraph:
         syms = ex.symbols()
         self._sized_ctors = {ctor(x.name) for x in syms if x.sized}
         prog = datatype() + _AXIOMS + (_EXPAND + _PULL if distribute == "both" else "")
-        for i, r in enumerate(roots):
+        # a concatenated root is its parts (a cat has no symbol); top has no term at all
+        parts = [p for r in roots for p in ex.leaves(r) if ex.node(p)[0] != ex.TOP_KIND]
+        for i, r in enumerate(parts):
             prog += f"(let $root{i} {to_egglog(r)})\n"
         eg.run_program(*eg.parse_program(prog))
-        written = self._sizes_of(roots)
+        written = self._sizes_of(parts)
         sizes = sorted(written | {d for n in written for d in divisors(n)})
         rules = "".join(f"(rewrite (Sum {n} x) (Sum {a} (Sum {n // a} x)) :ruleset ax)\n"
                         for n in sizes for a in divisors(n))
@@ -154,7 +160,7 @@ class SaturatedEGraph:
             size = sum(n for _, n in eg.run_program(*eg.parse_program("(print-size)"))[0].sizes)
             if size > max_nodes or time.perf_counter() - t0 > time_limit:
                 break
-        self._export(eg, roots)
+        self._export(eg, roots, parts)
         factored = sizes
         self.saturated = saturated
         st = self.stats
@@ -181,7 +187,7 @@ class SaturatedEGraph:
             walk(r)
         return out
 
-    def _export(self, eg, root_terms: list[ex.Term]) -> None:
+    def _export(self, eg, root_terms: list[ex.Term], parts: list[ex.Term]) -> None:
         doc = json.loads(eg.serialize([]).to_json())
         nodes = doc["nodes"]
         cls_id: dict[str, int] = {}
@@ -215,11 +221,13 @@ class SaturatedEGraph:
             edges.setdefault(c, set()).update(kids)
         self.table = table
         self._memo: dict[int, int | None] = {}
-        roots = [self.lookup(r) for r in root_terms]
-        if any(r is None for r in roots):
+        found = [self.lookup(r) for r in parts]
+        if any(r is None for r in found):
             raise RuntimeError("a target root is missing from its own e-graph")
+        # per target its e-class; None for a concatenation or top (no single e-class)
+        roots = [self.lookup(r) if r in parts else None for r in root_terms]
         reach: set[int] = set()
-        stack = [r for r in roots if r >= 0]
+        stack = [r for r in found if r >= 0]
         while stack:
             c = stack.pop()
             if c in reach:

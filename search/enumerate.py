@@ -147,12 +147,14 @@ class Searcher:
         self.block_kinds = tuple(cfg.block_ops or kinds) + (ACC,)
         self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
         self.rank[GD] = len(self.rank)
-        # rational attributes take the program's own values of that attribute of that op
+        # rational and permutation attributes take the program's own values of that attribute of that op
         self.attr_values: dict[tuple[str, str], list] = {}
         for op in program.ops:
             for a in CATALOG[op.kind].attrs if op.kind in CATALOG else ():
                 if a.type == "rational":
                     self.attr_values.setdefault((op.kind, a.name), set()).add(Fraction(op.attrs[a.name]))
+                elif a.type == "perm":
+                    self.attr_values.setdefault((op.kind, a.name), set()).add(tuple(op.attrs[a.name]))
         self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
         self.stats: Counter = Counter()
         self.results: list[dict] = []
@@ -274,6 +276,8 @@ class Searcher:
                 values = [k for k, s in enumerate(shape) if s > 1]
             elif a.type == "rational":
                 values = self.attr_values.get((d.name, a.name), [])
+            elif a.type == "perm":
+                values = [v for v in self.attr_values.get((d.name, a.name), []) if len(v) == len(shape)]
             else:
                 return None
             out = [{**at, a.name: v} for at in out for v in values]

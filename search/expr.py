@@ -36,8 +36,8 @@ the saturated e-graph of qknorm_gqa passed 3 M e-nodes in 115 s without
 saturating, and rmsnorm_matmul took 2.5 s / 144 K nodes; erased, they saturate in
 2.2 s / 114 K and 0.36 s / 23 K. (The enumerator forbids ``scale`` of a
 ``scale``, which E can no longer see as redundant.) A ``const`` tensor is a leaf
-``#value``. ``square(x)`` is ``mul(x, x)``. Reshape and repeat are the identity
-(as in the paper).
+``#value``. ``square(x)`` is ``mul(x, x)``. Reshape, repeat and permute are
+the identity (as in the paper; a permute moves a concatenated dim to its new place).
 
 Concatenation has no symbol in the paper's axioms. We give it a *structured*
 value instead of an axiom: ops on a ``cat`` are pushed into its parts when the
@@ -278,6 +278,16 @@ def _concat(args: Sequence[Term], shapes: Sequence[tuple], dim: int) -> Term:
     return intern((CAT, d, tuple(parts)))
 
 
+def _permute(a: Term, rank: int, perm: Sequence[int]) -> Term:
+    """A permute forgets only the layout, so it is the identity on E; a concatenated
+    dim moves to its new place (counted from the right)."""
+    if not _is_cat(a):
+        return a
+    d, parts = _cat_parts(a)
+    new = list(perm).index(rank + d) - rank
+    return intern((CAT, new, tuple((n, _permute(p, rank, perm)) for n, p in parts)))
+
+
 # ------------------------------------------------------------------- op table
 
 Rule = Callable[[list[Term], list[tuple], dict], Term]
@@ -304,6 +314,7 @@ EXPR_RULES: dict[str, Rule | object] = {
     "concat": lambda a, s, at: _concat(a, s, at["dim"]),
     "reshape": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
     "repeat": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
+    "permute": lambda a, s, at: _permute(a[0], len(s[0]), at["perm"]),
 }
 
 

@@ -54,7 +54,10 @@ class SubexprOracle:
                  z3_timeout_ms: int = 200, distribute: str = "factor", enabled: bool = True,
                  egraph: SaturatedEGraph | None = None) -> None:
         self.targets = list(targets)
-        self.enabled = enabled
+        # an output E with a top part (a reshape of a concat, …) is unknown: anything may be
+        # a subexpression of it, so nothing can be pruned against the targets
+        self.opaque = any(ex.node(p)[0] == ex.TOP_KIND for t in self.targets for p in ex.leaves(t))
+        self.enabled = enabled and not self.opaque
         self.stats = OracleStats()
         #: ``egraph``: one already saturated for these targets (a search worker gets the driver's)
         self.egraph = egraph or SaturatedEGraph(self.targets, max_nodes=max_nodes, time_limit=time_limit,
@@ -112,7 +115,7 @@ class SubexprOracle:
 
     def _z3_keep(self, t: ex.Term) -> bool:
         st = self.stats
-        for root in self.targets:
+        for root in (p for t in self.targets for p in ex.leaves(t)):
             st.z3_calls += 1
             if self.z3.proves_sub(t, root):
                 st.z3_proofs += 1
@@ -126,7 +129,10 @@ class SubexprOracle:
         return c is not None and c in self.egraph.reachable
 
     def equivalent(self, t: ex.Term, output: int = 0) -> bool | None:
-        """Is ``t`` A_eq-equivalent to target ``output``? None when undecided (budget hit)."""
+        """Is ``t`` A_eq-equivalent to target ``output``? None when undecided (budget hit,
+        or a target that is a concatenation or unknown: no single e-class to compare with)."""
+        if self.egraph.roots[output] is None:
+            return None
         c = self.egraph.lookup(t)
         if c is not None:
             return c == self.egraph.roots[output]

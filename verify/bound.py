@@ -496,6 +496,7 @@ DEGREE_OPS = {
     "concat": lambda alg, xs, at: alg.concat(xs, at["dim"]),
     "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
     "repeat": lambda alg, xs, at: alg.tile(xs[0], at["reps"]),
+    "permute": lambda alg, xs, at: alg.permute(xs[0], at["perm"]),
 }
 DegreeAlgebra.ops = DEGREE_OPS
 

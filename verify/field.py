@@ -541,6 +541,7 @@ FIELD_OPS: dict[str, Callable] = {
     "concat": lambda alg, xs, at: alg.concat(xs, at["dim"]),
     "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
     "repeat": lambda alg, xs, at: alg.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
+    "permute": lambda alg, xs, at: alg.permute(xs[0], at["perm"]),
 }
 FieldAlgebra.ops = FIELD_OPS
 

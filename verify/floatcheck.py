@@ -163,6 +163,7 @@ MAGNITUDE_OPS = {
     "concat": _both(lambda xs, at: torch.cat(xs, dim=at["dim"])),
     "reshape": _both(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
     "repeat": _both(lambda xs, at: xs[0].repeat(*at["reps"])),
+    "permute": _both(lambda xs, at: xs[0].permute(*at["perm"])),
 }
 MagnitudeAlgebra.ops = MAGNITUDE_OPS
 

@@ -5,7 +5,8 @@
   Triton expression);
 * :mod:`.reduce` — reductions, from the catalog's combine op and identity;
 * :mod:`.matmul` — ``tl.dot`` or CUDA-core multiply-and-sum;
-* :mod:`.rearrange` — concat / reshape / repeat through scratch;
+* :mod:`.rearrange` — concat / reshape / repeat through scratch, permute folded
+  into its load or permuted in registers;
 * :mod:`.core` — the emitter's state and the padding bookkeeping every category keeps.
 
 :func:`emit_block` runs them over a :class:`lower.plan.KernelPlan` in its emission
@@ -25,7 +26,7 @@ from .core import fmt_number
 from .elementwise import binary, emit_const, unary
 from .loads import emit_accum, emit_iterator
 from .matmul import emit_matmul
-from .rearrange import emit_concat, emit_repeat, emit_reshape
+from .rearrange import emit_concat, emit_permute, emit_repeat, emit_reshape
 from .reduce import emit_reduce
 
 EmitFn = Callable[[Emitter, Op], None]
@@ -42,7 +43,7 @@ EMITTERS: dict[str, EmitFn] = {
     "add": binary("+"), "sub": binary("-"), "mul": binary("*"), "div": binary("/"),
     "sum": emit_reduce, "max": emit_reduce,
     "matmul": emit_matmul,
-    "concat": emit_concat, "reshape": emit_reshape, "repeat": emit_repeat,
+    "concat": emit_concat, "reshape": emit_reshape, "repeat": emit_repeat, "permute": emit_permute,
 }
 
 __all__ = ["EMITTERS", "TL_DTYPE", "Emitter", "Val", "emit_block"]

@@ -8,18 +8,19 @@ from mugraph.ir import AXES, Op
 from .core import Emitter, Val
 
 
-def emit_iterator(em: Emitter, op: Op) -> None:
-    """``tl.load`` of the tile at the grid block's, loop step's and sub-tile's offsets,
-    masked to the real extents (padding reads as zero); a tile only tensor-core dots read
-    stays in its storage dtype, anything else is fp32. A tile the plan loads twice
-    (:attr:`lower.plan.KernelPlan.dot_operand_loads`) gets its second load here too."""
+def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
+    """The ``tl.load`` arguments of iterator ``op``'s tile at the grid block's, loop
+    step's and sub-tile's offsets, masked to the real extents (padding reads as zero).
+    ``order``: the source dim each dim of the loaded tile reads (a permute folded into
+    the load: the same elements through permuted strides; default: the tile's own)."""
     t = op.outputs[0]
     src = em.src[op.attrs["source"]]
     imap, fmap = op.attrs["imap"], op.attrs["fmap"]
     pshape, rshape = em.info.padded(t), em.info.shape(t)
     rank = t.ndim
+    order = list(range(rank)) if order is None else order
     terms, masks = [], []
-    for d in range(rank):
+    for o, d in enumerate(order):
         offs = []
         for a in range(3):
             if imap[a] == d:
@@ -31,10 +32,23 @@ def emit_iterator(em: Emitter, op: Op) -> None:
         ar = em.r(pshape[d])
         idx = f"({' + '.join(offs)} + {ar})" if offs else ar
         stride = src.strides[d]
-        terms.append(em.ex(idx, d, rank) + ("" if stride == 1 else f" * {stride}"))
+        terms.append(em.ex(idx, o, rank) + ("" if stride == 1 else f" * {stride}"))
         if rshape[d] < pshape[d]:
-            masks.append(em.ex(f"({ar} < {rshape[d]})", d, rank))
-    args = f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
+            masks.append(em.ex(f"({ar} < {rshape[d]})", o, rank))
+    return f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
+
+
+def emit_iterator(em: Emitter, op: Op) -> None:
+    """``tl.load`` of the tile (:func:`load_args`); a tile only tensor-core dots read
+    stays in its storage dtype, anything else is fp32. A tile the plan loads twice
+    (:attr:`lower.plan.KernelPlan.dot_operand_loads`) gets its second load here too. A
+    tile only a permute reads is loaded by the permute (:attr:`lower.plan.KernelPlan.load_permutes`)."""
+    t = op.outputs[0]
+    if op.id in em.p.load_permutes.values():
+        return
+    src = em.src[op.attrs["source"]]
+    args = load_args(em, op)
+    rank = t.ndim
 
     def load(f32: bool, extra: str = "") -> str:
         return f"tl.load({args}{extra})" + (".to(tl.float32)" if f32 and src.dtype != "float32" else "")

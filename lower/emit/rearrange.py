@@ -1,11 +1,15 @@
-"""Emission of the ops that rearrange elements: ``concat``, ``reshape`` and ``repeat``.
+"""Emission of the ops that rearrange elements: ``concat``, ``reshape``, ``repeat``
+and ``permute``.
 
 Register tiles cannot be re-indexed freely, so these go through the per-program
 scratch area (the block's "shared memory"; the plan sizes it,
 :attr:`lower.plan.KernelPlan.staged`): the pieces are stored at their row-major
 offsets in the real (unpadded) layout and the result is loaded back, with barriers
 around. A reshape of unpadded tiles is a ``tl.reshape``; a repeat along unit dims a
-``tl.broadcast_to``.
+``tl.broadcast_to``. A permute never goes through scratch: of a tile just loaded (and
+read by nothing else) it is folded into the load — the same pointers in permuted
+order, so the strides do the work and no element moves — otherwise it is a register
+``tl.permute``, with the padding bookkeeping permuted along.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 from mugraph.ir import Op
 
 from .core import Emitter, Val, row_major_strides
+from .loads import load_args
 
 
 def _through_scratch(em: Emitter, op: Op, pieces: list[tuple[Val, list[str]]], out: Val,
@@ -75,3 +80,20 @@ def emit_repeat(em: Emitter, op: Op) -> None:
     idx = [f"({em.r(p)} % {x.rshape[d]})" if reps[d] > 1 else em.r(p) for d, p in enumerate(out.pshape)]
     pout = em.terms(idx, st, t.ndim)
     _through_scratch(em, op, [(x, pin)], out, pout)
+
+
+def emit_permute(em: Emitter, op: Op) -> None:
+    t = op.outputs[0]
+    perm = list(op.attrs["perm"])
+    it = em.p.load_permutes.get(op.id)
+    if it is not None:   # folded into the load of the iterator tile it reads
+        iop = op.inputs[0].op
+        src = em.src[iop.attrs["source"]]
+        f32 = src.dtype == "float32" or op.inputs[0].id not in em.p.dot_only
+        v = em.val(t, f32=f32, clean=frozenset(range(t.ndim)), finite=True)
+        cast = ".to(tl.float32)" if f32 and src.dtype != "float32" else ""
+        em.emit(f"{v.name} = tl.load({load_args(em, iop, perm)}){cast}  # permute {tuple(perm)} read through strides")
+        return
+    x = em.vals[op.inputs[0].id]
+    v = em.val(t, f32=x.f32, clean=frozenset(o for o, d in enumerate(perm) if d in x.clean), finite=x.finite)
+    em.emit(f"{v.name} = tl.permute({x.name}, {tuple(perm)})")

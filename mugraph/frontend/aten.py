@@ -89,13 +89,16 @@ def _drop(x, dims: list[int], shape_before) -> Any:
 
 
 def _reduce(kind: str, x, dims, keepdim: bool = False, dtype=None):
+    """``sum``/``mean``/``max`` over ``dims``: one catalog reduction per dim (``mean``
+    is a ``sum`` scaled by ``1/n``)."""
     if dtype is not None:
         raise Unmapped(f"{kind} with dtype={dtype}")
+    fold = {"sum": B.sum, "mean": B.sum, "max": B.max}[kind]
     ds = _dims(x, dims)
     shape = x.shape
     y = x
     for d in ds:
-        y = B.sum(y, d) if kind != "max" else B.max(y, d)
+        y = fold(y, d)
     if kind == "mean":
         n = 1
         for d in ds:
@@ -215,6 +218,22 @@ def _cat(ctx, xs, dim=0):
     return B.concat(xs, _dim(xs[0], dim))
 
 
+def _transpose(ctx, x, d0, d1):
+    return B.transpose(x, _dim(x, d0), _dim(x, d1))
+
+
+def _t(ctx, x):
+    """``x.t()``: a 2-d transpose; of a rank-0/1 tensor the identity."""
+    return B.transpose(x, 0, 1) if x.ndim == 2 else B.reshape(x, x.shape)
+
+
+def _permute(ctx, x, dims):
+    dims = list(dims)
+    if len(dims) != x.ndim:
+        raise Unmapped(f"permute of a rank-{x.ndim} tensor by {dims}")
+    return B.permute(x, [_dim(x, d) for d in dims])
+
+
 def _addmm(ctx, bias, a, b, beta=1, alpha=1):
     return B.add(_alpha(B.matmul(a, b), alpha), _alpha(bias, beta))
 
@@ -276,6 +295,9 @@ ROWS: dict[Any, Callable] = {
     aten.alias.default: _identity,
     aten.detach.default: _identity,
     aten.cat.default: _cat,
+    aten.t.default: _t,
+    aten.transpose.int: _transpose,
+    aten.permute.default: _permute,
     rotate_half: _rotate_half,
 }
 

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 
 import torch.fx as fx
 
+from ..ops import is_rearrangement
 from .capture import NodeInfo
 
-#: catalog ops that move data only; a piece made of them alone is not searched
-MOVEMENT = frozenset({"reshape", "repeat", "concat"})
 
 
 @dataclass(eq=False)
@@ -44,7 +43,8 @@ class Piece:
         if min_ops == 0:  # everything (tests of the mapping)
             return True
         kinds = [k for n in self.nodes for k in info[n].kinds]
-        return len(kinds) >= min_ops and any(k not in MOVEMENT for k in kinds)
+        # a piece that only moves data (the catalog's rearrangements) is not searched
+        return len(kinds) >= min_ops and any(not is_rearrangement(k) for k in kinds)
 
 
 def _exp_ok(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:

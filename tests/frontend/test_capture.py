@@ -45,7 +45,13 @@ CASES = {
     "mm": (lambda a, b: a @ b, (r(4, 8), r(8, 6)), [aten.mm.default]),
     "bmm": (torch.bmm, (r(2, 4, 8), r(2, 8, 3)), [aten.bmm.default]),
     "matmul4d": (torch.matmul, (r(1, 2, 4, 8), r(1, 2, 8, 3)), [aten.bmm.default]),
-    "linear": (lambda x, w, b: F.linear(x, w, b), (r(4, 8), r(6, 8), r(6)), [aten.addmm.default]),
+    "linear": (lambda x, w, b: F.linear(x, w, b), (r(4, 8), r(6, 8), r(6)), [aten.addmm.default, aten.transpose.int]),
+    "linear3d": (lambda x, w: F.linear(x, w), (r(2, 4, 8), r(6, 8)), [aten.mm.default, aten.transpose.int]),
+    "transpose": (lambda a, b: (a * 2).transpose(0, 1) @ b, (r(8, 4), r(8, 3)), [aten.transpose.int]),
+    "t": (lambda a, b: a.t() @ (b + 1), (r(8, 4), r(8, 3)), [aten.transpose.int]),
+    "permute": (lambda a: (a * 2).permute(2, 0, 1) + 1, (r(2, 3, 4),), [aten.permute.default]),
+    "attention_transposes": (lambda q, k: (q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)) * 0.5,
+                             (r(1, 4, 2, 8), r(1, 4, 2, 8)), [aten.transpose.int]),
     "add": (lambda a, b: a + b * 2 + 1.5, (r(4, 8), r(1, 8)), [aten.add.Tensor, aten.mul.Tensor]),
     "add_alpha": (lambda a, b: torch.add(a, b, alpha=3), (r(4, 8), r(4, 8)), [aten.add.Tensor]),
     "sub": (lambda a, b: a - b - 0.25, (r(4, 8), r(4, 1)), [aten.sub.Tensor]),
@@ -90,9 +96,9 @@ def test_softmax_max_outside_the_pieces():
 
 def test_unmapped_ops_stay_torch_calls():
     def fn(x, y):
-        z = x.transpose(0, 1) * 2          # no IR op (a torch call between pieces)
+        z = x.transpose(0, 1) * 2          # a permute: mapped
         return torch.where(z > 0, z, y.t()) + x[1:3].sum()  # comparison, select, slice
-    check(fn, r(4, 4), r(4, 4), library=[aten.transpose.int, aten.where.self, aten.gt.Scalar, aten.slice.Tensor])
+    check(fn, r(4, 4), r(4, 4), mapped=[aten.transpose.int], library=[aten.where.self, aten.gt.Scalar, aten.slice.Tensor])
 
 
 def test_probe_refuses_what_the_catalog_cannot_say():
@@ -124,3 +130,24 @@ def test_bad_input_is_one_line():
         from_torch(lambda x: x, "not a tensor")
     with pytest.raises(mg.ArgumentTypeError, match="function or nn.Module"):
         from_torch(3, r(2))
+
+
+def test_attention_transposes_stay_inside_one_piece():
+    """``q.transpose(1, 2)`` and ``k.transpose(-1, -2)`` are permutes: the scores matmul and
+    everything around it are one piece, no torch call between them."""
+    def fn(q, k):
+        s = q.transpose(1, 2) @ k.transpose(1, 2).transpose(-1, -2)
+        return torch.exp(s * 0.25) * 2
+    cap = check(fn, r(1, 4, 2, 8), r(1, 4, 2, 8), mapped=[aten.transpose.int])
+    assert len(cap.pieces) == 1 and not cap.library
+    assert sum(op.kind == "permute" for op in cap.pieces[0].program.ops) >= 2
+
+
+def test_from_torch_is_a_public_name_of_mugraph():
+    """``mg.from_torch`` is the front door's capture, served lazily like the product's names."""
+    import mugraph.frontend
+
+    assert mg.from_torch is mugraph.frontend.from_torch
+    assert "from_torch" in mg.__all__ and "from_torch" in dir(mg)
+    cap = mg.from_torch(lambda x, w: torch.exp(x @ w.t()) * 2, r(4, 8), r(6, 8), min_ops=0)
+    assert len(cap.pieces) == 1 and not cap.library
