@@ -57,7 +57,7 @@ def main() -> int:
         shapes = " ".join(f"{t.name}{list(t.shape)}" for t in p.inputs)
         kernels = ", ".join(f"{k}: {n}" for k, n in st["kernels"])
         print(f"| {p.name} | {shapes} | {wall:.1f} | {st['first_match_seconds']} | {kernels or '-'} | "
-              f"{', '.join(sorted(set(st['origins']))) or '-'} | {st['complete']} |", flush=True)
+              f"{', '.join(sorted(set(r.origins))) or '-'} | {st['complete']} |", flush=True)
         one = [g for g in r.graphs if g.num_kernels == 1]
         if one:
             singles.append(one[0])

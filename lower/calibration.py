@@ -18,6 +18,8 @@ import math
 import os
 from dataclasses import dataclass
 
+from mugraph.benchmarks import reference
+
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
 
@@ -91,8 +93,6 @@ def measurements(path: str = DATA) -> list[Measurement]:
 
 def agreement(device: DeviceParams = H100, path: str = DATA) -> Agreement:
     """Rank agreement of the cost model (``device`` parameters) with the recorded times."""
-    from mugraph.benchmarks import reference
-
     graphs = {}
     pred, meas, groups = [], [], {}
     for m in measurements(path):

@@ -30,12 +30,14 @@ from typing import Callable
 
 import torch
 
+from mugraph.errors import ResourceError
 from mugraph.ir import BlockGraph, KernelGraph
 
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
 from .plan import plan
 from .runtime import capture_graph, compile as lower_compile
+from .testing import random_inputs, rel_error
 from .tiles import DOT_MIN, SMALL_MM, loop_chunks
 
 
@@ -249,8 +251,6 @@ def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps
 def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "graph") -> tuple[float, object, float]:
     """Compile with ``configs``, check against ``ref`` (float64 outputs; poisoned
     output buffers), time. Returns (seconds, program, worst relative error)."""
-    from .testing import rel_error
-
     prog = lower_compile(graph, device="cuda", configs=configs, use_z3=True)
     err = 0.0
     if ref is not None:
@@ -315,8 +315,6 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     configs: dict[int, KernelConfig] = {op.id: KernelConfig(num_stages=3) for op in blocks}
     trials: list[tuple[str, float | None, float]] = []
     if gpu and inputs is None:
-        from .testing import random_inputs
-
         inputs = random_inputs(graph, 0, device="cuda")
     for op in blocks:
         blk = op.attrs["block"]
@@ -348,8 +346,6 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             if t is not None:
                 timed.append((t, c))
         if not timed:
-            from mugraph.errors import ResourceError
-
             raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(picked)} configurations compiles and "
                                 "runs correctly on this GPU (e.g. shared memory beyond the hardware limit)")
         t0, c0 = min(timed, key=lambda x: x[0])
@@ -391,8 +387,6 @@ def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, t
     if not torch.cuda.is_available():
         return ProfileResult(graph, configs, None, pred, False)
     if inputs is None:
-        from .testing import random_inputs
-
         inputs = random_inputs(graph, 0, device="cuda")
     t, prog, _ = _time(graph, configs, inputs, kw.get("ref"), kw.get("tol", 2e-2), kw.get("timing", "graph"))
     return ProfileResult(graph, configs, t, pred, True, [("given", t, pred)], prog)

@@ -30,6 +30,7 @@ from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
+from .cost_model import H100, estimate
 from .memory import Buffer, MemoryPlan, check_shared_memory, nbytes, plan
 from .schedule import kernel_order
 from .torch_ops import TORCH_OPS, source_line
@@ -185,8 +186,6 @@ class CompiledProgram:
 
     def predicted_time(self, device_params=None) -> float:
         """The analytic cost model's time for this program (seconds)."""
-        from .cost_model import H100, estimate
-
         return estimate(self.graph, device_params or H100, configs=self.configs)
 
     def __repr__(self) -> str:

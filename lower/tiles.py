@@ -25,6 +25,7 @@ import math
 from dataclasses import dataclass, field
 
 from mugraph.ir import BlockGraph, Tensor
+from mugraph.unionfind import UnionFind
 
 from .config import KernelConfigError
 
@@ -90,25 +91,6 @@ class TileInfo:
         return self.split.get(self.cls[(t.id, d)], 1)
 
 
-class _UF:
-    def __init__(self) -> None:
-        self.p: dict = {}
-
-    def add(self, k) -> None:
-        self.p.setdefault(k, k)
-
-    def find(self, k):
-        while self.p[k] != k:
-            self.p[k] = self.p[self.p[k]]
-            k = self.p[k]
-        return k
-
-    def union(self, a, b) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.p[max(ra, rb)] = min(ra, rb)
-
-
 def _aligned(x: Tensor, out_rank: int):
     """Pairs (dim of x, dim of out) for right-aligned broadcasting."""
     off = out_rank - x.ndim
@@ -163,7 +145,7 @@ def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, 
     """The dim classes of ``block``: (tensor id, dim) -> class id (numbered in order of the
     smallest key of each class), the keys whose class may not be split (rearranged or
     reduced), the matmuls, and the split concat-matmul pairs (:func:`_concat_matmuls`)."""
-    uf = _UF()
+    uf: UnionFind[tuple[int, int]] = UnionFind()
     for t in block.tensors:
         for d in range(t.ndim):
             uf.add((t.id, d))
@@ -175,12 +157,12 @@ def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, 
     for pieces in pairs.values():
         for x, y in pieces:
             uf.union((x.id, x.ndim - 1), (y.id, y.ndim - 2))
-    roots = {k: uf.find(k) for k in uf.p}
+    roots = {k: uf.find(k) for k in uf}
     ids = {r: i for i, r in enumerate(sorted(set(roots.values())))}
     return {k: ids[r] for k, r in roots.items()}, fixed, matmuls, pairs
 
 
-def _join(uf: _UF, op) -> set:
+def _join(uf: UnionFind, op) -> set:
     """Join the dims ``op`` forces to be the same axis of the same size; return the keys
     it reduces over or rearranges (their classes cannot be split)."""
     out = op.outputs[0] if op.outputs else None

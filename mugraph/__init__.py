@@ -8,6 +8,12 @@ Build a Lax program, write or search μGraphs, evaluate them, save and draw them
     p.output(mg.silu(X @ W1) * (X @ W2))
     mg.check_lax(p)
     (Y,) = mg.evaluate(p, {"X": x, "W1": w1, "W2": w2})
+
+Importing ``mugraph`` imports the IR core only. The product's names —
+``superoptimize``, ``Optimized``, ``OptimizeConfig``, ``Candidate`` and ``save`` /
+``load`` (which also handle ``superoptimize`` results) — are served lazily from
+:mod:`mugraph.pipeline` on first use, because the product imports the stages
+``search``, ``verify`` and ``lower``, which import the core.
 """
 
 from . import errors, limits
@@ -20,11 +26,25 @@ from .interpreter import evaluate
 from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
 from .lax import check_lax, is_lax
 from .ops import CATALOG
-from .pipeline import Candidate, OptimizeConfig, Optimized, superoptimize
 from .render import render, to_dot
-from .serialize import load, save
+from .version import __version__  # noqa: F401 - the package version
 
-__version__ = "0.1.0"
+#: the product's public names, imported from :mod:`mugraph.pipeline` when first used
+_PRODUCT = ("superoptimize", "Optimized", "OptimizeConfig", "Candidate", "save", "load")
+
+
+def __getattr__(name: str):
+    if name in _PRODUCT or name == "pipeline":
+        import mugraph.pipeline as pipeline  # the core's one import of the product: lazy, so the core stays below it
+
+        value = pipeline if name == "pipeline" else getattr(pipeline, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'mugraph' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_PRODUCT))
 
 __all__ = [
     "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",

@@ -9,24 +9,72 @@ from __future__ import annotations
 
 import numbers
 from fractions import Fraction
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
+from .checks import _is_sequence, rational, short, strict_int
 from .errors import ArgumentTypeError, ConstantError, ShapeError
-from .ir import Tensor, _is_sequence, rational, short, strict_int
+
+if TYPE_CHECKING:
+    from .ir import Tensor
 
 Scalar = int | float | Fraction
 
 
+class TensorOps:
+    """Python's arithmetic operators on a mugraph tensor: ``x + y``, ``x * 0.5``,
+    ``2 - x``, ``x @ w``, ``-x`` build ops in the tensor's graph through the
+    functions of this module.
+
+    :class:`mugraph.ir.Tensor` inherits them, so the IR takes its operators from the
+    builder and the builder never imports the IR; it is also the type the builder's
+    functions accept as a tensor."""
+
+    __slots__ = ()
+
+    def __add__(self, o):
+        return add(self, o)
+
+    def __radd__(self, o):
+        return add(o, self)
+
+    def __sub__(self, o):
+        return sub(self, o)
+
+    def __rsub__(self, o):
+        return sub(o, self)
+
+    def __mul__(self, o):
+        return mul(self, o)
+
+    def __rmul__(self, o):
+        return mul(o, self)
+
+    def __truediv__(self, o):
+        return div(self, o)
+
+    def __rtruediv__(self, o):
+        return div(o, self)
+
+    def __matmul__(self, o):
+        return matmul(self, o)
+
+    def __rmatmul__(self, o):
+        return matmul(o, self)
+
+    def __neg__(self):
+        return scale(self, -1)
+
+
 def _graph_of(*xs, what: str):
     for x in xs:
-        if isinstance(x, Tensor):
+        if isinstance(x, TensorOps):
             return x.graph
     raise ArgumentTypeError(f"{what}: needs at least one mugraph Tensor argument, got "
                             f"{[type(x).__name__ for x in xs][:8]}")
 
 
 def _tensor(x, what: str) -> Tensor:
-    if not isinstance(x, Tensor):
+    if not isinstance(x, TensorOps):
         raise ArgumentTypeError(f"{what}: expected a mugraph Tensor, got {type(x).__name__}")
     return x
 
@@ -68,7 +116,7 @@ def _binary(kind: str, a, b) -> Tensor:
         a = constant(a, b)
     if _is_scalar(b):
         b = constant(b, a)
-    if not isinstance(a, Tensor) or not isinstance(b, Tensor):
+    if not isinstance(a, TensorOps) or not isinstance(b, TensorOps):
         raise ArgumentTypeError(f"{kind}: operands must be Tensors or real scalars, got {type(a).__name__}, "
                                 f"{type(b).__name__}")
     return g.add_op(kind, [a, b])
@@ -90,13 +138,13 @@ def sub(a, b) -> Tensor:
 def mul(a, b) -> Tensor:
     if _is_scalar(a):
         a, b = b, a
-    if isinstance(a, Tensor) and _is_scalar(b):
+    if isinstance(a, TensorOps) and _is_scalar(b):
         return scale(a, b)
     return _binary("mul", a, b)
 
 
 def div(a, b) -> Tensor:
-    if isinstance(a, Tensor) and _is_scalar(b):
+    if isinstance(a, TensorOps) and _is_scalar(b):
         c = _scalar(b, "div")
         if c == 0:
             raise ConstantError(f"div: {a.label()} divided by the constant 0")

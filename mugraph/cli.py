@@ -1,8 +1,5 @@
-"""``python -m mugraph``: the command line.
-
-Stages are imported lazily inside the commands that need them, so the IR never
-depends on ``search``, ``verify`` or ``lower``.
-"""
+"""``python -m mugraph``: the command line (the product layer, beside
+:mod:`mugraph.pipeline`: it may import the stages)."""
 
 from __future__ import annotations
 
@@ -12,8 +9,16 @@ from pathlib import Path
 
 import click
 
+import verify as verify_stage
+from verify.standalone import failure_line
+
 from .benchmarks import PROGRAMS
+from .demo import format_rows, run_demo
 from .errors import MugraphError
+from .loading import graph_from_file
+from .pipeline import Interrupted, OptimizeConfig, superoptimize
+from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
+from .render import render
 
 
 class _Group(click.Group):
@@ -85,8 +90,6 @@ def main() -> None:
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))
 def demo(batch: int, small: bool, out_dir: str, seed: int) -> None:
     """Evaluate each benchmark's hand-written μGraph against its program (float64)."""
-    from .demo import format_rows, run_demo
-
     if Path(out_dir).exists() and not Path(out_dir).is_dir():
         raise click.UsageError(f"--out {out_dir!r} is a file, not a folder")
 
@@ -105,9 +108,6 @@ def demo(batch: int, small: bool, out_dir: str, seed: int) -> None:
               help="Also draw it (suffix picks the format: .png .svg .pdf .dot).")
 def show(file: str, name: str | None, png: str | None) -> None:
     """Print a program or μGraph (a saved .json, or a .py file that builds one)."""
-    from .loading import graph_from_file
-    from .render import render
-
     _out_file(png, "--png")
     g = graph_from_file(file, name)
     click.echo(str(g))
@@ -134,13 +134,7 @@ def verify(ref: str, cand: str, error: float, seed: int | None, no_float: bool, 
     (field tests, error bound, float check); 1 when any check failed or the
     verdict is undecided (the failed checks are printed); 2 on bad input."""
     try:
-        import verify as verify_stage
-        from verify.standalone import failure_line
-        run = verify_stage.verify_files
-    except (ImportError, AttributeError):
-        raise click.ClickException("the verify stage is not installed in this build") from None
-    try:
-        verdict = run(ref, cand, error=error, seed=seed, float_check=not no_float,
+        verdict = verify_stage.verify_files(ref, cand, error=error, seed=seed, float_check=not no_float,
                       field=verify_stage.MIRAGE if mirage_primes else verify_stage.DEFAULT,
                       non_lax="float" if float_only else "raise")
     except MugraphError as e:
@@ -171,8 +165,6 @@ def _search_options(f):
 
 
 def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None):
-    from .pipeline import OptimizeConfig
-
     s = {k: v for k, v in dict(time_limit=time_limit, max_block_ops=max_block_ops, max_kernel_ops=max_kernel_ops,
                                  workers=workers, executor=executor).items() if v is not None}
     return OptimizeConfig(search=s)
@@ -188,9 +180,6 @@ def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None):
 def optimize(file, name, device, out, show_source, time_limit, max_block_ops, max_kernel_ops, workers, executor,
              seed, cache_dir, no_cache) -> None:
     """Superoptimize the Lax program FILE defines (.py that builds it, or a saved .json)."""
-    from .loading import graph_from_file
-    from .pipeline import Interrupted, superoptimize
-
     _out_file(out, "--out")
     try:
         p = graph_from_file(file, name)
@@ -233,8 +222,6 @@ def _interrupted(line: str) -> None:
 def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers,
           executor, seed, cache_dir, no_cache) -> None:
     """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
-    from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
-
     config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
     started = []
 

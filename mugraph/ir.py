@@ -33,19 +33,18 @@ from __future__ import annotations
 
 import keyword
 import math
-import numbers
 import re
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Callable, Iterable, Sequence
 
-from .errors import (ArgumentTypeError, ConstantError, DTypeError, InvalidGraphError, ResourceError, ShapeError,
-                     UnsupportedOpError)
-from .limits import MAX_CONSTANT_DIGITS, MAX_DIM, MAX_NAME_CHARS, MAX_NUMEL
-from .ops import CATALOG, MAX_RANK, get_op
-
-DTYPES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
-"""Supported dtypes and their sizes in bytes."""
+from .builder import TensorOps
+from .checks import DTYPES, _is_sequence, check_dtype, check_name, check_shape, rational, short, strict_int
+from .errors import ArgumentTypeError, DTypeError, InvalidGraphError, ResourceError, ShapeError, UnsupportedOpError
+from .limits import MAX_DIM, MAX_NAME_CHARS
+from .ops import CATALOG, get_op
+from .text import format_block, format_graph
+from .unionfind import UnionFind
 
 AXES = "xyz"
 
@@ -54,102 +53,11 @@ DEFAULT_SMEM_BUDGET = 227 * 1024
 DEFAULT_REGISTER_BUDGET = 64 * 1024 * 4
 
 
-def short(value: Any, n: int = 60) -> str:
-    """``repr(value)`` cut to ``n`` characters: messages quote what the user passed
-    without printing a million-element list."""
-    r = repr(value)
-    return r if len(r) <= n else r[:n - 3] + "..."
-
-
-def check_dtype(dtype: str, what: str) -> str:
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise DTypeError(f"{what}: unknown dtype {short(dtype)}; use one of {sorted(DTYPES)}")
-    return dtype
-
-
-def strict_int(v: Any, what: str) -> int:
-    """``v`` as an int if it is one (a Python or numpy integer; never a bool, a float
-    or a string: ``2.7``, ``True`` and ``'8'`` are refused, not converted)."""
-    if type(v) is int:
-        return v
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-        raise ArgumentTypeError(f"{what}: {short(v)} is a {type(v).__name__}, not an int")
-    return int(v)
-
-
-def _is_sequence(v: Any) -> bool:
-    return type(v) in (tuple, list) or (isinstance(v, Sequence) and not isinstance(v, (str, bytes)))
-
-
-def check_shape(shape, what: str) -> tuple[int, ...]:
-    """``shape`` as a tuple of ints, or a :class:`ShapeError` naming the rule: a
-    sequence of 1 to ``MAX_RANK`` ints (a float dim or a string is refused, never
-    truncated), each in [1, ``MAX_DIM``], at most ``MAX_NUMEL`` elements in all."""
-    if not _is_sequence(shape):
-        raise ShapeError(f"{what}: shape {short(shape)} is not a sequence of ints")
-    if not 1 <= len(shape) <= MAX_RANK:
-        raise ShapeError(f"{what}: shape {short(tuple(shape))} has {len(shape)} dims; tensors have 1 to {MAX_RANK}")
-    dims = []
-    for i, s in enumerate(shape):
-        if type(s) is not int and (isinstance(s, bool) or not isinstance(s, numbers.Integral)):
-            raise ShapeError(f"{what}: shape {short(tuple(shape))}: dim {i} is {short(s)} "
-                             f"({type(s).__name__}), not an int")
-        dims.append(int(s))
-    shape = tuple(dims)
-    if any(s < 1 for s in shape):
-        raise ShapeError(f"{what}: shape {shape} has a dim < 1")
-    if any(s > MAX_DIM for s in shape):
-        raise ShapeError(f"{what}: shape {shape} has a dim > {MAX_DIM} (mugraph.limits.MAX_DIM)")
-    if math.prod(shape) > MAX_NUMEL:
-        raise ShapeError(f"{what}: shape {shape} has {math.prod(shape)} elements > {MAX_NUMEL} "
-                         "(mugraph.limits.MAX_NUMEL: 32-bit element offsets)")
-    return shape
-
-
-def rational(c: Any, what: str) -> Fraction:
-    """A scalar constant as an exact rational: an int, a Fraction, or a finite float
-    (by its shortest decimal form, so ``0.1`` is 1/10). Bools, complex numbers, NaN,
-    infinities and constants of more than ``MAX_CONSTANT_DIGITS`` digits are refused:
-    every stage computes with the constant exactly (the verifier in a finite field)."""
-    if isinstance(c, bool) or isinstance(c, complex) or (
-            not isinstance(c, (numbers.Rational, float)) and not _is_real_numpy(c)):
-        raise ConstantError(f"{what}: {short(c)} ({type(c).__name__}) is not a real scalar constant")
-    if isinstance(c, numbers.Rational):  # numpy integers too: made Python ints
-        f = Fraction(int(c.numerator), int(c.denominator))
-    else:
-        c = float(c)
-        if not math.isfinite(c):
-            raise ConstantError(f"{what}: constant {c} is not finite")
-        f = Fraction(repr(c))
-    for part, n in (("numerator", abs(f.numerator)), ("denominator", f.denominator)):
-        bits = n.bit_length()  # str() of a huge int is slow: count its digits from its bits when far over
-        digits = len(str(n)) if bits <= 4 * MAX_CONSTANT_DIGITS else int(bits * math.log10(2)) + 1
-        if digits > MAX_CONSTANT_DIGITS:
-            raise ConstantError(f"{what}: the constant's {part} has {digits} digits > {MAX_CONSTANT_DIGITS} "
-                                "(mugraph.limits.MAX_CONSTANT_DIGITS)")
-    return f
-
-
-def _is_real_numpy(c: Any) -> bool:
-    """A numpy real scalar (``np.float32(0.5)``), found without importing numpy."""
-    return type(c).__module__ == "numpy" and isinstance(c, numbers.Real)
-
-
 #: names the IR gives unnamed tensors; an input of such a name would be confused with them
 _AUTO_LABEL = re.compile(r"[tb][0-9]+")
 
 
-def check_name(name: Any, what: str) -> str:
-    """A graph name: a string of 1 to ``MAX_NAME_CHARS`` printable characters (it
-    appears in messages, pictures and, made safe, in cache file names)."""
-    if not isinstance(name, str):
-        raise ArgumentTypeError(f"{what}: the name must be a str, got {type(name).__name__}")
-    if not 1 <= len(name) <= MAX_NAME_CHARS or not name.isprintable():
-        raise InvalidGraphError(f"{what}: name {short(name)} must be 1 to {MAX_NAME_CHARS} printable characters")
-    return name
-
-
-class Tensor:
+class Tensor(TensorOps):
     """An edge of a graph: a device tensor (kernel graph) or a tile (block graph).
 
     ``acc`` (block graphs only) counts the accumulators on the paths from input
@@ -185,50 +93,8 @@ class Tensor:
     def __repr__(self) -> str:
         return f"<{self.label()} {self.shape} {self.dtype}>"
 
-    # python operators build ops in the tensor's graph (scalars become constants)
-    def __add__(self, o):
-        from .builder import add
-        return add(self, o)
-
-    def __radd__(self, o):
-        from .builder import add
-        return add(o, self)
-
-    def __sub__(self, o):
-        from .builder import sub
-        return sub(self, o)
-
-    def __rsub__(self, o):
-        from .builder import sub
-        return sub(o, self)
-
-    def __mul__(self, o):
-        from .builder import mul
-        return mul(self, o)
-
-    def __rmul__(self, o):
-        from .builder import mul
-        return mul(o, self)
-
-    def __truediv__(self, o):
-        from .builder import div
-        return div(self, o)
-
-    def __rtruediv__(self, o):
-        from .builder import div
-        return div(o, self)
-
-    def __matmul__(self, o):
-        from .builder import matmul
-        return matmul(self, o)
-
-    def __rmatmul__(self, o):
-        from .builder import matmul
-        return matmul(o, self)
-
-    def __neg__(self):
-        from .builder import scale
-        return scale(self, -1)
+    # Python's arithmetic operators build ops in the tensor's graph (scalars become
+    # constants): they come from :class:`mugraph.builder.TensorOps`
 
     def __bool__(self):
         raise ArgumentTypeError(f"{self.label()}: a mugraph Tensor is symbolic; it has no truth value")
@@ -456,7 +322,6 @@ class KernelGraph(Graph):
         return sum(1 for op in self.ops if op.kind != "input")
 
     def __str__(self) -> str:
-        from .text import format_graph
         return format_graph(self)
 
 
@@ -701,7 +566,6 @@ class BlockGraph(Graph):
                         f"{t.numel * 4} bytes > register budget {register_budget}")
 
     def __str__(self) -> str:
-        from .text import format_block
         return "\n".join(format_block(self))
 
 
@@ -717,28 +581,18 @@ def build_thread_graphs(block: BlockGraph) -> list[ThreadGraph]:
         raise ArgumentTypeError(f"build_thread_graphs: expected a BlockGraph, got {type(block).__name__}")
     consumers = block.consumers()
     saved = {sv.tensor for sv in block.savers}
-    parent: dict[int, int] = {}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    uf: UnionFind[int] = UnionFind()
     for op in block.ops:
         if op.kind not in CATALOG or not CATALOG[op.kind].elementwise:
             continue
-        parent[op.id] = op.id
+        uf.add(op.id)
         for t in op.inputs:
             p = t.op
-            if p.id in parent and len(consumers[t]) == 1 and t not in saved and t.acc == op.outputs[0].acc:
-                parent[find(p.id)] = find(op.id)
-    groups: dict[int, list[Op]] = {}
-    for op in block.ops:
-        if op.id in parent:
-            groups.setdefault(find(op.id), []).append(op)
+            if p.id in uf and len(consumers[t]) == 1 and t not in saved and t.acc == op.outputs[0].acc:
+                uf.union(p.id, op.id)
+    groups = [[block.ops[i] for i in ids] for ids in uf.groups().values()]
     out = []
-    for ops in sorted(groups.values(), key=lambda g: g[0].id):
+    for ops in sorted(groups, key=lambda g: g[0].id):
         if len(ops) < 2:
             continue
         members = {op.id for op in ops}
@@ -796,7 +650,3 @@ def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
             env[op.outputs[0]] = on_op(op, [env[t] for t in op.inputs], None)
     return env
 
-
-def fraction_attr(c) -> Fraction:
-    from .ops import to_fraction
-    return to_fraction(c)

@@ -19,10 +19,9 @@ programs using it can only be compared in floating point).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Callable, Sequence
 
-from .errors import ShapeError
+from .errors import ShapeError, UnsupportedOpError
 
 Shape = tuple[int, ...]
 ShapeRule = Callable[[Sequence[Shape], dict], Shape]
@@ -180,24 +179,8 @@ STRUCTURAL = ("input", "graph_defined", "iterator", "accum")
 
 
 def get_op(name: str) -> OpDef:
-    from .errors import UnsupportedOpError
-
     try:
         return CATALOG[name]
     except KeyError:
         raise UnsupportedOpError(f"unknown op {name!r}; the catalog has {sorted(CATALOG)}") from None
 
-
-def to_fraction(c) -> Fraction:
-    """A python scalar as an exact rational (floats by their shortest decimal form)."""
-    if isinstance(c, Fraction):
-        return c
-    if isinstance(c, bool):
-        raise TypeError("bool is not a scalar constant")
-    if isinstance(c, int):
-        return Fraction(c)
-    if isinstance(c, float):
-        if c != c or c in (float("inf"), float("-inf")):
-            raise ValueError(f"constant {c} is not finite")
-        return Fraction(repr(c))
-    raise TypeError(f"{c!r} is not a scalar constant")

@@ -248,34 +248,30 @@ def graph_from_json(d: dict) -> KernelGraph:
     return g
 
 
-def save(obj: Any, path: str | Path) -> Path:
-    """Write a Program or μGraph (or an ``Optimized`` result) as versioned JSON.
+def save(graph: KernelGraph, path: str | Path) -> Path:
+    """Write a Program or μGraph as versioned JSON.
 
     The write is atomic (a unique temporary file renamed into place); the folder
-    must exist."""
-    from .pipeline.optimize import Optimized
-
-    if isinstance(obj, KernelGraph):
-        doc = graph_to_json(obj)
-    elif isinstance(obj, Optimized):
-        doc = obj.to_json()
-    else:
-        raise ArgumentTypeError(f"save: cannot save a {type(obj).__name__}; save a Program, KernelGraph or "
-                                "Optimized result")
-    return write_text_atomic(path, json.dumps(doc, indent=1), "save")
+    must exist. (``mg.save`` also writes ``superoptimize`` results.)"""
+    if not isinstance(graph, KernelGraph):
+        raise ArgumentTypeError(f"save: cannot save a {type(graph).__name__}; save a Program or KernelGraph")
+    return write_text_atomic(path, json.dumps(graph_to_json(graph), indent=1), "save")
 
 
-def load(path: str | Path) -> Any:
-    """Read what :func:`save` wrote: a Program, a KernelGraph, or an ``Optimized`` result.
+def load(path: str | Path) -> KernelGraph:
+    """Read what :func:`save` wrote: a Program or a KernelGraph.
 
     The file is read within :mod:`mugraph.limits` (size, nesting, number length)
-    and rebuilt through the builder; nothing in it is executed."""
+    and rebuilt through the builder; nothing in it is executed. (``mg.load`` also
+    reads ``superoptimize`` results.)"""
     path = as_path(path, "load")
-    doc = read_json(path, "load")
-    if isinstance(doc, dict) and doc.get("kind") == "Optimized":
-        from .pipeline import Optimized  # a saved superoptimize result
+    return graph_from_document(read_json(path, "load"), path)
 
-        return Optimized.from_json(doc)
+
+def graph_from_document(doc: Any, path: Path) -> KernelGraph:
+    """:func:`graph_from_json` of a document read from ``path`` (named in errors)."""
+    if isinstance(doc, dict) and doc.get("kind") == "Optimized":
+        raise SerializationError(f"{path}: a saved superoptimize result, not a graph; read it with mg.load")
     try:
         return graph_from_json(doc)
     except SerializationError as e:

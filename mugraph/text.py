@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from .ir import AXES, BlockGraph, KernelGraph, Op, Tensor
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the IR's classes print themselves through this module
+    from .ir import BlockGraph, KernelGraph, Op, Tensor
 
 
 def _map(m) -> str:
@@ -59,4 +62,4 @@ def format_graph(graph: KernelGraph) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_graph", "format_block", "AXES"]
+__all__ = ["format_graph", "format_block"]

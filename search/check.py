@@ -8,8 +8,8 @@ matches, verified to the configured error bound with ``verify.equivalent``.
 
 from __future__ import annotations
 
-import mugraph as mg
 import verify
+from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph
 
 
@@ -31,7 +31,7 @@ class Checker:
             if self._target_fp is None:
                 self._target_fp = verify.fingerprint(self.program, seed=self.seed)
             return verify.fingerprint(graph, seed=self.seed) == self._target_fp
-        except mg.MugraphError:
+        except MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 
     def verdict(self, graph: KernelGraph):
@@ -40,7 +40,7 @@ class Checker:
             if self._reference is None:
                 self._reference = verify.Reference(self.program, seed=self.seed)
             return self._reference.equivalent(graph, error=self.error)
-        except mg.MugraphError:
+        except MugraphError:
             return None
 
     def verified(self, graph: KernelGraph) -> bool:

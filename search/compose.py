@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
-
-from .rewrite import splice
+from mugraph.rewrite import splice
+from mugraph.unionfind import UnionFind
 
 
 @dataclass
@@ -78,27 +78,18 @@ def _n_inputs(program: Program, op_ids: list[int]) -> int:
 
 
 def _pieces(ops: list, cut: set, consumers: dict, max_ops: int) -> Optional[list[list[int]]]:
-    parent = {op.id: op.id for op in ops}
-
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
+    uf = UnionFind(op.id for op in ops)
     for op in ops:
         t = op.outputs[0]
         if t in cut:
             continue
         for c in consumers.get(t, []):
-            parent[find(c.id)] = find(op.id)
-    groups: dict[int, list[int]] = {}
-    for op in ops:
-        groups.setdefault(find(op.id), []).append(op.id)
+            uf.union(c.id, op.id)
+    groups = uf.groups()
     if any(len(g) > max_ops for g in groups.values()):
         return None
     # every cut tensor must cross pieces, and the pieces must form a DAG (topological by min op id)
-    of = {i: find(i) for i in parent}
+    of = {i: uf.find(i) for i in uf}
     edges = set()
     for op in ops:
         t = op.outputs[0]

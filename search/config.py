@@ -116,10 +116,6 @@ class SearchConfig:
         return d
 
 
-def default_config(**kw) -> SearchConfig:
-    return SearchConfig(**kw)
-
-
 # --------------------------------------------------------------- validation
 # One rule per field: (accepted types, test, what the test asks). Lists are taken for
 # tuples (JSON has no tuples); bools are never numbers; a field with no rule here is

@@ -17,21 +17,26 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from mugraph.ir import KernelGraph, Program
 
 from .check import Checker
 from .compose import compose, partition
 from .config import SearchConfig
+from .records import Proposal
 from .rewrite import fuse_all, graph_key, split_variants
 
+if TYPE_CHECKING:
+    from .driver import SearchResult
 
-def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker,
-             stats: dict) -> list[tuple[KernelGraph, str]]:
-    """Fingerprint-matching graphs of ``program`` built from separately searched pieces."""
-    from .driver import run  # noqa: PLC0415 - the piece searches are ordinary searches
 
+def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker, stats: dict,
+             run: Callable[[Program, SearchConfig], SearchResult]) -> list[Proposal]:
+    """Fingerprint-matching graphs of ``program`` built from separately searched pieces.
+
+    ``run`` searches one piece: the driver passes its own ``search.run`` (the piece
+    searches are ordinary searches, nested in this one)."""
     t0 = time.monotonic()
     n_ops = sum(1 for op in program.ops if op.kind != "input")
     if n_ops <= cfg.compose_above:
@@ -68,7 +73,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
             return []
         per_piece.append(graphs)
     combos = sorted(itertools.product(*[range(len(c)) for c in per_piece]), key=lambda ix: (sum(ix), ix))
-    out: list[tuple[KernelGraph, str]] = []
+    out: list[Proposal] = []
     seen: set[str] = set()
     tried = 0
     for ix in combos[:cfg.compose_combinations]:
@@ -85,7 +90,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
             seen.add(k)
             tried += 1
             if checker.fingerprint_matches(g):
-                out.append((g, origin))
+                out.append(Proposal(g, origin))
     stats["composed_fingerprinted"] = tried
     stats["composed_matches"] = len(out)
     stats["compose_seconds"] = round(time.monotonic() - t0, 3)
@@ -93,7 +98,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
 
 
 def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
-           deadline: Optional[float] = None) -> list[tuple[KernelGraph, str]]:
+           deadline: Optional[float] = None) -> list[Proposal]:
     """Fingerprint-matching split-loop variants of ``graphs``."""
     out = []
     seen: set[str] = set()
@@ -107,6 +112,6 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
             seen.add(k)
             stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
             if checker.fingerprint_matches(h):
-                out.append((h, "split-loop"))
+                out.append(Proposal(h, "split-loop"))
     stats["split_matches"] = len(out)
     return out

@@ -49,6 +49,7 @@ from .config import SearchConfig
 from .derive import composed, splits
 from .enumerate import Searcher, cost_key, signature
 from .executors import EXECUTORS, Executor, Outcome, make_executor
+from .records import Found, Match, Proposal, TaskDone
 from .worker import WorkerState, shared_state
 
 #: seconds past ``time_limit`` after which running workers are terminated
@@ -59,15 +60,30 @@ ORACLE_SHARE = 0.25
 
 @dataclass
 class SearchResult:
-    """Verified μGraphs (``.graphs``, KernelGraphs) and statistics (``.stats``)."""
+    """Verified μGraphs, cheapest first (``.found``: :class:`~search.records.Found`
+    records; ``.graphs`` as KernelGraphs) and statistics (``.stats``)."""
 
     program: str
-    graph_json: list[dict] = field(default_factory=list)
+    found: list[Found] = field(default_factory=list)
     stats: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def graph_json(self) -> list[dict]:
+        return [f.graph for f in self.found]
+
+    @property
     def graphs(self) -> list[KernelGraph]:
-        return [graph_from_json(d) for d in self.graph_json]
+        return [graph_from_json(f.graph) for f in self.found]
+
+    @property
+    def origins(self) -> list[str]:
+        """How each graph was found: enumeration, composed(+fused), split-loop."""
+        return [f.origin for f in self.found]
+
+    @property
+    def verdicts(self) -> list[Optional[dict]]:
+        """Each graph's verdict (JSON) against the program; None when not verified."""
+        return [f.verdict for f in self.found]
 
     @property
     def interrupted(self) -> bool:
@@ -80,12 +96,12 @@ class SearchResult:
         return bool(self.stats.get("complete"))
 
     def to_json(self) -> dict:
-        return {"format": "mugraph-search-result", "version": 1, "program": self.program,
-                "graphs": self.graph_json, "stats": self.stats}
+        return {"format": "mugraph-search-result", "version": 2, "program": self.program,
+                "found": [f.to_json() for f in self.found], "stats": self.stats}
 
     @classmethod
     def from_json(cls, d: dict) -> "SearchResult":
-        return cls(d["program"], list(d["graphs"]), dict(d["stats"]))
+        return cls(d["program"], [Found.from_json(f) for f in d["found"]], dict(d["stats"]))
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
@@ -134,14 +150,14 @@ class _Run:
         self.root: Optional[Searcher] = None
         self.tasks: list = []
         self.task_json: list[list] = []
-        self.done: dict[int, tuple[list, dict, dict]] = {}
+        self.done: dict[int, TaskDone] = {}
         self.counts: Counter = Counter()
         self.ckpt: Optional[Checkpoint] = None
         self.executor: Optional[Executor] = None
         self.bar = None
         self.phase = "oracle"
         self.interrupted = False
-        self.derived: list[tuple] = []
+        self.derived: list[Proposal] = []
         self.dstats: dict[str, Any] = {}
         self.first_match: Optional[float] = None
         self.phase_done: dict[int, float] = {}
@@ -165,7 +181,7 @@ class _Run:
                 self._enumerate()
                 matches = self._matches()
                 self._split(matches)
-                graphs, origins, verdicts, vstats = self._verify(matches)
+                found, vstats = self._verify(matches)
             except KeyboardInterrupt:
                 if self.nested:
                     raise
@@ -173,8 +189,8 @@ class _Run:
                 self._stop_executor()
                 self._save()
                 matches = self._matches()
-                graphs, origins, verdicts, vstats = self._verify_after_interrupt(matches)
-            return self._result(matches, graphs, origins, verdicts, vstats)
+                found, vstats = self._verify_after_interrupt(matches)
+            return self._result(matches, found, vstats)
         finally:
             _ACTIVE.runs.pop()
             self._stop_executor()
@@ -226,7 +242,7 @@ class _Run:
         # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
         self._set_phase("pieces")
         budget = 60.0 if self.deadline is None else self.cfg.compose_share * (self.deadline - time.monotonic())
-        self.derived += composed(self.program, self.cfg, budget, self.checker, self.dstats)
+        self.derived += composed(self.program, self.cfg, budget, self.checker, self.dstats, run)
 
     # ------------------------------------------------------------- enumerate
     def _executor(self) -> Executor:
@@ -291,7 +307,7 @@ class _Run:
         self._note(f"task {i} ({spec}) failed: {out.error}")
 
     def _record(self, i: int, res: list, st: dict, ost: dict, save: bool = True) -> None:
-        self.done[i] = (res, st, ost)
+        self.done[i] = TaskDone(res, st, ost)
         self.counts.update(st)
         if res and self.first_match is None and save:
             self.first_match = round(time.perf_counter() - self.t0, 3)
@@ -313,60 +329,60 @@ class _Run:
             self.last_save = time.monotonic()
 
     # ------------------------------------------------------------- candidates
-    def _matches(self) -> list[tuple]:
-        matches: list[tuple] = []
+    def _matches(self) -> list[Match]:
+        matches: list[Match] = []
         for i in sorted(self.done):
-            for j, m in enumerate(self.done[i][0]):
-                matches.append((tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
-        for g, origin in self.derived:  # derived graphs rank after every task's matches
-            self._propose(matches, g, origin)
+            for j, m in enumerate(self.done[i].results):
+                matches.append(Match(tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
+        for p in self.derived:  # derived graphs rank after every task's matches
+            self._propose(matches, p)
         return matches
 
-    def _propose(self, matches: list[tuple], g: KernelGraph, origin: str) -> None:
-        matches.append((tuple(cost_key(g)), len(self.tasks) + len(matches), 0, graph_to_json(g), signature(g),
-                        origin))
+    def _propose(self, matches: list[Match], p: Proposal) -> None:
+        matches.append(Match(tuple(cost_key(p.graph)), len(self.tasks) + len(matches), 0, graph_to_json(p.graph),
+                             signature(p.graph), p.origin))
 
-    def _split(self, matches: list[tuple]) -> None:
+    def _split(self, matches: list[Match]) -> None:
         if not self.cfg.split_loops:
             return
         self._set_phase("split-loop")
-        ones = [graph_from_json(m[3]) for m in sorted(matches, key=lambda m: m[:3]) if m[0][0] == 1]
-        for g, origin in splits(ones[:self.cfg.split_sources], self.checker, self.dstats, self.t_end):
-            self._propose(matches, g, origin)
+        ones = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key) if m.kernels == 1]
+        for p in splits(ones[:self.cfg.split_sources], self.checker, self.dstats, self.t_end):
+            self._propose(matches, p)
 
     # ----------------------------------------------------------------- verify
-    def _verify(self, matches: list[tuple]) -> tuple[list[dict], list[str], list, Counter]:
+    def _verify(self, matches: list[Match]) -> tuple[list[Found], Counter]:
         if not self.cfg.verify:
-            ranked = sorted(matches, key=lambda m: m[:3])
-            return [m[3] for m in ranked], [m[5] for m in ranked], [None] * len(ranked), Counter()
+            return [Found(m.graph, m.origin) for m in sorted(matches, key=lambda m: m.key)], Counter()
         self._set_phase("verify")
         return _verify_best(_order(matches), self.cfg, len(matches), self._verdicts())
 
-    def _verify_after_interrupt(self, matches: list[tuple]) -> tuple[list[dict], list[str], list, Counter]:
+    def _verify_after_interrupt(self, matches: list[Match]) -> tuple[list[Found], Counter]:
         """After Ctrl-C: the cheapest matches, in this process, until one passes (Ctrl-C again: none)."""
         if not self.cfg.verify:
-            return [], [], [], Counter()
+            return [], Counter()
         self._set_phase("verify (interrupted)")
         try:
             return _verify_best(_order(matches), self.cfg, len(matches), _LocalVerdicts(self), stop_after=1)
         except KeyboardInterrupt:
-            return [], [], [], Counter({"verify_skipped_interrupt": 1})
+            return [], Counter({"verify_skipped_interrupt": 1})
 
     def _verdicts(self) -> "_LocalVerdicts | _ExecutorVerdicts":
         return _LocalVerdicts(self) if self.cfg.executor == "serial" else _ExecutorVerdicts(self)
 
     # ---------------------------------------------------------------- result
-    def _result(self, matches, graphs, origins, verdicts, vstats) -> SearchResult:
+    def _result(self, matches: list[Match], found: list[Found], vstats: Counter) -> SearchResult:
         cfg = self.cfg
         self.counts.update(vstats)
         if cfg.max_results is not None:
-            graphs, origins, verdicts = graphs[:cfg.max_results], origins[:cfg.max_results], verdicts[:cfg.max_results]
+            found = found[:cfg.max_results]
         ostats: Counter = Counter()
         timed_out = False
         for i in sorted(self.done):
-            ostats.update({k: v for k, v in self.done[i][2].items() if isinstance(v, (int, float)) and k != "timed_out"})
-            timed_out |= bool(self.done[i][2].get("timed_out"))
-        tasks_done = sum(1 for r in self.done.values() if not r[2].get("timed_out"))
+            ostats.update({k: v for k, v in self.done[i].oracle.items()
+                           if isinstance(v, (int, float)) and k != "timed_out"})
+            timed_out |= self.done[i].timed_out
+        tasks_done = sum(1 for r in self.done.values() if not r.timed_out)
         o = self.root.oracle if self.root is not None else None
         stats = {
             "program": self.program.name,
@@ -390,8 +406,8 @@ class _Run:
             "first_match_seconds": self.first_match,
             #: seconds at which every task of an iterative-deepening phase (kernel ops) had finished
             "phase_complete_seconds": dict(sorted(self.phase_done.items())),
-            "fingerprint_matches_by_kernels": sorted(Counter(m[0][0] for m in matches).items()),
-            "fingerprint_matches_by_signature": dict(sorted(Counter(m[4] for m in matches).items())),
+            "fingerprint_matches_by_kernels": sorted(Counter(m.kernels for m in matches).items()),
+            "fingerprint_matches_by_signature": dict(sorted(Counter(m.signature for m in matches).items())),
             "oracle": {**dict(ostats),
                        "saturated": None if o is None else o.saturated,
                        "egraph_nodes": None if o is None else o.stats.egraph_nodes,
@@ -401,18 +417,15 @@ class _Run:
             #: median seconds of one full verification in this run (what the budget scaled with)
             "verify_seconds_median": (round(sorted(self.verify_seconds)[len(self.verify_seconds) // 2], 3)
                                       if self.verify_seconds else None),
-            "num_graphs": len(graphs),
-            #: how each returned graph was found: enumeration, composed(+fused), split-loop
-            "origins": origins,
-            #: each returned graph's Verdict (JSON) against the program, so callers need not verify again
-            "verdicts": verdicts,
+            "num_graphs": len(found),
             "derived": self.dstats,
-            "kernels": sorted(Counter(sum(1 for op in d["ops"] if op["op"] != "input") for d in graphs).items()),
+            "kernels": sorted(Counter(sum(1 for op in f.graph["ops"] if op["op"] != "input")
+                                      for f in found).items()),
         }
         startup = getattr(self.executor, "startup_seconds", None)
         if startup:
             stats["worker_startup_seconds"] = startup
-        return SearchResult(self.program.name, graphs, stats)
+        return SearchResult(self.program.name, found, stats)
 
     # ------------------------------------------------------------------ misc
     def _past(self, t: Optional[float], extra: float) -> bool:
@@ -468,18 +481,18 @@ def _describe(task_json: list) -> str:
     return f"{what or 'root'} (≤{kops} kernels)" if kops else (what or "root")
 
 
-def _order(matches: list[tuple]) -> list[tuple]:
+def _order(matches: list[Match]) -> list[Match]:
     """Matches in verification order: round-robin over kernel counts — the cheapest
     candidate of each count, then the second cheapest of each, … — and within a count,
     cheapest first, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``, …).
     So however early the time runs out, every kernel count has had its best verified
     first."""
-    by_sig: dict[tuple[int, str], list] = {}
-    for m in sorted(matches, key=lambda m: m[:3]):
-        by_sig.setdefault((m[0][0], m[4]), []).append(m)
-    per_count: list[list[tuple]] = []
+    by_sig: dict[tuple[int, str], list[Match]] = {}
+    for m in sorted(matches, key=lambda m: m.key):
+        by_sig.setdefault((m.kernels, m.signature), []).append(m)
+    per_count: list[list[Match]] = []
     for k in sorted({k for k, _ in by_sig}):
-        queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0][:3])
+        queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
         per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
     return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]
 
@@ -490,11 +503,11 @@ class _LocalVerdicts:
     def __init__(self, run: _Run) -> None:
         self.run = run
 
-    def get(self, order: list[tuple], pos: int, ahead: list[int]) -> Any:
+    def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
         if not self.run._verify_fits():
             return "time"
         t0 = time.monotonic()
-        v = self.run.checker.verdict(graph_from_json(order[pos][3]))
+        v = self.run.checker.verdict(graph_from_json(order[pos].graph))
         self.run.verify_seconds.append(time.monotonic() - t0)
         return None if v is None else v.to_json()
 
@@ -511,7 +524,7 @@ class _ExecutorVerdicts:
         self.answers: dict[int, Any] = {}
         self.sent: dict[int, float] = {}
 
-    def get(self, order: list[tuple], pos: int, ahead: list[int]) -> Any:
+    def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
         run = self.run
         while pos not in self.answers:
             if pos not in self.sent and not run._verify_fits():
@@ -525,7 +538,7 @@ class _ExecutorVerdicts:
                     break
                 if q not in self.sent and run._verify_fits():
                     self.sent[q] = time.monotonic()
-                    ex.submit(q, {"kind": "verify", "graph": order[q][3]})
+                    ex.submit(q, {"kind": "verify", "graph": order[q].graph})
             for out in ex.wait(run._tick()):
                 if out.value is None:
                     run._note(f"verification of candidate {out.index} failed: {out.error}")
@@ -538,8 +551,8 @@ class _ExecutorVerdicts:
         return self.answers.pop(pos)
 
 
-def _verify_best(order: list[tuple], cfg: SearchConfig, n_matches: int, verdicts_of,
-                 stop_after: Optional[int] = None) -> tuple[list[dict], list[str], list[dict], Counter]:
+def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts_of,
+                 stop_after: Optional[int] = None) -> tuple[list[Found], Counter]:
     """Fully verify fingerprint-matching candidates while the budget lasts.
 
     Candidates come in :func:`_order` (ranked by :func:`~search.enumerate.cost_key`:
@@ -558,14 +571,12 @@ def _verify_best(order: list[tuple], cfg: SearchConfig, n_matches: int, verdicts
     in rank order.
     """
     st: Counter = Counter()
-    out: list[dict] = []
-    origins: list[str] = []
-    verdicts: list[dict] = []
+    out: list[tuple[int, int, Found]] = []
     passed: Counter = Counter()
     tried = 0
 
     def needed(q: int) -> bool:
-        return cfg.verify_per_kernels is None or passed[order[q][0][0]] < cfg.verify_per_kernels
+        return cfg.verify_per_kernels is None or passed[order[q].kernels] < cfg.verify_per_kernels
 
     for pos in range(len(order)):
         if stop_after is not None and len(out) >= stop_after:
@@ -586,14 +597,14 @@ def _verify_best(order: list[tuple], cfg: SearchConfig, n_matches: int, verdicts
             m = order[pos]
             st["verified"] += 1
             if cfg.thread_graphs:
-                st["thread_graphs"] += _thread_graphs(m[3])
-            passed[m[0][0]] += 1
-            out.append((m[0][0], pos, m[3], m[5], v))
+                st["thread_graphs"] += _thread_graphs(m.graph)
+            passed[m.kernels] += 1
+            out.append((m.kernels, pos, Found(m.graph, m.origin, v)))
         else:
             st["verify_failed"] += 1
     st["unverified_matches"] = n_matches - st["verifications"]
-    out.sort(key=lambda r: r[:2])
-    return [r[2] for r in out], [r[3] for r in out], [r[4] for r in out], st
+    out.sort(key=lambda r: r[:2])  # by kernel count, each count's in rank order
+    return [r[2] for r in out], st
 
 
 def _thread_graphs(gj: dict) -> int:

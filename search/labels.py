@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from mugraph.ir import KernelGraph
+from mugraph.unionfind import UnionFind
 
 Part = tuple[int, int]
 Label = Optional[tuple[Part, ...]]
@@ -137,19 +138,8 @@ def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels
     the classes it reduces (contracted by a matmul or summed). A μGraph can only
     add terms up along a reduced class, so sums, matmul contractions and loops
     (whose accumulators sum over iterations) are restricted to those classes."""
-    parent: dict[tuple, tuple] = {}
-
-    def find(x):
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    def union(a, b):
-        ra, rb = find(a), find(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
+    uf: UnionFind[tuple] = UnionFind()
+    find, union = uf.find, uf.union
 
     slot = {}  # tensor id -> list of slot keys (None for size-1 dims)
     for op in program.ops:

@@ -19,59 +19,21 @@ program by the driver — a rewrite proposes, the verifier decides:
   post-loop ops. For attention this is split-KV (FlashDecoding); for a skinny
   GEMM it is split-K. It gives memory-bound kernels with few blocks more blocks
   in flight.
+
+Both rebuild the graph with :func:`mugraph.rewrite.rebuild`: the rewritten kernel's
+replacement is built in place of the old one and every other op is replayed, so
+the IR checks the result again (an illegal rewrite gives None).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Callable, Optional
+from typing import Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.rewrite import GD, Rebuild, rebuild
 from mugraph.serialize import graph_to_json
-
-GD = "graph_defined"
-
-#: builds the replacement of one kernel op: (new graph, mapped input tensors) -> output tensors
-Builder = Callable[[KernelGraph, dict], list[Tensor]]
-
-
-def splice(ng: KernelGraph, g: KernelGraph, m: dict[Tensor, Tensor], replace: dict[int, Builder] | None = None,
-           drop: frozenset = frozenset()) -> dict[Tensor, Tensor]:
-    """Replay ``g``'s ops into ``ng``; ``m`` maps ``g``'s tensors to ``ng``'s and is extended.
-
-    Inputs of ``g`` already in ``m`` are taken from it (splicing into a larger graph), the
-    others become inputs of ``ng``. Ops in ``replace`` are rebuilt by their builder (it
-    receives ``ng`` and ``m`` and returns the new tensors for the op's outputs), ops in
-    ``drop`` are skipped. The IR re-checks every rule (MugraphError), shared memory included."""
-    replace = replace or {}
-    for op in g.ops:
-        if op.id in drop:
-            continue
-        if op.kind == "input":
-            t = op.outputs[0]
-            if t not in m:
-                m[t] = ng.input(t.name, t.shape, t.dtype)
-            continue
-        if op.id in replace:
-            outs = replace[op.id](ng, m)
-        elif op.kind == GD:
-            bg = op.attrs["block"]
-            outs = ng.kernel(replay_block(bg, [m[s] for s in bg.sources]))
-        else:
-            outs = [ng.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))]
-        for old, new in zip(op.outputs, outs):
-            m[old] = new
-    return m
-
-
-def _copy_graph(g: KernelGraph, replace: dict[int, Builder], drop: frozenset = frozenset()) -> KernelGraph:
-    """A rebuilt ``g`` with the ops in ``replace`` rebuilt by their builders (see :func:`splice`)."""
-    ng = KernelGraph(g.name)
-    m = splice(ng, g, {}, replace, drop)
-    for t in g.outputs:
-        ng.output(m[t])
-    return ng
 
 
 def graph_key(g: KernelGraph) -> str:
@@ -79,26 +41,16 @@ def graph_key(g: KernelGraph) -> str:
     return json.dumps(graph_to_json(g), sort_keys=True)
 
 
-def replay_block(bg: BlockGraph, sources: list[Tensor]) -> BlockGraph:
-    """A copy of ``bg`` whose iterators read ``sources`` (tensors of another kernel graph)."""
-    nb = BlockGraph(bg.grid, bg.forloop)
-    m: dict[Tensor, Tensor] = {}
-    for op in bg.ops:
-        if op.kind == "iterator":
-            m[op.outputs[0]] = nb.input(sources[op.attrs["source"]], op.attrs["imap"], op.attrs["fmap"])
-        else:
-            _replay_op(nb, op, m)
-    for sv in bg.savers:
-        nb.output(m[sv.tensor], sv.omap)
-    return nb
-
-
 def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> None:
+    """Block op ``op`` again in ``nb`` on the tiles ``m`` maps its inputs to."""
     if op.kind == "accum":
         x = m[op.inputs[0]]
         m[op.outputs[0]] = x if drop_accum else nb.accum(x)
     else:
-        m[op.outputs[0]] = nb.add_op(op.kind, [m[t] for t in op.inputs], dict(op.attrs))
+        attrs = dict(op.attrs)
+        if not op.inputs:
+            attrs.setdefault("dtype", op.outputs[0].dtype)
+        m[op.outputs[0]] = nb.add_op(op.kind, [m[t] for t in op.inputs], attrs)
 
 
 # ---------------------------------------------------------------------- fusion
@@ -149,7 +101,7 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
     if len(used) != len(set(used)):
         return None
 
-    def build(ng: KernelGraph, m: dict) -> list[Tensor]:
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
         nb = BlockGraph(bb.grid, bb.forloop)
         tm: dict[Tensor, Tensor] = {}
         inlined: dict[Tensor, Tensor] = {}
@@ -167,7 +119,7 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
                             imap[t[1]] = d
                         else:
                             fmap = d
-                    am[op.outputs[0]] = nb.input(m[ab.sources[op.attrs["source"]]], tuple(imap), fmap)
+                    am[op.outputs[0]] = nb.input(rb.get(ab.sources[op.attrs["source"]]), tuple(imap), fmap)
                 else:
                     _replay_op(nb, op, am, drop_accum=True)  # a has no loop: accum is the identity
             for out, sv in zip(a.outputs, ab.savers):
@@ -181,15 +133,15 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
                         inline_a()
                     tm[op.outputs[0]] = inlined[src]
                 else:
-                    tm[op.outputs[0]] = nb.input(m[src], op.attrs["imap"], op.attrs["fmap"])
+                    tm[op.outputs[0]] = nb.input(rb.get(src), op.attrs["imap"], op.attrs["fmap"])
             else:
                 _replay_op(nb, op, tm)
         for sv in bb.savers:
             nb.output(tm[sv.tensor], sv.omap)
-        return ng.kernel(nb)
+        return rb.graph.kernel(nb)
 
     try:
-        return _copy_graph(g, {b_id: build}, drop=frozenset({a_id}))
+        return rebuild(g, replace={(b_id, None): build}, drop=[(a_id, None)])
     except MugraphError:
         return None
 
@@ -241,7 +193,14 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]
             return None
         lay.append(free[-1])
 
-    def build(ng: KernelGraph, m: dict) -> list[Tensor]:
+    # tiles of constants only (acc None) that post-loop ops read: the combining kernel
+    # computes them again (the first kernel may need them too, in its loop)
+    consts: set[Tensor] = set()
+    for o in reversed(bg.ops):
+        if o.outputs[0].acc == 1 or o.outputs[0] in consts:
+            consts.update(t for t in o.inputs if t.acc is None)
+
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
         k1 = BlockGraph(grid1, F // chunks)
         tm: dict[Tensor, Tensor] = {}
         for o in bg.ops:
@@ -250,27 +209,27 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]
                 if o.attrs["fmap"] is not None:
                     imap[c] = o.attrs["fmap"]
                 fmap = o.attrs["fmap"] if F // chunks > 1 else None  # one chunk per block: no loop left
-                tm[o.outputs[0]] = k1.input(m[bg.sources[o.attrs["source"]]], tuple(imap), fmap)
+                tm[o.outputs[0]] = k1.input(rb.get(bg.sources[o.attrs["source"]]), tuple(imap), fmap)
             elif o.kind == "accum" or o.outputs[0].acc != 1:
                 _replay_op(k1, o, tm)
         for o, d in zip(accs, lay):
             om = list(base)
             om[c] = d
             k1.output(tm[o.outputs[0]], tuple(om))
-        partials = ng.kernel(k1)
+        partials = rb.graph.kernel(k1)
         k2 = BlockGraph(bg.grid, chunks)
         cm: dict[Tensor, Tensor] = {}
         for o, d, p in zip(accs, lay, partials):
             cm[o.outputs[0]] = k2.accum(k2.input(p, base, d))
         for o in bg.ops:
-            if o.kind not in ("iterator", "accum") and o.outputs[0].acc == 1:
+            if o.kind not in ("iterator", "accum") and (o.outputs[0].acc == 1 or o.outputs[0] in consts):
                 _replay_op(k2, o, cm)
         for sv in bg.savers:
             k2.output(cm[sv.tensor], sv.omap)
-        return ng.kernel(k2)
+        return rb.graph.kernel(k2)
 
     try:
-        return _copy_graph(g, {op_id: build})
+        return rebuild(g, replace={(op_id, None): build}, name=g.name)
     except MugraphError:
         return None
 

@@ -28,6 +28,7 @@ from typing import Any, Optional
 from mugraph.ir import Program
 from mugraph.serialize import graph_from_json, graph_to_json
 
+from . import expr as ex
 from .config import SearchConfig
 from .egraph import SaturatedEGraph
 from .enumerate import Searcher, Task
@@ -78,8 +79,6 @@ class WorkerState:
 
 
 def _oracle(program: Program, cfg: SearchConfig, tables: dict) -> SubexprOracle:
-    from . import expr as ex
-
     return SubexprOracle(ex.output_exprs(program), z3_timeout_ms=cfg.z3_timeout_ms, enabled=cfg.prune_abstract,
                          egraph=SaturatedEGraph.from_tables(tables))
 

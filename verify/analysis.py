@@ -1,14 +1,19 @@
 """Static facts about a graph that the verifier needs before evaluating it:
-its input/output signature, which ops it uses, and which inputs' q-parts can
-ever reach an exponent."""
+its input/output signature, which ops it uses, which inputs' q-parts can
+ever reach an exponent, and its live part (:func:`mugraph.rewrite.live_graph`:
+a division by zero in dead code must not fail a field draw)."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
 from mugraph.errors import InputError
-from mugraph.ir import KernelGraph, Tensor, graph_ops, propagate
+from mugraph.ir import KernelGraph, graph_ops, propagate
 from mugraph.ops import EXP_LIKE
+from mugraph.rewrite import live_graph
+
+__all__ = ["input_signature", "check_compatible", "constants", "dim_sizes", "op_kinds", "inputs_needing_q",
+           "live_graph"]
 
 
 def input_signature(graph: KernelGraph) -> dict[str, tuple[int, ...]]:
@@ -83,81 +88,3 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
 
     propagate(graph, lambda op: frozenset([op.attrs["name"]]), lambda op, ins, kernel: step(op.kind, ins))
     return need
-
-
-def live_graph(graph: KernelGraph) -> KernelGraph:
-    """``graph`` without the ops no output depends on (the graph itself if none).
-
-    The field test evaluates every op; a division by zero in dead code must not
-    fail a draw (in real arithmetic it only makes a dead ``inf``), or equivalent
-    graphs would be rejected. Dead savers of live kernels and dead iterators go
-    too. The result computes the same outputs, and is rebuilt (validated) through
-    the serializer."""
-    from mugraph.serialize import graph_from_json, graph_to_json
-
-    live: set[Tensor] = set(graph.outputs)
-    block_live: dict[int, set] = {}
-    saver_live: dict[int, list[bool]] = {}
-    for op in reversed(graph.ops):
-        if op.kind == "input":
-            continue
-        if op.kind != "graph_defined":
-            if op.outputs[0] in live:
-                live.update(op.inputs)
-            continue
-        block = op.attrs["block"]
-        keep = [t in live for t in op.outputs]
-        saver_live[op.id] = keep
-        bl = {sv.tensor for sv, k in zip(block.savers, keep) if k}
-        for bop in reversed(block.ops):
-            if bop.outputs[0] in bl:
-                bl.update(bop.inputs)
-                if bop.kind == "iterator":
-                    live.add(block.sources[bop.attrs["source"]])
-        block_live[op.id] = bl
-    dead = [op for op in graph.ops if op.kind not in ("input", "graph_defined") and op.outputs[0] not in live]
-    dead_blocks = any(not all(saver_live[i]) or len(block_live[i]) < len(op.attrs["block"].ops)
-                      for i, op in ((op.id, op) for op in graph.ops if op.kind == "graph_defined"))
-    if not dead and not dead_blocks:
-        return graph
-
-    doc = graph_to_json(graph)
-    new_ops, remap, n_new = [], {}, 0
-    for op, od in zip(graph.ops, doc["ops"]):
-        if op.kind == "input":
-            keep_op = True
-        elif op.kind == "graph_defined":
-            keep_op = any(saver_live[op.id])
-        else:
-            keep_op = op.outputs[0] in live
-        if not keep_op:
-            continue
-        if op.kind == "graph_defined":
-            block = op.attrs["block"]
-            bl = block_live[op.id]
-            bremap, bops = {}, []
-            for bop, bod in zip(block.ops, od["block"]["ops"]):
-                if bop.outputs[0] not in bl:
-                    continue
-                if bod["op"] == "iterator":
-                    bod["source"] = remap[block.sources[bop.attrs["source"]].id]
-                else:
-                    bod["inputs"] = [bremap[i] for i in bod["inputs"]]
-                bremap[bop.outputs[0].id] = len(bops)
-                bops.append(bod)
-            savers = [dict(sd, tensor=bremap[sd["tensor"]])
-                      for sd, k in zip(od["block"]["savers"], saver_live[op.id]) if k]
-            od["block"]["ops"], od["block"]["savers"] = bops, savers
-            for t, k in zip(op.outputs, saver_live[op.id]):
-                if k:
-                    remap[t.id] = n_new
-                    n_new += 1
-        else:
-            if "inputs" in od:
-                od["inputs"] = [remap[i] for i in od["inputs"]]
-            remap[op.outputs[0].id] = n_new
-            n_new += 1
-        new_ops.append(od)
-    doc["ops"] = new_ops
-    doc["outputs"] = [remap[t.id] for t in graph.outputs]
-    return graph_from_json(doc)

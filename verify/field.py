@@ -138,10 +138,6 @@ class Field:
             object.__setattr__(f, k, v)
         return f
 
-    @property
-    def sqrt_ok(self) -> tuple[bool, bool]:
-        return self.p % 4 == 3, self.q % 4 == 3
-
     def __str__(self) -> str:
         return f"p={self.p}, q={self.q}"
 

@@ -45,9 +45,9 @@ from typing import Sequence
 import numpy as np
 import torch
 
-import mugraph as mg
 from mugraph.algebra import Algebra, FloatAlgebra
 from mugraph.errors import ConfigError, InputError
+from mugraph.interpreter import evaluate
 from mugraph.ir import KernelGraph
 
 from . import args
@@ -209,7 +209,7 @@ def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor],
                device: str | torch.device = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(value, magnitude)`` of every output of ``graph`` in float64 (:class:`MagnitudeAlgebra`)."""
     with torch.no_grad():
-        return mg.evaluate(graph, inputs, MagnitudeAlgebra(device))
+        return evaluate(graph, inputs, MagnitudeAlgebra(device))
 
 
 def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -321,7 +321,7 @@ class FloatReference:
         R = magnitudes(self.graph, ins, self.device)
         tiny = float(torch.finfo(_TORCH[dtype]).tiny)
         with torch.no_grad():
-            ref = element_errors(mg.evaluate(self.graph, ins, KernelFloatAlgebra(dtype, self.device)), R, tiny)
+            ref = element_errors(evaluate(self.graph, ins, KernelFloatAlgebra(dtype, self.device)), R, tiny)
         finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
         got = _Case(ins, R, finite, ref, tiny)
         size = sum(x.numel() * x.element_size() for x in ins.values()) + \
@@ -358,7 +358,7 @@ def _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, 
         for dtype in dtypes:
             c = prepared.case(i, dtype)
             with torch.no_grad():
-                cand = element_errors(mg.evaluate(candidate, c.inputs, KernelFloatAlgebra(dtype, prepared.device)),
+                cand = element_errors(evaluate(candidate, c.inputs, KernelFloatAlgebra(dtype, prepared.device)),
                                       c.R, c.tiny)
             cases.append(_judge(dtype, scale, tol[dtype], slack, c.finite, c.ref, cand))
     return FloatReport(cases)

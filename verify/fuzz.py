@@ -21,29 +21,31 @@ equivalent pairs nor accepts different ones. This module produces that evidence
 * :func:`differs` — the float64 ground truth: do two graphs compute different
   functions?
 
-Mutations work on the versioned JSON form (``mugraph.serialize``), at the kernel
-level and inside block graphs alike, and rebuild the graph through the builder,
-so every mutant is a *valid* graph (invalid ones are discarded, never returned).
+Mutations and rewrites pick a site (an op at the kernel level or inside a block
+graph) and rebuild the graph with an edit there (:func:`mugraph.rewrite.rebuild`),
+through the builder, so every mutant is a *valid* graph (invalid ones are
+discarded, never returned).
 """
 
 from __future__ import annotations
 
-import copy
 from fractions import Fraction
-from typing import Callable, Iterator
+from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-import mugraph as mg
-from mugraph.errors import MugraphError
-from mugraph.ir import KernelGraph, Program
-from mugraph.serialize import graph_from_json, graph_to_json
+from mugraph import builder as mg
+from mugraph.errors import ConfigError, InputError, MugraphError
+from mugraph.ir import BlockGraph, KernelGraph, Op, Program, Tensor
+from mugraph.lax import check_lax
+from mugraph.ops import broadcast_shapes
+from mugraph.rewrite import GD, Rebuild, Site, live_graph, rebuild, splice
 
 from . import args
 from .analysis import check_compatible
+from .equivalence import fingerprint_field
 from .floatcheck import FLOAT64_RTOL, compare_float64
 
-Doc = dict
 Rng = np.random.Generator
 
 
@@ -63,7 +65,7 @@ def _choice(rng: Rng, xs):
 
 def _broadcastable(a, b) -> bool:
     try:
-        mg.ops.broadcast_shapes(a, b)
+        broadcast_shapes(a, b)
         return True
     except MugraphError:
         return False
@@ -79,14 +81,14 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
     rng = _rng("random_program", rng)
     args.integer("random_program", "max_ops", max_ops, 1, 1000)
     if not args.int_list("random_program", "sizes", sizes, 1):
-        raise mg.ConfigError("random_program: sizes must hold at least one dim size")
+        raise ConfigError("random_program: sizes must hold at least one dim size")
     p = Program(name)
     a, b, c = (int(_choice(rng, sizes)) for _ in range(3))
     shapes = [(a, b), (b, c), (a, c), (a, b), (2, a, b), (b, b)]
-    pool: list[tuple[mg.Tensor, int]] = []  # (tensor, exps on the worst path)
+    pool: list[tuple[Tensor, int]] = []  # (tensor, exps on the worst path)
     for i in range(int(rng.integers(2, 5))):
         pool.append((p.input(f"x{i}", _choice(rng, shapes), "float32"), 0))
-    made: list[mg.Tensor] = []
+    made: list[Tensor] = []
     tries = 0
     while len(made) < max_ops and tries < 20 * max_ops:
         tries += 1
@@ -155,27 +157,7 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
         outs.append(made[int(rng.integers(len(made) - 1))])
     for t in outs:
         p.output(t)
-    return _prune(p)
-
-
-def _prune(p: Program) -> Program:
-    """Drop ops no output depends on (mutating dead code proves nothing)."""
-    live = set(t.id for t in p.outputs)
-    for op in reversed(p.ops):
-        if any(t.id in live for t in op.outputs):
-            live.update(t.id for t in op.inputs)
-    doc = graph_to_json(p)
-    keep = [i for i, op in enumerate(p.ops) if op.kind == "input" or op.outputs[0].id in live]
-    new_id = {p.ops[i].outputs[0].id: k for k, i in enumerate(keep)}
-    ops = []
-    for i in keep:
-        od = doc["ops"][i]
-        if "inputs" in od:
-            od["inputs"] = [new_id[t] for t in od["inputs"]]
-        ops.append(od)
-    doc["ops"] = ops
-    doc["outputs"] = [new_id[t] for t in doc["outputs"]]
-    return graph_from_json(doc)
+    return live_graph(p)  # mutating dead code proves nothing
 
 
 def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "random_ugraph") -> KernelGraph:
@@ -200,7 +182,7 @@ def _try_ugraph(rng: Rng, n: int, max_ops: int, name: str) -> KernelGraph:
     X = [kg.input(f"x{i}", (n, n), "float32") for i in range(int(rng.integers(2, 4)))]
     grid = (int(_choice(rng, [1, 2])), int(_choice(rng, [1, 2])), 1)
     F = int(_choice(rng, [1, 2]))
-    bg = mg.BlockGraph(grid=grid, forloop=F)
+    bg = BlockGraph(grid=grid, forloop=F)
     tiles = []
     for x in X:
         dims = [0, 1]
@@ -250,219 +232,176 @@ def _try_ugraph(rng: Rng, n: int, max_ops: int, name: str) -> KernelGraph:
     bg.output(out, omap=tuple(omap))
     (Y,) = kg.kernel(bg)
     kg.output(Y)
-    mg.check_lax(kg)
+    check_lax(kg)
     return kg
 
 
-# ============================================================================ JSON plumbing
+# ============================================================================ sites and edits
+# A mutation or rewrite picks a site of the graph (an op, at the kernel level or in a
+# block graph) and returns the edits of :func:`mugraph.rewrite.rebuild` that change it;
+# the builder checks the result. Every random draw happens while choosing (before any
+# graph is built), so a mutant depends only on the graph and the generator's state.
 
 
-class _Level:
-    """One level of a document: the kernel ops, or one block graph's ops."""
+class _Site(NamedTuple):
+    """One op and where it lives: ``kop`` is the graph-defined kernel holding it (None
+    at the kernel level); ``ops`` / ``tensors`` are that level's."""
 
-    def __init__(self, doc: Doc, block: dict | None):
-        self.doc, self.block = doc, block
-        self.ops: list[dict] = block["ops"] if block is not None else doc["ops"]
+    kop: Optional[Op]
+    op: Op
 
-    def first_tensor(self, pos: int) -> int:
-        """The id of the first tensor op ``pos`` creates."""
-        if self.block is not None:
-            return pos
-        n = 0
-        for od in self.ops[:pos]:
-            n += len(od["block"]["savers"]) if od["op"] == "graph_defined" else 1
-        return n
+    @property
+    def key(self) -> Site:
+        return (self.op.id, None) if self.kop is None else (self.kop.id, self.op.id)
 
-    def producers(self) -> dict[int, int]:
-        """tensor id → op index."""
-        out, n = {}, 0
-        for i, od in enumerate(self.ops):
-            k = len(od["block"]["savers"]) if (self.block is None and od["op"] == "graph_defined") else 1
-            for _ in range(k):
-                out[n] = i
-                n += 1
-        return out
+    @property
+    def block(self) -> Optional[BlockGraph]:
+        return None if self.kop is None else self.kop.attrs["block"]
 
-    def refs(self) -> Iterator[tuple[list, int]]:
-        """Every (container, index) holding a reference to a tensor of this level."""
-        for od in self.ops:
-            if "inputs" in od:
-                for j in range(len(od["inputs"])):
-                    yield od["inputs"], j
-        if self.block is None:
-            for j in range(len(self.doc["outputs"])):
-                yield self.doc["outputs"], j
-            for od in self.ops:
-                if od["op"] == "graph_defined":
-                    for bo in od["block"]["ops"]:
-                        if bo["op"] == "iterator":
-                            yield _Ref(bo, "source"), 0
-        else:
-            for sv in self.block["savers"]:
-                yield _Ref(sv, "tensor"), 0
+    @property
+    def ops(self) -> list[Op]:
+        return self.kop.attrs["block"].ops if self.kop is not None else self.op.outputs[0].graph.ops
 
-    def insert(self, pos: int, new_ops: list[dict]) -> int:
-        """Insert catalog ops before op ``pos``. In ``new_ops``, an input ``("new", k)``
-        names the k-th inserted tensor; plain ints name existing tensors (old ids).
-        Returns the id of the first inserted tensor."""
-        t0 = self.first_tensor(pos)
-        n = len(new_ops)
-        for cont, j in list(self.refs()):
-            if cont[j] >= t0:
-                cont[j] += n
-        for od in new_ops:
-            od["inputs"] = [t0 + r[1] if isinstance(r, tuple) else r for r in od.get("inputs", [])]
-        self.ops[pos:pos] = new_ops
-        return t0
-
-    def consumers(self, t: int) -> list[tuple[list, int]]:
-        return [(c, j) for c, j in self.refs() if c[j] == t]
+    @property
+    def tensors(self) -> list[Tensor]:
+        return self.kop.attrs["block"].tensors if self.kop is not None else self.op.outputs[0].graph.tensors
 
 
-class _Ref:
-    """Adapter so a dict field looks like a one-element list."""
-
-    def __init__(self, d: dict, key: str):
-        self.d, self.key = d, key
-
-    def __getitem__(self, j):
-        return self.d[self.key]
-
-    def __setitem__(self, j, v):
-        self.d[self.key] = v
+def _levels(g: KernelGraph) -> list[tuple[Optional[Op], list[Op]]]:
+    """The kernel level, then each graph-defined kernel's block graph, in op order."""
+    return [(None, g.ops)] + [(op, op.attrs["block"].ops) for op in g.ops if op.kind == GD]
 
 
-def _levels(doc: Doc) -> list[_Level]:
-    out = [_Level(doc, None)]
-    for od in doc["ops"]:
-        if od["op"] == "graph_defined":
-            out.append(_Level(doc, od["block"]))
-    return out
+def _sites(g: KernelGraph, pred: Callable[[_Site], bool]) -> list[_Site]:
+    return [s for kop, ops in _levels(g) for op in ops if pred(s := _Site(kop, op))]
 
 
-def _sites(doc: Doc, pred: Callable[[_Level, int, dict], bool]) -> list[tuple[_Level, int]]:
-    return [(lv, i) for lv in _levels(doc) for i, od in enumerate(lv.ops) if pred(lv, i, od)]
+def _catalog(op: Op) -> bool:
+    """A catalog op (not an input, a graph-defined kernel, an iterator or an accumulator)."""
+    return op.kind not in ("input", GD, "iterator", "accum")
 
 
-def _shape_map(graph: KernelGraph, doc: Doc) -> dict[tuple[int, int], tuple]:
-    """(level index, tensor id) → shape, from the built graph."""
-    out = {(0, t.id): t.shape for t in graph.tensors}
-    li = 1
-    for op in graph.ops:
-        if op.kind == "graph_defined":
-            for t in op.attrs["block"].tensors:
-                out[(li, t.id)] = t.shape
-            li += 1
-    return out
+def _replace(site: _Site, build: Callable[[Rebuild, Op], list]) -> dict:
+    return {"replace": {site.key: build}}
+
+
+def _with_inputs(site: _Site, fn: Callable[[list[Tensor]], list[Tensor]], kind: str | None = None,
+                 attrs: dict | None = None) -> dict:
+    """Edits that rebuild ``site``'s op on ``fn(its new inputs)`` (as ``kind`` / with ``attrs``)."""
+    def build(rb: Rebuild, op: Op) -> list:
+        ins = fn(rb.inputs(op))
+        if op.kind == "accum":
+            return [rb.graph.accum(ins[0])]
+        return [rb.add(op, ins, kind, attrs)]
+    return _replace(site, build)
+
+
+def _scale(rb: Rebuild, x: Tensor, c: Fraction) -> Tensor:
+    return rb.graph.add_op("scale", [x], {"c": c})
 
 
 # ============================================================================ mutations
 
 
-def _m_swap_operands(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] in ("sub", "div", "matmul") and len(set(od["inputs"])) == 2)
+def _m_swap_operands(g, rng):
+    s = _sites(g, lambda s: s.op.kind in ("sub", "div", "matmul") and len(set(s.op.inputs)) == 2)
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    lv.ops[i]["inputs"].reverse()
-    return doc
+    return _with_inputs(_choice(rng, s), lambda ins: ins[::-1])
 
 
-def _m_change_kind(doc, rng, g):
+def _m_change_kind(g, rng):
     swap = {"add": "sub", "sub": "add", "mul": "div", "div": "mul"}
-    s = _sites(doc, lambda lv, i, od: od["op"] in swap)
+    s = _sites(g, lambda s: s.op.kind in swap)
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    lv.ops[i]["op"] = swap[lv.ops[i]["op"]]
-    return doc
+    site = _choice(rng, s)
+    return _with_inputs(site, lambda ins: ins, kind=swap[site.op.kind])
 
 
-def _m_imap(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] == "iterator")
+def _iterator(site: _Site, imap, fmap) -> dict:
+    """Edits giving iterator ``site`` another imap / fmap."""
+    def build(rb: Rebuild, op: Op) -> list:
+        src = site.block.sources[op.attrs["source"]]
+        return [rb.graph.input(rb.get(src), tuple(imap), fmap)]
+    return _replace(site, build)
+
+
+def _m_imap(g, rng):
+    s = _sites(g, lambda s: s.op.kind == "iterator")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    od = lv.ops[i]
-    ndim = len(g.tensors[od["source"]].shape)
-    axes = [a for a in range(3) if lv.block["grid"][a] > 1]
+    site = _choice(rng, s)
+    attrs = site.op.attrs
+    ndim = site.block.sources[attrs["source"]].ndim
+    axes = [a for a in range(3) if site.block.grid[a] > 1]
     if not axes:
         return None
     a = _choice(rng, axes)
-    opts = [d for d in [None] + list(range(ndim)) if d != od["imap"][a]]
-    od["imap"][a] = _choice(rng, opts)
-    return doc
+    imap = list(attrs["imap"])
+    imap[a] = _choice(rng, [d for d in [None] + list(range(ndim)) if d != imap[a]])
+    return _iterator(site, imap, attrs["fmap"])
 
 
-def _m_fmap(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] == "iterator" and lv.block["forloop"] > 1)
+def _m_fmap(g, rng):
+    s = _sites(g, lambda s: s.op.kind == "iterator" and s.block.forloop > 1)
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    od = lv.ops[i]
-    ndim = len(g.tensors[od["source"]].shape)
-    if od["fmap"] is not None and ndim > 1 and rng.random() < 0.5:
+    site = _choice(rng, s)
+    attrs = site.op.attrs
+    ndim = site.block.sources[attrs["source"]].ndim
+    fmap = attrs["fmap"]
+    if fmap is not None and ndim > 1 and rng.random() < 0.5:
         # swap the roles of the looped dim and another one (a transposed walk)
-        d1 = od["fmap"]
-        d2 = _choice(rng, [d for d in range(ndim) if d != d1])
-        sw = {d1: d2, d2: d1}
-        od["fmap"] = d2
-        od["imap"] = [sw.get(d, d) if d is not None else None for d in od["imap"]]
-        return doc
-    od["fmap"] = _choice(rng, [d for d in [None] + list(range(ndim)) if d != od["fmap"]])
-    return doc
+        d2 = _choice(rng, [d for d in range(ndim) if d != fmap])
+        sw = {fmap: d2, d2: fmap}
+        return _iterator(site, [sw.get(d, d) if d is not None else None for d in attrs["imap"]], d2)
+    return _iterator(site, attrs["imap"], _choice(rng, [d for d in [None] + list(range(ndim)) if d != fmap]))
 
 
-def _m_omap(doc, rng, g):
-    shapes = _shape_map(g, doc)
-    s = [(li, lv, k) for li, lv in enumerate(_levels(doc)) if lv.block is not None
-         for k in range(len(lv.block["savers"]))]
+def _m_omap(g, rng):
+    s = [(kop, k) for kop, _ in _levels(g)[1:] for k in range(len(kop.attrs["block"].savers))]
     if not s:
         return None
-    li, lv, k = _choice(rng, s)
-    sv = lv.block["savers"][k]
-    axes = [a for a in range(3) if lv.block["grid"][a] > 1]
+    kop, k = _choice(rng, s)
+    block = kop.attrs["block"]
+    sv = block.savers[k]
+    omap = list(sv.omap)
+    axes = [a for a in range(3) if block.grid[a] > 1]
     if not axes:
         return None
     if len(axes) > 1 and rng.random() < 0.5:
         a, b = rng.choice(axes, 2, replace=False)
-        sv["omap"][a], sv["omap"][b] = sv["omap"][b], sv["omap"][a]
+        omap[a], omap[b] = omap[b], omap[a]
     else:
         a = _choice(rng, axes)
-        ndim = len(shapes[(li, sv["tensor"])])
-        sv["omap"][a] = _choice(rng, [d for d in range(ndim) if d != sv["omap"][a]])
-    return doc
+        omap[a] = _choice(rng, [d for d in range(sv.tensor.ndim) if d != omap[a]])
+    return {"savers": {(kop.id, k): tuple(omap)}}
 
 
-def _m_double_accum(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] == "accum")
+def _m_double_accum(g, rng):
+    """An accumulator read as itself plus a second accumulator of the same tile."""
+    s = _sites(g, lambda s: s.op.kind == "accum")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    x = lv.ops[i]["inputs"][0]
-    users = lv.consumers(i)
-    t0 = lv.insert(i + 1, [{"op": "accum", "inputs": [x]}, {"op": "add", "inputs": [i, ("new", 0)]}])
-    for c, j in users:  # consumers were shifted by the insertion; redirect them
-        c[j] = t0 + 1
-    return doc
+
+    def build(rb: Rebuild, op: Op) -> list:
+        x = rb.get(op.inputs[0])
+        a = rb.graph.accum(x)
+        return [rb.graph.add_op("add", [a, rb.graph.accum(x)], {})]
+    return _replace(_choice(rng, s), build)
 
 
-def _m_redirect_accum(doc, rng, g):
-    """Drop one accumulator: its consumers read another accumulator of that shape."""
-    shapes = _shape_map(g, doc)
+def _m_redirect_accum(g, rng):
+    """Drop one accumulator: its readers read another accumulator of that shape."""
     out = []
-    for li, lv in enumerate(_levels(doc)):
-        accs = [i for i, od in enumerate(lv.ops) if od["op"] == "accum"]
-        for i in accs:
-            for j in accs:
-                if i != j and shapes[(li, i)] == shapes[(li, j)]:
-                    out.append((lv, i, j))
+    for kop, ops in _levels(g):
+        accs = [op for op in ops if op.kind == "accum"]
+        out += [(a, b) for a in accs for b in accs if a is not b and a.outputs[0].shape == b.outputs[0].shape]
     if not out:
         return None
-    lv, i, j = _choice(rng, out)
-    for c, k in lv.consumers(i):
-        c[k] = j
-    return doc
+    a, b = _choice(rng, out)
+    return {"reads": {a.outputs[0]: b.outputs[0]}}
 
 
 def _plus1(c: Fraction) -> Fraction:
@@ -471,14 +410,22 @@ def _plus1(c: Fraction) -> Fraction:
     return c + 1 if abs(c) <= 2 ** 10 else c * Fraction(1025, 1024)
 
 
-def _m_scale(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] in ("scale", "const"))
+def _const_key(op: Op) -> str:
+    return "c" if "c" in op.attrs else "value"
+
+
+def _set_const(site: _Site, fn: Callable[[Fraction], Fraction]) -> dict:
+    """Edits giving constant ``site`` (a ``scale`` or ``const``) the value ``fn(old)``."""
+    key = _const_key(site.op)
+    return _with_inputs(site, lambda ins: ins, attrs={**site.op.attrs, key: fn(Fraction(site.op.attrs[key]))})
+
+
+def _m_scale(g, rng):
+    s = _sites(g, lambda s: s.op.kind in ("scale", "const"))
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    attrs = lv.ops[i]["attrs"]
-    key = "c" if "c" in attrs else "value"
-    c = Fraction(attrs[key])
+    site = _choice(rng, s)
+    c = Fraction(site.op.attrs[_const_key(site.op)])
     r = _choice(rng, ["x2", "half", "neg", "plus1", "offby1"])
     if r == "x2":
         c *= 2
@@ -490,73 +437,72 @@ def _m_scale(doc, rng, g):
         c = _plus1(c)
     else:  # 1/n → 1/(n−1): a scale off by one block
         c = Fraction(c.numerator, max(1, c.denominator - 1)) if c.denominator > 1 else _plus1(c)
-    attrs[key] = str(c)
-    return doc
+    return _set_const(site, lambda _: c)
 
 
-def _m_reduction_dim(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] in ("sum", "concat"))
+def _m_reduction_dim(g, rng):
+    s = _sites(g, lambda s: s.op.kind in ("sum", "concat"))
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    attrs = lv.ops[i]["attrs"]
-    attrs["dim"] = int(_choice(rng, [d for d in range(4) if d != attrs["dim"]]))
-    return doc
+    site = _choice(rng, s)
+    dim = int(_choice(rng, [d for d in range(4) if d != site.op.attrs["dim"]]))
+    return _with_inputs(site, lambda ins: ins, attrs={**site.op.attrs, "dim": dim})
 
 
-def _m_move_exp(doc, rng, g):
+def _m_move_exp(g, rng):
     """Move an exp one op upstream (onto an operand of its argument's producer) or
-    downstream (onto its first consumer's result); the old exp becomes identity."""
-    shapes = _shape_map(g, doc)
-    li_of = {id(lv.ops): li for li, lv in enumerate(_levels(doc))}
-    s = _sites(doc, lambda lv, i, od: od["op"] == "exp")
+    downstream (onto its first reader's result); the old exp becomes identity."""
+    s = _sites(g, lambda s: s.op.kind == "exp")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    li = li_of[id(lv.ops)]
-    prod = lv.producers()
-    e = lv.first_tensor(i)
-    arg = lv.ops[i]["inputs"][0]
-    lv.ops[i] = {"op": "scale", "inputs": [arg], "attrs": {"c": "1"}}
+    site = _choice(rng, s)
+    ident = _with_inputs(site, lambda ins: ins, kind="scale", attrs={"c": Fraction(1)})["replace"]
+    e, arg = site.op.outputs[0], site.op.inputs[0]
     if rng.random() < 0.5:  # upstream
-        po = prod.get(arg)
-        if po is None or "inputs" not in lv.ops[po] or lv.ops[po]["op"] in ("iterator", "accum"):
+        po = arg.op
+        if not _catalog(po):
             return None
-        cands = [k for k, t in enumerate(lv.ops[po]["inputs"]) if shapes.get((li, t)) == shapes.get((li, arg))]
+        cands = [k for k, t in enumerate(po.inputs) if t.shape == arg.shape]
         if not cands:
             return None
         k = _choice(rng, cands)
-        src = lv.ops[po]["inputs"][k]
-        t0 = lv.insert(po, [{"op": "exp", "inputs": [src]}])
-        lv.ops[po + 1]["inputs"][k] = t0
+
+        def up(rb: Rebuild, op: Op) -> list:
+            ins = rb.inputs(op)
+            ins[k] = rb.graph.add_op("exp", [ins[k]], {})
+            return [rb.add(op, ins)]
+        key = _Site(site.kop, po).key
     else:  # downstream
-        ops_using = [k for k, od in enumerate(lv.ops) if e in od.get("inputs", []) and od["op"] not in ("accum",)]
-        if not ops_using:
+        users = [op for op in site.ops if _catalog(op) and e in op.inputs]
+        if not users:
             return None
-        k = ops_using[0]
-        out_t = lv.first_tensor(k)
-        later = lv.consumers(out_t)
-        t0 = lv.insert(k + 1, [{"op": "exp", "inputs": [out_t]}])
-        for c, j in later:
-            c[j] = t0
-    return doc
+
+        def up(rb: Rebuild, op: Op) -> list:
+            return [rb.graph.add_op("exp", [rb.add(op, rb.inputs(op))], {})]
+        key = _Site(site.kop, users[0]).key
+    return {"replace": {**ident, key: up}}
 
 
-def _m_swap_input(doc, rng, g):
+def _m_swap_input(g, rng):
     """An op reads another tensor of the same shape (e.g. W2 instead of W1)."""
-    shapes = _shape_map(g, doc)
     out = []
-    for li, lv in enumerate(_levels(doc)):
-        for i, od in enumerate(lv.ops):
-            for k, t in enumerate(od.get("inputs", [])):
-                for u in range(lv.first_tensor(i)):
-                    if u != t and shapes.get((li, u)) == shapes.get((li, t)):
-                        out.append((lv, i, k, u))
+    for kop, ops in _levels(g):
+        for op in ops:
+            if not (_catalog(op) or op.kind == "accum"):
+                continue
+            site = _Site(kop, op)
+            earlier = site.tensors[:op.outputs[0].id]
+            for k, t in enumerate(op.inputs):
+                out += [(site, k, u) for u in earlier if u is not t and u.shape == t.shape]
     if not out:
         return None
-    lv, i, k, u = _choice(rng, out)
-    lv.ops[i]["inputs"][k] = u
-    return doc
+    site, k, u = _choice(rng, out)
+
+    def read_u(rb: Rebuild, op: Op) -> list:
+        ins = rb.inputs(op)
+        ins[k] = rb.get(u)
+        return [rb.graph.accum(ins[0])] if op.kind == "accum" else [rb.add(op, ins)]
+    return _replace(site, read_u)
 
 
 # ---------------------------------------------------------------------------- tricks on the primes
@@ -569,8 +515,6 @@ FIXED_PRIMES = (2147471759, 1073735879, 167, 83)
 def trap_primes() -> tuple[int, ...]:
     """Primes a constant can be built around to fool a fixed-prime test:
     :data:`FIXED_PRIMES` and the pair the search's fingerprints use (seed 0)."""
-    from .equivalence import fingerprint_field  # the fuzz module is imported by equivalence's users
-
     f = fingerprint_field(0)
     return FIXED_PRIMES + (f.p, f.q)
 
@@ -580,25 +524,20 @@ def _near(P: int) -> int:
     return P.bit_length() - 1
 
 
-def _const_sites(doc, pred=lambda lv, i, od: True):
-    return _sites(doc, lambda lv, i, od: od["op"] in ("scale", "const") and pred(lv, i, od))
+def _const_sites(g, pred: Callable[[_Site], bool] = lambda s: True) -> list[_Site]:
+    return _sites(g, lambda s: s.op.kind in ("scale", "const") and pred(s))
 
 
-def _set_const(od: dict, fn) -> None:
-    key = "c" if "c" in od["attrs"] else "value"
-    od["attrs"][key] = str(fn(Fraction(od["attrs"][key])))
-
-
-def _m_prime_constant(doc, rng, g):
+def _m_prime_constant(g, rng):
     """A constant changed by a factor that a prime makes invisible to a test whose p
     (or q) is that prime ``P``: ``c·(P+1)``, ``c·(1 + P/2^k)``, ``c·P/2^k`` (numerators
     sharing ``P``), ``c·(1 + 2^k/P)`` (a denominator sharing it) — each a change of a
     factor 1.5 or more in real arithmetic (relative, so float64 sees it next to any
     magnitude)."""
-    s = _const_sites(doc)
+    s = _const_sites(g)
     if not s:
         return None
-    lv, i = _choice(rng, s)
+    site = _choice(rng, s)
     P = int(_choice(rng, trap_primes()))
     k = _near(P)
     r = _choice(rng, ["times_p1", "plus_p", "times_p", "plus_inv"])
@@ -606,31 +545,29 @@ def _m_prime_constant(doc, rng, g):
           "plus_p": lambda c: c * (1 + Fraction(P, 2 ** k)) if c else Fraction(P, 2 ** k),
           "times_p": lambda c: c * Fraction(P, 2 ** k) if c else Fraction(P, 2 ** k),
           "plus_inv": lambda c: c * (1 + Fraction(2 ** k, P)) if c else Fraction(2 ** k, P)}[r]
-    _set_const(lv.ops[i], fn)
-    return doc
+    return _set_const(site, fn)
 
 
-def _feeds_exp(lv: _Level, i: int) -> bool:
-    t = lv.first_tensor(i)
-    return any(od["op"] in ("exp", "silu") and t in od.get("inputs", []) for od in lv.ops)
+def _feeds_exp(site: _Site) -> bool:
+    t = site.op.outputs[0]
+    return any(op.kind in ("exp", "silu") and t in op.inputs for op in site.ops)
 
 
-def _m_exp_prime_constant(doc, rng, g):
+def _m_exp_prime_constant(g, rng):
     """A constant inside an exponent made ≡ itself mod a prime q (``c + Q/2^k``,
     ``c·Q/2^k``, ``c + 2^k/Q``): ``exp(X·(c + q))`` looks like ``exp(X·c)`` to a test
     whose q is ``Q``."""
-    s = _const_sites(doc, lambda lv, i, od: _feeds_exp(lv, i))
+    s = _const_sites(g, _feeds_exp)
     if not s:
         return None
-    lv, i = _choice(rng, s)
+    site = _choice(rng, s)
     Q = int(_choice(rng, trap_primes()[1::2]))  # the q of each pair
     k = _near(Q)
     r = _choice(rng, ["plus_q", "times_q", "plus_inv"])
     fn = {"plus_q": lambda c: c + Fraction(Q, 2 ** k),
           "times_q": lambda c: c * Fraction(Q, 2 ** k) if c else Fraction(Q, 2 ** k),
           "plus_inv": lambda c: c + Fraction(2 ** k, Q)}[r]
-    _set_const(lv.ops[i], fn)
-    return doc
+    return _set_const(site, fn)
 
 
 #: factors ``c`` for ``sqrt(u) → sqrt(c²·u)/c``: equivalent when ``c > 0``, a sign flip when not
@@ -638,60 +575,54 @@ SQRT_FACTORS = (Fraction(11), Fraction(-11), Fraction(3), Fraction(-3), Fraction
                 Fraction(2), Fraction(-1))
 
 
-def _sqrt_scaled(doc, rng, factors) -> Doc | None:
-    s = _sites(doc, lambda lv, i, od: od["op"] == "sqrt")
+def _sqrt_scaled(g, rng, factors) -> dict | None:
+    s = _sites(g, lambda s: s.op.kind == "sqrt")
     if not s:
         return None
-    lv, i = _choice(rng, s)
+    site = _choice(rng, s)
     c = _choice(rng, factors)
-    u = lv.ops[i]["inputs"][0]
-    out = lv.first_tensor(i)
-    users = lv.consumers(out)
-    if c == -1:  # the root's sign flipped outright
-        t0 = lv.insert(i + 1, [{"op": "scale", "inputs": [out], "attrs": {"c": "-1"}}])
-    else:  # sqrt(c²·u) / c
-        pre = lv.insert(i, [{"op": "scale", "inputs": [u], "attrs": {"c": str(c * c)}}])
-        lv.ops[i + 1]["inputs"] = [pre]
-        out = lv.first_tensor(i + 1)
-        t0 = lv.insert(i + 2, [{"op": "scale", "inputs": [out], "attrs": {"c": str(1 / c)}}])
-    for cont, j in users:  # shifted by the insertions; redirect them to the new root
-        cont[j] = t0
-    return doc
+
+    def build(rb: Rebuild, op: Op) -> list:
+        (u,) = rb.inputs(op)
+        if c == -1:  # the root's sign flipped outright
+            return [_scale(rb, rb.add(op, [u]), Fraction(-1))]
+        return [_scale(rb, rb.add(op, [_scale(rb, u, c * c)]), 1 / c)]  # sqrt(c²·u) / c
+    return _replace(site, build)
 
 
-def _m_sqrt_sign(doc, rng, g):
+def _m_sqrt_sign(g, rng):
     """``sqrt(u) → sqrt(c²·u)/c`` for ``c`` in :data:`SQRT_FACTORS` (a sign flip
     under sqrt when ``c < 0``, positive scaling — equivalent — when ``c > 0``), or
     ``−sqrt(u)``."""
-    return _sqrt_scaled(doc, rng, SQRT_FACTORS)
+    return _sqrt_scaled(g, rng, SQRT_FACTORS)
 
 
 #: a part this much larger than the rest of its output (:func:`with_large_part`)
 LARGE = 2 ** 40
 
 
-def _m_hidden_part(doc, rng, g):
+def _m_hidden_part(g, rng):
     """Next to a part scaled by ≥ 2^20 in one concatenated output, the other part
     ``B`` becomes ``B + B·P/2^20``: a norm-wise float comparison of the whole output
     cannot see it, a test whose p is ``P`` neither."""
     out = []
-    for li, lv in enumerate(_levels(doc)):
-        prod = lv.producers()
-        for i, od in enumerate(lv.ops):
-            if od["op"] != "concat" or len(od["inputs"]) != 2:
+    for kop, ops in _levels(g):
+        for op in ops:
+            if op.kind != "concat" or len(op.inputs) != 2:
                 continue
-            big = [k for k, t in enumerate(od["inputs"])
-                   if lv.ops[prod[t]]["op"] == "scale" and abs(Fraction(lv.ops[prod[t]]["attrs"]["c"])) >= 2 ** 20]
-            out += [(lv, i, 1 - k) for k in big]
+            big = [k for k, t in enumerate(op.inputs) if t.op.kind == "scale" and abs(t.op.attrs["c"]) >= 2 ** 20]
+            out += [(_Site(kop, op), 1 - k) for k in big]
     if not out:
         return None
-    lv, i, k = _choice(rng, out)
+    site, k = _choice(rng, out)
     P = int(_choice(rng, trap_primes()[0::2]))  # the p of each pair
-    b = lv.ops[i]["inputs"][k]
-    t0 = lv.insert(i, [{"op": "scale", "inputs": [b], "attrs": {"c": str(Fraction(P, 2 ** 20))}},
-                       {"op": "add", "inputs": [b, ("new", 0)]}])
-    lv.ops[i + 2]["inputs"][k] = t0 + 1
-    return doc
+
+    def build(rb: Rebuild, op: Op) -> list:
+        ins = rb.inputs(op)
+        b = ins[k]
+        ins[k] = rb.graph.add_op("add", [b, _scale(rb, b, Fraction(P, 2 ** 20))], {})
+        return [rb.add(op, ins)]
+    return _replace(site, build)
 
 
 def with_large_part(graph: KernelGraph, dim: int = 0) -> KernelGraph:
@@ -699,17 +630,15 @@ def with_large_part(graph: KernelGraph, dim: int = 0) -> KernelGraph:
     one output with a part 2^40 times larger than the rest — the setting in which a
     wrong small part hides from a norm-wise float comparison (:func:`_m_hidden_part`)."""
     if not isinstance(graph, KernelGraph):
-        raise mg.InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
+        raise InputError(f"with_large_part: expected a Program or KernelGraph, got {type(graph).__name__}")
     args.integer("with_large_part", f"dim (output 0 has rank {graph.outputs[0].ndim})", dim, 0,
                  graph.outputs[0].ndim - 1)
-    doc = graph_to_json(graph)
-    lv = _Level(doc, None)
-    o = doc["outputs"][0]
-    t0 = lv.insert(len(lv.ops), [{"op": "scale", "inputs": [o], "attrs": {"c": str(LARGE)}},
-                                 {"op": "concat", "inputs": [("new", 0), o], "attrs": {"dim": dim}}])
-    doc["outputs"][0] = t0 + 1
-    g = graph_from_json(doc)
-    g.name = f"{graph.name}+large"
+    g = type(graph)(f"{graph.name}+large")
+    m = splice(g, graph, {})
+    o = m[graph.outputs[0]]
+    big = g.add_op("concat", [g.add_op("scale", [o], {"c": Fraction(LARGE)}), o], {"dim": dim})
+    for t in [big] + [m[t] for t in graph.outputs[1:]]:
+        g.output(t)
     return g
 
 
@@ -720,7 +649,8 @@ MUTATIONS: dict[str, Callable] = {
     "prime_constant": _m_prime_constant, "exp_prime_constant": _m_exp_prime_constant, "sqrt_sign": _m_sqrt_sign,
     "hidden_part": _m_hidden_part,
 }
-"""name → fn(doc, rng, graph) returning the mutated doc (mutated in place) or None."""
+"""name → fn(graph, rng) returning the edits of :func:`mugraph.rewrite.rebuild` that
+make the mutant, or None when the graph has no site for it."""
 
 
 def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None,
@@ -731,25 +661,23 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
     rng = _rng("mutate", rng)
     args.integer("mutate", "tries", tries, 1, 10_000)
     if kinds is not None and (isinstance(kinds, str) or not all(isinstance(k, str) for k in kinds) or not kinds):
-        raise mg.ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
+        raise ConfigError(f"mutate: kinds must be a non-empty list of mutation names, got {kinds!r}")
     unknown = sorted(set(kinds or ()) - set(MUTATIONS))
     if unknown:
-        raise mg.ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
+        raise ConfigError(f"mutate: unknown mutation(s) {unknown}; known: {sorted(MUTATIONS)}")
     names = list(kinds) if kinds else list(MUTATIONS)
-    base = graph_to_json(graph)
     for _ in range(tries):
         name = _choice(rng, names)
-        doc = copy.deepcopy(base)
-        try:
-            doc = MUTATIONS[name](doc, rng, graph)
-            if doc is None:
+        try:  # no site of the drawn kind (ValueError from an empty choice) or a read of a
+            # tensor made after its reader (KeyError): a mutant that cannot exist; next try
+            edits = MUTATIONS[name](graph, rng)
+            if edits is None:
                 continue
-            m = graph_from_json(doc)
-            mg.check_lax(m)
+            m = rebuild(graph, **edits, name=f"{graph.name}~{name}")
+            check_lax(m)
             check_compatible(graph, m)
-        except (MugraphError, KeyError, IndexError, ValueError, TypeError, ZeroDivisionError):
+        except (MugraphError, KeyError, ValueError):
             continue
-        m.name = f"{graph.name}~{name}"
         return m, name
     return None
 
@@ -757,74 +685,67 @@ def mutate(graph: KernelGraph, rng: Rng | int, *, kinds: list[str] | None = None
 # ============================================================================ rewrites (meaning-preserving)
 
 
-def _r_commute(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] in ("add", "mul"))
+def _r_commute(g, rng):
+    s = _sites(g, lambda s: s.op.kind in ("add", "mul"))
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    lv.ops[i]["inputs"].reverse()
-    return doc
+    return _with_inputs(_choice(rng, s), lambda ins: ins[::-1])
 
 
-def _r_square(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] == "square")
+def _r_square(g, rng):
+    s = _sites(g, lambda s: s.op.kind == "square")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    x = lv.ops[i]["inputs"][0]
-    lv.ops[i] = {"op": "mul", "inputs": [x, x]}
-    return doc
+    return _with_inputs(_choice(rng, s), lambda ins: [ins[0], ins[0]], kind="mul", attrs={})
 
 
-def _r_sub(doc, rng, g):
-    s = _sites(doc, lambda lv, i, od: od["op"] == "sub")
+def _r_sub(g, rng):
+    s = _sites(g, lambda s: s.op.kind == "sub")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    a, b = lv.ops[i]["inputs"]
-    t0 = lv.insert(i, [{"op": "scale", "inputs": [b], "attrs": {"c": "-1"}}])
-    lv.ops[i + 1] = {"op": "add", "inputs": [a, t0]}
-    return doc
+
+    def build(rb: Rebuild, op: Op) -> list:
+        a, b = rb.inputs(op)
+        return [rb.graph.add_op("add", [a, _scale(rb, b, Fraction(-1))], {})]
+    return _replace(_choice(rng, s), build)
 
 
-def _r_scale(doc, rng, g):
-    shapes = _shape_map(g, doc)
-    li_of = {id(lv.ops): li for li, lv in enumerate(_levels(doc))}
-    s = _sites(doc, lambda lv, i, od: od["op"] == "scale")
+def _r_scale(g, rng):
+    s = _sites(g, lambda s: s.op.kind == "scale")
     if not s:
         return None
-    lv, i = _choice(rng, s)
-    x = lv.ops[i]["inputs"][0]
-    nd = len(shapes[(li_of[id(lv.ops)], x)])
-    c = lv.ops[i]["attrs"]["c"]
-    t0 = lv.insert(i, [{"op": "const", "inputs": [], "attrs": {"value": c, "shape": [1] * nd},
-                        "dtype": "float16"}])
-    lv.ops[i + 1] = {"op": "mul", "inputs": [x, t0]}
-    return doc
+    dtype = g.inputs[0].dtype if g.inputs else "float16"
+
+    def build(rb: Rebuild, op: Op) -> list:
+        (x,) = rb.inputs(op)
+        c = rb.graph.add_op("const", [], {"value": op.attrs["c"], "shape": (1,) * x.ndim, "dtype": dtype})
+        return [rb.graph.add_op("mul", [x, c], {})]
+    return _replace(_choice(rng, s), build)
 
 
-def _r_sqrt_scale(doc, rng, g):
+def _r_sqrt_scale(g, rng):
     """``sqrt(u) → sqrt(c²·u)/c`` for a positive ``c``: real arithmetic keeps the value."""
-    return _sqrt_scaled(doc, rng, [c for c in SQRT_FACTORS if c > 0])
+    return _sqrt_scaled(g, rng, [c for c in SQRT_FACTORS if c > 0])
 
 
-def _r_prime_roundtrip(doc, rng, g):
+def _r_prime_roundtrip(g, rng):
     """``scale(x, c) → scale(scale(x, c/P), P)`` for a prime ``P`` a fixed-prime test
     might use: ``(X/p)·p`` is ``X``."""
-    s = _sites(doc, lambda lv, i, od: od["op"] == "scale")
+    s = _sites(g, lambda s: s.op.kind == "scale")
     if not s:
         return None
-    lv, i = _choice(rng, s)
+    site = _choice(rng, s)
     P = int(_choice(rng, trap_primes()))
-    c = Fraction(lv.ops[i]["attrs"]["c"])
-    x = lv.ops[i]["inputs"][0]
-    t0 = lv.insert(i, [{"op": "scale", "inputs": [x], "attrs": {"c": str(c / P)}}])
-    lv.ops[i + 1] = {"op": "scale", "inputs": [t0], "attrs": {"c": str(P)}}
-    return doc
+
+    def build(rb: Rebuild, op: Op) -> list:
+        (x,) = rb.inputs(op)
+        return [_scale(rb, _scale(rb, x, Fraction(op.attrs["c"]) / P), Fraction(P))]
+    return _replace(site, build)
 
 
 REWRITES: dict[str, Callable] = {"commute": _r_commute, "square": _r_square, "sub": _r_sub, "scale": _r_scale,
                                  "sqrt_scale": _r_sqrt_scale, "prime_roundtrip": _r_prime_roundtrip}
+"""name → fn(graph, rng) returning the edits of a meaning-preserving rewrite, or None."""
 
 
 def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGraph:
@@ -834,17 +755,10 @@ def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGrap
     g = graph
     for _ in range(steps):
         name = _choice(rng, list(REWRITES))
-        doc = copy.deepcopy(graph_to_json(g))
-        dtype = g.inputs[0].dtype if g.inputs else "float16"
         try:
-            doc = REWRITES[name](doc, rng, g)
-            if doc is None:
-                continue
-            for lv in _levels(doc):
-                for od in lv.ops:
-                    if od["op"] == "const":
-                        od["dtype"] = dtype
-            g = graph_from_json(doc)
+            edits = REWRITES[name](g, rng)
+            if edits is not None:
+                g = rebuild(g, **edits)
         except MugraphError:
             continue
     return g

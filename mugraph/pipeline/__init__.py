@@ -1,9 +1,11 @@
-"""The stages composed into the product (DESIGN §1): ``superoptimize`` and the
-benchmark table. The only part of ``mugraph`` that imports ``search``,
-``verify`` and ``lower`` — lazily, inside functions."""
+"""The product (DESIGN §1): the stages composed into ``superoptimize``, its
+results and their cache, and the benchmark table. The top layer: it imports the
+IR core and the stages ``search``, ``verify`` and ``lower``; nothing imports it
+but the CLI and the lazy names of the ``mugraph`` package."""
 
-from .optimize import (DEFAULT_TIME_LIMIT, Candidate, Interrupted, OptimizeConfig, Optimized, cache_key,
-                       default_cache_dir, load_result, superoptimize)
+from .cache import default_cache_dir
+from .optimize import DEFAULT_TIME_LIMIT, Interrupted, OptimizeConfig, cache_key, superoptimize
+from .results import Candidate, Optimized, load, load_result, save
 
 __all__ = ["superoptimize", "Optimized", "OptimizeConfig", "Candidate", "cache_key", "default_cache_dir",
-           "load_result", "Interrupted", "DEFAULT_TIME_LIMIT"]
+           "load_result", "Interrupted", "DEFAULT_TIME_LIMIT", "save", "load"]

@@ -14,13 +14,17 @@ from typing import Callable
 
 import torch
 
+from lower.cost_model import estimate, memory_floor_bytes
+from lower.profile import TIMINGS, measure
+
 from ..benchmarks import PROGRAMS, program
 from ..benchmarks.torch_versions import SDPA, TORCH
 from ..errors import ArgumentTypeError, ConfigError, MugraphError
 from ..files import as_path, safe_name
 from ..ir import short
-from ..serialize import graph_to_json, load
+from ..serialize import graph_to_json
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
+from .results import load
 
 
 @dataclass
@@ -47,8 +51,6 @@ class BenchRow:
 
 def copy_bandwidth() -> float:
     """Bytes/s of a large device-to-device copy (read + write), measured here."""
-    from lower.profile import measure
-
     n = 1 << 28
     a = torch.empty(n, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -84,8 +86,6 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
 def check_args(names, batches, results, timing: str, top_k: int, tune_seconds) -> tuple[list[str], Path | None]:
     """The table's arguments, checked before anything runs: benchmark names, batch
     sizes, the results folder, the timing mode and the tuning budget."""
-    from lower.profile import TIMINGS
-
     if isinstance(names, str):
         raise ArgumentTypeError(f"bench: names={names!r} must be a list of benchmark names, e.g. [{names!r}]")
     names = list(names or PROGRAMS)
@@ -115,14 +115,10 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     """Rows of the table, and a header line saying where and how it was measured.
     ``on_row`` sees each row as soon as it is measured (long runs show progress).
     ``seed`` and ``cache_dir`` go to ``superoptimize`` for results not saved yet."""
-    from lower.cost_model import estimate
-
     names, res = check_args(names, batches, results, timing, top_k, tune_seconds)
     config = make_config(config)
     gpu = torch.cuda.is_available()
     if gpu:
-        from lower.cost_model import memory_floor_bytes
-        from lower.profile import measure
         bw = copy_bandwidth()
     rows = []
     for name in names:
@@ -158,8 +154,6 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
             if on_row:
                 on_row(row)
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
-    from lower.profile import TIMINGS
-
     head = f"{datetime.date.today()} on {where}; μs, median, {TIMINGS[timing]}"
     return rows, head
 

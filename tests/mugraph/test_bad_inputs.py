@@ -89,13 +89,13 @@ def test_cli_reports_an_unexpected_error_in_one_line(monkeypatch, tmp_path):
     it through for debugging. --help exits 0."""
     from click.testing import CliRunner
 
-    import mugraph.loading
+    import mugraph.cli
     from mugraph.cli import main
 
     def broken(*a, **k):
         raise ValueError("boom\nsecond line")
 
-    monkeypatch.setattr(mugraph.loading, "graph_from_file", broken)
+    monkeypatch.setattr(mugraph.cli, "graph_from_file", broken)
     f = tmp_path / "g.json"
     f.write_text("{}")
     r = CliRunner().invoke(main, ["show", str(f)])

@@ -43,8 +43,21 @@ def test_serial_processes_and_ray_return_identical_graphs(cluster):
         assert r.stats["executor"] == ex and not r.stats["failed_tasks"] and not r.stats["worker_failures"]
     assert runs["serial"].graph_json  # something to compare
     assert runs["serial"].graph_json == runs["processes"].graph_json == runs["ray"].graph_json
-    assert runs["serial"].stats["origins"] == runs["ray"].stats["origins"]
+    assert runs["serial"].origins == runs["ray"].origins
     assert runs["serial"].stats["search"] == runs["ray"].stats["search"]
+
+
+def _wait_until_dead(actor, seconds: float = 30.0) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
 
 
 def test_lost_actor_is_a_death_not_an_error(cluster):
@@ -61,6 +74,7 @@ def test_lost_actor_is_a_death_not_an_error(cluster):
         assert out[0].value is not None
         (actor,) = ex._idle
         ray.kill(actor, no_restart=True)
+        _wait_until_dead(actor)  # ray.kill is asynchronous: a call sent at once may still be served
         ex.submit(1, {"kind": "search", "task": tasks[1], "deadline": None})
         out, end = [], time.monotonic() + 60
         while not out and time.monotonic() < end:

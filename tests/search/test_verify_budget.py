@@ -11,13 +11,13 @@ from mugraph.errors import ConfigError
 from mugraph.serialize import graph_to_json
 from search import driver
 from search.config import SearchConfig
+from search.records import Match
 
 
-def _match(kernels: int, cost: float, sig: str, i: int) -> tuple:
-    # (cost key, task, index, graph JSON, signature, origin) as the driver builds them
+def _match(kernels: int, cost: float, sig: str, i: int) -> Match:
     p = mg.Program(f"k{kernels}-{cost}-{sig}")
     p.output(p.input("x", (2, 2)) * 2)
-    return ((kernels, cost), i, 0, graph_to_json(p), sig, "enumeration")
+    return Match((kernels, cost), i, 0, graph_to_json(p), sig, "enumeration")
 
 
 MATCHES = [_match(1, 3.0, "gd", 0), _match(1, 1.0, "gd", 1), _match(1, 2.0, "mm+gd", 2), _match(2, 5.0, "gd+gd", 3),
@@ -25,7 +25,7 @@ MATCHES = [_match(1, 3.0, "gd", 0), _match(1, 1.0, "gd", 1), _match(1, 2.0, "mm+
 
 
 def test_order_is_round_robin_over_kernel_counts():
-    names = [m[3]["name"] for m in driver._order(MATCHES)]
+    names = [m.graph["name"] for m in driver._order(MATCHES)]
     # per count: cheapest first, signatures alternating; counts interleaved
     assert names == ["k1-1.0-gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd", "k1-2.0-mm+gd", "k2-5.0-gd+gd", "k1-3.0-gd"]
     assert driver._order([]) == []
@@ -43,17 +43,17 @@ class _Answers:
 def test_per_kernel_cap_and_result_order():
     cfg = SearchConfig(max_verify=None, verify_per_kernels=1, thread_graphs=False, progress=False)
     src = _Answers()
-    graphs, origins, verdicts, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
-    assert [g["name"] for g in graphs] == ["k1-1.0-gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
+    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
+    assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
     assert st["verifications"] == 3 and st["unverified_matches"] == 3
     # a failure (a fingerprint false positive) lets the next of its count in; results by kernel count
-    src = _Answers(ok=lambda m: m[3]["name"] != "k1-1.0-gd")
-    graphs, _, _, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
-    assert [g["name"] for g in graphs] == ["k1-2.0-mm+gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
+    src = _Answers(ok=lambda m: m.graph["name"] != "k1-1.0-gd")
+    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
+    assert [f.graph["name"] for f in found] == ["k1-2.0-mm+gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
     assert st["verify_failed"] == 1
     cfg = SearchConfig(max_verify=2, verify_per_kernels=None, thread_graphs=False, progress=False)
-    graphs, _, _, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), _Answers())
-    assert [g["name"] for g in graphs] == ["k1-1.0-gd", "k2-4.0-gd+gd"] and st["verifications"] == 2
+    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), _Answers())
+    assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd"] and st["verifications"] == 2
 
 
 class _FakeRun:
@@ -81,7 +81,7 @@ def test_verification_stops_when_the_next_would_overrun_the_limit():
     order = driver._order(MATCHES)
     cfg = SearchConfig(max_verify=None, verify_per_kernels=None, thread_graphs=False, progress=False)
     t0 = time.monotonic()
-    _, _, _, st = driver._verify_best(order, cfg, len(order), src)
+    _, st = driver._verify_best(order, cfg, len(order), src)
     # 0.3 s each in 1 s: three fit (the fourth would end after the limit), the rest are skipped
     assert st["verifications"] == 3 and st["verify_skipped_time"] == 3
     assert time.monotonic() - t0 < 1.0 + 0.2
@@ -91,7 +91,7 @@ def test_verification_stops_when_the_next_would_overrun_the_limit():
 def test_no_time_limit_verifies_to_the_caps():
     run = _FakeRun(left=None, cost=0.0)
     cfg = SearchConfig(max_verify=None, verify_per_kernels=None, thread_graphs=False, progress=False)
-    _, _, _, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), driver._LocalVerdicts(run))
+    _, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), driver._LocalVerdicts(run))
     assert st["verifications"] == len(MATCHES) and st["verify_skipped_time"] == 0
 
 
