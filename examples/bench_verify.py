@@ -27,6 +27,10 @@
    search verifies its candidates); and tests per second at the small shapes the search
    uses. Wall time, CPU time of this process (all its threads) and the load average
    are printed for each: the machine may be shared.
+
+Exit status 1 when anything is judged wrongly: a false accept or false rejection in
+the fuzz, or, in the timings (every pair timed is equivalent), a field test that finds
+a mismatch, a fingerprint that differs or a full verification that is not ok.
 """
 
 from __future__ import annotations
@@ -195,16 +199,18 @@ def timed(fn, reps: int, device) -> tuple[float, float, float]:
     return best[0], float(np.median([r[0] for r in runs])), best[1]
 
 
-def time_field_test(name: str, b: int, reps: int, device: str) -> tuple[float, float, float]:
+def time_field_test(name: str, b: int, reps: int, device: str) -> tuple[float, float, float, int]:
     """One field test of the full-size μGraph against its program as ``verify.field_test``
-    runs it: draw primes, ω and inputs, evaluate both, compare."""
+    runs it: draw primes, ω and inputs, evaluate both, compare. The last item counts the
+    tests that found a mismatch (wrong verdicts: the pair is equivalent)."""
     g, p = reference(name, b=b), program(name, b=b)
     rng = np.random.default_rng(0)
     plan = verify.equivalence.make_plan(p, g, DEFAULT)
+    wrong = [0]
 
     def one():
-        assert verify.field_test(p, g, rng=rng, plan=plan, device=device)[0] is None
-    return timed(one, reps, device)
+        wrong[0] += verify.field_test(p, g, rng=rng, plan=plan, device=device)[0] is not None
+    return (*timed(one, reps, device), wrong[0])
 
 
 def time_full_verification(name: str, b: int, device: str) -> dict:
@@ -232,11 +238,12 @@ def time_full_verification(name: str, b: int, device: str) -> dict:
 
 def small_rates(seconds: float):
     """Fingerprints and full field tests per second at the small shapes; a test draws
-    its primes as ``verify.equivalent`` does (the comparison's plan made once)."""
+    its primes as ``verify.equivalent`` does (the comparison's plan made once). Each row
+    ends with its wrong verdicts (fingerprints that differ, tests that find a mismatch)."""
     out = []
     for name in sorted(REFERENCES):
         g, p = reference(name, small=True), program(name, small=True)
-        verify.fingerprint(g)
+        wrong = int(verify.fingerprint(g) != verify.fingerprint(p))
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             verify.fingerprint(g)
@@ -246,14 +253,16 @@ def small_rates(seconds: float):
         plan = verify.equivalence.make_plan(p, g, DEFAULT)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            verify.field_test(p, g, rng=rng, plan=plan, device="cpu")
+            wrong += verify.field_test(p, g, rng=rng, plan=plan, device="cpu")[0] is not None
             n += 1
         ft = n / (time.perf_counter() - t0)
-        out.append((name, fp, ft))
+        out.append((name, fp, ft, wrong))
     return out
 
 
-def speed(quick: bool, device: str) -> None:
+def speed(quick: bool, device: str) -> int:
+    """Print the timing tables; returns the count of wrong verdicts met on the way (every
+    pair timed is equivalent, so any mismatch or failed verification is one)."""
     import os
 
     from verify.field import resolve_device
@@ -264,12 +273,15 @@ def speed(quick: bool, device: str) -> None:
     print(f"## One field test at full size ({where}; best and median of {reps}, CPU seconds of the best; "
           f"load average {os.getloadavg()[0]:.1f} at the start)")
     print()
-    print("| benchmark | b | wall (best) | wall (median) | CPU |")
-    print("|---|---|---|---|---|")
+    print("| benchmark | b | wall (best) | wall (median) | CPU | verdicts |")
+    print("|---|---|---|---|---|---|")
+    bad = 0
     for name in ("gqa", "qknorm_gqa", "gated_mlp", "rmsnorm_matmul"):
         for b in (1, 8):
-            best, med, cpu = time_field_test(name, b, reps, device)
-            print(f"| {name} | {b} | {best:.3f} s | {med:.3f} s | {cpu:.3f} s |", flush=True)
+            best, med, cpu, wrong = time_field_test(name, b, reps, device)
+            bad += wrong
+            print(f"| {name} | {b} | {best:.3f} s | {med:.3f} s | {cpu:.3f} s | "
+                  f"{'ok' if not wrong else f'{wrong} WRONG'} |", flush=True)
     print()
     print(f"## Full verification of the b=8 attention μGraph (gqa; verify.equivalent at 2^-40 with the float check; "
           f"{where})")
@@ -280,6 +292,7 @@ def speed(quick: bool, device: str) -> None:
     for key, label in (("cold", "cold: a fresh Reference (program and candidate)"),
                        ("warm", "one more candidate against the same Reference (the search's case)")):
         wall, cpu, l0, l1, v = res[key]
+        bad += not v.ok
         print(f"| {label} | {'ok' if v.ok else 'NOT OK: ' + ', '.join(v.failed_checks)} | {v.tests} | "
               f"{wall:.2f} s | {cpu:.2f} s | {l0:.1f} → {l1:.1f} |", flush=True)
     print()
@@ -287,12 +300,15 @@ def speed(quick: bool, device: str) -> None:
     torch.set_num_threads(1)
     print("## Field tests per second at the small shapes (mugraph.benchmarks.SMALL; CPU, one thread)")
     print()
-    print("| benchmark | fingerprints/s (μGraph) | full tests/s (program + μGraph) |")
-    print("|---|---|---|")
-    for name, fp, ft in small_rates(0.5 if quick else 2.0):
-        print(f"| {name} | {fp:.0f} | {ft:.0f} |")
+    print("| benchmark | fingerprints/s (μGraph) | full tests/s (program + μGraph) | verdicts |")
+    print("|---|---|---|---|")
+    for name, fp, ft, wrong in small_rates(0.5 if quick else 2.0):
+        bad += wrong
+        print(f"| {name} | {fp:.0f} | {ft:.0f} | {'ok' if not wrong else f'{wrong} WRONG'} |")
     torch.set_num_threads(threads)
     print()
+    print(f"wrong verdicts: {bad}")
+    return bad
 
 
 def main(argv=None) -> int:
@@ -310,7 +326,7 @@ def main(argv=None) -> int:
     if not args.speed:
         bad = soundness(n, args.seed)
     if not args.fuzz:
-        speed(args.quick, args.device)
+        bad += speed(args.quick, args.device)
     return 1 if bad else 0
 
 
