@@ -28,8 +28,9 @@
    uses. Wall time, CPU time of this process (all its threads) and the load average
    are printed for each: the machine may be shared.
 
-Exit status 1 when anything is judged wrongly: a false accept or false rejection in
-the fuzz, or, in the timings (every pair timed is equivalent), a field test that finds
+Exit status 2 on bad arguments (one line: e.g. ``--device cuda`` where torch sees no
+GPU); 1 when anything is judged wrongly: a false accept or false rejection in the fuzz,
+or, in the timings (every pair timed is equivalent), a field test that finds
 a mismatch, a fingerprint that differs or a full verification that is not ok.
 """
 
@@ -380,4 +381,9 @@ def soundness(n: int, seed: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mugraph.errors import MugraphError
+    try:
+        sys.exit(main())
+    except MugraphError as e:  # e.g. --device cuda where torch sees no GPU
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
