@@ -1,7 +1,9 @@
 """Benchmark of the verifier: soundness on mutants, and speed.
 
-    python examples/bench_verify.py            # 10,000 mutants (about ten minutes on 2 cores)
-    python examples/bench_verify.py --quick    # 600 mutants, same tables (about a minute)
+    python examples/bench_verify.py                  # 10,000 mutants (about ten minutes on 2 cores) + speed
+    python examples/bench_verify.py --quick          # 600 mutants, shorter timings (a few minutes)
+    python examples/bench_verify.py --speed --device cuda   # the timings alone, field arithmetic on the GPU
+    python examples/bench_verify.py --fuzz --mutants 2000   # the soundness tables alone
 
 1. Mutation fuzz: mutants of the reference μGraphs, random Lax programs (plain, with
    sqrt, and with a 2^40-times larger part next to the rest of an output), and random
@@ -14,19 +16,29 @@
    not confirm) are counted. For every different mutant one single field test with
    fixed primes also runs — the largest safe-prime pair below 2^31 (the verifier's
    fixed pair before primes were drawn per test) and Mirage's p=167, q=83 — and the
-   count each accepts is how often that fixed test would have been fooled.
-2. Speed: one field test of the full-size gqa (b=1) and gated_mlp μGraphs against
-   their programs — by phase (draw primes, inputs and ω; program; μGraph; compare)
-   and whole (``verify.field_test``) — and field tests per second at the small shapes
-   the search uses (fingerprints, and full pairs). A test's first run in a process
-   is slower (fresh memory is faulted in, torch starts its threads): the full-size
-   timings are taken after it, as best and median of a few runs.
+   count each accepts is how often that fixed test would have been fooled. The fuzz
+   runs on the CPU whatever ``--device`` says (it is about soundness, at small shapes).
+2. Speed, on ``--device`` (``auto``: CUDA when torch sees a GPU): one field test (draw,
+   program, μGraph, compare) at full shapes, b = 1 and 8, for gqa, qknorm_gqa,
+   gated_mlp and rmsnorm_matmul; a full verification (``verify.equivalent`` at 2^-40 with
+   the float check) of the b = 8 attention μGraph, cold (a fresh process's first call is
+   not counted: torch's start-up is not the verifier's), and of one more candidate against
+   the same :class:`verify.Reference` (the program's side of every test reused, as the
+   search verifies its candidates); and tests per second at the small shapes the search
+   uses. Wall time, CPU time of this process (all its threads) and the load average
+   are printed for each: the machine may be shared.
+
+Exit status 2 on bad arguments (one line: e.g. ``--device cuda`` where torch sees no
+GPU); 1 when anything is judged wrongly: a false accept or false rejection in the fuzz,
+or, in the timings (every pair timed is equivalent), a field test that finds
+a mismatch, a fingerprint that differs or a full verification that is not ok.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import resource
 import sys
 import time
 from pathlib import Path
@@ -66,7 +78,7 @@ def fixed_fooled(g, m, rng, fld: Field) -> bool | None:
     """Does one field test with the fixed pair accept the (different) mutant? None: no
     usable draw (a divisor 0 mod p in 8 draws, or a constant with no meaning mod p)."""
     try:
-        return verify.field_test(g, m, rng=rng, fld=fld, max_failed_draws=8)[0] is None
+        return verify.field_test(g, m, rng=rng, fld=fld, max_failed_draws=8, device="cpu")[0] is None
     except (verify.ZeroDivisorDraw, verify.FieldError):
         return None
 
@@ -92,7 +104,7 @@ def fuzz(n: int, seed: int):
             c["undecided (float64 not finite)"] += 1
             per[name]["float64 undecided"] += 1
             continue
-        v = verify.equivalent(g, m, seed=i, float_check=False)
+        v = verify.equivalent(g, m, seed=i, float_check=False, device="cpu")
         if v.equivalent is None:
             c["undecided (verifier)"] += 1
             per[name]["verifier undecided"] += 1
@@ -162,47 +174,77 @@ def _word(v) -> str:
     return "accepted" if v.bound_met else "accepted, bound not met"
 
 
-def time_field_test(name: str, reps: int):
-    """Seconds for the phases of one field test of the full-size μGraph against its
-    program (best of ``reps``), and for the whole test as ``verify.field_test`` runs
-    it (best and median): draw inputs + ω, program, μGraph, exact compare."""
-    import mugraph as mg
-    from verify.equivalence import _first_mismatch, live_graph
+def cpu_seconds() -> float:
+    """CPU seconds of this process, all threads (user + system)."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
-    g, p = live_graph(reference(name)), live_graph(program(name))
-    need = verify.equivalence.inputs_needing_q(g) | verify.equivalence.inputs_needing_q(p)
-    specs = [(t.name, t.shape, t.name in need) for t in sorted(g.inputs, key=lambda t: t.name)]
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, reps: int, device) -> tuple[float, float, float]:
+    """``(best wall, median wall, CPU of the best)`` seconds of ``fn()`` over ``reps`` runs
+    after one untimed run (fresh memory and torch's threads start there)."""
+    fn()
+    runs = []
+    for _ in range(reps):
+        _sync(device)
+        t0, c0 = time.perf_counter(), cpu_seconds()
+        fn()
+        _sync(device)
+        runs.append((time.perf_counter() - t0, cpu_seconds() - c0))
+    best = min(runs)
+    return best[0], float(np.median([r[0] for r in runs])), best[1]
+
+
+def time_field_test(name: str, b: int, reps: int, device: str) -> tuple[float, float, float, int]:
+    """One field test of the full-size μGraph against its program as ``verify.field_test``
+    runs it: draw primes, ω and inputs, evaluate both, compare. The last item counts the
+    tests that found a mismatch (wrong verdicts: the pair is equivalent)."""
+    g, p = reference(name, b=b), program(name, b=b)
     rng = np.random.default_rng(0)
     plan = verify.equivalence.make_plan(p, g, DEFAULT)
-    draw, prog, ev, cmp, full = [], [], [], [], []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f = DEFAULT.draw(rng, avoid=plan.avoid, squares=plan.squares)
-        alg = verify.FieldAlgebra(f, verify.field.random_omega(f, rng))
-        ins = verify.field.draw_inputs(specs, f, rng)
-        t1 = time.perf_counter()
-        oa = mg.evaluate(p, ins, alg)
-        t2 = time.perf_counter()
-        ob = mg.evaluate(g, ins, alg)
-        t3 = time.perf_counter()
-        assert _first_mismatch(oa, ob) is None
-        t4 = time.perf_counter()
-        del alg, ins, oa, ob
-        t5 = time.perf_counter()
-        assert verify.field_test(p, g, rng=rng, need_q=need, plan=plan)[0] is None
-        full.append(time.perf_counter() - t5)
-        for acc, t in ((draw, t1 - t0), (prog, t2 - t1), (ev, t3 - t2), (cmp, t4 - t3)):
-            acc.append(t)
-    return min(draw), min(prog), min(ev), min(cmp), min(full), float(np.median(full))
+    wrong = [0]
+
+    def one():
+        wrong[0] += verify.field_test(p, g, rng=rng, plan=plan, device=device)[0] is not None
+    return (*timed(one, reps, device), wrong[0])
+
+
+def time_full_verification(name: str, b: int, device: str) -> dict:
+    """``verify.equivalent`` of the full-size μGraph (2^-40, float check on): cold, then one
+    more candidate against the same ``verify.Reference``. Wall, CPU and load of each."""
+    import os
+
+    g, p = reference(name, b=b), program(name, b=b)
+    verify.equivalent(program(name, small=True), reference(name, small=True), seed=0, device=device)  # warm up
+    out = {}
+    load0 = os.getloadavg()[0]
+    _sync(device)
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    ref = verify.Reference(p, seed=1, device=device)
+    v = ref.equivalent(g)
+    _sync(device)
+    out["cold"] = (time.perf_counter() - t0, cpu_seconds() - c0, load0, os.getloadavg()[0], v)
+    load0 = os.getloadavg()[0]
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    v = ref.equivalent(g)
+    _sync(device)
+    out["warm"] = (time.perf_counter() - t0, cpu_seconds() - c0, load0, os.getloadavg()[0], v)
+    return out
 
 
 def small_rates(seconds: float):
     """Fingerprints and full field tests per second at the small shapes; a test draws
-    its primes as ``verify.equivalent`` does (the comparison's plan made once)."""
+    its primes as ``verify.equivalent`` does (the comparison's plan made once). Each row
+    ends with its wrong verdicts (fingerprints that differ, tests that find a mismatch)."""
     out = []
     for name in sorted(REFERENCES):
         g, p = reference(name, small=True), program(name, small=True)
-        verify.fingerprint(g)
+        wrong = int(verify.fingerprint(g) != verify.fingerprint(p))
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             verify.fingerprint(g)
@@ -212,11 +254,62 @@ def small_rates(seconds: float):
         plan = verify.equivalence.make_plan(p, g, DEFAULT)
         n, t0 = 0, time.perf_counter()
         while time.perf_counter() - t0 < seconds:
-            verify.field_test(p, g, rng=rng, plan=plan)
+            wrong += verify.field_test(p, g, rng=rng, plan=plan, device="cpu")[0] is not None
             n += 1
         ft = n / (time.perf_counter() - t0)
-        out.append((name, fp, ft))
+        out.append((name, fp, ft, wrong))
     return out
+
+
+def speed(quick: bool, device: str) -> int:
+    """Print the timing tables; returns the count of wrong verdicts met on the way (every
+    pair timed is equivalent, so any mismatch or failed verification is one)."""
+    import os
+
+    from verify.field import resolve_device
+    dev = resolve_device(device)
+    where = f"{dev.type}" + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else
+                             f", {os.cpu_count()} cores, {torch.get_num_threads()} torch threads")
+    reps = 2 if quick else 4
+    print(f"## One field test at full size ({where}; best and median of {reps}, CPU seconds of the best; "
+          f"load average {os.getloadavg()[0]:.1f} at the start)")
+    print()
+    print("| benchmark | b | wall (best) | wall (median) | CPU | verdicts |")
+    print("|---|---|---|---|---|---|")
+    bad = 0
+    for name in ("gqa", "qknorm_gqa", "gated_mlp", "rmsnorm_matmul"):
+        for b in (1, 8):
+            best, med, cpu, wrong = time_field_test(name, b, reps, device)
+            bad += wrong
+            print(f"| {name} | {b} | {best:.3f} s | {med:.3f} s | {cpu:.3f} s | "
+                  f"{'ok' if not wrong else f'{wrong} WRONG'} |", flush=True)
+    print()
+    print(f"## Full verification of the b=8 attention μGraph (gqa; verify.equivalent at 2^-40 with the float check; "
+          f"{where})")
+    print()
+    print("| run | verdict | tests | wall | CPU | load average (start → end) |")
+    print("|---|---|---|---|---|---|")
+    res = time_full_verification("gqa", 8, device)
+    for key, label in (("cold", "cold: a fresh Reference (program and candidate)"),
+                       ("warm", "one more candidate against the same Reference (the search's case)")):
+        wall, cpu, l0, l1, v = res[key]
+        bad += not v.ok
+        print(f"| {label} | {'ok' if v.ok else 'NOT OK: ' + ', '.join(v.failed_checks)} | {v.tests} | "
+              f"{wall:.2f} s | {cpu:.2f} s | {l0:.1f} → {l1:.1f} |", flush=True)
+    print()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    print("## Field tests per second at the small shapes (mugraph.benchmarks.SMALL; CPU, one thread)")
+    print()
+    print("| benchmark | fingerprints/s (μGraph) | full tests/s (program + μGraph) | verdicts |")
+    print("|---|---|---|---|")
+    for name, fp, ft, wrong in small_rates(0.5 if quick else 2.0):
+        bad += wrong
+        print(f"| {name} | {fp:.0f} | {ft:.0f} | {'ok' if not wrong else f'{wrong} WRONG'} |")
+    torch.set_num_threads(threads)
+    print()
+    print(f"wrong verdicts: {bad}")
+    return bad
 
 
 def main(argv=None) -> int:
@@ -224,13 +317,27 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="600 mutants and shorter timings")
     ap.add_argument("--mutants", type=int, default=None)
     ap.add_argument("--seed", type=int, default=2026)
+    ap.add_argument("--device", default="auto", help="where the timed field arithmetic runs: auto, cpu, cuda")
+    part = ap.add_mutually_exclusive_group()
+    part.add_argument("--fuzz", action="store_true", help="the mutation fuzz and hostile pairs alone")
+    part.add_argument("--speed", action="store_true", help="the timings alone")
     args = ap.parse_args(argv)
     n = args.mutants or (600 if args.quick else 10_000)
+    bad = 0
+    if not args.speed:
+        bad = soundness(n, args.seed)
+    if not args.fuzz:
+        bad += speed(args.quick, args.device)
+    return 1 if bad else 0
 
+
+def soundness(n: int, seed: int) -> int:
+    """The mutation fuzz and the hostile pairs (CPU, one thread); returns the count of
+    false accepts plus false rejections."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small shapes: thread start-up would dominate (the search runs 1 thread/worker)
-    c, per, secs = fuzz(n, args.seed)
-    print(f"## Mutation fuzz ({c['mutants']} mutants, seed {args.seed}, {secs:.0f} s; a fresh pair per test from "
+    c, per, secs = fuzz(n, seed)
+    print(f"## Mutation fuzz ({c['mutants']} mutants, seed {seed}, {secs:.0f} s; a fresh pair per test from "
           f"{DEFAULT.size} safe-prime pairs, error 2^-40)")
     print()
     print("| outcome | count |")
@@ -264,34 +371,19 @@ def main(argv=None) -> int:
     for label, different, (a, b) in hostile_pairs():
         cells = []
         for fld in (DEFAULT, FORMER, MIRAGE):
-            v = verify.equivalent(a, b, seed=1, field=fld)
+            v = verify.equivalent(a, b, seed=1, field=fld, device="cpu")
             cells.append(_word(v) + ("" if v.ok or v.equivalent is not True else " (not ok: "
                                      + ", ".join(v.failed_checks) + ")"))
         print(f"| {label} | {'yes' if different else 'no'} | " + " | ".join(cells) + " |")
     print()
-
-    reps = 3 if args.quick else 5
     torch.set_num_threads(threads)
-    print(f"## One field test at full size (b=1; primes drawn per test; {threads} torch threads; phases: best of {reps}; "
-          f"full test: best and median of {reps})")
-    print()
-    print("| μGraph | draw primes, inputs + ω | evaluate program | evaluate μGraph | compare | "
-          "**full test** (draw + program + μGraph + compare) | median |")
-    print("|---|---|---|---|---|---|---|")
-    for name in ("gqa", "gated_mlp"):
-        d, pr, e, cm, b, med = time_field_test(name, reps)
-        print(f"| {name} | {d:.3f} s | {pr:.3f} s | {e:.3f} s | {cm:.3f} s | **{b:.3f} s** | {med:.3f} s |")
-    print()
-    torch.set_num_threads(1)
-    print("## Field tests per second at the small shapes (mugraph.benchmarks.SMALL; one thread)")
-    print()
-    print("| benchmark | fingerprints/s (μGraph) | full tests/s (program + μGraph) |")
-    print("|---|---|---|")
-    for name, fp, ft in small_rates(0.5 if args.quick else 2.0):
-        print(f"| {name} | {fp:.0f} | {ft:.0f} |")
-    bad = c["accepted-but-different"] + c["rejected-but-same"]
-    return 1 if bad else 0
+    return c["accepted-but-different"] + c["rejected-but-same"]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from mugraph.errors import MugraphError
+    try:
+        sys.exit(main())
+    except MugraphError as e:  # e.g. --device cuda where torch sees no GPU
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)

@@ -24,6 +24,7 @@ class Checker:
         self.error = error
         self.seed = seed
         self._target_fp = None
+        self._reference = None  # verify.Reference: the program's side of every test, shared by the candidates
 
     def fingerprint_matches(self, graph: KernelGraph) -> bool:
         try:
@@ -36,7 +37,9 @@ class Checker:
     def verdict(self, graph: KernelGraph):
         """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph)."""
         try:
-            return verify.equivalent(self.program, graph, error=self.error, seed=self.seed)
+            if self._reference is None:
+                self._reference = verify.Reference(self.program, seed=self.seed)
+            return self._reference.equivalent(graph, error=self.error)
         except MugraphError:
             return None
 

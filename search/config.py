@@ -62,11 +62,13 @@ class SearchConfig:
     #: verification of candidates
     verify_error: float = 2.0 ** -40
     max_results: Optional[int] = None
-    #: every complete candidate is fingerprinted; of the matches, the cheapest (by
-    #: :func:`search.enumerate.cost_key`) are fully verified: up to ``verify_per_kernels``
-    #: per kernel count, ``max_verify`` verifications in all (None: verify every match)
-    max_verify: Optional[int] = 6
-    verify_per_kernels: int = 2
+    #: every complete candidate is fingerprinted; the matches are fully verified cheapest
+    #: first (by :func:`search.enumerate.cost_key`, round-robin over kernel counts) while a
+    #: verification still fits in the time left at its measured cost: up to
+    #: ``verify_per_kernels`` passing per kernel count (None: no cap) and ``max_verify``
+    #: verifications in all (None: as many as the time allows)
+    max_verify: Optional[int] = None
+    verify_per_kernels: Optional[int] = 8
     #: seconds of ``time_limit`` held back for verification (at most 30% of it)
     verify_reserve: float = 60.0
     #: search graphs of 1, 2, … kernel ops in turn (each phase reports only its own size)
@@ -143,9 +145,9 @@ _SECONDS = (lambda v: _num(v) and v > 0, "a number of seconds > 0")
 RULES: dict[str, tuple] = {
     **dict.fromkeys(("max_kernel_ops", "max_block_ops", "max_block_inputs", "max_block_outputs", "min_blocks",
                      "max_blocks", "smem_budget", "egraph_max_nodes", "z3_timeout_ms", "workers",
-                     "verify_per_kernels", "compose_above", "piece_ops", "compose_combinations"), _POS),
+                     "compose_above", "piece_ops", "compose_combinations"), _POS),
     **dict.fromkeys(("max_graph_defined", "full_split_max", "split_sources", "seed"), _NONNEG),
-    **dict.fromkeys(("max_results", "max_verify"), _OPT_POS),
+    **dict.fromkeys(("max_results", "max_verify", "verify_per_kernels"), _OPT_POS),
     **dict.fromkeys(("prune_abstract", "prune_labels", "thread_graphs", "progress", "iterative_deepening", "verify",
                      "compose", "split_loops"), _BOOL),
     "max_grid_axes": (lambda v: _int(v) and 1 <= v <= 3, "1, 2 or 3"),

@@ -167,6 +167,8 @@ class _Run:
         self.resumed = 0
         self.search_seconds = 0.0
         self.last_save = time.monotonic()
+        #: seconds each full verification took (dispatch to answer): the measured cost
+        self.verify_seconds: list[float] = []
 
     # ------------------------------------------------------------------ flow
     def execute(self) -> SearchResult:
@@ -412,6 +414,9 @@ class _Run:
                        "saturation_seconds": None if o is None else round(o.stats.saturation_seconds, 3),
                        "distinct_expressions": None if o is None else len(o._cache)},
             "verification": self.checker.method if cfg.verify else "fingerprint only (sub-search)",
+            #: median seconds of one full verification in this run (what the budget scaled with)
+            "verify_seconds_median": (round(sorted(self.verify_seconds)[len(self.verify_seconds) // 2], 3)
+                                      if self.verify_seconds else None),
             "num_graphs": len(found),
             "derived": self.dstats,
             "kernels": sorted(Counter(sum(1 for op in f.graph["ops"] if op["op"] != "input")
@@ -425,6 +430,14 @@ class _Run:
     # ------------------------------------------------------------------ misc
     def _past(self, t: Optional[float], extra: float) -> bool:
         return t is not None and time.monotonic() > t + extra
+
+    def _verify_fits(self) -> bool:
+        """Whether a verification started now ends before the time limit, at the median
+        cost measured so far (before the first answer: whether any time is left)."""
+        if self.t_end is None:
+            return True
+        cost = sorted(self.verify_seconds)[len(self.verify_seconds) // 2] if self.verify_seconds else 0.0
+        return time.monotonic() + cost <= self.t_end
 
     def _tick(self) -> float:
         """How long one wait may block: short, so the bar's clock and the deadlines stay live."""
@@ -469,17 +482,19 @@ def _describe(task_json: list) -> str:
 
 
 def _order(matches: list[Match]) -> list[Match]:
-    """Matches in verification order: per kernel count, cheapest first, round-robin over
-    kernel signatures (``gd+gd``, ``matmul+gd``, …)."""
+    """Matches in verification order: round-robin over kernel counts — the cheapest
+    candidate of each count, then the second cheapest of each, … — and within a count,
+    cheapest first, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``, …).
+    So however early the time runs out, every kernel count has had its best verified
+    first."""
     by_sig: dict[tuple[int, str], list[Match]] = {}
     for m in sorted(matches, key=lambda m: m.key):
         by_sig.setdefault((m.kernels, m.signature), []).append(m)
-    order: list[Match] = []
+    per_count: list[list[Match]] = []
     for k in sorted({k for k, _ in by_sig}):
         queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
-        for r in range(max(len(q) for q in queues)):
-            order.extend(q[r] for q in queues if r < len(q))
-    return order
+        per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
+    return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]
 
 
 class _LocalVerdicts:
@@ -489,9 +504,11 @@ class _LocalVerdicts:
         self.run = run
 
     def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
-        if self.run._past(self.run.t_end, 0.0):
+        if not self.run._verify_fits():
             return "time"
+        t0 = time.monotonic()
         v = self.run.checker.verdict(graph_from_json(order[pos].graph))
+        self.run.verify_seconds.append(time.monotonic() - t0)
         return None if v is None else v.to_json()
 
 
@@ -505,12 +522,12 @@ class _ExecutorVerdicts:
     def __init__(self, run: _Run) -> None:
         self.run = run
         self.answers: dict[int, Any] = {}
-        self.sent: set[int] = set()
+        self.sent: dict[int, float] = {}
 
     def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
         run = self.run
         while pos not in self.answers:
-            if run._past(run.t_end, 0.0) and pos not in self.sent:
+            if pos not in self.sent and not run._verify_fits():
                 return "time"
             if run._past(run.t_end, GRACE):
                 run._stop_executor()
@@ -519,14 +536,16 @@ class _ExecutorVerdicts:
             for q in ahead:
                 if ex.idle() <= 0:
                     break
-                if q not in self.sent and not run._past(run.t_end, 0.0):
-                    self.sent.add(q)
+                if q not in self.sent and run._verify_fits():
+                    self.sent[q] = time.monotonic()
                     ex.submit(q, {"kind": "verify", "graph": order[q].graph})
             for out in ex.wait(run._tick()):
                 if out.value is None:
                     run._note(f"verification of candidate {out.index} failed: {out.error}")
                     if out.died:
                         run.worker_failures.append({"verify": out.index, "error": out.error, "retried": False})
+                else:
+                    run.verify_seconds.append(time.monotonic() - self.sent[out.index])
                 self.answers[out.index] = None if out.value is None else out.value["verdict"]
             run._refresh()
         return self.answers.pop(pos)
@@ -534,26 +553,30 @@ class _ExecutorVerdicts:
 
 def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts_of,
                  stop_after: Optional[int] = None) -> tuple[list[Found], Counter]:
-    """Fully verify a bounded number of fingerprint-matching candidates.
+    """Fully verify fingerprint-matching candidates while the budget lasts.
 
     Candidates come in :func:`_order` (ranked by :func:`~search.enumerate.cost_key`:
     kernels, estimated time, shared memory, block ops; ties by discovery order, so the
-    choice is deterministic). For each kernel count, up to ``verify_per_kernels`` pass
-    verification, with at most ``max_verify`` verifications in all (a failure — a
-    fingerprint false positive — lets the next one in); ``max_verify=None`` verifies
-    every match. ``verdicts_of.get(order, pos, ahead)`` answers position ``pos`` (the
-    verdict's JSON, None when the verifier could not evaluate it, or ``"time"`` when the
-    limit ran out first); ``ahead`` lists the positions this pass may verify next,
-    ``pos`` first, for sources that work on several at once. ``stop_after``: stop once
-    that many passed.
+    choice is deterministic; round-robin over kernel counts). For each kernel count, up
+    to ``verify_per_kernels`` pass verification (None: no cap), with at most
+    ``max_verify`` verifications in all (None: no count — the time decides; a failure,
+    a fingerprint false positive, lets the next one in). The time: a verification is
+    started only while it can finish before the search's end at the cost measured so
+    far (:meth:`_Run._verify_fits`), so the number verified scales with what one costs
+    on this machine. ``verdicts_of.get(order, pos, ahead)`` answers position ``pos``
+    (the verdict's JSON, None when the verifier could not evaluate it, or ``"time"``
+    when the time ran out first); ``ahead`` lists the positions this pass may verify
+    next, ``pos`` first, for sources that work on several at once. ``stop_after``: stop
+    once that many passed. The verified graphs come back by kernel count, each count's
+    in rank order.
     """
     st: Counter = Counter()
-    out: list[Found] = []
+    out: list[tuple[int, int, Found]] = []
     passed: Counter = Counter()
     tried = 0
 
     def needed(q: int) -> bool:
-        return cfg.max_verify is None or passed[order[q].kernels] < cfg.verify_per_kernels
+        return cfg.verify_per_kernels is None or passed[order[q].kernels] < cfg.verify_per_kernels
 
     for pos in range(len(order)):
         if stop_after is not None and len(out) >= stop_after:
@@ -576,11 +599,12 @@ def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts
             if cfg.thread_graphs:
                 st["thread_graphs"] += _thread_graphs(m.graph)
             passed[m.kernels] += 1
-            out.append(Found(m.graph, m.origin, v))
+            out.append((m.kernels, pos, Found(m.graph, m.origin, v)))
         else:
             st["verify_failed"] += 1
     st["unverified_matches"] = n_matches - st["verifications"]
-    return out, st
+    out.sort(key=lambda r: r[:2])  # by kernel count, each count's in rank order
+    return [r[2] for r in out], st
 
 
 def _thread_graphs(gj: dict) -> int:

@@ -4,6 +4,8 @@ Public API::
 
     import verify
     v = verify.equivalent(program, ugraph)          # -> Verdict (exact field tests + float check)
+    ref = verify.Reference(program, seed=0)         # many candidates: the program's side of each test once
+    vs = ref.equivalent_many([g1, g2])              # the verdicts equivalent(program, g, seed=0) would give
     print(v); v.equivalent; v.ok; v.checks; v.error_bound; v.counterexample; v.to_json()
     verify.float_check(program, ugraph)             # -> FloatReport (numerics alone)
     verify.fingerprint(ugraph)                      # -> str, equal for equivalent graphs
@@ -16,7 +18,7 @@ Modules: :mod:`verify.family` (the random primes: a fresh pair per test),
 :mod:`verify.fuzz` (random Lax programs and mutations, reused by the search).
 """
 
-from .equivalence import DEFAULT_ERROR, equivalent, field_test, fingerprint, per_test_bound
+from .equivalence import DEFAULT_ERROR, Reference, equivalent, field_test, fingerprint, per_test_bound
 from .family import DEFAULT, PrimeFamily
 from .field import MIRAGE, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
 from .floatcheck import float_check
@@ -24,7 +26,7 @@ from .standalone import verify_files
 from .verdict import Counterexample, FloatCase, FloatReport, Verdict
 
 __all__ = [
-    "equivalent", "float_check", "fingerprint", "verify_files", "field_test", "per_test_bound",
+    "equivalent", "Reference", "float_check", "fingerprint", "verify_files", "field_test", "per_test_bound",
     "Verdict", "Counterexample", "FloatReport", "FloatCase",
     "Field", "PrimeFamily", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw",
 ]

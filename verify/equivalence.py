@@ -24,6 +24,17 @@ needs a non-constant argument of ``sqrt`` to be positive, as ``sqrt(x)² = x``),
 mismatch through ``sqrt`` is not taken as proof: the pair falls back to
 :func:`verify.floatcheck.compare_float64` — rejected if float64 confirms the
 difference, UNDECIDED (said so in the verdict) if it does not.
+
+**Draws, shared.** Test ``k`` of a comparison uses draw ``k``: primes and ω from a
+generator seeded with ``(seed, k)``, and each input's p- and q-part from its own
+generator seeded with ``(seed, k, part, name)`` — a function of the seed, the
+index and the plan's conditions on the primes alone, never of the candidate or of
+the order of evaluation. So a :class:`Reference` (the program) evaluates itself once
+per draw and compares any number of candidates against that evaluation, with the
+same verdicts as one :func:`equivalent` call per candidate: the search verifies many
+candidates against one program, and :meth:`Reference.equivalent_many` runs them
+draw by draw (each draw's inputs drawn once). Residues are drawn on the CPU with
+numpy whatever the device, so a verdict does not depend on where it was computed.
 """
 
 from __future__ import annotations
@@ -34,7 +45,7 @@ import time
 import zlib
 from dataclasses import dataclass, field as dc_field
 from functools import lru_cache
-from typing import Sequence, Union
+from typing import Iterable, Sequence, Union
 
 import numpy as np
 import torch
@@ -49,9 +60,9 @@ from . import args
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
 from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
-from .field import Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, random_omega, \
-    uniform_residues
-from .floatcheck import compare_float64, float_check as run_float_check
+from .field import (Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, eval_threads,
+                    random_omega, resolve_device, reuse_memory, uniform_residues)
+from .floatcheck import FloatReference, compare_float64, float_check as run_float_check
 from .verdict import Counterexample, Verdict
 
 DEFAULT_ERROR = 2.0 ** -40
@@ -65,6 +76,10 @@ SQUARE_FACTOR_LIMIT = 1 << 10
 #: coin flip per test (random primes): the heuristic per-test bound gets this much added
 #: (with fixed primes the sign is the same on every test: no bound)
 UNCONDITIONED_SQRT = 0.5
+#: bytes of drawn residues and reference outputs a :class:`Reference` keeps (on its device)
+DRAW_CACHE_BYTES = 1 << 29
+#: separates the stream of a draw's primes and ω from its inputs' streams
+_PRIME_STREAM = 0x7072696D
 
 FieldLike = Union[Field, PrimeFamily]
 
@@ -188,23 +203,34 @@ def _specs(graph: KernelGraph, need_q: set[str]):
 
 
 def _first_mismatch(oa: Sequence[tuple], ob: Sequence[tuple]) -> tuple[int, tuple, int, int, str] | None:
+    """The first element where two evaluations differ: ``(output, index, a, b, part)``."""
     for i, (x, y) in enumerate(zip(oa, ob)):
         parts = [("mod p", x[0], y[0])]
         if len(x) > 1 and len(y) > 1:
             parts.append(("mod q", x[1], y[1]))
         for label, u, v in parts:
             diff = u != v
-            if diff.any():
-                idx = tuple(int(j) for j in np.unravel_index(int(np.argmax(diff)), diff.shape))
+            if bool(diff.any()):
+                flat = int(torch.argmax(diff.reshape(-1).to(torch.uint8)))
+                idx = tuple(int(j) for j in np.unravel_index(flat, tuple(diff.shape)))
                 return i, idx, int(u[idx]), int(v[idx]), label
     return None
 
 
+def evaluate_field(graph: KernelGraph, inputs: dict[str, FieldInput], fld: Field, omega: int,
+                   device: torch.device, parts: int | None = None) -> list[tuple]:
+    """``graph``'s outputs under one draw, as tuples of int64 tensors on ``device``:
+    every intermediate computed once when something reads it, released after its
+    last reader (:meth:`verify.field.FieldAlgebra.realize`; ``parts=1``: p-parts only)."""
+    alg = FieldAlgebra(fld, omega, device, deferred=True)
+    return alg.realize(evaluate(graph, inputs, alg), parts, release=True)
+
+
 def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld: FieldLike = DEFAULT,
                need_q: set[str] | None = None, max_failed_draws: int = MAX_FAILED_DRAWS,
-               plan: Plan | None = None):
+               plan: Plan | None = None, device: str = "auto"):
     """One field test: draw primes (from a family; a :class:`~verify.field.Field` is
-    used as it is), inputs and ω, evaluate both graphs, compare exactly.
+    used as it is), inputs and ω from ``rng``, evaluate both graphs, compare exactly.
 
     Returns ``(mismatch, failed_draws)``: ``mismatch`` is None when all outputs
     agree, else ``(output, index, value_a, value_b, part, p, q)``. A draw that meets
@@ -217,25 +243,28 @@ def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld:
     args.generator("field_test", rng)
     args.integer("field_test", "max_failed_draws", max_failed_draws, 1, 1 << 20)
     check_compatible(a, b)
+    dev = resolve_device(device)
     if isinstance(_check_field(fld), PrimeFamily) and plan is None:
         plan = make_plan(a, b, fld)
-    mismatch, failed, _ = _field_test(a, b, rng, fld, need_q, max_failed_draws, plan)
+    with eval_threads(a, b), reuse_memory():
+        mismatch, failed, _ = _field_test(a, b, rng, fld, need_q, max_failed_draws, plan, dev)
     return mismatch, failed
 
 
 def _field_test(a: KernelGraph, b: KernelGraph, rng: np.random.Generator, fld: FieldLike, need_q: set[str],
-                max_failed_draws: int, plan: Plan | None) -> tuple[tuple | None, int, Field]:
+                max_failed_draws: int, plan: Plan | None,
+                device: torch.device = torch.device("cpu")) -> tuple[tuple | None, int, Field]:
     """:func:`field_test`, also returning the primes of the draw that was compared."""
     specs = _specs(a, need_q)
     a, b = live_graph(a), live_graph(b)  # a zero divisor in dead code must not fail a draw
     failed = 0
     while True:
         f = fld if isinstance(fld, Field) else fld.draw(rng, avoid=plan.avoid, squares=plan.squares)
-        alg = FieldAlgebra(f, random_omega(f, rng))
-        ins = draw_inputs(specs, f, rng)
+        omega = random_omega(f, rng)
+        ins = draw_inputs(specs, f, rng, device)
         try:
-            oa = evaluate(a, ins, alg)
-            ob = evaluate(b, ins, alg)
+            oa = evaluate_field(a, ins, f, omega, device)
+            ob = evaluate_field(b, ins, f, omega, device)
         except ZeroDivisorDraw:
             failed += 1
             if failed >= max_failed_draws:
@@ -245,6 +274,285 @@ def _field_test(a: KernelGraph, b: KernelGraph, rng: np.random.Generator, fld: F
             continue
         m = _first_mismatch(oa, ob)
         return (None if m is None else m + (f.p, f.q)), failed, f
+
+
+# ----------------------------------------------------------------------------- shared draws
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _Draws:
+    """The draws of one comparison setting (seed, primes' family and the plan's
+    conditions on them): draw ``k``'s primes and ω, and each input's residues, drawn
+    when first asked for — each from a generator seeded by ``(seed, k, …)`` alone, so
+    a draw is the same whoever asks, in whatever order — and kept while ``budget``
+    (bytes, shared with the reference's outputs) lasts."""
+
+    def __init__(self, seed: int, fld: FieldLike, plan: Plan, device: torch.device, budget: list[int]) -> None:
+        self.seed, self.fld, self.plan, self.device, self.budget = seed, fld, plan, device, budget
+        self.fields: dict[int, tuple[Field, int]] = {}
+        self.residues: dict[tuple, torch.Tensor] = {}
+
+    def field(self, k: int) -> tuple[Field, int]:
+        """Draw ``k``'s primes (a fresh family member meeting the plan's conditions) and ω."""
+        got = self.fields.get(k)
+        if got is None:
+            rng = np.random.default_rng([self.seed, k, _PRIME_STREAM])
+            f = self.fld if isinstance(self.fld, Field) else \
+                self.fld.draw(rng, avoid=self.plan.avoid, squares=self.plan.squares)
+            got = self.fields[k] = (f, random_omega(f, rng))
+        return got
+
+    def residues_of(self, k: int, name: str, shape: tuple[int, ...], part: int) -> torch.Tensor:
+        """Uniform residues of input ``name`` for draw ``k``: mod p (``part`` 0) or mod q (1)."""
+        key = (k, name, part)
+        t = self.residues.get(key)
+        if t is None:
+            f, _ = self.field(k)
+            rng = np.random.default_rng([self.seed, k, part, zlib.crc32(name.encode())])
+            t = torch.from_numpy(uniform_residues(rng, (f.p, f.q)[part], shape, np.float64)).to(self.device)
+            if _nbytes(t) <= self.budget[0]:
+                self.budget[0] -= _nbytes(t)
+                self.residues[key] = t
+        return t
+
+    def inputs(self, k: int, graph: KernelGraph, need_q: frozenset[str]) -> dict[str, FieldInput]:
+        """Draw ``k``'s inputs of ``graph``: the p-parts, and q-parts (drawn when first read)
+        for the inputs in ``need_q``."""
+        out = {}
+        for t in graph.inputs:
+            shape = tuple(t.shape)
+            xq = (lambda n=t.name, s=shape: self.residues_of(k, n, s, 1)) if t.name in need_q else None
+            out[t.name] = FieldInput(self.residues_of(k, t.name, shape, 0), xq)
+        return out
+
+
+class _Trial:
+    """One candidate's field tests against a :class:`Reference`: test ``i`` uses the
+    ``i``-th draw on which neither graph met a zero divisor; the tests stop at the
+    first mismatch."""
+
+    def __init__(self, index: int, candidate: KernelGraph, plan: Plan, tests: int, max_failed: int) -> None:
+        self.index, self.candidate, self.plan, self.n, self.max_failed = index, candidate, plan, tests, max_failed
+        self.live = live_graph(candidate)
+        self.tests = self.failed = self.row = 0
+        self.mismatch: tuple | None = None
+        self.error: ZeroDivisorDraw | None = None
+        self.undecided: FieldError | None = None
+        self.used: Field | None = None
+
+    def active(self) -> bool:
+        return self.error is None and self.undecided is None and self.mismatch is None and self.tests < self.n
+
+
+class Reference:
+    """A reference graph (the program) prepared for comparisons with many candidates.
+
+    Draws are shared (module docstring): the reference is evaluated once per draw
+    and every candidate is compared with that evaluation; the reference side of the
+    float check (its float64 values, magnitudes and own rounding errors, per case)
+    is computed once too. ``Reference(p, seed=s).equivalent(c)`` gives the verdict
+    of ``equivalent(p, c, seed=s)``; :meth:`equivalent_many` runs several candidates
+    draw by draw. Drawn residues and the reference's outputs are kept up to
+    ``cache_bytes`` (on ``device``). ``device``: ``"auto"`` (CUDA when present),
+    ``"cpu"`` or ``"cuda"`` — the verdicts do not depend on it (residues are drawn on
+    the CPU; the arithmetic is exact)."""
+
+    def __init__(self, graph: KernelGraph, *, seed: int | None = None, field: FieldLike = DEFAULT,
+                 device: str = "auto", cache_bytes: int = DRAW_CACHE_BYTES) -> None:
+        if not isinstance(graph, KernelGraph):
+            raise ConfigError(f"Reference: expected a mugraph Program or KernelGraph, got {type(graph).__name__}")
+        if seed is not None:
+            args.integer("Reference", "seed", seed, 0)
+        args.integer("Reference", "cache_bytes", cache_bytes, 0)
+        self.graph = graph
+        self.field = _check_field(field)
+        self.device = resolve_device(device)
+        self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
+        self.budget = [int(cache_bytes)]
+        self._live: KernelGraph | None = None
+        self._draws: dict[tuple, _Draws] = {}
+        self._outputs: dict[tuple, object] = {}
+        self._float: dict[tuple, FloatReference] = {}
+        self.evaluations = 0  # of the reference (a statistic: one per draw, not per candidate)
+
+    @property
+    def live(self) -> KernelGraph:
+        if self._live is None:
+            self._live = live_graph(self.graph)
+        return self._live
+
+    def _draws_for(self, plan: Plan) -> _Draws:
+        key = (plan.avoid, plan.squares)
+        d = self._draws.get(key)
+        if d is None:
+            d = self._draws[key] = _Draws(self.seed, self.field, plan, self.device, self.budget)
+        return d
+
+    def _reference_outputs(self, draws: _Draws, need_q: frozenset[str], k: int):
+        """The reference's outputs on draw ``k`` (or the error its evaluation raised), kept."""
+        key = (draws.plan.avoid, draws.plan.squares, need_q, k)
+        got = self._outputs.get(key)
+        if got is None:
+            f, omega = draws.field(k)
+            self.evaluations += 1
+            try:
+                got = evaluate_field(self.live, draws.inputs(k, self.graph, need_q), f, omega, self.device)
+                size = sum(_nbytes(t) for o in got for t in o)
+            except (ZeroDivisorDraw, FieldError) as e:
+                got, size = e, 0
+            if size <= self.budget[0]:
+                self.budget[0] -= size
+                self._outputs[key] = got
+        return got
+
+    def _run(self, trials: list[_Trial], need_q: frozenset[str]) -> None:
+        """Field tests of ``trials`` (one plan, one ``need_q``), draw by draw."""
+        draws = self._draws_for(trials[0].plan)
+        k = 0
+        while True:
+            active = [t for t in trials if t.active()]
+            if not active:
+                return
+            try:
+                f, omega = draws.field(k)
+            except FieldError as e:  # no family member meets the conditions
+                for t in active:
+                    t.undecided = e
+                return
+            ref = self._reference_outputs(draws, need_q, k)
+            for t in active:
+                self._step(t, draws, need_q, k, f, omega, ref)
+            k += 1
+
+    def _step(self, t: _Trial, draws: _Draws, need_q: frozenset[str], k: int, f: Field, omega: int, ref) -> None:
+        try:
+            if isinstance(ref, Exception):
+                raise ref
+            out = evaluate_field(t.live, draws.inputs(k, t.candidate, need_q), f, omega, self.device)
+        except ZeroDivisorDraw:
+            t.failed += 1
+            t.row += 1
+            if t.row >= t.max_failed:
+                t.error = ZeroDivisorDraw(f"{self.graph.name} vs {t.candidate.name}: {t.row} draws in a row divided "
+                                          "by zero: a divisor is (almost surely) identically zero")
+            return
+        except FieldError as e:  # fixed primes only: a constant with no meaning mod p
+            t.undecided = e
+            t.tests += 1
+            return
+        t.row = 0
+        t.tests += 1
+        t.used = f
+        m = _first_mismatch(ref, out)
+        if m is not None:
+            t.mismatch = m + (f.p, f.q)
+
+    def _float_reference(self, fkw: dict) -> FloatReference:
+        key = tuple(sorted((k, repr(v)) for k, v in fkw.items() if k in ("dtypes", "scales")))
+        fr = self._float.get(key)
+        if fr is None:
+            kw = {k: v for k, v in fkw.items() if k in ("dtypes", "scales")}
+            fr = self._float[key] = FloatReference(self.graph, seed=self.seed % (1 << 31), device=self.device, **kw)
+        return fr
+
+    def equivalent(self, candidate: KernelGraph, **kwargs) -> Verdict:
+        """:func:`equivalent` of the reference and ``candidate`` (same arguments but
+        ``seed``, ``field`` and ``device``, which are the reference's)."""
+        return self.equivalent_many([candidate], **kwargs)[0]
+
+    def equivalent_many(self, candidates: Iterable[KernelGraph], *, error: float = DEFAULT_ERROR,
+                        max_tests: int = 128, float_check: bool = True, non_lax: str = "raise",
+                        max_failed_draws: int = MAX_FAILED_DRAWS, float_kwargs: dict | None = None) -> list[Verdict]:
+        """Verdicts for ``candidates`` against the reference, the field tests run draw by
+        draw: each draw's inputs are drawn and the reference evaluated once, then every
+        candidate still under test is evaluated on them. The verdicts are those of one
+        :meth:`equivalent` call per candidate. A candidate whose divisors are zero on
+        ``max_failed_draws`` draws in a row raises :class:`~verify.field.ZeroDivisorDraw`
+        (the first such candidate, in the order given)."""
+        t0 = time.perf_counter()
+        candidates = list(candidates)
+        _check_args(error, self.seed, self.field, max_tests, float_check, non_lax, max_failed_draws, float_kwargs)
+        for c in candidates:
+            check_compatible(self.graph, c)
+        fkw = dict(float_kwargs or {})
+        verdicts: list[Verdict | None] = [None] * len(candidates)
+        groups: dict[tuple, list[_Trial]] = {}
+        setup: dict[int, tuple] = {}
+        with eval_threads(self.graph, *candidates), reuse_memory():
+            for i, c in enumerate(candidates):
+                try:
+                    check_lax(self.graph)
+                    check_lax(c)
+                except NotLaxError as e:
+                    if non_lax == "raise":
+                        raise
+                    report = run_float_check(self.graph, c, seed=self.seed % (1 << 31), device=self.device,
+                                             prepared=self._float_reference(fkw), **fkw)
+                    verdicts[i] = Verdict(self.graph.name, c.name, None, method="float-only", seed=self.seed,
+                                          target_error=error, float_check=report, seconds=time.perf_counter() - t0,
+                                          checks={"float check": "passed" if report.passed else "failed"},
+                                          notes=[f"not Lax ({e}); EQUIVALENCE IS UNPROVEN: only a floating-point "
+                                                 "comparison ran"])
+                    continue
+                plan = make_plan(self.graph, c, self.field)
+                per_test, heuristic, nbits, term = _bound(self.graph, c, plan)
+                needed = tests_needed(per_test, error)
+                n = max_tests if needed is None else min(needed, max_tests)
+                need_q = frozenset(inputs_needing_q(self.graph) | inputs_needing_q(c))
+                trial = _Trial(i, c, plan, n, max_failed_draws)
+                groups.setdefault((plan.avoid, plan.squares, need_q), []).append(trial)
+                setup[i] = (trial, plan, per_test, heuristic, nbits, term)
+            for (_, _, need_q), trials in groups.items():
+                self._run(trials, need_q)
+            for i in sorted(setup):
+                trial = setup[i][0]
+                if trial.error is not None:
+                    raise trial.error
+            for i in sorted(setup):
+                verdicts[i] = self._verdict(candidates[i], *setup[i], error=error, max_tests=max_tests,
+                                            float_check=float_check, fkw=fkw, t0=t0)
+        return verdicts
+
+    def _verdict(self, c: KernelGraph, trial: _Trial, plan: Plan, per_test: float, heuristic: bool, nbits: float,
+                 term: float, *, error: float, max_tests: int, float_check: bool, fkw: dict, t0: float) -> Verdict:
+        a, fld, seed = self.graph, self.field, self.seed
+        v = Verdict(a.name, c.name, True, tests=trial.tests, per_test_bound=per_test, target_error=error,
+                    conjecture=any(exp_like(k) for k in plan.kinds), heuristic=heuristic,
+                    p=fld.p if isinstance(fld, Field) else None, q=fld.q if isinstance(fld, Field) else None,
+                    seed=seed, notes=_notes(plan.kinds, a, c) + plan.notes, primes=_describe(fld, plan),
+                    pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term, failed_draws=trial.failed)
+        if trial.used is not None:
+            v.p, v.q = trial.used.p, trial.used.q
+        if trial.undecided is not None:
+            v.equivalent = None
+            v.checks["field tests"] = "undecided"
+            v.notes.append(f"UNDECIDED: {trial.undecided} — the fixed primes cannot represent it (the default draws "
+                           "primes that avoid every constant)")
+        elif trial.mismatch is not None:
+            out, idx, va, vb, part, p, q = trial.mismatch
+            fa, fb = _float_values(a, c, out, idx, seed % (1 << 31))
+            v.counterexample = Counterexample(out, idx, va, vb, part, trial.tests, fa, fb, p, q)
+            v.equivalent = False
+            v.checks["field tests"] = "failed"
+            if "sqrt" in lax_classes(plan.kinds):
+                _sqrt_fallback(v, a, c, seed)
+        if v.equivalent:
+            v.checks["field tests"] = "passed"
+            v.error_bound = per_test ** v.tests
+            v.bound_met = v.error_bound <= error
+            v.checks["error bound"] = "met" if v.bound_met else "not met"
+            if not v.bound_met:
+                v.notes.append(f"the per-test bound {per_test:.3g} is too weak to reach {error:.3g} in "
+                               f"{max_tests} tests: passing is evidence, not a proof at that level")
+        if float_check and v.equivalent is not False:
+            v.float_check = run_float_check(a, c, seed=seed % (1 << 31), device=self.device,
+                                            prepared=self._float_reference(fkw), **fkw)
+            v.checks["float check"] = "passed" if v.float_check.passed else "failed"
+        v.seconds = time.perf_counter() - t0
+        return v
 
 
 def _float_values(a: KernelGraph, b: KernelGraph, output: int, index: tuple, seed: int):
@@ -317,7 +625,7 @@ def _describe(fld: FieldLike, plan: Plan) -> str:
 def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, seed: int | None = None,
                field: FieldLike = DEFAULT, max_tests: int = 128, float_check: bool = True,
                non_lax: str = "raise", max_failed_draws: int = MAX_FAILED_DRAWS,
-               float_kwargs: dict | None = None) -> Verdict:
+               float_kwargs: dict | None = None, device: str = "auto") -> Verdict:
     """Decide whether ``a`` and ``b`` (programs or μGraphs, any mix) compute the
     same function, with false-accept probability at most ``error``.
 
@@ -330,79 +638,23 @@ def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, 
     the seed used). A :class:`~verify.field.Field` for ``field`` (e.g.
     :data:`verify.field.MIRAGE`) fixes the primes instead: Mirage's test, kept to
     reproduce it — a constant that is 0 mod a fixed prime is then undetectable,
-    and the verdict says so.
+    and the verdict says so. ``device``: where the arithmetic runs — ``"auto"`` (a
+    CUDA GPU when torch sees one, else the CPU), ``"cpu"`` or ``"cuda"``; the field
+    verdict is the same on every device.
 
     The verdict records every check that ran (``Verdict.checks``). Non-Lax graphs
     raise :class:`~mugraph.errors.NotLaxError` naming the op, unless
     ``non_lax="float"``: then only the float check runs and the verdict says that
     equivalence is unproven. Graphs with different inputs or outputs raise
     :class:`~mugraph.errors.InputError`; bad arguments
-    :class:`~mugraph.errors.ConfigError`.
+    :class:`~mugraph.errors.ConfigError`. To compare many candidates with one
+    program, :class:`Reference` shares the program's side of every test.
     """
-    t0 = time.perf_counter()
     _check_args(error, seed, field, max_tests, float_check, non_lax, max_failed_draws, float_kwargs)
     check_compatible(a, b)
-    if seed is None:
-        seed = int(np.random.SeedSequence().entropy % (1 << 63))
-    fkw = dict(float_kwargs or {})
-    try:
-        check_lax(a)
-        check_lax(b)
-    except NotLaxError as e:
-        if non_lax == "raise":
-            raise
-        report = run_float_check(a, b, seed=seed % (1 << 31), **fkw)
-        return Verdict(a.name, b.name, None, method="float-only", seed=seed, target_error=error,
-                       float_check=report, seconds=time.perf_counter() - t0,
-                       checks={"float check": "passed" if report.passed else "failed"},
-                       notes=[f"not Lax ({e}); EQUIVALENCE IS UNPROVEN: only a floating-point comparison ran"])
-
-    plan = make_plan(a, b, field)
-    per_test, heuristic, nbits, term = _bound(a, b, plan)
-    needed = tests_needed(per_test, error)
-    n = max_tests if needed is None else min(needed, max_tests)
-    rng = np.random.default_rng(seed)
-    need_q = inputs_needing_q(a) | inputs_needing_q(b)
-    a_live, b_live = live_graph(a), live_graph(b)
-    v = Verdict(a.name, b.name, True, tests=0, per_test_bound=per_test, target_error=error,
-                conjecture=any(exp_like(k) for k in plan.kinds), heuristic=heuristic,
-                p=field.p if isinstance(field, Field) else None, q=field.q if isinstance(field, Field) else None,
-                seed=seed, notes=_notes(plan.kinds, a, b) + plan.notes, primes=_describe(field, plan),
-                pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term)
-    for i in range(n):
-        try:
-            mismatch, failed, used = _field_test(a_live, b_live, rng, field, need_q, max_failed_draws, plan)
-        except FieldError as e:  # fixed primes only: a constant with no meaning mod p
-            v.equivalent, v.tests = None, i + 1
-            v.checks["field tests"] = "undecided"
-            v.notes.append(f"UNDECIDED: {e} — the fixed primes cannot represent it (the default draws primes "
-                           "that avoid every constant)")
-            break
-        v.failed_draws += failed
-        v.tests = i + 1
-        v.p, v.q = used.p, used.q
-        if mismatch is not None:
-            out, idx, va, vb, part, p, q = mismatch
-            fa, fb = _float_values(a, b, out, idx, seed % (1 << 31))
-            v.counterexample = Counterexample(out, idx, va, vb, part, i + 1, fa, fb, p, q)
-            v.equivalent = False
-            v.checks["field tests"] = "failed"
-            if "sqrt" in lax_classes(plan.kinds):
-                _sqrt_fallback(v, a, b, seed)
-            break
-    if v.equivalent:
-        v.checks["field tests"] = "passed"
-        v.error_bound = per_test ** v.tests
-        v.bound_met = v.error_bound <= error
-        v.checks["error bound"] = "met" if v.bound_met else "not met"
-        if not v.bound_met:
-            v.notes.append(f"the per-test bound {per_test:.3g} is too weak to reach {error:.3g} in "
-                           f"{max_tests} tests: passing is evidence, not a proof at that level")
-    if float_check and v.equivalent is not False:
-        v.float_check = run_float_check(a, b, seed=seed % (1 << 31), **fkw)
-        v.checks["float check"] = "passed" if v.float_check.passed else "failed"
-    v.seconds = time.perf_counter() - t0
-    return v
+    ref = Reference(a, seed=seed, field=field, device=device)
+    return ref.equivalent(b, error=error, max_tests=max_tests, float_check=float_check, non_lax=non_lax,
+                          max_failed_draws=max_failed_draws, float_kwargs=float_kwargs)
 
 
 def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> None:
@@ -428,13 +680,11 @@ def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> Non
 @lru_cache(maxsize=256)
 def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> FieldInput:
     """The fixed draw of one input: a function of (seed, primes, name, shape) only,
-    so every graph with that input sees the same residues."""
+    so every graph with that input sees the same residues (CPU tensors, never written)."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode()), *shape])
     xp = uniform_residues(rng, fld.p, shape)
     xq = uniform_residues(rng, fld.q, shape)
-    xp.setflags(write=False)
-    xq.setflags(write=False)
-    return FieldInput(xp, xq)
+    return FieldInput(torch.from_numpy(xp), torch.from_numpy(xq))
 
 
 @lru_cache(maxsize=16)
@@ -448,11 +698,11 @@ def fingerprint_field(seed: int, fld: FieldLike = DEFAULT) -> Field:
 
 
 @lru_cache(maxsize=16)
-def _fixed_algebra(seed: int, fld: Field) -> FieldAlgebra:
-    return FieldAlgebra(fld, random_omega(fld, np.random.default_rng([seed, 0x6F6D656761])))
+def _fixed_omega(seed: int, fld: Field) -> int:
+    return random_omega(fld, np.random.default_rng([seed, 0x6F6D656761]))
 
 
-def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT) -> str:
+def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT, device: str = "cpu") -> str:
     """A hash of ``graph``'s outputs on a fixed random field draw (by ``seed``:
     primes, inputs and ω).
 
@@ -461,7 +711,10 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
     per-test bound of :mod:`verify.bound` (plus 2^-128 for the hash). So the search
     fingerprints the program once and keeps candidates whose fingerprint matches,
     then confirms them with :func:`equivalent`. Primes, input draws and ω are
-    cached, so repeated calls at small shapes cost one evaluation each.
+    cached, so repeated calls at small shapes cost one evaluation each — of the
+    p-parts the hash reads, and the q-parts under an exp, nothing more. The
+    default device is the CPU: the search fingerprints small graphs, where a GPU
+    would wait on launches.
 
     Raises :class:`~mugraph.errors.NotLaxError` for non-Lax graphs,
     :class:`~verify.field.FieldError` for a constant whose denominator is a multiple
@@ -472,11 +725,14 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
     """
     args.integer("fingerprint", "seed", seed, 0)
     fld = fingerprint_field(seed, _check_field(field))
+    dev = resolve_device(device)
     ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
-    outs = evaluate(live_graph(graph), ins, _fixed_algebra(seed, fld))
+    live = live_graph(graph)
+    with eval_threads(live):
+        outs = evaluate_field(live, ins, fld, _fixed_omega(seed, fld), dev, parts=1)
     h = hashlib.blake2b(digest_size=16)
     for o in outs:
-        x = np.ascontiguousarray(o[0])
-        h.update(repr(x.shape).encode())
-        h.update(x.tobytes())
+        x = o[0].to("cpu").contiguous()
+        h.update(repr(tuple(x.shape)).encode())
+        h.update(x.numpy().tobytes())
     return h.hexdigest()

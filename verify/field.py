@@ -6,11 +6,24 @@ has a subgroup of order ``q``; ``ω`` is a random generator of it, and
 ``exp(x) = ω^(x_q) mod p`` turns ``(Z_q, +)`` into ``(Z_p*, ×)`` — so
 ``exp(a + b) = exp(a)·exp(b)`` holds exactly.
 
-Values are numpy ``int64`` arrays of canonical residues in ``[0, m)`` (drawn
-inputs are stored as float64, which holds them exactly; every op but the
-structural ones and matmul sees them as int64: :meth:`FieldAlgebra.apply`). A value is
-a tuple ``(x_p, x_q)``, or ``(x_p,)`` once an exponentiation is upstream (the
-q-part is then undefined: a second ``exp`` on a path is not Lax and raises).
+**Torch, on any device.** Residues are torch tensors of canonical residues in
+``[0, m)``: int64 for every computed value; drawn inputs are stored as float64 (exact
+below 2^53), which a matmul reads as it is. The same code runs on the CPU and, with
+``device="cuda"``, on a GPU (:func:`resolve_device`: ``"auto"`` takes CUDA when it is
+present). On the CPU, large results are allocated through numpy
+(:func:`new_tensor`): numpy asks the kernel for transparent huge pages, so a fresh
+134 MB result costs ~10 ms of page faults instead of ~90 ms through torch's own
+allocator — at full shapes that was a third of a test.
+
+**Parts on demand.** A value is a tuple of :class:`Part` s — ``(x_p, x_q)``, or
+``(x_p,)`` once an exponentiation is upstream (the q-part is then undefined: a second
+``exp`` on a path is not Lax and raises). Evaluating a graph only *describes* each
+part (its shape and how to compute it); :meth:`FieldAlgebra.realize` then computes
+the parts the outputs need, in evaluation order, and releases each after its last
+use. A part nothing reads is never computed: the p-part of ``Q @ K`` under an
+``exp`` (only its q-part enters ω^x) — a third of an attention test's matmul work —
+and every q-part of a fingerprint, which hashes the p-parts alone. A zero divisor in
+a part that is never computed cannot fail a draw: that value reaches no output.
 
 Overflow: every modulus is below ``2**31`` (:data:`MAX_MODULUS`, enforced by
 :class:`Field`), so a product of two residues is below ``2**62`` and fits
@@ -29,24 +42,25 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Callable
+from functools import lru_cache
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from mugraph.algebra import Algebra
-from mugraph.errors import MugraphError, NotLaxError
-from mugraph.ops import Category, category
-
-Value = tuple  # (x_p,) or (x_p, x_q) of int64 arrays
+from mugraph.errors import ConfigError, MugraphError, NotLaxError
+from mugraph.interpreter import largest_value
+from mugraph.ir import KernelGraph
 
 #: largest exactly representable integer range of float64
 FLOAT_EXACT = 2 ** 53
 #: moduli must stay below this so residue products fit int64
 MAX_MODULUS = 2 ** 31
-#: GEMMs with fewer multiply-adds than this run single-threaded
+#: CPU GEMMs with fewer multiply-adds than this run single-threaded
 SMALL_GEMM = 1 << 22
 
 
@@ -156,64 +170,269 @@ def random_omega(f: Field, rng: np.random.Generator) -> int:
             return w
 
 
+# ----------------------------------------------------------------------------- devices and memory
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """The device the field arithmetic runs on: ``"auto"`` (or None) is CUDA when
+    torch sees a GPU, else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"`` are taken as
+    they are. A CUDA device that is not there is a one-line
+    :class:`~mugraph.errors.ConfigError`, not a failure half-way through a test."""
+    if device is None or device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device={device!r}: use 'auto', 'cpu' or 'cuda' (optionally 'cuda:N')") from None
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device={device!r}: the field arithmetic runs on 'cpu' or 'cuda'")
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"device={device!r}: torch sees no CUDA device here (use 'cpu' or 'auto')")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ConfigError(f"device={device!r}: there are {torch.cuda.device_count()} CUDA devices")
+    return dev
+
+
+#: CPU tensors of at least this many bytes are allocated through numpy (huge pages)
+HUGE_ALLOC = 1 << 20
+_NP = {torch.int64: np.int64, torch.float64: np.float64, torch.int32: np.int32, torch.float32: np.float32}
+
+
+def new_tensor(shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialized tensor. On the CPU, large ones come from numpy, which asks
+    for transparent huge pages (``madvise``): the first touch of a fresh 134 MB
+    array faults 64 pages instead of 32,768 — ~10 ms instead of ~90 ms here, where
+    page faults are slow — and torch shares numpy's memory without a copy."""
+    shape = tuple(int(s) for s in shape)
+    if device.type == "cpu" and dtype in _NP and math.prod(shape) * dtype.itemsize >= HUGE_ALLOC:
+        return torch.from_numpy(np.empty(shape, _NP[dtype]))
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+def contiguous(x: torch.Tensor) -> torch.Tensor:
+    """``x`` itself if contiguous, else a contiguous copy (allocated by :func:`new_tensor`)."""
+    if x.is_contiguous():
+        return x
+    out = new_tensor(x.shape, x.dtype, x.device)
+    out.copy_(x)
+    return out
+
+
+def converted(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` as ``dtype`` (exact for residues: integers below 2^53), same shape, one pass."""
+    if x.dtype == dtype:
+        return x
+    out = new_tensor(x.shape, dtype, x.device)
+    out.copy_(x)
+    return out
+
+
+#: graphs whose largest value holds fewer elements are evaluated on one torch thread
+SMALL_EVAL = 1 << 17
+
+
+@contextmanager
+def eval_threads(*graphs: KernelGraph):
+    """Torch on one thread while every graph is small (:data:`SMALL_EVAL`): a test
+    there is a few hundred small ops, and waking a second thread for each costs more
+    than the op — far more when another process holds the other core (a float check
+    at the search's small shapes: 30 ms on one thread, 0.3–1.5 s on two)."""
+    small = all(largest_value(g)[0] < SMALL_EVAL for g in graphs)
+    threads = torch.get_num_threads()
+    if not small or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+#: glibc's mallopt parameters
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
+_HEAP_LOCK = threading.Lock()
+_heap_depth = 0
+
+
+@lru_cache(maxsize=1)
+def _glibc():
+    """glibc (for ``mallopt``/``malloc_trim``), or None on another C library."""
+    import ctypes
+    import platform
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:
+        return None
+
+
+@contextmanager
+def reuse_memory():
+    """Keep freed memory for reuse while a verification runs (glibc only; elsewhere
+    nothing changes).
+
+    A test allocates and frees arrays of up to hundreds of MB, op after op. glibc
+    serves each allocation over 32 MB with a fresh ``mmap`` and returns it on free, so
+    every op pays page faults on fresh memory — here 2.8 μs per 4 KiB page: 45 ms for
+    a 134 MB result whose computation takes 10 ms. Inside this scope ``mmap`` is off
+    and the heap is not trimmed, so freed blocks are reused without a fault (an
+    ``exp`` of 16.7M floats: 44 → 11 ms; a modular product: 213 → 38 ms). On leaving
+    the outermost scope the free memory goes back to the system (``malloc_trim``) and
+    the thresholds are set to the values glibc's own sliding thresholds reach under
+    large allocations (mmap from 32 MB, trim above 64 MB)."""
+    global _heap_depth
+    libc = _glibc()
+    if libc is None:
+        yield
+        return
+    with _HEAP_LOCK:
+        _heap_depth += 1
+        if _heap_depth == 1:
+            libc.mallopt(_M_MMAP_MAX, 0)
+            libc.mallopt(_M_TRIM_THRESHOLD, (1 << 31) - 1)
+    try:
+        yield
+    finally:
+        with _HEAP_LOCK:
+            _heap_depth -= 1
+            if _heap_depth == 0:
+                libc.mallopt(_M_MMAP_MAX, 65536)
+                libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)
+                libc.mallopt(_M_TRIM_THRESHOLD, 64 << 20)
+                libc.malloc_trim(0)
+
+
+_SCRATCH = threading.local()
+#: CPU scratch buffers of this many bytes are kept per thread and reused
+SCRATCH_MIN, SCRATCH_MAX = 1 << 20, 1 << 28
+
+
+def scratch(name: str, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A scratch tensor that this thread's next call with the same name reuses.
+
+    Fresh memory is paid for at first touch, so the GEMM outputs and temporaries
+    of :func:`matmul_mod` — dead once it returns — live here on the CPU (CUDA's
+    caching allocator already reuses its blocks)."""
+    n = math.prod(int(s) for s in shape)
+    size = n * dtype.itemsize
+    if device.type != "cpu" or size > SCRATCH_MAX or size < SCRATCH_MIN:
+        return new_tensor(shape, dtype, device)
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    buf = bufs.get((name, dtype))
+    if buf is None or buf.numel() < n:
+        buf = bufs[(name, dtype)] = new_tensor((n,), dtype, device)
+    return buf[:n].view(tuple(int(s) for s in shape))
+
+
 # ----------------------------------------------------------------------------- array helpers
 
 
-def pow_fixed(x: np.ndarray, e: int, m: int) -> np.ndarray:
+def numpy_io(fn):
+    """Let an array helper take numpy arrays too: they are wrapped as CPU tensors
+    (no copy) and the result comes back as a numpy array (cross-checks and scripts
+    hold numpy arrays; the verifier itself passes tensors)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if not any(isinstance(a, np.ndarray) for a in args):
+            return fn(*args, **kwargs)
+        out = fn(*(torch.from_numpy(np.ascontiguousarray(a)) if isinstance(a, np.ndarray) else a for a in args),
+                 **kwargs)
+        return out.cpu().numpy()
+    return wrapper
+
+
+
+def mulmod(x: torch.Tensor, y: torch.Tensor | int, m: int) -> torch.Tensor:
+    """``x·y mod m`` element-wise (broadcasting), into a fresh int64 tensor."""
+    shape = torch.broadcast_shapes(x.shape, y.shape) if isinstance(y, torch.Tensor) else x.shape
+    out = new_tensor(shape, torch.int64, x.device)
+    torch.mul(x, y, out=out)
+    return out.remainder_(m)
+
+
+@numpy_io
+def pow_fixed(x: torch.Tensor, e: int, m: int) -> torch.Tensor:
     """``x ** e mod m`` element-wise for a fixed exponent (square and multiply)."""
-    result = np.ones_like(x)
-    base = x % m
+    base = new_tensor(x.shape, torch.int64, x.device)
+    torch.remainder(x, m, out=base)
+    result = None
     while e:
         if e & 1:
-            result = result * base % m
+            if result is None:
+                result = new_tensor(x.shape, torch.int64, x.device)
+                result.copy_(base)
+            else:
+                result.mul_(base).remainder_(m)
         e >>= 1
         if e:
-            base = base * base % m
-    return result
+            base.mul_(base).remainder_(m)
+    return torch.ones_like(base) if result is None else result
 
 
-def inverse(x: np.ndarray, m: int) -> np.ndarray:
+@numpy_io
+def inverse(x: torch.Tensor, m: int) -> torch.Tensor:
     """Modular inverse by Fermat (m prime); the caller has checked x has no zero."""
     return pow_fixed(x, m - 2, m)
 
 
 class PowTable:
-    """``ω^k mod p`` for array exponents ``k`` in ``[0, q)`` by two table lookups.
+    """``ω^k mod p`` for tensor exponents ``k`` in ``[0, q)`` by two table lookups.
 
     The exponent is split into 15-bit windows: ``ω^k = T0[k & 0x7fff] · T1[k >> 15]``
     (q < 2^30) — one modular product per element instead of thirty. The tables
     (2^15 entries, 256 KiB each: they stay in cache) are built by doubling,
-    ``T[2^j + i] = T[i] · step^(2^j)``, in fifteen vectorized steps."""
+    ``T[2^j + i] = T[i] · step^(2^j)``, in fifteen vectorized steps, on the device."""
 
     BITS = 15
 
-    def __init__(self, omega: int, p: int, q: int) -> None:
+    def __init__(self, omega: int, p: int, q: int, device: torch.device | str = "cpu") -> None:
         self.p = p
+        dev = torch.device(device)
         nbits = max(1, (q - 1).bit_length())
         self.bits = min(self.BITS, nbits)
         self.windows = -(-nbits // self.bits)
         self.tables = []
         for w in range(self.windows):
             step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
-            t = np.empty(1 << self.bits, dtype=np.int64)
+            t = torch.empty(1 << self.bits, dtype=torch.int64, device=dev)
             t[0] = 1
             for j in range(self.bits):  # T[2^j + i] = T[i] · step^(2^j), written in place
                 n = 1 << j
-                np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
-                np.remainder(t[n:2 * n], p, out=t[n:2 * n])
+                torch.mul(t[:n], pow(step, n, p), out=t[n:2 * n])
+                t[n:2 * n].remainder_(p)
             self.tables.append(t)
 
-    def __call__(self, k: np.ndarray) -> np.ndarray:
+    def __call__(self, k: torch.Tensor) -> torch.Tensor:
+        if isinstance(k, np.ndarray):
+            return self(torch.from_numpy(np.ascontiguousarray(k, dtype=np.int64))).view(k.shape).numpy()
+        k = contiguous(k).view(-1)
         mask = (1 << self.bits) - 1
-        idx = np.bitwise_and(k, mask)
-        out = self.tables[0].take(idx)
-        for w in range(1, self.windows):
-            np.right_shift(k, self.bits * w, out=idx)
-            if w + 1 < self.windows:
-                np.bitwise_and(idx, mask, out=idx)
-            out *= self.tables[w].take(idx)
-            out %= self.p
+        out = new_tensor(k.shape, torch.int64, k.device)
+        idx = scratch("pow-idx", k.shape, torch.int64, k.device)
+        torch.bitwise_and(k, mask, out=idx)
+        torch.index_select(self.tables[0], 0, idx, out=out)
+        if self.windows > 1:
+            tmp = scratch("pow-tmp", k.shape, torch.int64, k.device)
+            for w in range(1, self.windows):
+                torch.bitwise_right_shift(k, self.bits * w, out=idx)
+                if w + 1 < self.windows:
+                    idx.bitwise_and_(mask)
+                torch.index_select(self.tables[w], 0, idx, out=tmp)
+                out.mul_(tmp).remainder_(self.p)
         return out
+
+
+@lru_cache(maxsize=8)
+def pow_table(omega: int, p: int, q: int, device: torch.device) -> PowTable:
+    """:class:`PowTable`, kept for the last few (ω, p, q): a fingerprint's fixed draw
+    builds its tables once per process, not once per graph."""
+    return PowTable(omega, p, q, device)
 
 
 def limb_plan(K: int, m: int) -> tuple[int, int]:
@@ -232,55 +451,15 @@ def limb_plan(K: int, m: int) -> tuple[int, int]:
     return 0, 0
 
 
-def to_float(x: np.ndarray) -> torch.Tensor:
-    """Residues (int64, or float64 holding integers) as an exact float64 torch
-    tensor in the same memory order: a float64 view (an input iterator's tiles) is
-    shared, not copied; an int64 one is converted without a gather."""
-    if x.dtype == np.float64 and x.flags.writeable and all(s >= 0 for s in x.strides):
-        return torch.from_numpy(x)
-    return torch.from_numpy(x.astype(np.float64, order="K"))
-
-
-def as_ints(v: Value) -> Value:
-    """A value's parts as int64 (residues may be stored as float64: see :func:`draw_inputs`)."""
-    return tuple(a if a.dtype == np.int64 else a.astype(np.int64) for a in v)
-
-
-def float_safe(kind: str) -> bool:
-    """Ops of the field algebra that take residues stored as float64 as they are:
-    contractions convert to float64 anyway, rearrangements only move entries."""
-    return category(kind) in (Category.CONTRACTION, Category.REARRANGEMENT)
-
-
-_SCRATCH = threading.local()
-#: scratch buffers of this many bytes are kept per thread and reused
-SCRATCH_MIN, SCRATCH_MAX = 1 << 20, 1 << 26
-
-
-def _scratch(name: str, n: int, dtype) -> np.ndarray:
-    """A flat scratch array of ``n`` entries that this thread's next call reuses.
-
-    Fresh memory is paid for at first touch (a page fault per page: here ~0.5 ms
-    per MB, as much as the GEMM that fills it), so the GEMM output and the int64
-    temporaries of :func:`matmul_mod` — dead once it returns — live here."""
-    size = n * np.dtype(dtype).itemsize
-    if size > SCRATCH_MAX or size < SCRATCH_MIN:  # small ones come from the heap, already touched
-        return np.empty(n, dtype)
-    key = (name, np.dtype(dtype).str)
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    buf = bufs.get(key)
-    if buf is None or buf.size < n:
-        buf = bufs[key] = np.empty(n, dtype)
-    return buf[:n]
-
-
 def _gemm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Batched float64 GEMM (torch's: numpy's runs one BLAS call per small matrix,
-    10× slower here). Large products write into a scratch buffer; small ones run on
-    one thread (thread start-up costs 10× the work there)."""
+    """Batched float64 GEMM. On the CPU, large products write into a scratch buffer
+    and small ones run on one thread (thread start-up costs 10× the work there, and
+    more when another process holds the other cores)."""
+    if x.device.type != "cpu":
+        return torch.matmul(x, y)
     if x.shape[0] * x.shape[1] * x.shape[2] * y.shape[2] >= SMALL_GEMM:
-        out = torch.from_numpy(_scratch("gemm", x.shape[0] * x.shape[1] * y.shape[2], np.float64))
-        return torch.matmul(x, y, out=out.view(x.shape[0], x.shape[1], y.shape[2]))
+        out = scratch("gemm", (x.shape[0], x.shape[1], y.shape[2]), torch.float64, x.device)
+        return torch.matmul(x, y, out=out)
     threads = torch.get_num_threads()
     if threads == 1:
         return torch.matmul(x, y)
@@ -289,6 +468,14 @@ def _gemm(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.matmul(x, y)
     finally:
         torch.set_num_threads(threads)
+
+
+def _reshape(x: torch.Tensor, shape: Sequence[int]) -> torch.Tensor:
+    """``x.reshape(shape)``, a view where possible, else a copy made by :func:`contiguous`."""
+    try:
+        return x.view(tuple(shape))
+    except RuntimeError:
+        return contiguous(x).view(tuple(shape))
 
 
 def _folded_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, list, list[int]]:
@@ -315,22 +502,41 @@ def _folded_matmul(a: torch.Tensor, b: torch.Tensor) -> tuple[torch.Tensor, list
     if only_a or only_b:
         x = a.permute(both + only_a + [i for i in range(nb) if i not in both and i not in only_a] + [nb, nb + 1])
         y = b.permute(both + [nb] + only_b + [i for i in range(nb) if i not in both and i not in only_b] + [nb + 1])
-    c = _gemm(x.reshape(tb, pa * M, K), y.reshape(tb, K, pb * N))
+    c = _gemm(_reshape(x, (tb, pa * M, K)), _reshape(y, (tb, K, pb * N)))
     labels = both + only_a + ["M"] + only_b + ["N"]
     shape = [a.shape[i] for i in both] + [a.shape[i] for i in only_a] + [M] + [b.shape[i] for i in only_b] + [N]
     return c, labels, shape
 
 
-def _unbroadcast(x: np.ndarray, nb: int) -> np.ndarray:
+def _unbroadcast(x: torch.Tensor, nb: int) -> torch.Tensor:
     """Cut batch axes that are broadcast (stride 0) down to size 1: the GEMM
     broadcasts them again, without materializing the copies."""
-    if all(x.strides[i] or x.shape[i] == 1 for i in range(nb)):
+    if all(x.stride(i) or x.shape[i] == 1 for i in range(nb)):
         return x
-    return x[tuple(slice(0, 1) if i < nb and x.strides[i] == 0 else slice(None) for i in range(x.ndim))]
+    return x[tuple(slice(0, 1) if i < nb and x.stride(i) == 0 else slice(None) for i in range(x.dim()))]
 
 
-def matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
-    """Exact ``a @ b mod m`` (numpy batch broadcasting) through float64 GEMMs.
+def _limbs(x: torch.Tensor, L: int, w: int, axis: int) -> torch.Tensor:
+    """The ``L`` limbs of ``w`` bits of residues ``x`` (int64 or exact float64), side
+    by side along ``axis`` (-2: rows, -1: columns), as float64 for the GEMM."""
+    xi = converted(x, torch.int64)
+    mask = (1 << w) - 1
+    shape = list(x.shape)
+    shape[axis] *= L
+    out = new_tensor(shape, torch.float64, x.device)
+    n = x.shape[axis]
+    tmp = new_tensor(x.shape, torch.int64, x.device)
+    for l in range(L):
+        torch.bitwise_right_shift(xi, w * l, out=tmp)
+        tmp.bitwise_and_(mask)
+        out.narrow(axis, l * n, n).copy_(tmp)
+    return out
+
+
+@numpy_io
+def matmul_mod(a: torch.Tensor, b: torch.Tensor, m: int) -> torch.Tensor:
+    """Exact ``a @ b mod m`` (numpy batch broadcasting, operands of rank ≥ 2) through
+    float64 GEMMs, on the operands' device.
 
     The smaller operand is split into ``L`` limbs of ``w`` bits (:func:`limb_plan`:
     for ``m ≈ 2^31`` and ``K = 4096``, four limbs of 8 bits; for ``K = 64`` two of
@@ -346,37 +552,36 @@ def matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
 
     Operands are residues in ``[0, m)``, int64 or float64 (exact integers): a
     float64 operand that is not split into limbs goes to the GEMM without a copy.
+    Returns a fresh int64 tensor.
     """
-    if a.ndim < 2 or b.ndim < 2:  # numpy's 1-D rules: promote, multiply, drop the axis again
-        out = matmul_mod(a.reshape(1, -1) if a.ndim == 1 else a, b.reshape(-1, 1) if b.ndim == 1 else b, m)
-        return out[..., 0, :] if a.ndim == 1 and b.ndim > 1 else out[..., 0] if b.ndim == 1 and a.ndim > 1 \
-            else out[..., 0, 0]
+    if a.dim() < 2 or b.dim() < 2:
+        raise ValueError(f"matmul: operands of rank >= 2 expected, got {tuple(a.shape)} @ {tuple(b.shape)}")
     K = a.shape[-1]
     if b.shape[-2] != K:
-        raise ValueError(f"matmul: shapes {a.shape} and {b.shape} do not match")
+        raise ValueError(f"matmul: shapes {tuple(a.shape)} and {tuple(b.shape)} do not match")
     L, w = limb_plan(K, m)
     if L == 0:  # reduction too long: split K in halves
         h = K // 2
-        return (matmul_mod(a[..., :h], b[..., :h, :], m) + matmul_mod(a[..., h:], b[..., h:, :], m)) % m
+        out = matmul_mod(a[..., :h], b[..., :h, :], m)
+        out += matmul_mod(a[..., h:], b[..., h:, :], m)
+        return out.remainder_(m)
     assert K * ((1 << w) - 1) * (m - 1) < FLOAT_EXACT
-    nd = max(a.ndim, b.ndim)
-    a = a.reshape((1,) * (nd - a.ndim) + a.shape)
-    b = b.reshape((1,) * (nd - b.ndim) + b.shape)
+    nd = max(a.dim(), b.dim())
+    a = a.reshape((1,) * (nd - a.dim()) + tuple(a.shape))
+    b = b.reshape((1,) * (nd - b.dim()) + tuple(b.shape))
     batch = []
     for sa, sb in zip(a.shape[:-2], b.shape[:-2]):
         if sa != sb and 1 not in (sa, sb):
-            raise ValueError(f"matmul: batch shapes {a.shape[:-2]} and {b.shape[:-2]} do not broadcast")
+            raise ValueError(f"matmul: batch shapes {tuple(a.shape[:-2])} and {tuple(b.shape[:-2])} do not broadcast")
         batch.append(max(sa, sb))
     a, b = _unbroadcast(a, nd - 2), _unbroadcast(b, nd - 2)
-    split_a = a.size <= b.size
+    split_a = a.numel() <= b.numel()
     M, N = a.shape[-2], b.shape[-1]
     if L == 1:
-        x, y = to_float(a), to_float(b)
+        x, y = converted(a, torch.float64), converted(b, torch.float64)
     else:  # limbs of the smaller operand side by side along its free dim: rows (L, M) or columns (L, N)
-        mask = (1 << w) - 1
-        (small,) = as_ints((a if split_a else b,))
-        limbs = to_float(np.concatenate([(small >> (w * l)) & mask for l in range(L)], axis=-2 if split_a else -1))
-        x, y = (limbs, to_float(b)) if split_a else (to_float(a), limbs)
+        limbs = _limbs(a if split_a else b, L, w, -2 if split_a else -1)
+        x, y = (limbs, converted(b, torch.float64)) if split_a else (converted(a, torch.float64), limbs)
     c, labels, shape = _folded_matmul(x, y)
     at = labels.index("M" if split_a else "N")  # split that free dim into (limb, dim)
     labels[at:at + 1], shape[at:at + 1] = ["L", labels[at]], [L, M if split_a else N]
@@ -385,31 +590,101 @@ def matmul_mod(a: np.ndarray, b: np.ndarray, m: int) -> np.ndarray:
             labels.append(i)
             shape.append(1)
     # (limb, batch..., M, N): gathered into that order by the first cast
-    prod = c.numpy().reshape(shape).transpose([labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]])
-    acc = prod[L - 1].astype(np.int64, order="C")  # the result: fresh memory
-    acc %= m
+    prod = c.reshape(shape).permute([labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]])
+    acc = new_tensor(prod.shape[1:], torch.int64, prod.device)  # the result: fresh memory
+    acc.copy_(prod[L - 1])
+    acc.remainder_(m)
     if L > 1:
-        tmp = _scratch("limb", acc.size, np.int64).reshape(acc.shape)
+        tmp = scratch("limb", acc.shape, torch.int64, acc.device)
     for l in range(L - 2, -1, -1):  # Horner: acc·2^w + P_l < 2^(31+w) + 2^53
-        acc <<= w
-        np.copyto(tmp, prod[l], casting="unsafe")  # exact: P_l is an integer < 2^53
-        acc += tmp
-        acc %= m
+        acc.bitwise_left_shift_(w)
+        tmp.copy_(prod[l])  # exact: P_l is an integer < 2^53
+        acc.add_(tmp)
+        acc.remainder_(m)
     shape = tuple(batch) + (a.shape[-2], b.shape[-1])
-    return acc if acc.shape == shape else np.ascontiguousarray(np.broadcast_to(acc, shape))
+    return acc if tuple(acc.shape) == shape else contiguous(acc.expand(shape))
 
 
-# ----------------------------------------------------------------------------- the algebra
+# ----------------------------------------------------------------------------- parts on demand
+
+
+class Part:
+    """One residue tensor of a field value (its value mod p, or mod q), computed
+    when first needed.
+
+    ``fn`` computes it from ``deps`` (other parts, computed before it); a *view*
+    part (``view`` set) is a reshape/permute/broadcast of its one dep, taken of
+    whichever dtype the caller asks for, so converting a float64 input to int64
+    happens once, on the input, not once per view. :meth:`FieldAlgebra.realize`
+    computes parts in creation order (every dep first) and releases each after
+    its last reader."""
+
+    __slots__ = ("shape", "fn", "deps", "view", "val", "alt", "order", "done")
+
+    def __init__(self, shape, fn: Callable[[], torch.Tensor] | None = None, deps: tuple = (),
+                 value: torch.Tensor | None = None, view: Callable | None = None) -> None:
+        self.shape = tuple(int(s) for s in shape)
+        self.fn, self.deps, self.view = fn, deps, view
+        self.val = value  # as computed (int64, or float64 for drawn inputs)
+        self.alt = None  # the other dtype, once asked for
+        self.order = -1
+        self.done = value is not None
+
+    def any(self) -> torch.Tensor:
+        """The residues, int64 or exact float64 (whatever they were computed as)."""
+        if not self.done:
+            self.compute()
+        return self.val
+
+    def ints(self) -> torch.Tensor:
+        return self._as(torch.int64)
+
+    def floats(self) -> torch.Tensor:
+        return self._as(torch.float64)
+
+    def _as(self, dtype: torch.dtype) -> torch.Tensor:
+        v = self.any()
+        if v.dtype == dtype:
+            return v
+        if self.alt is None:
+            self.alt = self.view(self.deps[0]._as(dtype)) if self.view is not None else converted(v, dtype)
+        return self.alt
+
+    def compute(self) -> None:
+        if self.view is not None:
+            self.val = self.view(self.deps[0].any())
+        else:
+            self.val = self.fn()
+        self.done = True
+
+    def release(self) -> None:
+        """Drop the tensors (the part is not read again)."""
+        self.val = self.alt = None
+        self.fn = None
 
 
 class FieldInput:
     """An input handed to :func:`mugraph.evaluate` for the field algebra: the two
-    residue arrays of one input tensor (it has the ``shape`` the interpreter checks)."""
+    residue tensors of one input (it has the ``shape`` the interpreter checks).
+
+    ``xq`` may be a function that draws the q-part when a computation first reads
+    it (:mod:`verify.equivalence` draws parts on demand), or None: no q-part."""
 
     __slots__ = ("xp", "xq", "shape")
 
-    def __init__(self, xp: np.ndarray, xq: np.ndarray | None) -> None:
-        self.xp, self.xq, self.shape = xp, xq, tuple(xp.shape)
+    def __init__(self, xp: torch.Tensor | np.ndarray, xq) -> None:
+        self.xp = torch.from_numpy(xp) if isinstance(xp, np.ndarray) else xp
+        self.xq = torch.from_numpy(xq) if isinstance(xq, np.ndarray) else xq
+        self.shape = tuple(self.xp.shape)
+
+
+def _matmul_shape(a: tuple, b: tuple) -> tuple:
+    lead = tuple(torch.broadcast_shapes(a[:-2], b[:-2]))
+    return lead + (a[-2], b[-1])
+
+
+def _dim(d: int, nd: int) -> int:
+    return d + nd if d < 0 else d
 
 
 class FieldAlgebra(Algebra):
@@ -423,67 +698,189 @@ class FieldAlgebra(Algebra):
     | silu | ``x_p·(1 + ω^(−x_q))⁻¹`` | undefined |
     | sqrt | ``x_p^((p+1)/4)`` | ``x_q^((q+1)/4)`` |
 
-    A zero divisor raises :class:`ZeroDivisorDraw` (the draw failed); ``1 + ω^k``
-    is never zero because ω has odd order q, so silu never fails a draw.
+    A zero divisor raises :class:`ZeroDivisorDraw` (the draw failed) when the part
+    that divides is computed; ``1 + ω^k`` is never zero because ω has odd order q,
+    so silu never fails a draw.
+
+    Values are tuples of :class:`Part` s. With ``deferred=False`` (the default)
+    :meth:`output` computes each output as :func:`mugraph.evaluate` returns it (int64
+    tensors); with ``deferred=True`` it returns the parts, and :meth:`realize` computes
+    all outputs at once — each intermediate then lives only until its last reader.
     """
 
     name = "field"
 
-    def __init__(self, fld: Field, omega: int) -> None:
+    def __init__(self, fld: Field, omega: int, device: str | torch.device = "cpu", *,
+                 deferred: bool = False) -> None:
         self.field = fld
         self.omega = omega
+        self.device = torch.device(device)
+        self.deferred = deferred
         self._pow_omega: PowTable | None = None
         p, q = fld.p, fld.q
         self.moduli = (p, q)
+        self.parts: list[Part] = []
 
     @property
     def pow_omega(self) -> PowTable:
         """``k ↦ ω^k``, built on first use (exp-free graphs never pay for the tables)."""
         if self._pow_omega is None:
-            self._pow_omega = PowTable(self.omega, self.field.p, self.field.q)
+            self._pow_omega = pow_table(self.omega, self.field.p, self.field.q, self.device)
         return self._pow_omega
 
+    # -- parts
+    def _part(self, shape, fn, deps) -> Part:
+        part = Part(shape, fn, tuple(deps))
+        part.order = len(self.parts)
+        self.parts.append(part)
+        return part
+
+    def _view(self, x: Part, shape, fn) -> Part:
+        part = Part(shape, view=fn, deps=(x,))
+        part.order = len(self.parts)
+        self.parts.append(part)
+        return part
+
+    def realize(self, values: Sequence[tuple], parts: int | None = None, release: bool = False) -> list[tuple]:
+        """Compute the outputs ``values`` (tuples of parts; only the first ``parts`` of
+        each when given): each needed part once, in evaluation order. Returns tuples of
+        int64 tensors (canonical residues). ``release``: drop each intermediate after
+        its last reader among these outputs — for the one call that computes every
+        output of an evaluation (a later call could not read them again)."""
+        wanted = [v[:parts] if parts is not None else v for v in values]
+        need: set[int] = set()
+        last: dict[int, int] = {}
+        stack = [p for v in wanted for p in v]
+        keep = set()  # the outputs, and the bases they are views of (read when converted at the end)
+        for p in stack:
+            while p is not None:
+                keep.add(id(p))
+                p = p.deps[0] if p.view is not None else None
+        while stack:
+            p = stack.pop()
+            if id(p) in need or p.done:
+                continue
+            need.add(id(p))
+            for d in p.deps:
+                stack.append(d)
+                # a view reads its base whenever it is read: its readers are the base's readers too
+                while d is not None:
+                    last[id(d)] = max(last.get(id(d), -1), p.order)
+                    d = d.deps[0] if d.view is not None else None
+        for p in self.parts:
+            if id(p) not in need or p.done:
+                continue
+            p.compute()
+            for d in p.deps if release else ():
+                if last.get(id(d)) == p.order and id(d) not in keep and d.order >= 0 and id(d) in need:
+                    d.release()
+        return [tuple(p.ints() for p in v) for v in wanted]
+
     # -- structure: values may have one or two parts; combine on the common ones
+    def shape(self, v) -> tuple[int, ...]:
+        return v[0].shape
+
+    def reshape(self, v, shape):
+        shape = tuple(int(s) for s in shape)
+        return tuple(self._view(x, shape, lambda t, s=shape: _reshape(t, s)) for x in v)
+
+    def permute(self, v, perm):
+        perm = tuple(perm)
+        shape = tuple(v[0].shape[i] for i in perm)
+        return tuple(self._view(x, shape, lambda t: t.permute(perm)) for x in v)
+
+    def expand(self, v, shape):
+        shape = tuple(int(s) for s in shape)
+        return tuple(self._view(x, shape, lambda t: t.expand(shape)) for x in v)
+
     def concat(self, vs, axis: int):
         n = min(len(v) for v in vs)
-        return tuple(np.concatenate([v[i] for v in vs], axis) for i in range(n))
+        nd = len(vs[0][0].shape)
+        ax = _dim(axis, nd)
+        shape = list(vs[0][0].shape)
+        shape[ax] = sum(v[0].shape[ax] for v in vs)
+
+        def cat(i):
+            ts = [v[i].any() for v in vs]
+            if len({t.dtype for t in ts}) > 1:
+                ts = [v[i].ints() for v in vs]
+            return torch.cat(ts, ax)
+
+        return tuple(self._part(shape, lambda i=i: cat(i), [v[i] for v in vs]) for i in range(n))
+
+    def tile(self, v, reps):
+        reps = tuple(int(r) for r in reps)
+        s = v[0].shape
+        s = (1,) * (len(reps) - len(s)) + tuple(s)
+        r = (1,) * (len(s) - len(reps)) + reps
+        shape = tuple(a * b for a, b in zip(s, r))
+        return tuple(self._part(shape, lambda x=x: x.any().tile(reps), [x]) for x in v)
 
     # -- semantics
     def input(self, name, value, shape, dtype):
         if not isinstance(value, FieldInput):
             raise TypeError(f"input {name!r}: the field algebra takes FieldInput values (use verify.draw_inputs)")
-        return (value.xp,) if value.xq is None else (value.xp, value.xq)
-
-    def apply(self, kind, inputs, attrs):
-        if not float_safe(kind):  # residues stored as float64 become int64 before any arithmetic
-            inputs = [as_ints(v) for v in inputs]
-        return super().apply(kind, inputs, attrs)
+        xp = Part(value.shape, value=value.xp.to(self.device))
+        if value.xq is None:
+            return (xp,)
+        if callable(value.xq):
+            xq = self._part(value.shape, lambda: value.xq().to(self.device), ())
+        else:
+            xq = Part(value.shape, value=value.xq.to(self.device))
+        return (xp, xq)
 
     def output(self, v, as_torch):
-        return as_ints(v)
+        return v if self.deferred else self.realize([v])[0]
+
+    def apply(self, kind, inputs, attrs):
+        """An op on field values; on plain residue arrays (tuples of numpy arrays or
+        tensors, as a script or a cross-check holds them) it computes at once and
+        returns arrays of the same kind."""
+        if all(isinstance(x, Part) for v in inputs for x in v):
+            return super().apply(kind, inputs, attrs)
+        as_numpy = any(isinstance(x, np.ndarray) for v in inputs for x in v)
+        parts = [tuple(Part(x.shape, value=(torch.from_numpy(np.ascontiguousarray(x)) if isinstance(x, np.ndarray)
+                                            else x).to(self.device)) for x in v) for v in inputs]
+        (out,) = self.realize([super().apply(kind, parts, attrs)])
+        return tuple(x.cpu().numpy() for x in out) if as_numpy else out
 
     def accumulate(self, v, axis):
-        return tuple(a.sum(axis=axis, keepdims=True) % m for a, m in zip(as_ints(v), self.moduli))
+        nd = len(v[0].shape)
+        ax = _dim(axis, nd)
+        shape = tuple(1 if i == ax else s for i, s in enumerate(v[0].shape))
+        return tuple(self._part(shape, lambda x=x, m=m: _summod(x, ax, m), [x]) for x, m in zip(v, self.moduli))
 
     def _matmul(self, xs, at):
         x, y = xs
-        return tuple(matmul_mod(a, b, m) for a, b, m in zip(x, y, self.moduli))
+        shape = _matmul_shape(x[0].shape, y[0].shape)
+        # the larger operand enters the GEMM whole, as float64: convert it once per part
+        a_large = math.prod(x[0].shape) > math.prod(y[0].shape)
+
+        def mm(a: Part, b: Part, m: int) -> torch.Tensor:
+            return matmul_mod(a.floats() if a_large else a.any(), b.any() if a_large else b.floats(), m)
+
+        return tuple(self._part(shape, lambda a=a, b=b, m=m: mm(a, b, m), [a, b])
+                     for a, b, m in zip(x, y, self.moduli))
 
     def _div(self, xs, at):
         x, y = xs
-        out = []
-        for a, b, m in zip(x, y, self.moduli):
-            if not b.all():
+        shape = tuple(torch.broadcast_shapes(x[0].shape, y[0].shape))
+
+        def div(a: Part, b: Part, m: int) -> torch.Tensor:
+            d = b.ints()
+            if not bool(d.all()):
                 raise ZeroDivisorDraw(f"division by a value that is 0 mod {m} under this draw")
-            out.append(a * inverse(b, m) % m)
-        return tuple(out)
+            return mulmod(a.ints(), inverse(d, m), m)
+
+        return tuple(self._part(shape, lambda a=a, b=b, m=m: div(a, b, m), [a, b])
+                     for a, b, m in zip(x, y, self.moduli))
 
     def _exp(self, xs, at):
         (x,) = xs
         if len(x) < 2:
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu); "
                               "a second one on a path is not Lax")
-        return (self.pow_omega(x[1]),)
+        return (self._part(x[0].shape, lambda: self.pow_omega(x[1].ints()).view(x[0].shape), [x[1]]),)
 
     def _silu(self, xs, at):
         (x,) = xs
@@ -491,59 +888,108 @@ class FieldAlgebra(Algebra):
             raise NotLaxError("silu: its argument already contains an exponentiation (exp/silu); "
                               "a second one on a path is not Lax")
         p, q = self.moduli
-        e = self.pow_omega((q - x[1]) % q)  # ω^(−x_q)
-        return (x[0] * inverse((1 + e) % p, p) % p,)
+
+        def silu() -> torch.Tensor:
+            e = self.pow_omega(torch.remainder(q - x[1].ints(), q)).view(x[0].shape)  # ω^(−x_q)
+            e.add_(1).remainder_(p)
+            return mulmod(x[0].ints(), inverse(e, p), p)
+
+        return (self._part(x[0].shape, silu, [x[0], x[1]]),)
 
     def _sqrt(self, xs, at):
         (x,) = xs
-        out = []
-        for a, m in zip(x, self.moduli):
+        for m in self.moduli[:len(x)]:
             if m % 4 != 3:
                 raise FieldError(f"sqrt needs a prime ≡ 3 (mod 4); {m} is not")
-            out.append(pow_fixed(a, (m + 1) // 4, m))
-        return tuple(out)
+        return tuple(self._part(a.shape, lambda a=a, m=m: pow_fixed(a.ints(), (m + 1) // 4, m), [a])
+                     for a, m in zip(x, self.moduli))
 
     def _scale(self, xs, at):
         (x,) = xs
-        return tuple(a * const_mod(at["c"], m) % m for a, m in zip(x, self.moduli))
+        cs = [const_mod(at["c"], m) for m in self.moduli[:len(x)]]
+        return tuple(self._part(a.shape, lambda a=a, c=c, m=m: mulmod(a.ints(), c, m), [a])
+                     for a, c, m in zip(x, cs, self.moduli))
 
     def _const(self, xs, at):
         shape = tuple(at["shape"])
-        return tuple(np.full(shape, const_mod(at["value"], m), dtype=np.int64) for m in self.moduli)
+        cs = [const_mod(at["value"], m) for m in self.moduli]
+        return tuple(self._part(shape, lambda c=c: torch.full(shape, c, dtype=torch.int64, device=self.device), ())
+                     for c in cs)
+
+    def _sum(self, xs, at):
+        (x,) = xs
+        return self.accumulate(x, at["dim"])
+
+    def _repeat(self, xs, at):
+        return self.tile(xs[0], at["reps"])
 
     def _max(self, xs, at):
         raise NotLaxError("max: has no finite-field meaning (not Lax); compare such graphs in floating point")
 
 
-def _binary(fn):
-    """A field row of an element-wise binary op: ``fn(a, b, m)`` on each part."""
+def unary_row(fn):
+    """A field row of an element-wise unary op: ``fn(a, m)`` on each part's residues."""
+    def row(alg: FieldAlgebra, xs, at):
+        (x,) = xs
+        return tuple(alg._part(x[0].shape, lambda a=a, m=m: fn(a.ints(), m), [a]) for a, m in zip(x, alg.moduli))
+    return row
+
+
+def binary_row(fn):
+    """A field row of an element-wise binary op: ``fn(a, b, m)`` on each part's residues."""
     def row(alg: FieldAlgebra, xs, at):
         x, y = xs
-        return tuple(fn(a, b, m) for a, b, m in zip(x, y, alg.moduli))
+        shape = tuple(torch.broadcast_shapes(x[0].shape, y[0].shape))
+        return tuple(alg._part(shape, lambda a=a, b=b, m=m: fn(a.ints(), b.ints(), m), [a, b])
+                     for a, b, m in zip(x, y, alg.moduli))
     return row
 
 
 #: field evaluation: op name -> row(algebra, inputs, attrs) (ops outside the field's class raise)
 FIELD_OPS: dict[str, Callable] = {
     "matmul": FieldAlgebra._matmul,
-    "add": _binary(lambda x, y, m: (x + y) % m),
-    "sub": _binary(lambda x, y, m: (x - y) % m),
-    "mul": _binary(lambda x, y, m: x * y % m),
+    "add": binary_row(lambda x, y, m: _addmod(x, y, m)),
+    "sub": binary_row(lambda x, y, m: _submod(x, y, m)),
+    "mul": binary_row(lambda x, y, m: mulmod(x, y, m)),
     "div": FieldAlgebra._div,
     "exp": FieldAlgebra._exp,
     "silu": FieldAlgebra._silu,
     "sqrt": FieldAlgebra._sqrt,
-    "square": lambda alg, xs, at: tuple(v * v % m for v, m in zip(xs[0], alg.moduli)),
+    "square": unary_row(lambda x, m: mulmod(x, x, m)),
     "scale": FieldAlgebra._scale,
     "const": FieldAlgebra._const,
-    "sum": lambda alg, xs, at: tuple(v.sum(axis=at["dim"], keepdims=True) % m for v, m in zip(xs[0], alg.moduli)),
+    "sum": FieldAlgebra._sum,
     "max": FieldAlgebra._max,
     "concat": lambda alg, xs, at: alg.concat(xs, at["dim"]),
     "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
-    "repeat": lambda alg, xs, at: alg.lift(xs[0], lambda a: np.tile(a, tuple(at["reps"]))),
+    "repeat": FieldAlgebra._repeat,
     "permute": lambda alg, xs, at: alg.permute(xs[0], at["perm"]),
 }
 FieldAlgebra.ops = FIELD_OPS
+
+
+def _addmod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    out = new_tensor(torch.broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
+    torch.add(x, y, out=out)
+    return out.remainder_(m)
+
+
+def _submod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
+    out = new_tensor(torch.broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
+    torch.sub(x, y, out=out)
+    return out.remainder_(m)  # remainder takes the divisor's sign: [0, m)
+
+
+def _summod(x: Part, axis: int, m: int) -> torch.Tensor:
+    v = x.any()
+    # float64 residues (a drawn input) sum exactly while the sum stays below 2^53
+    if v.dtype == torch.float64 and v.shape[axis] * (m - 1) >= FLOAT_EXACT:
+        v = x.ints()
+    s = v.sum(dim=axis, keepdim=True)
+    return converted(s, torch.int64).remainder_(m) if s.dtype != torch.int64 else s.remainder_(m)
+
+
+# ----------------------------------------------------------------------------- draws
 
 
 def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) -> np.ndarray:
@@ -573,7 +1019,7 @@ def uniform_residues(rng: np.random.Generator, m: int, shape, dtype=np.int64) ->
 
 
 def draw_inputs(specs: list[tuple[str, tuple[int, ...], bool]], fld: Field,
-                rng: np.random.Generator) -> dict[str, FieldInput]:
+                rng: np.random.Generator, device: str | torch.device = "cpu") -> dict[str, FieldInput]:
     """Independent uniform residues mod p (and mod q where ``need_q``) for each
     ``(name, shape, need_q)``, drawn in the order given (callers sort by name).
 
@@ -583,10 +1029,11 @@ def draw_inputs(specs: list[tuple[str, tuple[int, ...], bool]], fld: Field,
     The residues are stored as float64 (exact: they are below 2**31): matmul, the
     bulk of the work at full size, then reads an input — or an iterator's view of
     it — without converting it; every other op converts the entries it needs to
-    int64 first (:meth:`FieldAlgebra.apply`)."""
+    int64 first (once per input: :class:`Part`)."""
+    dev = torch.device(device)
     out = {}
     for name, shape, need_q in specs:
-        xp = uniform_residues(rng, fld.p, shape, np.float64)
-        xq = uniform_residues(rng, fld.q, shape, np.float64) if need_q else None
+        xp = torch.from_numpy(uniform_residues(rng, fld.p, shape, np.float64)).to(dev)
+        xq = torch.from_numpy(uniform_residues(rng, fld.q, shape, np.float64)).to(dev) if need_q else None
         out[name] = FieldInput(xp, xq)
     return out

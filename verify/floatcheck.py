@@ -52,6 +52,7 @@ from mugraph.ir import KernelGraph
 
 from . import args
 from .analysis import check_compatible
+from .field import eval_threads, reuse_memory
 from .verdict import FloatCase, FloatReport
 
 #: worst per-element errors allowed, in units of the element's magnitude (fp16: 10-bit
@@ -68,13 +69,68 @@ FLOAT64_RTOL = 1e-7
 
 _TORCH = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
+#: per compute dtype: ``exp`` takes its fast path on ``[lo, hi]``, is exactly 0 at or below
+#: ``zero`` and infinite at or above ``inf``
+_EXP_RANGES = {torch.float32: (-80.0, 80.0, -104.0, 89.0), torch.float64: (-700.0, 700.0, -746.0, 710.0)}
+
+
+def exp(x: torch.Tensor) -> torch.Tensor:
+    """``torch.exp(x)``, bit for bit, without its slow path: on the CPU an element whose
+    result is denormal, zero or infinite costs 15–40× a normal one, and the float
+    check's large input magnitudes make most attention scores such elements (a third
+    of a check's time at full shapes). Elements in the normal range are computed as
+    usual, those beyond the saturation points set to 0 or inf, and the few in between
+    (denormal results, the edge of overflow) computed alone."""
+    r = _EXP_RANGES.get(x.dtype)
+    if r is None or x.device.type != "cpu":
+        return torch.exp(x)
+    lo, hi, zero, inf = r
+    out = torch.clamp(x, lo, hi).exp_()
+    small, large = x < lo, x > hi
+    if bool(small.any()):
+        out.masked_fill_(x <= zero, 0.0)
+        edge = small & (x > zero)
+        out[edge] = torch.exp(x[edge])
+    if bool(large.any()):
+        out.masked_fill_(x >= inf, math.inf)
+        edge = large & (x < inf)
+        out[edge] = torch.exp(x[edge])
+    return out
+
 
 class KernelFloatAlgebra(FloatAlgebra):
     """:class:`~mugraph.algebra.FloatAlgebra` with float32 accumulators (the next op
-    computes in float32 anyway and stores its result in the dtype)."""
+    computes in float32 anyway and stores its result in the dtype), on ``device``:
+    torch tensors stay where they are (on a GPU the check runs there)."""
+
+    def __init__(self, dtype: str = "float64", device: str | torch.device = "cpu") -> None:
+        super().__init__(dtype)
+        self.device = torch.device(device)
+
+    def input(self, name, value, shape, dtype):
+        if isinstance(value, torch.Tensor) and value.is_floating_point() and value.layout == torch.strided:
+            return value.detach().to(self.device, self.store)
+        return super().input(name, value, shape, dtype).to(self.device)
 
     def accumulate(self, v, axis):
         return v.to(self.compute).sum(dim=axis, keepdim=True)
+
+    def apply(self, kind, inputs, attrs):
+        row = KERNEL_FLOAT_ROWS.get(kind)
+        if row is None:
+            return super().apply(kind, inputs, attrs)
+        return row(self, [x.to(self.compute) for x in inputs], attrs).to(self.store)
+
+
+#: rows of :class:`KernelFloatAlgebra` that replace the float facet's
+#: (``mugraph.algebra.FLOAT_OPS``): the same values, computed where the check runs
+KERNEL_FLOAT_ROWS = {
+    # without the CPU's slow path, bit for bit the same
+    "exp": lambda alg, xs, at: exp(xs[0]),
+    # on the algebra's device, not on the CPU
+    "const": lambda alg, xs, at: torch.full(tuple(at["shape"]), float(at["value"]), dtype=alg.compute,
+                                            device=alg.device),
+}
 
 
 class MagnitudeAlgebra(Algebra):
@@ -97,10 +153,13 @@ class MagnitudeAlgebra(Algebra):
 
     name = "magnitude"
 
+    def __init__(self, device: str | torch.device = "cpu") -> None:
+        self.device = torch.device(device)
+
     def input(self, name, value, shape, dtype):
         if not isinstance(value, torch.Tensor):
             raise InputError(f"input {name!r}: the magnitude algebra takes torch tensors")
-        v = value.detach().to("cpu", torch.float64)
+        v = value.detach().to(self.device, torch.float64)
         return v, v.abs()
 
     def output(self, v, as_torch):
@@ -122,7 +181,7 @@ def _div(alg, xs, at):
 
 def _exp(alg, xs, at):
     (a,), (ma,) = _unpack(xs)
-    e = torch.exp(a)
+    e = exp(a)
     return e, e * (1 + ma)
 
 
@@ -140,8 +199,8 @@ def _silu(alg, xs, at):
 
 def _const(alg, xs, at):
     c = float(at["value"])
-    return (torch.full(tuple(at["shape"]), c, dtype=torch.float64),
-            torch.full(tuple(at["shape"]), abs(c), dtype=torch.float64))
+    return (torch.full(tuple(at["shape"]), c, dtype=torch.float64, device=alg.device),
+            torch.full(tuple(at["shape"]), abs(c), dtype=torch.float64, device=alg.device))
 
 
 def _both(fn):
@@ -167,10 +226,13 @@ MAGNITUDE_OPS = {
 }
 MagnitudeAlgebra.ops = MAGNITUDE_OPS
 
-def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+
+
+def magnitudes(graph: KernelGraph, inputs: dict[str, torch.Tensor],
+               device: str | torch.device = "cpu") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``(value, magnitude)`` of every output of ``graph`` in float64 (:class:`MagnitudeAlgebra`)."""
     with torch.no_grad():
-        return evaluate(graph, inputs, MagnitudeAlgebra())
+        return evaluate(graph, inputs, MagnitudeAlgebra(device))
 
 
 def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -193,14 +255,17 @@ def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tens
     return worst
 
 
+def normal_inputs(graph: KernelGraph, scale: float, seed: int) -> dict[str, torch.Tensor]:
+    """Normal float64 inputs of std ``scale`` (CPU; by ``seed``, in input-name order)."""
+    g = torch.Generator().manual_seed(seed)
+    return {t.name: torch.randn(t.shape, generator=g, dtype=torch.float64).mul_(scale)
+            for t in sorted(graph.inputs, key=lambda t: t.name)}
+
+
 def float_inputs(graph: KernelGraph, dtype: str, scale: float, seed: int) -> dict[str, torch.Tensor]:
     """Normal inputs of std ``scale``, rounded to ``dtype``, returned as float64."""
-    g = torch.Generator().manual_seed(seed)
-    out = {}
-    for t in sorted(graph.inputs, key=lambda t: t.name):
-        x = torch.randn(t.shape, generator=g, dtype=torch.float64) * scale
-        out[t.name] = x.to(_TORCH[dtype]).to(torch.float64) if dtype in _TORCH else x
-    return out
+    return {k: x.to(_TORCH[dtype]).to(torch.float64) if dtype in _TORCH else x
+            for k, x in normal_inputs(graph, scale, seed).items()}
 
 
 def _check_args(dtypes, scales, seed, tolerances, slack) -> tuple[tuple[str, ...], tuple[float, ...]]:
@@ -230,26 +295,95 @@ def _check_args(dtypes, scales, seed, tolerances, slack) -> tuple[tuple[str, ...
     return tuple(dtypes), tuple(float(s) for s in scales)
 
 
+class _Case:
+    """One case of the reference side: inputs (in the dtype), float64 values and
+    magnitudes of the outputs, which outputs are finite, and the reference graph's own
+    worst errors in the dtype."""
+
+    __slots__ = ("inputs", "R", "finite", "ref", "tiny")
+
+    def __init__(self, inputs, R, finite, ref, tiny) -> None:
+        self.inputs, self.R, self.finite, self.ref, self.tiny = inputs, R, finite, ref, tiny
+
+
+#: bytes of inputs and reference outputs a :class:`FloatReference` keeps per device
+FLOAT_CACHE_BYTES = 1 << 28
+
+
+class FloatReference:
+    """The reference side of :func:`float_check` for one graph, seed, dtypes and
+    scales on one device, computed per case when first needed and kept (within
+    ``cache_bytes``): its inputs rounded to the dtype, the float64 values and
+    magnitudes of its outputs, and its own errors in the dtype — three of the four
+    evaluations of a case. A verifier comparing many candidates with one program
+    (:class:`verify.equivalence.Reference`) pays them once per case."""
+
+    def __init__(self, graph: KernelGraph, *, seed: int = 0, dtypes: Sequence[str] = DEFAULT_DTYPES,
+                 scales: Sequence[float] = DEFAULT_SCALES, device: str | torch.device = "cpu",
+                 cache_bytes: int = FLOAT_CACHE_BYTES) -> None:
+        self.graph = graph
+        self.dtypes, self.scales = _check_args(dtypes, scales, seed, None, SLACK)
+        self.seed = seed
+        self.device = torch.device(device)
+        self.budget = cache_bytes
+        self._cases: dict[tuple[int, str], _Case] = {}
+        self._normals: tuple[int, dict] | None = None
+
+    def matches(self, graph: KernelGraph, dtypes, scales, seed: int) -> bool:
+        return graph is self.graph and tuple(dtypes) == self.dtypes and tuple(scales) == self.scales \
+            and seed == self.seed
+
+    def case(self, i: int, dtype: str) -> _Case:
+        """Case (scale index ``i``, ``dtype``): computed, or kept from an earlier call."""
+        got = self._cases.get((i, dtype))
+        if got is not None:
+            return got
+        if self._normals is None or self._normals[0] != i:  # one draw per scale, rounded per dtype
+            self._normals = (i, normal_inputs(self.graph, self.scales[i], self.seed + i))
+        ins = {k: x.to(_TORCH[dtype]).to(self.device) for k, x in self._normals[1].items()}
+        R = magnitudes(self.graph, ins, self.device)
+        tiny = float(torch.finfo(_TORCH[dtype]).tiny)
+        with torch.no_grad():
+            ref = element_errors(evaluate(self.graph, ins, KernelFloatAlgebra(dtype, self.device)), R, tiny)
+        finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
+        got = _Case(ins, R, finite, ref, tiny)
+        size = sum(x.numel() * x.element_size() for x in ins.values()) + \
+            sum(t.numel() * t.element_size() for rm in R for t in rm)
+        if size <= self.budget:
+            self.budget -= size
+            self._cases[(i, dtype)] = got
+        return got
+
+
 def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Sequence[str] = DEFAULT_DTYPES,
                 scales: Sequence[float] = DEFAULT_SCALES, seed: int = 0,
-                tolerances: dict[str, float] | None = None, slack: float = SLACK) -> FloatReport:
+                tolerances: dict[str, float] | None = None, slack: float = SLACK,
+                device: str | torch.device | None = None, prepared: FloatReference | None = None) -> FloatReport:
     """Run ``candidate`` in each dtype at each input magnitude and compare it with
     ``reference`` in float64, per output and per element (module docstring). Works
-    for any graphs, Lax or not."""
+    for any graphs, Lax or not. ``device``: where it runs (default: the CPU, or
+    ``prepared``'s); ``prepared``: a :class:`FloatReference` of ``reference`` with the
+    same seed, dtypes and scales, whose cases are reused (another one is ignored)."""
     check_compatible(reference, candidate)
     dtypes, scales = _check_args(dtypes, scales, seed, tolerances, slack)
+    with eval_threads(reference, candidate), reuse_memory():
+        return _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, device, prepared)
+
+
+def _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, device, prepared) -> FloatReport:
     tol = {**TOLERANCES, **(tolerances or {})}
+    if prepared is None or not prepared.matches(reference, dtypes, scales, seed):
+        dev = torch.device("cpu") if device is None and prepared is None else \
+            torch.device(device if device is not None else prepared.device)
+        prepared = FloatReference(reference, seed=seed, dtypes=dtypes, scales=scales, device=dev, cache_bytes=0)
     cases = []
     for i, scale in enumerate(scales):
         for dtype in dtypes:
-            ins = float_inputs(reference, dtype, scale, seed + i)
-            R = magnitudes(reference, ins)
-            tiny = float(torch.finfo(_TORCH[dtype]).tiny)
+            c = prepared.case(i, dtype)
             with torch.no_grad():
-                ref = element_errors(evaluate(reference, ins, KernelFloatAlgebra(dtype)), R, tiny)
-                cand = element_errors(evaluate(candidate, ins, KernelFloatAlgebra(dtype)), R, tiny)
-            finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
-            cases.append(_judge(dtype, scale, tol[dtype], slack, finite, ref, cand))
+                cand = element_errors(evaluate(candidate, c.inputs, KernelFloatAlgebra(dtype, prepared.device)),
+                                      c.R, c.tiny)
+            cases.append(_judge(dtype, scale, tol[dtype], slack, c.finite, c.ref, cand))
     return FloatReport(cases)
 
 

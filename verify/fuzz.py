@@ -29,16 +29,19 @@ discarded, never returned).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from fractions import Fraction
 from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
 from mugraph import builder as mg
+from mugraph import randgraph
 from mugraph.errors import ConfigError, InputError, MugraphError
 from mugraph.ir import BlockGraph, KernelGraph, Op, Program, Tensor
 from mugraph.lax import check_lax
 from mugraph.ops import broadcast_shapes
+from mugraph.randgraph import fuzz_profile
 from mugraph.rewrite import GD, Rebuild, Site, live_graph, rebuild, splice
 
 from . import args
@@ -161,79 +164,21 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
 
 
 def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "random_ugraph") -> KernelGraph:
-    """A random one-kernel μGraph over square ``n×n`` inputs with a grid of 1–2
-    blocks per axis and a loop of 1–2 iterations: random imaps/fmaps, a few block
-    ops on the tiles, one or two accumulators, an optional post-loop op, and a
-    random valid omap. All dims are equal so that many imap/fmap/omap changes keep
-    the graph valid (and change its meaning) — food for the mapping mutations."""
+    """A random one-kernel Lax μGraph over square ``n×n`` inputs from the one generator
+    of random μGraphs (:func:`mugraph.randgraph.random_ugraph` under
+    :func:`~mugraph.randgraph.fuzz_profile`): a grid of 1–2 blocks per axis, a loop of
+    1–2 iterations, random imaps/fmaps, up to ``max_ops`` block ops on the tiles,
+    accumulators, post-loop ops and a random valid omap. All dims are equal so that
+    many imap/fmap/omap changes keep the graph valid (and change its meaning) — food
+    for the mapping mutations. One integer drawn from ``rng`` seeds the graph. Dead
+    ops are kept (as in any graph a user writes): the verifier must ignore them."""
     rng = _rng("random_ugraph", rng)
     args.integer("random_ugraph", "n", n, 2, 64)
     args.integer("random_ugraph", "max_ops", max_ops, 1, 1000)
-    for _ in range(200):
-        try:
-            return _try_ugraph(rng, n, max_ops, name)
-        except MugraphError:
-            continue
-    raise RuntimeError("random_ugraph: no valid graph in 200 tries")  # pragma: no cover
-
-
-def _try_ugraph(rng: Rng, n: int, max_ops: int, name: str) -> KernelGraph:
-    kg = KernelGraph(name)
-    X = [kg.input(f"x{i}", (n, n), "float32") for i in range(int(rng.integers(2, 4)))]
-    grid = (int(_choice(rng, [1, 2])), int(_choice(rng, [1, 2])), 1)
-    F = int(_choice(rng, [1, 2]))
-    bg = BlockGraph(grid=grid, forloop=F)
-    tiles = []
-    for x in X:
-        dims = [0, 1]
-        rng.shuffle(dims)
-        imap = tuple(dims[a] if grid[a] > 1 else None for a in range(3))
-        if grid[0] > 1 and grid[1] > 1 and rng.random() < 0.3:
-            imap = (imap[0], None, None)
-        fmap = int(_choice(rng, [0, 1])) if F > 1 else None
-        tiles.append(bg.input(x, imap=imap, fmap=fmap))
-    pool = list(tiles)
-    exp_used = set()
-    for _ in range(int(rng.integers(1, max_ops + 1))):
-        a, b = _choice(rng, pool), _choice(rng, pool)
-        kind = _choice(rng, ["matmul", "add", "sub", "mul", "exp", "sum", "scale"])
-        try:
-            if kind == "matmul":
-                t = mg.matmul(a, b)
-            elif kind in ("add", "sub", "mul"):
-                t = getattr(mg, kind)(a, b)
-            elif kind == "exp":
-                if id(a) in exp_used:
-                    continue
-                t = mg.exp(mg.scale(a, Fraction(1, 4)))
-            elif kind == "sum":
-                t = mg.sum(a, int(rng.integers(a.ndim)))
-            else:
-                t = mg.scale(a, Fraction(3, 2))
-        except MugraphError:
-            continue
-        pool.append(t)
-    body = pool[len(tiles):] or pool
-    accs = [bg.accum(_choice(rng, body))]
-    if rng.random() < 0.4:
-        accs.append(bg.accum(_choice(rng, body)))
-    out = accs[0]
-    if len(accs) > 1:
-        try:
-            out = mg.div(accs[0], mg.add(mg.square(accs[1]), 1)) if rng.random() < 0.5 else mg.mul(accs[0], accs[1])
-        except MugraphError:
-            out = accs[0]
-    axes = [a for a in range(3) if grid[a] > 1]
-    dims = list(range(out.ndim))
-    rng.shuffle(dims)
-    omap = [None, None, None]
-    for k, a in enumerate(axes):
-        omap[a] = dims[k % len(dims)]
-    bg.output(out, omap=tuple(omap))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
-    check_lax(kg)
-    return kg
+    profile = replace(fuzz_profile(n, max_ops), name=name)
+    g = randgraph.random_ugraph(int(rng.integers(1 << 31)), profile, max_tries=200)
+    g.name = name
+    return g
 
 
 # ============================================================================ sites and edits

@@ -36,7 +36,7 @@ from search.egraph import SaturatedEGraph, datatype
 from search.oracle import SubexprOracle
 from search.z3check import Z3Prover
 from verify.bound import DEGREE_OPS
-from verify.field import FIELD_OPS
+from verify.field import FIELD_OPS, unary_row
 from verify.floatcheck import MAGNITUDE_OPS
 
 
@@ -203,7 +203,7 @@ NEG = OpDef("neg", Category.UNARY, "linear", "element-wise -x", padding=Padding(
 NEG_ROWS = {
     "float evaluation": lambda alg, xs, at: -xs[0],
     "magnitude evaluation": lambda alg, xs, at: (-xs[0][0], xs[0][1]),
-    "field evaluation": lambda alg, xs, at: tuple(-v % m for v, m in zip(xs[0], alg.moduli)),
+    "field evaluation": unary_row(lambda x, m: (-x) % m),
     "degree bound": lambda alg, xs, at: xs[0],  # -x has the degree of x
     "abstract expression": ex.OWN,
     "Triton emission": unary(lambda a, op: f"(-{a})"),
@@ -427,7 +427,7 @@ def test_min_in_the_other_stages(min_op):
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 #: the random μGraph generators choose ops by name and model each one's numeric range
 #: (which inputs keep exp finite, sqrt real): per-op knowledge of a test generator
-GENERATORS = {"verify/fuzz.py", "lower/testing.py"}
+GENERATORS = {"verify/fuzz.py", "lower/testing.py", "mugraph/randgraph.py"}
 
 
 def _op_name_comparisons(path) -> list[str]:

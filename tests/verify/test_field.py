@@ -4,6 +4,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+import torch
 
 import mugraph as mg
 from verify.field import (MIRAGE, Field, FieldAlgebra, FieldError, FieldInput, PowTable, ZeroDivisorDraw,
@@ -89,9 +90,17 @@ def test_matmul_mod_folds_an_iterator_view_without_copying_it():
     for g in range(4):
         for f in range(8):
             assert (got[g, 0, 0, f] == _exact(x_tiles[0, 0, 0, f], w_tiles[g, 0, 0, f], m)).all()
-    from verify.field import to_float
-    t = to_float(w_tiles)
-    assert t.data_ptr() == W.__array_interface__["data"][0]  # shared, not converted
+    import torch
+    from verify.field import _folded_matmul
+    seen = []
+    real = torch.matmul
+    try:  # the GEMM's large operand is W itself, read in place (float64: no conversion)
+        torch.matmul = lambda x, y, **kw: (seen.append((x.data_ptr(), y.data_ptr())), real(x, y, **kw))[1]
+        matmul_mod(torch.from_numpy(x_tiles), torch.from_numpy(w_tiles), m)
+    finally:
+        torch.matmul = real
+    assert seen and seen[0][1] == W.__array_interface__["data"][0]  # shared, not converted
+    assert _folded_matmul  # the folding helper is the one documented
 
 
 def test_limb_plan_guarantees_exactness():
@@ -164,10 +173,10 @@ def test_float64_stored_inputs_give_the_int64_results():
         p.output(o)
     alg = _alg(5)
     drawn = draw_inputs([("w", (8, 4), True), ("x", (3, 8), True)], DEFAULT, np.random.default_rng(7))
-    assert all(v.xp.dtype == np.float64 for v in drawn.values())
-    as_int = {k: FieldInput(v.xp.astype(np.int64), v.xq.astype(np.int64)) for k, v in drawn.items()}
+    assert all(v.xp.dtype == torch.float64 for v in drawn.values())
+    as_int = {k: FieldInput(v.xp.long(), v.xq.long()) for k, v in drawn.items()}
     for a, b in zip(mg.evaluate(p, drawn, alg), mg.evaluate(p, as_int, alg)):
-        assert len(a) == len(b) and all(u.dtype == np.int64 and (u == v).all() for u, v in zip(a, b))
+        assert len(a) == len(b) and all(u.dtype == torch.int64 and torch.equal(u, v) for u, v in zip(a, b))
 
 
 def _alg(seed=0, fld=DEFAULT):
