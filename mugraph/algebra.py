@@ -86,6 +86,15 @@ class Algebra:
             raise UnsupportedOpError(f"{kind}: the {self.name} algebra has no meaning for this op")
         return fn(self, inputs, attrs)
 
+    def block_apply(self, kind: str, inputs: list[Value], attrs: dict) -> Value:
+        """An op inside a block graph. The same as :meth:`apply` unless the algebra
+        models where a kernel keeps its values (registers vs device memory)."""
+        return self.apply(kind, inputs, attrs)
+
+    def to_memory(self, v: Value) -> Value:
+        """A block graph's output tile as written to device memory (a saver)."""
+        return v
+
     def input(self, name: str, value: Any, shape: tuple[int, ...], dtype: str) -> Value:
         raise NotImplementedError
 

@@ -140,8 +140,8 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:
             elif len(args) > 1:  # tiles varying along different grid/loop axes: broadcast them first
                 batch = tuple(max(alg.shape(a)[i] for a in args) for i in range(NB))
                 args = [alg.expand(a, batch + alg.shape(a)[NB:]) for a in args]
-            env[out] = alg.apply(op.kind, args, _batched_attrs(d, op.attrs, args, alg))
-    return [_save(block, env[sv.tensor], sv, alg) for sv in block.savers]
+            env[out] = alg.block_apply(op.kind, args, _batched_attrs(d, op.attrs, args, alg))
+    return [alg.to_memory(_save(block, env[sv.tensor], sv, alg)) for sv in block.savers]
 
 
 def _align(alg: Algebra, v, ndim: int, target: int):
