@@ -152,7 +152,7 @@ def test_outputs_are_checked_separately():
         return p
     r = verify.float_check(build(False), build(True))
     assert not r.passed and all(c.passed is False and c.output == 1 for c in r.cases)  # fp16 too: output 1 fits
-    assert all(c.errors[0] is None or c.errors[0] < 1e-2 for c in r.cases)
+    assert all(c.errors[0] < 1e-2 for c in r.cases if c.dtype != "float16")  # fp16: output 0 overflows, skipped
     assert all("output 0" in c.note for c in r.cases if c.dtype == "float16")  # 2^40 overflows fp16: named
 
 
