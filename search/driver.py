@@ -46,7 +46,7 @@ from mugraph.serialize import graph_from_json, graph_to_json
 from .check import Checker
 from .checkpoint import Checkpoint
 from .config import SearchConfig
-from .derive import composed, splits
+from .derive import MAX_SPLIT_SOURCES, composed, splits
 from .enumerate import Searcher, cost_key, signature
 from .executors import EXECUTORS, Executor, Outcome, make_executor
 from .records import Found, Match, Proposal, TaskDone
@@ -344,8 +344,10 @@ class _Run:
         if not self.cfg.split_loops:
             return
         self._set_phase("split-loop")
-        ones = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key) if m.kernels == 1]
-        for p in splits(ones[:self.cfg.split_sources], self.checker, self.dstats, self.t_end):
+        # every match may be split (a one-block-per-head kernel ranks low alone, yet splits
+        # best); derive.splits ranks the variants and fingerprints 4 per split_sources
+        srcs = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key)[:MAX_SPLIT_SOURCES]]
+        for p in splits(srcs, self.checker, self.dstats, self.t_end, limit=4 * self.cfg.split_sources):
             self._propose(matches, p)
 
     # ----------------------------------------------------------------- verify

@@ -145,14 +145,17 @@ class Optimized:
     def __call__(self, *args, **kwargs):
         return self.compiled()(*args, **kwargs)
 
-    def profile_on_gpu(self, top_k: int = 4, tune_seconds: float | None = None,
+    def profile_on_gpu(self, top_k: int | None = None, tune_seconds: float | None = None,
                        timing: str = "graph") -> "Optimized":
         """Re-rank on this machine's GPU: a result searched on a CPU (cost-model choice)
-        gets its ``top_k`` candidates autotuned (at most ``tune_seconds`` of trying
-        configurations per kernel) and timed here (``timing``: see
-        ``lower.profile.TIMINGS``), and the fastest wins."""
-        if type(top_k) is not int or top_k < 1:
-            raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int")
+        gets its candidates autotuned and timed here (``timing``: see
+        ``lower.profile.TIMINGS``), and the fastest wins. Which candidates and how long
+        each is tuned: ``mugraph.pipeline.timing.plan_rerank`` — by default those the cost
+        model cannot tell apart, tuned in proportion to their configuration spaces within a
+        total bound; ``top_k`` (the best predicted) and ``tune_seconds`` (per candidate)
+        override it."""
+        if top_k is not None and (type(top_k) is not int or top_k < 1):
+            raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int or None")
         if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
                                          or not 0 < tune_seconds < float("inf")):
             raise ConfigError(f"profile_on_gpu: tune_seconds={short(tune_seconds)} must be seconds > 0 or None")

@@ -1,0 +1,99 @@
+"""search.rewrite.split_chunks: the chunk counts of a split-loop follow the grid, the loop
+and the SM count (not a fixed list); split_variants ranks the combine kernel in."""
+
+import mugraph as mg
+from mugraph.benchmarks import programs
+from search.enumerate import GPU_SMS, cost_key
+from search.rewrite import MAX_SPLIT_BLOCKS, combine_dims, split_chunks, split_loop, split_variants
+
+
+def test_chunks_fill_the_gpu_from_few_blocks():
+    # 2 blocks (one per KV head), a loop of 64: 3/4 of 132 SMs is 99 blocks, which no
+    # divisor reaches -> the whole loop (64), with its half and quarter
+    assert split_chunks(2, 64) == [16, 32, 64]
+    # 16 blocks: 8 chunks reach 128 >= 99
+    assert split_chunks(16, 64) == [2, 4, 8, 16]
+    # a loop too short to fill: every divisor up to the loop, none past it
+    assert split_chunks(2, 4) == [2, 4]
+
+
+def test_chunks_follow_the_sm_count():
+    assert split_chunks(2, 64, sms=16) == [2, 4, 8, 16]     # 8 chunks fill 12 of 16
+    assert split_chunks(2, 64, sms=40) == [4, 8, 16, 32]    # 16 chunks fill 30 of 40
+
+
+def test_enough_blocks_get_at_most_the_coarsest_split():
+    assert split_chunks(100, 8) == [2]            # short of one full wave (132)
+    assert split_chunks(GPU_SMS, 8) == []          # a full wave already
+    assert split_chunks(96, 1) == []               # no loop
+    assert split_chunks(100, 3) == []              # enough blocks, and 2 does not divide 3
+    assert split_chunks(96, 3) == [3]              # just short of 3/4 of the SMs: 3 chunks
+    assert all(2 * s <= MAX_SPLIT_BLOCKS for s in split_chunks(2, 4096))
+
+
+def _kernel(g):
+    return next(op.id for op in g.ops if op.kind == "graph_defined")
+
+
+def _attention(grid0, loop):
+    p = programs.program("gqa", 1, small=True)
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((grid0, 1, 1), loop)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
+    return p, g
+
+
+def test_combine_dims_are_elementwise_free_dims_only():
+    p, g = _attention(2, 4)
+    # the output (per KV head: 32 query rows × 16 dims): rows may be cut (the accumulators
+    # E·V and Σe both have them), dims too only when the partials lie along rows
+    assert combine_dims(g, _kernel(g)) == [(1, 32)]
+    assert combine_dims(g, _kernel(g), lay_first=True) == [(2, 16)]
+    # a post-loop op that is not element-wise (a reduction) forbids any cut
+    p2 = mg.Program("rowsum_mm")
+    X = p2.input("X", (4, 64), "float32"); W = p2.input("W", (64, 8), "float32")
+    p2.output(mg.sum(X @ W, 1))
+    h = mg.KernelGraph("rowsum_mm")
+    x = h.input("X", (4, 64), "float32"); w = h.input("W", (64, 8), "float32")
+    b = mg.BlockGraph((2, 1, 1), 4)
+    acc = b.accum(b.input(x, (0, None, None), 1) @ b.input(w, (None, None, None), 0))
+    b.output(mg.sum(acc, 1), (0, None, None))
+    h.output(h.kernel(b)[0])
+    assert combine_dims(h, _kernel(h)) == []
+
+
+def test_regridded_combine_is_equivalent_and_its_cost_counted():
+    p, g = _attention(2, 4)
+    plain = split_loop(g, 3, 4)
+    cut = split_loop(g, 3, 4, combine_tiles=2)
+    assert plain.ops[-1].attrs["block"].grid == (2, 1, 1) and cut.ops[-1].attrs["block"].grid == (2, 2, 1)
+    x = {t.name: __import__("numpy").random.default_rng(0).uniform(0.5, 1.5, t.shape) for t in p.inputs}
+    ref = mg.evaluate(p, x)[0]
+    for v in (plain, cut):
+        assert abs(mg.evaluate(v, x)[0] - ref).max() < 1e-9 * abs(ref).max()
+    assert split_loop(g, 3, 4, combine_tiles=3) is None  # 3 does not divide the 32 rows
+    # the cost key prices both kernels: a split costs one more launch than the single kernel
+    assert cost_key(plain)[0] == cost_key(cut)[0] == 2
+    assert cost_key(plain)[1] != cost_key(cut)[1]
+
+
+def test_split_variants_of_a_one_block_per_head_kernel_beat_it_in_the_cost_key():
+    """The full-size gqa b=1 shape: 2 blocks loop over 4096 keys; a split-KV pair puts
+    many more blocks in flight and the cost key (combine included) must see it."""
+    p = programs.gqa(1)
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((2, 1, 1), 64)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
+    vs = split_variants(g)
+    chunks = sorted({v.ops[3].attrs["block"].grid[1] for v in vs})
+    assert chunks == split_chunks(2, 64)
+    best = min(vs, key=lambda v: cost_key(v)[1])
+    assert cost_key(best)[1] < cost_key(g)[1] / 2
