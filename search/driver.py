@@ -472,12 +472,18 @@ def _describe(task_json: list) -> str:
 
 def _order(matches: list[Match]) -> list[Match]:
     """Matches in verification order: per kernel count, cheapest first, round-robin over
-    kernel signatures (``gd+gd``, ``matmul+gd``, …)."""
+    kernel signatures (``gd+gd``, ``matmul+gd``, …). Kernel counts go in the order of
+    their cheapest match's estimated time (fewer kernels first on a tie): a split-loop
+    pair predicted faster than every single kernel is verified before them, not after
+    the time has gone to single kernels."""
     by_sig: dict[tuple[int, str], list[Match]] = {}
     for m in sorted(matches, key=lambda m: m.key):
         by_sig.setdefault((m.kernels, m.signature), []).append(m)
     order: list[Match] = []
-    for k in sorted({k for k, _ in by_sig}):
+    best: dict[int, float] = {}
+    for (k, _), q in by_sig.items():
+        best[k] = min(best.get(k, float("inf")), q[0].key[1])
+    for k in sorted(best, key=lambda k: (best[k], k)):
         queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
         for r in range(max(len(q) for q in queues)):
             order.extend(q[r] for q in queues if r < len(q))
