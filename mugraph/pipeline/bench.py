@@ -36,7 +36,8 @@ from ..ir import short
 from ..serialize import graph_to_json
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 from .results import Candidate, load
-from .timing import MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, config_space, plan_rerank, predict_tuned
+from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, plan_rerank,
+                     predict_tuned)
 
 
 @dataclass
@@ -126,11 +127,26 @@ def reach(ref, cands: list[Candidate]) -> tuple[str, int | None, bool]:
     return "", None, False
 
 
-def _reference_tuned(name: str, b: int, inputs, ref_out, tol: float, timing: str):
-    """The reference μGraph autotuned on the GPU, its tuning sized like a candidate's."""
-    g = reference(name, b)
-    secs = min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * sum(config_space(g).values())))
-    return lower.profile(g, inputs=inputs, ref=ref_out, tol=tol, budget_s=secs, timing=timing)
+#: seconds one row of the table may take on the GPU machine, and what it keeps back for the
+#: PyTorch baselines (torch.compile compiles) and the final timings: the re-ranking's and the
+#: reference's tuning get what the search left of it (see :func:`tuning_shares`)
+ROW_S, BASELINES_S = 480.0, 60.0
+
+
+def tuning_shares(elapsed: float, ref_graph=None) -> tuple[float, float | None]:
+    """(re-ranking's total tuning seconds, the reference's) for a row whose search and
+    checks took ``elapsed`` seconds: what is left of :data:`ROW_S` after
+    :data:`BASELINES_S`, the reference sized like a candidate (``SECONDS_PER_CONFIG`` ×
+    its configuration space, within [MIN_TUNE_S, MAX_TUNE_S]) but at most a third of it;
+    the re-ranking the rest, at most ``timing.TOTAL_TUNE_S``, at least two candidates'
+    minimum — so a row takes about ``max(ROW_S, elapsed + 3 · MIN_TUNE_S + BASELINES_S)``."""
+    left = max(ROW_S - elapsed - BASELINES_S, 3 * MIN_TUNE_S)
+    ref_s = None
+    if ref_graph is not None:
+        want = min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * sum(config_space(ref_graph).values())))
+        ref_s = max(MIN_TUNE_S, min(want, left / 3))
+    rerank = max(2 * MIN_TUNE_S, min(TOTAL_TUNE_S, left - (ref_s or 0.0)))
+    return rerank, ref_s
 
 
 def copy_bandwidth() -> float:
@@ -229,8 +245,10 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
             else:
                 row.reach = "-"
             if gpu:
+                rerank_s, ref_s = tuning_shares(time.perf_counter() - t_row,
+                                                reference(name, b) if name in REFERENCES else None)
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing)  # searched on a CPU: autotune and time the best candidates here
+                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing, tune_total_s=rerank_s)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
                     row.structure = structure(opt.graph)
                     if res is not None:
@@ -253,7 +271,8 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                     row.sdpa_us = measure(lambda: SDPA[name](*args), timing) * 1e6
                 if name in REFERENCES:
                     ins = {t.name: a for t, a in zip(opt.program.inputs, args)}
-                    tuned = _reference_tuned(name, b, ins, [ref.to(torch.float16)], 2e-2, timing)
+                    tuned = lower.profile(reference(name, b), inputs=ins, ref=[ref], tol=2e-2, budget_s=ref_s,
+                                          timing=timing)
                     row.ref_us = tuned.time_s * 1e6 if tuned.time_s is not None else None
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
             row.row_s = time.perf_counter() - t_row

@@ -152,14 +152,25 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
     inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
     tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
     plan = plan_rerank(alive, top_k, tune_seconds, total_s)
-    for c, secs in plan.timed:
+
+    def time_one(c: "Candidate", secs: float | None) -> None:
         try:
             res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=secs, timing=timing)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-            continue
+            return
         c.measured_s = res.time_s
         c.configs = {k: asdict(v) for k, v in res.configs.items()}
+
+    for c, secs in plan.timed:
+        time_one(c, secs)
+    # none of the planned search candidates runs on this card: the next best predicted, until one does
+    rest = [c for c in sorted(alive, key=lambda c: c.predicted_s or 0.0)
+            if c.origin != "program" and not _among(c, [x for x, _ in plan.timed])]
+    for c in rest:
+        if any(x.measured_s is not None for x in alive if x.origin != "program"):
+            break
+        time_one(c, tune_seconds or MIN_TUNE_S)
     timed = [c for c in alive if c.measured_s is not None]
     if not timed:
         raise MugraphError("superoptimize: no candidate runs on this GPU: "

@@ -123,3 +123,16 @@ def test_decode_split_kv_is_equivalent_and_ranked_first():
     a, b = (Candidate(g, "search", predicted_s=predict_tuned(g).predicted_s) for g in (one, best))
     assert b.predicted_s < STRUCTURE_SPREAD * a.predicted_s
     assert any(c is b for c, _ in plan_rerank([a, b], space=lambda g: 1).timed)
+
+
+def test_row_tuning_shares_keep_a_row_within_its_budget():
+    from mugraph.pipeline.timing import MIN_TUNE_S, TOTAL_TUNE_S
+
+    ref = reference("gqa", 1)
+    rerank, ref_s = bench.tuning_shares(0.0, ref)
+    assert rerank == TOTAL_TUNE_S and MIN_TUNE_S <= ref_s <= (bench.ROW_S - bench.BASELINES_S) / 3
+    rerank, ref_s = bench.tuning_shares(300.0, ref)  # a search that used its whole default limit
+    assert 300 + rerank + ref_s + bench.BASELINES_S <= bench.ROW_S + 1e-9
+    rerank, ref_s = bench.tuning_shares(10_000.0, ref)  # past the budget already: the minimum
+    assert rerank == 2 * MIN_TUNE_S and ref_s == MIN_TUNE_S
+    assert bench.tuning_shares(0.0)[1] is None  # no reference
