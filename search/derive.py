@@ -103,6 +103,12 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
 MAX_SPLIT_SOURCES = 256
 
 
+def _shape(g: KernelGraph) -> tuple:
+    """Each kernel's grid and loop length, in order (pre-defined ops by kind)."""
+    return tuple((op.attrs["block"].grid, op.attrs["block"].forloop) if op.kind == "graph_defined" else op.kind
+                 for op in g.ops if op.kind != "input")
+
+
 def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
            deadline: Optional[float] = None, limit: int = 8) -> list[Proposal]:
     """Fingerprint-matching split-loop variants of ``graphs`` (matches, cheapest first).
@@ -111,7 +117,8 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
     that fill the GPU, the combine on its own grid or re-gridded) are ranked together by
     :func:`~search.enumerate.cost_key` — combine kernel included — so a kernel with few
     blocks, which ranks low alone (one block per attention head), can give the best
-    split; the ``limit`` cheapest distinct ones are fingerprinted. A split preserves the
+    split; the ``limit`` cheapest distinct ones are fingerprinted, one per kernel shape
+    (grids and loop lengths) before a second of any. A split preserves the
     function by construction, yet each variant is fingerprinted here and verified by the
     driver like any candidate."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
@@ -121,8 +128,20 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
             if k not in variants:
                 variants[k] = (cost_key(h), len(variants), h)
     stats["split_variants"] = len(variants)
+    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
+    # one per kernel shape first (grids and loop lengths): the sources are often one
+    # kernel in several equivalent spellings, whose variants would fill the limit alike
+    seen: set = set()
+    first = []
+    for h in ranked:
+        sh = _shape(h)
+        if sh not in seen:
+            seen.add(sh)
+            first.append(h)
+    chosen = first[:limit]
+    chosen += [h for h in ranked if not any(h is x for x in first)][:limit - len(chosen)]
     out = []
-    for key, _, h in sorted(variants.values(), key=lambda v: v[:2])[:limit]:
+    for h in chosen:
         if deadline is not None and time.monotonic() > deadline:
             break
         stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
