@@ -347,7 +347,10 @@ class _Run:
         # every match may be split (a one-block-per-head kernel ranks low alone, yet splits
         # best); derive.splits ranks the variants and fingerprints 4 per split_sources
         srcs = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key)[:MAX_SPLIT_SOURCES]]
-        for p in splits(srcs, self.checker, self.dstats, self.t_end, limit=4 * self.cfg.split_sources):
+        # fingerprints take seconds each at full shapes (b=8 attention: ~10 s): at most half of
+        # what is left, so the verification (which proposals need) keeps the rest
+        end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) / 2
+        for p in splits(srcs, self.checker, self.dstats, end, limit=4 * self.cfg.split_sources):
             self._propose(matches, p)
 
     # ----------------------------------------------------------------- verify
