@@ -485,7 +485,7 @@ def _order(matches: list[Match]) -> list[Match]:
     order: list[Match] = []
     best: dict[int, float] = {}
     for (k, _), q in by_sig.items():
-        best[k] = min(best.get(k, float("inf")), q[0].key[1])
+        best[k] = min(best.get(k, float("inf")), q[0].cost[1])
     for k in sorted(best, key=lambda k: (best[k], k)):
         queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
         for r in range(max(len(q) for q in queues)):

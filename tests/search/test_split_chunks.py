@@ -97,3 +97,17 @@ def test_split_variants_of_a_one_block_per_head_kernel_beat_it_in_the_cost_key()
     assert chunks == split_chunks(2, 64)
     best = min(vs, key=lambda v: cost_key(v)[1])
     assert cost_key(best)[1] < cost_key(g)[1] / 2
+
+
+def test_verification_order_takes_the_cheapest_kernel_count_first():
+    from search.driver import _order
+    from search.records import Match
+
+    def m(kernels, est, task, sig="gd"):
+        return Match((kernels, est, 0, 0), task, 0, {}, sig, "x")
+
+    ones = [m(1, 37.0, 0), m(1, 40.0, 1)]
+    pairs = [m(2, 9.6, 100, "gd+gd"), m(2, 9.7, 101, "gd+gd")]
+    assert [x.cost[:2] for x in _order([*ones, *pairs])] == [(2, 9.6), (2, 9.7), (1, 37.0), (1, 40.0)]
+    # a tie in the estimate: fewer kernels first
+    assert [x.kernels for x in _order([m(2, 5.0, 9, "gd+gd"), m(1, 5.0, 0)])] == [1, 2]
