@@ -21,8 +21,10 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
 
 The documented bound: the tuning of one re-ranking takes at most ``total_s`` seconds
 (default :data:`TOTAL_TUNE_S`) plus, per kernel, the one configuration running when its
-share ends and the final re-timing of each candidate (a compile and a timing: seconds).
-``top_k`` and ``tune_seconds`` override the choice and the shares.
+share ends and the final re-timing of each candidate (a compile and a timing: seconds) —
+unless none of the chosen search candidates runs on the card, when the next best predicted
+are tried, :data:`MIN_TUNE_S` each, until one does. ``top_k`` and ``tune_seconds``
+override the choice and the shares.
 """
 
 from __future__ import annotations
