@@ -119,3 +119,28 @@ def test_verification_order_takes_the_cheapest_kernel_count_first():
     assert [x.cost[:2] for x in _order([*ones, *pairs])] == [(2, 9.6), (2, 9.7), (1, 37.0), (1, 40.0)]
     # a tie in the estimate: fewer kernels first
     assert [x.kernels for x in _order([m(2, 5.0, 9, "gd+gd"), m(1, 5.0, 0)])] == [1, 2]
+
+
+def test_search_verifies_split_kv_pairs_of_attention():
+    """The whole search on a reduced gqa: split-loop variants of its matches are proposed,
+    fingerprinted and fully verified — split-KV pairs (a kernel over key chunks, then a
+    combining kernel looping over them) among the verified graphs, each equal to the
+    program in float64."""
+    import numpy as np
+
+    import search
+    from search import SearchConfig
+
+    p = programs.program("gqa", 1, small=True)
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=7, tile_sizes=(16,), forloop_ranges=(4,), workers=1,
+                       executor="serial", time_limit=60, verify_reserve=15, progress=False, verify_error=1e-3)
+    r = search.run(p, cfg)
+    pairs = [g for g, o in zip(r.graphs, r.origins) if o == "split-loop"]
+    assert pairs and r.stats["derived"]["split_matches"] >= len(pairs)
+    rng = np.random.default_rng(0)
+    x = {t.name: rng.uniform(0.5, 1.5, t.shape) for t in p.inputs}
+    want = mg.evaluate(p, x)[0]
+    for g in pairs:
+        first, combine = (op.attrs["block"] for op in g.ops if op.kind == "graph_defined")
+        assert combine.forloop > 1 and combine.forloop in first.grid
+        assert np.allclose(mg.evaluate(g, x)[0], want, rtol=1e-9)
