@@ -117,16 +117,22 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
     that fill the GPU, the combine on its own grid or re-gridded) are ranked together by
     :func:`~search.enumerate.cost_key` — combine kernel included — so a kernel with few
     blocks, which ranks low alone (one block per attention head), can give the best
-    split; the ``limit`` cheapest distinct ones are fingerprinted, one per kernel shape
+    split; a variant not predicted faster than its source is dropped (a small kernel
+    gains nothing from a second launch); the ``limit`` cheapest distinct ones are
+    fingerprinted, one per kernel shape
     (grids and loop lengths) before a second of any. A split preserves the
     function by construction, yet each variant is fingerprinted here and verified by the
     driver like any candidate."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
+        est = cost_key(g)[1]
         for h in split_variants(g):
+            key = cost_key(h)
+            if key[1] >= est:  # not predicted faster than the kernel it splits: not worth a proposal
+                continue
             k = graph_key(h)
             if k not in variants:
-                variants[k] = (cost_key(h), len(variants), h)
+                variants[k] = (key, len(variants), h)
     stats["split_variants"] = len(variants)
     ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
     # one per kernel shape first (grids and loop lengths): the sources are often one

@@ -17,6 +17,13 @@ def test_chunks_fill_the_gpu_from_few_blocks():
     assert split_chunks(2, 4) == [2, 4]
 
 
+def test_variants_not_predicted_faster_than_their_source_are_not_proposed():
+    from search.derive import splits
+
+    p, g = _attention(2, 4)  # a reduced shape: a second launch costs more than it saves
+    assert split_variants(g) and splits([g], None, {}) == []
+
+
 def test_chunks_follow_the_sm_count():
     assert split_chunks(2, 64, sms=16) == [2, 4, 8, 16]     # 8 chunks fill 12 of 16
     assert split_chunks(2, 64, sms=40) == [4, 8, 16, 32]    # 16 chunks fill 30 of 40
@@ -122,17 +129,17 @@ def test_verification_order_takes_the_cheapest_kernel_count_first():
 
 
 def test_search_verifies_split_kv_pairs_of_attention():
-    """The whole search on a reduced gqa: split-loop variants of its matches are proposed,
-    fingerprinted and fully verified — split-KV pairs (a kernel over key chunks, then a
-    combining kernel looping over them) among the verified graphs, each equal to the
-    program in float64."""
+    """The whole search on a reduced gqa with a long key loop (1024 keys, 64 steps): split-loop
+    variants of its matches are proposed, fingerprinted and fully verified — split-KV pairs
+    (a kernel over key chunks, then a combining kernel looping over them) among the
+    verified graphs, each equal to the program in float64."""
     import numpy as np
 
     import search
     from search import SearchConfig
 
-    p = programs.program("gqa", 1, small=True)
-    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=7, tile_sizes=(16,), forloop_ranges=(4,), workers=1,
+    p = programs.gqa(1, queries=16, head_dim=16, kv=1024)
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=7, tile_sizes=(16,), forloop_ranges=(64,), workers=1,
                        executor="serial", time_limit=60, verify_reserve=15, progress=False, verify_error=1e-3)
     r = search.run(p, cfg)
     pairs = [g for g, o in zip(r.graphs, r.origins) if o == "split-loop"]
