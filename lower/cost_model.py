@@ -169,22 +169,15 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
                                 d_in / bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
                                 dev.launch, t_fma))
         out_b = sum(t.nbytes for t in op.outputs) + part
-        # the partials are read back by ``nprog`` programs only (one per output tile): they
-        # pull at most that many SMs' bandwidth — gqa b=1's 2 heads × 16 partials of
-        # 256 × 64 fp32 through 2–8 programs is what made its single kernel with the
-        # lowering's own split measure 12.9–17.7 μs against the split-KV pair's 6.7
-        # (whose combining kernel is a kernel of its own, gridded over more blocks)
-        c_bw = min(bw, min(nprog, dev.sms) * dev.sm_bw)
-        c_busy = min(1.0, nprog / dev.sms)
         if cfg.combine == "last":
             # no launch; the last program of each tile pays a chain of round trips: its partial
             # stores, the counter's atomic, the partials' loads (longer the more partials)
             fixup = lat_mem * (2 + split / 8)
-            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / c_bw,
-                                    out_b / dev.l2_bw / c_busy, 0.0, fixup, 0.0))
+            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / bw,
+                                    out_b / dev.l2_bw, 0.0, fixup, 0.0))
         else:
-            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / c_bw,
-                                    out_b / dev.l2_bw / c_busy, 0.0, lat_mem, dev.launch))
+            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / bw,
+                                    out_b / dev.l2_bw, 0.0, lat_mem, dev.launch))
     else:
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
                                 l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
