@@ -152,10 +152,17 @@ def load_choices(block: BlockGraph) -> tuple[bool, ...]:
 
 def neighbours(block: BlockGraph, base: KernelConfig, warps, stages) -> list[KernelConfig]:
     """The configs :func:`tune` times around ``base`` (a layout it measured best): its
-    layout at every ``warps`` × ``stages`` × :func:`load_choices` × :func:`stage_all_choices`."""
+    layout at every ``warps`` × ``stages`` × :func:`load_choices` × :func:`stage_all_choices`.
+
+    The staging choices are those of ``base``'s layout *unstaged*: a base that stages every
+    load (label ``A``) has no unstaged loads left, and asking its own plan would drop ``A``
+    from the sweep — the tuner kept w4s3c4A on rmsnorm_matmul b=8 where a sweep found
+    w2s5c2A at 19.83 μs."""
+    unstaged = dataclasses.replace(base, stage_all_loads=False)
     return [KernelConfig(num_warps=w, num_stages=st, split=base.split, sub=base.sub, chunk=base.chunk,
                          combine=base.combine, small_mm=base.small_mm, split_loads=sl, stage_all_loads=a)
-            for w, st, sl, a in itertools.product(warps, stages, load_choices(block), stage_all_choices(block, base))]
+            for w, st, sl, a in itertools.product(warps, stages, load_choices(block),
+                                                   stage_all_choices(block, unstaged))]
 
 
 _FLUSH: dict = {}
@@ -293,8 +300,51 @@ def _pick(cands: list[tuple[float, KernelConfig]], top: int) -> list[tuple[float
     return sorted(picked, key=lambda x: x[0])
 
 
+#: warps and stages :func:`tune` sweeps around its first round's winner
+WARPS, STAGES = (1, 2, 4, 8, 16), (2, 3, 4, 5)
+#: seconds one configuration costs :func:`tune` on the H100: a Triton compile (~1 s) and its timing
+SECONDS_PER_CONFIG = 1.5
+#: the second-best first-round layout is swept too when it measured within this factor of the best
+SECOND_LAYOUT = 1.1
+
+
+@dataclass
+class _KernelSpace:
+    """What :func:`tune` does for one kernel: its first-round candidates ranked by the cost
+    model ((prediction, config), best first), the picks it times, and the sweep sizes."""
+
+    cands: list[tuple[float, KernelConfig]]
+    picked: list[tuple[float, KernelConfig]]
+    sweep: int          # configs around one winner (warps × stages × load modes × staging)
+
+
+def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small_mm,
+           device_params: DeviceParams) -> _KernelSpace:
+    blk = op.attrs["block"]
+    cands = sorted(((estimate(graph, device_params, {**configs, op.id: c}), c)
+                    for c in first_round(blk, small_mm)), key=lambda x: x[0])
+    picked = _pick(cands, top)
+    sts = stages if blk.forloop > 1 else (3,)
+    sweep = len(neighbours(blk, cands[0][1], warps, sts)) if cands else 0
+    return _KernelSpace(cands, picked, sweep)
+
+
+def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, small_mm=SMALL_MM_MENU,
+                 device_params: DeviceParams = H100) -> dict[int, int]:
+    """Per graph-defined kernel, how many configurations :func:`tune` times when no budget
+    stops it: its first-round picks and the sweeps around two winning layouts (an upper
+    bound: a second layout is swept only when it measures close to the best). The GPU
+    re-ranking sizes each candidate's tuning time by it (``mugraph.pipeline.timing``)."""
+    out = {}
+    for op in graph.ops:
+        if op.kind == "graph_defined":
+            sp = _space(graph, op, {}, top, warps, stages, small_mm, device_params)
+            out[op.id] = len(sp.picked) + 2 * sp.sweep
+    return out
+
+
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
-         device_params: DeviceParams = H100, warps=(1, 2, 4, 8, 16), stages=(2, 3, 4, 5), log: Callable | None = None,
+         device_params: DeviceParams = H100, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
          budget_s: float | None = None) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
@@ -303,9 +353,16 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     ``tol``; a variant that does not is logged and dropped). ``timing``: how each
     variant is timed (:data:`TIMINGS`, :func:`measure`). ``small_mm``: the
     lowerings of small matmuls to consider (:data:`SMALL_MM_MENU`; add ``"va"``
-    to time the un-reduced accumulation too). ``budget_s``: stop trying new
-    configurations of a kernel after this many seconds (each costs a Triton compile,
-    ~1 s) once one has run; the best so far is kept — for bounded re-ranking runs.
+    to time the un-reduced accumulation too). ``budget_s``: seconds of trying
+    configurations in all (each costs a Triton compile, ~1 s), shared by the kernels in
+    proportion to their configuration spaces (:func:`config_space`; time one kernel leaves
+    unused passes to the next); a kernel stops trying new ones when its share is spent,
+    once one has run, and keeps the best so far — for bounded re-ranking runs.
+
+    Per kernel: the first round (:func:`first_round`, :func:`_pick`), then warps × stages
+    × load modes × staging around the winner (:func:`neighbours`), then around the
+    second-best layout if it measured within :data:`SECOND_LAYOUT` of the best. Each
+    sweep runs in the cost model's order, so a budget cut keeps the likeliest configs.
     """
     import time
 
@@ -316,18 +373,26 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     trials: list[tuple[str, float | None, float]] = []
     if gpu and inputs is None:
         inputs = random_inputs(graph, 0, device="cuda")
+    ends: dict[int, float] = {}
+    if budget_s is not None and gpu:
+        sizes = config_space(graph, top, warps, stages, small_mm, device_params)
+        total, acc = max(1, sum(sizes.values())), 0
+        for op in blocks:  # cumulative shares: what a kernel leaves unused passes on
+            acc += sizes[op.id]
+            ends[op.id] = t_start + budget_s * acc / total
     for op in blocks:
         blk = op.attrs["block"]
-        cands = sorted(((estimate(graph, device_params, {**configs, op.id: c}), c)
-                        for c in first_round(blk, small_mm)), key=lambda x: x[0])
+        space = _space(graph, op, configs, top, warps, stages, small_mm, device_params)
+        cands = space.cands
         if not gpu:
             configs[op.id] = cands[0][1]
             trials += [(c.label(), None, p) for p, c in cands]
             continue
-        timed = []
+        timed: list[tuple[float, KernelConfig]] = []
+        end = ends.get(op.id)
 
         def run(c, pred):
-            if budget_s is not None and timed and time.monotonic() - t_start > budget_s:
+            if end is not None and timed and time.monotonic() > end:
                 return None
             try:
                 t, _, err = _time(graph, {**configs, op.id: c}, inputs, ref, tol, timing)
@@ -340,40 +405,59 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
             return t
 
-        picked = _pick(cands, top)
-        for pred, c in picked:
+        def sweep(bases) -> None:
+            """Time every config around ``bases`` not timed yet, in the cost model's order."""
+            seen = {x for _, x in timed}
+            todo = []
+            for base, sts in bases:
+                for c in neighbours(blk, base, warps, sts):
+                    if c not in seen:
+                        seen.add(c)
+                        todo.append((estimate(graph, device_params, {**configs, op.id: c}), c))
+            for pred, c in sorted(todo, key=lambda x: x[0]):
+                t = run(c, pred)
+                if t is not None:
+                    timed.append((t, c))
+
+        for pred, c in space.picked:
             t = run(c, pred)
             if t is not None:
                 timed.append((t, c))
         if not timed:
-            raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(picked)} configurations compiles and "
-                                "runs correctly on this GPU (e.g. shared memory beyond the hardware limit)")
+            raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(space.picked)} configurations "
+                                "compiles and runs correctly on this GPU (e.g. shared memory beyond the hardware "
+                                "limit)")
+        first = list(timed)
         t0, c0 = min(timed, key=lambda x: x[0])
         # warps × stages around the winner; warps alone around the best layout of each other
         # small-matmul lowering (the best warp count differs between tl.dot and the CUDA-core
         # path, so one lowering must not lose for being timed at the other's best)
         # (no loop: num_stages changes nothing, only warps are swept)
-        looped = op.attrs["block"].forloop > 1
+        looped = blk.forloop > 1
         around = [(c0, stages if looped else (c0.num_stages,))]
         around += [(min((x for x in timed if x[1].small_mm == mm), key=lambda x: x[0])[1], (c0.num_stages,))
                    for mm in dict.fromkeys(c.small_mm for _, c in timed) if mm != c0.small_mm]
         # (and both ways of loading shared tiles, of staging loads, where they differ: neighbours)
-        for base, sts in around:
-            for c in neighbours(blk, base, warps, sts):
-                if c in [x for _, x in timed]:
-                    continue
-                t = run(c, estimate(graph, device_params, {**configs, op.id: c}))
-                if t is not None:
-                    timed.append((t, c))
-                    if t < t0:
-                        t0, c0 = t, c
-        configs[op.id] = c0
+        sweep(around)
+        # the runner-up layout of the first round, when it measured close: the first round
+        # times every layout at 4 warps and 3 stages only, and another layout may win at
+        # its own best warps and stages (rmsnorm_matmul b=8: c4A first at w4s3, c2A best at w2s5)
+        second = [(t, c) for t, c in sorted(first, key=lambda x: x[0]) if _layout(c) != _layout(c0)]
+        if second and second[0][0] <= SECOND_LAYOUT * t0:
+            sweep([(second[0][1], stages if looped else (second[0][1].num_stages,))])
+        configs[op.id] = min(timed, key=lambda x: x[0])[1]
     pred = estimate(graph, device_params, configs)
     if not gpu:
         return ProfileResult(graph, configs, None, pred, False, trials)
     # re-time the final program (the spread between this and the search's time is the noise)
     t, prog, _ = _time(graph, configs, inputs, ref, tol, timing)
     return ProfileResult(graph, configs, t, pred, True, trials, prog)
+
+
+def _layout(c: KernelConfig) -> tuple:
+    """A config's layout: what the first round varies and a sweep keeps (grid shape, chunking,
+    combine, small-matmul lowering; a sweep tries both stagings itself)."""
+    return (c.split, c.sub, c.chunk, c.combine, c.small_mm)
 
 
 def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, tune_configs: bool = True,

@@ -12,7 +12,7 @@ import click
 import verify as verify_stage
 from verify.standalone import failure_line
 
-from .benchmarks import PROGRAMS
+from .benchmarks import DECODE, PROGRAMS
 from .demo import format_rows, run_demo
 from .errors import MugraphError
 from .loading import graph_from_file
@@ -205,23 +205,28 @@ def _interrupted(line: str) -> None:
 
 
 @main.command()
-@click.option("--name", "names", multiple=True, type=click.Choice(sorted(PROGRAMS)),
-              help="Benchmark(s) to run (default: all six).")
+@click.option("--name", "names", multiple=True, type=click.Choice(sorted(PROGRAMS) + sorted(DECODE)),
+              help="Program(s) to run (default: the six benchmarks and the decode attention programs).")
 @click.option("--batch", "batches", multiple=True, type=click.IntRange(min=1), help="Batch sizes (default: 1 and 8).")
 @click.option("--results", default="out/results", show_default=True,
               help="Saved results to time (NAME-bB.mug.json); missing ones are searched and saved here.")
+@click.option("--out", "out", default=None,
+              help="Folder for bench.csv (one line per row, written as each row finishes).")
 @click.option("--timing", type=click.Choice(["graph", "cold", "warm"]), default="graph", show_default=True,
               help="graph: calls unrolled in one CUDA graph (triton do_bench_cudagraph, warm L2); cold: one graph "
                    "replay per call, L2 evicted before each; warm: one replay per call, back to back.")
-@click.option("--top-k", default=3, show_default=True, type=click.IntRange(min=1),
-              help="Results searched on a CPU: how many candidates (best predicted first) to autotune and time "
-                   "on the GPU; the unfused program is always timed too.")
+@click.option("--top-k", default=None, type=click.IntRange(min=1),
+              help="Results searched on a CPU: time exactly this many candidates (best predicted first) on the GPU "
+                   "(default: those the cost model cannot tell apart, mugraph.pipeline.timing.plan_rerank); the "
+                   "unfused program is always timed too.")
 @click.option("--tune-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
-              help="Per candidate: stop trying new kernel configurations after this many seconds (default: all).")
+              help="Per candidate: seconds of trying kernel configurations (default: sized by its configuration "
+                   "space, within a total bound: plan_rerank).")
 @_search_options
-def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers,
-          executor, seed, cache_dir, no_cache) -> None:
-    """The benchmark table: ours vs PyTorch eager, torch.compile, SDPA and the memory floor."""
+def bench(names, batches, results, out, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops,
+          workers, executor, seed, cache_dir, no_cache) -> None:
+    """The benchmark table: ours vs the hand-written reference, PyTorch eager, torch.compile, SDPA and the
+    memory floor; the search's wall time, verified count and reach (rows print as they finish)."""
     config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
     started = []
 
@@ -229,11 +234,12 @@ def bench(names, batches, results, timing, top_k, tune_seconds, time_limit, max_
         if not started:
             click.echo(COLUMNS)
             started.append(True)
-        click.echo(format_row(r))
+        click.echo(format_row(r), nl=True)
+        sys.stdout.flush()
 
     rows, head = run_bench(names or None, tuple(batches) or (1, 8), results, config, timing=timing, top_k=top_k,
                            tune_seconds=tune_seconds, on_row=on_row, seed=seed,
-                           cache_dir=False if no_cache else cache_dir)
+                           cache_dir=False if no_cache else cache_dir, out=out)
     click.echo("\n" + format_table(rows, head))
 
 

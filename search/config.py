@@ -86,7 +86,8 @@ class SearchConfig:
     compose_share: float = 0.5
     #: piece candidates combined (cheapest combinations first)
     compose_combinations: int = 16
-    #: propose split-loop variants (split-K / split-KV) of the cheapest matches
+    #: propose split-loop variants (split-K / split-KV) of the matches; the variants of
+    #: every match are ranked by cost and the ``4 * split_sources`` cheapest fingerprinted
     split_loops: bool = True
     split_sources: int = 2
 

@@ -5,7 +5,8 @@
   what the user asked for), splice the pieces' cheapest graphs into graphs of
   the whole program, and fuse their kernels (:func:`search.rewrite.fuse_all`).
 * :func:`splits` — split-loop variants (:func:`search.rewrite.split_variants`)
-  of the cheapest enumeration matches.
+  of the matches (enumerated, composed or fused), the cheapest variants by
+  :func:`search.enumerate.cost_key`.
 
 Every derived graph is fingerprinted against the whole program here and fully
 verified by the driver with the enumeration's own matches; nothing derived
@@ -24,6 +25,7 @@ from mugraph.ir import KernelGraph, Program
 from .check import Checker
 from .compose import compose, partition
 from .config import SearchConfig
+from .enumerate import cost_key
 from .records import Proposal
 from .rewrite import fuse_all, graph_key, split_variants
 
@@ -97,21 +99,59 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
     return out
 
 
+#: at most this many matches are split (the cheapest by :func:`~search.enumerate.cost_key`)
+MAX_SPLIT_SOURCES = 256
+
+
+def _shape(g: KernelGraph) -> tuple:
+    """Each kernel's grid and loop length, in order (pre-defined ops by kind)."""
+    return tuple((op.attrs["block"].grid, op.attrs["block"].forloop) if op.kind == "graph_defined" else op.kind
+                 for op in g.ops if op.kind != "input")
+
+
 def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
-           deadline: Optional[float] = None) -> list[Proposal]:
-    """Fingerprint-matching split-loop variants of ``graphs``."""
-    out = []
-    seen: set[str] = set()
-    for g in graphs:
+           deadline: Optional[float] = None, limit: int = 8) -> list[Proposal]:
+    """Fingerprint-matching split-loop variants of ``graphs`` (matches, cheapest first).
+
+    The variants of every graph (:func:`~search.rewrite.split_variants`: chunk counts
+    that fill the GPU, the combine on its own grid or re-gridded) are ranked together by
+    :func:`~search.enumerate.cost_key` — combine kernel included — so a kernel with few
+    blocks, which ranks low alone (one block per attention head), can give the best
+    split; a variant not predicted faster than its source is dropped (a small kernel
+    gains nothing from a second launch); the ``limit`` cheapest distinct ones are
+    fingerprinted, one per kernel shape
+    (grids and loop lengths) before a second of any. A split preserves the
+    function by construction, yet each variant is fingerprinted here and verified by the
+    driver like any candidate."""
+    variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
+    for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
+        est = cost_key(g)[1]
         for h in split_variants(g):
-            if deadline is not None and time.monotonic() > deadline:
-                return out
-            k = graph_key(h)
-            if k in seen:
+            key = cost_key(h)
+            if key[1] >= est:  # not predicted faster than the kernel it splits: not worth a proposal
                 continue
-            seen.add(k)
-            stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
-            if checker.fingerprint_matches(h):
-                out.append(Proposal(h, "split-loop"))
+            k = graph_key(h)
+            if k not in variants:
+                variants[k] = (key, len(variants), h)
+    stats["split_variants"] = len(variants)
+    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
+    # one per kernel shape first (grids and loop lengths): the sources are often one
+    # kernel in several equivalent spellings, whose variants would fill the limit alike
+    seen: set = set()
+    first = []
+    for h in ranked:
+        sh = _shape(h)
+        if sh not in seen:
+            seen.add(sh)
+            first.append(h)
+    chosen = first[:limit]
+    chosen += [h for h in ranked if not any(h is x for x in first)][:limit - len(chosen)]
+    out = []
+    for h in chosen:
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
+        if checker.fingerprint_matches(h):
+            out.append(Proposal(h, "split-loop"))
     stats["split_matches"] = len(out)
     return out

@@ -46,7 +46,7 @@ from mugraph.serialize import graph_from_json, graph_to_json
 from .check import Checker
 from .checkpoint import Checkpoint
 from .config import SearchConfig
-from .derive import composed, splits
+from .derive import MAX_SPLIT_SOURCES, composed, splits
 from .enumerate import Searcher, cost_key, signature
 from .executors import EXECUTORS, Executor, Outcome, make_executor
 from .records import Found, Match, Proposal, TaskDone
@@ -346,8 +346,13 @@ class _Run:
         if not self.cfg.split_loops:
             return
         self._set_phase("split-loop")
-        ones = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key) if m.kernels == 1]
-        for p in splits(ones[:self.cfg.split_sources], self.checker, self.dstats, self.t_end):
+        # every match may be split (a one-block-per-head kernel ranks low alone, yet splits
+        # best); derive.splits ranks the variants and fingerprints 4 per split_sources
+        srcs = [graph_from_json(m.graph) for m in sorted(matches, key=lambda m: m.key)[:MAX_SPLIT_SOURCES]]
+        # fingerprints take seconds each at full shapes (b=8 attention: ~10 s): at most half of
+        # what is left, so the verification (which proposals need) keeps the rest
+        end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) / 2
+        for p in splits(srcs, self.checker, self.dstats, end, limit=4 * self.cfg.split_sources):
             self._propose(matches, p)
 
     # ----------------------------------------------------------------- verify
@@ -483,15 +488,20 @@ def _describe(task_json: list) -> str:
 
 def _order(matches: list[Match]) -> list[Match]:
     """Matches in verification order: round-robin over kernel counts — the cheapest
-    candidate of each count, then the second cheapest of each, … — and within a count,
-    cheapest first, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``, …).
-    So however early the time runs out, every kernel count has had its best verified
-    first."""
+    candidate of each count, then the second cheapest of each, … — with the counts in
+    the order of their cheapest match's estimated time (fewer kernels first on a tie),
+    so a split-loop pair predicted faster than every single kernel is verified before
+    them; within a count, cheapest first, round-robin over kernel signatures
+    (``gd+gd``, ``matmul+gd``, …). However early the time runs out, every kernel count
+    has had its best verified first."""
     by_sig: dict[tuple[int, str], list[Match]] = {}
     for m in sorted(matches, key=lambda m: m.key):
         by_sig.setdefault((m.kernels, m.signature), []).append(m)
+    best: dict[int, float] = {}
+    for (k, _), q in by_sig.items():
+        best[k] = min(best.get(k, float("inf")), q[0].cost[1])
     per_count: list[list[Match]] = []
-    for k in sorted({k for k, _ in by_sig}):
+    for k in sorted(best, key=lambda k: (best[k], k)):
         queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
         per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
     return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]

@@ -580,28 +580,42 @@ def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGra
     return kg
 
 
-#: constants of the ranking cost model (a generic GPU: bytes/s, SMs, launch seconds, dense
-#: fp16 flop/s, L2 bytes and the share of a re-read that still reaches DRAM when it fits in L2)
-_BW, _SMS, _LAUNCH, _FLOPS, _L2, _L2_MISS = 3.0e12, 132, 4.0e-6, 4.0e14, 25e6, 0.1
+#: the ranking cost model's GPU (an H100 SXM's round figures): SMs, DRAM bytes/s, bytes/s one
+#: SM pulls, L2 bytes/s, dense fp16 flop/s, launch seconds inside a CUDA graph, and the L2
+#: size below which an input re-read by several blocks is served by L2
+GPU_SMS = 132
+_BW, _SM_BW, _L2_BW, _FLOPS, _LAUNCH, _L2 = 3.0e12, 6.0e10, 9.0e12, 4.0e14, 2.0e-6, 25e6
+#: seconds one loop step costs a block at least (a memory round trip that a two-deep pipeline
+#: halves: the lowering's cost model charges 0.3 μs from DRAM, less from L2), and the blocks
+#: one SM runs at once
+_ITER, _RESIDENT = 0.2e-6, 2
 
 
 def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
     """A cheap ranking of candidates: kernels, an analytic time estimate, shared memory, block ops.
 
-    Per kernel, a launch plus the larger of memory and compute time:
+    Per kernel, a launch plus the largest of memory, serial and compute time:
 
-    * memory: device bytes moved over bandwidth scaled by occupancy ``min(1, blocks / SMs)``.
-      An input that a block does not split along some grid axis (imap ``None``) is read
-      by every block along it; those re-reads cost DRAM bytes in full only when the input
-      is larger than L2 (a ``_L2_MISS`` share of them otherwise).
+    * memory: device bytes moved (inputs read, outputs written — a split loop's partials
+      once each way: they are the first kernel's outputs and the combine's inputs) over
+      the bandwidth the grid can pull: ``blocks × per-SM bandwidth``, at most DRAM's. An
+      input that a block does not split along some grid axis (imap ``None``) is read by
+      every block along it; those re-reads come from L2 at its bandwidth when the input
+      fits there (a third of a DRAM byte each), from DRAM otherwise.
+    * serial: the loop's steps, :data:`_ITER` each, once per wave of blocks — a loop of 64
+      steps run by 2 blocks (one per attention head) cannot finish sooner however few
+      bytes it moves; what split-loop shortens.
     * compute: matmul flops of *all* blocks (loop-body ones once per iteration) over the
-      whole GPU's peak — this is what exposes redundant work, e.g. a grid that splits
-      attention's output columns and recomputes Q·K in every block.
+      tensor-core rate of the SMs the grid occupies, ``min(1, blocks / SMs)`` of the
+      GPU — redundant work (attention's Q·K recomputed by every block of a grid over its
+      output columns) and too few blocks for the work (a loop over 4096 keys run by 2
+      blocks) both show.
 
     Ties (same bytes, same grid) go to the smaller peak shared memory per block: a block
     that stages a whole 4096-long operand at once leaves the SM nothing to overlap, where
-    a loop over it streams. It only orders candidates for verification; lowering's
-    profiler decides."""
+    a loop over it streams. It orders candidates for verification (kernel count first)
+    and chooses which split-loop variants are proposed; the lowering's cost model and
+    profiler rank what is verified."""
     kernels = 0
     est = 0.0
     nblock = 0
@@ -630,14 +644,18 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
                     if d is None:
                         rep *= b.grid[a]
                 nbytes = _numel(src.shape) * DTYPES[src.dtype]
-                rbytes += nbytes * (1 + (rep - 1) * (_L2_MISS if nbytes <= _L2 else 1.0))
-            occ = min(1.0, blocks / _SMS)
+                rbytes += nbytes * (1 + (rep - 1) * (_BW / _L2_BW if nbytes <= _L2 else 1.0))
+            bw = min(_BW, blocks * _SM_BW)
+            occ = min(1.0, blocks / GPU_SMS)
+            # the loop's steps run one after another in every block, each paying a latency
+            # pipelining hides only in part; blocks beyond what the SMs hold run in later waves
+            serial = b.forloop * _ITER * -(-blocks // (_RESIDENT * GPU_SMS))
         else:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
             if is_contraction(op.kind):
                 flops = 2.0 * _numel(op.outputs[0].shape) * op.inputs[0].shape[-1]
-            occ = 1.0
-        est += max((rbytes + wbytes) / (_BW * occ), flops / _FLOPS) + _LAUNCH
+            bw, occ, serial = _BW, 1.0, 0.0
+        est += max((rbytes + wbytes) / bw, flops / (_FLOPS * occ), serial) + _LAUNCH
     return kernels, round(est * 1e6, 3), smem, nblock
 
 

@@ -18,7 +18,9 @@ program by the driver — a rewrite proposes, the verifier decides:
   kernel loops over the chunks, accumulates the partials and runs the original
   post-loop ops. For attention this is split-KV (FlashDecoding); for a skinny
   GEMM it is split-K. It gives memory-bound kernels with few blocks more blocks
-  in flight.
+  in flight, so the chunk counts are chosen from the kernel's grid and loop against
+  the GPU's SM count (:func:`split_chunks`), and the combining kernel is re-gridded
+  along an output dim when its post-loop ops allow (:func:`combine_dims`).
 
 Both rebuild the graph with :func:`mugraph.rewrite.rebuild`: the rewritten kernel's
 replacement is built in place of the old one and every other op is replayed, so
@@ -32,8 +34,11 @@ from typing import Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.ops import CATALOG
 from mugraph.rewrite import GD, Rebuild, rebuild
 from mugraph.serialize import graph_to_json
+
+from .enumerate import GPU_SMS
 
 
 def graph_key(g: KernelGraph) -> str:
@@ -169,8 +174,46 @@ def fuse_all(g: KernelGraph) -> list[KernelGraph]:
 
 # ------------------------------------------------------------------ loop split
 
-def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]:
-    """Split kernel ``op_id``'s for-loop over ``chunks`` blocks plus a combining kernel (None if illegal)."""
+#: the combining kernel's tiles along the dim it is re-gridded on stay at least this long
+#: (a tile of fewer rows leaves a block next to nothing to do)
+MIN_COMBINE_TILE = 16
+
+
+def split_chunks(blocks: int, forloop: int, sms: int = GPU_SMS) -> list[int]:
+    """Chunk counts worth proposing for a kernel of ``blocks`` blocks and a loop of ``forloop``.
+
+    Split-loop exists to put more blocks in flight, so the counts come from the GPU, not
+    from a fixed list: ``fill`` is the fewest chunks (a divisor of the loop) that make
+    ``blocks × chunks`` reach three quarters of the SMs (the most there are when none
+    does); the proposals are ``fill / 4``, ``fill / 2``, ``fill`` and ``2 · fill`` —
+    coarser splits keep longer loops per block and smaller partials, the finer one a
+    second wave — those that divide the loop and leave at most :data:`MAX_SPLIT_BLOCKS`
+    blocks. A kernel with enough blocks already gets only the coarsest split, 2, and only
+    while its grid is short of one full wave (96 blocks on 132 SMs), else nothing."""
+    divs = [s for s in range(2, forloop + 1) if forloop % s == 0 and blocks * s <= MAX_SPLIT_BLOCKS]
+    if not divs:
+        return []
+    want = 3 * sms / 4
+    if blocks >= want:
+        return [2] if blocks < sms and 2 in divs else []
+    fill = next((s for s in divs if blocks * s >= want), divs[-1])
+    return sorted({s for s in (fill // 4, fill // 2, fill, 2 * fill) if s in divs})
+
+
+#: the most blocks a split-loop variant's first kernel may have
+MAX_SPLIT_BLOCKS = 4096
+
+
+def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
+               lay_first: bool = False) -> Optional[KernelGraph]:
+    """Split kernel ``op_id``'s for-loop over ``chunks`` blocks plus a combining kernel (None if illegal).
+
+    The partials of each accumulator lie side by side along a dim no grid axis of the
+    output splits: the last such dim, or the first with ``lay_first`` (which leaves the
+    last free for the combine to cut). ``combine_tiles`` > 1 re-grids the combining
+    kernel: a free grid axis cuts one output dim into that many tiles
+    (:func:`combine_dims` says which dims may be cut), so the combine runs on more blocks
+    than the original kernel had (its grid is often small: that is why the loop was split)."""
     op = g.ops[op_id]
     if op.kind != GD:
         return None
@@ -185,13 +228,19 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]
     c = bg.grid.index(1)  # the new grid axis: one block per chunk of the loop
     grid1 = tuple(chunks if k == c else s for k, s in enumerate(bg.grid))
     accs = [o for o in bg.ops if o.kind == "accum"]
-    used_dims = {d for d in base if d is not None}
-    lay: list[int] = []  # dim of each accumulator's tile along which the chunks' partials lie side by side
-    for o in accs:
-        free = [d for d in range(len(o.outputs[0].shape)) if d not in used_dims]
-        if not free:
+    lay = _partial_dims(bg, base, lay_first)
+    if lay is None:
+        return None
+    # a post-loop op reading a loop-free input tile directly: the combining kernel has no such tile
+    if any(t.op.kind == "iterator" for o in bg.ops if o.outputs[0].acc == 1 for t in o.inputs):
+        return None
+    imaps2 = [base] * len(accs)
+    omap2, grid2 = base, bg.grid
+    if combine_tiles > 1:
+        cut = _combine_cut(bg, base, lay, c, combine_tiles)
+        if cut is None:
             return None
-        lay.append(free[-1])
+        imaps2, omap2, grid2 = cut
 
     # tiles of constants only (acc None) that post-loop ops read: the combining kernel
     # computes them again (the first kernel may need them too, in its loop)
@@ -217,15 +266,15 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]
             om[c] = d
             k1.output(tm[o.outputs[0]], tuple(om))
         partials = rb.graph.kernel(k1)
-        k2 = BlockGraph(bg.grid, chunks)
+        k2 = BlockGraph(grid2, chunks)
         cm: dict[Tensor, Tensor] = {}
-        for o, d, p in zip(accs, lay, partials):
-            cm[o.outputs[0]] = k2.accum(k2.input(p, base, d))
+        for o, d, p, im in zip(accs, lay, partials, imaps2):
+            cm[o.outputs[0]] = k2.accum(k2.input(p, im, d))
         for o in bg.ops:
             if o.kind not in ("iterator", "accum") and (o.outputs[0].acc == 1 or o.outputs[0] in consts):
                 _replay_op(k2, o, cm)
         for sv in bg.savers:
-            k2.output(cm[sv.tensor], sv.omap)
+            k2.output(cm[sv.tensor], omap2)
         return rb.graph.kernel(k2)
 
     try:
@@ -234,14 +283,135 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int) -> Optional[KernelGraph]
         return None
 
 
-def split_variants(g: KernelGraph, chunk_options: tuple[int, ...] = (2, 4, 8, 16, 32, 64)) -> list[KernelGraph]:
-    """Every legal :func:`split_loop` of every graph-defined kernel of ``g``."""
+def _partial_dims(bg: BlockGraph, base: tuple, first: bool = False) -> Optional[list[int]]:
+    """Per accumulator, the dim along which the chunks' partials lie side by side: the last
+    (``first``: the first) dim no grid axis of the output splits (None when an accumulator
+    has none)."""
+    used = {d for d in base if d is not None}
+    lay = []
+    for o in bg.ops:
+        if o.kind == "accum":
+            free = [d for d in range(len(o.outputs[0].shape)) if d not in used]
+            if not free:
+                return None
+            lay.append(free[0] if first else free[-1])
+    return lay
+
+
+def combine_dims(g: KernelGraph, op_id: int, lay_first: bool = False) -> list[tuple[int, int]]:
+    """(output dim, its size in the saved tile) pairs along which :func:`split_loop`'s
+    combining kernel of kernel ``op_id`` may be re-gridded.
+
+    The combining kernel accumulates the partials and runs the kernel's post-loop ops, so
+    a dim may be cut when every post-loop op is element-wise (the catalog's trait: each
+    output element depends on the elements at the same place of its inputs, size-1 dims
+    broadcast), no grid axis cuts the dim already, every saved tile has it at the same
+    size, and no accumulator lays its chunks along it. Nothing here names an op."""
+    op = g.ops[op_id]
+    if op.kind != GD:
+        return []
+    bg: BlockGraph = op.attrs["block"]
+    omaps = {sv.omap for sv in bg.savers}
+    if len(omaps) != 1:
+        return []
+    base = next(iter(omaps))
+    lay = _partial_dims(bg, base, lay_first)
+    return [] if lay is None else _cuttable(bg, base, lay)
+
+
+def _cuttable(bg: BlockGraph, base: tuple, lay: list[int]) -> list[tuple[int, int]]:
+    if not _elementwise_after_loop(bg):
+        return []
+    used = {d for d in base if d is not None}
+    shapes = {tuple(sv.tensor.shape) for sv in bg.savers}
+    ranks = {len(s) for s in shapes}
+    if len(ranks) != 1:
+        return []
+    rank = ranks.pop()
+    accs = [o.outputs[0] for o in bg.ops if o.kind == "accum"]
+    out = []
+    for d in range(rank):
+        sizes = {s[d] for s in shapes}
+        if d in used or len(sizes) != 1:
+            continue
+        n = sizes.pop()
+        if n == 1:
+            continue
+        ok = True
+        for t, ld in zip(accs, lay):
+            da = _aligned(t.shape, rank, d)
+            size = 1 if da is None else t.shape[da]
+            if size not in (1, n) or (size == n and da == ld):
+                ok = False
+        if ok:
+            out.append((d, n))
+    return out
+
+
+def _aligned(shape: tuple, out_rank: int, d: int) -> Optional[int]:
+    """The dim of a tile of ``shape`` that broadcasting lines up with dim ``d`` of a result
+    of rank ``out_rank`` (None: the tile has no such dim)."""
+    k = d - (out_rank - len(shape))
+    return k if 0 <= k < len(shape) else None
+
+
+def _elementwise_after_loop(bg: BlockGraph) -> bool:
+    """Every op after the loop (and every constant tile it reads) is element-wise."""
+    for o in bg.ops:
+        if o.kind in ("iterator", "accum"):
+            continue
+        if o.outputs[0].acc == 1 or (o.outputs[0].acc is None and not o.inputs):
+            d = CATALOG.get(o.kind)
+            if d is None or not d.elementwise:
+                return False
+    return True
+
+
+def _combine_cut(bg: BlockGraph, base: tuple, lay: list[int], ax: int, tiles: int):
+    """(iterator imaps, saver omap, grid) of a combining kernel whose free grid axis ``ax``
+    cuts the first dim :func:`combine_dims` allows into ``tiles`` tiles; None if none."""
+    shapes = [tuple(sv.tensor.shape) for sv in bg.savers]
+    rank = len(shapes[0])
+    for d, n in _cuttable(bg, base, lay):
+        if n % tiles:
+            continue
+        imaps = []
+        for o in (o for o in bg.ops if o.kind == "accum"):
+            da = _aligned(o.outputs[0].shape, rank, d)
+            im = list(base)
+            if da is not None and o.outputs[0].shape[da] == n:
+                im[ax] = da
+            imaps.append(tuple(im))
+        om = list(base)
+        om[ax] = d
+        grid = tuple(tiles if k == ax else s for k, s in enumerate(bg.grid))
+        return imaps, tuple(om), grid
+    return None
+
+
+def split_variants(g: KernelGraph, sms: int = GPU_SMS) -> list[KernelGraph]:
+    """Legal :func:`split_loop` variants of every graph-defined kernel of ``g`` with a loop:
+    at the chunk counts :func:`split_chunks` picks for the kernel's grid and loop, each
+    with the combining kernel re-gridded where :func:`combine_dims` allows — to the most
+    tiles (of at least :data:`MIN_COMBINE_TILE`) that keep it within one wave, the
+    partials laid along whichever free dim leaves more to cut — and on the kernel's own grid."""
     out = []
     for op in g.ops:
-        if op.kind != GD:
+        if op.kind != GD or op.attrs["block"].forloop < 2:
             continue
-        for s in chunk_options:
-            h = split_loop(g, op.id, s)
-            if h is not None:
-                out.append(h)
+        bg: BlockGraph = op.attrs["block"]
+        ways = []  # (combine tiles, partials along the first free dim)
+        for first in (False, True):
+            tiles = 1
+            for _, n in combine_dims(g, op.id, first)[:1]:
+                while (n % (2 * tiles) == 0 and n // (2 * tiles) >= MIN_COMBINE_TILE
+                       and bg.num_blocks * 2 * tiles <= sms):
+                    tiles *= 2
+            ways.append((tiles, first))
+        best = max(ways, key=lambda w: w[0])  # ties: the last free dim (the first entry)
+        for s in split_chunks(bg.num_blocks, bg.forloop, sms):
+            for t, first in dict.fromkeys((best, (1, False))):
+                h = split_loop(g, op.id, s, t, first)
+                if h is not None:
+                    out.append(h)
     return out

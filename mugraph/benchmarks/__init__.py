@@ -1,11 +1,12 @@
 """The six benchmarks of DESIGN §7 as Lax programs, and hand-written reference
-μGraphs for each (the kernels the search should rediscover).
+μGraphs for each (the kernels the search should rediscover); decode-shaped
+attention programs (:data:`DECODE`), which have no hand-written μGraph.
 
 Every builder takes the batch ``b`` and optional sizes so tests can use reduced
 shapes; the defaults are Mirage's full fp16 shapes.
 """
 
-from .programs import PROGRAMS, SMALL, program
+from .programs import DECODE, PROGRAMS, SMALL, decode_attention, program
 from .handwritten import REFERENCES, reference
 
-__all__ = ["PROGRAMS", "REFERENCES", "SMALL", "program", "reference"]
+__all__ = ["DECODE", "PROGRAMS", "REFERENCES", "SMALL", "decode_attention", "program", "reference"]

@@ -6,6 +6,8 @@ so b=1 gives exactly DESIGN's table.
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Callable
 
 from .. import builder as mg
@@ -75,6 +77,42 @@ def ntrans(b: int = 1, hidden: int = 4096, dtype: str = "float16") -> Program:
     return p
 
 
+def decode_scale(head_dim: int) -> Fraction:
+    """``1/√head_dim`` as the rational the decode programs multiply by (a Lax constant is
+    rational: 1/8 for 64, 1/√128 to 6 digits for 128); SDPA is given the same number."""
+    return Fraction(1 / math.sqrt(head_dim)).limit_denominator(10**6)
+
+
+def decode_attention(b: int = 1, heads: int = 32, kv_heads: int = 8, kv: int = 4096, head_dim: int = 128,
+                     dtype: str = "float16") -> Program:
+    """One decoding step of grouped-query attention: one query row per head, ``kv`` cached keys.
+
+    ``b`` sequences × ``kv_heads`` KV heads; the ``heads / kv_heads`` query heads that share a
+    KV head are the rows of its Q (as :func:`gqa` puts a head's query rows): Q ``(b·kv_heads,
+    heads/kv_heads, head_dim)``, K ``(b·kv_heads, head_dim, kv)`` (transposed, as in
+    :func:`gqa`), V ``(b·kv_heads, kv, head_dim)``; softmax without the max subtraction, as
+    the benchmarks write it: ``exp(Q·K·scale) / Σ · V``."""
+    if heads % kv_heads:
+        raise ValueError(f"decode_attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
+    p = Program(f"decode_h{heads}_kv{kv_heads}_n{kv}_d{head_dim}")
+    Q = p.input("Q", (b * kv_heads, heads // kv_heads, head_dim), dtype)
+    K = p.input("K", (b * kv_heads, head_dim, kv), dtype)
+    V = p.input("V", (b * kv_heads, kv, head_dim), dtype)
+    E = mg.exp(mg.scale(Q @ K, decode_scale(head_dim)))
+    p.output((E / mg.sum(E, 2)) @ V)
+    return p
+
+
+#: decode-shaped attention programs (not among the six benchmarks: no hand-written reference),
+#: name -> :func:`decode_attention` sizes: LLaMA-3-8B-like (32 heads over 8 KV heads, d 128),
+#: a 2k-token MHA-ish cache at d 64, an 8k-token cache with 16 heads over 4 KV heads
+DECODE: dict[str, dict] = {
+    "decode_h32_kv8_n4096_d128": dict(heads=32, kv_heads=8, kv=4096, head_dim=128),
+    "decode_h8_kv2_n2048_d64": dict(heads=8, kv_heads=2, kv=2048, head_dim=64),
+    "decode_h16_kv4_n8192_d128": dict(heads=16, kv_heads=4, kv=8192, head_dim=128),
+}
+
+
 PROGRAMS: dict[str, Callable[..., Program]] = {
     "rmsnorm_matmul": rmsnorm_matmul, "gated_mlp": gated_mlp, "lora": lora,
     "gqa": gqa, "qknorm_gqa": qknorm_gqa, "ntrans": ntrans,
@@ -92,8 +130,12 @@ SMALL: dict[str, dict] = {
 
 
 def program(name: str, b: int = 1, small: bool = False, **sizes) -> Program:
-    """Build benchmark ``name``; ``small=True`` uses the reduced sizes of :data:`SMALL`."""
+    """Build benchmark ``name`` (one of :data:`PROGRAMS` or :data:`DECODE`); ``small=True``
+    uses the reduced sizes of :data:`SMALL` (the decode programs: a 256-key cache, d 16)."""
+    if name in DECODE:
+        kw = {**DECODE[name], **({"kv": 256, "head_dim": 16} if small else {}), **sizes}
+        return decode_attention(b=b, **kw)
     if name not in PROGRAMS:
-        raise KeyError(f"unknown benchmark {name!r}; choose from {sorted(PROGRAMS)}")
+        raise KeyError(f"unknown benchmark {name!r}; choose from {sorted(PROGRAMS) + sorted(DECODE)}")
     kw = {**(SMALL[name] if small else {}), **sizes}
     return PROGRAMS[name](b=b, **kw)

@@ -1,4 +1,4 @@
-"""The six benchmarks written directly in PyTorch: the baselines every timing
+"""The six benchmarks (and the decode-shaped attention programs) written directly in PyTorch: the baselines every timing
 table compares with (eager, ``torch.compile``) and, for attention, the same
 function through ``scaled_dot_product_attention``."""
 
@@ -8,6 +8,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from .programs import DECODE, decode_scale
 
 
 def _rms(x: torch.Tensor, dim: int) -> torch.Tensor:
@@ -28,6 +30,14 @@ TORCH: dict[str, Callable[..., torch.Tensor]] = {
 }
 """Positional arguments in the order of the program's inputs."""
 
+
+def _decode(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
+    """A decode program (``programs.decode_attention``); its scale follows the head dim."""
+    return _softmax_v(torch.exp((Q @ K) * float(decode_scale(Q.shape[-1]))), V)
+
+
+TORCH.update({name: _decode for name in DECODE})
+
 def _sdpa(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """SDPA on the benchmarks' 3-D (heads, rows, dim) tensors. Its fused kernels (flash,
     memory-efficient) take only 4-D inputs whose last dim is contiguous; 3-D inputs or
@@ -41,4 +51,9 @@ SDPA: dict[str, Callable[..., torch.Tensor]] = {
     "gqa": lambda Q, K, V: _sdpa(Q, K.transpose(1, 2), V, 1.0),
     "qknorm_gqa": lambda Q, K, V: _sdpa(_rms(Q, -1), _rms(K, 1).transpose(1, 2), V, 1 / 8),
 }
-"""Attention through SDPA (its softmax subtracts the max: same function, safer numerics)."""
+"""Attention through SDPA (its softmax subtracts the max: same function, safer numerics).
+The decode programs' rows (the query heads sharing a KV head) are SDPA's query rows of
+that KV head: its flash kernel splits the KV cache itself at so few rows (flash-decoding)."""
+
+SDPA.update({name: lambda Q, K, V: _sdpa(Q, K.transpose(1, 2), V, float(decode_scale(Q.shape[-1])))
+             for name in DECODE})

@@ -1,30 +1,43 @@
-"""The benchmark table (``python -m mugraph bench``): each benchmark of DESIGN §7
-superoptimized (or loaded from a saved result) and, on a GPU, timed beside
-PyTorch eager, ``torch.compile`` and SDPA — every variant timed the same way by
-``lower.profile.measure`` (CUDA graphs; default ``"graph"`` timing) — and the memory-traffic floor (bytes read and
-written once over the bandwidth of a device-to-device copy measured on the same
-card). Without a GPU the table holds the cost model's predictions."""
+"""The benchmark table (``python -m mugraph bench``): each benchmark of DESIGN §7 and
+each decode-shaped attention program (``mugraph.benchmarks.DECODE``) superoptimized
+(or loaded from a saved result) and, on a GPU, re-ranked there and timed beside the
+hand-written reference μGraph's lowering (autotuned like ours), PyTorch eager,
+``torch.compile`` and SDPA — every variant timed the same way by
+``lower.profile.measure`` (CUDA graphs; default ``"graph"`` timing) — and the
+memory-traffic floor (bytes read and written once over the bandwidth of a
+device-to-device copy measured on the same card). Without a GPU the table holds the
+cost model's predictions.
+
+Every row also says how far the search reached (:func:`reach`): how many candidates it
+verified, whether one of them has the reference's structure (kernel count, each
+kernel's blocks and loop length: e.g. a split-KV pair), where the cost model ranks it,
+and whether the GPU re-ranking's plan (``timing.plan_rerank``) times it."""
 
 from __future__ import annotations
 
+import csv
 import datetime
-from dataclasses import dataclass
+import time
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Callable
 
 import torch
 
+import lower
 from lower.cost_model import estimate, memory_floor_bytes
 from lower.profile import TIMINGS, measure
 
-from ..benchmarks import PROGRAMS, program
+from ..benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
 from ..benchmarks.torch_versions import SDPA, TORCH
 from ..errors import ArgumentTypeError, ConfigError, MugraphError
 from ..files import as_path, safe_name
 from ..ir import short
 from ..serialize import graph_to_json
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
-from .results import load
+from .results import Candidate, load
+from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, plan_rerank,
+                     predict_tuned)
 
 
 @dataclass
@@ -42,11 +55,98 @@ class BenchRow:
     origin: str = ""
     #: how the winner was found ("enumeration", "composed+fused", "split-loop", …; "program" if unfused)
     found_by: str = ""
+    #: the search's wall seconds (as saved with the result) and the candidates it verified
+    search_s: float | None = None
+    verified: int = 0
+    #: the hand-written reference μGraph: predicted and (GPU) autotuned μs; None: there is none
+    ref_predicted_us: float | None = None
+    ref_us: float | None = None
+    #: the reference's kernels as "blocks×loop" (see :func:`structure`)
+    ref_structure: str = ""
+    #: the closest level of :data:`REACH_LEVELS` a verified candidate reaches ("same",
+    #: "split", "kernels"), "" (none), "-" (no reference)
+    reach: str = ""
+    #: rank by predicted time among the verified candidates of the best such one (1 = best)
+    reach_rank: int | None = None
+    #: whether the re-ranking plan (default sizing) times it
+    reach_timed: bool = False
+    #: the best verified candidate's structure
+    structure: str = ""
+    #: wall seconds of the whole row (search or load, re-ranking, every timing)
+    row_s: float | None = None
 
     @property
     def best_torch_us(self) -> float | None:
         xs = [x for x in (self.eager_us, self.compile_us, self.sdpa_us) if x is not None]
         return min(xs) if xs else None
+
+
+def structure(g) -> str:
+    """A μGraph's kernels in order: ``blocks×loop`` per graph-defined kernel (``lib`` for a
+    pre-defined op) — what split-loop changes (a split-KV pair: many blocks × a short loop,
+    then a combining kernel looping over the chunks)."""
+    out = []
+    for op in g.ops:
+        if op.kind == "graph_defined":
+            b = op.attrs["block"]
+            out.append(f"{b.num_blocks}x{b.forloop}")
+        elif op.kind != "input":
+            out.append("lib")
+    return " + ".join(out)
+
+
+def _kernels(g) -> list[tuple[int, int] | None]:
+    """(blocks, loop length) per kernel op in order; None for a pre-defined op."""
+    return [(op.attrs["block"].num_blocks, op.attrs["block"].forloop) if op.kind == "graph_defined" else None
+            for op in g.ops if op.kind != "input"]
+
+
+#: how close a candidate's structure is to the reference's, closest first: every kernel's
+#: blocks and loop; every kernel's loop length (the same loop split, another tiling); the
+#: same kernels looping (e.g. a split-KV pair at another chunk count)
+REACH_LEVELS = (
+    ("same", lambda k: k),
+    ("split", lambda k: [x if x is None else x[1] for x in k]),
+    ("kernels", lambda k: [x if x is None else x[1] > 1 for x in k]),
+)
+
+
+def reach(ref, cands: list[Candidate]) -> tuple[str, int | None, bool]:
+    """How close the verified candidates (``cands``: the search's, not rejected) come to the
+    reference μGraph ``ref``: (the closest :data:`REACH_LEVELS` level any reaches, or "";
+    the rank by predicted time among ``cands`` of the best candidate at that level; whether
+    :func:`~mugraph.pipeline.timing.plan_rerank` times it)."""
+    ranked = sorted(cands, key=lambda c: c.predicted_s if c.predicted_s is not None else float("inf"))
+    want = _kernels(ref)
+    for level, view in REACH_LEVELS:
+        hits = [i for i, c in enumerate(ranked) if view(_kernels(c.graph)) == view(want)]
+        if hits:
+            c = ranked[hits[0]]
+            timed = any(x is c for x, _ in plan_rerank(ranked, space=lambda g: 1).timed)
+            return level, hits[0] + 1, timed
+    return "", None, False
+
+
+#: seconds one row of the table may take on the GPU machine, and what it keeps back for the
+#: PyTorch baselines (torch.compile compiles) and the final timings: the re-ranking's and the
+#: reference's tuning get what the search left of it (see :func:`tuning_shares`)
+ROW_S, BASELINES_S = 480.0, 60.0
+
+
+def tuning_shares(elapsed: float, ref_graph=None) -> tuple[float, float | None]:
+    """(re-ranking's total tuning seconds, the reference's) for a row whose search and
+    checks took ``elapsed`` seconds: what is left of :data:`ROW_S` after
+    :data:`BASELINES_S`, the reference sized like a candidate (``SECONDS_PER_CONFIG`` ×
+    its configuration space, within [MIN_TUNE_S, MAX_TUNE_S]) but at most a third of it;
+    the re-ranking the rest, at most ``timing.TOTAL_TUNE_S``, at least two candidates'
+    minimum — so a row takes about ``max(ROW_S, elapsed + 3 · MIN_TUNE_S + BASELINES_S)``."""
+    left = max(ROW_S - elapsed - BASELINES_S, 3 * MIN_TUNE_S)
+    ref_s = None
+    if ref_graph is not None:
+        want = min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * sum(config_space(ref_graph).values())))
+        ref_s = max(MIN_TUNE_S, min(want, left / 3))
+    rerank = max(2 * MIN_TUNE_S, min(TOTAL_TUNE_S, left - (ref_s or 0.0)))
+    return rerank, ref_s
 
 
 def copy_bandwidth() -> float:
@@ -61,7 +161,8 @@ def copy_bandwidth() -> float:
 def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig | None, progress: bool,
                seed: int = 0, cache_dir=None) -> Optimized:
     """The saved result ``results/NAME-bB.mug.json`` if it holds this very program;
-    else (missing, unreadable, or another program's) superoptimized and saved."""
+    else (missing, unreadable, or another program's) superoptimized — not timed: on a GPU
+    machine too the re-ranking is :func:`run_bench`'s, within the row's budget — and saved."""
     prog = program(name, b=b)
     saved = results / f"{safe_name(name)}-b{b}.mug.json" if results is not None else None
     if saved is not None and saved.exists():
@@ -76,23 +177,25 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
         except MugraphError as e:
             why = f"it is unreadable ({e})"
         log.warning("mugraph bench: re-running %s: %s", saved, why[:300])
-    opt = superoptimize(prog, config, progress=progress, seed=seed, cache_dir=cache_dir)
+    # searched, checked and ranked by the cost model here; the GPU re-ranking is the row's
+    # own (run_bench), with the tuning time the row has left
+    opt = superoptimize(prog, config, device="cpu", progress=progress, seed=seed, cache_dir=cache_dir)
     if saved is not None:
         saved.parent.mkdir(parents=True, exist_ok=True)
         opt.save(saved)
     return opt
 
 
-def check_args(names, batches, results, timing: str, top_k: int, tune_seconds) -> tuple[list[str], Path | None]:
+def check_args(names, batches, results, timing: str, top_k: int | None, tune_seconds) -> tuple[list[str], Path | None]:
     """The table's arguments, checked before anything runs: benchmark names, batch
     sizes, the results folder, the timing mode and the tuning budget."""
     if isinstance(names, str):
         raise ArgumentTypeError(f"bench: names={names!r} must be a list of benchmark names, e.g. [{names!r}]")
-    names = list(names or PROGRAMS)
-    unknown = [n for n in names if n not in PROGRAMS]
+    names = list(names or [*PROGRAMS, *DECODE])
+    unknown = [n for n in names if n not in PROGRAMS and n not in DECODE]
     if unknown:
         raise ConfigError(f"bench: unknown benchmark(s) {', '.join(short(n, 30) for n in unknown[:5])}; "
-                          f"choose from {sorted(PROGRAMS)}")
+                          f"choose from {sorted(PROGRAMS) + sorted(DECODE)}")
     if not isinstance(batches, (list, tuple)) or not batches or any(type(b) is not int or b < 1 for b in batches):
         raise ConfigError(f"bench: batches={short(batches)} must be a non-empty list of positive ints")
     res = as_path(results, "bench: results") if results is not None else None
@@ -100,8 +203,8 @@ def check_args(names, batches, results, timing: str, top_k: int, tune_seconds) -
         raise ConfigError(f"bench: results={str(res)!r} is a file, not a folder")
     if timing not in TIMINGS:
         raise ConfigError(f"bench: timing={short(timing)}: use one of {sorted(TIMINGS)}")
-    if type(top_k) is not int or top_k < 1:
-        raise ConfigError(f"bench: top_k={short(top_k)} must be a positive int")
+    if top_k is not None and (type(top_k) is not int or top_k < 1):
+        raise ConfigError(f"bench: top_k={short(top_k)} must be a positive int or None")
     if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
                                      or not 0 < tune_seconds < float("inf")):
         raise ConfigError(f"bench: tune_seconds={short(tune_seconds)} must be seconds > 0 or None")
@@ -109,28 +212,48 @@ def check_args(names, batches, results, timing: str, top_k: int, tune_seconds) -
 
 
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
-              timing: str = "graph", progress: bool = True, top_k: int = 2, tune_seconds: float | None = None,
+              timing: str = "graph", progress: bool = True, top_k: int | None = None, tune_seconds: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None, seed: int = 0,
-              cache_dir: str | Path | None | bool = None) -> tuple[list[BenchRow], str]:
+              cache_dir: str | Path | None | bool = None, out: str | Path | None = None) -> tuple[list[BenchRow], str]:
     """Rows of the table, and a header line saying where and how it was measured.
-    ``on_row`` sees each row as soon as it is measured (long runs show progress).
+    ``on_row`` sees each row as soon as it is measured (long runs show progress);
+    ``out``: a folder where ``bench.csv`` gets each row as it finishes.
+    ``top_k``/``tune_seconds``: override the re-ranking plan (``timing.plan_rerank``).
     ``seed`` and ``cache_dir`` go to ``superoptimize`` for results not saved yet."""
     names, res = check_args(names, batches, results, timing, top_k, tune_seconds)
+    outdir = as_path(out, "bench: out") if out is not None else None
+    if outdir is not None and outdir.exists() and not outdir.is_dir():
+        raise ConfigError(f"bench: out={str(outdir)!r} is a file, not a folder")
     config = make_config(config)
     gpu = torch.cuda.is_available()
     if gpu:
         bw = copy_bandwidth()
     rows = []
+    sink = _CsvSink(outdir / "bench.csv") if outdir is not None else None
     for name in names:
         for b in batches:
+            t_row = time.perf_counter()
             opt = _optimized(name, b, res, config, progress, seed, cache_dir)
             pred = opt.best.predicted_s if opt.best.predicted_s is not None else estimate(opt.graph)
+            verified = [c for c in opt.candidates if c.origin == "search" and not c.rejected]
             row = BenchRow(name, b, None, pred * 1e6, kernels=opt.best.num_kernels,
-                           origin=opt.best.origin, found_by=_how(opt.best))
+                           origin=opt.best.origin, found_by=_how(opt.best),
+                           search_s=(opt.report.get("search") or {}).get("wall_s"), verified=len(verified),
+                           structure=structure(opt.graph))
+            if name in REFERENCES:
+                ref_graph = reference(name, b)
+                row.ref_structure = structure(ref_graph)
+                row.ref_predicted_us = predict_tuned(ref_graph).predicted_s * 1e6
+                row.reach, row.reach_rank, row.reach_timed = reach(ref_graph, verified)
+            else:
+                row.reach = "-"
             if gpu:
+                rerank_s, ref_s = tuning_shares(time.perf_counter() - t_row,
+                                                reference(name, b) if name in REFERENCES else None)
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing)  # searched on a CPU: autotune and time the best candidates here
+                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing, tune_total_s=rerank_s)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
+                    row.structure = structure(opt.graph)
                     if res is not None:
                         opt.save(res / f"{safe_name(name)}-b{b}.gpu.mug.json")  # the re-ranked result, measured times in it
                     row.predicted_us = (opt.best.predicted_s or 0.0) * 1e6
@@ -149,8 +272,16 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 row.compile_us = measure(lambda: compiled(*args), timing) * 1e6
                 if name in SDPA:
                     row.sdpa_us = measure(lambda: SDPA[name](*args), timing) * 1e6
+                if name in REFERENCES:
+                    ins = {t.name: a for t, a in zip(opt.program.inputs, args)}
+                    tuned = lower.profile(reference(name, b), inputs=ins, ref=[ref], tol=2e-2, budget_s=ref_s,
+                                          timing=timing)
+                    row.ref_us = tuned.time_s * 1e6 if tuned.time_s is not None else None
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
+            row.row_s = time.perf_counter() - t_row
             rows.append(row)
+            if sink is not None:
+                sink.write(row)
             if on_row:
                 on_row(row)
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
@@ -158,8 +289,26 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     return rows, head
 
 
-COLUMNS = (f"{'benchmark':15} {'b':>2} {'kern':>4} {'ours':>8} {'eager':>8} {'compile':>8} {'SDPA':>8} "
-           f"{'floor':>8} {'×torch':>7} {'×floor':>7} {'predict':>8} {'rel.err':>8}  found by")
+class _CsvSink:
+    """``bench.csv``: a header, then each row as soon as it is measured (flushed), so a
+    long run that is stopped keeps the rows it finished."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.cols = [f.name for f in fields(BenchRow)]
+        with open(path, "w", newline="") as f:
+            csv.writer(f).writerow(self.cols)
+
+    def write(self, row: BenchRow) -> None:
+        d = asdict(row)
+        with open(self.path, "a", newline="") as f:
+            csv.writer(f).writerow(["" if d[c] is None else d[c] for c in self.cols])
+
+
+COLUMNS = (f"{'benchmark':26} {'b':>2} {'search':>7} {'verif':>5} {'kern':>4} {'ours':>8} {'ref':>8} {'eager':>8} "
+           f"{'compile':>8} {'SDPA':>8} {'floor':>8} {'×torch':>7} {'×ref':>6} {'predict':>8} {'ref.pr':>8} "
+           f"{'rel.err':>8} {'reach':>11}  found by; structure (ref)")
 
 
 def _how(c) -> str:
@@ -167,15 +316,21 @@ def _how(c) -> str:
 
 
 def format_row(r: BenchRow) -> str:
-    def f(x):
-        return f"{x:8.1f}" if x is not None else "       -"
+    """One line of the table. ``×ref``: the reference's time over ours (≥ 1/1.1 is the goal);
+    ``reach``: whether a verified candidate has the reference's structure, its rank by the
+    cost model, and ``*`` when the re-ranking times it."""
+    def f(x, w=8):
+        return f"{x:{w}.1f}" if x is not None else " " * (w - 1) + "-"
 
     best = r.best_torch_us
     vs = f"{best / r.ours_us:7.2f}" if best and r.ours_us else "      -"
-    fl = f"{r.ours_us / r.floor_us:7.2f}" if r.floor_us and r.ours_us else "      -"
+    vr = f"{r.ref_us / r.ours_us:6.2f}" if r.ref_us and r.ours_us else "     -"
     err = f"{r.rel_error:8.1e}" if r.rel_error is not None else "       -"
-    return (f"{r.name:15} {r.b:2d} {r.kernels:4d} {f(r.ours_us)} {f(r.eager_us)} {f(r.compile_us)} "
-            f"{f(r.sdpa_us)} {f(r.floor_us)} {vs} {fl} {f(r.predicted_us)} {err}  {r.found_by}")
+    reach = r.reach if r.reach in ("-", "") else f"{r.reach}#{r.reach_rank}{'*' if r.reach_timed else ''}"
+    ref = f" ({r.ref_structure})" if r.ref_structure else ""
+    return (f"{r.name:26} {r.b:2d} {f(r.search_s, 7)} {r.verified:5d} {r.kernels:4d} {f(r.ours_us)} {f(r.ref_us)} "
+            f"{f(r.eager_us)} {f(r.compile_us)} {f(r.sdpa_us)} {f(r.floor_us)} {vs} {vr} {f(r.predicted_us)} "
+            f"{f(r.ref_predicted_us)} {err} {reach or 'no':>11}  {r.found_by}; {r.structure}{ref}")
 
 
 def format_table(rows: list[BenchRow], head: str) -> str:

@@ -59,7 +59,9 @@ class OptimizeConfig:
     workers, executor, time limit, …); the search's ``time_limit`` defaults to
     :data:`DEFAULT_TIME_LIMIT` (300 s, ending earlier when the space is exhausted).
     ``error``: the verifier's bound on a false accept.
-    ``top_k``: how many candidates (by the cost model) are lowered and timed.
+    ``top_k``: how many candidates (best predicted first) are autotuned and timed on a GPU;
+    None (default): as many as the cost model cannot tell apart, with tuning time sized
+    by each one's configuration space (``mugraph.pipeline.timing.plan_rerank``).
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
     compete, so the answer is never slower than what came in.
@@ -67,7 +69,7 @@ class OptimizeConfig:
 
     search: dict = field(default_factory=dict)
     error: float = 2.0 ** -40
-    top_k: int = 4
+    top_k: int | None = None
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
 
@@ -80,8 +82,8 @@ class OptimizeConfig:
         e = self.error
         if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 < e < 1:
             raise ConfigError(f"error={short(e)}: the false-accept bound must lie in (0, 1)")
-        if type(self.top_k) is not int or self.top_k < 1:
-            raise ConfigError(f"top_k={short(self.top_k)}: must be a positive int (candidates lowered)")
+        if self.top_k is not None and (type(self.top_k) is not int or self.top_k < 1):
+            raise ConfigError(f"top_k={short(self.top_k)}: must be a positive int or None (candidates timed)")
         if not isinstance(self.keep_program, bool):
             raise ConfigError(f"keep_program={short(self.keep_program)}: must be True or False")
         fd = self.float_dtypes

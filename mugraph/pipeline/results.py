@@ -25,7 +25,7 @@ from ..errors import ArgumentTypeError, CacheError, ConfigError, MugraphError, S
 from ..files import as_path, read_json, write_text_atomic
 from ..ir import KernelGraph, short
 from ..serialize import graph_from_document, graph_from_json, graph_to_json
-from .timing import device_name, time_on_gpu
+from .timing import TOTAL_TUNE_S, device_name, time_on_gpu
 
 RESULT_VERSION = 1
 
@@ -145,22 +145,29 @@ class Optimized:
     def __call__(self, *args, **kwargs):
         return self.compiled()(*args, **kwargs)
 
-    def profile_on_gpu(self, top_k: int = 4, tune_seconds: float | None = None,
-                       timing: str = "graph") -> "Optimized":
+    def profile_on_gpu(self, top_k: int | None = None, tune_seconds: float | None = None,
+                       timing: str = "graph", tune_total_s: float | None = None) -> "Optimized":
         """Re-rank on this machine's GPU: a result searched on a CPU (cost-model choice)
-        gets its ``top_k`` candidates autotuned (at most ``tune_seconds`` of trying
-        configurations per kernel) and timed here (``timing``: see
-        ``lower.profile.TIMINGS``), and the fastest wins."""
-        if type(top_k) is not int or top_k < 1:
-            raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int")
+        gets its candidates autotuned and timed here (``timing``: see
+        ``lower.profile.TIMINGS``), and the fastest wins. Which candidates and how long
+        each is tuned: ``mugraph.pipeline.timing.plan_rerank`` — by default those the cost
+        model cannot tell apart, tuned in proportion to their configuration spaces within a
+        total bound (``tune_total_s``, default ``timing.TOTAL_TUNE_S``); ``top_k`` (the best
+        predicted) and ``tune_seconds`` (per candidate) override it."""
+        if top_k is not None and (type(top_k) is not int or top_k < 1):
+            raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int or None")
         if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
                                          or not 0 < tune_seconds < float("inf")):
             raise ConfigError(f"profile_on_gpu: tune_seconds={short(tune_seconds)} must be seconds > 0 or None")
         if timing not in TIMINGS:
             raise ConfigError(f"profile_on_gpu: timing={short(timing)}: use one of {sorted(TIMINGS)}")
+        if tune_total_s is not None and (isinstance(tune_total_s, bool) or not isinstance(tune_total_s, (int, float))
+                                         or not 0 < tune_total_s < float("inf")):
+            raise ConfigError(f"profile_on_gpu: tune_total_s={short(tune_total_s)} must be seconds > 0 or None")
         alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
                        key=lambda c: c.predicted_s or 0.0)
-        self.best, why = time_on_gpu(self.program, alive, top_k, tune_seconds, timing)
+        self.best, why = time_on_gpu(self.program, alive, top_k, tune_seconds, timing,
+                                     TOTAL_TUNE_S if tune_total_s is None else tune_total_s)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": device_name("cuda")}
         self._compiled = None

@@ -1,14 +1,41 @@
 """Ranking candidates on a GPU: autotune and time the best predicted ones
-(``lower.profile``), each checked against the program in float64 on the card."""
+(``lower.profile``), each checked against the program in float64 on the card.
+
+How many candidates are timed, and how long each is tuned, follows the candidates
+themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
+
+* **which** — every candidate the cost model cannot tell from the best: predicted
+  within :data:`SPREAD` of it (the model's favourite among one μGraph's recorded
+  configurations was up to 21 % slower than the measured best, and its rank agreement
+  within a μGraph is about 0.5: ``lower/calibration.py``); and the best of every other
+  *structure* (kernel count) predicted within :data:`STRUCTURE_SPREAD` — a split-KV pair
+  and a single kernel with the lowering's own split-K are priced by different terms of
+  the model, so one may be wrong where the other is not. At least :data:`MIN_TIMED`, at
+  most :data:`MAX_TIMED`. The unfused program is always timed too (the safety net).
+* **how long** — each candidate's tuning time is its configuration space
+  (``lower.profile.config_space``: first-round picks and sweeps, every kernel) times
+  ``lower.profile.SECONDS_PER_CONFIG``, within [:data:`MIN_TUNE_S`, :data:`MAX_TUNE_S`];
+  when the sum exceeds :data:`TOTAL_TUNE_S` every share is scaled down (not below
+  :data:`MIN_TUNE_S`; the worst-predicted candidates are dropped if even that does not
+  fit).
+
+The documented bound: the tuning of one re-ranking takes at most ``total_s`` seconds
+(default :data:`TOTAL_TUNE_S`) plus, per kernel, the one configuration running when its
+share ends and the final re-timing of each candidate (a compile and a timing: seconds) —
+unless none of the chosen search candidates runs on the card, when the next best predicted
+are tried, :data:`MIN_TUNE_S` each, until one does. ``top_k`` and ``tune_seconds``
+override the choice and the shares.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
 import lower
+from lower.profile import SECONDS_PER_CONFIG, config_space
 from verify.floatcheck import float_inputs
 
 from ..errors import MugraphError
@@ -18,14 +45,103 @@ from ..ir import KernelGraph
 if TYPE_CHECKING:
     from .results import Candidate
 
+#: candidates predicted within this factor of the best are all timed
+SPREAD = 1.3
+#: the best candidate of another kernel count is timed while predicted within this factor of the best
+STRUCTURE_SPREAD = 2.0
+#: fewest and most candidates timed (the unfused program not counted)
+MIN_TIMED, MAX_TIMED = 2, 6
+#: tuning seconds one candidate gets, at least and at most
+MIN_TUNE_S, MAX_TUNE_S = 10.0, 120.0
+#: tuning seconds of one re-ranking, all candidates together (see the module docstring)
+TOTAL_TUNE_S = 240.0
+
 
 def device_name(device: str) -> str:
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
-def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int,
-                tune_seconds: float | None = None, timing: str = "graph") -> tuple[Candidate, str]:
-    """Autotune and time the ``top_k`` candidates (by prediction) on the GPU; the fastest wins.
+@dataclass
+class RerankPlan:
+    """What a re-ranking times: candidates (best predicted first) and each one's tuning seconds
+    (None: no limit), and why."""
+
+    timed: list[tuple["Candidate", float | None]]
+    why: str
+
+    def to_json(self) -> dict:
+        return {"why": self.why, "timed": [{"predicted_us": None if c.predicted_s is None else c.predicted_s * 1e6,
+                                            "kernels": c.num_kernels, "origin": c.origin, "found_by": c.found_by,
+                                            "tune_s": s} for c, s in self.timed]}
+
+
+def structure(c: "Candidate") -> int:
+    """What :func:`plan_rerank` keeps one of: the kernel count."""
+    return c.num_kernels
+
+
+def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds: float | None = None,
+                total_s: float = TOTAL_TUNE_S, space=None) -> RerankPlan:
+    """Which of ``alive`` (not rejected, any order) to time and how long to tune each
+    (module docstring). ``space(graph) -> configurations`` sizes the tuning (default:
+    ``lower.profile.config_space`` summed over kernels); the unfused program
+    (``origin == "program"``) is always included, after the others."""
+    space = space or (lambda g: sum(config_space(g).values()))
+    cands = sorted((c for c in alive if c.origin != "program"), key=lambda c: c.predicted_s or 0.0)
+    program = [c for c in alive if c.origin == "program"]
+    if not cands:
+        return RerankPlan([(c, tune_seconds) for c in program], "only the unfused program")
+    p0 = cands[0].predicted_s or 0.0
+    if top_k is not None:
+        chosen = cands[:top_k]
+        why = f"the {len(chosen)} best predicted (top_k={top_k})"
+    else:
+        chosen = [cands[0]]
+        seen = {structure(cands[0])}
+        for c in cands[1:]:  # the best of every other structure the model cannot rule out
+            if structure(c) not in seen and (c.predicted_s or 0.0) <= STRUCTURE_SPREAD * p0:
+                seen.add(structure(c))
+                chosen.append(c)
+        for c in cands[1:]:  # then everything it cannot tell from the best
+            if not _among(c, chosen) and (c.predicted_s or 0.0) <= SPREAD * p0:
+                chosen.append(c)
+        chosen = chosen[:MAX_TIMED]
+        for c in cands:
+            if len(chosen) >= MIN_TIMED:
+                break
+            if not _among(c, chosen):
+                chosen.append(c)
+        chosen.sort(key=lambda c: c.predicted_s or 0.0)
+        why = (f"{len(chosen)} of {len(cands)}: predicted within {SPREAD:g}x of the best, the best of each "
+               f"kernel count within {STRUCTURE_SPREAD:g}x, {MIN_TIMED}..{MAX_TIMED} timed")
+    if tune_seconds is not None:
+        secs: list[float] = [float(tune_seconds)] * len(chosen)
+        why += f"; {tune_seconds:g} s of tuning each (tune_seconds)"
+    else:
+        want = [min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * space(c.graph))) for c in chosen]
+        while len(chosen) > 1 and MIN_TUNE_S * len(chosen) > total_s:
+            chosen, want = chosen[:-1], want[:-1]
+        f = min(1.0, total_s / sum(want))
+        secs = [max(MIN_TUNE_S, w * f) for w in want]
+        while sum(secs) > total_s + 1e-9:  # the floors pushed it over: take it from the largest shares
+            i = max(range(len(secs)), key=lambda k: secs[k])
+            secs[i] = max(MIN_TUNE_S, secs[i] - (sum(secs) - total_s))
+            if all(s <= MIN_TUNE_S for s in secs):
+                break
+        why += (f"; tuning sized by each configuration space ({SECONDS_PER_CONFIG:g} s a configuration, "
+                f"{MIN_TUNE_S:g}..{MAX_TUNE_S:g} s each, {sum(secs):.0f} of at most {total_s:g} s in all)")
+    return RerankPlan([*zip(chosen, secs), *((c, MIN_TUNE_S) for c in program)], why)
+
+
+def _among(c: "Candidate", xs: list["Candidate"]) -> bool:
+    """``c`` is one of ``xs`` (by identity: two candidates may hold equal graphs)."""
+    return any(c is x for x in xs)
+
+
+def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None = None,
+                tune_seconds: float | None = None, timing: str = "graph",
+                total_s: float = TOTAL_TUNE_S) -> tuple[Candidate, str]:
+    """Autotune and time the candidates :func:`plan_rerank` chooses on the GPU; the fastest wins.
 
     Every timed configuration must match the program evaluated in float64 on the same
     inputs (rel. error ≤ 2e-2 for fp16/bf16, 1e-4 for fp32): a candidate that is wrong on
@@ -37,25 +153,33 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int,
     ref = [r.to("cuda") for r in evaluate(program, inputs)]
     inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
     tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
-    tried = 0
-    for c in alive:
-        if c.origin != "program" and tried >= top_k and any(x.measured_s is not None for x in alive):
-            continue  # past the top_k; the unfused program is always timed as the safety net
-        tried += 1
+    plan = plan_rerank(alive, top_k, tune_seconds, total_s)
+
+    def time_one(c: "Candidate", secs: float | None) -> None:
         try:
-            res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=tune_seconds, timing=timing)
+            res = lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=secs, timing=timing)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
-            continue
+            return
         c.measured_s = res.time_s
         c.configs = {k: asdict(v) for k, v in res.configs.items()}
+
+    for c, secs in plan.timed:
+        time_one(c, secs)
+    # none of the planned search candidates runs on this card: the next best predicted, until one does
+    rest = [c for c in sorted(alive, key=lambda c: c.predicted_s or 0.0)
+            if c.origin != "program" and not _among(c, [x for x, _ in plan.timed])]
+    for c in rest:
+        if any(x.measured_s is not None for x in alive if x.origin != "program"):
+            break
+        time_one(c, tune_seconds or MIN_TUNE_S)
     timed = [c for c in alive if c.measured_s is not None]
     if not timed:
         raise MugraphError("superoptimize: no candidate runs on this GPU: "
                            + "; ".join(c.rejected for c in alive if c.rejected))
     best = min(timed, key=lambda c: c.measured_s)
     return best, (f"fastest of {len(timed)} autotuned and timed on {device_name('cuda')} "
-                  f"(median, {timing} timing: lower.profile.TIMINGS)")
+                  f"(median, {timing} timing: lower.profile.TIMINGS); {plan.why}")
 
 
 def predict_tuned(graph: KernelGraph):

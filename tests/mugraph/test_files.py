@@ -85,7 +85,7 @@ def test_bench_passes_seed_and_cache_and_checks_saved_results(tmp_path, monkeypa
     calls = []
     monkeypatch.setattr(bench, "superoptimize", _stub(calls))
     rows, _ = bench.run_bench(["lora"], (1,), tmp_path, progress=False, seed=5, cache_dir=False)
-    assert calls == [("lora", {"progress": False, "seed": 5, "cache_dir": False})]
+    assert calls == [("lora", {"device": "cpu", "progress": False, "seed": 5, "cache_dir": False})]
     assert rows[0].name == "lora" and rows[0].predicted_us > 0
     saved = tmp_path / "lora-b1.mug.json"
     bench.run_bench(["lora"], (1,), tmp_path, progress=False)

@@ -1,0 +1,83 @@
+"""mugraph.pipeline.timing.plan_rerank: which candidates the GPU re-ranking times and how
+long each is tuned follow the predicted spread and the configuration spaces, within a
+documented total; top_k and tune_seconds override. Pure planning: no GPU needed."""
+
+import pytest
+
+import mugraph as mg
+from mugraph.pipeline import timing
+from mugraph.pipeline.results import Candidate
+from mugraph.pipeline.timing import (MAX_TIMED, MAX_TUNE_S, MIN_TIMED, MIN_TUNE_S, SPREAD, STRUCTURE_SPREAD,
+                                     plan_rerank)
+
+
+def _graph(kernels: int, tag: str) -> mg.KernelGraph:
+    g = mg.KernelGraph(tag)
+    x = g.input("X", (4, 8))
+    for _ in range(kernels):
+        b = mg.BlockGraph((4, 1, 1), 1)
+        (x,) = g.kernel(_exp_block(b, x))
+    g.output(x)
+    return g
+
+
+def _exp_block(b, x):
+    b.output(b.accum(mg.exp(b.input(x, (0, None, None)))), (0, None, None))
+    return b
+
+
+def _cand(pred_us: float, kernels: int = 1, origin: str = "search", tag: str = "g") -> Candidate:
+    return Candidate(_graph(kernels, tag), origin, predicted_s=pred_us * 1e-6)
+
+
+def _space(n):  # every candidate has n configurations
+    return lambda g: n
+
+
+def test_timed_are_those_the_model_cannot_tell_apart():
+    cs = [_cand(10), _cand(10 * SPREAD * 0.99, tag="a"), _cand(10 * SPREAD * 1.01, tag="b"), _cand(50, tag="c")]
+    plan = plan_rerank(cs, space=_space(10))
+    assert [c for c, _ in plan.timed] == cs[:2]
+    # a tight cluster is timed in full, up to MAX_TIMED
+    many = [_cand(10 + 0.01 * i, tag=str(i)) for i in range(MAX_TIMED + 3)]
+    assert len(plan_rerank(many, space=_space(10)).timed) == MAX_TIMED
+    # a clear winner still gets MIN_TIMED candidates timed
+    lone = [_cand(10), _cand(100, tag="x"), _cand(200, tag="y")]
+    assert len(plan_rerank(lone, space=_space(10)).timed) == MIN_TIMED
+
+
+def test_the_best_of_another_kernel_count_is_timed_within_its_spread():
+    one = [_cand(10 + i, tag=str(i)) for i in range(3)]           # within SPREAD: all timed
+    pair = _cand(10 * STRUCTURE_SPREAD * 0.95, kernels=2, tag="pair")
+    far = _cand(10 * STRUCTURE_SPREAD * 1.05, kernels=3, tag="far")
+    chosen = [c for c, _ in plan_rerank([*one, pair, far], space=_space(10)).timed]
+    ids = {id(c) for c in chosen}
+    assert id(pair) in ids and id(far) not in ids and {id(c) for c in one} <= ids
+
+
+def test_tuning_time_follows_the_configuration_space_within_the_total():
+    a, b = _cand(10, tag="a"), _cand(11, tag="b")
+    sizes = {id(a.graph): 8, id(b.graph): 40}
+    plan = plan_rerank([a, b], space=lambda g: sizes[id(g)])
+    secs = dict((id(c), s) for c, s in plan.timed)
+    assert secs[id(a)] == pytest.approx(max(MIN_TUNE_S, 8 * timing.SECONDS_PER_CONFIG))
+    assert secs[id(b)] == pytest.approx(min(MAX_TUNE_S, 40 * timing.SECONDS_PER_CONFIG))
+    # a huge space is capped per candidate, and the sum never exceeds the total
+    big = [_cand(10 + 0.1 * i, tag=str(i)) for i in range(MAX_TIMED)]
+    plan = plan_rerank(big, space=_space(10_000), total_s=200)
+    assert sum(s for _, s in plan.timed) <= 200 + 1e-9
+    assert all(s >= MIN_TUNE_S for _, s in plan.timed)
+    # a total below MIN_TUNE_S per candidate drops the worst predicted
+    plan = plan_rerank(big, space=_space(10_000), total_s=3 * MIN_TUNE_S)
+    assert [c for c, _ in plan.timed] == big[:3]
+
+
+def test_overrides_and_the_unfused_program():
+    cs = [_cand(10 + i, tag=str(i)) for i in range(5)]
+    prog = _cand(500, origin="program", tag="p")
+    plan = plan_rerank([prog, *cs], top_k=2, tune_seconds=7, space=_space(10))
+    assert [c for c, _ in plan.timed] == [*cs[:2], prog]
+    assert [s for _, s in plan.timed][:2] == [7.0, 7.0]
+    assert "top_k=2" in plan.why and "tune_seconds" in plan.why
+    assert plan_rerank([prog]).timed == [(prog, None)]
+    assert plan.to_json()["timed"][0]["tune_s"] == 7.0

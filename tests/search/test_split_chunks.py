@@ -1,0 +1,153 @@
+"""search.rewrite.split_chunks: the chunk counts of a split-loop follow the grid, the loop
+and the SM count (not a fixed list); split_variants ranks the combine kernel in."""
+
+import mugraph as mg
+from mugraph.benchmarks import programs
+from search.enumerate import GPU_SMS, cost_key
+from search.rewrite import MAX_SPLIT_BLOCKS, combine_dims, split_chunks, split_loop, split_variants
+
+
+def test_chunks_fill_the_gpu_from_few_blocks():
+    # 2 blocks (one per KV head), a loop of 64: 3/4 of 132 SMs is 99 blocks, which no
+    # divisor reaches -> the whole loop (64), with its half and quarter
+    assert split_chunks(2, 64) == [16, 32, 64]
+    # 16 blocks: 8 chunks reach 128 >= 99
+    assert split_chunks(16, 64) == [2, 4, 8, 16]
+    # a loop too short to fill: every divisor up to the loop, none past it
+    assert split_chunks(2, 4) == [2, 4]
+
+
+def test_variants_not_predicted_faster_than_their_source_are_not_proposed():
+    from search.derive import splits
+
+    p, g = _attention(2, 4)  # a reduced shape: a second launch costs more than it saves
+    assert split_variants(g) and splits([g], None, {}) == []
+
+
+def test_chunks_follow_the_sm_count():
+    assert split_chunks(2, 64, sms=16) == [2, 4, 8, 16]     # 8 chunks fill 12 of 16
+    assert split_chunks(2, 64, sms=40) == [4, 8, 16, 32]    # 16 chunks fill 30 of 40
+
+
+def test_enough_blocks_get_at_most_the_coarsest_split():
+    assert split_chunks(100, 8) == [2]            # short of one full wave (132)
+    assert split_chunks(GPU_SMS, 8) == []          # a full wave already
+    assert split_chunks(96, 1) == []               # no loop
+    assert split_chunks(100, 3) == []              # enough blocks, and 2 does not divide 3
+    assert split_chunks(96, 3) == [3]              # just short of 3/4 of the SMs: 3 chunks
+    assert all(2 * s <= MAX_SPLIT_BLOCKS for s in split_chunks(2, 4096))
+
+
+def _kernel(g):
+    return next(op.id for op in g.ops if op.kind == "graph_defined")
+
+
+def _attention(grid0, loop):
+    p = programs.program("gqa", 1, small=True)
+    return p, _attention_of(p, grid0, loop)
+
+
+def _attention_of(p, grid0, loop):
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((grid0, 1, 1), loop)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
+    return g
+
+
+def test_combine_dims_are_elementwise_free_dims_only():
+    p, g = _attention(2, 4)
+    # the output (per KV head: 32 query rows × 16 dims): rows may be cut (the accumulators
+    # E·V and Σe both have them), dims too only when the partials lie along rows
+    assert combine_dims(g, _kernel(g)) == [(1, 32)]
+    assert combine_dims(g, _kernel(g), lay_first=True) == [(2, 16)]
+    # a post-loop op that is not element-wise (a reduction) forbids any cut
+    p2 = mg.Program("rowsum_mm")
+    X = p2.input("X", (4, 64), "float32"); W = p2.input("W", (64, 8), "float32")
+    p2.output(mg.sum(X @ W, 1))
+    h = mg.KernelGraph("rowsum_mm")
+    x = h.input("X", (4, 64), "float32"); w = h.input("W", (64, 8), "float32")
+    b = mg.BlockGraph((2, 1, 1), 4)
+    acc = b.accum(b.input(x, (0, None, None), 1) @ b.input(w, (None, None, None), 0))
+    b.output(mg.sum(acc, 1), (0, None, None))
+    h.output(h.kernel(b)[0])
+    assert combine_dims(h, _kernel(h)) == []
+
+
+def test_regridded_combine_is_equivalent_and_its_cost_counted():
+    p, g = _attention(2, 4)
+    plain = split_loop(g, 3, 4)
+    cut = split_loop(g, 3, 4, combine_tiles=2)
+    assert plain.ops[-1].attrs["block"].grid == (2, 1, 1) and cut.ops[-1].attrs["block"].grid == (2, 2, 1)
+    x = {t.name: __import__("numpy").random.default_rng(0).uniform(0.5, 1.5, t.shape) for t in p.inputs}
+    ref = mg.evaluate(p, x)[0]
+    for v in (plain, cut):
+        assert abs(mg.evaluate(v, x)[0] - ref).max() < 1e-9 * abs(ref).max()
+    assert split_loop(g, 3, 4, combine_tiles=3) is None  # 3 does not divide the 32 rows
+    assert cost_key(plain)[0] == cost_key(cut)[0] == 2
+    # the cost key prices the combining kernel: at gqa b=1's shape (16 chunks of 256 rows ×
+    # 64 per head) the combine on 2 blocks is slower than re-gridded over 32
+    full = programs.gqa(1)
+    one = _attention_of(full, 2, 64)
+    k = _kernel(one)
+    assert cost_key(split_loop(one, k, 16, combine_tiles=16))[1] < cost_key(split_loop(one, k, 16))[1]
+
+
+def test_split_variants_of_a_one_block_per_head_kernel_beat_it_in_the_cost_key():
+    """The full-size gqa b=1 shape: 2 blocks loop over 4096 keys; a split-KV pair puts
+    many more blocks in flight and the cost key (combine included) must see it."""
+    p = programs.gqa(1)
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((2, 1, 1), 64)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
+    vs = split_variants(g)
+    chunks = sorted({v.ops[3].attrs["block"].grid[1] for v in vs})
+    assert chunks == split_chunks(2, 64)
+    best = min(vs, key=lambda v: cost_key(v)[1])
+    assert cost_key(best)[1] < cost_key(g)[1] / 2
+
+
+def test_verification_order_takes_the_cheapest_kernel_count_first():
+    from search.driver import _order
+    from search.records import Match
+
+    def m(kernels, est, task, sig="gd"):
+        return Match((kernels, est, 0, 0), task, 0, {}, sig, "x")
+
+    ones = [m(1, 37.0, 0), m(1, 40.0, 1)]
+    pairs = [m(2, 9.6, 100, "gd+gd"), m(2, 9.7, 101, "gd+gd")]
+    assert [x.cost[:2] for x in _order([*ones, *pairs])] == [(2, 9.6), (2, 9.7), (1, 37.0), (1, 40.0)]
+    # a tie in the estimate: fewer kernels first
+    assert [x.kernels for x in _order([m(2, 5.0, 9, "gd+gd"), m(1, 5.0, 0)])] == [1, 2]
+
+
+def test_search_verifies_split_kv_pairs_of_attention():
+    """The whole search on a reduced gqa with a long key loop (1024 keys, 64 steps): split-loop
+    variants of its matches are proposed, fingerprinted and fully verified — split-KV pairs
+    (a kernel over key chunks, then a combining kernel looping over them) among the
+    verified graphs, each equal to the program in float64."""
+    import numpy as np
+
+    import search
+    from search import SearchConfig
+
+    p = programs.gqa(1, queries=16, head_dim=16, kv=1024)
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=7, tile_sizes=(16,), forloop_ranges=(64,), workers=1,
+                       executor="serial", time_limit=60, verify_reserve=15, progress=False, verify_error=1e-3)
+    r = search.run(p, cfg)
+    pairs = [g for g, o in zip(r.graphs, r.origins) if o == "split-loop"]
+    assert pairs and r.stats["derived"]["split_matches"] >= len(pairs)
+    rng = np.random.default_rng(0)
+    x = {t.name: rng.uniform(0.5, 1.5, t.shape) for t in p.inputs}
+    want = mg.evaluate(p, x)[0]
+    for g in pairs:
+        first, combine = (op.attrs["block"] for op in g.ops if op.kind == "graph_defined")
+        assert combine.forloop > 1 and combine.forloop in first.grid
+        assert np.allclose(mg.evaluate(g, x)[0], want, rtol=1e-9)
