@@ -145,10 +145,13 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
         emitted += 1
         if isinstance(u, BuiltPiece):
             cnodes = []
+            # a row's constants (RoPE's rotation matrix) are built on the CPU: they go where the piece runs
+            device = next((a.meta["val"].device for a in u.inputs if isinstance(a.meta.get("val"), torch.Tensor)),
+                          None)
             for j, c in enumerate(u.constants):
                 name = f"_mugraph_{u.name}_c{j}"
                 if not hasattr(gm, name):
-                    gm.register_buffer(name, c)
+                    gm.register_buffer(name, c if device is None else c.to(device))
                 cnodes.append(g.get_attr(name))
             call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
             for k, o in enumerate(u.outputs):
