@@ -108,6 +108,8 @@ def main() -> int:
     ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
                     help="attention of the layer (sdpa: one library op; eager: matmul/softmax/matmul)")
     ap.add_argument("--kernel-op", choices=["auto", "triton_op", "custom_op"], default="auto")
+    ap.add_argument("--unfused", choices=["torch", "lower"], default="torch",
+                    help="a piece whose search found only the program: left to torch, or lowered op by op")
     ap.add_argument("--small", action="store_true", help="a tiny config (CPU smoke run)")
     args = ap.parse_args()
     if args.device == "cpu" or (args.device == "auto" and not _cuda()):
@@ -134,7 +136,7 @@ def main() -> int:
         return r[0] if isinstance(r, tuple) else r
 
     opts = {"time_limit": args.time_limit, "cache_dir": args.cache, "deadline": t_start + args.budget,
-            "kernel_op": args.kernel_op}
+            "kernel_op": args.kernel_op, "unfused": args.unfused}
     rows, piece_rows = [], []
     with torch.no_grad():
         for T in args.tokens:
@@ -174,6 +176,9 @@ def _piece_row(T, bp, done, device, torch):
            "inputs": " ".join("x".join(map(str, t.shape)) for t in bp.program.inputs),
            "found_by": "", "kernels": "", "search_s": "", "mugraph_us": "", "torch_us": "", "gain": ""}
     hit = [v for k, v in done.items() if k[0] == bp.name and v is not None]
+    if bp.info.get("runs") == "torch":
+        row.update(found_by="torch (search: program only)", search_s=round(bp.info["search_s"], 1))
+        return row
     if not bp.info or not hit:
         row["found_by"] = "left to torch"
         return row

@@ -71,6 +71,12 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     bp.info = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
                "origin": opt.best.origin, "found_by": opt.best.found_by,
                "predicted_s": opt.best.predicted_s}
+    if opt.best.origin == "program" and opts.unfused == "torch":
+        log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
+                 "(options unfused='lower' runs it lowered)", bp.name)
+        bp.info["runs"] = "torch"
+        _DONE[k] = None
+        return None
     _DONE[k] = (op, opt)
     return _DONE[k]
 
