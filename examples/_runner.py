@@ -18,7 +18,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def main(name: str) -> int:
-    ap = argparse.ArgumentParser(description=f"superoptimize the {name} benchmark (DESIGN §7)")
+    ap = argparse.ArgumentParser(description=f"superoptimize the {name} benchmark (docs/design.md §8.5)")
     ap.add_argument("--batch", "-b", type=int, default=1, help="batch size b (1 or 8 in the paper)")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--small", action="store_true", help="reduced shapes (fast on a CPU)")

@@ -1,6 +1,6 @@
 """Time the lowered reference μGraphs against PyTorch on a CUDA GPU.
 
-For each benchmark of DESIGN §7 at full shapes (b = 1 and 8): the hand-written
+For each benchmark of docs/design.md §8.5 at full shapes (b = 1 and 8): the hand-written
 reference μGraph, lowered and autotuned by ``lower.tune``, next to PyTorch eager,
 ``torch.compile`` and (attention) SDPA — every variant timed the same way by
 ``lower.profile.measure`` under each timing of ``--modes`` (default ``graph``,

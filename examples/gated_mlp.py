@@ -1,4 +1,4 @@
-"""Superoptimize the gated_mlp benchmark (DESIGN §7): `python examples/gated_mlp.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the gated_mlp benchmark (docs/design.md §8.5): `python examples/gated_mlp.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

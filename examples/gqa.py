@@ -1,4 +1,4 @@
-"""Superoptimize the gqa benchmark (DESIGN §7): `python examples/gqa.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the gqa benchmark (docs/design.md §8.5): `python examples/gqa.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

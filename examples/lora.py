@@ -1,4 +1,4 @@
-"""Superoptimize the lora benchmark (DESIGN §7): `python examples/lora.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the lora benchmark (docs/design.md §8.5): `python examples/lora.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

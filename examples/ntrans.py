@@ -1,4 +1,4 @@
-"""Superoptimize the ntrans benchmark (DESIGN §7): `python examples/ntrans.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the ntrans benchmark (docs/design.md §8.5): `python examples/ntrans.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

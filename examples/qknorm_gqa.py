@@ -1,4 +1,4 @@
-"""Superoptimize the qknorm_gqa benchmark (DESIGN §7): `python examples/qknorm_gqa.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the qknorm_gqa benchmark (docs/design.md §8.5): `python examples/qknorm_gqa.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

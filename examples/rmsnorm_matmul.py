@@ -1,4 +1,4 @@
-"""Superoptimize the rmsnorm_matmul benchmark (DESIGN §7): `python examples/rmsnorm_matmul.py [--batch 8] [--device cpu] [--small]`."""
+"""Superoptimize the rmsnorm_matmul benchmark (docs/design.md §8.5): `python examples/rmsnorm_matmul.py [--batch 8] [--device cpu] [--small]`."""
 
 from _runner import main
 

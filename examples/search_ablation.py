@@ -4,7 +4,7 @@ Rows: max block ops 5…11; columns: default (2 workers), one worker, no
 abstract-expression pruning. Each cell runs ``search.run`` with a time cap and
 records wall seconds (``>cap`` when the cap stopped it), states and verified
 graphs. Writes a CSV and a PNG and prints the table beside Mirage's published
-seconds (DESIGN §5).
+seconds (docs/design.md §6.14).
 
     python examples/search_ablation.py --cap 600 [--small] [--out ablation]
 """

@@ -30,7 +30,7 @@ import torch  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--name", required=True, help="reference benchmark (DESIGN §7)")
+    ap.add_argument("--name", required=True, help="reference benchmark (docs/design.md §8.5)")
     ap.add_argument("--b", type=int, nargs="+", default=[1])
     ap.add_argument("--kernel", type=int, help="op id of the kernel to sweep (default: the first graph-defined op)")
     ap.add_argument("--splits", type=int, nargs="+", default=[1])

@@ -1,4 +1,4 @@
-"""lower — turn μGraphs into Triton kernels (DESIGN §6, paper §6).
+"""lower — turn μGraphs into Triton kernels (docs/design.md §7, paper §6).
 
 Lowering is plan → render. Per graph-defined kernel and :class:`KernelConfig`
 (:mod:`lower.config`), :func:`lower.plan.plan` makes every decision once — tile-dim

@@ -65,7 +65,7 @@ def spearman(xs: list[float], ys: list[float]) -> float:
 
 @dataclass(frozen=True)
 class Measurement:
-    name: str                         # benchmark (DESIGN §7)
+    name: str                         # benchmark (docs/design.md §8.5)
     b: int
     configs: dict[int, KernelConfig]  # op id -> config
     seconds: float

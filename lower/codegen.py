@@ -2,7 +2,7 @@
 ``@triton.jit`` kernel per graph-defined op (two when split-K sums its partials in a
 second kernel).
 
-Mapping (DESIGN §6, paper §6):
+Mapping (docs/design.md §7.6, paper §6):
 
 * grid axes (and the lowering's own sub-tile / split indices) are decoded from a
   flat ``tl.program_id(0)``; imaps, fmaps and omaps become pointer offsets;

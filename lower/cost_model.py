@@ -22,7 +22,7 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   CUDA-core rate;
 * ``t_fma`` — the CUDA-core matmuls' flops over the CUDA-core rate once more, *added*:
   each step's multiply-adds wait for the step's tiles and keep the program from
-  issuing the next loads (measured, NOTES.md v3);
+  issuing the next loads (measured, docs/history/lowering.md, small-M matmuls);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
@@ -40,11 +40,11 @@ a chain of round trips for the last program of each tile (store, atomic, loads).
 
 Agreement with 1918 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
 Spearman 0.57 over all, median 0.47 within one μGraph, favourite ≤ 21 % slower than
-the best recorded, 0 % on rmsnorm_matmul (NOTES.md v6: the model does not see warps
+the best recorded, 0 % on rmsnorm_matmul (docs/history/lowering.md, staged loads: the model does not see warps
 or Triton's layout conversions).
 
 Default parameters are the H100 SXM of our device machine (copy bandwidth
-measured there at about 3.0 TB/s, DESIGN §6 calibration); the model is meant to
+measured there at about 3.0 TB/s, docs/design.md §7.13); the model is meant to
 *rank* candidates (the profiler then times the best few), not to be exact.
 """
 
@@ -151,8 +151,8 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM.
     # A loop with a tl.dot that loads some tile Triton does not stage waits for it every step: the
     # full latency (H100 rmsnorm_matmul b=8, 96 programs, no split-K: 64 / 32 / 16 steps measured
-    # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; NOTES.md v6). Dot-free loops are not
-    # charged so: the attention combine loops over L2-resident partials do not show it (v5).
+    # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; docs/history/lowering.md, staged loads). Dot-free loops are not
+    # charged so: the attention combine loops over L2-resident partials do not show it (same history, rmsnorm_matmul b=8 probed).
     exposed = p.loop_has_dot and bool(p.unpipelined_loads)
     per_step_latency = lat_step if exposed else lat_step / pipe
     serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
@@ -162,7 +162,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     t_c = tc / dev.tc_flops / busy + ew / dev.fp32_flops / busy
     # a CUDA-core matmul's multiply-adds of a step wait for that step's tiles and hold the
     # warps that would issue the next loads: added to the kernel's time, not overlapped
-    # (H100, gated_mlp b=1, M = 8: tl.dot 28.1 μs, CUDA cores ≥ 34.8; NOTES.md v3)
+    # (H100, gated_mlp b=1, M = 8: tl.dot 28.1 μs, CUDA cores ≥ 34.8; docs/history/lowering.md, small-M matmuls)
     t_fma = fma / dev.fp32_flops / busy
     if split > 1:
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
@@ -259,7 +259,7 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     layout, where every warp that shares the operand holds all of it: an A operand
     (m rows, padded to ≥ 16) is computed once per warp along n — ``num_warps / (m / 16)``
     times when m is small (the x·g of rmsnorm_matmul at M = 2: 4× at 4 warps; TTGIR,
-    NOTES.md v2). B operands are split over the warps along n, not replicated.
+    docs/history/lowering.md, balanced grids). B operands are split over the warps along n, not replicated.
     """
     info, cons, num_warps = p.info, p.consumers, p.config.num_warps
     out: dict[int, int] = {}

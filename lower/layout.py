@@ -1,6 +1,6 @@
 """Layout selection for device tensors, as a 0-1 integer linear program.
 
-Graph semantics never fix strides (DESIGN §2), so for every device tensor that the
+Graph semantics never fix strides (docs/design.md §2.1), so for every device tensor that the
 lowering owns — an intermediate written by a graph-defined kernel — we choose which
 dim is contiguous. Kernel-graph inputs and outputs are the user's and stay
 row-major; tensors produced by pre-defined (torch) ops are row-major because torch

@@ -86,13 +86,13 @@ def padded_shared_memory(p: KernelPlan) -> int:
 
     :func:`shared_memory_estimate` is the IR's view (real tile sizes); Triton's is
     different: tiles are padded (to 16 on every dim of a ``tl.dot``), and what lands
-    in shared memory is (calibrated on sm_90 compiles with Triton 3.9, NOTES.md v3)
+    in shared memory is (calibrated on sm_90 compiles with Triton 3.9, docs/history/lowering.md, small-M matmuls)
 
     * the software-pipelining buffers of a loop's loads: ``num_stages − 1`` copies of
       every fmapped tile (in its storage dtype) — in loops Triton pipelines
       (:attr:`lower.plan.KernelPlan.pipelined`: loops with a ``tl.dot``, and loops the
       code generator asks to stage with ``tl.range``; asked in the attention combine
-      loops it measured slower, L2-resident partials, NOTES.md v5);
+      loops it measured slower, L2-resident partials, docs/history/lowering.md, rmsnorm_matmul b=8 probed);
     * the operands of a ``tl.dot`` outside a pipelined loop (a block without a loop,
       or loop-invariant operands), staged whole at padded size.
 

@@ -5,7 +5,7 @@ A μGraph fixes its grid, loop and tiles, but leaves the lowering free to choose
 a combine kernel), sub-tiles along parallel dims (:mod:`lower.tiles`) and, for
 matmuls with fewer than 16 rows or columns, ``tl.dot`` or a CUDA-core broadcast
 multiply-and-sum (``KernelConfig.small_mm``). The
-calibration in DESIGN §6 shows why that matters: the paper's rmsnorm_matmul
+calibration in docs/design.md §7.13 shows why that matters: the paper's rmsnorm_matmul
 kernel launches 96 programs, too few to pull the H100's bandwidth.
 
 :func:`tune` explores, kernel by kernel: first the grid-shaping choices (split,
@@ -81,7 +81,7 @@ def grid_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DO
 SMALL_MM_MENU = ("dot", "v")
 """The small-matmul lowerings :func:`tune` times by default. ``"va"`` (un-reduced
 accumulation) is left out: on the H100 it lost to ``"v"`` on every config measured
-(rmsnorm_matmul b=1 best 31.7 vs 23.7 μs, gated_mlp b=1 46 vs 35; NOTES.md v3)."""
+(rmsnorm_matmul b=1 best 31.7 vs 23.7 μs, gated_mlp b=1 46 vs 35; docs/history/lowering.md, small-M matmuls)."""
 
 
 def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMALL_MM) -> list[str]:
@@ -125,7 +125,7 @@ def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
     both where a loop with a ``tl.dot`` also loads a tile Triton does not stage unasked
     (:attr:`lower.plan.KernelPlan.unpipelined_loads`; H100 rmsnorm_matmul b=8: staging it
     28.8 → 20.2 μs without split-K, 21.4 → 21.5 with it — the grid decides), else only
-    ``False`` (dot-free loops: asking measured slower, NOTES.md v5)."""
+    ``False`` (dot-free loops: asking measured slower, docs/history/lowering.md, rmsnorm_matmul b=8 probed)."""
     if block.forloop <= 1:
         return (False,)
     p = plan(block, cfg)
@@ -146,7 +146,7 @@ def load_choices(block: BlockGraph) -> tuple[bool, ...]:
     """``KernelConfig.split_loads`` values worth timing: both where a loop tile feeds a
     ``tl.dot`` operand and other ops (:attr:`lower.plan.KernelPlan.dot_operand_loads`;
     H100 rmsnorm_matmul b=1: split loads 20.1 μs at w4s3k4L, one load 24.2; but at w2s4c2
-    29.6 vs 21.5 — no single answer; NOTES.md v4), else only ``True``."""
+    29.6 vs 21.5 — no single answer; docs/history/lowering.md, split loads), else only ``True``."""
     return (True, False) if plan(block).dot_operand_loads else (True,)
 
 
@@ -189,8 +189,8 @@ report a median, for ours and every PyTorch baseline alike:
 
 * ``"graph"`` (default): ``triton.testing.do_bench_cudagraph`` — many calls unrolled
   into one CUDA graph, L2 warm, the graph's launch cost amortized: each call costs its
-  kernels plus the gaps between them. The method behind the issue's baseline numbers
-  (torch.compile: rmsnorm_matmul b=1 22.1 μs, ntrans b=1 2.5 μs).
+  kernels plus the gaps between them. The method behind the target baselines of
+  docs/design.md §8.5 (torch.compile: rmsnorm_matmul b=1 22.1 μs, ntrans b=1 2.5 μs).
 * ``"cold"``: one call per graph replay, L2 evicted (left clean) before each — the
   setting of the memory floor; adds one graph launch (~4.8 μs measured) to every call.
 * ``"warm"``: one call per graph replay, replays back to back on the same buffers.
@@ -218,7 +218,7 @@ def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps
     every call, so inputs come from DRAM — the setting of the memory floor.
     ``flush=False`` ("warm"): back-to-back calls on the same buffers, ``n`` between
     two events (the CPU runs ahead, so the gaps are the GPU's own); whatever fits
-    in L2 stays there (the setting of the issue's baseline numbers).
+    in L2 stays there (the target baselines of docs/design.md §8.5 are reproduced by the graph timer, not this one).
     """
     import statistics
 
@@ -279,7 +279,7 @@ def _pick(cands: list[tuple[float, KernelConfig]], top: int) -> list[tuple[float
     each way of shaping the grid is measured at least once when the model ties; then the
     best of every (split, chunk) pair not yet picked. The model's per-SM terms are rough:
     rmsnorm_matmul ranks 96 programs first, yet split-K 4 — 384 programs, a balanced grid
-    on 132 SMs — measures 20 % faster (NOTES.md v2); gated_mlp b=8: no split, chunk 2
+    on 132 SMs — measures 20 % faster (docs/history/lowering.md, balanced grids); gated_mlp b=8: no split, chunk 2
     measured 25.2 μs, predicted 35.6, while its top pick measured 27.4 (lower/calibration.py).
     """
     picked = []

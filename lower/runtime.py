@@ -319,7 +319,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     supported) — each kernel's launch overlaps the tail of the kernel before it, and
     its first statement, ``gdc_wait()``, holds it until that kernel's writes are
     visible, so results are as with plain stream order (H100: −0.1 to −0.6 μs per
-    launch under CUDA-graph replay; NOTES.md v6).
+    launch under CUDA-graph replay; docs/history/lowering.md, staged loads).
     """
     if not isinstance(graph, KernelGraph):
         raise TypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")

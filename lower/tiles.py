@@ -43,7 +43,7 @@ rmsnorm_matmul at b = 1) is lowered (``KernelConfig.small_mm``):
 
 * ``"dot"`` — ``tl.dot`` like every other matmul: m and n are padded to 16, and
   the A operand (with every element-wise op that makes it) is computed at the
-  padded size, in the dot-operand layout, i.e. once per warp (NOTES.md v2);
+  padded size, in the dot-operand layout, i.e. once per warp (docs/history/lowering.md, balanced grids);
 * ``"v"`` — a broadcast multiply and ``tl.sum`` over k in fp32 on the CUDA
   cores, each loop step: tiles keep their power-of-two extents (2 stays 2);
 * ``"va"`` — as ``"v"``, but when the matmul feeds an accumulator directly the

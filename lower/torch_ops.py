@@ -1,6 +1,6 @@
 """Pre-defined kernel ops as torch calls (one row per catalog op).
 
-A kernel-graph op that is not graph-defined is a library kernel (DESIGN §2); torch
+A kernel-graph op that is not graph-defined is a library kernel (docs/design.md §2.2); torch
 is our library. Results are made contiguous so every device tensor the lowering
 did not lay out itself is row-major, as :mod:`lower.layout` assumes — except a
 ``permute``, which stays a view: its strides are its input's, permuted, and

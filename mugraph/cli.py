@@ -84,7 +84,7 @@ def main() -> None:
 
 @main.command()
 @click.option("--batch", "-b", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Benchmark batch size b (DESIGN §7).")
+              help="Benchmark batch size b (docs/design.md §8.5).")
 @click.option("--small", is_flag=True, help="Reduced shapes (fast).")
 @click.option("--out", "out_dir", default="out/demo", show_default=True, help="Where to save JSON and pictures.")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0))

@@ -36,7 +36,7 @@ class NotLaxError(MugraphError):
 
 
 class InvalidGraphError(MugraphError):
-    """A μGraph breaks one of the validity rules of DESIGN §2 (the message names it)."""
+    """A μGraph breaks one of the validity rules of docs/design.md §2.7 (the message names it)."""
 
 
 class ResourceError(MugraphError):

@@ -7,7 +7,7 @@ thread block, with a grid, a for-loop, input iterators (imap/fmap), block ops,
 accumulators and output savers (omap). A :class:`Program` is a kernel graph with
 pre-defined ops only: the Lax program a user hands to the superoptimizer.
 
-Every rule of DESIGN §2 is checked when an op is added, so an invalid graph cannot
+Every rule of docs/design.md §2.7 is checked when an op is added, so an invalid graph cannot
 be built: shape rules, divisibility of imaps/fmaps, one accumulator on every path
 from an input iterator to an output saver, distinct omap dims for grid axes > 1,
 and (when a block graph is attached to its kernel graph) the shared-memory and
@@ -425,7 +425,7 @@ class BlockGraph(Graph):
 
     # -- input iterators
     def input(self, source: Tensor, imap=None, fmap: int | None = None) -> Tensor:
-        """An input iterator over the device tensor ``source`` (see DESIGN §2)."""
+        """An input iterator over the device tensor ``source`` (see docs/design.md §2.3)."""
         where = f"iterator (op #{len(self.ops)})"
         self._check_open(where)
         if not isinstance(source, Tensor) or not isinstance(source.graph, KernelGraph):

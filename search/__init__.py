@@ -1,4 +1,4 @@
-"""search: the μGraph generator with abstract-expression pruning (DESIGN §3, §5).
+"""search: the μGraph generator with abstract-expression pruning (docs/design.md §5, §6).
 
     import search
     res = search.run(program, search.SearchConfig(max_block_ops=9, workers=2))

@@ -1,9 +1,9 @@
-"""Checking complete candidates against the program (DESIGN §4, via ``verify``).
+"""Checking complete candidates against the program (docs/design.md §6.6, via ``verify``).
 
 A candidate whose abstract expression is A_eq-equivalent to the program's is
 first fingerprinted (one finite-field draw, cheap) and, if the fingerprint
 matches, verified to the configured error bound with ``verify.equivalent``.
-``verify`` is the one stage ``search`` may import (DESIGN's layering).
+``verify`` is the one stage ``search`` may import (the layering of docs/design.md §1.4).
 """
 
 from __future__ import annotations

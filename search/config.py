@@ -1,4 +1,4 @@
-"""Search configuration: every knob of DESIGN §5 in one dataclass, so the paper's
+"""Search configuration: every knob of docs/design.md §6.14 in one dataclass, so the paper's
 ablations (Table 5) are config changes, not code changes."""
 
 from __future__ import annotations

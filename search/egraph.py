@@ -1,4 +1,4 @@
-"""Equality saturation of the target expression (DESIGN §3 "Checking").
+"""Equality saturation of the target expression (docs/design.md §5.3).
 
 We insert the program's output expressions into an e-graph (its datatype generated
 from the symbols of :mod:`search.expr`), saturate it under the axioms A_eq (egglog

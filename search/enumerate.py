@@ -1,4 +1,4 @@
-"""Depth-first μGraph generation in canonical form (paper Algorithm 1, DESIGN §5).
+"""Depth-first μGraph generation in canonical form (paper Algorithm 1, docs/design.md §6.1).
 
 State. The search does not grow ``mugraph`` IR objects op by op (they cannot be
 popped); it keeps a light, append/pop state per level — shapes, abstract

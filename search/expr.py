@@ -1,4 +1,4 @@
-"""Abstract expressions (paper §4.3, DESIGN §3).
+"""Abstract expressions (paper §4.3, docs/design.md §5.1).
 
 Every tensor of a μGraph gets an abstract expression E: a term over uninterpreted
 functions that forgets layouts and tile boundaries but keeps *what is combined with

@@ -1,4 +1,4 @@
-"""Index labels: a shape-aware filter on top of abstract expressions (DESIGN §3 pitfall 5).
+"""Index labels: a shape-aware filter on top of abstract expressions (docs/design.md §5.5).
 
 The axioms A_eq are blind to dimensions, so they keep meaningless prefixes (an
 element-wise product of two equally-shaped tiles that index different things).

@@ -1,4 +1,4 @@
-"""Grid, loop, imap, fmap and omap candidates for a graph-defined op (DESIGN §5).
+"""Grid, loop, imap, fmap and omap candidates for a graph-defined op (docs/design.md §6.3).
 
 Mirage's defaults, adapted to index labels (:mod:`search.labels`): a grid axis
 walks one index class — every input that has that class splits it, the others

@@ -1,4 +1,4 @@
-"""The subexpression oracle: is ``E ⊑ E(program output)``? (DESIGN §3 "Checking").
+"""The subexpression oracle: is ``E ⊑ E(program output)``? (docs/design.md §5.3).
 
 Decision procedure, in order:
 

@@ -1,4 +1,4 @@
-"""Z3 with the axioms as quantified formulas: the reference oracle (DESIGN §3).
+"""Z3 with the axioms as quantified formulas: the reference oracle (docs/design.md §5.4).
 
 Measured on the prototype: Z3 proves "is a subexpression" in milliseconds when it
 is true, and never proves "is not" (always *unknown*). So it is used in one

@@ -1,4 +1,4 @@
-"""verify: finite-field probabilistic equivalence of programs and μGraphs (DESIGN §4).
+"""verify: finite-field probabilistic equivalence of programs and μGraphs (docs/design.md §4).
 
 Public API::
 

@@ -1,4 +1,4 @@
-"""Probabilistic equivalence of programs and μGraphs (DESIGN §4, Mirage §5).
+"""Probabilistic equivalence of programs and μGraphs (docs/design.md §4, Mirage §5).
 
 :func:`equivalent` evaluates both graphs on the same random field inputs —
 residues mod p outside exponents, mod q inside, a random ω of order q — and

@@ -1,4 +1,4 @@
-"""Exact modular arithmetic for the finite-field equivalence test (DESIGN §4).
+"""Exact modular arithmetic for the finite-field equivalence test (docs/design.md §4.1).
 
 Every tensor element is a pair ``(x_p, x_q)``: its value mod ``p`` (used outside
 exponents) and mod ``q`` (used inside them), with ``q | p - 1`` so that ``Z_p*``
@@ -72,7 +72,7 @@ class ZeroDivisorDraw(MugraphError):
 
 
 class FieldError(MugraphError):
-    """Primes that do not meet the conditions of DESIGN §4, or a constant with no
+    """Primes that do not meet the conditions of docs/design.md §4.2, or a constant with no
     meaning mod p (its denominator is a multiple of p)."""
 
 
@@ -688,7 +688,7 @@ def _dim(d: int, nd: int) -> int:
 
 
 class FieldAlgebra(Algebra):
-    """The (mod p, mod q) algebra of DESIGN §4 for :func:`mugraph.evaluate`.
+    """The (mod p, mod q) algebra of docs/design.md §4.1 for :func:`mugraph.evaluate`.
 
     | op | p-part | q-part |
     |---|---|---|

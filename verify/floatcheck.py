@@ -1,4 +1,4 @@
-"""The float check (DESIGN §4): exact field equivalence says nothing about rounding,
+"""The float check (docs/design.md §4.9): exact field equivalence says nothing about rounding,
 overflow or cancellation, so the candidate also runs in low precision on random
 real inputs and is compared with the float64 reference.
 
@@ -32,7 +32,7 @@ about the candidate and is skipped — the other outputs are still judged; skips
 reported, never silent, and a case with no output left is skipped as a whole.
 
 Accumulators are kept in float32 (:class:`KernelFloatAlgebra`), as the lowering
-keeps them (DESIGN §6: fp32 loop-carried values): a loop that sums squares past
+keeps them (docs/design.md §7.6: fp32 loop-carried values): a loop that sums squares past
 the float16 range is fine on the GPU and must not fail here.
 
 :func:`compare_float64` is the same per-element comparison between two graphs in

@@ -1,4 +1,4 @@
-"""The six benchmarks of DESIGN §7 as Lax programs, and hand-written reference
+"""The six benchmarks of docs/design.md §8.5 as Lax programs, and hand-written reference
 μGraphs for each (the kernels the search should rediscover); decode-shaped
 attention programs (:data:`DECODE`), which have no hand-written μGraph.
 

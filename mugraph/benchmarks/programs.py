@@ -1,7 +1,7 @@
-"""The benchmark programs (DESIGN §7), fp16, Mirage's shapes at ``b`` = 1 or 8.
+"""The benchmark programs (docs/design.md §8.5), fp16, Mirage's shapes at ``b`` = 1 or 8.
 
 ``gated_mlp`` and ``lora`` scale their token count with ``b`` (8·b and 16·b rows),
-so b=1 gives exactly DESIGN's table.
+so b=1 gives exactly the table of docs/design.md §8.5.
 """
 
 from __future__ import annotations

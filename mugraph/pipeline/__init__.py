@@ -1,4 +1,4 @@
-"""The product (DESIGN §1): the stages composed into ``superoptimize``, its
+"""The product (docs/design.md §8.1): the stages composed into ``superoptimize``, its
 results and their cache, and the benchmark table. The top layer: it imports the
 IR core and the stages ``search``, ``verify`` and ``lower``; nothing imports it
 but the CLI and the lazy names of the ``mugraph`` package."""

@@ -1,4 +1,4 @@
-"""The benchmark table (``python -m mugraph bench``): each benchmark of DESIGN §7 and
+"""The benchmark table (``python -m mugraph bench``): each benchmark of docs/design.md §8.5 and
 each decode-shaped attention program (``mugraph.benchmarks.DECODE``) superoptimized
 (or loaded from a saved result) and, on a GPU, re-ranked there and timed beside the
 hand-written reference μGraph's lowering (autotuned like ours), PyTorch eager,

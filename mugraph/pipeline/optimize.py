@@ -1,4 +1,4 @@
-"""``mg.superoptimize``: the stages composed into the product (DESIGN §1).
+"""``mg.superoptimize``: the stages composed into the product (docs/design.md §8.1).
 
     Lax program ─► search ─► verify (field + float) ─► lower + cost model ─► profile ─► best
 

@@ -33,11 +33,11 @@ def test_spearman():
 
 
 def test_cost_model_ranks_the_recorded_h100_times():
-    """Measured 2026-11-22 (NOTES.md v6): over all 1918 rows (20 μGraphs) ρ = 0.57, median
+    """Measured 2026-11-22 (docs/history/lowering.md, staged loads): over all 1918 rows (20 μGraphs) ρ = 0.57, median
     within one μGraph 0.47, and the model's favourite among a μGraph's recorded configs is
     at most 21 % slower than the best (rmsnorm_matmul col_tile 256, b=8); for rmsnorm_matmul
-    itself 0 % (the unstaged-load rule: v5's model favoured a no-split chunk 8 that runs
-    32 μs); for the attention pair at most 2 % (the L2 and fix-up rules; v4's model: 20 %
+    itself 0 % (the unstaged-load rule: the cost model before that rule favoured a no-split chunk 8 that runs
+    32 μs); for the attention pair at most 2 % (the L2 and fix-up rules; without them: 20 %
     at gqa b=1). The tuner times the model's top picks and every (split, chunk) pair, so a
     regret here is not a regret of the tuner. A change that ranks worse fails this."""
     a = agreement()

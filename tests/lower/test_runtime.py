@@ -230,7 +230,7 @@ def test_lower_imports_mugraph_only():
 def test_tuner_times_every_split_factor_and_few_warps(monkeypatch):
     """The tuner times the model's best layout of every split-K factor, whatever the
     model ranks first (rmsnorm_matmul: split 4 measured fastest on the H100, ranked low),
-    then sweeps warps down to 1 around the winner (NOTES.md v2). No GPU: _time is faked."""
+    then sweeps warps down to 1 around the winner (docs/history/lowering.md, balanced grids). No GPU: _time is faked."""
     import sys
 
     prof = sys.modules["lower.profile"]

@@ -1,5 +1,5 @@
 """The vectorized block-graph interpreter against a naive one that loops over
-blocks and iterations and slices tiles by the definitions of DESIGN §2."""
+blocks and iterations and slices tiles by the definitions of docs/design.md §2.3."""
 
 import itertools
 import time

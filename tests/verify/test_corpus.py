@@ -1,4 +1,4 @@
-"""No false rejections: a corpus of equivalent pairs (each A_eq axiom of DESIGN §3 on
+"""No false rejections: a corpus of equivalent pairs (each A_eq axiom of docs/design.md §5.2 on
 tensors, the rewrites the search relies on, and every hand-written reference
 μGraph against its program) must pass with the error bound reached."""
 
