@@ -30,7 +30,9 @@ log = logging.getLogger("mugraph")
 
 #: (piece name, options key, device, kernel op kind) -> (operator, Optimized): one search
 #: and one registration per process
-_DONE: dict[tuple, tuple[Any, Any]] = {}
+_DONE: dict[tuple, tuple[Any, Any] | None] = {}
+#: what ``bp.info`` says of each searched piece (a later capture of the same piece gets a copy)
+_INFO: dict[tuple, dict] = {}
 
 
 def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
@@ -46,7 +48,10 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
     k = (bp.name, opts.key(), device, kind)
     if k in _DONE:
-        return _DONE[k]
+        if _DONE[k] is None:
+            return None
+        bp.info = dict(_INFO[k])
+        return _unless_unfused(bp, opts, *_DONE[k])
     cached = _is_cached(bp, opts, device)
     if not cached and opts.deadline is not None and time.time() > opts.deadline:
         log.warning("mugraph: %s stays torch code: the deadline for searches has passed", bp.name)
@@ -68,17 +73,23 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
                     "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
         _DONE[k] = None
         return None
-    bp.info = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
-               "origin": opt.best.origin, "found_by": opt.best.found_by,
-               "predicted_s": opt.best.predicted_s}
+    _INFO[k] = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
+                "origin": opt.best.origin, "found_by": opt.best.found_by,
+                "predicted_s": opt.best.predicted_s}
+    bp.info = dict(_INFO[k])
+    _DONE[k] = (op, opt)
+    return _unless_unfused(bp, opts, op, opt)
+
+
+def _unless_unfused(bp: BuiltPiece, opts: FrontendOptions, op, opt):
+    """``(op, opt)``, or ``None`` when the search found nothing better than the program
+    itself and ``opts.unfused`` leaves such a piece to torch (``bp.info["runs"]`` says so)."""
     if opt.best.origin == "program" and opts.unfused == "torch":
         log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
-                 "(options unfused='lower' runs it lowered)", bp.name)
+                 "(option unfused='lower' runs it lowered)", bp.name)
         bp.info["runs"] = "torch"
-        _DONE[k] = None
         return None
-    _DONE[k] = (op, opt)
-    return _DONE[k]
+    return op, opt
 
 
 def device_of(example_inputs) -> str:

@@ -83,6 +83,29 @@ def test_options_are_checked():
         mugraph.frontend.mugraph_backend(None, [], options={"time_limit": 0})
     with pytest.raises(mg.ConfigError, match="kernel_op"):
         mugraph.frontend.mugraph_backend(None, [], options={"kernel_op": "cuda"})
+    with pytest.raises(mg.ConfigError, match="unfused"):
+        mugraph.frontend.mugraph_backend(None, [], options={"unfused": "never"})
+
+
+def test_a_piece_the_search_cannot_improve_stays_torch_code(piece_cache, caplog):
+    """One kernel op and one block op cannot express exp(x @ w) * 2: the search returns
+    the program itself, which by default is left to torch (``unfused="lower"`` lowers it)."""
+    caplog.set_level(logging.INFO, logger="mugraph")
+    w = r(8, 8)
+    fn = lambda x: torch.exp(x @ w) * 2  # noqa: E731
+    x = r(4, 8)
+    for unfused in ("torch", "lower"):
+        torch._dynamo.reset()
+        f = torch.compile(fn, backend="mugraph", options=opts(
+            piece_cache, search={"max_kernel_ops": 1, "max_block_ops": 1}, unfused=unfused))
+        with torch.no_grad():
+            torch.testing.assert_close(f(x), fn(x))
+        (compiled,) = _backend_results()
+        (cap,) = compiled.captured.values()
+        (bp,) = cap.pieces
+        assert bp.info["origin"] == "program"
+        assert (bp.info.get("runs") == "torch") == (unfused == "torch")
+    assert any("found nothing better than the program" in m for m in caplog.messages)
 
 
 def test_backend_is_registered_and_named_in_pyproject():
