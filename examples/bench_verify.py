@@ -52,26 +52,10 @@ import verify  # noqa: E402
 from mugraph.benchmarks import REFERENCES, program, reference  # noqa: E402
 from verify.family import DEFAULT  # noqa: E402
 from verify.field import MIRAGE, Field  # noqa: E402
-from verify.fuzz import differs, mutate, random_program, random_ugraph, with_large_part  # noqa: E402
+from verify.fuzz import corpus_graph, differs, mutate  # noqa: E402
 
 #: the verifier's fixed pair before primes were drawn per test
 FORMER = Field(2147471759, 1073735879, "former fixed")
-
-
-def corpus(i: int, rng, refs):
-    """The ``i``-th graph to mutate (the same mix as ``tests/verify/test_fuzz.py``)."""
-    kind = i % 6
-    if kind == 0:
-        return refs[(i // 6) % len(refs)]
-    if kind == 1:
-        return random_program(rng)
-    if kind == 2:
-        return random_ugraph(rng)
-    if kind == 3:
-        return random_program(rng, sqrt=True)
-    if kind == 4:
-        return with_large_part(random_program(rng))
-    return with_large_part(refs[(i // 6) % len(refs)])
 
 
 def fixed_fooled(g, m, rng, fld: Field) -> bool | None:
@@ -91,7 +75,7 @@ def fuzz(n: int, seed: int):
     t0 = time.perf_counter()
     i = 0
     while c["mutants"] < n:
-        g = corpus(i, rng, refs)
+        g = corpus_graph(i, rng, refs)
         i += 1
         r = mutate(g, rng)
         if r is None:

@@ -287,19 +287,29 @@ class CompiledProgram:
             env[t.label()] = v
         for t, o in zip(self.graph.outputs, outs):
             env[t.label()] = o
+        self.run_steps(env, self.arena.device)
+
+    def run_steps(self, env: dict[str, torch.Tensor], device: torch.device | str,
+                  wrap: Callable | None = None) -> None:
+        """Run the schedule on the buffers in ``env`` (tensor label -> tensor: inputs,
+        outputs and every view of the plan): pre-defined ops as torch calls, the rest as
+        Triton launches, each through ``wrap(fn)`` when given (``torch.library.wrap_triton``,
+        which takes no launch option but warps and stages: ``launch_pdl`` is dropped)."""
         with _interpret(self.interpret):
             for step in self.steps:
                 op = step.op
                 if step.kernel is None:
                     t = op.outputs[0]
                     r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
-                                           TORCH_DTYPE[t.dtype], self.arena.device).to(TORCH_DTYPE[t.dtype])
+                                           TORCH_DTYPE[t.dtype], device).to(TORCH_DTYPE[t.dtype])
                     if t in self.graph.outputs:
                         env[t.label()].copy_(r)
                     else:  # a permute stays a strided view: lower.layout gave its readers its strides
                         env[t.label()] = r if reorders(op.kind) else r.contiguous()
                     continue
                 for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
+                    if wrap is not None:
+                        fn, opts = wrap(fn), {k: v for k, v in opts.items() if k != "launch_pdl"}
                     fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)
 
 

@@ -125,7 +125,8 @@ FLOAT_OPS: dict[str, Row] = {
     "square": lambda alg, xs, at: xs[0] * xs[0],
     "silu": lambda alg, xs, at: xs[0] * torch.sigmoid(xs[0]),
     "scale": lambda alg, xs, at: xs[0] * float(at["c"]),
-    "const": lambda alg, xs, at: torch.full(tuple(at["shape"]), float(at["value"]), dtype=alg.compute),
+    "const": lambda alg, xs, at: torch.full(tuple(at["shape"]), float(at["value"]), dtype=alg.compute,
+                                            device=getattr(alg, "device", None)),  # where the algebra runs
     "sum": lambda alg, xs, at: xs[0].sum(dim=at["dim"], keepdim=True),
     "max": lambda alg, xs, at: xs[0].amax(dim=at["dim"], keepdim=True),
     "concat": lambda alg, xs, at: torch.cat(xs, dim=at["dim"]),

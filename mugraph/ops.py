@@ -330,14 +330,20 @@ def get_op(name: str) -> OpDef:
         raise UnsupportedOpError(f"unknown op {name!r}; the catalog has {sorted(CATALOG)}") from None
 
 
+def _flag(kind: str, trait: str) -> bool:
+    """A boolean trait of ``kind``'s catalog entry (False for names outside the catalog:
+    structural kinds such as ``input`` or ``accum``)."""
+    d = CATALOG.get(kind)
+    return d is not None and getattr(d, trait)
+
+
 def category(kind: str) -> Category | None:
     d = CATALOG.get(kind)
     return d.category if d is not None else None
 
 
 def is_pointwise(kind: str) -> bool:
-    d = CATALOG.get(kind)
-    return d is not None and d.pointwise
+    return _flag(kind, "pointwise")
 
 
 def is_contraction(kind: str) -> bool:
@@ -360,25 +366,21 @@ def folds(kind: str) -> bool:
 
 
 def adds_up(kind: str) -> bool:
-    d = CATALOG.get(kind)
-    return d is not None and d.adds_up
+    return _flag(kind, "adds_up")
 
 
 def joins(kind: str) -> bool:
     """The output is the inputs laid side by side along ``attrs["dim"]`` (concat)."""
-    d = CATALOG.get(kind)
-    return d is not None and d.joins
+    return _flag(kind, "joins")
 
 
 def reorders(kind: str) -> bool:
     """The output is the input with its dims reordered by ``attrs["perm"]`` (permute)."""
-    d = CATALOG.get(kind)
-    return d is not None and d.reorders
+    return _flag(kind, "reorders")
 
 
 def exp_like(kind: str) -> bool:
-    d = CATALOG.get(kind)
-    return d is not None and d.exp_like
+    return _flag(kind, "exp_like")
 
 
 def lax_classes(kinds) -> set[str]:

@@ -32,9 +32,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Optional
+from typing import Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program

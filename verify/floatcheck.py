@@ -49,7 +49,7 @@ import numpy as np
 import torch
 
 from mugraph.algebra import Algebra, FloatAlgebra
-from mugraph.errors import ConfigError, InputError, UnsupportedOpError
+from mugraph.errors import ConfigError, InputError
 from mugraph.ops import is_contraction
 from mugraph.interpreter import evaluate
 from mugraph.ir import KernelGraph
@@ -140,21 +140,18 @@ class KernelFloatAlgebra(FloatAlgebra):
         return v.to(self.store)
 
     def _compute(self, kind, inputs, attrs):
+        """The op in the compute dtype, not yet stored (the float facet's row unless
+        :data:`KERNEL_FLOAT_ROWS` replaces it)."""
         ins = [x.to(self.compute) for x in inputs]
-        row = KERNEL_FLOAT_ROWS.get(kind) or self.ops.get(kind)
-        if row is None:
-            raise UnsupportedOpError(f"{kind}: the {self.name} algebra has no meaning for this op")
-        return row(self, ins, attrs)
+        row = KERNEL_FLOAT_ROWS.get(kind)
+        return row(self, ins, attrs) if row is not None else Algebra.apply(self, kind, ins, attrs)
 
 
 #: rows of :class:`KernelFloatAlgebra` that replace the float facet's
-#: (``mugraph.algebra.FLOAT_OPS``): the same values, computed where the check runs
+#: (``mugraph.algebra.FLOAT_OPS``): the same values, computed faster
 KERNEL_FLOAT_ROWS = {
     # without the CPU's slow path, bit for bit the same
     "exp": lambda alg, xs, at: exp(xs[0]),
-    # on the algebra's device, not on the CPU
-    "const": lambda alg, xs, at: torch.full(tuple(at["shape"]), float(at["value"]), dtype=alg.compute,
-                                            device=alg.device),
 }
 
 

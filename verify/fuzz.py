@@ -712,6 +712,24 @@ def rewrite(graph: KernelGraph, rng: Rng | int, *, steps: int = 2) -> KernelGrap
 # ============================================================================ ground truth
 
 
+def corpus_graph(i: int, rng: Rng, refs: list[KernelGraph]) -> KernelGraph:
+    """The ``i``-th graph of the mutation fuzz's corpus, cycling through six kinds: a
+    reference μGraph of ``refs``, a random program, a random μGraph, a random program
+    with sqrt, and a random program or a reference with a 2^40-times larger part."""
+    kind = i % 6
+    if kind == 0:
+        return refs[(i // 6) % len(refs)]
+    if kind == 1:
+        return random_program(rng)
+    if kind == 2:
+        return random_ugraph(rng)
+    if kind == 3:
+        return random_program(rng, sqrt=True)
+    if kind == 4:
+        return with_large_part(random_program(rng))
+    return with_large_part(refs[(i // 6) % len(refs)])
+
+
 def differs(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
             rtol: float = FLOAT64_RTOL) -> bool | None:
     """Whether ``a`` and ``b`` compute different real functions — the fuzz's ground

@@ -25,7 +25,7 @@ import torch.fx as fx
 from .capture import trace
 from .graph import Captured
 from .options import FrontendOptions
-from .run import device_of, optimize_piece
+from .run import device_of
 
 log = logging.getLogger("mugraph")
 
@@ -74,16 +74,9 @@ class MugraphCompiled:
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops)
         self.captured[sig] = cap
-        dev = device_of(args)
-        done = {}
-        for bp in cap.pieces:
-            r = optimize_piece(bp, opts, dev)
-            if r is not None:
-                done[bp.name] = r[0]
-        kept = [bp for bp in cap.pieces if bp.name in done]
-        stitched = cap.stitched(lambda bp: done[bp.name], kept)
+        stitched = cap.compile(opts, device_of(args))
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized, %d library ops",
-                 len(cap.info), len(kept), len(cap.pieces), len(cap.library))
+                 len(cap.info), len(cap.kept), len(cap.pieces), len(cap.library))
         if not opts.inductor:
             return stitched
         return _inductor(stitched, list(args))

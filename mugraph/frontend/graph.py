@@ -27,6 +27,7 @@ class Captured:
         inside = {n for bp in self.pieces for n in bp.piece.nodes}
         #: call nodes that stay torch calls
         self.library: list[fx.Node] = [n for n in self.info if n not in inside]
+        self.kept: list[BuiltPiece] = []
 
     def summary(self) -> str:
         lines = [f"{len(self.pieces)} Lax pieces, {len(self.library)} library ops"]
@@ -61,8 +62,9 @@ class Captured:
             r = optimize_piece(bp, opts, dev)
             if r is not None:
                 done[bp.name] = r[0]
-        kept = [bp for bp in self.pieces if bp.name in done]
-        return self.stitched(lambda bp: done[bp.name], kept)
+        #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
+        self.kept = [bp for bp in self.pieces if bp.name in done]
+        return self.stitched(lambda bp: done[bp.name], self.kept)
 
     @property
     def example_devices(self) -> list:

@@ -21,8 +21,7 @@ from typing import Callable, List
 
 import torch
 
-from lower.runtime import TORCH_DTYPE, CompiledProgram, _interpret
-from lower.torch_ops import TORCH_OPS
+from lower.runtime import TORCH_DTYPE, CompiledProgram
 
 from ..ir import Program
 
@@ -50,21 +49,7 @@ def functional_runner(prog: CompiledProgram, wrap: Callable) -> Callable[[List[t
         outs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
         for t, o in zip(graph.outputs, outs):
             env[t.label()] = o
-        with _interpret(prog.interpret):
-            for step in prog.steps:
-                op = step.op
-                if step.kernel is None:
-                    t = op.outputs[0]
-                    r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
-                                           TORCH_DTYPE[t.dtype], dev).to(TORCH_DTYPE[t.dtype])
-                    if t in graph.outputs:
-                        env[t.label()].copy_(r)
-                    else:
-                        env[t.label()] = r.contiguous()
-                    continue
-                for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
-                    opts = {k: v for k, v in opts.items() if k != "launch_pdl"}
-                    wrap(fn)[(ln.grid,)](*[env[a] for a in ln.args], **opts)
+        prog.run_steps(env, dev, wrap)
         return outs
     return run
 

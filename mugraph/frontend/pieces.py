@@ -24,7 +24,7 @@ from ..ir import Program
 from ..lax import check_lax
 from ..serialize import graph_to_json
 from .aten import Context
-from .capture import NodeInfo, _val, build_node, dtype_name, tensor_args
+from .capture import _val, build_node, dtype_name, tensor_args
 from .partition import Piece
 
 
@@ -138,7 +138,6 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
     tie = len(units)
     g = fx.Graph()
     new: dict[fx.Node, fx.Node] = {}
-    consts_done: dict[int, list[fx.Node]] = {}
     emitted = 0
     while heap:
         _, _, u = heapq.heappop(heap)

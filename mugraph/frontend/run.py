@@ -31,7 +31,8 @@ log = logging.getLogger("mugraph")
 #: (piece name, options key, device, kernel op kind) -> (operator, Optimized): one search
 #: and one registration per process
 _DONE: dict[tuple, tuple[Any, Any] | None] = {}
-#: what ``bp.info`` says of each searched piece (a later capture of the same piece gets a copy)
+#: each searched piece's result and what ``bp.info`` says of it (a later capture of the same
+#: piece gets a copy); empty when the search failed
 _INFO: dict[tuple, dict] = {}
 
 
@@ -44,52 +45,63 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
 
 
 def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
-    """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code."""
+    """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code.
+    The search runs once per process and key; the operator is built only for a piece
+    that runs lowered (not for one that ``opts.unfused`` leaves to torch)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
     k = (bp.name, opts.key(), device, kind)
-    if k in _DONE:
-        if _DONE[k] is None:
+    if k not in _INFO:
+        if not _search(bp, opts, device, k):
             return None
-        bp.info = dict(_INFO[k])
-        return _unless_unfused(bp, opts, *_DONE[k])
+    elif k in _DONE and _DONE[k] is None:  # failed before
+        return None
+    opt = _INFO[k]["optimized"]
+    bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
+    if opt.best.origin == "program" and opts.unfused == "torch":
+        log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
+                 "(option unfused='lower' runs it lowered)", bp.name)
+        bp.info["runs"] = "torch"
+        return None
+    if k not in _DONE:
+        try:
+            # no CUDA graph of its own (the caller may capture one around it) and no PDL launch
+            # option (wrap_triton passes launch options through only for warps and stages)
+            configs = {i: lower.KernelConfig.from_dict(v) for i, v in opt.best.configs.items()}
+            prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False)
+            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}", prog, kind), opt)
+        except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
+            _stays_torch(bp, e)
+            _DONE[k] = None
+    return _DONE[k]
+
+
+def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> bool:
+    """Superoptimize the piece into ``_INFO[k]``; False (and one log line) when it stays torch code."""
     cached = _is_cached(bp, opts, device)
     if not cached and opts.deadline is not None and time.time() > opts.deadline:
         log.warning("mugraph: %s stays torch code: the deadline for searches has passed", bp.name)
-        return None
+        return False
     if not cached:
         log.info("mugraph: new search for %s, ≤ %g s", bp.describe(), opts.time_limit)
     t0 = time.perf_counter()
     try:
         opt = superoptimize(bp.program, opts.optimize_config(), device=device, cache_dir=opts.cache_dir,
                             progress=False, seed=opts.seed)
-        # no CUDA graph of its own (the caller may capture one around it) and no PDL launch
-        # option (wrap_triton passes launch options through only for warps and stages)
-        configs = {i: lower.KernelConfig.from_dict(v) for i, v in opt.best.configs.items()}
-        prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False)
-        op = make_op(f"{bp.name}_{opts.key()}_{kind[0]}", prog, kind)
     except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
-        what = str(e).splitlines()[0][:300] if str(e) else ""
-        log.warning("mugraph: %s stays torch code: %s%s", bp.name,
-                    "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
+        _stays_torch(bp, e)
         _DONE[k] = None
-        return None
+        _INFO[k] = {}
+        return False
     _INFO[k] = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
                 "origin": opt.best.origin, "found_by": opt.best.found_by,
-                "predicted_s": opt.best.predicted_s}
-    bp.info = dict(_INFO[k])
-    _DONE[k] = (op, opt)
-    return _unless_unfused(bp, opts, op, opt)
+                "predicted_s": opt.best.predicted_s, "optimized": opt}
+    return True
 
 
-def _unless_unfused(bp: BuiltPiece, opts: FrontendOptions, op, opt):
-    """``(op, opt)``, or ``None`` when the search found nothing better than the program
-    itself and ``opts.unfused`` leaves such a piece to torch (``bp.info["runs"]`` says so)."""
-    if opt.best.origin == "program" and opts.unfused == "torch":
-        log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
-                 "(option unfused='lower' runs it lowered)", bp.name)
-        bp.info["runs"] = "torch"
-        return None
-    return op, opt
+def _stays_torch(bp: BuiltPiece, e: Exception) -> None:
+    what = str(e).splitlines()[0][:300] if str(e) else ""
+    log.warning("mugraph: %s stays torch code: %s%s", bp.name,
+                "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
 
 
 def device_of(example_inputs) -> str:

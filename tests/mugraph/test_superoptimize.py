@@ -1,7 +1,6 @@
 """superoptimize end to end on the CPU: search → verify → float check → lower →
 run the generated Triton under the interpreter, checked against float64."""
 
-import os
 import time
 
 import numpy as np

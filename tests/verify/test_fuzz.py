@@ -11,25 +11,7 @@ import pytest
 
 import verify
 from mugraph.benchmarks import REFERENCES, reference
-from verify.fuzz import (MUTATIONS, REWRITES, differs, mutate, random_program, random_ugraph, rewrite,
-                         with_large_part)
-
-
-def corpus(i: int, rng, refs):
-    """The ``i``-th graph to mutate: references, random programs (plain, with sqrt,
-    with a large part), random μGraphs."""
-    kind = i % 6
-    if kind == 0:
-        return refs[(i // 6) % len(refs)]
-    if kind == 1:
-        return random_program(rng)
-    if kind == 2:
-        return random_ugraph(rng)
-    if kind == 3:
-        return random_program(rng, sqrt=True)
-    if kind == 4:
-        return with_large_part(random_program(rng))
-    return with_large_part(refs[(i // 6) % len(refs)])
+from verify.fuzz import MUTATIONS, REWRITES, corpus_graph, differs, mutate, random_program, random_ugraph, rewrite
 
 
 def run_fuzz(n: int, seed: int, check=None):
@@ -42,7 +24,7 @@ def run_fuzz(n: int, seed: int, check=None):
             return verify.field_test(a, b, rng=rng)[0] is None
     out = collections.Counter()
     for i in range(n):
-        g = corpus(i, rng, refs)
+        g = corpus_graph(i, rng, refs)
         r = mutate(g, rng)
         if r is None:
             out["no mutant"] += 1
@@ -80,7 +62,7 @@ def test_fuzz_tricks_fool_a_fixed_prime_test_but_not_random_primes():
     refs = [reference(r, small=True) for r in sorted(REFERENCES)]
     n, fooled = 0, 0
     for i in range(60):
-        g = corpus(i, rng, refs)
+        g = corpus_graph(i, rng, refs)
         r = mutate(g, rng, kinds=["prime_constant", "exp_prime_constant", "hidden_part"])
         if r is None or differs(g, r[0], seed=i) is not True:
             continue
@@ -108,7 +90,7 @@ def test_each_mutation_yields_rejected_mutants(name):
     refs = [reference(r, small=True) for r in sorted(REFERENCES)]
     for i in range(120):
         if name in ("sqrt_sign", "hidden_part", "exp_prime_constant"):  # need sqrt, a large part, an exp
-            g = corpus(i, rng, refs)
+            g = corpus_graph(i, rng, refs)
         else:
             g = [random_program, random_ugraph][i % 2](rng)
             if i % 4 == 0:
