@@ -399,7 +399,7 @@ def pow_fixed(x: torch.Tensor, e: int, m: int) -> torch.Tensor:
     residues either way (exact int64 arithmetic, every product below 2^62)."""
     if x.device.type == "cpu" and x.numel() < SMALL_POW:
         xi = x if x.dtype == torch.int64 else x.to(torch.int64)
-        return torch.from_numpy(_pow_numpy(xi.numpy(), e, m))
+        return torch.from_numpy(np.asarray(_pow_numpy(xi.numpy(), e, m), dtype=np.int64))
     base = new_tensor(x.shape, torch.int64, x.device)
     torch.remainder(x, m, out=base)
     result = None

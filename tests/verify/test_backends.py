@@ -27,6 +27,10 @@ def test_pow_fixed_numpy_and_torch_paths_agree(e, monkeypatch):
     assert small.dtype == large.dtype == torch.int64
     assert torch.equal(small, large)
     assert [int(v) for v in small[:50]] == [pow(int(v), e, LARGEST.p) for v in x[:50]]
+    monkeypatch.undo()
+    assert int(pow_fixed(x[5], e, LARGEST.p)) == pow(int(x[5]), e, LARGEST.p)  # a 0-d tensor
+    t = x[:12].view(3, 4).t()  # a strided view
+    assert torch.equal(pow_fixed(t, e, LARGEST.p), small[:12].view(3, 4).t())
 
 
 def test_pow_table_built_in_numpy_is_the_powers_of_omega():
