@@ -246,7 +246,7 @@ def field_test(a: KernelGraph, b: KernelGraph, *, rng: np.random.Generator, fld:
     dev = resolve_device(device)
     if isinstance(_check_field(fld), PrimeFamily) and plan is None:
         plan = make_plan(a, b, fld)
-    with eval_threads(a, b), reuse_memory():
+    with eval_threads(a, b), reuse_memory(a, b):
         mismatch, failed, _ = _field_test(a, b, rng, fld, need_q, max_failed_draws, plan, dev)
     return mismatch, failed
 
@@ -288,7 +288,7 @@ class _Draws:
     conditions on them): draw ``k``'s primes and ω, and each input's residues, drawn
     when first asked for — each from a generator seeded by ``(seed, k, …)`` alone, so
     a draw is the same whoever asks, in whatever order — and kept while ``budget``
-    (bytes, shared with the reference's outputs) lasts."""
+    (bytes) lasts."""
 
     def __init__(self, seed: int, fld: FieldLike, plan: Plan, device: torch.device, budget: list[int]) -> None:
         self.seed, self.fld, self.plan, self.device, self.budget = seed, fld, plan, device, budget
@@ -355,8 +355,8 @@ class Reference:
     float check (its float64 values, magnitudes and own rounding errors, per case)
     is computed once too. ``Reference(p, seed=s).equivalent(c)`` gives the verdict
     of ``equivalent(p, c, seed=s)``; :meth:`equivalent_many` runs several candidates
-    draw by draw. Drawn residues and the reference's outputs are kept up to
-    ``cache_bytes`` (on ``device``). ``device``: ``"auto"`` (CUDA when present),
+    draw by draw. Drawn residues are kept up to ``cache_bytes`` (on ``device``), and
+    the reference's outputs up to as many bytes again. ``device``: ``"auto"`` (CUDA when present),
     ``"cpu"`` or ``"cuda"`` — the verdicts do not depend on it (residues are drawn on
     the CPU; the arithmetic is exact)."""
 
@@ -371,7 +371,11 @@ class Reference:
         self.field = _check_field(field)
         self.device = resolve_device(device)
         self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
-        self.budget = [int(cache_bytes)]
+        self.budget = [int(cache_bytes)]  # drawn residues
+        # the reference's outputs have a budget of their own: they are small next to the
+        # inputs (an attention output is 1/16 of its K and V) and each one saves a whole
+        # evaluation of the program per candidate, where a kept residue saves only its draw
+        self.output_budget = [int(cache_bytes)]
         self._live: KernelGraph | None = None
         self._draws: dict[tuple, _Draws] = {}
         self._outputs: dict[tuple, object] = {}
@@ -403,8 +407,8 @@ class Reference:
                 size = sum(_nbytes(t) for o in got for t in o)
             except (ZeroDivisorDraw, FieldError) as e:
                 got, size = e, 0
-            if size <= self.budget[0]:
-                self.budget[0] -= size
+            if size <= self.output_budget[0]:
+                self.output_budget[0] -= size
                 self._outputs[key] = got
         return got
 
@@ -481,7 +485,7 @@ class Reference:
         verdicts: list[Verdict | None] = [None] * len(candidates)
         groups: dict[tuple, list[_Trial]] = {}
         setup: dict[int, tuple] = {}
-        with eval_threads(self.graph, *candidates), reuse_memory():
+        with eval_threads(self.graph, *candidates), reuse_memory(self.graph, *candidates):
             for i, c in enumerate(candidates):
                 try:
                     check_lax(self.graph)

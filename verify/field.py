@@ -271,7 +271,7 @@ def _glibc():
 
 
 @contextmanager
-def reuse_memory():
+def reuse_memory(*graphs: KernelGraph):
     """Keep freed memory for reuse while a verification runs (glibc only; elsewhere
     nothing changes).
 
@@ -283,10 +283,12 @@ def reuse_memory():
     ``exp`` of 16.7M floats: 44 → 11 ms; a modular product: 213 → 38 ms). On leaving
     the outermost scope the free memory goes back to the system (``malloc_trim``) and
     the thresholds are set to the values glibc's own sliding thresholds reach under
-    large allocations (mmap from 32 MB, trim above 64 MB)."""
+    large allocations (mmap from 32 MB, trim above 64 MB). With ``graphs`` given and
+    all of them small (:data:`SMALL_EVAL`), nothing changes: their arrays are below
+    glibc's mmap threshold anyway, and the final trim would cost more than the test."""
     global _heap_depth
     libc = _glibc()
-    if libc is None:
+    if libc is None or (graphs and all(largest_value(g)[0] < SMALL_EVAL for g in graphs)):
         yield
         return
     with _HEAP_LOCK:
@@ -348,17 +350,56 @@ def numpy_io(fn):
 
 
 
+def bshape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
+    """The broadcast of two shapes (numpy's rule). ``torch.broadcast_shapes`` goes
+    through symbolic-shape guards: ~80 μs a call, a tenth of a small test's time."""
+    n = max(len(a), len(b))
+    a = (1,) * (n - len(a)) + tuple(a)
+    b = (1,) * (n - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(a, b):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"shapes {a} and {b} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+#: CPU tensors with fewer elements than this are exponentiated in numpy (:func:`pow_fixed`)
+SMALL_POW = 1 << 15
+
+
 def mulmod(x: torch.Tensor, y: torch.Tensor | int, m: int) -> torch.Tensor:
     """``x·y mod m`` element-wise (broadcasting), into a fresh int64 tensor."""
-    shape = torch.broadcast_shapes(x.shape, y.shape) if isinstance(y, torch.Tensor) else x.shape
+    shape = bshape(x.shape, y.shape) if isinstance(y, torch.Tensor) else x.shape
     out = new_tensor(shape, torch.int64, x.device)
     torch.mul(x, y, out=out)
     return out.remainder_(m)
 
 
+def _pow_numpy(x: np.ndarray, e: int, m: int) -> np.ndarray:
+    """``x ** e mod m`` in numpy int64 (square and multiply; products ``< 2^62``)."""
+    base = np.remainder(x, m)
+    result = None
+    while e:
+        if e & 1:
+            result = base.copy() if result is None else np.remainder(result * base, m)
+        e >>= 1
+        if e:
+            base = np.remainder(base * base, m)
+    return np.ones_like(base) if result is None else result
+
+
 @numpy_io
 def pow_fixed(x: torch.Tensor, e: int, m: int) -> torch.Tensor:
-    """``x ** e mod m`` element-wise for a fixed exponent (square and multiply)."""
+    """``x ** e mod m`` element-wise for a fixed exponent (square and multiply).
+
+    About 1.5·log2(e) passes: for a small CPU tensor (a softmax's row sums) the
+    per-op cost decides, so below :data:`SMALL_POW` elements the same integer
+    arithmetic runs in numpy (~1 μs an op against torch's ~5–10 μs) — the same
+    residues either way (exact int64 arithmetic, every product below 2^62)."""
+    if x.device.type == "cpu" and x.numel() < SMALL_POW:
+        xi = x if x.dtype == torch.int64 else x.to(torch.int64)
+        return torch.from_numpy(np.asarray(_pow_numpy(xi.numpy(), e, m), dtype=np.int64))
     base = new_tensor(x.shape, torch.int64, x.device)
     torch.remainder(x, m, out=base)
     result = None
@@ -398,15 +439,15 @@ class PowTable:
         self.bits = min(self.BITS, nbits)
         self.windows = -(-nbits // self.bits)
         self.tables = []
-        for w in range(self.windows):
+        for w in range(self.windows):  # built in numpy (cheap small ops), then moved to the device
             step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
-            t = torch.empty(1 << self.bits, dtype=torch.int64, device=dev)
+            t = np.empty(1 << self.bits, dtype=np.int64)
             t[0] = 1
             for j in range(self.bits):  # T[2^j + i] = T[i] · step^(2^j), written in place
                 n = 1 << j
-                torch.mul(t[:n], pow(step, n, p), out=t[n:2 * n])
-                t[n:2 * n].remainder_(p)
-            self.tables.append(t)
+                np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
+                np.remainder(t[n:2 * n], p, out=t[n:2 * n])
+            self.tables.append(torch.from_numpy(t).to(dev))
 
     def __call__(self, k: torch.Tensor) -> torch.Tensor:
         if isinstance(k, np.ndarray):
@@ -679,7 +720,7 @@ class FieldInput:
 
 
 def _matmul_shape(a: tuple, b: tuple) -> tuple:
-    lead = tuple(torch.broadcast_shapes(a[:-2], b[:-2]))
+    lead = tuple(bshape(a[:-2], b[:-2]))
     return lead + (a[-2], b[-1])
 
 
@@ -864,7 +905,7 @@ class FieldAlgebra(Algebra):
 
     def _div(self, xs, at):
         x, y = xs
-        shape = tuple(torch.broadcast_shapes(x[0].shape, y[0].shape))
+        shape = tuple(bshape(x[0].shape, y[0].shape))
 
         def div(a: Part, b: Part, m: int) -> torch.Tensor:
             d = b.ints()
@@ -939,7 +980,7 @@ def binary_row(fn):
     """A field row of an element-wise binary op: ``fn(a, b, m)`` on each part's residues."""
     def row(alg: FieldAlgebra, xs, at):
         x, y = xs
-        shape = tuple(torch.broadcast_shapes(x[0].shape, y[0].shape))
+        shape = tuple(bshape(x[0].shape, y[0].shape))
         return tuple(alg._part(shape, lambda a=a, b=b, m=m: fn(a.ints(), b.ints(), m), [a, b])
                      for a, b, m in zip(x, y, alg.moduli))
     return row
@@ -969,13 +1010,13 @@ FieldAlgebra.ops = FIELD_OPS
 
 
 def _addmod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
-    out = new_tensor(torch.broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
+    out = new_tensor(bshape(x.shape, y.shape), torch.int64, x.device)
     torch.add(x, y, out=out)
     return out.remainder_(m)
 
 
 def _submod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
-    out = new_tensor(torch.broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
+    out = new_tensor(bshape(x.shape, y.shape), torch.int64, x.device)
     torch.sub(x, y, out=out)
     return out.remainder_(m)  # remainder takes the divisor's sign: [0, m)
 

@@ -397,7 +397,7 @@ def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Seque
     same seed, dtypes and scales, whose cases are reused (another one is ignored)."""
     check_compatible(reference, candidate)
     dtypes, scales = _check_args(dtypes, scales, seed, tolerances, slack)
-    with eval_threads(reference, candidate), reuse_memory():
+    with eval_threads(reference, candidate), reuse_memory(reference, candidate):
         return _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, device, prepared)
 
 
