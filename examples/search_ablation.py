@@ -9,8 +9,8 @@ Writes ``<out>.csv`` and ``<out>.md`` (the table beside Mirage's published secon
 docs/design.md §6.14). The columns can run as separate commands (each appends to
 nothing: give each its own ``--out``), e.g. on a 16-core machine:
 
-    python examples/search_ablation.py --columns default onewkr --workers 16 --cap 120 --cell-cap 60 --out t5a
-    python examples/search_ablation.py --columns noae --workers 16 --cell-cap 60 --out t5b
+    python examples/search_ablation.py --columns default noae --workers 16 --cap 120 --cell-cap 30 --out table5_a
+    python examples/search_ablation.py --columns onewkr --cell-cap 75 --out table5_b
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def main() -> None:
     for n in [int(x) for x in args.ops.split(",")]:
         for name in args.columns:
             cap = args.cap if name == "default" else cell_cap
-            cfg = search.SearchConfig(max_kernel_ops=1, max_block_ops=n, workers=args.workers, time_limit=cap,
-                                      progress=False, max_verify=args.verify, verify_reserve=0.0,
-                                      **COLUMNS[name])
+            kw = {"max_kernel_ops": 1, "max_block_ops": n, "workers": args.workers, "time_limit": cap,
+                  "progress": False, "max_verify": args.verify, "verify_reserve": 0.0}
+            cfg = search.SearchConfig(**{**kw, **COLUMNS[name]})
             r = search.run(p, cfg)
             st = r.stats
             rows.append({"max_block_ops": n, "column": name, "workers": cfg.workers, "cap": cap,
