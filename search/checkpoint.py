@@ -2,8 +2,10 @@
 without redoing work and ends with the same result.
 
 The file records the program (its name and a hash of its JSON), the result-relevant
-config fields (``SearchConfig.key()``) and, per finished task index, its fingerprint
-matches and statistics. It is rewritten atomically (a uniquely named temporary file in
+config fields (``SearchConfig.key()``) and, per finished unit of work (a root task,
+``"7"``, or a piece split off one, ``"7:3.0"``: see :func:`search.driver._unit_key`), its
+fingerprint matches, statistics and the pieces it handed back (``deferred``), so a
+resume re-creates those pieces and redoes no finished one. It is rewritten atomically (a uniquely named temporary file in
 the same folder, then a rename), so a kill at any moment leaves either the old or the
 new checkpoint, never a torn one.
 
@@ -25,7 +27,7 @@ from typing import Any
 
 from mugraph.errors import CacheError
 
-VERSION = 2
+VERSION = 3
 
 
 class CheckpointError(CacheError):
@@ -43,7 +45,7 @@ def _program_hash(program_json: dict) -> str:
 
 
 class Checkpoint:
-    """Finished tasks of one search (``done``: task index -> {"results", "stats"})."""
+    """Finished units of one search (``done``: unit key -> {"results", "stats", "deferred"})."""
 
     def __init__(self, path: str | os.PathLike, program_json: dict, config_key: dict) -> None:
         self.path = Path(path)
@@ -51,7 +53,7 @@ class Checkpoint:
         self.program_hash = _program_hash(program_json)
         self.config = json.loads(json.dumps(config_key, default=str))
         self.key = fingerprint_of(program_json, config_key)
-        self.done: dict[int, dict[str, Any]] = {}
+        self.done: dict[str, dict[str, Any]] = {}
 
     @classmethod
     def open(cls, path: str | os.PathLike, program_json: dict, config_key: dict) -> "Checkpoint":
@@ -86,17 +88,18 @@ class Checkpoint:
             raise self._refuse(f"written for another search config: {what}")
         try:
             done = doc["done"]
-            self.done = {int(k): {"results": list(v["results"]), "stats": dict(v["stats"])} for k, v in done.items()}
+            self.done = {str(k): {"results": list(v["results"]), "stats": dict(v["stats"]),
+                                  "deferred": [list(p) for p in v.get("deferred", [])]} for k, v in done.items()}
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise self._refuse(f"malformed task records ({type(e).__name__}: {e})") from None
 
-    def record(self, index: int, results: list[dict], stats: dict) -> None:
-        self.done[index] = {"results": results, "stats": stats}
+    def record(self, key: str, results: list[dict], stats: dict, deferred: list | None = None) -> None:
+        self.done[key] = {"results": results, "stats": stats, "deferred": [list(p) for p in deferred or []]}
 
     def save(self) -> None:
         doc = {"format": "mugraph-search-checkpoint", "version": VERSION, "key": self.key,
                "program": self.program_name, "program_hash": self.program_hash, "config": self.config,
-               "done": {str(k): v for k, v in sorted(self.done.items())}}
+               "done": dict(sorted(self.done.items()))}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")
         try:

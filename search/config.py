@@ -90,6 +90,10 @@ class SearchConfig:
     #: every match are ranked by cost and the ``4 * split_sources`` cheapest fingerprinted
     split_loops: bool = True
     split_sources: int = 2
+    #: a search task that has run this many seconds hands its unexplored children back to
+    #: the driver as new tasks, so idle workers share a large subtree (None: never split);
+    #: the result does not depend on it
+    split_seconds: Optional[float] = 1.0
 
     def __post_init__(self) -> None:
         self.validate()
@@ -112,7 +116,8 @@ class SearchConfig:
     def key(self) -> dict:
         """The fields that change the search's result (checkpoints must match them)."""
         d = self.to_json()
-        for k in ("workers", "executor", "ray_address", "time_limit", "checkpoint", "progress", "verify_reserve"):
+        for k in ("workers", "executor", "ray_address", "time_limit", "checkpoint", "progress", "verify_reserve",
+                  "split_seconds"):
             d.pop(k)
         return d
 
@@ -158,6 +163,7 @@ RULES: dict[str, tuple] = {
     "block_ops": (_ops, "None or a list of catalog op names"),
     "egraph_time_limit": _SECONDS,
     "time_limit": (lambda v: v is None or (_num(v) and v > 0), "a number of seconds > 0, or None"),
+    "split_seconds": (lambda v: v is None or (_num(v) and v >= 0), "a number of seconds >= 0, or None"),
     "verify_reserve": (lambda v: _num(v) and v >= 0, "a number of seconds >= 0"),
     "compose_share": (lambda v: _num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
     "verify_error": (lambda v: _num(v) and 0 < v < 1, "a probability in (0, 1)"),

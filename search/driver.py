@@ -149,7 +149,13 @@ class _Run:
         self.checker = Checker(program, cfg.verify_error, cfg.seed)
         self.root: Optional[Searcher] = None
         self.tasks: list = []
-        self.task_json: list[list] = []
+        #: units of work: (root task index, path below it) — the root tasks, then the pieces
+        #: that tasks running past ``split_seconds`` handed back — and their payload JSON
+        self.units: list[tuple[int, tuple]] = []
+        self.unit_json: list[list] = []
+        self._todo: Optional[deque] = None
+        #: seconds each finished unit took in its worker
+        self.unit_seconds: list[float] = []
         self.done: dict[int, TaskDone] = {}
         self.counts: Counter = Counter()
         self.ckpt: Optional[Checkpoint] = None
@@ -221,17 +227,26 @@ class _Run:
                           for t in sorted(self.root.root_tasks(k), key=lambda t: t.block is None)]
         else:
             self.tasks = self.root.root_tasks()
-        self.task_json = [t.to_json() for t in self.tasks]
+        for i in range(len(self.tasks)):
+            self._add_unit(i, ())
         if cfg.checkpoint:
             self.ckpt = Checkpoint.open(cfg.checkpoint, graph_to_json(self.program), cfg.key())
-            for i, rec in self.ckpt.done.items():
-                if i < len(self.tasks):
+            u = 0
+            while u < len(self.units):  # a resumed unit brings back the units it handed back
+                rec = self.ckpt.done.get(_unit_key(*self.units[u]))
+                if rec is not None:
                     self.resumed += 1
-                    self._record(i, rec["results"], rec["stats"].get("search", {}), rec["stats"].get("oracle", {}),
-                                 save=False)
+                    self._record(u, rec["results"], rec["stats"].get("search", {}), rec["stats"].get("oracle", {}),
+                                 rec.get("deferred", []), save=False)
+                u += 1
         if self.bar is not None:
-            self.bar.reset(total=len(self.tasks))
+            self.bar.reset(total=len(self.units))
             self.bar.update(len(self.done))
+
+    def _add_unit(self, i: int, path: tuple) -> int:
+        self.units.append((i, path))
+        self.unit_json.append(self.tasks[i].sub(path).to_json())
+        return len(self.units) - 1
 
     def _compose(self) -> None:
         if not self.cfg.compose:
@@ -262,8 +277,9 @@ class _Run:
 
     def _enumerate(self) -> None:
         t_start = time.perf_counter()
-        todo = deque(i for i in range(len(self.tasks)) if i not in self.done)
-        self._phase_left = Counter((self.tasks[i].kops or 0) for i in todo)
+        todo = deque(u for u in range(len(self.units)) if u not in self.done)
+        self._todo = todo
+        self._phase_left = Counter((self.tasks[self.units[u][0]].kops or 0) for u in todo)
         self._set_phase("search")
         attempts: Counter = Counter()
         try:
@@ -282,7 +298,8 @@ class _Run:
                 while open_ and todo and ex.idle() > 0:
                     i = todo.popleft()
                     attempts[i] += 1
-                    ex.submit(i, {"kind": "search", "task": self.task_json[i], "deadline": self._wall(self.deadline)})
+                    ex.submit(i, {"kind": "search", "task": self.unit_json[i], "deadline": self._wall(self.deadline),
+                                  "split": self.cfg.split_seconds})
                 for out in ex.wait(self._tick()):
                     self._search_outcome(out, attempts, todo if open_ else None)
                 self._refresh()
@@ -293,9 +310,11 @@ class _Run:
         i = out.index
         if out.value is not None:
             v = out.value
-            self._record(i, v["results"], v["stats"], v["oracle"])
+            if "seconds" in v:
+                self.unit_seconds.append(v["seconds"])
+            self._record(i, v["results"], v["stats"], v["oracle"], v.get("deferred", []))
             return
-        spec = _describe(self.task_json[i])
+        spec = _describe(self.unit_json[i])
         if out.died:
             retry = attempts[i] < 2 and todo is not None
             self.worker_failures.append({"task": i, "spec": spec, "error": out.error, "retried": retry})
@@ -306,22 +325,34 @@ class _Run:
         self.failed.append({"task": i, "spec": spec, "error": out.error})
         self._note(f"task {i} ({spec}) failed: {out.error}")
 
-    def _record(self, i: int, res: list, st: dict, ost: dict, save: bool = True) -> None:
-        self.done[i] = TaskDone(res, st, ost)
+    def _record(self, u: int, res: list, st: dict, ost: dict, deferred: list, save: bool = True) -> None:
+        """Unit ``u`` finished: keep its answer and queue the units it handed back (a unit
+        stopped by the deadline is incomplete: it is redone on resume, its pieces dropped)."""
+        self.done[u] = TaskDone(res, st, ost)
         self.counts.update(st)
+        i, _ = self.units[u]
+        ph = self.tasks[i].kops or 0
+        new: list[int] = []
+        if not ost.get("timed_out"):
+            new = [self._add_unit(i, tuple(p)) for p in sorted(deferred, key=len)]
+            if save and new and self._todo is not None:
+                self._todo.extendleft(reversed(new))  # shallowest (likely largest) first
+                self._phase_left[ph] += len(new)
         if res and self.first_match is None and save:
             self.first_match = round(time.perf_counter() - self.t0, 3)
         if not ost.get("timed_out") and save:
-            ph = self.tasks[i].kops or 0
             self._phase_left[ph] -= 1
             if self._phase_left[ph] == 0:
                 self.phase_done[ph] = round(time.perf_counter() - self.t0, 3)
             if self.ckpt:
-                self.ckpt.record(i, res, {"search": st, "oracle": ost})
+                self.ckpt.record(_unit_key(*self.units[u]), res, {"search": st, "oracle": ost}, deferred)
                 if time.monotonic() - self.last_save > 2.0:
                     self._save()
-        if self.bar is not None and save:
-            self.bar.update(1)
+        if self.bar is not None:
+            if new:
+                self.bar.total = len(self.units)
+            if save:
+                self.bar.update(1)
 
     def _save(self) -> None:
         if self.ckpt:
@@ -330,16 +361,18 @@ class _Run:
 
     # ------------------------------------------------------------- candidates
     def _matches(self) -> list[Match]:
-        matches: list[Match] = []
-        for i in sorted(self.done):
-            for j, m in enumerate(self.done[i].results):
-                matches.append(Match(tuple(m["cost"]), i, j, m["graph"], m.get("sig", ""), "enumeration"))
+        # in DFS order whatever the splitting: by root task, then by the path of the node
+        # that found it (a node's own results before its children's)
+        found = sorted(((self.units[u][0], tuple(m.get("path", ())), u, j), m)
+                       for u, d in self.done.items() for j, m in enumerate(d.results))
+        matches: list[Match] = [Match(tuple(m["cost"]), n, 0, m["graph"], m.get("sig", ""), "enumeration")
+                                for n, (_, m) in enumerate(found)]
         for p in self.derived:  # derived graphs rank after every task's matches
             self._propose(matches, p)
         return matches
 
     def _propose(self, matches: list[Match], p: Proposal) -> None:
-        matches.append(Match(tuple(cost_key(p.graph)), len(self.tasks) + len(matches), 0, graph_to_json(p.graph),
+        matches.append(Match(tuple(cost_key(p.graph)), _DERIVED + len(matches), 0, graph_to_json(p.graph),
                              signature(p.graph), p.origin))
 
     def _split(self, matches: list[Match]) -> None:
@@ -383,20 +416,23 @@ class _Run:
             found = found[:cfg.max_results]
         ostats: Counter = Counter()
         timed_out = False
-        for i in sorted(self.done):
-            ostats.update({k: v for k, v in self.done[i].oracle.items()
+        for u in sorted(self.done):
+            ostats.update({k: v for k, v in self.done[u].oracle.items()
                            if isinstance(v, (int, float)) and k != "timed_out"})
-            timed_out |= self.done[i].timed_out
+            timed_out |= self.done[u].timed_out
         tasks_done = sum(1 for r in self.done.values() if not r.timed_out)
         o = self.root.oracle if self.root is not None else None
         stats = {
             "program": self.program.name,
             "wall_seconds": round(time.perf_counter() - self.t0, 3),
             "executor": cfg.executor, "workers": cfg.workers, "time_limit": cfg.time_limit,
-            "tasks": len(self.tasks), "tasks_done": tasks_done,
+            #: units of work: the root tasks and the pieces split off them (``tasks_done`` counts units)
+            "tasks": len(self.units), "root_tasks": len(self.tasks), "tasks_done": tasks_done,
+            #: seconds the longest unit took in its worker (what bounds the tail)
+            "longest_task_seconds": round(max(self.unit_seconds), 3) if self.unit_seconds else None,
             #: tasks whose results came from the checkpoint
             "tasks_resumed": self.resumed,
-            "complete": (self.root is not None and tasks_done == len(self.tasks) and not timed_out
+            "complete": (self.root is not None and tasks_done == len(self.units) and not timed_out
                          and not self.interrupted),
             "interrupted": self.interrupted,
             #: tasks whose worker died twice or that raised: [{"task", "spec", "error"}]
@@ -477,12 +513,23 @@ class _Run:
             bar.update(0)
 
 
+#: derived graphs rank after every enumerated match
+_DERIVED = 1 << 40
+
+
+def _unit_key(i: int, path: tuple) -> str:
+    """A unit's name in the checkpoint: ``"7"`` for root task 7, ``"7:3.-1073741824.0"`` below it."""
+    return str(i) if not path else f"{i}:" + ".".join(str(k) for k in path)
+
+
 def _describe(task_json: list) -> str:
     """A short text of a task for messages: its first kernel op or block start."""
     prefix, block, kops = (task_json + [None])[:3]
     what = ",".join(op[1] for op in prefix) if prefix else ""
     if block is not None:
         what += (" + " if what else "") + f"block{tuple(block[0])}#{block[1]}"
+    if len(task_json) > 3 and task_json[3]:
+        what += f" @{'.'.join(str(k) for k in task_json[3])}"
     return f"{what or 'root'} (≤{kops} kernels)" if kops else (what or "root")
 
 

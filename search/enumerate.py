@@ -50,6 +50,9 @@ from .oracle import SubexprOracle
 
 GD = "graph_defined"
 ACC = "accum"
+#: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
+#: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
+_CLOSE = 1 << 30
 
 
 def _attr_key(attrs: tuple) -> str:
@@ -65,10 +68,17 @@ class Task:
     #: iterative deepening phase: the task grows graphs of at most ``kops`` kernel ops and
     #: reports only those with exactly ``kops`` (None: up to ``max_kernel_ops``, all reported)
     kops: Optional[int] = None
+    #: a node below the task's start: the child ordinals (:meth:`Searcher._descend`) leading
+    #: to it; the task explores that node's subtree only (a piece of a split task)
+    path: tuple[int, ...] = ()
 
     def to_json(self) -> list:
         return [_jsonable(self.prefix), None if self.block is None else [list(self.block[0]), self.block[1]],
-                self.kops]
+                self.kops, list(self.path)]
+
+    def sub(self, path) -> "Task":
+        """The task of the node at ``path`` below this task's start."""
+        return Task(self.prefix, self.block, self.kops, tuple(path))
 
 
 def _jsonable(x):
@@ -165,6 +175,36 @@ class Searcher:
         self._emit_kops: int = 0
         #: False only in tests: drop the ordering rule (brute force, for comparison)
         self.canonical = True
+        #: splitting (docs/design.md §6): the path of child ordinals from the task's start to
+        #: the current node, the path to the task's own node (``_guide``: its ancestors are
+        #: replayed, not explored), and, past ``_split_at``, children deferred as new tasks
+        self._path: list[int] = []
+        self._guide: tuple[int, ...] = ()
+        self._split_at: Optional[float] = None
+        self.deferred: list[tuple[int, ...]] = []
+
+    # ------------------------------------------------------------- splitting
+    def _replaying(self) -> bool:
+        """Is the current node a strict ancestor of the task's node (replayed, not explored)?"""
+        return len(self._path) < len(self._guide)
+
+    def _target(self) -> int:
+        """The child ordinal a replayed node descends to."""
+        return self._guide[len(self._path)]
+
+    def _descend(self, k: int, fn, *args) -> None:
+        """Explore child ``k`` of the current node — or, once the task has run past its split
+        time, hand it back as a task of its own (``deferred``). Children are deferred only
+        after every check that admits them, so the deferred task counts nothing twice."""
+        if (self._split_at is not None and not self._replaying()
+                and time.monotonic() > self._split_at):
+            self.deferred.append(tuple(self._path) + (k,))
+            return
+        self._path.append(k)
+        try:
+            fn(*args)
+        finally:
+            self._path.pop()
 
     def _reduced(self) -> Optional[frozenset]:
         return self.reduced if self.cfg.prune_labels else None
@@ -291,13 +331,20 @@ class Searcher:
         """Explore the subtree of kernel state ``ks`` whose last op made ``new`` tensors."""
         if self._stopped():
             return
-        self.stats["kernel_states"] += 1
-        if new and len(ks.ops) >= self._emit_kops:
-            self._complete(ks, new)
+        replay = self._replaying()
+        if not replay:
+            self.stats["kernel_states"] += 1
+            if new and len(ks.ops) >= self._emit_kops:
+                self._complete(ks, new)
         if len(ks.ops) >= self._kops:
             return
-        for child in self.kernel_children(ks):
-            self.run_child(ks, child)
+        for k, child in enumerate(self.kernel_children(ks)):
+            if replay:
+                if k == self._target():
+                    self.run_child(ks, child, k)
+                    return
+                continue
+            self.run_child(ks, child, k)
 
     def kernel_children(self, ks: _Level):
         """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""
@@ -305,7 +352,8 @@ class Searcher:
         unused = {i for i, u in enumerate(ks.uses) if u == 0}
         for key, kind, inputs, attrs, _ in self._candidates(ks, self.kernel_kinds):
             if last_op and not unused <= set(inputs):
-                self.stats["pruned_last_op"] += 1
+                if not self._replaying():
+                    self.stats["pruned_last_op"] += 1
                 continue
             yield ("op", key, kind, inputs, attrs)
         if sum(1 for op in ks.ops if op[0] == "block") >= self.cfg.max_graph_defined:
@@ -322,7 +370,7 @@ class Searcher:
                 for mi, mp in enumerate(mappings(ins, self.itemsize, self.cfg, self._reduced())):
                     yield ("block", inputs, mi, mp)
 
-    def run_child(self, ks: _Level, child: tuple) -> None:
+    def run_child(self, ks: _Level, child: tuple, k: int = 0) -> None:
         if child[0] == "op":
             _, key, kind, inputs, attrs = child
             r = self._op_result(ks, kind, inputs, attrs)
@@ -332,15 +380,16 @@ class Searcher:
             shape, term, lab = r
             spec = ("op", kind, inputs, tuple(sorted(attrs.items())))
             ks.push(spec, key, inputs, [(shape, term, lab, None, _scales(kind), kind)])
-            self.kernel_dfs(ks, 1)
+            self._descend(k, self.kernel_dfs, ks, 1)
             ks.pop(inputs)
         else:
             _, inputs, mi, mp = child
-            self.block_start(ks, inputs, mp)
+            self._descend(k, self.block_start, ks, inputs, mp)
 
     # ----------------------------------------------------------------- block
     def block_start(self, ks: _Level, inputs: tuple, mp: Mapping) -> None:
-        self.stats["block_starts"] += 1
+        if not self._replaying():
+            self.stats["block_starts"] += 1
         bs = _Level()
         for j, i in enumerate(inputs):
             bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
@@ -351,13 +400,18 @@ class Searcher:
     def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
         if self._stopped():
             return
-        self.stats["block_states"] += 1
-        if pending == 0:
+        replay = self._replaying()
+        target = self._target() if replay else None
+        if not replay:
+            self.stats["block_states"] += 1
+        if pending == 0 and (not replay or target < 0):
             self._close(ks, inputs, mp, bs)
         remaining = self.cfg.max_block_ops - len(bs.ops)
-        if remaining <= 0:
+        if remaining <= 0 or (replay and target < 0):
             return
-        for key, kind, ins, attrs, akey in self._candidates(bs, self.block_kinds, block=True):
+        for j, (key, kind, ins, attrs, akey) in enumerate(self._candidates(bs, self.block_kinds, block=True)):
+            if replay and j != target:
+                continue
             accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
             if len(accs) > 1:
                 self.stats["pruned_phase"] += 1
@@ -398,9 +452,11 @@ class Searcher:
             spec = (kind, ins, tuple(sorted(attrs.items())))
             bs.push(spec, key, ins, [out])
             bs.seen[dup] = 1
-            self.block_dfs(ks, inputs, mp, bs, new_pending)
+            self._descend(j, self.block_dfs, ks, inputs, mp, bs, new_pending)
             del bs.seen[dup]
             bs.pop(ins)
+            if replay:
+                return
 
     def _close(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level) -> None:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
@@ -414,7 +470,11 @@ class Searcher:
             return
         options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
         last = ks.last_key
-        for choice in itertools.product(*options):
+        replay = self._replaying()
+        target = self._target() + _CLOSE if replay else None
+        for c, choice in enumerate(itertools.product(*options)):
+            if replay and c != target:
+                continue
             savers = tuple((i, om) for i, (om, _, _) in zip(frontier, choice))
             bspec = (mp.grid, mp.forloop, tuple((j, mp.imaps[j], mp.fmaps[j]) for j in range(len(inputs))),
                      tuple(bs.ops), savers)
@@ -424,10 +484,11 @@ class Searcher:
             if not self._block_valid(ks, inputs, bspec):
                 self.stats["pruned_block_invalid"] += 1
                 continue
-            self.stats["blocks_closed"] += 1
+            if not replay:
+                self.stats["blocks_closed"] += 1
             outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
             ks.push(("block", inputs, bspec), key, inputs, outs)
-            self.kernel_dfs(ks, len(outs))
+            self._descend(c - _CLOSE, self.kernel_dfs, ks, len(outs))
             ks.pop(inputs)
 
     def _block_valid(self, ks: _Level, inputs: tuple, bspec: tuple) -> bool:
@@ -484,7 +545,8 @@ class Searcher:
         if not self.checker.fingerprint_matches(g):
             return
         self.stats["fingerprint_matches"] += 1
-        self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g)})
+        self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g),
+                             "path": list(self._path)})
 
     def _stopped(self) -> bool:
         return self._deadline is not None and time.monotonic() > self._deadline
@@ -513,8 +575,14 @@ class Searcher:
             self._kops = saved
         return out
 
-    def run_task(self, task: Task, deadline: Optional[float] = None) -> None:
+    def run_task(self, task: Task, deadline: Optional[float] = None, split_after: Optional[float] = None) -> None:
+        """Explore ``task``'s subtree. With ``split_after`` (seconds), children not yet
+        entered when that time has passed are left unexplored and listed in
+        ``self.deferred`` (paths for :meth:`Task.sub`), so a long task hands its
+        frontier back to the driver to share among idle workers."""
         self._deadline = deadline
+        self._guide, self._path, self.deferred = tuple(task.path), [], []
+        self._split_at = None if split_after is None else time.monotonic() + split_after
         self._kops = self.cfg.max_kernel_ops if task.kops is None else task.kops
         self._emit_kops = 0 if task.kops is None else task.kops
         ks = self.initial()

@@ -7,9 +7,11 @@ worker — and then answers *payloads* (plain JSON values), one at a time:
   (JSON) and the driver's saturated e-graph exported as tables
   (:meth:`search.egraph.SaturatedEGraph.to_tables`), so no worker runs equality
   saturation again;
-* ``{"kind": "search", "task": Task JSON, "deadline": wall-clock seconds or None}``:
-  run one root task of the enumeration (:meth:`search.enumerate.Searcher.run_task`)
-  and return its fingerprint matches and statistics;
+* ``{"kind": "search", "task": Task JSON, "deadline": wall-clock seconds or None,
+  "split": seconds or None}``: run one task of the enumeration
+  (:meth:`search.enumerate.Searcher.run_task`) and return its fingerprint matches,
+  statistics and, when it ran past ``split`` seconds, the paths of the children it
+  left unexplored (``deferred``: new tasks for the driver);
 * ``{"kind": "verify", "graph": μGraph JSON}``: fully verify one candidate against the
   program (:meth:`search.check.Checker.verdict`) and return the verdict's JSON.
 
@@ -59,23 +61,26 @@ class WorkerState:
     def handle(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Answer one payload (see the module docstring)."""
         if payload["kind"] == "search":
-            return self._search(payload["task"], payload.get("deadline"))
+            return self._search(payload["task"], payload.get("deadline"), payload.get("split"))
         if payload["kind"] == "verify":
             v = self.searcher.checker.verdict(graph_from_json(payload["graph"]))
             return {"verdict": None if v is None else v.to_json()}
         raise ValueError(f"unknown payload kind {payload['kind']!r}")
 
-    def _search(self, task_json: list, deadline_wall: Optional[float]) -> dict[str, Any]:
+    def _search(self, task_json: list, deadline_wall: Optional[float], split: Optional[float] = None) -> dict[str, Any]:
         s = self.searcher
         s.stats = Counter()
         s.results = []
         before = s.oracle.stats.as_dict()
         deadline = None if deadline_wall is None else time.monotonic() + (deadline_wall - time.time())
-        s.run_task(task_from_json(task_json), deadline=deadline)
+        t0 = time.perf_counter()
+        s.run_task(task_from_json(task_json), deadline=deadline, split_after=split)
+        seconds = round(time.perf_counter() - t0, 4)
         after = s.oracle.stats.as_dict()
         oracle = {k: after[k] - before[k] for k in _ORACLE_COUNTERS}
         timed_out = deadline is not None and time.monotonic() > deadline
-        return {"results": s.results, "stats": dict(s.stats), "oracle": {**oracle, "timed_out": timed_out}}
+        return {"results": s.results, "stats": dict(s.stats), "oracle": {**oracle, "timed_out": timed_out},
+                "deferred": [list(p) for p in s.deferred], "seconds": seconds}
 
 
 def _oracle(program: Program, cfg: SearchConfig, tables: dict) -> SubexprOracle:
@@ -88,7 +93,8 @@ def task_from_json(task_json: list) -> Task:
     prefix = tuple(_prefix_op(spec) for spec in task_json[0])
     block = None if task_json[1] is None else (tuple(task_json[1][0]), task_json[1][1])
     kops = task_json[2] if len(task_json) > 2 else None
-    return Task(prefix, block, kops)
+    path = tuple(task_json[3]) if len(task_json) > 3 and task_json[3] else ()
+    return Task(prefix, block, kops, path)
 
 
 def _prefix_op(spec: list) -> tuple:

@@ -147,6 +147,6 @@ def test_serial_executor_reuses_the_driver_searcher():
     ex.start({})
     ex.submit(0, {"kind": "search", "task": root.root_tasks(1)[0].to_json(), "deadline": None})
     (o,) = ex.wait(0.1)
-    assert o.value is not None and set(o.value) == {"results", "stats", "oracle"}
+    assert o.value is not None and set(o.value) == {"results", "stats", "oracle", "deferred", "seconds"}
     r = search.run(p, _cfg(executor="serial"))
     assert r.stats["complete"]
