@@ -111,6 +111,12 @@ def main() -> int:
     ap.add_argument("--unfused", choices=["torch", "lower"], default="torch",
                     help="a piece whose search found only the program: left to torch, or lowered op by op")
     ap.add_argument("--small", action="store_true", help="a tiny config (CPU smoke run)")
+    ap.add_argument("--max-piece-ops", type=int, default=None, help="cut pieces to this many catalog ops "
+                    "(default: the front end's)")
+    ap.add_argument("--max-piece-matmuls", type=int, default=None, help="cut pieces to this many matmuls "
+                    "(default: the front end's)")
+    ap.add_argument("--capture-only", action="store_true",
+                    help="print the pieces the layer is cut into (no search, no timing; any device)")
     args = ap.parse_args()
     if args.device == "cpu" or (args.device == "auto" and not _cuda()):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
@@ -137,6 +143,11 @@ def main() -> int:
 
     opts = {"time_limit": args.time_limit, "cache_dir": args.cache, "deadline": t_start + args.budget,
             "kernel_op": args.kernel_op, "unfused": args.unfused}
+    for name in ("max_piece_ops", "max_piece_matmuls"):
+        if getattr(args, name) is not None:
+            opts[name] = getattr(args, name)
+    if args.capture_only:
+        return _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out)
     rows, piece_rows = [], []
     with torch.no_grad():
         for T in args.tokens:
@@ -166,6 +177,31 @@ def main() -> int:
             torch._dynamo.reset()
     _write(out, rows, piece_rows, args, device)
     print(f"wrote {out / 'layer.csv'}, {out / 'pieces.csv'}, {out / 'table.md'} in {time.time() - t_start:.0f} s")
+    return 0
+
+
+def _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out) -> int:
+    """The pieces and library ops of one decode step per token count (traced with fake
+    tensors: nothing runs), printed and written to ``capture.txt``."""
+    from mugraph.frontend import from_torch
+
+    keys = ("min_ops", "max_piece_ops", "max_piece_matmuls")
+    lines = []
+    with torch.no_grad():
+        for T in args.tokens:
+            ins = inputs_for(cfg, rope, T, args.kv, torch, device, dtype)
+            cap = from_torch(step, *ins, **{k: opts[k] for k in keys if k in opts})
+            if os.environ.get("WHY"):
+                print({str(n.target): i.why for n, i in cap.info.items() if not i.mapped})
+            lines.append(f"T={T}: {cap.summary()}")
+            for bp in cap.pieces:
+                kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+                casts = sum(n.target == torch.ops.aten._to_copy.default for n in bp.piece.nodes)
+                lines.append(f"    {bp.name}: {len(kinds)} ops, {kinds.count('matmul')} matmuls, "
+                             f"{casts} casts inside, runs at {bp.program.inputs[0].dtype}")
+    text = "\n".join(lines)
+    print(text)
+    (out / "capture.txt").write_text(text + "\n")
     return 0
 
 

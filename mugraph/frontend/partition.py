@@ -22,6 +22,7 @@ are forced by the Lax rule, not chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.fx as fx
@@ -60,7 +61,7 @@ def _exp_ok(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, Nod
     return True
 
 
-def _acyclic(group: dict[fx.Node, int], order: list[fx.Node]) -> bool:
+def _acyclic(group: dict[fx.Node, Any], order: list[fx.Node]) -> bool:
     """Whether contracting each group (piece) to one node leaves a DAG."""
     index = {n: i for i, n in enumerate(order)}
     succ: dict[int, set[int]] = {}
@@ -141,10 +142,10 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
     if (max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls):
         return [piece]
     index = {n: k for k, n in enumerate(order)}
-    group: dict[fx.Node, int] = {}
-    for k, m in enumerate(others):
+    group: dict[fx.Node, Any] = {}
+    for k, m in enumerate(others):  # (ids apart from _acyclic's negative ones for single nodes)
         for n in m:
-            group[n] = -1 - k
+            group[n] = ("other", k)
     part: dict[int, set[fx.Node]] = {}
     for n in piece:
         group[n] = index[n]
