@@ -42,8 +42,9 @@ def cases(torch, F, tokens: int, d: int, f: int):
         "gated_mlp": (lambda x, w1, w3: F.silu(x @ w1) * (x @ w3), (x, w1, w3)),
         "matmul+residual": (lambda x, h, w2: x + h @ w2, (x, r(tokens, f), w2)),
         "rmsnorm+gated_mlp": (lambda x, w, w1, w3: F.silu(norm(x, w) @ w1) * (norm(x, w) @ w3), (x, w, w1, w3)),
-        "rmsnorm+qkv": (lambda x, w, wq, wk, wv: (norm(x, w) @ wq, norm(x, w) @ wk, norm(x, w) @ wv),
-                        (x, w, wq, wk, wv)),
+        "rmsnorm_plain+matmul": (lambda x, wq: (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True))) @ wq, (x, wq)),
+        "rmsnorm": (lambda x, w: norm(x, w), (x, w)),
+        "matmul+silu": (lambda x, w1: F.silu(x @ w1) * 2, (x, w1)),
         "rmsnorm+mlp+residual": (lambda x, w, w1, w3, w2: x + (F.silu(norm(x, w) @ w1) * (norm(x, w) @ w3)) @ w2,
                                  (x, w, w1, w3, w2)),
     }

@@ -115,6 +115,8 @@ def main() -> int:
                     "(default: the front end's)")
     ap.add_argument("--max-piece-matmuls", type=int, default=None, help="cut pieces to this many matmuls "
                     "(default: the front end's)")
+    ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                    help="the layer's dtype (auto: bfloat16 on a GPU, float32 on the CPU)")
     ap.add_argument("--capture-only", action="store_true",
                     help="print the pieces the layer is cut into (no search, no timing; any device)")
     args = ap.parse_args()
@@ -129,7 +131,8 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("mugraph").setLevel(logging.INFO)
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = (torch.bfloat16 if device == "cuda" else torch.float32) if args.dtype == "auto" \
+        else getattr(torch, args.dtype)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -191,8 +194,6 @@ def _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out) -> int
         for T in args.tokens:
             ins = inputs_for(cfg, rope, T, args.kv, torch, device, dtype)
             cap = from_torch(step, *ins, **{k: opts[k] for k in keys if k in opts})
-            if os.environ.get("WHY"):
-                print({str(n.target): i.why for n, i in cap.info.items() if not i.mapped})
             lines.append(f"T={T}: {cap.summary()}")
             for bp in cap.pieces:
                 kinds = [op.kind for op in bp.program.ops if op.kind != "input"]

@@ -15,7 +15,7 @@ from ..ir import short
 
 #: default size limits of a piece (docs/design.md §10.3; measured in
 #: examples/piece_search_size.py): larger pieces are cut before their search
-MAX_PIECE_OPS = 24
+MAX_PIECE_OPS = 8
 MAX_PIECE_MATMULS = 2
 
 

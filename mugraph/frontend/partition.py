@@ -152,13 +152,20 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
         part[index[n]] = {n}
     edges = sorted(((a, n) for n in piece for a in n.all_input_nodes if a in piece),
                    key=lambda e: (-_bytes(e[0]), index[e[0]], index[e[1]]))
+    d = piece_dtype(piece)
+    if d is not None and d != "float32":
+        # a float32 region between an upcast and its downcast is never cut: a cut inside it
+        # would move a float32 value between parts and break the cast rule
+        wide = [(a, n) for a, n in edges if _dtype(a) == "float32"]
+        edges = wide + [e for e in edges if _dtype(e[0]) != "float32"]
     for a, n in edges:
+        atomic = d is not None and d != "float32" and _dtype(a) == "float32"
         ga, gn = group[a], group[n]
         if ga == gn:
             continue
         merged = part[ga] | part[gn]
         o, mm = _size(merged, info)
-        if (max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls):
+        if not atomic and ((max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)):
             continue
         trial = dict(group)
         for m in part[gn]:

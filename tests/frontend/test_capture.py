@@ -22,7 +22,7 @@ def check(fn, *xs, mapped=(), library=(), atol=1e-5, ref=None):
     """Capture ``fn`` (every worth-it piece kept: min_ops=0), assert which ATen ops
     mapped and which stayed library, and compare the captured form (pieces in the
     float64 interpreter) with ``fn`` in float64."""
-    cap = from_torch(fn, *xs, min_ops=0)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_ops=None, max_piece_matmuls=None)
     inside = {n.target for bp in cap.pieces for n in bp.piece.nodes}
     lib = {n.target for n in cap.library}
     for t in mapped:
