@@ -177,6 +177,7 @@ def main() -> int:
             for cap in comp.captured.values():
                 for bp in cap.pieces:
                     piece_rows.append(_piece_row(T, bp, _DONE, device, torch))
+                    print("  " + ", ".join(f"{k}={v}" for k, v in piece_rows[-1].items()))
             torch._dynamo.reset()
     _write(out, rows, piece_rows, args, device)
     print(f"wrote {out / 'layer.csv'}, {out / 'pieces.csv'}, {out / 'table.md'} in {time.time() - t_start:.0f} s")
@@ -209,18 +210,22 @@ def _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out) -> int
 def _piece_row(T, bp, done, device, torch):
     import lower
 
-    row = {"tokens": T, "piece": bp.name, "ops": sum(op.kind != "input" for op in bp.program.ops),
+    kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+    row = {"tokens": T, "piece": bp.name, "ops": len(kinds), "matmuls": kinds.count("matmul"),
+           "casts": sum(n.target == torch.ops.aten._to_copy.default for n in bp.piece.nodes),
+           "dtype": bp.program.inputs[0].dtype,
            "inputs": " ".join("x".join(map(str, t.shape)) for t in bp.program.inputs),
-           "found_by": "", "kernels": "", "search_s": "", "mugraph_us": "", "torch_us": "", "gain": ""}
+           "found_by": "", "kernels": "", "runs": "", "search_s": "", "mugraph_us": "", "torch_us": "", "gain": ""}
     hit = [v for k, v in done.items() if k[0] == bp.name and v is not None]
     if bp.info.get("runs") == "torch":
-        row.update(found_by="torch (search: program only)", search_s=round(bp.info["search_s"], 1))
+        row.update(found_by="program only", kernels=bp.info.get("kernels", ""), runs="torch",
+                   search_s=round(bp.info["search_s"], 1))
         return row
     if not bp.info or not hit:
-        row["found_by"] = "left to torch"
+        row.update(found_by="no search (failed or past the budget)", runs="torch")
         return row
     op, opt = hit[-1]
-    row.update(found_by=(opt.best.found_by or opt.best.origin), kernels=opt.best.num_kernels,
+    row.update(found_by=(opt.best.found_by or opt.best.origin), kernels=opt.best.num_kernels, runs="lowered",
                search_s=round(bp.info["search_s"], 1))
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     xs = [torch.randn(t.shape, device=device, dtype=dt[t.dtype]) * 0.1 for t in bp.program.inputs]
@@ -246,11 +251,13 @@ def _write(out, rows, piece_rows, args, device):
     for r in rows:
         lines.append(f"| {r['tokens']} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['mugraph_us']:.1f} | "
                      f"{r['speedup_vs_compile']:.2f}× | {r['max_abs_err_vs_eager']:.1e} |")
-    lines += ["", "| new tokens | piece | ops | inputs | found by | kernels | search s | mugraph μs | torch μs | gain |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    cols = ("tokens", "piece", "ops", "matmuls", "casts", "dtype", "inputs", "found_by", "kernels", "runs",
+            "search_s", "mugraph_us", "torch_us", "gain")
+    lines += ["", "| new tokens | piece | catalog ops | matmuls | casts inside | runs at | inputs | search returned "
+              "| kernels | runs | search s | mugraph μs | torch μs (piece's ops, one call each) | gain |",
+              "|" + "---|" * len(cols)]
     for r in piece_rows:
-        lines.append("| " + " | ".join(str(r[k]) for k in ("tokens", "piece", "ops", "inputs", "found_by", "kernels",
-                                                            "search_s", "mugraph_us", "torch_us", "gain")) + " |")
+        lines.append("| " + " | ".join(str(r[k]) for k in cols) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
 
