@@ -111,6 +111,14 @@ def main() -> int:
     ap.add_argument("--unfused", choices=["torch", "lower"], default="torch",
                     help="a piece whose search found only the program: left to torch, or lowered op by op")
     ap.add_argument("--small", action="store_true", help="a tiny config (CPU smoke run)")
+    ap.add_argument("--max-piece-ops", type=int, default=None, help="cut pieces to this many catalog ops "
+                    "(default: the front end's)")
+    ap.add_argument("--max-piece-matmuls", type=int, default=None, help="cut pieces to this many matmuls "
+                    "(default: the front end's)")
+    ap.add_argument("--dtype", choices=["auto", "bfloat16", "float32"], default="auto",
+                    help="the layer's dtype (auto: bfloat16 on a GPU, float32 on the CPU)")
+    ap.add_argument("--capture-only", action="store_true",
+                    help="print the pieces the layer is cut into (no search, no timing; any device)")
     args = ap.parse_args()
     if args.device == "cpu" or (args.device == "auto" and not _cuda()):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
@@ -123,7 +131,8 @@ def main() -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("mugraph").setLevel(logging.INFO)
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    dtype = (torch.bfloat16 if device == "cuda" else torch.float32) if args.dtype == "auto" \
+        else getattr(torch, args.dtype)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
@@ -137,6 +146,11 @@ def main() -> int:
 
     opts = {"time_limit": args.time_limit, "cache_dir": args.cache, "deadline": t_start + args.budget,
             "kernel_op": args.kernel_op, "unfused": args.unfused}
+    for name in ("max_piece_ops", "max_piece_matmuls"):
+        if getattr(args, name) is not None:
+            opts[name] = getattr(args, name)
+    if args.capture_only:
+        return _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out)
     rows, piece_rows = [], []
     with torch.no_grad():
         for T in args.tokens:
@@ -163,27 +177,55 @@ def main() -> int:
             for cap in comp.captured.values():
                 for bp in cap.pieces:
                     piece_rows.append(_piece_row(T, bp, _DONE, device, torch))
+                    print("  " + ", ".join(f"{k}={v}" for k, v in piece_rows[-1].items()))
             torch._dynamo.reset()
     _write(out, rows, piece_rows, args, device)
     print(f"wrote {out / 'layer.csv'}, {out / 'pieces.csv'}, {out / 'table.md'} in {time.time() - t_start:.0f} s")
     return 0
 
 
+def _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out) -> int:
+    """The pieces and library ops of one decode step per token count (traced with fake
+    tensors: nothing runs), printed and written to ``capture.txt``."""
+    from mugraph.frontend import from_torch
+
+    keys = ("min_ops", "max_piece_ops", "max_piece_matmuls")
+    lines = []
+    with torch.no_grad():
+        for T in args.tokens:
+            ins = inputs_for(cfg, rope, T, args.kv, torch, device, dtype)
+            cap = from_torch(step, *ins, **{k: opts[k] for k in keys if k in opts})
+            lines.append(f"T={T}: {cap.summary()}")
+            for bp in cap.pieces:
+                kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+                casts = sum(n.target == torch.ops.aten._to_copy.default for n in bp.piece.nodes)
+                lines.append(f"    {bp.name}: {len(kinds)} ops, {kinds.count('matmul')} matmuls, "
+                             f"{casts} casts inside, runs at {bp.program.inputs[0].dtype}")
+    text = "\n".join(lines)
+    print(text)
+    (out / "capture.txt").write_text(text + "\n")
+    return 0
+
+
 def _piece_row(T, bp, done, device, torch):
     import lower
 
-    row = {"tokens": T, "piece": bp.name, "ops": sum(op.kind != "input" for op in bp.program.ops),
+    kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+    row = {"tokens": T, "piece": bp.name, "ops": len(kinds), "matmuls": kinds.count("matmul"),
+           "casts": sum(n.target == torch.ops.aten._to_copy.default for n in bp.piece.nodes),
+           "dtype": bp.program.inputs[0].dtype,
            "inputs": " ".join("x".join(map(str, t.shape)) for t in bp.program.inputs),
-           "found_by": "", "kernels": "", "search_s": "", "mugraph_us": "", "torch_us": "", "gain": ""}
+           "found_by": "", "kernels": "", "runs": "", "search_s": "", "mugraph_us": "", "torch_us": "", "gain": ""}
     hit = [v for k, v in done.items() if k[0] == bp.name and v is not None]
     if bp.info.get("runs") == "torch":
-        row.update(found_by="torch (search: program only)", search_s=round(bp.info["search_s"], 1))
+        row.update(found_by="program only", kernels=bp.info.get("kernels", ""), runs="torch",
+                   search_s=round(bp.info["search_s"], 1))
         return row
     if not bp.info or not hit:
-        row["found_by"] = "left to torch"
+        row.update(found_by="no search (failed or past the budget)", runs="torch")
         return row
     op, opt = hit[-1]
-    row.update(found_by=(opt.best.found_by or opt.best.origin), kernels=opt.best.num_kernels,
+    row.update(found_by=(opt.best.found_by or opt.best.origin), kernels=opt.best.num_kernels, runs="lowered",
                search_s=round(bp.info["search_s"], 1))
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
     xs = [torch.randn(t.shape, device=device, dtype=dt[t.dtype]) * 0.1 for t in bp.program.inputs]
@@ -209,11 +251,13 @@ def _write(out, rows, piece_rows, args, device):
     for r in rows:
         lines.append(f"| {r['tokens']} | {r['eager_us']:.1f} | {r['compile_us']:.1f} | {r['mugraph_us']:.1f} | "
                      f"{r['speedup_vs_compile']:.2f}× | {r['max_abs_err_vs_eager']:.1e} |")
-    lines += ["", "| new tokens | piece | ops | inputs | found by | kernels | search s | mugraph μs | torch μs | gain |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+    cols = ("tokens", "piece", "ops", "matmuls", "casts", "dtype", "inputs", "found_by", "kernels", "runs",
+            "search_s", "mugraph_us", "torch_us", "gain")
+    lines += ["", "| new tokens | piece | catalog ops | matmuls | casts inside | runs at | inputs | search returned "
+              "| kernels | runs | search s | mugraph μs | torch μs (piece's ops, one call each) | gain |",
+              "|" + "---|" * len(cols)]
     for r in piece_rows:
-        lines.append("| " + " | ".join(str(r[k]) for k in ("tokens", "piece", "ops", "inputs", "found_by", "kernels",
-                                                            "search_s", "mugraph_us", "torch_us", "gain")) + " |")
+        lines.append("| " + " | ".join(str(r[k]) for k in cols) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
 

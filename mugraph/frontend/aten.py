@@ -198,12 +198,23 @@ def _squeeze(ctx, x, dims=None):
     return B.reshape(x, s)
 
 
+#: float dtypes between which a cast may be absorbed into a piece (docs/design.md §10.3):
+#: float32 and one narrower float; fp8, integers and bool change values beyond any of
+#: their tolerances and stay torch calls
+CAST_DTYPES = ("float16", "bfloat16", "float32")
+
+
 def _copy(ctx, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
           memory_format=None):
-    """``clone``/``contiguous``/``_to_copy`` that keep the dtype: a copy, i.e. identity
-    in value (a reshape to the same shape, which the lowering folds)."""
+    """``clone``/``contiguous``/``_to_copy``: a copy, i.e. identity in value (a reshape to
+    the same shape, which the lowering folds). A cast between two of
+    :data:`CAST_DTYPES` is the identity too, built at ``x``'s dtype: the probe records it
+    as a cast, and the partition absorbs it only under the rule of §10.3 (the piece then
+    runs at its narrow dtype); any other cast is unmapped."""
     if dtype is not None and str(dtype).removeprefix("torch.") != x.dtype:
-        raise Unmapped(f"a cast from {x.dtype} to {dtype}")
+        to = str(dtype).removeprefix("torch.")
+        if x.dtype not in CAST_DTYPES or to not in CAST_DTYPES:
+            raise Unmapped(f"a cast from {x.dtype} to {to}")
     return B.reshape(x, x.shape)
 
 

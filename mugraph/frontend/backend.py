@@ -72,7 +72,7 @@ class MugraphCompiled:
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
             return _inductor(self.gm, list(args)) if opts.inductor else self.gm
         with torch.no_grad():
-            cap = Captured(trace(self.gm, args), opts.min_ops)
+            cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
         stitched = cap.compile(opts, device_of(args))
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized, %d library ops",

@@ -42,6 +42,7 @@ class NodeInfo:
     kinds: tuple[str, ...] = ()    # catalog ops the node becomes
     lax: bool = False              # every op of a Lax class
     exps: int = 0                  # exp-like ops on its longest path
+    cast: tuple[str, str] | None = None  # (from, to): a float cast built as the identity
 
     @property
     def num_ops(self) -> int:
@@ -202,7 +203,11 @@ def probe(node: fx.Node) -> NodeInfo:
         y = build_node(node, env, ctx)
     except MugraphError as e:
         return NodeInfo(False, str(e)[:200])
-    if not isinstance(y, Tensor) or tuple(y.shape) != tuple(out.shape) or y.dtype != dtype_name(out.dtype):
+    cast = None
+    if node.target == aten._to_copy.default and isinstance(y, Tensor) and y.dtype != dtype_name(out.dtype):
+        cast = (y.dtype, dtype_name(out.dtype))  # _copy accepted it: both float dtypes absorbable (§10.3)
+    want_dtype = cast[0] if cast else dtype_name(out.dtype)
+    if not isinstance(y, Tensor) or tuple(y.shape) != tuple(out.shape) or y.dtype != want_dtype:
         return NodeInfo(False, f"built {getattr(y, 'shape', None)} {getattr(y, 'dtype', None)}, "
                                f"node is {tuple(out.shape)} {out.dtype}")
     kinds = tuple(op.kind for op in p.ops if op.kind != "input")
@@ -211,5 +216,5 @@ def probe(node: fx.Node) -> NodeInfo:
         d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + exp_like(op.kind)
         for t in op.outputs:
             depth[t.id] = d
-    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0))
+    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0), cast)
 

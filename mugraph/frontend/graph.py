@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 
 from .capture import NodeInfo, probe, trace
-from .options import FrontendOptions
+from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
@@ -20,10 +20,12 @@ log = logging.getLogger("mugraph")
 class Captured:
     """A traced program cut into Lax pieces (``pieces``) and library ops (``library``)."""
 
-    def __init__(self, gm: fx.GraphModule, min_ops: int = 2) -> None:
+    def __init__(self, gm: fx.GraphModule, min_ops: int = 2, max_piece_ops: int | None = MAX_PIECE_OPS,
+                 max_piece_matmuls: int | None = MAX_PIECE_MATMULS) -> None:
         self.graph_module = gm
         self.info: dict[fx.Node, NodeInfo] = {n: probe(n) for n in gm.graph.nodes if n.op == "call_function"}
-        self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(gm.graph, self.info, min_ops)]
+        self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(gm.graph, self.info, min_ops,
+                                                                           max_piece_ops, max_piece_matmuls)]
         inside = {n for bp in self.pieces for n in bp.piece.nodes}
         #: call nodes that stay torch calls
         self.library: list[fx.Node] = [n for n in self.info if n not in inside]
@@ -76,7 +78,11 @@ class Captured:
         return out
 
 
-def from_torch(fn: Callable, *example_inputs: torch.Tensor, min_ops: int = 2) -> Captured:
+def from_torch(fn: Callable, *example_inputs: torch.Tensor, min_ops: int = 2,
+               max_piece_ops: int | None = MAX_PIECE_OPS, max_piece_matmuls: int | None = MAX_PIECE_MATMULS) -> Captured:
     """Trace ``fn`` (a function or ``nn.Module``) at ATen level with inputs shaped like
-    ``example_inputs``; probe every node; cut the graph into Lax pieces."""
-    return Captured(trace(fn, example_inputs), min_ops)
+    ``example_inputs``; probe every node; cut the graph into Lax pieces of at most
+    ``max_piece_ops`` catalog ops and ``max_piece_matmuls`` matmuls (``None``: no limit;
+    see :class:`FrontendOptions`)."""
+    FrontendOptions(min_ops=min_ops, max_piece_ops=max_piece_ops, max_piece_matmuls=max_piece_matmuls)  # checks
+    return Captured(trace(fn, example_inputs), min_ops, max_piece_ops, max_piece_matmuls)

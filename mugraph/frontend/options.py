@@ -13,12 +13,22 @@ from ..errors import ConfigError
 from ..ir import short
 
 
+#: default size limits of a piece (docs/design.md §10.3; measured in
+#: examples/piece_search_size.py): larger pieces are cut before their search
+MAX_PIECE_OPS = 8
+MAX_PIECE_MATMULS = 2
+
+
 @dataclass
 class FrontendOptions:
     """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
 
     ``time_limit``: seconds of search per piece (the search's ``time_limit``).
-    ``min_ops``: a piece with fewer catalog ops is left to torch.
+    ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
+    permutes and casts) is left to torch — a lone matmul or element-wise op is not
+    worth a search.
+    ``max_piece_ops``, ``max_piece_matmuls``: a piece with more catalog ops or matmuls
+    is cut on its cheapest edges into parts within both (``None``: no limit; §10.3).
     ``cache_dir``: where searched pieces are cached (``None``: mugraph's default,
     ``$MUGRAPH_CACHE_DIR`` or ``~/.cache/mugraph``; ``False``: no cache).
     ``search``: further ``search.SearchConfig`` fields (``workers``, ``executor``, …).
@@ -38,6 +48,8 @@ class FrontendOptions:
 
     time_limit: float = 30.0
     min_ops: int = 2
+    max_piece_ops: int | None = MAX_PIECE_OPS
+    max_piece_matmuls: int | None = MAX_PIECE_MATMULS
     cache_dir: Any = None
     search: dict = field(default_factory=dict)
     inductor: bool = True
@@ -52,6 +64,10 @@ class FrontendOptions:
             raise ConfigError(f"time_limit={short(t)}: seconds of search per piece, > 0")
         if type(self.min_ops) is not int or self.min_ops < 0:
             raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 0 (0: search every piece)")
+        for name in ("max_piece_ops", "max_piece_matmuls"):
+            v = getattr(self, name)
+            if v is not None and (type(v) is not int or v < 1):
+                raise ConfigError(f"{name}={short(v)}: must be an int >= 1, or None (no limit)")
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")

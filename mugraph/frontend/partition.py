@@ -22,10 +22,13 @@ are forced by the Lax rule, not chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
+import torch
 import torch.fx as fx
 
 from ..ops import is_rearrangement
+from .aten import CAST_DTYPES
 from .capture import NodeInfo
 
 
@@ -42,9 +45,9 @@ class Piece:
     def worth(self, info: dict[fx.Node, NodeInfo], min_ops: int) -> bool:
         if min_ops == 0:  # everything (tests of the mapping)
             return True
-        kinds = [k for n in self.nodes for k in info[n].kinds]
-        # a piece that only moves data (the catalog's rearrangements) is not searched
-        return len(kinds) >= min_ops and any(not is_rearrangement(k) for k in kinds)
+        # data movement (the catalog's rearrangements, casts built as the identity) is free:
+        # a lone matmul or element-wise op with its reshapes is not worth a search
+        return sum(not is_rearrangement(k) for n in self.nodes for k in info[n].kinds) >= min_ops
 
 
 def _exp_ok(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
@@ -58,7 +61,7 @@ def _exp_ok(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, Nod
     return True
 
 
-def _acyclic(group: dict[fx.Node, int], order: list[fx.Node]) -> bool:
+def _acyclic(group: dict[fx.Node, Any], order: list[fx.Node]) -> bool:
     """Whether contracting each group (piece) to one node leaves a DAG."""
     index = {n: i for i, n in enumerate(order)}
     succ: dict[int, set[int]] = {}
@@ -83,15 +86,14 @@ def _acyclic(group: dict[fx.Node, int], order: list[fx.Node]) -> bool:
     return seen == len(indeg)
 
 
-def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2) -> list[Piece]:
-    """The pieces worth a search, in graph order (see the module doc)."""
-    order = list(graph.nodes)
+def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.Node]) -> list[set[fx.Node]]:
+    """Greedy growth of Lax pieces (the module doc); nodes in ``refused`` stay outside."""
     group: dict[fx.Node, int] = {}
     members: dict[int, set[fx.Node]] = {}
     next_id = 0
     for n in order:
         i = info.get(n)
-        if i is None or not (i.mapped and i.lax):
+        if i is None or not (i.mapped and i.lax) or n in refused:
             continue
         producers = sorted({group[a] for a in n.all_input_nodes if a in group},
                            key=lambda g: -len(members[g]))
@@ -113,7 +115,114 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2) 
             members[target] = merged
             group = trial
             break
-    pieces = [Piece([n for n in order if n in m]) for _, m in sorted(members.items())]
+    return [m for _, m in sorted(members.items())]
+
+
+def _bytes(n: fx.Node) -> int:
+    v = n.meta.get("val")
+    return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
+
+
+def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
+    """(catalog ops, matmuls) of a set of nodes."""
+    kinds = [k for n in nodes for k in info[n].kinds]
+    return len(kinds), kinds.count("matmul")
+
+
+def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], info: dict[fx.Node, NodeInfo],
+         max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
+    """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
+    matmuls (§10.3): every node starts alone; the piece's internal edges, heaviest
+    first (bytes of the value carried, ties in graph order), merge the parts at their
+    ends while the merged part keeps to the limits and the contracted graph stays
+    acyclic. The edges left uncut are the heaviest, so the cut ones are the cheapest:
+    a matmul keeps the element-wise/reduction work next to it (its normalized input, its
+    activation, its residual add), and two matmuls meet only within ``max_matmuls``."""
+    ops, mms = _size(piece, info)
+    if (max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls):
+        return [piece]
+    index = {n: k for k, n in enumerate(order)}
+    group: dict[fx.Node, Any] = {}
+    for k, m in enumerate(others):  # (ids apart from _acyclic's negative ones for single nodes)
+        for n in m:
+            group[n] = ("other", k)
+    part: dict[int, set[fx.Node]] = {}
+    for n in piece:
+        group[n] = index[n]
+        part[index[n]] = {n}
+    edges = sorted(((a, n) for n in piece for a in n.all_input_nodes if a in piece),
+                   key=lambda e: (-_bytes(e[0]), index[e[0]], index[e[1]]))
+    d = piece_dtype(piece)
+    if d is not None and d != "float32":
+        # a float32 region between an upcast and its downcast is never cut: a cut inside it
+        # would move a float32 value between parts and break the cast rule
+        wide = [(a, n) for a, n in edges if _dtype(a) == "float32"]
+        edges = wide + [e for e in edges if _dtype(e[0]) != "float32"]
+    for a, n in edges:
+        atomic = d is not None and d != "float32" and _dtype(a) == "float32"
+        ga, gn = group[a], group[n]
+        if ga == gn:
+            continue
+        merged = part[ga] | part[gn]
+        o, mm = _size(merged, info)
+        if not atomic and ((max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)):
+            continue
+        trial = dict(group)
+        for m in part[gn]:
+            trial[m] = ga
+        if not _acyclic(trial, order):
+            continue
+        group = trial
+        part[ga] = merged
+        del part[gn]
+    return [part[k] for k in sorted(part)]
+
+
+def _outside_inputs(members: set[fx.Node]) -> set[fx.Node]:
+    return {a for n in members for a in n.all_input_nodes if a not in members
+            and isinstance(a.meta.get("val"), torch.Tensor)}
+
+
+def _dtype(n: fx.Node) -> str:
+    return str(n.meta["val"].dtype).removeprefix("torch.")
+
+
+def piece_dtype(members: set[fx.Node]) -> str | None:
+    """The dtype a piece's Program runs at: the one dtype of its values, or with float
+    casts inside it the narrow float dtype ``D`` — provided the cast rule holds (§10.3):
+    its values are float32 and at most one narrower float dtype ``D``, and every value
+    entering or leaving the piece has dtype ``D``. ``None`` when the rule fails."""
+    inputs = _outside_inputs(members)
+    dts = {_dtype(n) for n in members | inputs}
+    if len(dts) == 1:
+        return dts.pop()
+    narrow = dts - {"float32"}
+    if not dts <= set(CAST_DTYPES) or len(narrow) != 1:
+        return None
+    d = narrow.pop()
+    leaving = {n for n in members if any(u not in members for u in n.users)}
+    if any(_dtype(n) != d for n in inputs | leaving):
+        return None
+    return d
+
+
+def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, max_ops: int | None = None,
+              max_matmuls: int | None = None) -> list[Piece]:
+    """The pieces worth a search, in graph order (see the module doc and §10.3): grown,
+    cut to the size limits, and checked against the cast rule — a piece that breaks it
+    gives up its casts (they become library ops) and the partition is redone."""
+    order = list(graph.nodes)
+    refused: set[fx.Node] = set()
+    while True:
+        grown = _grow(order, info, refused)
+        parts: list[set[fx.Node]] = []
+        for k, m in enumerate(grown):
+            parts += _cut(m, parts + grown[k + 1:], order, info, max_ops, max_matmuls)
+        bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
+        if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
+            break
+        refused |= bad
+    pieces = [Piece([n for n in order if n in m]) for m in parts]
     pieces = [p for p in pieces if p.worth(info, min_ops)]
     pieces.sort(key=lambda p: order.index(p.nodes[0]))
     return pieces

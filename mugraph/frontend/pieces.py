@@ -25,7 +25,7 @@ from ..lax import check_lax
 from ..serialize import graph_to_json
 from .aten import Context
 from .capture import _val, build_node, dtype_name, tensor_args
-from .partition import Piece
+from .partition import Piece, piece_dtype
 
 
 @dataclass(eq=False)
@@ -61,8 +61,11 @@ def structural_key(program: Program) -> str:
 
 
 def build_piece(piece: Piece) -> BuiltPiece:
-    """The piece as a Program (checked to be Lax) and its connections."""
+    """The piece as a Program (checked to be Lax) and its connections. A piece with float
+    casts inside runs at its narrow dtype (:func:`.partition.piece_dtype`): its inputs are
+    made at that dtype and every row builds on them, the casts as the identity."""
     members = set(piece.nodes)
+    dtype = piece_dtype(members)  # the partition kept only pieces with one (its cast rule)
     p = Program("piece")
     env: dict[fx.Node, Any] = {}
     inputs: list[fx.Node] = []
@@ -70,7 +73,7 @@ def build_piece(piece: Piece) -> BuiltPiece:
         for a in tensor_args(n):
             if a not in members and a not in env:
                 v = _val(a)
-                env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype_name(v.dtype))
+                env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype or dtype_name(v.dtype))
                 inputs.append(a)
     ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
     for n in piece.nodes:
