@@ -56,7 +56,8 @@ from typing import Any, Optional, Protocol
 
 from mugraph.errors import ConfigError, MugraphError
 
-from .worker import WorkerState
+from .config import SearchConfig
+from .worker import WorkerState, share_cores
 
 #: ``SearchConfig.executor`` values
 EXECUTORS = ("processes", "serial", "ray")
@@ -207,6 +208,7 @@ def _serve(conn) -> None:
     conn.send(("hello", os.getpid()))
     msg = conn.recv()
     try:
+        share_cores(SearchConfig.from_json(msg[1]["config"]).workers)
         state = WorkerState(msg[1])
     except Exception as e:  # noqa: BLE001 - reported to the driver, which names it
         conn.send(("init_failed", one_line(e)))
@@ -397,6 +399,7 @@ class _RayWorker:
     """A Ray actor holding one worker's state (made a Ray actor class on first use)."""
 
     def __init__(self, shared: dict[str, Any]) -> None:
+        share_cores(SearchConfig.from_json(shared["config"]).workers)
         self.state = WorkerState(shared)
 
     def handle(self, payload: dict) -> dict:

@@ -150,3 +150,20 @@ def test_serial_executor_reuses_the_driver_searcher():
     assert o.value is not None and set(o.value) == {"results", "stats", "oracle", "deferred", "seconds"}
     r = search.run(p, _cfg(executor="serial"))
     assert r.stats["complete"]
+
+
+def test_share_cores_gives_each_worker_its_share_of_torch_threads():
+    """Process and Ray workers split the cores between them (one full-width torch pool per
+    worker oversubscribed a 16-core machine 16-fold)."""
+    import torch
+
+    from search.worker import share_cores
+
+    before = torch.get_num_threads()
+    try:
+        cores = len(os.sched_getaffinity(0))
+        assert share_cores(1) == cores == torch.get_num_threads()
+        assert share_cores(10**6) == 1 == torch.get_num_threads()
+        assert share_cores(2) == max(1, cores // 2)
+    finally:
+        torch.set_num_threads(before)
