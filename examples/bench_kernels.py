@@ -44,7 +44,7 @@ NAMES = ["rmsnorm_matmul", "gated_mlp", "lora", "gqa", "qknorm_gqa", "ntrans"]
 
 from lower.calibration import spearman  # noqa: E402
 from lower.profile import TIMINGS, measure  # noqa: E402
-from mugraph.benchmarks.torch_versions import SDPA, TORCH  # noqa: E402  the baselines, in one place
+from mugraph.benchmarks.torch_versions import SDPA, TORCH, sdpa_call  # noqa: E402  the baselines, in one place
 
 
 def stream_probe(nbytes: int, timing: str) -> float:
@@ -165,7 +165,7 @@ def main() -> int:
                     compiled = torch.compile(TORCH[name], dynamic=False)
                     variants["compile"] = lambda: compiled(*targs)
                 if name in SDPA:
-                    variants["sdpa"] = lambda: SDPA[name](*targs)
+                    variants["sdpa"] = sdpa_call(name, *targs)
                 floor_bytes = cost_model.memory_floor_bytes(g)
                 row["floor_us"] = floor_bytes / bw * 1e6
                 for mode in args.modes:

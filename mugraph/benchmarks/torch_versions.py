@@ -43,7 +43,8 @@ def _sdpa(q: torch.Tensor, k_t: torch.Tensor, v: torch.Tensor, scale: float) -> 
     memory-efficient) take only 4-D inputs whose last dim is contiguous; 3-D inputs or
     K given as a strided transpose fall back to the unfused math path (~10× slower on
     the H100: gqa b=8 480 μs). So: one leading batch dim, and K^T copied contiguous
-    (that copy — 0.5 MB at b=1 — is part of the timed baseline)."""
+    (that copy — 0.5 MB at b=1 — is part of this function; the timed baselines use
+    :func:`sdpa_call`, which makes it once beforehand)."""
     return F.scaled_dot_product_attention(q[None], k_t.contiguous()[None], v[None], scale=scale)[0]
 
 
@@ -57,3 +58,24 @@ that KV head: its flash kernel splits the KV cache itself at so few rows (flash-
 
 SDPA.update({name: lambda Q, K, V: _sdpa(Q, K.transpose(1, 2), V, float(decode_scale(Q.shape[-1])))
              for name in DECODE})
+
+
+def _sdpa_nd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], scale=scale)[0]
+
+
+_SDPA_KEYS_ROWS: dict[str, Callable[..., torch.Tensor]] = {
+    "gqa": lambda Q, K, V: _sdpa_nd(Q, K, V, 1.0),
+    "qknorm_gqa": lambda Q, K, V: _sdpa_nd(_rms(Q, -1), _rms(K, -1), V, 1 / 8),
+}
+_SDPA_KEYS_ROWS.update({name: lambda Q, K, V: _sdpa_nd(Q, K, V, float(decode_scale(Q.shape[-1]))) for name in DECODE})
+
+
+def sdpa_call(name: str, Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor) -> Callable[[], torch.Tensor]:
+    """The timed SDPA baseline: K laid out once as SDPA and a KV cache keep it — (heads,
+    keys, dim), contiguous — before the call, not inside it. The programs take K as
+    (heads, dim, keys); :data:`SDPA` copies that transpose on every call, which at decode
+    shapes (8 MB for ``decode_h32_kv8_n4096_d128``) costs more than the attention."""
+    K_rows = K.transpose(1, 2).contiguous()
+    fn = _SDPA_KEYS_ROWS[name]
+    return lambda: fn(Q, K_rows, V)

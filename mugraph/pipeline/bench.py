@@ -29,7 +29,7 @@ from lower.cost_model import estimate, memory_floor_bytes
 from lower.profile import TIMINGS, measure
 
 from ..benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
-from ..benchmarks.torch_versions import SDPA, TORCH
+from ..benchmarks.torch_versions import SDPA, TORCH, sdpa_call
 from ..errors import ArgumentTypeError, ConfigError, MugraphError
 from ..files import as_path, safe_name
 from ..ir import short
@@ -271,7 +271,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 compiled = torch.compile(TORCH[name])
                 row.compile_us = measure(lambda: compiled(*args), timing) * 1e6
                 if name in SDPA:
-                    row.sdpa_us = measure(lambda: SDPA[name](*args), timing) * 1e6
+                    row.sdpa_us = measure(sdpa_call(name, *args), timing) * 1e6
                 if name in REFERENCES:
                     ins = {t.name: a for t, a in zip(opt.program.inputs, args)}
                     tuned = lower.profile(reference(name, b), inputs=ins, ref=[ref], tol=2e-2, budget_s=ref_s,

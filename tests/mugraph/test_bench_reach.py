@@ -7,7 +7,7 @@ import torch
 
 import mugraph as mg
 from mugraph.benchmarks import DECODE, program, reference
-from mugraph.benchmarks.torch_versions import SDPA, TORCH
+from mugraph.benchmarks.torch_versions import SDPA, TORCH, sdpa_call
 from mugraph.errors import ConfigError
 from mugraph.pipeline import bench
 from mugraph.pipeline.results import Candidate
@@ -93,6 +93,7 @@ def test_decode_programs_and_baselines_agree(name):
     ts = [torch.tensor(x) for x in xs]
     assert np.allclose(TORCH[name](*ts).numpy(), ref, rtol=1e-9)
     assert np.allclose(SDPA[name](*ts).numpy(), ref, rtol=1e-9)
+    assert np.allclose(sdpa_call(name, *ts)().numpy(), ref, rtol=1e-9)
     with pytest.raises(ValueError, match="not a multiple"):
         program(name, 1, heads=6, kv_heads=4)
 
@@ -136,3 +137,15 @@ def test_row_tuning_shares_keep_a_row_within_its_budget():
     rerank, ref_s = bench.tuning_shares(10_000.0, ref)  # past the budget already: the minimum
     assert rerank == 2 * MIN_TUNE_S and ref_s == MIN_TUNE_S
     assert bench.tuning_shares(0.0)[1] is None  # no reference
+
+
+@pytest.mark.parametrize("name", ["gqa", "qknorm_gqa"])
+def test_timed_sdpa_baseline_computes_the_program(name):
+    """The timed SDPA call (K laid out once beforehand) computes what the program does."""
+    p = program(name, 1, small=True)
+    rng = np.random.default_rng(1)
+    xs = [rng.uniform(0, 0.5, t.shape) for t in p.inputs]
+    ref = mg.evaluate(p, {t.name: x for t, x in zip(p.inputs, xs)})[0]
+    ts = [torch.tensor(x) for x in xs]
+    assert np.allclose(sdpa_call(name, *ts)().numpy(), ref, rtol=1e-9)
+    assert np.allclose(SDPA[name](*ts).numpy(), ref, rtol=1e-9)
