@@ -339,12 +339,11 @@ class Searcher:
         if len(ks.ops) >= self._kops:
             return
         for k, child in enumerate(self.kernel_children(ks)):
-            if replay:
-                if k == self._target():
-                    self.run_child(ks, child, k)
-                    return
+            if replay and k != self._target():
                 continue
             self.run_child(ks, child, k)
+            if replay:
+                return
 
     def kernel_children(self, ks: _Level):
         """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""

@@ -55,6 +55,7 @@ from mugraph.algebra import Algebra
 from mugraph.errors import ConfigError, MugraphError, NotLaxError
 from mugraph.interpreter import largest_value
 from mugraph.ir import KernelGraph
+from mugraph.oprules import broadcast_shapes  # not torch.broadcast_shapes: ~80 μs a call through symbolic-shape guards
 
 #: largest exactly representable integer range of float64
 FLOAT_EXACT = 2 ** 53
@@ -232,13 +233,18 @@ def converted(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 SMALL_EVAL = 1 << 17
 
 
+def all_small(graphs: Sequence[KernelGraph]) -> bool:
+    """Does every graph's largest value stay below :data:`SMALL_EVAL` elements?"""
+    return all(largest_value(g)[0] < SMALL_EVAL for g in graphs)
+
+
 @contextmanager
 def eval_threads(*graphs: KernelGraph):
     """Torch on one thread while every graph is small (:data:`SMALL_EVAL`): a test
     there is a few hundred small ops, and waking a second thread for each costs more
     than the op — far more when another process holds the other core (a float check
     at the search's small shapes: 30 ms on one thread, 0.3–1.5 s on two)."""
-    small = all(largest_value(g)[0] < SMALL_EVAL for g in graphs)
+    small = all_small(graphs)
     threads = torch.get_num_threads()
     if not small or threads == 1:
         yield
@@ -288,7 +294,7 @@ def reuse_memory(*graphs: KernelGraph):
     glibc's mmap threshold anyway, and the final trim would cost more than the test."""
     global _heap_depth
     libc = _glibc()
-    if libc is None or (graphs and all(largest_value(g)[0] < SMALL_EVAL for g in graphs)):
+    if libc is None or (graphs and all_small(graphs)):
         yield
         return
     with _HEAP_LOCK:
@@ -350,43 +356,35 @@ def numpy_io(fn):
 
 
 
-def bshape(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
-    """The broadcast of two shapes (numpy's rule). ``torch.broadcast_shapes`` goes
-    through symbolic-shape guards: ~80 μs a call, a tenth of a small test's time."""
-    n = max(len(a), len(b))
-    a = (1,) * (n - len(a)) + tuple(a)
-    b = (1,) * (n - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a, b):
-        if x != y and x != 1 and y != 1:
-            raise ValueError(f"shapes {a} and {b} do not broadcast")
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
 #: CPU tensors with fewer elements than this are exponentiated in numpy (:func:`pow_fixed`)
 SMALL_POW = 1 << 15
 
 
 def mulmod(x: torch.Tensor, y: torch.Tensor | int, m: int) -> torch.Tensor:
     """``x·y mod m`` element-wise (broadcasting), into a fresh int64 tensor."""
-    shape = bshape(x.shape, y.shape) if isinstance(y, torch.Tensor) else x.shape
+    shape = broadcast_shapes(x.shape, y.shape) if isinstance(y, torch.Tensor) else x.shape
     out = new_tensor(shape, torch.int64, x.device)
     torch.mul(x, y, out=out)
     return out.remainder_(m)
 
 
-def _pow_numpy(x: np.ndarray, e: int, m: int) -> np.ndarray:
-    """``x ** e mod m`` in numpy int64 (square and multiply; products ``< 2^62``)."""
-    base = np.remainder(x, m)
+def _square_multiply(base, e: int, m: int, copy):
+    """``base ** e mod m`` element-wise by square and multiply, squaring ``base`` in place:
+    one loop for int64 numpy arrays and torch tensors of residues (every product below
+    2^62). ``copy`` gives the result its own array; ``None`` when ``e`` is 0."""
     result = None
     while e:
         if e & 1:
-            result = base.copy() if result is None else np.remainder(result * base, m)
+            if result is None:
+                result = copy(base)
+            else:
+                result *= base
+                result %= m
         e >>= 1
         if e:
-            base = np.remainder(base * base, m)
-    return np.ones_like(base) if result is None else result
+            base *= base
+            base %= m
+    return result
 
 
 @numpy_io
@@ -398,21 +396,12 @@ def pow_fixed(x: torch.Tensor, e: int, m: int) -> torch.Tensor:
     arithmetic runs in numpy (~1 μs an op against torch's ~5–10 μs) — the same
     residues either way (exact int64 arithmetic, every product below 2^62)."""
     if x.device.type == "cpu" and x.numel() < SMALL_POW:
-        xi = x if x.dtype == torch.int64 else x.to(torch.int64)
-        return torch.from_numpy(np.asarray(_pow_numpy(xi.numpy(), e, m), dtype=np.int64))
+        base = np.asarray(np.remainder(x.to(torch.int64).numpy(), m), dtype=np.int64)
+        result = _square_multiply(base, e, m, np.copy)
+        return torch.from_numpy(np.ones_like(base) if result is None else result)
     base = new_tensor(x.shape, torch.int64, x.device)
     torch.remainder(x, m, out=base)
-    result = None
-    while e:
-        if e & 1:
-            if result is None:
-                result = new_tensor(x.shape, torch.int64, x.device)
-                result.copy_(base)
-            else:
-                result.mul_(base).remainder_(m)
-        e >>= 1
-        if e:
-            base.mul_(base).remainder_(m)
+    result = _square_multiply(base, e, m, lambda b: new_tensor(b.shape, torch.int64, b.device).copy_(b))
     return torch.ones_like(base) if result is None else result
 
 
@@ -720,7 +709,7 @@ class FieldInput:
 
 
 def _matmul_shape(a: tuple, b: tuple) -> tuple:
-    lead = tuple(bshape(a[:-2], b[:-2]))
+    lead = tuple(broadcast_shapes(a[:-2], b[:-2]))
     return lead + (a[-2], b[-1])
 
 
@@ -905,7 +894,7 @@ class FieldAlgebra(Algebra):
 
     def _div(self, xs, at):
         x, y = xs
-        shape = tuple(bshape(x[0].shape, y[0].shape))
+        shape = tuple(broadcast_shapes(x[0].shape, y[0].shape))
 
         def div(a: Part, b: Part, m: int) -> torch.Tensor:
             d = b.ints()
@@ -980,7 +969,7 @@ def binary_row(fn):
     """A field row of an element-wise binary op: ``fn(a, b, m)`` on each part's residues."""
     def row(alg: FieldAlgebra, xs, at):
         x, y = xs
-        shape = tuple(bshape(x[0].shape, y[0].shape))
+        shape = tuple(broadcast_shapes(x[0].shape, y[0].shape))
         return tuple(alg._part(shape, lambda a=a, b=b, m=m: fn(a.ints(), b.ints(), m), [a, b])
                      for a, b, m in zip(x, y, alg.moduli))
     return row
@@ -1010,13 +999,13 @@ FieldAlgebra.ops = FIELD_OPS
 
 
 def _addmod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
-    out = new_tensor(bshape(x.shape, y.shape), torch.int64, x.device)
+    out = new_tensor(broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
     torch.add(x, y, out=out)
     return out.remainder_(m)
 
 
 def _submod(x: torch.Tensor, y: torch.Tensor, m: int) -> torch.Tensor:
-    out = new_tensor(bshape(x.shape, y.shape), torch.int64, x.device)
+    out = new_tensor(broadcast_shapes(x.shape, y.shape), torch.int64, x.device)
     torch.sub(x, y, out=out)
     return out.remainder_(m)  # remainder takes the divisor's sign: [0, m)
 
