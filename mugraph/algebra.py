@@ -36,6 +36,12 @@ def _concat(arrs, axis):
     return torch.cat(list(arrs), dim=axis) if isinstance(arrs[0], torch.Tensor) else np.concatenate(arrs, axis)
 
 
+def _select(a, axis, index):
+    if isinstance(a, torch.Tensor):  # slices of a strided view: index_select would copy all of it first
+        return torch.cat([a.narrow(axis, i, 1) for i in index], axis)
+    return np.take(a, index, axis=axis)
+
+
 def _tile(a, reps):
     return a.repeat(*reps) if isinstance(a, torch.Tensor) else np.tile(a, reps)
 
@@ -78,6 +84,10 @@ class Algebra:
 
     def tile(self, v: Value, reps) -> Value:
         return self.lift(v, lambda a: _tile(a, tuple(reps)))
+
+    def select(self, v: Value, axis: int, index) -> Value:
+        """The entries at ``index`` (a list of positions) along ``axis``, in that order."""
+        return self.lift(v, lambda a: _select(a, axis, list(index)))
 
     # --- semantics
     def apply(self, kind: str, inputs: list[Value], attrs: dict) -> Value:

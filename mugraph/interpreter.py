@@ -22,10 +22,12 @@ from .limits import MAX_EVAL_ELEMENTS
 from .ops import OpDef, get_op
 
 NB = 4  # batch axes of a block tile: grid x, y, z and the loop
+#: grid positions to run, per grid axis (x, y, z): the block indices along that axis
+Picks = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]
 
 
 def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | None = None, *,
-             max_elements: int = MAX_EVAL_ELEMENTS) -> list:
+             max_elements: int = MAX_EVAL_ELEMENTS, blocks: Mapping[int, Picks] | None = None) -> list:
     """Run ``graph`` (a Program or μGraph) on ``inputs`` (name -> numpy array or torch tensor).
 
     Returns the outputs in order: numpy arrays, or torch tensors if any input was
@@ -34,6 +36,13 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
     than ``max_elements`` elements (a block tile counts once per block and loop
     iteration) is refused before anything is computed: a clear error, not a
     ``MemoryError`` half-way.
+
+    ``blocks`` (kernel op id -> :data:`Picks`) runs those graph-defined kernels on
+    the chosen grid positions only: their outputs then hold just the elements those
+    blocks write (:func:`saved_positions` says which), a fraction of the work — how
+    the search compares a candidate with its program on a sample of the output
+    before paying for all of it. Only kernels whose outputs nothing else reads may
+    be sampled (their partial outputs are not what a reader expects).
     """
     if not isinstance(graph, KernelGraph):
         raise ArgumentTypeError(f"evaluate: expected a Program or KernelGraph, got {type(graph).__name__}")
@@ -55,7 +64,8 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
             continue
         args = [env[t] for t in op.inputs]
         if op.kind == "graph_defined":
-            for t, v in zip(op.outputs, evaluate_block(op.attrs["block"], args, alg)):
+            picks = None if blocks is None else blocks.get(op.id)
+            for t, v in zip(op.outputs, evaluate_block(op.attrs["block"], args, alg, picks)):
                 env[t] = v
         else:
             env[op.outputs[0]] = alg.apply(op.kind, args, op.attrs)
@@ -117,14 +127,16 @@ def largest_value(graph: KernelGraph) -> tuple[int, str]:
     return worst, where
 
 
-def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:
+def evaluate_block(block: BlockGraph, sources: list, alg: Algebra, picks: Picks | None = None) -> list:
     """Evaluate a block graph for all blocks and iterations at once; returns one
-    device value per output saver."""
+    device value per output saver. With ``picks`` only those grid positions run
+    (every loop iteration of each), and each saver's value holds only what they
+    write, laid out as :func:`saved_positions` says."""
     env: dict[Tensor, Any] = {}
     for op in block.ops:
         out = op.outputs[0]
         if op.kind == "iterator":
-            env[out] = _iterate(block, sources[op.attrs["source"]], op.attrs, alg)
+            env[out] = _iterate(block, sources[op.attrs["source"]], op.attrs, alg, picks)
         elif op.kind == "accum":
             v = env[op.inputs[0]]
             s = alg.shape(v)
@@ -141,7 +153,7 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra) -> list:
                 batch = tuple(max(alg.shape(a)[i] for a in args) for i in range(NB))
                 args = [alg.expand(a, batch + alg.shape(a)[NB:]) for a in args]
             env[out] = alg.block_apply(op.kind, args, _batched_attrs(d, op.attrs, args, alg))
-    return [alg.to_memory(_save(block, env[sv.tensor], sv, alg)) for sv in block.savers]
+    return [alg.to_memory(_save(block, env[sv.tensor], sv, alg, picks)) for sv in block.savers]
 
 
 def _align(alg: Algebra, v, ndim: int, target: int):
@@ -170,9 +182,10 @@ def _batched_attrs(d: OpDef, attrs: dict, args: list, alg: Algebra) -> dict:
     return out
 
 
-def _iterate(block: BlockGraph, v, attrs: dict, alg: Algebra):
+def _iterate(block: BlockGraph, v, attrs: dict, alg: Algebra, picks: Picks | None = None):
     """The tiles an input iterator hands each block at each iteration, as one value
-    of shape (gx|1, gy|1, gz|1, F|1, *tile)."""
+    of shape (gx|1, gy|1, gz|1, F|1, *tile) — with ``picks``, only the picked
+    positions along the grid axes the tile varies on."""
     shape = alg.shape(v)
     imap, fmap, F = attrs["imap"], attrs["fmap"], block.forloop
     split: list[int] = []
@@ -194,15 +207,20 @@ def _iterate(block: BlockGraph, v, attrs: dict, alg: Algebra):
         if batch_pos[i] is None:
             batch_pos[i] = len(split)
             split.append(1)
-    v = alg.reshape(v, split)
-    return alg.permute(v, batch_pos + tile_pos)
+    v = alg.permute(alg.reshape(v, split), batch_pos + tile_pos)
+    if picks is not None:
+        for axis in range(3):  # a tile the same for every block along an axis stays size 1 there
+            if imap[axis] is not None and len(picks[axis]) < block.grid[axis]:
+                v = alg.select(v, axis, picks[axis])
+    return v
 
 
-def _save(block: BlockGraph, v, saver, alg: Algebra):
-    """Assemble the tiles of all blocks into the output device tensor."""
+def _save(block: BlockGraph, v, saver, alg: Algebra, picks: Picks | None = None):
+    """Assemble the tiles of all blocks (or of the picked ones) into the output device tensor."""
     tile = saver.tensor.shape
     s = alg.shape(v)
-    full = tuple(block.grid) + (1,) + s[NB:]
+    grid = tuple(block.grid) if picks is None else tuple(len(p) for p in picks)
+    full = grid + (1,) + s[NB:]
     v = alg.expand(alg.reshape(v, s), full)  # replicate along grid axes the tile does not vary on
     order: list[int] = [a for a in range(3) if saver.omap[a] is None] + [NB - 1]
     for d in range(len(tile)):
@@ -210,4 +228,21 @@ def _save(block: BlockGraph, v, saver, alg: Algebra):
             order.append(saver.omap.index(d))
         order.append(NB + d)
     v = alg.permute(v, order)
-    return alg.reshape(v, saver.shape)
+    if picks is None:
+        return alg.reshape(v, saver.shape)
+    return alg.reshape(v, tuple(len(ix) for ix in saved_positions(block, saver, picks)))
+
+
+def saved_positions(block: BlockGraph, saver, picks: Picks) -> list[list[int]]:
+    """Per dim of ``saver``'s device tensor, the indices the picked blocks write, in
+    the order :func:`evaluate_block` lays them out: along a dim a grid axis tiles,
+    the picked blocks' tiles one after another; along any other dim, all of it."""
+    tile = saver.tensor.shape
+    out: list[list[int]] = []
+    for d, size in enumerate(saver.shape):
+        axis = saver.omap.index(d) if d in saver.omap else None
+        if axis is None:
+            out.append(list(range(size)))
+        else:
+            out.append([i * tile[d] + t for i in picks[axis] for t in range(tile[d])])
+    return out

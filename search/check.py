@@ -1,8 +1,8 @@
 """Checking complete candidates against the program (docs/design.md §6.6, via ``verify``).
 
 A candidate whose abstract expression is A_eq-equivalent to the program's is
-first fingerprinted (one finite-field draw, cheap) and, if the fingerprint
-matches, verified to the configured error bound with ``verify.equivalent``.
+first fingerprinted (one finite-field draw, a few blocks of its output kernels
+first: :class:`verify.Fingerprinter`) and, if the fingerprint matches, verified to the configured error bound with ``verify.equivalent``.
 ``verify`` is the one stage ``search`` may import (the layering of docs/design.md §1.4).
 """
 
@@ -23,14 +23,14 @@ class Checker:
         self.program = program
         self.error = error
         self.seed = seed
-        self._target_fp = None
+        self._fingerprinter: verify.Fingerprinter | None = None
         self._reference = None  # verify.Reference: the program's side of every test, shared by the candidates
 
     def fingerprint_matches(self, graph: KernelGraph) -> bool:
         try:
-            if self._target_fp is None:
-                self._target_fp = verify.fingerprint(self.program, seed=self.seed)
-            return verify.fingerprint(graph, seed=self.seed) == self._target_fp
+            if self._fingerprinter is None:
+                self._fingerprinter = verify.Fingerprinter(self.program, seed=self.seed)
+            return self._fingerprinter.matches(graph)
         except MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 

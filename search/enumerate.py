@@ -50,6 +50,8 @@ from .oracle import SubexprOracle
 
 GD = "graph_defined"
 ACC = "accum"
+#: the statistic each prune reason of :meth:`Searcher._op_result` counts in
+_PRUNED = {r: f"pruned_{r}" for r in ("shape", "labels", "abstract")}
 #: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
 #: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
 _CLOSE = 1 << 30
@@ -57,6 +59,29 @@ _CLOSE = 1 << 30
 
 def _attr_key(attrs: tuple) -> str:
     return repr(tuple((k, str(v)) for k, v in attrs))
+
+
+@dataclass(frozen=True)
+class _KindInfo:
+    """What the candidate generator needs of one op kind, looked up once per search."""
+
+    kind: str
+    rank: int
+    op: object  # the catalog's OpDef (None for the accumulator)
+    arity: int
+    commutative: bool
+    constant_factor: bool
+    #: a binary op whose ``x op x`` is a unary op of the level's kinds (``x*x`` is ``square(x)``)
+    squared: bool
+    accumulator: bool
+
+    @classmethod
+    def of(cls, kind: str, rank: int, kinds: tuple[str, ...]) -> "_KindInfo":
+        if kind == ACC:
+            return cls(kind, rank, None, 1, False, False, False, True)
+        d = CATALOG[kind]
+        squared = {CATALOG[k].squares for k in kinds if k in CATALOG}
+        return cls(kind, rank, d, d.arity, d.commutative, d.constant_factor, kind in squared, False)
 
 
 @dataclass
@@ -90,9 +115,15 @@ def _jsonable(x):
 
 
 class _Level:
-    """Per-level tensor table with append/pop."""
+    """Per-level tensor table with append/pop.
 
-    def __init__(self) -> None:
+    ``sigs`` numbers each distinct (shape, abstract expression, index labels) once per
+    search (``interned``, shared by every level of a :class:`Searcher`): an op's result
+    depends on its inputs through these alone, so the op cache is keyed on the numbers."""
+
+    def __init__(self, interned: dict[tuple, int]) -> None:
+        self.interned = interned
+        self.sigs: list[int] = []
         self.shapes: list[tuple] = []
         self.terms: list[int] = []
         self.labs: list[lb.Labels] = []
@@ -106,6 +137,11 @@ class _Level:
         self.nout: list[int] = []
 
     def add_tensor(self, shape, term, lab, acc=None, scaled=False, producer="input") -> None:
+        sig = (shape, term, lab)
+        n = self.interned.get(sig)
+        if n is None:
+            n = self.interned[sig] = len(self.interned)
+        self.sigs.append(n)
         self.producer.append(producer)
         self.shapes.append(shape)
         self.terms.append(term)
@@ -127,7 +163,7 @@ class _Level:
         n = self.nout.pop()
         self.ops.pop()
         self.keys.pop()
-        for lst in (self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer):
+        for lst in (self.sigs, self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer):
             del lst[len(lst) - n:]
         for i in set(inputs):
             self.uses[i] -= 1
@@ -170,6 +206,13 @@ class Searcher:
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
         self._op_cache: dict[tuple, object] = {}
+        self._interned: dict[tuple, int] = {}
+        self._count_hits = self.oracle.enabled
+        #: (kind, input shape) -> the attribute assignments the search tries, with their keys
+        self._attr_cache: dict[tuple, Optional[list[tuple[dict, str]]]] = {}
+        #: per op kind of each level, what the candidate generator asks of the catalog
+        self._kinds = {block: [_KindInfo.of(k, self.rank[k], kinds) for k in kinds]
+                       for block, kinds in ((False, self.kernel_kinds), (True, self.block_kinds))}
         self._deadline: Optional[float] = None
         self._kops: int = cfg.max_kernel_ops
         self._emit_kops: int = 0
@@ -211,7 +254,7 @@ class Searcher:
 
     # ----------------------------------------------------------------- state
     def initial(self) -> _Level:
-        ks = _Level()
+        ks = _Level(self._interned)
         for t in self.program.inputs:
             ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
         return ks
@@ -221,16 +264,20 @@ class Searcher:
 
         Memoized on (kind, attrs, the inputs' shapes, terms and labels): the answer
         depends on nothing else, and block states share most of their tensors."""
-        ck = (kind, akey or _attr_key(tuple(sorted(attrs.items())))) + tuple(
-            (lv.shapes[i], lv.terms[i], lv.labs[i]) for i in inputs)
+        sigs = lv.sigs
+        ak = akey or _attr_key(tuple(sorted(attrs.items())))
+        n = len(inputs)
+        ck = ((kind, ak, sigs[inputs[0]]) if n == 1 else (kind, ak, sigs[inputs[0]], sigs[inputs[1]]) if n == 2
+              else (kind, ak) + tuple(sigs[i] for i in inputs))
         r = self._op_cache.get(ck)
         if r is None:
             if len(self._op_cache) > 2_000_000:
                 self._op_cache.clear()
             r = self._op_cache[ck] = self._op_result_uncached(lv, kind, inputs, attrs)
-        elif not isinstance(r, str) and self.oracle.enabled:
-            self.oracle.stats.queries += 1  # keep the query count comparable
-            self.oracle.stats.cache_hits += 1
+        elif r.__class__ is not str and self._count_hits:
+            stats = self.oracle.stats  # keep the query count comparable
+            stats.queries += 1
+            stats.cache_hits += 1
         return r
 
     def _op_result_uncached(self, lv: _Level, kind: str, inputs: tuple, attrs: dict):
@@ -256,8 +303,22 @@ class Searcher:
             return "abstract"
         return shape, term, lab
 
-    def _candidates(self, lv: _Level, kinds: tuple[str, ...], block: bool = False):
-        """(key, kind, inputs, attrs) for every op whose key exceeds the last one.
+    def _candidates(self, lv: _Level, block: bool = False):
+        """(key, kind, inputs, attrs, akey) for every op whose key exceeds the last one,
+        in generation order (by max input, then kind, then :meth:`_combos`' order)."""
+        last = lv.last_key
+        canonical = self.canonical
+        for m in range(max(last[0], 0), len(lv.shapes)):
+            for info in self._kinds[block]:
+                rank = info.rank
+                for inputs, attrs, akey in self._combos(lv, info, m, block):
+                    key = (m, inputs, rank, akey)
+                    if key <= last if canonical else key in lv.keys:
+                        continue
+                    yield key, info.kind, inputs, attrs, akey
+
+    def _combos(self, lv: _Level, info: "_KindInfo", m: int, block: bool) -> list[tuple]:
+        """(inputs, attrs, akey) of every op of kind ``info`` whose newest input is ``m``.
 
         Attributes come from the op's schema: a ``dim`` ranges over the input's dims
         longer than 1, a ``rational`` over the program's values of that attribute; an op
@@ -268,43 +329,82 @@ class Searcher:
         commutes with every linear op, so one placement per reduction suffices — and,
         in a block graph, binary ops never mix loop-body and post-loop tiles.
         """
-        last = lv.last_key
-        n = len(lv.shapes)
+        am = lv.accs[m]
+        if info.accumulator:
+            return [((m,), {}, "()")] if am == 0 else []
+        if info.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
+            return []
+        attr_sets = self._attr_sets(info, lv.shapes[m])
+        if not attr_sets:
+            return []
+        if info.arity == 1:
+            return [((m,), at, ak) for at, ak in attr_sets]
+        if info.arity != 2:
+            return []
         accs = lv.accs
-        squared = {CATALOG[k].squares for k in kinds if k in CATALOG}
-        for m in range(max(last[0], 0), n):
-            am = accs[m]
-            for kind in kinds:
-                rank = self.rank[kind]
-                if kind == ACC:
-                    if am != 0:
+        ok = [a for a in range(m + 1) if not block or am is None or accs[a] is None or accs[a] == am]
+        if info.squared:
+            ok = [a for a in ok if a != m]  # x*x is spelled square(x)
+        combos = [((a, m), at, ak) for a in ok for at, ak in attr_sets]
+        if not info.commutative:
+            combos += [((m, a), at, ak) for a in ok if a != m for at, ak in attr_sets]
+        return combos
+
+    def _block_candidates(self, bs: _Level, count: bool) -> list[tuple]:
+        """The block ops that may follow ``bs``'s last op, in :meth:`_candidates`' order,
+        each with its result: ``(key, kind, inputs, attrs, akey, result)``, ``result``
+        being (shape, term, labels), or None for an accumulator (checked by the caller).
+
+        Ops whose result is a prune reason (shape, labels, abstract expression) are
+        dropped here, counted when ``count``. This is the search's innermost loop —
+        tens of ops tried per block state, nearly all pruned — so the op cache is read
+        inline, keyed on the inputs' interned signatures."""
+        last = bs.last_key
+        canonical = self.canonical
+        sigs = bs.sigs
+        cache = self._op_cache
+        out: list[tuple] = []
+        pruned: Counter = Counter()
+        hits = 0
+        for m in range(max(last[0], 0), len(bs.shapes)):
+            tie = m == last[0] or not canonical  # keys with this m must still exceed the last one
+            sm = sigs[m]
+            for info in self._kinds[True]:
+                kind, rank = info.kind, info.rank
+                for ins, at, ak in self._combos(bs, info, m, True):
+                    if tie:
+                        key = (m, ins, rank, ak)
+                        if key <= last if canonical else key in bs.keys:
+                            continue
+                    if info.accumulator:
+                        out.append(((m, ins, rank, ak), kind, ins, at, ak, None))
                         continue
-                    combos = [((m,), {})]
-                else:
-                    d = CATALOG[kind]
-                    if d.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
+                    r = cache.get((kind, ak, sm) if len(ins) == 1 else (kind, ak, sigs[ins[0]], sigs[ins[1]]))
+                    if r is None:
+                        r = self._op_result(bs, kind, ins, at, ak)
+                    elif r.__class__ is not str:
+                        hits += 1
+                    if r.__class__ is str:
+                        pruned[r] += 1
                         continue
-                    attr_sets = self._attr_choices(d, lv.shapes[m])
-                    if attr_sets is None:
-                        combos = []
-                    elif d.arity == 1:
-                        combos = [((m,), at) for at in attr_sets]
-                    elif d.arity == 2:
-                        ok = [a for a in range(m + 1)
-                              if not block or am is None or accs[a] is None or accs[a] == am]
-                        if kind in squared:
-                            ok = [a for a in ok if a != m]  # x*x is spelled square(x)
-                        combos = [((a, m), at) for a in ok for at in attr_sets]
-                        if not d.commutative:
-                            combos += [((m, a), at) for a in ok if a != m for at in attr_sets]
-                    else:
-                        combos = []
-                for inputs, attrs in combos:
-                    akey = _attr_key(tuple(sorted(attrs.items())))
-                    key = (m, inputs, rank, akey)
-                    if key <= last if self.canonical else key in lv.keys:
-                        continue
-                    yield key, kind, inputs, attrs, akey
+                    out.append(((m, ins, rank, ak), kind, ins, at, ak, r))
+        if count:
+            for r, k in pruned.items():
+                self.stats[_PRUNED[r]] += k
+        if hits and self._count_hits:
+            self.oracle.stats.queries += hits  # keep the query count comparable
+            self.oracle.stats.cache_hits += hits
+        return out
+
+    def _attr_sets(self, info: "_KindInfo", shape: tuple) -> Optional[list[tuple[dict, str]]]:
+        """:meth:`_attr_choices` with each assignment's key, cached per (kind, shape)."""
+        ck = (info.kind, shape)
+        r = self._attr_cache.get(ck, False)
+        if r is False:
+            sets = self._attr_choices(info.op, shape)
+            r = self._attr_cache[ck] = (None if sets is None else
+                                        [(at, _attr_key(tuple(sorted(at.items())))) for at in sets])
+        return r
 
     def _attr_choices(self, d, shape: tuple) -> list[dict] | None:
         """Every attribute assignment the search tries for op ``d`` on an input of
@@ -349,7 +449,7 @@ class Searcher:
         """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""
         last_op = len(ks.ops) == self._kops - 1
         unused = {i for i, u in enumerate(ks.uses) if u == 0}
-        for key, kind, inputs, attrs, _ in self._candidates(ks, self.kernel_kinds):
+        for key, kind, inputs, attrs, _ in self._candidates(ks):
             if last_op and not unused <= set(inputs):
                 if not self._replaying():
                     self.stats["pruned_last_op"] += 1
@@ -389,7 +489,7 @@ class Searcher:
     def block_start(self, ks: _Level, inputs: tuple, mp: Mapping) -> None:
         if not self._replaying():
             self.stats["block_starts"] += 1
-        bs = _Level()
+        bs = _Level(self._interned)
         for j, i in enumerate(inputs):
             bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
             bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
@@ -408,14 +508,17 @@ class Searcher:
         remaining = self.cfg.max_block_ops - len(bs.ops)
         if remaining <= 0 or (replay and target < 0):
             return
-        for j, (key, kind, ins, attrs, akey) in enumerate(self._candidates(bs, self.block_kinds, block=True)):
+        for j, (key, kind, ins, attrs, akey, r) in enumerate(self._block_candidates(bs, not replay)):
             if replay and j != target:
                 continue
-            accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
-            if len(accs) > 1:
-                self.stats["pruned_phase"] += 1
-                continue
-            acc = accs.pop() if accs else None
+            acc = bs.accs[ins[0]]
+            if len(ins) > 1:  # a binary op's phase: the inputs' (None: loop-invariant) must agree
+                other = bs.accs[ins[1]]
+                if acc is None:
+                    acc = other
+                elif other is not None and other != acc:
+                    self.stats["pruned_phase"] += 1
+                    continue
             if kind == ACC:
                 if acc != 0:
                     continue
@@ -427,10 +530,6 @@ class Searcher:
                     continue
                 out = (shape, term, lab, 1, False, ACC)
             else:
-                r = self._op_result(bs, kind, ins, attrs, akey)
-                if isinstance(r, str):
-                    self.stats[f"pruned_{r}"] += 1
-                    continue
                 shape, term, lab = r
                 out = (shape, term, lab, acc, _scales(kind), kind)
             dup = (out[0], out[1], out[2], out[3], out[4])
@@ -471,6 +570,7 @@ class Searcher:
         last = ks.last_key
         replay = self._replaying()
         target = self._target() + _CLOSE if replay else None
+        final = len(ks.ops) + 1 >= self._kops  # this block is the graph's last kernel op
         for c, choice in enumerate(itertools.product(*options)):
             if replay and c != target:
                 continue
@@ -480,15 +580,23 @@ class Searcher:
             key = (inputs[-1], inputs, self.rank[GD], repr(bspec))
             if key <= last:
                 continue
-            if not self._block_valid(ks, inputs, bspec):
-                self.stats["pruned_block_invalid"] += 1
-                continue
-            if not replay:
-                self.stats["blocks_closed"] += 1
             outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
             ks.push(("block", inputs, bspec), key, inputs, outs)
-            self._descend(c - _CLOSE, self.kernel_dfs, ks, len(outs))
-            ks.pop(inputs)
+            try:
+                if final and (len(ks.ops) < self._emit_kops or self._outputs(ks, len(outs)) is None):
+                    # the kernel graph's last op, and what it leaves are not the program's
+                    # outputs: a dead end, known before the costly validity check
+                    if not replay:
+                        self.stats["pruned_dead_end"] += 1
+                    continue
+                if not self._block_valid(ks, inputs, bspec):
+                    self.stats["pruned_block_invalid"] += 1
+                    continue
+                if not replay:
+                    self.stats["blocks_closed"] += 1
+                self._descend(c - _CLOSE, self.kernel_dfs, ks, len(outs))
+            finally:
+                ks.pop(inputs)
 
     def _block_valid(self, ks: _Level, inputs: tuple, bspec: tuple) -> bool:
         """Exact validity (shared memory by tile lifetime, registers) through the IR."""
@@ -507,11 +615,20 @@ class Searcher:
 
     # ------------------------------------------------------------- candidates
     def _complete(self, ks: _Level, new: int) -> None:
+        perm = self._outputs(ks, new)
+        if perm is not None:
+            self._emit(ks, perm)
+
+    def _outputs(self, ks: _Level, new: int) -> Optional[tuple[int, ...]]:
+        """The tensors that would be the program's outputs, in order, if the graph
+        ended here (its last op made ``new`` tensors), or None: the unused tensors
+        must be exactly as many as the outputs, one of them new, each matching its
+        output in shape, index labels and abstract expression."""
         n = len(ks.shapes)
         unused = [i for i in range(n) if ks.uses[i] == 0]
         m = len(self.out_shapes)
         if len(unused) != m or not any(i >= n - new for i in unused):
-            return
+            return None
         for perm in itertools.permutations(unused):
             ok = True
             for k, i in enumerate(perm):
@@ -525,8 +642,8 @@ class Searcher:
                     ok = False
                     break
             if ok:
-                self._emit(ks, perm)
-                return
+                return perm
+        return None
 
     def _emit(self, ks: _Level, outputs: tuple) -> None:
         """Fingerprint a complete candidate; a match is reported with its cost key.

@@ -9,6 +9,7 @@ Public API::
     print(v); v.equivalent; v.ok; v.checks; v.error_bound; v.counterexample; v.to_json()
     verify.float_check(program, ugraph)             # -> FloatReport (numerics alone)
     verify.fingerprint(ugraph)                      # -> str, equal for equivalent graphs
+    verify.Fingerprinter(program).matches(ugraph)   # fingerprints equal? (many candidates, sampled blocks first)
     verify.verify_files("ref.json", "cand.py")      # the CLI: python -m mugraph verify REF CAND
 
 Modules: :mod:`verify.family` (the random primes: a fresh pair per test),
@@ -18,7 +19,7 @@ Modules: :mod:`verify.family` (the random primes: a fresh pair per test),
 :mod:`verify.fuzz` (random Lax programs and mutations, reused by the search).
 """
 
-from .equivalence import DEFAULT_ERROR, Reference, equivalent, field_test, fingerprint, per_test_bound
+from .equivalence import DEFAULT_ERROR, Fingerprinter, Reference, equivalent, field_test, fingerprint, per_test_bound
 from .family import DEFAULT, PrimeFamily
 from .field import MIRAGE, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
 from .floatcheck import float_check
@@ -26,7 +27,7 @@ from .standalone import verify_files
 from .verdict import Counterexample, FloatCase, FloatReport, Verdict
 
 __all__ = [
-    "equivalent", "Reference", "float_check", "fingerprint", "verify_files", "field_test", "per_test_bound",
+    "equivalent", "Reference", "float_check", "fingerprint", "Fingerprinter", "verify_files", "field_test", "per_test_bound",
     "Verdict", "Counterexample", "FloatReport", "FloatCase",
     "Field", "PrimeFamily", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw",
 ]

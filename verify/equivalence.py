@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from mugraph.errors import ConfigError, NotLaxError
-from mugraph.interpreter import evaluate
+from mugraph.interpreter import Picks, evaluate, saved_positions
 from mugraph.ir import KernelGraph
 from mugraph.lax import check_lax
 from mugraph.ops import exp_like, lax_classes
@@ -729,14 +729,122 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
     """
     args.integer("fingerprint", "seed", seed, 0)
     fld = fingerprint_field(seed, _check_field(field))
-    dev = resolve_device(device)
-    ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
-    live = live_graph(graph)
-    with eval_threads(live):
-        outs = evaluate_field(live, ins, fld, _fixed_omega(seed, fld), dev, parts=1)
+    outs = _fixed_outputs(live_graph(graph), seed, fld, resolve_device(device))
     h = hashlib.blake2b(digest_size=16)
     for o in outs:
-        x = o[0].to("cpu").contiguous()
+        x = o.to("cpu").contiguous()
         h.update(repr(tuple(x.shape)).encode())
         h.update(x.numpy().tobytes())
     return h.hexdigest()
+
+
+def _fixed_outputs(graph: KernelGraph, seed: int, fld: Field, device: torch.device,
+                   blocks: dict[int, Picks] | None = None) -> list[torch.Tensor]:
+    """``graph``'s outputs (p-parts) on the fingerprint's fixed draw; ``blocks``: the
+    kernels to run on a sample of their grid (:func:`mugraph.interpreter.evaluate`)."""
+    ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
+    with eval_threads(graph):
+        alg = FieldAlgebra(fld, _fixed_omega(seed, fld), device, deferred=True)
+        return [o[0] for o in alg.realize(evaluate(graph, ins, alg, blocks=blocks), 1, release=True)]
+
+
+#: blocks a sampled fingerprint runs per grid axis (of a larger axis)
+SAMPLE_BLOCKS = 2
+
+
+def sample_blocks(graph: KernelGraph, seed: int = 0, per_axis: int = SAMPLE_BLOCKS) -> dict[int, Picks]:
+    """The grid positions a sampled fingerprint runs: for every graph-defined kernel
+    whose outputs nothing else reads (what a sample of its blocks changes is only
+    which output elements exist), ``per_axis`` indices per grid axis longer than
+    that. They are drawn from the seed and the axis, never 0 when the axis has
+    more than ``per_axis`` + 1 blocks — block 0 reads every operand at offset 0
+    along every axis, so a candidate that maps a grid axis to the wrong dim would
+    look right there — and rarely the same index on two axes (a swap of axes
+    would look right there too). Kernels whose grid is that small already are
+    left out: sampling would save nothing."""
+    read = {t for op in graph.ops for t in op.inputs}
+    out: dict[int, Picks] = {}
+    for op in graph.ops:
+        if op.kind != "graph_defined" or any(t in read for t in op.outputs):
+            continue
+        grid = op.attrs["block"].grid
+        if all(g <= per_axis for g in grid):
+            continue
+        picks = []
+        for axis, g in enumerate(grid):
+            if g <= per_axis:
+                picks.append(tuple(range(g)))
+                continue
+            rng = np.random.default_rng([seed, 0x626C6B, axis, g])
+            lo = 1 if g > per_axis + 1 else 0
+            picks.append(tuple(sorted(int(i) + lo for i in rng.choice(g - lo, per_axis, replace=False))))
+        out[op.id] = (picks[0], picks[1], picks[2])
+    return out
+
+
+class Fingerprinter:
+    """Whether candidates' :func:`fingerprint` s equal a program's, at a fraction of the cost.
+
+    The search compares every complete candidate with its program on the fixed
+    draw; at full shapes most of that work is the candidate's kernels over all
+    their blocks. A candidate is first run on a few blocks of each output kernel
+    (:func:`sample_blocks`) and compared with the program's outputs at the elements
+    those blocks write: one that differs there is rejected (its fingerprint
+    differs). One that agrees is run in full and compared everywhere, so the
+    answer is exactly "the fingerprints are equal" — the sample only decides
+    sooner, for the many candidates that are wrong everywhere. The program is
+    evaluated once, in full.
+
+    Raises what :func:`fingerprint` raises."""
+
+    def __init__(self, program: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT,
+                 device: str = "cpu", per_axis: int = SAMPLE_BLOCKS) -> None:
+        args.integer("Fingerprinter", "seed", seed, 0)
+        args.integer("Fingerprinter", "per_axis", per_axis, 1, 1 << 16)
+        self.program = program
+        self.seed, self.per_axis = seed, per_axis
+        self.fld = fingerprint_field(seed, _check_field(field))
+        self.device = resolve_device(device)
+        self._target: list[torch.Tensor] | None = None
+        #: candidates rejected by the sample, and those evaluated in full
+        self.sample_rejected = 0
+        self.full = 0
+
+    def target(self) -> list[torch.Tensor]:
+        """The program's outputs on the fixed draw (p-parts)."""
+        if self._target is None:
+            self._target = _fixed_outputs(live_graph(self.program), self.seed, self.fld, self.device)
+        return self._target
+
+    def matches(self, graph: KernelGraph) -> bool:
+        target = self.target()
+        live = live_graph(graph)
+        if [tuple(t.shape) for t in live.outputs] != [tuple(t.shape) for t in target]:
+            return False
+        picks = sample_blocks(live, self.seed, self.per_axis)
+        if picks:
+            outs = _fixed_outputs(live, self.seed, self.fld, self.device, picks)
+            for t, o, want in zip(live.outputs, outs, target):
+                if not torch.equal(o, _at(want, _written(live, t, picks))):
+                    self.sample_rejected += 1
+                    return False
+        self.full += 1
+        outs = _fixed_outputs(live, self.seed, self.fld, self.device)
+        return all(torch.equal(o, want) for o, want in zip(outs, target))
+
+
+def _written(graph: KernelGraph, t, picks: dict[int, Picks]) -> list[list[int]] | None:
+    """Per dim, the elements of output ``t`` that the sampled evaluation holds (None: all)."""
+    for op in graph.ops:
+        if op.id in picks and t in op.outputs:
+            block = op.attrs["block"]
+            return saved_positions(block, block.savers[op.outputs.index(t)], picks[op.id])
+    return None
+
+
+def _at(x: torch.Tensor, positions: list[list[int]] | None) -> torch.Tensor:
+    """``x`` at ``positions`` (per dim, a list of indices), in that order."""
+    for d, ix in enumerate(positions or ()):
+        if len(ix) < x.shape[d]:
+            x = x.index_select(d, torch.tensor(ix, dtype=torch.long, device=x.device))
+    return x

@@ -846,6 +846,21 @@ class FieldAlgebra(Algebra):
         shape = tuple(a * b for a, b in zip(s, r))
         return tuple(self._part(shape, lambda x=x: x.any().tile(reps), [x]) for x in v)
 
+    def select(self, v, axis: int, index):
+        """A computed part, not a view: the few picked entries are copied out of the
+        base as they are (int64), so a sampled evaluation never converts the whole base."""
+        idx = list(index)
+        shape = list(v[0].shape)
+        shape[axis] = len(idx)
+
+        def take(x: Part) -> torch.Tensor:
+            # slices of the (often permuted) base, copied once: index_select would first
+            # make the whole base contiguous
+            t = x.any()
+            return torch.cat([t.narrow(axis, i, 1) for i in idx], axis)
+
+        return tuple(self._part(shape, lambda x=x: take(x), [x]) for x in v)
+
     # -- semantics
     def input(self, name, value, shape, dtype):
         if not isinstance(value, FieldInput):
