@@ -27,7 +27,9 @@ from typing import Any
 
 from mugraph.errors import CacheError
 
-VERSION = 3
+#: 4: a block node's children are numbered among the ops that pass the op checks (shape,
+#: labels, abstract expression) — a unit's path of ordinals from version 3 means another node
+VERSION = 4
 
 
 class CheckpointError(CacheError):
