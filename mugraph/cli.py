@@ -17,7 +17,7 @@ from .demo import format_rows, run_demo
 from .errors import MugraphError
 from .loading import graph_from_file
 from .pipeline import Interrupted, OptimizeConfig, superoptimize
-from .pipeline.bench import COLUMNS, format_row, format_table, run_bench
+from .pipeline.bench import COLUMNS, ROW_S, format_row, format_table, run_bench
 from .render import render
 
 
@@ -222,9 +222,12 @@ def _interrupted(line: str) -> None:
 @click.option("--tune-seconds", default=None, type=click.FloatRange(min=0, min_open=True),
               help="Per candidate: seconds of trying kernel configurations (default: sized by its configuration "
                    "space, within a total bound: plan_rerank).")
+@click.option("--row-seconds", default=ROW_S, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="What one row may take in all: search, re-ranking, the reference's tuning and the baselines "
+                   "(the tuning gets what the search leaves).")
 @_search_options
-def bench(names, batches, results, out, timing, top_k, tune_seconds, time_limit, max_block_ops, max_kernel_ops,
-          workers, executor, seed, cache_dir, no_cache) -> None:
+def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds, time_limit, max_block_ops,
+          max_kernel_ops, workers, executor, seed, cache_dir, no_cache) -> None:
     """The benchmark table: ours vs the hand-written reference, PyTorch eager, torch.compile, SDPA and the
     memory floor; the search's wall time, verified count and reach (rows print as they finish)."""
     config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
@@ -239,7 +242,7 @@ def bench(names, batches, results, out, timing, top_k, tune_seconds, time_limit,
 
     rows, head = run_bench(names or None, tuple(batches) or (1, 8), results, config, timing=timing, top_k=top_k,
                            tune_seconds=tune_seconds, on_row=on_row, seed=seed,
-                           cache_dir=False if no_cache else cache_dir, out=out)
+                           cache_dir=False if no_cache else cache_dir, out=out, row_seconds=row_seconds)
     click.echo("\n" + format_table(rows, head))
 
 

@@ -133,14 +133,14 @@ def reach(ref, cands: list[Candidate]) -> tuple[str, int | None, bool]:
 ROW_S, BASELINES_S = 480.0, 60.0
 
 
-def tuning_shares(elapsed: float, ref_graph=None) -> tuple[float, float | None]:
+def tuning_shares(elapsed: float, ref_graph=None, row_s: float = ROW_S) -> tuple[float, float | None]:
     """(re-ranking's total tuning seconds, the reference's) for a row whose search and
-    checks took ``elapsed`` seconds: what is left of :data:`ROW_S` after
+    checks took ``elapsed`` seconds: what is left of ``row_s`` (default :data:`ROW_S`) after
     :data:`BASELINES_S`, the reference sized like a candidate (``SECONDS_PER_CONFIG`` ×
     its configuration space, within [MIN_TUNE_S, MAX_TUNE_S]) but at most a third of it;
     the re-ranking the rest, at most ``timing.TOTAL_TUNE_S``, at least two candidates'
-    minimum — so a row takes about ``max(ROW_S, elapsed + 3 · MIN_TUNE_S + BASELINES_S)``."""
-    left = max(ROW_S - elapsed - BASELINES_S, 3 * MIN_TUNE_S)
+    minimum — so a row takes about ``max(row_s, elapsed + 3 · MIN_TUNE_S + BASELINES_S)``."""
+    left = max(row_s - elapsed - BASELINES_S, 3 * MIN_TUNE_S)
     ref_s = None
     if ref_graph is not None:
         want = min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * sum(config_space(ref_graph).values())))
@@ -214,13 +214,19 @@ def check_args(names, batches, results, timing: str, top_k: int | None, tune_sec
 def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, config: OptimizeConfig | None = None,
               timing: str = "graph", progress: bool = True, top_k: int | None = None, tune_seconds: float | None = None,
               on_row: Callable[[BenchRow], None] | None = None, seed: int = 0,
-              cache_dir: str | Path | None | bool = None, out: str | Path | None = None) -> tuple[list[BenchRow], str]:
+              cache_dir: str | Path | None | bool = None, out: str | Path | None = None,
+              row_seconds: float = ROW_S) -> tuple[list[BenchRow], str]:
     """Rows of the table, and a header line saying where and how it was measured.
+    ``row_seconds``: what one row may take in all — search, re-ranking, the reference's
+    tuning and the baselines (:func:`tuning_shares`); a search that ends early leaves
+    the tuning more.
     ``on_row`` sees each row as soon as it is measured (long runs show progress);
     ``out``: a folder where ``bench.csv`` gets each row as it finishes.
     ``top_k``/``tune_seconds``: override the re-ranking plan (``timing.plan_rerank``).
     ``seed`` and ``cache_dir`` go to ``superoptimize`` for results not saved yet."""
     names, res = check_args(names, batches, results, timing, top_k, tune_seconds)
+    if isinstance(row_seconds, bool) or not isinstance(row_seconds, (int, float)) or not 0 < row_seconds < float("inf"):
+        raise ConfigError(f"bench: row_seconds={short(row_seconds)} must be seconds > 0")
     outdir = as_path(out, "bench: out") if out is not None else None
     if outdir is not None and outdir.exists() and not outdir.is_dir():
         raise ConfigError(f"bench: out={str(outdir)!r} is a file, not a folder")
@@ -249,7 +255,7 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 row.reach = "-"
             if gpu:
                 rerank_s, ref_s = tuning_shares(time.perf_counter() - t_row,
-                                                reference(name, b) if name in REFERENCES else None)
+                                                reference(name, b) if name in REFERENCES else None, row_seconds)
                 if opt.device != "cuda" or opt.best.measured_s is None:
                     opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing, tune_total_s=rerank_s)  # searched on a CPU: autotune and time the best candidates here
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)

@@ -137,6 +137,10 @@ def test_row_tuning_shares_keep_a_row_within_its_budget():
     rerank, ref_s = bench.tuning_shares(10_000.0, ref)  # past the budget already: the minimum
     assert rerank == 2 * MIN_TUNE_S and ref_s == MIN_TUNE_S
     assert bench.tuning_shares(0.0)[1] is None  # no reference
+    rerank, ref_s = bench.tuning_shares(60.0, ref, row_s=150.0)  # a shorter row budget
+    assert 60 + rerank + ref_s + bench.BASELINES_S <= 150.0 + 1e-9
+    with pytest.raises(mg.MugraphError, match="row_seconds"):
+        bench.run_bench(["gqa"], (1,), row_seconds=0)
 
 
 @pytest.mark.parametrize("name", ["gqa", "qknorm_gqa"])
