@@ -313,6 +313,21 @@ ROWS: dict[Any, Callable] = {
 }
 
 
+#: ATen ops whose torch result is a view of their input (no copy) and whose mapping is
+#: that view: at a piece's boundary the partition leaves them to torch, so the piece
+#: reads (or writes) the tensor the view is of, and the runtime hands the view's strides
+#: to the lowering (docs/design.md §10.3, views at the boundary). ``expand`` is a view too,
+#: but a stride-0 input is one the runtime could not copy into when a call's tensor has
+#: other strides, so it stays in the piece (a ``repeat``); copies (``clone``,
+#: ``contiguous``, casts) are not views, nor is ``reshape`` (a copy when the input's
+#: strides do not allow a view; traced code has ``view``, or ``clone`` + ``_unsafe_view``).
+VIEW_OPS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.t.default, aten.transpose.int,
+    aten.permute.default, aten.alias.default, aten.detach.default,
+})
+
+
 def decompositions() -> dict:
     """ATen decompositions applied while tracing: softmax into ``amax`` (a library op),
     ``x - m``, ``exp``, ``sum`` and ``div`` — so the exp/sum/div land in a Lax piece —

@@ -28,7 +28,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..errors import ArgumentTypeError, MugraphError
 from ..ir import DTYPES, Program, Tensor
 from ..ops import CATALOG, exp_like
-from .aten import ROWS, Context, Unmapped, decompositions, rotate_half
+from .aten import ROWS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
 
 aten = torch.ops.aten
 
@@ -43,6 +43,7 @@ class NodeInfo:
     lax: bool = False              # every op of a Lax class
     exps: int = 0                  # exp-like ops on its longest path
     cast: tuple[str, str] | None = None  # (from, to): a float cast built as the identity
+    view: bool = False             # a torch view (aten.VIEW_OPS): at a piece's boundary it stays torch
 
     @property
     def num_ops(self) -> int:
@@ -216,5 +217,6 @@ def probe(node: fx.Node) -> NodeInfo:
         d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + exp_like(op.kind)
         for t in op.outputs:
             depth[t.id] = d
-    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0), cast)
+    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0), cast,
+                    node.target in VIEW_OPS)
 
