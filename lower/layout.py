@@ -21,7 +21,8 @@ Constraints (linear):
 * a permute (a torch view, :mod:`lower.torch_ops`) is no variable: its strides are
   its input's, permuted, so a kernel reading it loads through them — the transpose
   is folded into the load's pointer arithmetic and no copy is made (unless it is a
-  graph output, which the runtime writes row-major);
+  graph output, which the runtime writes row-major); a slice likewise: its input's
+  strides (the sliced dim's times the step), its offset in the view's pointer;
 
 Cost (linear in ``x``), summed over every access of ``T``: each output saver
 that writes it and each input iterator that reads it, weighted by how often it
@@ -50,7 +51,7 @@ from typing import Mapping
 
 from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, Tensor
-from mugraph.ops import reduction, reorders
+from mugraph.ops import reduction, reorders, selects
 
 from .plan import plan
 
@@ -182,10 +183,16 @@ def solve(graph: KernelGraph, use_z3: bool = True, input_strides: Mapping[str, t
     outs = {t.id for t in graph.outputs}
     for op in graph.ops:  # topological: a permute of a permute sees its input's strides
         t = op.outputs[0] if op.outputs else None
-        if reorders(op.kind) and t.id not in outs:
-            src = strides[op.inputs[0].id]
+        if t is None or t.id in outs:
+            continue
+        src = strides[op.inputs[0].id] if op.inputs else None
+        if reorders(op.kind):
             strides[t.id] = tuple(src[d] for d in op.attrs["perm"])
-            inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
+        elif selects(op.kind):  # the window's view: the same strides, its dim's times the step
+            strides[t.id] = tuple(s * (op.attrs["step"] if d == op.attrs["dim"] else 1) for d, s in enumerate(src))
+        else:
+            continue
+        inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
     return LayoutPlan(inner, strides, costs, solver, objective)
 
 

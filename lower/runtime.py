@@ -27,7 +27,7 @@ import torch
 
 from mugraph.errors import InputError, InvalidGraphError
 from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
-from mugraph.ops import reorders
+from mugraph.ops import strided_view
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
@@ -324,8 +324,8 @@ class CompiledProgram:
                                            TORCH_DTYPE[t.dtype], device).to(TORCH_DTYPE[t.dtype])
                     if t in self.graph.outputs:
                         env[t.label()].copy_(r)
-                    else:  # a permute stays a strided view: lower.layout gave its readers its strides
-                        env[t.label()] = r if reorders(op.kind) else r.contiguous()
+                    else:  # a permute or slice stays a strided view: lower.layout gave its readers its strides
+                        env[t.label()] = r if strided_view(op.kind) else r.contiguous()
                     continue
                 for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
                     if wrap is not None:

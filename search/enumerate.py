@@ -153,11 +153,12 @@ class Searcher:
             z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
         self.checker = checker or Checker(program, cfg.verify_error, cfg.seed)
         kinds = sorted({op.kind for op in program.ops if op.kind in CATALOG})
-        self.kernel_kinds = tuple(cfg.kernel_ops or sorted(set(kinds) | {"sum"}))
-        self.block_kinds = tuple(cfg.block_ops or kinds) + (ACC,)
+        # each kind where the catalog lets it be (a slice is a kernel-level view only)
+        self.kernel_kinds = tuple(k for k in (cfg.kernel_ops or sorted(set(kinds) | {"sum"})) if "K" in CATALOG[k].levels)
+        self.block_kinds = tuple(k for k in (cfg.block_ops or kinds) if "B" in CATALOG[k].levels) + (ACC,)
         self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
         self.rank[GD] = len(self.rank)
-        # rational and permutation attributes take the program's own values of that attribute of that op
+        # rational, permutation and index attributes take the program's own values of that attribute of that op
         self.attr_values: dict[tuple[str, str], list] = {}
         for op in program.ops:
             for a in CATALOG[op.kind].attrs if op.kind in CATALOG else ():
@@ -165,6 +166,8 @@ class Searcher:
                     self.attr_values.setdefault((op.kind, a.name), set()).add(Fraction(op.attrs[a.name]))
                 elif a.type == "perm":
                     self.attr_values.setdefault((op.kind, a.name), set()).add(tuple(op.attrs[a.name]))
+                elif a.type == "index":
+                    self.attr_values.setdefault((op.kind, a.name), set()).add(op.attrs[a.name])
         self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
         self.stats: Counter = Counter()
         self.results: list[dict] = []
@@ -260,8 +263,9 @@ class Searcher:
         """(key, kind, inputs, attrs) for every op whose key exceeds the last one.
 
         Attributes come from the op's schema: a ``dim`` ranges over the input's dims
-        longer than 1, a ``rational`` over the program's values of that attribute; an op
-        with any other attribute (a shape, per-dim counts) is not generated. Two
+        longer than 1, a ``rational``, ``perm`` or ``index`` over the program's values of
+        that attribute; an op with any other attribute (a shape, per-dim counts) is not
+        generated. Two
         placement rules cut ops that E cannot see as redundant: a constant factor
         (``scale``, erased in E) only follows an op that adds terms up (``sum``,
         ``matmul``, ``accum``) and never another constant factor — a rational factor
@@ -318,6 +322,8 @@ class Searcher:
                 values = self.attr_values.get((d.name, a.name), [])
             elif a.type == "perm":
                 values = [v for v in self.attr_values.get((d.name, a.name), []) if len(v) == len(shape)]
+            elif a.type == "index":  # (a window the input's dim cannot hold is refused by the shape rule)
+                values = self.attr_values.get((d.name, a.name), [])
             else:
                 return None
             out = [{**at, a.name: v} for at in out for v in values]

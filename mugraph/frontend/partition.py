@@ -184,8 +184,10 @@ def fold_views(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, 
                ) -> tuple[set[fx.Node], set[fx.Node]]:
     """``members`` without the views at the piece's boundary, and those views.
 
-    A torch view (``NodeInfo.view``: a transpose, ``view``, ``unsqueeze``, …) whose
-    tensor inputs all lie outside the piece, or whose users all do, is left to torch:
+    A torch view (``NodeInfo.view``: a transpose, ``view``, ``unsqueeze``, a slice, …)
+    whose tensor inputs all lie outside the piece — or, for a view that keeps every
+    element (not a slice: the piece would compute what it drops), whose users all do —
+    is left to torch:
     the piece then reads the view itself as an input — the runtime passes it with its
     strides and the lowering loads through them (``lower.compile(input_strides=)``),
     so a weight's transpose costs no copy — or writes the tensor the view is of. Its
@@ -203,7 +205,8 @@ def fold_views(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, 
         for n in order:
             if n not in members or not info[n].view:
                 continue
-            if all(a not in members for a in n.all_input_nodes) or all(u not in members for u in n.users):
+            if (all(a not in members for a in n.all_input_nodes)
+                    or (info[n].view == "view" and all(u not in members for u in n.users))):
                 members.discard(n)
                 folded.add(n)
                 changed = True

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from .. import builder as B
 from ..interpreter import evaluate
 from ..ir import Program
 from ..lax import check_lax
@@ -48,6 +50,9 @@ class BuiltPiece:
     #: was not dense: an expand's stride 0)
     input_strides: list[tuple[int, ...]] = field(default_factory=list)
     output_strides: list[tuple[int, ...]] = field(default_factory=list)
+    #: for each node of ``outputs``, the Program output holding its value (nodes equal
+    #: in value and layout share one)
+    output_index: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -151,15 +156,28 @@ def build_piece(piece: Piece) -> BuiltPiece:
         env[n] = build_node(n, env, ctx)
         if key is not None:
             views[key] = env[n]
+    # a copy or cast builds no op (its row returns its input), so two output nodes may be
+    # one tensor — written once when eager laid them out alike — or an output may be an
+    # input, which only then costs an identity op (a Program's outputs are computed)
+    out_tensors: list[tuple[Any, tuple[int, ...]]] = []
+    index: list[int] = []
     for n in outputs:
-        p.output(env[n])
+        t, st = env[n], _dense_strides(_val(n))
+        k = next((i for i, (u, ust) in enumerate(out_tensors) if u is t and ust == st), None)
+        if k is None:
+            if t.op.kind == "input" or any(u is t for u, _ in out_tensors):
+                t = B.reshape(t, t.shape)
+            p.output(t)
+            out_tensors.append((t, st))
+            k = len(out_tensors) - 1
+        index.append(k)
     check_lax(p)
     key = structural_key(p)
     p.name = f"piece_{key[:16]}"
     strides = [tuple(int(s) for s in _val(a).stride()) for a in inputs]
     strides += [_row_major(tuple(c.shape)) for c in ctx.constants]
     return BuiltPiece(piece, p, inputs, list(ctx.constants), outputs, key, input_strides=strides,
-                      output_strides=[_dense_strides(_val(n)) for n in outputs])
+                      output_strides=[st for _, st in out_tensors], output_index=index)
 
 
 PieceCall = Callable[[list[torch.Tensor]], list[torch.Tensor]]
@@ -236,8 +254,8 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
                     gm.register_buffer(name, c if device is None else c.to(device))
                 cnodes.append(g.get_attr(name))
             call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
-            for k, o in enumerate(u.outputs):
-                new[o] = g.call_function(__import__("operator").getitem, (call, k))
+            for k, o in zip(u.output_index, u.outputs):
+                new[o] = g.call_function(operator.getitem, (call, k))
                 new[o].meta = dict(o.meta)
         else:
             new[u] = g.node_copy(u, lambda a: new[a])

@@ -78,6 +78,10 @@ CASES = {
                          [aten.unsqueeze.default, aten.expand.default]),
     "contiguous": (lambda a: (a * 2).contiguous().clone() + 1, (r(4, 8),), [aten.clone.default]),
     "cat": (lambda a, b: torch.cat([a * 2, b + 1], dim=1) * 3, (r(4, 8), r(4, 2)), [aten.cat.default]),
+    "slice": (lambda a, b: (a * 2)[:, 1:7:2] @ (b + 1)[2:], (r(4, 8), r(5, 3)), [aten.slice.Tensor]),
+    "narrow_split": (lambda a: (a * 2).narrow(1, 2, 3) + (a + 1).split(3, dim=1)[1], (r(4, 9),), [aten.slice.Tensor]),
+    "select_unbind": (lambda a: (a * 2)[:, 3] + (a - 1).unbind(0)[2] * (a * 3)[-1], (r(4, 4),),
+                      [aten.select.int, aten.slice.Tensor]),
     "rotate_half": (lambda q, c, s: q * c + torch.cat((-q[..., 4:], q[..., :4]), dim=-1) * s,
                     (r(1, 2, 3, 8), r(1, 1, 3, 8), r(1, 1, 3, 8)), [rotate_half]),
 }
@@ -99,8 +103,9 @@ def test_softmax_max_outside_the_pieces():
 def test_unmapped_ops_stay_torch_calls():
     def fn(x, y):
         z = x.transpose(0, 1) * 2          # a permute: mapped
-        return torch.where(z > 0, z, y.t()) + x[1:3].sum()  # comparison, select, slice
-    check(fn, r(4, 4), r(4, 4), mapped=[aten.transpose.int], library=[aten.where.self, aten.gt.Scalar, aten.slice.Tensor])
+        return torch.where(z > 0, z, y.t()) + x.cumsum(0)[1:3].sum(0) * 2  # comparison, select, a scan
+    check(fn, r(4, 4), r(4, 4), mapped=[aten.transpose.int, aten.slice.Tensor],
+          library=[aten.where.self, aten.gt.Scalar, aten.cumsum.default])
 
 
 def test_probe_refuses_what_the_catalog_cannot_say():
