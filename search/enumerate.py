@@ -169,6 +169,12 @@ class Searcher:
                 elif a.type == "index":
                     self.attr_values.setdefault((op.kind, a.name), set()).add(op.attrs[a.name])
         self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
+        #: the program's constants, each a ``const`` tile every block graph starts with (an
+        #: operand, never an obligation: unused ones are dropped when the block closes); a
+        #: constant has no inputs, so the DFS, which grows ops on tensors, never makes one
+        self.consts: list[tuple] = [
+            ("const", (), (("dtype", self.dtype), ("shape", (1,)), ("value", v)))
+            for v in sorted({Fraction(op.attrs["value"]) for op in program.ops if op.kind == "const"})]
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
@@ -400,6 +406,8 @@ class Searcher:
             bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
             bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
         bs.iters = len(inputs)  # type: ignore[attr-defined]
+        for spec in self.consts:  # the program's constants, as operands (acc None: either phase)
+            bs.push(spec, (-1,), (), [((1,), ex.const(dict(spec[2])["value"]), ((),), None, False, "const")])
         self.block_dfs(ks, inputs, mp, bs, pending=len(inputs))
 
     def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
@@ -411,11 +419,14 @@ class Searcher:
             self.stats["block_states"] += 1
         if pending == 0 and (not replay or target < 0):
             self._close(ks, inputs, mp, bs)
-        remaining = self.cfg.max_block_ops - len(bs.ops)
+        remaining = self.cfg.max_block_ops - (len(bs.ops) - len(self.consts))
         if remaining <= 0 or (replay and target < 0):
             return
         for j, (key, kind, ins, attrs, akey) in enumerate(self._candidates(bs, self.block_kinds, block=True)):
             if replay and j != target:
+                continue
+            if all(bs.producer[i] == "const" for i in ins):
+                self.stats["pruned_constant"] += 1  # an op of constants alone is a constant
                 continue
             accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
             if len(accs) > 1:
@@ -467,7 +478,7 @@ class Searcher:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
         frontier = []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
-            if u == 0:
+            if u == 0 and bs.producer[i] != "const":
                 if a != 1:
                     return
                 frontier.append(i)
@@ -477,12 +488,13 @@ class Searcher:
         last = ks.last_key
         replay = self._replaying()
         target = self._target() + _CLOSE if replay else None
+        ops, index = _without_unused_constants(bs, len(inputs))
         for c, choice in enumerate(itertools.product(*options)):
             if replay and c != target:
                 continue
-            savers = tuple((i, om) for i, (om, _, _) in zip(frontier, choice))
+            savers = tuple((index[i], om) for i, (om, _, _) in zip(frontier, choice))
             bspec = (mp.grid, mp.forloop, tuple((j, mp.imaps[j], mp.fmaps[j]) for j in range(len(inputs))),
-                     tuple(bs.ops), savers)
+                     ops, savers)
             key = (inputs[-1], inputs, self.rank[GD], repr(bspec))
             if key <= last:
                 continue
@@ -613,6 +625,21 @@ class Searcher:
         key = (max(inputs), inputs, self.rank[kind], _attr_key(tuple(sorted(attrs_d.items()))))
         ks.push(("op", kind, inputs, tuple(sorted(attrs_d.items()))), key, inputs,
                 [(*r, None, _scales(kind), kind)])
+
+
+def _without_unused_constants(bs: _Level, n_iters: int) -> tuple[tuple, dict[int, int]]:
+    """The block's op specs without the seeded constants nothing read, and each kept
+    tile's new index (tiles are numbered iterators first, then ops in order)."""
+    index: dict[int, int] = {i: i for i in range(n_iters)}
+    ops = []
+    for k, spec in enumerate(bs.ops):
+        i = n_iters + k
+        if bs.producer[i] == "const" and bs.uses[i] == 0:
+            continue
+        index[i] = n_iters + len(ops)
+        kind, ins, attrs = spec
+        ops.append((kind, tuple(index[j] for j in ins), attrs))
+    return tuple(ops), index
 
 
 def _scales(kind: str) -> bool:

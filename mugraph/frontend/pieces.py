@@ -32,6 +32,7 @@ from ..serialize import graph_to_json
 from .aten import VIEW_OPS, Context
 from .capture import _val, build_node, dtype_name, tensor_args
 from .partition import Piece, piece_dtype
+from .simplify import fold_reciprocals
 
 
 @dataclass(eq=False)
@@ -171,6 +172,7 @@ def build_piece(piece: Piece) -> BuiltPiece:
             out_tensors.append((t, st))
             k = len(out_tensors) - 1
         index.append(k)
+    p = fold_reciprocals(p)  # x * (1/sqrt(v)) as x / sqrt(v): one op, no constant to carry
     check_lax(p)
     key = structural_key(p)
     p.name = f"piece_{key[:16]}"
