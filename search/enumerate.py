@@ -38,7 +38,7 @@ from typing import Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program
-from mugraph.ops import CATALOG, adds_up, is_contraction
+from mugraph.ops import CATALOG, Category, adds_up, category, is_contraction
 from mugraph.serialize import graph_to_json
 
 from . import expr as ex
@@ -50,6 +50,8 @@ from .oracle import SubexprOracle
 
 GD = "graph_defined"
 ACC = "accum"
+#: the producer of a block's seeded constant tiles (the program's constants, :attr:`Searcher.consts`)
+POOL = "constant pool"
 #: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
 #: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
 _CLOSE = 1 << 30
@@ -173,8 +175,9 @@ class Searcher:
         #: operand, never an obligation: unused ones are dropped when the block closes); a
         #: constant has no inputs, so the DFS, which grows ops on tensors, never makes one
         self.consts: list[tuple] = [
-            ("const", (), (("dtype", self.dtype), ("shape", (1,)), ("value", v)))
-            for v in sorted({Fraction(op.attrs["value"]) for op in program.ops if op.kind == "const"})]
+            (kind, (), (("dtype", self.dtype), ("shape", (1,)), ("value", v)))
+            for kind, v in sorted({(op.kind, Fraction(op.attrs["value"])) for op in program.ops
+                                   if category(op.kind) is Category.CONSTANT})]
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
@@ -407,7 +410,7 @@ class Searcher:
             bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
         bs.iters = len(inputs)  # type: ignore[attr-defined]
         for spec in self.consts:  # the program's constants, as operands (acc None: either phase)
-            bs.push(spec, (-1,), (), [((1,), ex.const(dict(spec[2])["value"]), ((),), None, False, "const")])
+            bs.push(spec, (-1,), (), [((1,), ex.const(dict(spec[2])["value"]), ((),), None, False, POOL)])
         self.block_dfs(ks, inputs, mp, bs, pending=len(inputs))
 
     def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
@@ -425,7 +428,7 @@ class Searcher:
         for j, (key, kind, ins, attrs, akey) in enumerate(self._candidates(bs, self.block_kinds, block=True)):
             if replay and j != target:
                 continue
-            if all(bs.producer[i] == "const" for i in ins):
+            if all(bs.producer[i] == POOL for i in ins):
                 self.stats["pruned_constant"] += 1  # an op of constants alone is a constant
                 continue
             accs = {bs.accs[i] for i in ins if bs.accs[i] is not None}
@@ -478,7 +481,7 @@ class Searcher:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
         frontier = []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
-            if u == 0 and bs.producer[i] != "const":
+            if u == 0 and bs.producer[i] != POOL:
                 if a != 1:
                     return
                 frontier.append(i)
@@ -634,7 +637,7 @@ def _without_unused_constants(bs: _Level, n_iters: int) -> tuple[tuple, dict[int
     ops = []
     for k, spec in enumerate(bs.ops):
         i = n_iters + k
-        if bs.producer[i] == "const" and bs.uses[i] == 0:
+        if bs.producer[i] == POOL and bs.uses[i] == 0:
             continue
         index[i] = n_iters + len(ops)
         kind, ins, attrs = spec

@@ -16,17 +16,24 @@ from __future__ import annotations
 from fractions import Fraction
 
 from ..ir import Program, Tensor
+from ..ops import CATALOG, Category, category
 from ..oprules import broadcast_shapes
 from ..rewrite import Rebuild, live_graph, rebuild
 
 
+def _binary(kind: str, lax: str) -> bool:
+    """An element-wise binary op of that Lax class (the catalog's product: multilinear;
+    its quotient: division) — asked of the catalog's traits, not of names."""
+    return category(kind) is Category.BINARY and CATALOG[kind].lax == lax
+
+
 def _reciprocal_of(t: Tensor) -> Tensor | None:
-    """``b`` if ``t`` is ``div(const 1, b)``, else None."""
+    """``b`` if ``t`` is ``1 / b`` (a division of the constant 1), else None."""
     op = t.op
-    if op.kind != "div":
+    if not _binary(op.kind, "division"):
         return None
     one, b = op.inputs
-    if one.op.kind != "const" or Fraction(one.op.attrs["value"]) != 1:
+    if category(one.op.kind) is not Category.CONSTANT or Fraction(one.op.attrs["value"]) != 1:
         return None
     return b
 
@@ -37,14 +44,14 @@ def fold_reciprocals(p: Program) -> Program:
     else reads dropped; ``p`` itself when there is none."""
     replace = {}
     for op in p.ops:
-        if op.kind != "mul":
+        if not _binary(op.kind, "multilinear"):
             continue
         for k in (0, 1):
             b = _reciprocal_of(op.inputs[k])
             a = op.inputs[1 - k]
             if b is not None and broadcast_shapes(a.shape, b.shape) == op.outputs[0].shape:
-                def build(rb: Rebuild, _op, a=a, b=b):
-                    return [rb.graph.add_op("div", [rb.get(a), rb.get(b)], {})]
+                def build(rb: Rebuild, _op, a=a, b=b, div=op.inputs[k].op.kind):
+                    return [rb.graph.add_op(div, [rb.get(a), rb.get(b)], {})]
                 replace[(op.id, None)] = build
                 break
     if not replace:

@@ -43,3 +43,27 @@ def test_rmsnorm_with_eps_and_weight_then_a_projection_is_one_fused_kernel(piece
     assert info["origin"] == "search" and info["kernels"] == 1 < len(kinds), info
     assert cap.kept == [bp] and bp.strided == {"x2": (1, 64)}
     torch.testing.assert_close(y, m(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_product_with_a_reciprocal_is_searched_as_a_quotient():
+    """``x · (1/√v)`` becomes ``x / √v`` (an identity of reals); a reciprocal something else
+    reads stays for that reader; a rewrite that would change the product's shape is not made."""
+    import numpy as np
+
+    import mugraph as mg
+    from mugraph.frontend.simplify import fold_reciprocals
+
+    p = mg.Program("p")
+    x, v = p.input("x", (4, 8)), p.input("v", (4, 1))
+    r = mg.div(1, mg.sqrt(v))
+    p.output(x * r)
+    p.output(r * x + r)                                  # r read again: kept for the add
+    wide = p.add_op("const", [], {"value": 1, "shape": (1, 1, 1), "dtype": "float16"})
+    p.output(x * mg.div(wide, mg.sqrt(v)))                # (1, 4, 8): x / √v would be (4, 8)
+    q = fold_reciprocals(p)
+    kinds = [op.kind for op in q.ops if op.kind != "input"]
+    assert kinds.count("div") == 4 and kinds.count("mul") == 1
+    ins = {"x": np.random.default_rng(0).standard_normal((4, 8)), "v": np.random.default_rng(1).random((4, 1)) + 0.5}
+    for a, b in zip(mg.evaluate(p, ins), mg.evaluate(q, ins)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)  # (one rounding fewer)
+    assert fold_reciprocals(q) is q
