@@ -29,6 +29,7 @@ from ..errors import ArgumentTypeError, MugraphError
 from ..ir import DTYPES, Program, Tensor
 from ..ops import CATALOG, exp_like
 from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
+from .hoist import hoist_views
 
 aten = torch.ops.aten
 
@@ -81,6 +82,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             if isinstance(v, torch.Tensor):
                 n.meta["val"] = v
     fold_rotate_half(gm)
+    hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     # the graph is functional: values nothing reads (the unused parts of a split, an
     # unbind's other rows) are dropped rather than computed by a piece
     if gm.graph.eliminate_dead_code():

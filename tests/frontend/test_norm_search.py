@@ -27,21 +27,24 @@ class NormLinear(torch.nn.Module):
 def test_rmsnorm_with_eps_and_weight_then_a_projection_is_one_fused_kernel(piece_cache):
     torch.manual_seed(0)
     m = NormLinear().eval()
-    x = torch.randn(2, 64, generator=g)
+    x = torch.randn(1, 2, 64, generator=g)  # (batch, seq, hidden), as a LLaMA layer passes it
     with torch.no_grad():
         # its 11 catalog ops as captured (rsqrt is 1/sqrt: 3 ops) are over the default cut's
         # 8, which would make two pieces of it (the norm's core, and weight + projection)
         cap = from_torch(m, x, max_piece_ops=12)
         (bp,) = cap.pieces
         kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
-        # eps and the weight are in the piece; the weight's transpose is a view at its boundary
-        assert {"const", "add", "sqrt", "div", "mul", "matmul"} <= set(kinds) and "permute" not in kinds
+        # eps and the weight are in the piece; the weight's transpose and the linear's views
+        # (moved up onto the input: design §10.1) are views at its boundary, read in place
+        assert {"const", "add", "sqrt", "div", "mul", "matmul"} <= set(kinds)
+        assert "permute" not in kinds and "reshape" not in kinds
         compiled = cap.compile(time_limit=15.0, cache_dir=piece_cache)
         y = compiled(x)
     info = bp.info
     # the search returned a verified μGraph of one kernel, where the program is one kernel per op
     assert info["origin"] == "search" and info["kernels"] == 1 < len(kinds), info
     assert cap.kept == [bp] and bp.strided == {"x2": (1, 64)}
+    assert [tuple(t.shape) for t in bp.program.inputs] == [(2, 64), (64,), (64, 64)]
     torch.testing.assert_close(y, m(x), atol=1e-5, rtol=1e-5)
 
 

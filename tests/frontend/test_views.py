@@ -50,17 +50,39 @@ def test_a_linear_weight_is_read_transposed_in_place():
 
 
 def test_views_of_outputs_leave_the_piece_and_equal_views_are_built_once():
-    def fn(x, w, v):
-        h = (x * 2).view(4, 8)              # the same view twice, as two linears of one input trace it
-        return (h @ w).view(2, 2, 6), (h @ v).unsqueeze(0)
-    xs = r(2, 2, 8), r(8, 6), r(8, 6)
-    cap = from_torch(fn, *xs, min_ops=0)
+    def fn(a, b, w, v):
+        c = torch.bmm(a, b)                       # (2, 2, 8): a matmul, so the views stay below it
+        return (c.view(4, 8) @ w).view(2, 2, 6), (c.view(4, 8) @ v).unsqueeze(0)
+    xs = r(2, 2, 3), r(2, 3, 8), r(8, 6), r(8, 6)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_matmuls=None)
     (bp,) = cap.pieces
-    assert kinds(bp) == ["scale", "reshape", "matmul", "matmul"]  # one reshape; the output views are torch's
+    assert kinds(bp) == ["matmul", "reshape", "matmul", "matmul"]  # one reshape; the output views are torch's
     assert not boundary_views(bp)
     assert {n.target for n in bp.piece.views} == {aten.view.default, aten.unsqueeze.default}
     got = cap.reference()(*[x.double() for x in xs])
     for a, b in zip(got, fn(*[x.double() for x in xs])):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_linear_view_moves_up_through_element_wise_ops_to_the_input():
+    """``view(x·r, (b·s, h))`` is ``view(x, (b·s, h)) · view(r, (b·s, 1))`` (design §10.1): the
+    views reach the inputs and fold there, so a norm feeding a ``linear`` of a 3-d
+    activation is a 2-d Program without a reshape."""
+    def fn(x, w):
+        return F.linear(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), w)
+    xs = r(2, 3, 8), r(5, 8)
+    cap = from_torch(fn, *xs, max_piece_ops=None)
+    (bp,) = cap.pieces
+    assert "reshape" not in kinds(bp) and [tuple(t.shape) for t in bp.program.inputs] == [(6, 8), (8, 5)]
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    # a view of a value another op reads too stays where it is (moving it would compute the value twice)
+    def other(x, w):
+        h = x * 2
+        return F.linear(h, w), h + 1
+    cap = from_torch(other, *xs, min_ops=1)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["scale", "reshape", "matmul", "const", "add"]
+    for a, b in zip(cap.reference()(*[x.double() for x in xs]), other(*[x.double() for x in xs])):
         torch.testing.assert_close(a, b)
 
 
