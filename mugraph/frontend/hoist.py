@@ -70,6 +70,8 @@ def _hoist_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
     that op's operands (to try next), or None when nothing changed (the nodes removed are
     added to ``erased``)."""
     e = v.args[0] if v.args else None
+    if isinstance(e, fx.Node) and e.op == "call_function" and e.target in _REGROUP:
+        return _compose(g, v, e, erased)
     if not isinstance(e, fx.Node) or not (_pointwise(e) or _keepdim_reduction(e)):
         return None
     s_in, s_out = tuple(_val(e).shape), tuple(_val(v).shape)
@@ -147,6 +149,33 @@ def merge_equal_views(g: fx.Graph) -> int:
             g.erase_node(n)
             merged += 1
     return merged
+
+
+def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] | None:
+    """A regrouping view of a regrouping view is one view of the first one's input (row-major
+    regroupings compose), or that input itself when the shapes agree — a ``linear``'s view
+    back to ``(b, s, out)`` read by the next ``linear``'s view to ``(b·s, out)`` goes away."""
+    src = e.args[0]
+    if not isinstance(src, fx.Node) or not isinstance(_val(src), torch.Tensor):
+        return None
+    s_out = tuple(_val(v).shape)
+    if tuple(_val(src).shape) == s_out:
+        v.replace_all_uses_with(src)
+    else:
+        try:
+            val = aten.view.default(_val(src), list(s_out))
+        except Exception:  # noqa: BLE001 - the source's strides do not allow it: keep both views
+            return None
+        with g.inserting_before(v):
+            nv = g.call_function(aten.view.default, (src, list(s_out)))
+        nv.meta["val"] = val
+        v.replace_all_uses_with(nv)
+    g.erase_node(v)
+    erased.add(v)
+    if not e.users:
+        g.erase_node(e)
+        erased.add(e)
+    return [] if tuple(_val(src).shape) == s_out else [nv]
 
 
 def hoist_views(gm: fx.GraphModule) -> int:

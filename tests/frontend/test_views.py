@@ -228,3 +228,16 @@ def test_a_piece_with_a_transposed_weight_runs_lowered(piece_cache):
     assert cap.kept == [bp]
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), fn(x), atol=1e-5, rtol=1e-5)
+
+
+def test_two_regrouping_views_in_a_row_are_one():
+    """A linear's view back to (b, s, out), scaled, read by the next linear's view to
+    (b·s, out): the second view moves up through the product and meets the first, and the
+    pair is the identity — the two projections and the product are one 2-d Program."""
+    def fn(x, w1, w2):
+        return F.linear(F.linear(x, w1) * 2, w2)
+    xs = r(2, 3, 8), r(6, 8), r(5, 6)
+    cap = from_torch(fn, *xs)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["matmul", "scale", "matmul"]
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
