@@ -43,7 +43,7 @@ class PastKV:
     def __init__(self, k, v):
         self.k, self.v = k, v
 
-    def update(self, key_states, value_states, layer_idx=0, cache_kwargs=None):
+    def update(self, key_states, value_states, layer_idx=0, cache_kwargs=None, **_):  # (transformers >= 5.2x: kwargs=)
         import torch
 
         return torch.cat([self.k, key_states], dim=2), torch.cat([self.v, value_states], dim=2)

@@ -15,11 +15,14 @@ Variables: one boolean ``x[T, d]`` per device tensor ``T`` and dim ``d`` with
 Constraints (linear):
 
 * ``Σ_d x[T, d] = 1`` for every tensor (exactly one innermost dim);
-* ``x[T, last] = 1`` for user-visible tensors and torch-produced ones (fixed);
+* ``x[T, last] = 1`` for user-visible tensors and torch-produced ones (fixed) — except
+  inputs the caller hands in with other strides (``input_strides``: a transposed weight
+  or a slice passed as a view, docs/design.md §10.3), whose strides are taken as given;
 * a permute (a torch view, :mod:`lower.torch_ops`) is no variable: its strides are
   its input's, permuted, so a kernel reading it loads through them — the transpose
   is folded into the load's pointer arithmetic and no copy is made (unless it is a
-  graph output, which the runtime writes row-major);
+  graph output, which the runtime writes row-major); a slice likewise: its input's
+  strides (the sliced dim's times the step), its offset in the view's pointer;
 
 Cost (linear in ``x``), summed over every access of ``T``: each output saver
 that writes it and each input iterator that reads it, weighted by how often it
@@ -44,9 +47,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Mapping
 
+from mugraph.errors import InputError
 from mugraph.ir import KernelGraph, Tensor
-from mugraph.ops import reduction, reorders
+from mugraph.ops import reduction, reorders, selects
 
 from .plan import plan
 
@@ -70,6 +75,23 @@ def strides_for(shape: tuple[int, ...], inner: int) -> tuple[int, ...]:
         st[d] = acc
         acc *= shape[d]
     return tuple(st)
+
+
+def check_strides(t: Tensor, strides) -> tuple[int, ...]:
+    """``strides`` as a tuple for graph input or output ``t``: one non-negative int per
+    dim, no two elements at one address (a stride-0 broadcast view is refused: the
+    kernels could read it, but nothing could be copied into that layout when a call's
+    tensor differs, nor written to it)."""
+    where = f"input_strides[{t.name!r}]" if t.op.kind == "input" else f"output_strides ({t.label()})"
+    st = tuple(strides) if isinstance(strides, (tuple, list)) else None
+    if st is None or len(st) != t.ndim or any(type(s) is not int or s < 0 for s in st):
+        raise InputError(f"{where}={strides!r}: one int >= 0 per dim of {t.shape}")
+    span = 1  # non-overlapping: sorted by stride, each dim's stride covers the ones inside it
+    for d in sorted((d for d in range(t.ndim) if t.shape[d] > 1), key=lambda d: st[d]):
+        if st[d] < span:
+            raise InputError(f"{where}={st}: elements of {t.shape} would overlap")
+        span = st[d] * t.shape[d]
+    return st
 
 
 def _sectors(tile: tuple[int, ...], d: int, esize: int) -> float:
@@ -127,7 +149,13 @@ def access_costs(graph: KernelGraph) -> dict[int, dict[int, float]]:
     return costs
 
 
-def solve(graph: KernelGraph, use_z3: bool = True) -> LayoutPlan:
+def solve(graph: KernelGraph, use_z3: bool = True, input_strides: Mapping[str, tuple[int, ...]] | None = None,
+          output_strides: Mapping[int, tuple[int, ...]] | None = None) -> LayoutPlan:
+    """The layout of every device tensor. ``input_strides`` (input name -> strides in
+    elements) gives inputs that arrive as strided views instead of row-major: the
+    kernels reading them load through those strides (no copy). ``output_strides``
+    (output index -> strides) gives outputs the caller wants in another layout (the
+    one eager PyTorch gave the value): the kernels write them so."""
     costs = access_costs(graph)
     inner = {t.id: t.ndim - 1 for t in graph.tensors}
     solver = "fixed"
@@ -146,13 +174,25 @@ def solve(graph: KernelGraph, use_z3: bool = True) -> LayoutPlan:
             solver = "enumeration"
         inner.update(chosen)
     strides = {t.id: strides_for(t.shape, inner[t.id]) for t in graph.tensors}
+    given = [(t, (input_strides or {}).get(t.name)) for t in graph.inputs]
+    given += [(t, (output_strides or {}).get(k)) for k, t in enumerate(graph.outputs)]
+    for t, st in given:
+        if st is not None:
+            strides[t.id] = check_strides(t, st)
+            inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
     outs = {t.id for t in graph.outputs}
     for op in graph.ops:  # topological: a permute of a permute sees its input's strides
         t = op.outputs[0] if op.outputs else None
-        if reorders(op.kind) and t.id not in outs:
-            src = strides[op.inputs[0].id]
+        if t is None or t.id in outs:
+            continue
+        src = strides[op.inputs[0].id] if op.inputs else None
+        if reorders(op.kind):
             strides[t.id] = tuple(src[d] for d in op.attrs["perm"])
-            inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
+        elif selects(op.kind):  # the window's view: the same strides, its dim's times the step
+            strides[t.id] = tuple(s * (op.attrs["step"] if d == op.attrs["dim"] else 1) for d, s in enumerate(src))
+        else:
+            continue
+        inner[t.id] = min(range(t.ndim), key=lambda d: (strides[t.id][d], -d))
     return LayoutPlan(inner, strides, costs, solver, objective)
 
 

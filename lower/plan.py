@@ -329,4 +329,5 @@ SCRATCH: dict[str, Callable[[KernelPlan, Op], int | None]] = {
     "reshape": _scratch_reshape,
     "repeat": _scratch_repeat,
     "permute": lambda p, op: None,   # folded into its load, or a register tl.permute
+    "slice": lambda p, op: None,     # kernel level only: a torch view, never in a block
 }

@@ -27,7 +27,7 @@ import torch
 
 from mugraph.errors import InputError, InvalidGraphError
 from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
-from mugraph.ops import reorders
+from mugraph.ops import strided_view
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
@@ -134,6 +134,18 @@ def capture_graph(launch: Callable[[], object], warmups: int = 3) -> Callable[[]
     return g.replay
 
 
+def conform(v: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
+    """``v`` with the strides the kernels read it with: ``v`` itself when its strides
+    match on every dim longer than 1 (a strided view — a transposed weight, a slice —
+    passes without a copy), else a copy laid out that way (what ``.contiguous()`` did
+    for a row-major input)."""
+    if all(n == 1 or a == b for n, a, b in zip(v.shape, v.stride(), strides)):
+        return v
+    out = torch.empty_strided(tuple(v.shape), strides, dtype=v.dtype, device=v.device)
+    out.copy_(v)
+    return out
+
+
 class CompiledProgram:
     """A lowered kernel graph, callable with torch tensors.
 
@@ -164,7 +176,12 @@ class CompiledProgram:
                 self.views[name] = self.arena[off: off + max(n, 0)]
             else:
                 self.views[name] = raw.view(TORCH_DTYPE[dtype]).as_strided(shape, strides)
-        self.outputs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
+        #: the strides the kernels read each input with and write each output with (row-major
+        #: unless compiled with input_strides / output_strides)
+        self.input_strides: list[tuple[int, ...]] = [layout.strides[t.id] for t in graph.inputs]
+        self.output_strides: list[tuple[int, ...]] = [layout.strides[t.id] for t in graph.outputs]
+        self.outputs = [torch.empty_strided(t.shape, st, dtype=TORCH_DTYPE[t.dtype], device=dev)
+                        for t, st in zip(graph.outputs, self.output_strides)]
         # split-K tile counters ("last" combine): zero now, and every run leaves them zero;
         # outside the arena, so poisoning never touches them
         for s in steps:
@@ -224,7 +241,7 @@ class CompiledProgram:
                                  f"{self.arena.device}")
             if v.layout != torch.strided:
                 raise InputError(f"{g.name}: input {t.name!r} is a {v.layout} tensor; pass a dense one")
-            out.append(v if v.is_contiguous() else v.contiguous())
+            out.append(conform(v, self.input_strides[len(out)]))
         return out
 
     def _check_out(self, out) -> list[torch.Tensor]:
@@ -237,9 +254,12 @@ class CompiledProgram:
         if len(out) != len(g.outputs):
             raise InputError(f"{g.name}: out= needs {len(g.outputs)} tensors, got {len(out)}")
         for k, (o, t) in enumerate(zip(out, g.outputs)):
+            st = self.output_strides[k]
             if (not isinstance(o, torch.Tensor) or tuple(o.shape) != t.shape or o.dtype != TORCH_DTYPE[t.dtype]
-                    or o.device != self.arena.device or o.layout != torch.strided or not o.is_contiguous()):
-                raise InputError(f"{g.name}: out[{k}] must be a contiguous {t.shape} {t.dtype} tensor on {self.device}")
+                    or o.device != self.arena.device or o.layout != torch.strided
+                    or any(n > 1 and a != b for n, a, b in zip(t.shape, o.stride(), st))):
+                lay = "a contiguous" if st == layout_mod.strides_for(t.shape, t.ndim - 1) else f"a strides-{st}"
+                raise InputError(f"{g.name}: out[{k}] must be {lay} {t.shape} {t.dtype} tensor on {self.device}")
         return out
 
     def __call__(self, *args, out=None, **kwargs):
@@ -304,8 +324,8 @@ class CompiledProgram:
                                            TORCH_DTYPE[t.dtype], device).to(TORCH_DTYPE[t.dtype])
                     if t in self.graph.outputs:
                         env[t.label()].copy_(r)
-                    else:  # a permute stays a strided view: lower.layout gave its readers its strides
-                        env[t.label()] = r if reorders(op.kind) else r.contiguous()
+                    else:  # a permute or slice stays a strided view: lower.layout gave its readers its strides
+                        env[t.label()] = r if strided_view(op.kind) else r.contiguous()
                     continue
                 for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
                     if wrap is not None:
@@ -315,7 +335,9 @@ class CompiledProgram:
 
 def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig] | None = None,
             *, cuda_graphs: bool = True, use_z3: bool = True, poison: bool = False, copy_outputs: bool = True,
-            smem_budget: int = DEFAULT_SMEM_BUDGET, pdl: bool | None = None) -> CompiledProgram:  # noqa: A001
+            smem_budget: int = DEFAULT_SMEM_BUDGET, pdl: bool | None = None,
+            input_strides: Mapping[str, tuple[int, ...]] | None = None,
+            output_strides: Mapping[int, tuple[int, ...]] | None = None) -> CompiledProgram:  # noqa: A001
     """Lower ``graph`` (a μGraph or a plain Program) to a :class:`CompiledProgram`.
 
     ``device="cuda"`` compiles for the GPU (error if there is none); ``"cpu"`` runs
@@ -330,6 +352,10 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     its first statement, ``gdc_wait()``, holds it until that kernel's writes are
     visible, so results are as with plain stream order (H100: −0.1 to −0.6 μs per
     launch under CUDA-graph replay; docs/history/lowering.md, staged loads).
+    ``input_strides`` (input name -> strides in elements, non-overlapping): inputs
+    that arrive as strided views — the kernels load through these strides, so a
+    transposed weight or a slice is read in place; a call whose tensor has other
+    strides is copied into this layout first (:func:`conform`).
     """
     if not isinstance(graph, KernelGraph):
         raise TypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")
@@ -346,7 +372,16 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
                          f"Triton with gdc_wait (device={device!r})")
     use_pdl = use_pdl if pdl is None else pdl
     configs = dict(configs or {})
-    lay = layout_mod.solve(graph, use_z3=use_z3)
+    if input_strides is not None:
+        names = {t.name for t in graph.inputs}
+        if not isinstance(input_strides, Mapping) or not set(input_strides) <= names:
+            raise InputError(f"lower.compile: input_strides must map input names {sorted(names)} to strides, "
+                             f"got {input_strides!r}"[:300])
+    if output_strides is not None and (not isinstance(output_strides, Mapping)
+                                       or not set(output_strides) <= set(range(len(graph.outputs)))):
+        raise InputError(f"lower.compile: output_strides must map output indices 0..{len(graph.outputs) - 1} to "
+                         f"strides, got {output_strides!r}"[:300])
+    lay = layout_mod.solve(graph, use_z3=use_z3, input_strides=input_strides, output_strides=output_strides)
     order = kernel_order(graph)
     base = _ident(graph.name)
 

@@ -3,8 +3,9 @@
 A kernel-graph op that is not graph-defined is a library kernel (docs/design.md §2.2); torch
 is our library. Results are made contiguous so every device tensor the lowering
 did not lay out itself is row-major, as :mod:`lower.layout` assumes — except a
-``permute``, which stays a view: its strides are its input's, permuted, and
-:mod:`lower.layout` gives the kernels that read it exactly those.
+``permute`` and a ``slice``, which stay views: their strides are their input's
+(permuted; the sliced dim's times the step, from an offset the view's pointer
+carries), and :mod:`lower.layout` gives the kernels that read them exactly those.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from mugraph.algebra import window
 
 TorchFn = Callable[[list[torch.Tensor], dict, torch.dtype, torch.device], torch.Tensor]
 
@@ -55,6 +58,8 @@ TORCH_OPS: dict[str, TorchOp] = _rows({
     # a strided view: the runtime keeps it (no copy) and the kernels that read it load
     # through its permuted strides (lower/layout.py derives them)
     "permute": TorchOp(lambda x, at, dt, dev: x[0].permute(*at["perm"]), view=True),
+    # a strided view from an offset (the pointer a kernel reading it gets starts at the window)
+    "slice": TorchOp(lambda x, at, dt, dev: x[0][window(at)], view=True),
 })
 
 

@@ -20,7 +20,7 @@ Lax pieces) from :mod:`mugraph.frontend`, because the product imports the stages
 from . import errors, limits
 from .algebra import Algebra, FloatAlgebra
 from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, permute, repeat, reshape,
-                      rms_norm, scale, silu, sqrt, square, sub, sum, transpose)
+                      rms_norm, scale, silu, slice, sqrt, square, sub, sum, transpose)
 from .errors import (ArgumentTypeError, CacheError, ConfigError, ConstantError, DTypeError, InputError, InvalidGraphError,
                      MugraphError, NotLaxError, ResourceError, SerializationError, ShapeError, UnsupportedOpError)
 from .interpreter import evaluate
@@ -58,7 +58,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
-    "concat", "reshape", "repeat", "permute", "transpose", "scale", "constant",
+    "concat", "reshape", "repeat", "permute", "transpose", "slice", "scale", "constant",
     "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
     "limits", "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
     "UnsupportedOpError", "SerializationError", "InputError", "ConfigError", "CacheError", "ArgumentTypeError",

@@ -24,6 +24,12 @@ Value = Any
 Row = Callable[["Algebra", list, dict], Any]
 
 
+def window(at: dict) -> tuple:
+    """The index of a ``slice`` op's window (its attributes ``dim``, ``start``, ``end``,
+    ``step``), for numpy and torch alike."""
+    return (slice(None),) * at["dim"] + (slice(at["start"], at["end"], at["step"]),)
+
+
 def _permute(a, perm):
     return a.permute(*perm) if isinstance(a, torch.Tensor) else np.transpose(a, perm)
 
@@ -143,6 +149,7 @@ FLOAT_OPS: dict[str, Row] = {
     "reshape": lambda alg, xs, at: xs[0].reshape(tuple(at["shape"])),
     "repeat": lambda alg, xs, at: xs[0].repeat(*at["reps"]),
     "permute": lambda alg, xs, at: xs[0].permute(*at["perm"]),
+    "slice": lambda alg, xs, at: xs[0][window(at)],
 }
 
 

@@ -223,6 +223,25 @@ def permute(x: Tensor, dims: Sequence[int]) -> Tensor:
     return x.graph.add_op("permute", [x], {"perm": perm})
 
 
+def slice(x: Tensor, dim: int, start: int, end: int, step: int = 1) -> Tensor:  # noqa: A001 - torch's word
+    """The window ``start:end:step`` of ``x`` along ``dim`` (as ``x[..., start:end:step]``;
+    negative ``dim``, ``start`` and ``end`` count from the end; anything outside the dim
+    is refused, not clipped). Kernel level only: lowering reads it as a view of its input
+    (the input's strides from an offset), so no element moves."""
+    x = _tensor(x, "slice")
+    d = _dim(x, dim, "slice")
+    n = x.shape[d]
+    idx = []
+    for name, v in (("start", start), ("end", end), ("step", step)):
+        v = strict_int(v, f"slice: {name}")
+        idx.append(v + n if v < 0 and name != "step" else v)
+    a, b, st = idx
+    if st < 1 or not 0 <= a < b <= n:
+        raise ShapeError(f"slice: [{start}:{end}:{step}] of dim {dim} of {x.label()} {x.shape} is not a non-empty "
+                         f"window (0 <= start < end <= {n}, step >= 1)")
+    return x.graph.add_op("slice", [x], {"dim": d, "start": a, "end": b, "step": st})
+
+
 def transpose(x: Tensor, dim0: int, dim1: int) -> Tensor:
     """``x`` with dims ``dim0`` and ``dim1`` swapped (a :func:`permute`), as ``torch.transpose``."""
     x = _tensor(x, "transpose")

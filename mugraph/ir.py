@@ -245,6 +245,13 @@ def _counts(v: Any, what: str) -> tuple[int, ...]:
     return tuple(strict_int(r, what) for r in v)
 
 
+def _index(v: Any, what: str) -> int:
+    i = strict_int(v, what)
+    if i < 0:
+        raise ShapeError(f"{what} {i} must be >= 0")
+    return i
+
+
 def _rational_attr(v: Any, what: str) -> Fraction:
     if type(v) is Fraction and v.denominator.bit_length() < 1000 and v.numerator.bit_length() < 1000:
         return v
@@ -257,6 +264,7 @@ _ATTR_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "shape": check_shape,
     "counts": _counts,
     "perm": _counts,       # ints; the shape rule checks it is a permutation of the input's dims
+    "index": _index,       # an int >= 0; the shape rule checks it against the dim
     "rational": _rational_attr,
 }
 

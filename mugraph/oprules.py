@@ -125,6 +125,19 @@ def permute_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
     return tuple(s[p] for p in perm)
 
 
+def slice_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
+    """The window ``start:end:step`` of dim ``dim``: ``len(range(start, end, step))`` elements."""
+    (s,) = shapes
+    dim, start, end, step = attrs["dim"], attrs["start"], attrs["end"], attrs["step"]
+    check_dim(s, dim)
+    if step < 1 or not 0 <= start < end <= s[dim]:
+        raise ShapeError(f"slice [{start}:{end}:{step}] of dim {dim} is not a non-empty window of {tuple(s)} "
+                         f"(0 <= start < end <= {s[dim]}, step >= 1)")
+    out = list(s)
+    out[dim] = len(range(start, end, step))
+    return tuple(out)
+
+
 def const_shape(shapes: Sequence[Shape], attrs: dict) -> Shape:
     return tuple(attrs["shape"])
 
@@ -167,6 +180,14 @@ def dims_repeat(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
     return DimMap(same=tuple((0, d, d) for d, r in enumerate(reps) if r == 1),
                   moved_in=tuple((0, d) for d, r in enumerate(reps) if r != 1),
                   moved_out=tuple(d for d, r in enumerate(reps) if r != 1))
+
+
+def dims_slice(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:
+    """The other dims are the same axes; the sliced dim's elements change place (its
+    output index ``i`` is input index ``start + i·step``), like a concat's dim."""
+    (s,) = shapes
+    dim = attrs["dim"]
+    return DimMap(same=tuple((0, d, d) for d in range(len(s)) if d != dim), moved_in=((0, dim),), moved_out=(dim,))
 
 
 def dims_permute(shapes: Sequence[Shape], attrs: dict, out: Shape) -> DimMap:

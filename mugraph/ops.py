@@ -31,13 +31,13 @@ from typing import Sequence
 from .errors import MugraphError, UnsupportedOpError
 from .oprules import (DimMap, DimRule, Shape, ShapeRule, broadcast_shape, broadcast_shapes, concat_shape, const_shape,
                       dims_concat, dims_elementwise, dims_matmul, dims_none, dims_permute, dims_reduce, dims_repeat,
-                      dims_reshape, matmul_shape, permute_shape, reduce_shape, repeat_shape, reshape_shape,
-                      same_shape)
+                      dims_reshape, dims_slice, matmul_shape, permute_shape, reduce_shape, repeat_shape,
+                      reshape_shape, same_shape, slice_shape)
 
 __all__ = ["ATTR_TYPES", "Attr", "CATALOG", "COMBINE_IDENTITY", "Category", "CatalogError", "DimMap", "LAX_CLASSES",
            "MAX_RANK", "OpDef", "Padding", "Reduction", "STRUCTURAL", "adds_up", "broadcast_shapes", "category",
            "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_pointwise", "is_rearrangement", "joins",
-           "lax_classes", "reduction", "register", "reorders", "unregister"]
+           "lax_classes", "reduction", "register", "reorders", "selects", "strided_view", "unregister"]
 
 MAX_RANK = 4
 
@@ -99,12 +99,14 @@ ATTR_TYPES: dict[str, str] = {
     "shape": "a shape: a tuple of positive ints",
     "counts": "one positive int per dim of the input",
     "perm": "a permutation of the input's dims (output dim o is input dim perm[o])",
+    "index": "a non-negative int position along a dim (a slice's start, end or step)",
     "rational": "an exact rational constant (a Fraction; floats by their shortest decimal form)",
 }
 """Attribute types: the IR normalizes and checks each by type, the interpreter shifts
-``dim``/``shape``/``counts``/``perm`` past its batch axes, the search enumerates ``dim`` over
-the input's dims, ``rational`` and ``perm`` over the program's own values of that
-attribute (a permutation is a program's layout decision, not something to invent)."""
+``dim``/``shape``/``counts``/``perm`` past its batch axes (an ``index`` counts along its
+dim and stays), the search enumerates ``dim`` over the input's dims, ``rational``,
+``perm`` and ``index`` over the program's own values of that attribute (a permutation
+or a window is a program's layout decision, not something to invent)."""
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,8 @@ class OpDef:
     ``dim`` (concat: lowering computes a matmul of two joins as a sum of matmuls).
     ``reorders``: the output is the input with its dims reordered by ``attrs["perm"]``
     (permute: lowering reads it through permuted strides instead of moving elements).
+    ``selects``: the output is the window ``start:end:step`` of the input along ``dim``
+    (slice: lowering reads it through the input's strides from an offset).
     ``exp_like``: counts as one exponentiation for the Lax path rule.
     """
 
@@ -171,6 +175,7 @@ class OpDef:
     squares: str | None = None
     joins: bool = False
     reorders: bool = False
+    selects: bool = False
 
     def __post_init__(self) -> None:
         where = f"catalog entry {self.name!r}"
@@ -223,6 +228,10 @@ class OpDef:
             raise CatalogError(f"{where}: a constant factor carries exactly one rational attribute")
         if self.reorders and (self.category is not Category.REARRANGEMENT or self.attr_names != ("perm",)):
             raise CatalogError(f"{where}: an op that reorders dims is a rearrangement with one attribute 'perm'")
+        if self.selects and (self.category is not Category.REARRANGEMENT
+                             or self.attr_names != ("dim", "start", "end", "step")):
+            raise CatalogError(f"{where}: an op that selects a window is a rearrangement with attributes "
+                               "'dim', 'start', 'end', 'step'")
         if self.squares is not None and self.category is not Category.UNARY:
             raise CatalogError(f"{where}: only a unary op can square a binary one")
 
@@ -313,6 +322,14 @@ for _d in [
     OpDef("permute", Category.REARRANGEMENT, "linear", "reorder the dims: output dim o is input dim perm[o]",
           attrs=(Attr("perm", "perm", "the input dim of each output dim"),), arity=1, shape_rule=permute_shape,
           dims=dims_permute, reorders=True),
+    # a slice is a view too (the input's strides, from an offset): kernel level only — a
+    # torch view between kernels, which the kernels reading it load through; a tile cannot
+    # be sliced in registers, and a window of a kernel input read by a kernel is the same
+    # view (lower/layout.py, lower/torch_ops.py)
+    OpDef("slice", Category.REARRANGEMENT, "linear", "the window start:end:step of dim (a selection: linear)",
+          attrs=(Attr("dim", "dim", "the dim it selects along"), Attr("start", "index", "first index"),
+                 Attr("end", "index", "one past the last index"), Attr("step", "index", "stride, >= 1")),
+          arity=1, levels="K", shape_rule=slice_shape, dims=dims_slice, selects=True),
 ]:
     register(_d)
 del _d
@@ -377,6 +394,17 @@ def joins(kind: str) -> bool:
 def reorders(kind: str) -> bool:
     """The output is the input with its dims reordered by ``attrs["perm"]`` (permute)."""
     return _flag(kind, "reorders")
+
+
+def selects(kind: str) -> bool:
+    """The output is the window ``start:end:step`` of the input along ``dim`` (slice)."""
+    return _flag(kind, "selects")
+
+
+def strided_view(kind: str) -> bool:
+    """Lowering keeps the op's result as a torch view of its input and hands the kernels
+    that read it the strides derived from the input's (permute, slice): no copy."""
+    return reorders(kind) or selects(kind)
 
 
 def exp_like(kind: str) -> bool:

@@ -16,8 +16,8 @@ only non-negative values and ``div`` only denominators bounded away from zero
 (positive values with a known lower bound). The generator covers every block op of
 the catalog, 1–3 grid axes, loops, dims both imapped and fmapped, replicated inputs,
 several savers, post-loop ops, broadcasting of tiles, odd sizes (padding + masks),
-chains of graph-defined kernels and pre-defined ops between them (a permute among
-them: a strided view the next kernel loads through); a profile narrows
+chains of graph-defined kernels and pre-defined ops between them (a permute and a
+slice among them: strided views the next kernel loads through); a profile narrows
 that (the fuzz's: one kernel over square inputs, Lax ops only, so that changing an
 imap, fmap or omap mostly keeps the graph valid and changes its meaning).
 """
@@ -133,6 +133,11 @@ def random_ugraph(seed: int, profile: Profile = LOWERING, max_tries: int = 50) -
                     u = g.rng.random()
                     if u < 0.3 and o.ndim >= 2 and "permute" in profile.ops:
                         y = B.permute(o, list(range(o.ndim))[::-1])  # a view the next kernel loads through permuted strides
+                    elif u < 0.45 and max(o.shape) > 1:
+                        # a kernel-level slice: a view from an offset (every other element of a dim
+                        # longer than 3), which the next kernel loads through the strides
+                        d = max(range(o.ndim), key=lambda i: o.shape[i])
+                        y = B.slice(o, d, 1, o.shape[d], 2 if o.shape[d] > 3 else 1)
                     else:
                         y = B.scale(o, Fraction(1, 2)) if u < 0.65 else B.sqrt(B.add(B.square(o), 1))
                     live.append((y, m))

@@ -166,7 +166,7 @@ def _dec_attrs(kind: str, d: dict, where: str) -> dict:
             attrs[k] = _constant(attrs[k], f"{where}.{k}")
         elif a.type in ("shape", "counts", "perm"):
             attrs[k] = tuple(_int(x, f"{where}.{k}[{i}]") for i, x in enumerate(_list(attrs[k], f"{where}.{k}")))
-        elif a.type == "dim":
+        elif a.type in ("dim", "index"):
             _int(attrs[k], f"{where}.{k}")
     return attrs
 

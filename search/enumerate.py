@@ -38,7 +38,7 @@ from typing import Optional
 
 from mugraph.errors import MugraphError
 from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program
-from mugraph.ops import CATALOG, adds_up, is_contraction
+from mugraph.ops import CATALOG, Category, adds_up, category, is_contraction
 from mugraph.serialize import graph_to_json
 
 from . import expr as ex
@@ -52,6 +52,8 @@ GD = "graph_defined"
 ACC = "accum"
 #: the statistic each prune reason of :meth:`Searcher._op_result` counts in
 _PRUNED = {r: f"pruned_{r}" for r in ("shape", "labels", "abstract")}
+#: the producer of a block's seeded constant tiles (the program's constants, :attr:`Searcher.consts`)
+POOL = "constant pool"
 #: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
 #: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
 _CLOSE = 1 << 30
@@ -189,11 +191,12 @@ class Searcher:
             z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
         self.checker = checker or Checker(program, cfg.verify_error, cfg.seed)
         kinds = sorted({op.kind for op in program.ops if op.kind in CATALOG})
-        self.kernel_kinds = tuple(cfg.kernel_ops or sorted(set(kinds) | {"sum"}))
-        self.block_kinds = tuple(cfg.block_ops or kinds) + (ACC,)
+        # each kind where the catalog lets it be (a slice is a kernel-level view only)
+        self.kernel_kinds = tuple(k for k in (cfg.kernel_ops or sorted(set(kinds) | {"sum"})) if "K" in CATALOG[k].levels)
+        self.block_kinds = tuple(k for k in (cfg.block_ops or kinds) if "B" in CATALOG[k].levels) + (ACC,)
         self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
         self.rank[GD] = len(self.rank)
-        # rational and permutation attributes take the program's own values of that attribute of that op
+        # rational, permutation and index attributes take the program's own values of that attribute of that op
         self.attr_values: dict[tuple[str, str], list] = {}
         for op in program.ops:
             for a in CATALOG[op.kind].attrs if op.kind in CATALOG else ():
@@ -201,7 +204,16 @@ class Searcher:
                     self.attr_values.setdefault((op.kind, a.name), set()).add(Fraction(op.attrs[a.name]))
                 elif a.type == "perm":
                     self.attr_values.setdefault((op.kind, a.name), set()).add(tuple(op.attrs[a.name]))
+                elif a.type == "index":
+                    self.attr_values.setdefault((op.kind, a.name), set()).add(op.attrs[a.name])
         self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
+        #: the program's constants, each a ``const`` tile every block graph starts with (an
+        #: operand, never an obligation: unused ones are dropped when the block closes); a
+        #: constant has no inputs, so the DFS, which grows ops on tensors, never makes one
+        self.consts: list[tuple] = [
+            (kind, (), (("dtype", self.dtype), ("shape", (1,)), ("value", v)))
+            for kind, v in sorted({(op.kind, Fraction(op.attrs["value"])) for op in program.ops
+                                   if category(op.kind) is Category.CONSTANT})]
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
@@ -321,8 +333,9 @@ class Searcher:
         """(inputs, attrs, akey) of every op of kind ``info`` whose newest input is ``m``.
 
         Attributes come from the op's schema: a ``dim`` ranges over the input's dims
-        longer than 1, a ``rational`` over the program's values of that attribute; an op
-        with any other attribute (a shape, per-dim counts) is not generated. Two
+        longer than 1, a ``rational``, ``perm`` or ``index`` over the program's values of
+        that attribute; an op with any other attribute (a shape, per-dim counts) is not
+        generated. Two
         placement rules cut ops that E cannot see as redundant: a constant factor
         (``scale``, erased in E) only follows an op that adds terms up (``sum``,
         ``matmul``, ``accum``) and never another constant factor — a rational factor
@@ -418,6 +431,8 @@ class Searcher:
                 values = self.attr_values.get((d.name, a.name), [])
             elif a.type == "perm":
                 values = [v for v in self.attr_values.get((d.name, a.name), []) if len(v) == len(shape)]
+            elif a.type == "index":  # (a window the input's dim cannot hold is refused by the shape rule)
+                values = self.attr_values.get((d.name, a.name), [])
             else:
                 return None
             out = [{**at, a.name: v} for at in out for v in values]
@@ -494,6 +509,8 @@ class Searcher:
             bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
             bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
         bs.iters = len(inputs)  # type: ignore[attr-defined]
+        for spec in self.consts:  # the program's constants, as operands (acc None: either phase)
+            bs.push(spec, (-1,), (), [((1,), ex.const(dict(spec[2])["value"]), ((),), None, False, POOL)])
         self.block_dfs(ks, inputs, mp, bs, pending=len(inputs))
 
     def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
@@ -505,11 +522,15 @@ class Searcher:
             self.stats["block_states"] += 1
         if pending == 0 and (not replay or target < 0):
             self._close(ks, inputs, mp, bs)
-        remaining = self.cfg.max_block_ops - len(bs.ops)
+        remaining = self.cfg.max_block_ops - (len(bs.ops) - len(self.consts))
         if remaining <= 0 or (replay and target < 0):
             return
+        pool = bool(self.consts)
         for j, (key, kind, ins, attrs, akey, r) in enumerate(self._block_candidates(bs, not replay)):
             if replay and j != target:
+                continue
+            if pool and all(bs.producer[i] == POOL for i in ins):
+                self.stats["pruned_constant"] += 1  # an op of constants alone is a constant
                 continue
             acc = bs.accs[ins[0]]
             if len(ins) > 1:  # a binary op's phase: the inputs' (None: loop-invariant) must agree
@@ -560,7 +581,7 @@ class Searcher:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
         frontier = []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
-            if u == 0:
+            if u == 0 and bs.producer[i] != POOL:
                 if a != 1:
                     return
                 frontier.append(i)
@@ -571,12 +592,13 @@ class Searcher:
         replay = self._replaying()
         target = self._target() + _CLOSE if replay else None
         final = len(ks.ops) + 1 >= self._kops  # this block is the graph's last kernel op
+        ops, index = _without_unused_constants(bs, len(inputs))
         for c, choice in enumerate(itertools.product(*options)):
             if replay and c != target:
                 continue
-            savers = tuple((i, om) for i, (om, _, _) in zip(frontier, choice))
+            savers = tuple((index[i], om) for i, (om, _, _) in zip(frontier, choice))
             bspec = (mp.grid, mp.forloop, tuple((j, mp.imaps[j], mp.fmaps[j]) for j in range(len(inputs))),
-                     tuple(bs.ops), savers)
+                     ops, savers)
             key = (inputs[-1], inputs, self.rank[GD], repr(bspec))
             if key <= last:
                 continue
@@ -724,6 +746,21 @@ class Searcher:
         key = (max(inputs), inputs, self.rank[kind], _attr_key(tuple(sorted(attrs_d.items()))))
         ks.push(("op", kind, inputs, tuple(sorted(attrs_d.items()))), key, inputs,
                 [(*r, None, _scales(kind), kind)])
+
+
+def _without_unused_constants(bs: _Level, n_iters: int) -> tuple[tuple, dict[int, int]]:
+    """The block's op specs without the seeded constants nothing read, and each kept
+    tile's new index (tiles are numbered iterators first, then ops in order)."""
+    index: dict[int, int] = {i: i for i in range(n_iters)}
+    ops = []
+    for k, spec in enumerate(bs.ops):
+        i = n_iters + k
+        if bs.producer[i] == POOL and bs.uses[i] == 0:
+            continue
+        index[i] = n_iters + len(ops)
+        kind, ins, attrs = spec
+        ops.append((kind, tuple(index[j] for j in ins), attrs))
+    return tuple(ops), index
 
 
 def _scales(kind: str) -> bool:

@@ -37,7 +37,9 @@ saturating, and rmsnorm_matmul took 2.5 s / 144 K nodes; erased, they saturate i
 2.2 s / 114 K and 0.36 s / 23 K. (The enumerator forbids ``scale`` of a
 ``scale``, which E can no longer see as redundant.) A ``const`` tensor is a leaf
 ``#value``. ``square(x)`` is ``mul(x, x)``. Reshape, repeat and permute are
-the identity (as in the paper; a permute moves a concatenated dim to its new place).
+the identity (as in the paper; a permute moves a concatenated dim to its new place),
+and so is a slice (it selects, never combines; of a concatenation it keeps the parts
+its window covers).
 
 Concatenation has no symbol in the paper's axioms. We give it a *structured*
 value instead of an axiom: ops on a ``cat`` are pushed into its parts when the
@@ -288,6 +290,31 @@ def _permute(a: Term, rank: int, perm: Sequence[int]) -> Term:
     return intern((CAT, new, tuple((n, _permute(p, rank, perm)) for n, p in parts)))
 
 
+def _window(a: Term, shape: tuple, at: dict) -> Term:
+    """A slice selects elements without combining any, so E keeps its argument (as for a
+    reshape); a window of a concatenation along the concatenated dim is the parts it
+    covers whole — one part is that part, several a ``cat`` of them — and ``top``
+    when it cuts a part or steps over elements; along another dim it goes into each part."""
+    if not _is_cat(a):
+        return a
+    d, parts = _cat_parts(a)
+    dim = at["dim"] - len(shape)
+    if dim != d:
+        return intern((CAT, d, tuple((n, _window(p, shape, at)) for n, p in parts)))
+    if at["step"] != 1:
+        return TOP
+    kept, pos = [], 0
+    for n, p in parts:
+        lo, hi = pos, pos + n
+        pos = hi
+        if hi <= at["start"] or lo >= at["end"]:
+            continue
+        if lo < at["start"] or hi > at["end"]:
+            return TOP
+        kept.append((n, p))
+    return kept[0][1] if len(kept) == 1 else intern((CAT, d, tuple(kept)))
+
+
 # ------------------------------------------------------------------- op table
 
 Rule = Callable[[list[Term], list[tuple], dict], Term]
@@ -315,6 +342,7 @@ EXPR_RULES: dict[str, Rule | object] = {
     "reshape": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
     "repeat": lambda a, s, at: a[0] if not _is_cat(a[0]) else TOP,
     "permute": lambda a, s, at: _permute(a[0], len(s[0]), at["perm"]),
+    "slice": lambda a, s, at: _window(a[0], s[0], at),
 }
 
 

@@ -324,6 +324,17 @@ class DegreeAlgebra(Algebra):
             return v
         return self._broadcast(v, shape)
 
+    def window(self, v: Deg, at: dict) -> Deg:
+        """A slice: the same summary on fewer elements (a selection raises no degree and
+        no height); a denominator factor keeps varying along the dims it did, unless the
+        window leaves one element there."""
+        dim = at["dim"]
+        shape = list(v.shape)
+        shape[dim] = len(range(at["start"], at["end"], at["step"]))
+        shape = tuple(shape)
+        tag = ("slice", v.shape, dim, at["start"], at["end"], at["step"])
+        return _move(v, shape, tag, lambda m: [m[i] and shape[i] > 1 for i in range(len(shape))])
+
     def _broadcast(self, v: Deg, shape) -> Deg:
         shape = tuple(shape)
         if shape == v.shape:
@@ -497,6 +508,7 @@ DEGREE_OPS = {
     "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
     "repeat": lambda alg, xs, at: alg.tile(xs[0], at["reps"]),
     "permute": lambda alg, xs, at: alg.permute(xs[0], at["perm"]),
+    "slice": lambda alg, xs, at: alg.window(xs[0], at),
 }
 DegreeAlgebra.ops = DEGREE_OPS
 

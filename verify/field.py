@@ -51,7 +51,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from mugraph.algebra import Algebra
+from mugraph.algebra import Algebra, window
 from mugraph.errors import ConfigError, MugraphError, NotLaxError
 from mugraph.interpreter import largest_value
 from mugraph.ir import KernelGraph
@@ -823,6 +823,13 @@ class FieldAlgebra(Algebra):
         shape = tuple(int(s) for s in shape)
         return tuple(self._view(x, shape, lambda t: t.expand(shape)) for x in v)
 
+    def window(self, v, at: dict):
+        """A slice's window of each residue tensor: a view (selection is exact in any ring)."""
+        idx = window(at)
+        shape = list(v[0].shape)
+        shape[at["dim"]] = len(range(at["start"], at["end"], at["step"]))
+        return tuple(self._view(x, tuple(shape), lambda t: t[idx]) for x in v)
+
     def concat(self, vs, axis: int):
         n = min(len(v) for v in vs)
         nd = len(vs[0][0].shape)
@@ -1009,6 +1016,7 @@ FIELD_OPS: dict[str, Callable] = {
     "reshape": lambda alg, xs, at: alg.reshape(xs[0], at["shape"]),
     "repeat": FieldAlgebra._repeat,
     "permute": lambda alg, xs, at: alg.permute(xs[0], at["perm"]),
+    "slice": lambda alg, xs, at: alg.window(xs[0], at),
 }
 FieldAlgebra.ops = FIELD_OPS
 

@@ -48,7 +48,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mugraph.algebra import Algebra, FloatAlgebra
+from mugraph.algebra import Algebra, FloatAlgebra, window
 from mugraph.errors import ConfigError, InputError
 from mugraph.ops import is_contraction
 from mugraph.interpreter import evaluate
@@ -245,6 +245,7 @@ MAGNITUDE_OPS = {
     "reshape": _both(lambda xs, at: xs[0].reshape(tuple(at["shape"]))),
     "repeat": _both(lambda xs, at: xs[0].repeat(*at["reps"])),
     "permute": _both(lambda xs, at: xs[0].permute(*at["perm"])),
+    "slice": _both(lambda xs, at: xs[0][window(at)]),
 }
 MagnitudeAlgebra.ops = MAGNITUDE_OPS
 

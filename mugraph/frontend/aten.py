@@ -138,7 +138,7 @@ def _pow(ctx, x, e):
     if e == 2:
         return B.square(x)
     if e == 1:
-        return B.reshape(x, x.shape)
+        return x
     if e == 0.5:
         return B.sqrt(x)
     if e == -0.5:
@@ -164,7 +164,14 @@ def _expand(ctx, x, size, implicit=False):
             reps.append(t)
         else:
             raise Unmapped(f"expand of {tuple(x.shape)} to {tuple(size)}")
-    return B.repeat(y, reps) if any(r != 1 for r in reps) else (y if lead else B.reshape(x, x.shape))
+    return B.repeat(y, reps) if any(r != 1 for r in reps) else y
+
+
+def _reshaped(x, shape):
+    """``x`` in ``shape``: ``x`` itself when the shape is its own (no op: a copy or a
+    view that changes nothing builds nothing, so the search never meets an identity)."""
+    shape = tuple(shape)
+    return x if shape == tuple(x.shape) else B.reshape(x, shape)
 
 
 def _reshape(ctx, x, shape):
@@ -178,7 +185,7 @@ def _reshape(ctx, x, shape):
         for s in x.shape:
             n *= s
         shape[shape.index(-1)] = n // known if known else 0
-    return B.reshape(x, tuple(shape))
+    return _reshaped(x, shape)
 
 
 def _unsqueeze(ctx, x, d):
@@ -195,7 +202,7 @@ def _squeeze(ctx, x, dims=None):
     s = tuple(n for i, n in enumerate(x.shape) if not (i in ds and n == 1))
     if not s:
         raise Unmapped("squeeze to a 0-dim tensor")
-    return B.reshape(x, s)
+    return _reshaped(x, s)
 
 
 #: float dtypes between which a cast may be absorbed into a piece (docs/design.md §10.3):
@@ -206,26 +213,26 @@ CAST_DTYPES = ("float16", "bfloat16", "float32")
 
 def _copy(ctx, x, dtype=None, layout=None, device=None, pin_memory=None, non_blocking=False,
           memory_format=None):
-    """``clone``/``contiguous``/``_to_copy``: a copy, i.e. identity in value (a reshape to
-    the same shape, which the lowering folds). A cast between two of
-    :data:`CAST_DTYPES` is the identity too, built at ``x``'s dtype: the probe records it
-    as a cast, and the partition absorbs it only under the rule of §10.3 (the piece then
-    runs at its narrow dtype); any other cast is unmapped."""
+    """``clone``/``contiguous``/``_to_copy``: a copy, i.e. identity in value: the row
+    returns ``x`` itself and builds no op. A cast between two of :data:`CAST_DTYPES` is
+    the identity too, at ``x``'s dtype: the probe records it as a cast, and the
+    partition absorbs it only under the rule of §10.3 (the piece then runs at its
+    narrow dtype); any other cast is unmapped."""
     if dtype is not None and str(dtype).removeprefix("torch.") != x.dtype:
         to = str(dtype).removeprefix("torch.")
         if x.dtype not in CAST_DTYPES or to not in CAST_DTYPES:
             raise Unmapped(f"a cast from {x.dtype} to {to}")
-    return B.reshape(x, x.shape)
+    return x
 
 
 def _identity(ctx, x, *rest, **kw):
-    return B.reshape(x, x.shape)
+    return x
 
 
 def _cat(ctx, xs, dim=0):
     xs = list(xs)
     if len(xs) == 1:
-        return B.reshape(xs[0], xs[0].shape)
+        return xs[0]
     return B.concat(xs, _dim(xs[0], dim))
 
 
@@ -235,7 +242,7 @@ def _transpose(ctx, x, d0, d1):
 
 def _t(ctx, x):
     """``x.t()``: a 2-d transpose; of a rank-0/1 tensor the identity."""
-    return B.transpose(x, 0, 1) if x.ndim == 2 else B.reshape(x, x.shape)
+    return B.transpose(x, 0, 1) if x.ndim == 2 else x
 
 
 def _permute(ctx, x, dims):
@@ -243,6 +250,58 @@ def _permute(ctx, x, dims):
     if len(dims) != x.ndim:
         raise Unmapped(f"permute of a rank-{x.ndim} tensor by {dims}")
     return B.permute(x, [_dim(x, d) for d in dims])
+
+
+def _window(x, dim, start, end) -> tuple[int, int, int]:
+    """ATen's slice arguments as the catalog's: ``(dim, start, end)`` with ``None`` for
+    the ends, negatives counted from the end and both clipped to the dim (torch's rule)."""
+    d = _dim(x, dim)
+    n = x.shape[d]
+    out = []
+    for v, default in ((start, 0), (end, n)):
+        if v is None:
+            v = default
+        if type(v) is not int:
+            raise Unmapped(f"slice bound {v!r}")
+        out.append(min(max(v + n if v < 0 else v, 0), n))
+    return d, out[0], out[1]
+
+
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    """``x[..., start:end:step]``: the catalog's ``slice`` (a kernel-level view); the
+    whole dim is the identity, an empty window has no form (the IR's dims are >= 1)."""
+    d, a, b = _window(x, dim, start, end)
+    if type(step) is not int or step < 1:
+        raise Unmapped(f"slice step {step!r}")
+    if a >= b:
+        raise Unmapped(f"an empty slice [{start}:{end}] of dim {d} of {tuple(x.shape)}")
+    if (a, b, step) == (0, x.shape[d], 1):
+        return x
+    return B.slice(x, d, a, b, step)
+
+
+def _select(ctx, x, dim, index):
+    """``x.select(dim, i)`` (``x[:, i]``): the one-element window, its dim dropped."""
+    d = _dim(x, dim)
+    if type(index) is not int or not -x.shape[d] <= index < x.shape[d]:
+        raise Unmapped(f"select index {index!r} of dim {d} of {tuple(x.shape)}")
+    i = index % x.shape[d]
+    return _drop(B.slice(x, d, i, i + 1) if x.shape[d] > 1 else x, [d], x.shape)
+
+
+def _split(x, split_size, dim=0):
+    """``split`` as slices (traced through these, its pieces map one by one; torch's own
+    decomposition would give ``as_strided``, which says nothing a row can read)."""
+    n = x.shape[dim]
+    return [aten.slice.Tensor(x, dim, s, min(s + split_size, n)) for s in range(0, n, split_size)]
+
+
+def _split_with_sizes(x, sizes, dim=0):
+    out, s = [], 0
+    for k in sizes:
+        out.append(aten.slice.Tensor(x, dim, s, s + k))
+        s += k
+    return out
 
 
 def _addmm(ctx, bias, a, b, beta=1, alpha=1):
@@ -309,15 +368,38 @@ ROWS: dict[Any, Callable] = {
     aten.t.default: _t,
     aten.transpose.int: _transpose,
     aten.permute.default: _permute,
+    aten.slice.Tensor: _slice,
+    aten.select.int: _select,
     rotate_half: _rotate_half,
 }
+
+
+#: ATen ops whose torch result is a view of all of their input (no copy, every element
+#: kept) and whose mapping is that view: at a piece's boundary the partition leaves them
+#: to torch, so the piece reads (or writes) the tensor the view is of, and the runtime
+#: hands the view's strides to the lowering (docs/design.md §10.3, views at the
+#: boundary). ``expand`` is a view too,
+#: but a stride-0 input is one the runtime could not copy into when a call's tensor has
+#: other strides, so it stays in the piece (a ``repeat``); copies (``clone``,
+#: ``contiguous``, casts) are not views, nor is ``reshape`` (a copy when the input's
+#: strides do not allow a view; traced code has ``view``, or ``clone`` + ``_unsafe_view``).
+VIEW_OPS = frozenset({
+    aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default,
+    aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.t.default, aten.transpose.int,
+    aten.permute.default, aten.alias.default, aten.detach.default,
+})
+#: views that keep a window of their input (slices): left to torch at a piece's input
+#: side only — at its output side the piece would compute the elements the view drops
+SELECT_OPS = frozenset({aten.slice.Tensor, aten.select.int})
 
 
 def decompositions() -> dict:
     """ATen decompositions applied while tracing: softmax into ``amax`` (a library op),
     ``x - m``, ``exp``, ``sum`` and ``div`` — so the exp/sum/div land in a Lax piece —
-    and the other composite ops a block uses into the rows above."""
+    and the other composite ops a block uses into the rows above (``split``, ``chunk``
+    and ``unbind`` into slices)."""
     from torch._decomp import get_decompositions
 
-    return get_decompositions([aten._softmax, aten._log_softmax, aten.silu_backward, aten.addcmul,
-                               aten.t, aten.linear])
+    return {**get_decompositions([aten._softmax, aten._log_softmax, aten.silu_backward, aten.addcmul,
+                                  aten.t, aten.linear, aten.unbind.int]),
+            aten.split.Tensor: _split, aten.split_with_sizes.default: _split_with_sizes}

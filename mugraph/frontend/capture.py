@@ -28,7 +28,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..errors import ArgumentTypeError, MugraphError
 from ..ir import DTYPES, Program, Tensor
 from ..ops import CATALOG, exp_like
-from .aten import ROWS, Context, Unmapped, decompositions, rotate_half
+from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
+from .hoist import hoist_views
 
 aten = torch.ops.aten
 
@@ -43,6 +44,8 @@ class NodeInfo:
     lax: bool = False              # every op of a Lax class
     exps: int = 0                  # exp-like ops on its longest path
     cast: tuple[str, str] | None = None  # (from, to): a float cast built as the identity
+    view: str = ""                 # "view" (aten.VIEW_OPS) or "select" (a slice, aten.SELECT_OPS): a torch
+                                   # view that stays torch at a piece's boundary (a slice at its input side)
 
     @property
     def num_ops(self) -> int:
@@ -79,6 +82,11 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             if isinstance(v, torch.Tensor):
                 n.meta["val"] = v
     fold_rotate_half(gm)
+    hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
+    # the graph is functional: values nothing reads (the unused parts of a split, an
+    # unbind's other rows) are dropped rather than computed by a piece
+    if gm.graph.eliminate_dead_code():
+        gm.recompile()
     return gm
 
 
@@ -216,5 +224,6 @@ def probe(node: fx.Node) -> NodeInfo:
         d = max((depth.get(t.id, 0) for t in op.inputs), default=0) + exp_like(op.kind)
         for t in op.outputs:
             depth[t.id] = d
-    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0), cast)
+    view = "view" if node.target in VIEW_OPS else "select" if node.target in SELECT_OPS else ""
+    return NodeInfo(True, "", kinds, all(CATALOG[k].lax != "none" for k in kinds), depth.get(y.id, 0), cast, view)
 

@@ -32,7 +32,9 @@ class Captured:
         self.kept: list[BuiltPiece] = []
 
     def summary(self) -> str:
-        lines = [f"{len(self.pieces)} Lax pieces, {len(self.library)} library ops"]
+        views = {n for bp in self.pieces for n in bp.piece.views}
+        lines = [f"{len(self.pieces)} Lax pieces, {len(self.library)} library ops"
+                 + (f" ({len(views)} of them views at a piece's boundary)" if views else "")]
         lines += [f"  {bp.describe()}" for bp in self.pieces]
         names: dict[str, int] = {}
         for n in self.library:
@@ -47,8 +49,19 @@ class Captured:
 
     def reference(self) -> fx.GraphModule:
         """The pieces run by mugraph's float64 interpreter, the rest by torch: what the
-        capture means (tests compare it with the original function)."""
-        return self.stitched(reference_call)
+        capture means (tests compare it with the original function). The graph's float
+        constants (a module's weights) are float64 in it, so a torch op between pieces
+        meets float64 on both sides."""
+        gm = self.stitched(reference_call)
+        for n in gm.graph.nodes:
+            if n.op == "get_attr":
+                v = getattr(gm, n.target, None)
+                if isinstance(v, torch.Tensor) and v.is_floating_point():
+                    owner, _, name = n.target.rpartition(".")
+                    mod = gm.get_submodule(owner) if owner else gm
+                    delattr(mod, name)
+                    mod.register_buffer(name, v.detach().double())
+        return gm
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
                 **kw: Any) -> fx.GraphModule:

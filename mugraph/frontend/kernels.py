@@ -21,7 +21,7 @@ from typing import Callable, List
 
 import torch
 
-from lower.runtime import TORCH_DTYPE, CompiledProgram
+from lower.runtime import TORCH_DTYPE, CompiledProgram, conform
 
 from ..ir import Program
 
@@ -44,9 +44,10 @@ def functional_runner(prog: CompiledProgram, wrap: Callable) -> Callable[[List[t
         for name, (shape, stride, dtype) in specs.items():
             env[name] = (torch.zeros(shape, dtype=dtype, device=dev) if name in locks
                          else torch.empty_strided(shape, stride, dtype=dtype, device=dev))
-        for t, x in zip(graph.inputs, xs):
-            env[t.label()] = x.contiguous()
-        outs = [torch.empty(t.shape, dtype=TORCH_DTYPE[t.dtype], device=dev) for t in graph.outputs]
+        for t, x, st in zip(graph.inputs, xs, prog.input_strides):
+            env[t.label()] = conform(x, st)   # a strided view the program was compiled for passes as is
+        outs = [torch.empty_strided(t.shape, st, dtype=TORCH_DTYPE[t.dtype], device=dev)
+                for t, st in zip(graph.outputs, prog.output_strides)]
         for t, o in zip(graph.outputs, outs):
             env[t.label()] = o
         prog.run_steps(env, dev, wrap)
@@ -55,13 +56,16 @@ def functional_runner(prog: CompiledProgram, wrap: Callable) -> Callable[[List[t
 
 
 def register(name: str, program: Program, run: Callable[[List[torch.Tensor]], List[torch.Tensor]],
-             triton: bool):
+             triton: bool, output_strides: List[tuple] | None = None):
     """``torch.ops.mugraph.<name>``: a ``triton_op`` (``triton=True``) or a ``custom_op``
-    calling ``run``; defined once per process and name."""
+    calling ``run``; defined once per process and name. Its fake implementation gives
+    the outputs ``run`` returns: shapes, dtypes and strides (``output_strides``;
+    default row-major), so Inductor plans for the layout the kernels write."""
     qual = f"mugraph::{name}"
     if qual in _OPS:
         return _OPS[qual]
-    specs = [(tuple(t.shape), TORCH_DTYPE[t.dtype]) for t in program.outputs]
+    strides = output_strides or [None] * len(program.outputs)
+    specs = [(tuple(t.shape), st, TORCH_DTYPE[t.dtype]) for t, st in zip(program.outputs, strides)]
 
     def body(xs: List[torch.Tensor]) -> List[torch.Tensor]:
         return run(list(xs))
@@ -73,7 +77,8 @@ def register(name: str, program: Program, run: Callable[[List[torch.Tensor]], Li
 
     def fake(xs: List[torch.Tensor]) -> List[torch.Tensor]:
         dev = xs[0].device
-        return [torch.empty(s, dtype=d, device=dev) for s, d in specs]
+        return [torch.empty(s, dtype=d, device=dev) if st is None else torch.empty_strided(s, st, dtype=d, device=dev)
+                for s, st, d in specs]
 
     op.register_fake(fake)
     _OPS[qual] = getattr(torch.ops.mugraph, name).default
@@ -87,5 +92,6 @@ def make_op(name: str, prog: CompiledProgram, kind: str):
     if kind == "auto":
         kind = "triton_op" if prog.device == "cuda" else "custom_op"
     if kind == "triton_op":
-        return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True)
-    return register(name, prog.graph, functional_runner(prog, lambda f: f), False)
+        return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True,
+                        prog.output_strides)
+    return register(name, prog.graph, functional_runner(prog, lambda f: f), False, prog.output_strides)

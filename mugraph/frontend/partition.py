@@ -35,9 +35,11 @@ from .capture import NodeInfo
 
 @dataclass(eq=False)
 class Piece:
-    """Nodes of one Lax subprogram, in graph order."""
+    """Nodes of one Lax subprogram, in graph order; ``views``: the views at its boundary
+    that were folded off it (:func:`fold_views`) and run as torch views instead."""
 
     nodes: list[fx.Node] = field(default_factory=list)
+    views: list[fx.Node] = field(default_factory=list)
 
     def num_ops(self, info: dict[fx.Node, NodeInfo]) -> int:
         return sum(info[n].num_ops for n in self.nodes)
@@ -178,6 +180,84 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
     return [part[k] for k in sorted(part)]
 
 
+def fold_views(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo]
+               ) -> tuple[set[fx.Node], set[fx.Node]]:
+    """``members`` without the views at the piece's boundary, and those views.
+
+    A torch view (``NodeInfo.view``: a transpose, ``view``, ``unsqueeze``, a slice, …)
+    whose tensor inputs all lie outside the piece — or, for a view that keeps every
+    element (not a slice: the piece would compute what it drops), whose users all do —
+    is left to torch:
+    the piece then reads the view itself as an input — the runtime passes it with its
+    strides and the lowering loads through them (``lower.compile(input_strides=)``),
+    so a weight's transpose costs no copy — or writes the tensor the view is of. Its
+    Program then says ``X @ W`` where the capture said ``X @ permute(W)``, and no
+    ``reshape`` whose only input is a piece input: ops the search would have had to
+    place (it never generates a ``reshape``; a ``permute`` only as a kernel op of its
+    own). Repeated to a fixpoint (a transpose of a view of an input goes too).
+    Folding never makes the contracted graph cyclic: a folded view's producers are
+    outside the piece and not after it (they fed it), or its users are."""
+    members = set(members)
+    folded: set[fx.Node] = set()
+    changed = True
+    while changed:
+        changed = False
+        for n in order:
+            if n not in members or not info[n].view:
+                continue
+            if (all(a not in members for a in n.all_input_nodes)
+                    or (info[n].view == "view" and all(u not in members for u in n.users))):
+                members.discard(n)
+                folded.add(n)
+                changed = True
+    return members, folded
+
+
+def _components(members: set[fx.Node]) -> list[set[fx.Node]]:
+    """``members`` split into its connected parts (through edges between members). A fold
+    can disconnect a piece (two ops that met only at a view of one input); each part is a
+    piece of its own — no path outside the piece joins two of them, else the piece would
+    have been on a cycle — and a smaller one for the search."""
+    seen: set[fx.Node] = set()
+    out = []
+    for start in sorted(members, key=lambda n: n.name):
+        if start in seen:
+            continue
+        comp, todo = set(), [start]
+        while todo:
+            n = todo.pop()
+            if n in comp:
+                continue
+            comp.add(n)
+            todo += [m for m in (*n.all_input_nodes, *n.users) if m in members and m not in comp]
+        seen |= comp
+        out.append(comp)
+    return out
+
+
+def _boundary_views(members: set[fx.Node], inside: set[fx.Node], order: list[fx.Node],
+                    info: dict[fx.Node, NodeInfo]) -> list[fx.Node]:
+    """The mapped views outside every piece that feed ``members`` or read one of them,
+    directly or through a chain of such views (a transpose of a transpose of an input)."""
+    def free_view(n: fx.Node) -> bool:
+        return n not in inside and n in info and info[n].mapped and info[n].view
+
+    found: set[fx.Node] = set()
+    todo = [a for m in members for a in m.all_input_nodes if free_view(a)]
+    while todo:
+        n = todo.pop()
+        if n not in found:
+            found.add(n)
+            todo += [a for a in n.all_input_nodes if free_view(a)]
+    todo = [u for m in members for u in m.users if free_view(u)]
+    while todo:
+        n = todo.pop()
+        if n not in found:
+            found.add(n)
+            todo += [u for u in n.users if free_view(u)]
+    return [n for n in order if n in found]
+
+
 def _outside_inputs(members: set[fx.Node]) -> set[fx.Node]:
     return {a for n in members for a in n.all_input_nodes if a not in members
             and isinstance(a.meta.get("val"), torch.Tensor)}
@@ -214,15 +294,20 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
     order = list(graph.nodes)
     refused: set[fx.Node] = set()
     while True:
-        grown = _grow(order, info, refused)
+        # views at a grown piece's boundary are folded off before the size limits count
+        # its ops, and again after the cut (a view next to a cut edge is at a boundary now)
+        grown = [fold_views(m, order, info)[0] for m in _grow(order, info, refused)]
+        grown = [m for m in grown if m]
         parts: list[set[fx.Node]] = []
         for k, m in enumerate(grown):
             parts += _cut(m, parts + grown[k + 1:], order, info, max_ops, max_matmuls)
+        parts = [c for m in parts for c in _components(fold_views(m, order, info)[0])]
         bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
             break
         refused |= bad
-    pieces = [Piece([n for n in order if n in m]) for m in parts]
+    inside = set().union(*parts) if parts else set()
+    pieces = [Piece([n for n in order if n in m], _boundary_views(m, inside, order, info)) for m in parts]
     pieces = [p for p in pieces if p.worth(info, min_ops)]
     pieces.sort(key=lambda p: order.index(p.nodes[0]))
     return pieces

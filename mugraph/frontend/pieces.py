@@ -5,13 +5,18 @@ A piece's Program has one input per tensor it reads from outside (in order of
 first use), then one per constant a row asked for (RoPE's rotation matrix), and
 one output per member value read outside it. Its name is a hash of its structure
 and shapes, so equal pieces — the same block at the same shapes, in this model or
-another — share one cached search.
+another — share one cached search. An input may be a strided view (a transposed
+weight the partition left to torch, :func:`.partition.fold_views`): its strides are
+recorded (``input_strides``) and the lowering reads it through them, which is not
+part of the name — the search does not depend on it — but is part of the compiled
+operator's (:attr:`BuiltPiece.layout_key`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -19,13 +24,15 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from .. import builder as B
 from ..interpreter import evaluate
 from ..ir import Program
 from ..lax import check_lax
 from ..serialize import graph_to_json
-from .aten import Context
+from .aten import VIEW_OPS, Context
 from .capture import _val, build_node, dtype_name, tensor_args
 from .partition import Piece, piece_dtype
+from .simplify import fold_reciprocals
 
 
 @dataclass(eq=False)
@@ -39,10 +46,39 @@ class BuiltPiece:
     outputs: list[fx.Node]
     key: str
     info: dict = field(default_factory=dict)
+    #: strides (elements) of each Program input as traced (a row's constants are row-major),
+    #: and of each output as eager PyTorch laid the value out (row-major where that layout
+    #: was not dense: an expand's stride 0)
+    input_strides: list[tuple[int, ...]] = field(default_factory=list)
+    output_strides: list[tuple[int, ...]] = field(default_factory=list)
+    #: for each node of ``outputs``, the Program output holding its value (nodes equal
+    #: in value and layout share one)
+    output_index: list[int] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return self.program.name
+
+    @property
+    def strided(self) -> dict[str, tuple[int, ...]]:
+        """Program input name -> strides, for the inputs that arrive as strided views
+        (not row-major on some dim longer than 1): ``lower.compile(input_strides=)``."""
+        return {t.name: st for t, st in zip(self.program.inputs, self.input_strides) if not _is_row_major(t.shape, st)}
+
+    @property
+    def strided_outputs(self) -> dict[int, tuple[int, ...]]:
+        """Output index -> strides, for the outputs eager PyTorch did not lay out
+        row-major (an element-wise op of a transposed view keeps its layout):
+        ``lower.compile(output_strides=)``, so a torch view of the output behaves as in eager."""
+        return {k: st for k, (t, st) in enumerate(zip(self.program.outputs, self.output_strides))
+                if not _is_row_major(t.shape, st)}
+
+    @property
+    def layout_key(self) -> str:
+        """A short hash of :attr:`strided` and :attr:`strided_outputs` ("" when all are
+        row-major): pieces with one Program but other strides share a search, not kernels."""
+        s = [sorted(self.strided.items()), sorted(self.strided_outputs.items())]
+        return hashlib.sha256(json.dumps(s).encode()).hexdigest()[:8] if s != [[], []] else ""
 
     def describe(self) -> str:
         kinds: dict[str, int] = {}
@@ -52,6 +88,39 @@ class BuiltPiece:
         ins = ", ".join(f"{tuple(t.shape)}" for t in self.program.inputs)
         return (f"{self.name}: {sum(kinds.values())} ops ({', '.join(f'{k}×{n}' for k, n in sorted(kinds.items()))}); "
                 f"inputs {ins}")
+
+
+def _view_key(n: fx.Node, env: dict) -> tuple | None:
+    """What identifies the value of view node ``n`` (its op, its input's tensor, its other
+    arguments), or None for a node that is not a view."""
+    if n.target not in VIEW_OPS:
+        return None
+    args = tuple(("t", id(env[a])) if isinstance(a, fx.Node) else a for a in n.args)
+    return (n.target, repr(args), repr(sorted(n.kwargs.items())))
+
+
+def _row_major(shape) -> tuple[int, ...]:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def _is_row_major(shape, strides) -> bool:
+    return all(n == 1 or a == b for n, a, b in zip(shape, strides, _row_major(shape)))
+
+
+def _dense_strides(v: torch.Tensor) -> tuple[int, ...]:
+    """``v``'s strides if its elements fill a block of memory without overlap (a permuted
+    row-major layout), else row-major."""
+    st, shape = tuple(int(s) for s in v.stride()), tuple(int(n) for n in v.shape)
+    span = 1
+    for d in sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: st[d]):
+        if st[d] != span:
+            return _row_major(shape)
+        span *= shape[d]
+    return st
 
 
 def structural_key(program: Program) -> str:
@@ -76,28 +145,59 @@ def build_piece(piece: Piece) -> BuiltPiece:
                 env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype or dtype_name(v.dtype))
                 inputs.append(a)
     ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
-    for n in piece.nodes:
-        env[n] = build_node(n, env, ctx)
     outputs = [n for n in piece.nodes if any(u not in members for u in n.users)]
+    views: dict[tuple, Any] = {}
+    for n in piece.nodes:
+        # the same view of the same value twice (make_fx traces one per ``linear`` reading
+        # it) is built once, so the search meets one reshape, not two equal ones
+        key = _view_key(n, env) if n not in outputs else None
+        if key is not None and key in views:
+            env[n] = views[key]
+            continue
+        env[n] = build_node(n, env, ctx)
+        if key is not None:
+            views[key] = env[n]
+    # a copy or cast builds no op (its row returns its input), so two output nodes may be
+    # one tensor — written once when eager laid them out alike — or an output may be an
+    # input, which only then costs an identity op (a Program's outputs are computed)
+    out_tensors: list[tuple[Any, tuple[int, ...]]] = []
+    index: list[int] = []
     for n in outputs:
-        p.output(env[n])
+        t, st = env[n], _dense_strides(_val(n))
+        k = next((i for i, (u, ust) in enumerate(out_tensors) if u is t and ust == st), None)
+        if k is None:
+            if t.op.kind == "input" or any(u is t for u, _ in out_tensors):
+                t = B.reshape(t, t.shape)
+            p.output(t)
+            out_tensors.append((t, st))
+            k = len(out_tensors) - 1
+        index.append(k)
+    p = fold_reciprocals(p)  # x * (1/sqrt(v)) as x / sqrt(v): one op, no constant to carry
     check_lax(p)
     key = structural_key(p)
     p.name = f"piece_{key[:16]}"
-    return BuiltPiece(piece, p, inputs, list(ctx.constants), outputs, key)
+    strides = [tuple(int(s) for s in _val(a).stride()) for a in inputs]
+    strides += [_row_major(tuple(c.shape)) for c in ctx.constants]
+    return BuiltPiece(piece, p, inputs, list(ctx.constants), outputs, key, input_strides=strides,
+                      output_strides=[st for _, st in out_tensors], output_index=index)
 
 
 PieceCall = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 
 def reference_call(bp: BuiltPiece) -> PieceCall:
-    """The piece evaluated by mugraph's float64 interpreter (results cast back to
-    each output's dtype): the captured form's meaning, for tests."""
+    """The piece evaluated by mugraph's float64 interpreter: the captured form's meaning,
+    for tests. Results are float64, laid out as the compiled piece lays them out (as
+    eager did: :attr:`BuiltPiece.output_strides`)."""
     def call(xs: list[torch.Tensor]) -> list[torch.Tensor]:
         feed = {t.name: x.detach().double().cpu().numpy() for t, x in zip(bp.program.inputs, xs)}
         outs = evaluate(bp.program, feed)
         dev = xs[0].device if xs else torch.device("cpu")
-        return [torch.from_numpy(np.asarray(o, dtype=np.float64)).to(dev) for o in outs]
+        res = []
+        for o, st in zip(outs, bp.output_strides):
+            o = torch.from_numpy(np.asarray(o, dtype=np.float64))
+            res.append(torch.empty_strided(tuple(o.shape), st, dtype=o.dtype, device=dev).copy_(o))
+        return res
     call.__name__ = f"ref_{bp.name}"
     return call
 
@@ -156,8 +256,8 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
                     gm.register_buffer(name, c if device is None else c.to(device))
                 cnodes.append(g.get_attr(name))
             call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
-            for k, o in enumerate(u.outputs):
-                new[o] = g.call_function(__import__("operator").getitem, (call, k))
+            for k, o in zip(u.output_index, u.outputs):
+                new[o] = g.call_function(operator.getitem, (call, k))
                 new[o].meta = dict(o.meta)
         else:
             new[u] = g.node_copy(u, lambda a: new[a])

@@ -28,11 +28,12 @@ from .pieces import BuiltPiece
 
 log = logging.getLogger("mugraph")
 
-#: (piece name, options key, device, kernel op kind) -> (operator, Optimized): one search
-#: and one registration per process
+#: (piece name, options key, device, kernel op kind, layout key) -> (operator, Optimized): one
+#: registration per process and input strides (``None``: its lowering failed)
 _DONE: dict[tuple, tuple[Any, Any] | None] = {}
-#: each searched piece's result and what ``bp.info`` says of it (a later capture of the same
-#: piece gets a copy); empty when the search failed
+#: (piece name, options key, device, kernel op kind) -> each searched piece's result and what
+#: ``bp.info`` says of it (a later capture of the same piece gets a copy): one search per
+#: process; empty when the search failed
 _INFO: dict[tuple, dict] = {}
 
 
@@ -53,7 +54,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     if k not in _INFO:
         if not _search(bp, opts, device, k):
             return None
-    elif k in _DONE and _DONE[k] is None:  # failed before
+    elif not _INFO[k]:  # failed before
         return None
     opt = _INFO[k]["optimized"]
     bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
@@ -62,17 +63,22 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
                  "(option unfused='lower' runs it lowered)", bp.name)
         bp.info["runs"] = "torch"
         return None
-    if k not in _DONE:
+    kl = k + (bp.layout_key,)  # the same search, compiled for these input strides
+    if kl not in _DONE:
         try:
             # no CUDA graph of its own (the caller may capture one around it) and no PDL launch
-            # option (wrap_triton passes launch options through only for warps and stages)
+            # option (wrap_triton passes launch options through only for warps and stages);
+            # inputs that are strided views (a transposed weight) are read through their strides,
+            # and outputs are written in the layout eager gave them
             configs = {i: lower.KernelConfig.from_dict(v) for i, v in opt.best.configs.items()}
-            prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False)
-            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}", prog, kind), opt)
+            prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False,
+                                 input_strides=bp.strided, output_strides=bp.strided_outputs)
+            suffix = f"_{bp.layout_key}" if bp.layout_key else ""
+            _DONE[kl] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}", prog, kind), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
             _stays_torch(bp, e)
-            _DONE[k] = None
-    return _DONE[k]
+            _DONE[kl] = None
+    return _DONE[kl]
 
 
 def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> bool:
@@ -89,7 +95,6 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
                             progress=False, seed=opts.seed)
     except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
         _stays_torch(bp, e)
-        _DONE[k] = None
         _INFO[k] = {}
         return False
     _INFO[k] = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,

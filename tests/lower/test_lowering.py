@@ -62,17 +62,20 @@ N_RANDOM = 60
 
 
 def test_random_ugraphs_float32():
-    kinds = set()
+    kinds, kernel_kinds = set(), set()
     worst = []
     for seed in range(N_RANDOM):
         g = random_graph(seed)
         kinds |= {b.kind for op in g.ops if op.kind == "graph_defined" for b in op.attrs["block"].ops}
+        kernel_kinds |= {op.kind for op in g.ops}
         prog = lower.compile(g, device="cpu", poison=True)
         errs = check(prog, g, random_inputs(g, seed))
         worst.append((max(errs), seed))
         assert max(errs) <= 1e-4, (seed, errs, str(g))
-    # the generator exercises every block op of the catalog
-    assert set(mg.CATALOG) | {"iterator", "accum"} <= kinds, sorted(set(mg.CATALOG) - kinds)
+    # the generator exercises every block op of the catalog, and the strided views between kernels
+    block_ops = {k for k, d in mg.CATALOG.items() if "B" in d.levels}
+    assert block_ops | {"iterator", "accum"} <= kinds, sorted(block_ops - kinds)
+    assert {"permute", "slice"} <= kernel_kinds
 
 
 def test_random_ugraphs_float16():

@@ -49,6 +49,8 @@ CASES = [
     ("permute", lambda x: mg.permute(x, (2, 0, 1)), [(2, 3, 4)], (4, 2, 3), lambda x: x.transpose(2, 0, 1)),
     ("permute", lambda x: mg.transpose(x, -1, 0), [(2, 3, 4)], (4, 3, 2), lambda x: x.transpose(2, 1, 0)),
     ("permute", lambda a, b: mg.transpose(a, 0, 1) @ b, [(5, 3), (5, 2)], (3, 2), lambda a, b: a.T @ b),
+    ("slice", lambda x: mg.slice(x, 1, 1, 3), [(2, 4, 3)], (2, 2, 3), lambda x: x[:, 1:3]),
+    ("slice", lambda x: mg.slice(x, -1, -5, 7, 2) * 2, [(3, 8)], (3, 2), lambda x: x[:, 3:7:2] * 2),
     ("mean", lambda x: mg.mean(x, 1), [(2, 6)], (2, 1), lambda x: x.mean(1, keepdims=True)),
     ("rms_norm", lambda x: mg.rms_norm(x), [(3, 8)], (3, 8),
      lambda x: x / np.sqrt((x * x).mean(-1, keepdims=True))),
@@ -72,7 +74,14 @@ def test_kernel_level_shape_and_value(name, build, shapes, expected, ref):
 def test_block_level_matches_kernel_level(name, build, shapes, expected, ref):
     """The same op inside a block graph, with a grid of 2 over a new leading dim of
     every input: each block computes the op on its slice (a single block where that
-    dim would exceed rank 4)."""
+    dim would exceed rank 4). Ops of the kernel level only (a slice) are refused there."""
+    if name in CATALOG and "B" not in CATALOG[name].levels:
+        p = mg.KernelGraph(name)
+        bg = mg.BlockGraph(grid=(1, 1, 1), forloop=1)
+        tiles = [bg.input(p.input(f"x{i}", s)) for i, s in enumerate(shapes)]
+        with pytest.raises(mg.UnsupportedOpError, match=f"{name} .*not available in a BlockGraph"):
+            build(*tiles)
+        return
     g = 2 if max(map(len, shapes + [expected])) < 4 else 1
     kg = mg.KernelGraph(name)
     ins = [kg.input(f"x{i}", (g,) + s if g > 1 else s) for i, s in enumerate(shapes)]

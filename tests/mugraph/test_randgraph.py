@@ -55,7 +55,7 @@ def test_lowering_profile_reaches_everything_the_lowering_must_handle():
     f = _features(random_ugraph(s) for s in range(120))
     assert {k[1] for k in f if k[0] == "block op"} == ALL_OPS  # every block op
     assert f["kernels", 1] and f["kernels", 2]  # chains of graph-defined kernels
-    assert {k[1] for k in f if k[0] == "kernel op"} >= {"scale", "sqrt"}  # pre-defined ops between them
+    assert {k[1] for k in f if k[0] == "kernel op"} >= {"scale", "sqrt", "permute", "slice"}  # pre-defined ops between them
     assert {k[1] for k in f if k[0] == "forloop"} == {1, 2, 3, 4}
     assert {k[1][0] for k in f if k[0] == "grid"} == {1, 2, 3} and any(k[1][2] == 2 for k in f if k[0] == "grid")
     assert f["replicated"] and f["mapped"] and f["permuted"] and f["fmap", None] and f["fmap", 0]

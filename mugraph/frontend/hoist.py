@@ -1,0 +1,199 @@
+"""Views moved up through element-wise ops (docs/design.md §10.1).
+
+A ``linear`` of a ``(batch, seq, hidden)`` activation traces as ``view`` to
+``(batch·seq, hidden)``, ``mm``, ``view`` back. When the activation is computed by
+element-wise ops — an RMSNorm's products — the first ``view`` sits between them and
+the matmul, inside the piece, and the search never generates a ``reshape``: such a
+piece had no candidate but itself. An element-wise op commutes with a view that only
+regroups the *leading* dims (those in front of a common suffix), provided every operand
+either spans those dims exactly or is broadcast along all of them:
+``view(x · r, (b·s, h)) = view(x, (b·s, h)) · view(r, (b·s, 1))``; so does a reduction
+that keeps its dims and folds only suffix dims (a norm's mean over the hidden dim). So
+such a view is
+moved above the op, onto its operands, again and again: it reaches the piece's inputs,
+where the partition leaves it to torch (a view of an input, read in place), or stops at
+an op that is not element-wise (a matmul). Only where every reader of the op is that
+same view, so nothing is computed twice. The values are the same; every node keeps its
+traced shape, dtype and strides (computed on the fake tensors as they are built).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx as fx
+
+aten = torch.ops.aten
+
+#: the views that regroup dims in row-major order (what a ``linear`` of a 3-d input traces)
+_REGROUP = (aten.view.default, aten._unsafe_view.default)
+#: reductions ``(x, dims, keepdim, …)``: a view passes one that keeps its dims and folds only
+#: dims of the common suffix (a norm's mean over the hidden dim)
+_REDUCE = (aten.sum.dim_IntList, aten.mean.dim, aten.amax.default)
+
+
+def _val(n):
+    return n.meta.get("val") if isinstance(n, fx.Node) else None
+
+
+def _pointwise(n: fx.Node) -> bool:
+    """An element-wise op (torch's own ``pointwise`` tag), or a plain dtype cast."""
+    if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
+        return False
+    if n.target == aten._to_copy.default:
+        return set(n.kwargs) <= {"dtype"}
+    return torch.Tag.pointwise in n.target.tags
+
+
+def _keepdim_reduction(n: fx.Node) -> bool:
+    return (n.op == "call_function" and n.target in _REDUCE and len(n.args) >= 3 and n.args[2] is True
+            and isinstance(n.args[1], (list, tuple)) and len(n.args[1]) > 0)
+
+
+def _new_shape(shape: tuple, rank: int, k: int, p_in: tuple, p_out: tuple) -> tuple | None:
+    """An operand's shape after the view moves above the op (the op's output has rank
+    ``rank`` and a common suffix of ``k`` dims): unchanged when it has no leading dims,
+    its suffix when it is broadcast along all of them, ``p_out`` + its suffix when it spans
+    them as ``p_in``; None when neither."""
+    if len(shape) <= k:
+        return shape
+    full = (1,) * (rank - len(shape)) + tuple(shape)
+    pre, suf = full[:rank - k], full[rank - k:]
+    if all(d == 1 for d in pre):
+        return suf
+    if pre == p_in:
+        return tuple(p_out) + suf
+    return None
+
+
+def _hoist_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
+    """Move view ``v`` above the element-wise op it reads, if it may: the views made of
+    that op's operands (to try next), or None when nothing changed (the nodes removed are
+    added to ``erased``)."""
+    e = v.args[0] if v.args else None
+    if isinstance(e, fx.Node) and e.op == "call_function" and e.target in _REGROUP:
+        return _compose(g, v, e, erased)
+    if not isinstance(e, fx.Node) or not (_pointwise(e) or _keepdim_reduction(e)):
+        return None
+    s_in, s_out = tuple(_val(e).shape), tuple(_val(v).shape)
+    readers = list(e.users)
+    if any(u.target not in _REGROUP or tuple(_val(u).shape) != s_out for u in readers):
+        return None  # another reader needs the op's own value: moving the view would compute it twice
+    k = 0
+    while k < min(len(s_in), len(s_out)) and s_in[-1 - k] == s_out[-1 - k]:
+        k += 1
+    p_in, p_out = s_in[:len(s_in) - k], s_out[:len(s_out) - k]
+    if p_in == p_out:
+        return None
+    args = list(e.args)
+    if _keepdim_reduction(e):  # folds only suffix dims: the same fold of the regrouped operand
+        dims = [d % len(s_in) for d in args[1]]
+        if any(d < len(s_in) - k for d in dims):
+            return None
+        args[1] = [d - len(s_in) for d in dims]  # counted from the end: the same dims after the view
+    shapes = {}
+    for a in e.all_input_nodes:
+        va = _val(a)
+        if not isinstance(va, torch.Tensor):
+            return None
+        new = _new_shape(tuple(va.shape), len(s_in), k, p_in, p_out)
+        if new is None:
+            return None
+        shapes[a] = new
+    # build the values first (on the fake tensors): a view the operand's strides do not
+    # allow, or a result of another shape, leaves the graph as it was
+    try:
+        vals = {a: (_val(a) if tuple(_val(a).shape) == s else aten.view.default(_val(a), list(s)))
+                for a, s in shapes.items()}
+        out = e.target(*[vals.get(x, x) if isinstance(x, fx.Node) else x for x in args],
+                       **{k2: vals.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
+    except Exception:  # noqa: BLE001 - torch refuses the view or the op: keep the graph
+        return None
+    if tuple(out.shape) != s_out or out.dtype != _val(v).dtype:
+        return None
+    made, new_args = [], {}
+    with g.inserting_before(e.next):  # after the op: its operands are defined, every reader follows
+        for a, s in shapes.items():
+            if tuple(_val(a).shape) == s:
+                new_args[a] = a
+                continue
+            nv = g.call_function(aten.view.default, (a, list(s)))
+            nv.meta["val"] = vals[a]
+            new_args[a] = nv
+            made.append(nv)
+        ne = g.call_function(e.target, tuple(new_args.get(x, x) if isinstance(x, fx.Node) else x for x in args),
+                             {k2: new_args.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
+        ne.meta["val"] = out
+    for u in readers:
+        u.replace_all_uses_with(ne)
+        g.erase_node(u)
+        erased.add(u)
+    g.erase_node(e)
+    erased.add(e)
+    return made
+
+
+def merge_equal_views(g: fx.Graph) -> int:
+    """One node for equal views of one value (moving views up makes one per reader, and
+    make_fx traces one per ``linear``): a piece then reads that value once, as one input,
+    not as two inputs the search would take for different tensors. Returns how many went."""
+    seen: dict[tuple, fx.Node] = {}
+    merged = 0
+    for n in list(g.nodes):
+        if n.op != "call_function" or n.target not in _REGROUP:
+            continue
+        key = (n.target, repr(tuple(("node", a.name) if isinstance(a, fx.Node) else a for a in n.args)),
+               repr(sorted(n.kwargs.items())))
+        first = seen.setdefault(key, n)
+        if first is not n:
+            n.replace_all_uses_with(first)
+            g.erase_node(n)
+            merged += 1
+    return merged
+
+
+def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] | None:
+    """A regrouping view of a regrouping view is one view of the first one's input (row-major
+    regroupings compose), or that input itself when the shapes agree — a ``linear``'s view
+    back to ``(b, s, out)`` read by the next ``linear``'s view to ``(b·s, out)`` goes away."""
+    src = e.args[0]
+    if not isinstance(src, fx.Node) or not isinstance(_val(src), torch.Tensor):
+        return None
+    s_out = tuple(_val(v).shape)
+    if tuple(_val(src).shape) == s_out:
+        v.replace_all_uses_with(src)
+    else:
+        try:
+            val = aten.view.default(_val(src), list(s_out))
+        except Exception:  # noqa: BLE001 - the source's strides do not allow it: keep both views
+            return None
+        with g.inserting_before(v):
+            nv = g.call_function(aten.view.default, (src, list(s_out)))
+        nv.meta["val"] = val
+        v.replace_all_uses_with(nv)
+    g.erase_node(v)
+    erased.add(v)
+    if not e.users:
+        g.erase_node(e)
+        erased.add(e)
+    return [] if tuple(_val(src).shape) == s_out else [nv]
+
+
+def hoist_views(gm: fx.GraphModule) -> int:
+    """Move every row-major regrouping view above the element-wise ops it may pass (the
+    module doc), then merge equal views; returns how many moves were made."""
+    g = gm.graph
+    work = [n for n in g.nodes if n.op == "call_function" and n.target in _REGROUP]
+    erased: set[fx.Node] = set()
+    moves = 0
+    while work:
+        v = work.pop()
+        if v in erased:
+            continue
+        made = _hoist_one(g, v, erased)
+        if made is not None:
+            moves += 1
+            work += made
+    if moves + merge_equal_views(g):
+        g.lint()
+        gm.recompile()
+    return moves

@@ -1,0 +1,63 @@
+"""Slices in captured code (docs/design.md §10.2): ``x[..., a:b]``, ``narrow``, ``split``,
+``select`` map to the catalog's ``slice``; one inside a piece no longer cuts it, one of a
+piece's input is a view at its boundary (the piece reads the window in place)."""
+
+import torch
+
+import mugraph as mg
+from mugraph.frontend import from_torch
+
+aten = torch.ops.aten
+g = torch.Generator().manual_seed(7)
+
+
+def r(*shape):
+    return torch.randn(*shape, generator=g)
+
+
+def fused_qkv(x, w):
+    """A fused QKV projection split into its three parts (as GPT-2 or Phi-3 write it)."""
+    q, k, v = (x @ w).split(16, dim=-1)
+    return torch.exp(q * 0.25) * k + v
+
+
+def test_slices_of_a_computed_value_stay_inside_the_piece():
+    xs = r(4, 16), r(16, 48)
+    cap = from_torch(fused_qkv, *xs)
+    (bp,) = cap.pieces
+    kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+    assert kinds.count("slice") == 3 and kinds.count("matmul") == 1
+    assert not cap.library  # nothing cut out: the slices are in the piece
+    mg.check_lax(bp.program)
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fused_qkv(*[x.double() for x in xs]))
+
+
+def test_a_slice_of_an_input_is_read_in_place():
+    def fn(x, w):
+        return torch.exp(x[:, 4:12] @ w[2:10, ::2]) * 2
+    xs = r(4, 16), r(12, 6)
+    cap = from_torch(fn, *xs)
+    (bp,) = cap.pieces
+    assert [op.kind for op in bp.program.ops if op.kind != "input"] == ["matmul", "exp", "scale"]
+    assert {n.target for n in bp.piece.views} == {aten.slice.Tensor}
+    assert bp.strided == {"x0": (16, 1), "x1": (6, 2)}
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
+def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
+    import mugraph.frontend  # noqa: F401 - registers the backend
+    from mugraph.frontend.backend import MugraphCompiled
+
+    def fn(x, w):
+        return fused_qkv(x[:, 1:], w)
+    x, w = r(4, 17), r(16, 48)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        f = torch.compile(fn, backend="mugraph", options={
+            "time_limit": 3.0, "cache_dir": piece_cache, "unfused": "lower",
+            "search": {"max_kernel_ops": 1, "max_block_ops": 1}})
+        y = f(x, w)
+    torch.testing.assert_close(y, fn(x, w), atol=1e-5, rtol=1e-5)
+    cap = list(MugraphCompiled.instances[-1].captured.values())[0]
+    (bp,) = cap.kept
+    assert sum(op.kind == "slice" for op in bp.program.ops) == 3 and bp.strided == {"x0": (17, 1)}

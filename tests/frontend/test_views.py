@@ -1,0 +1,243 @@
+"""Views at a piece's boundary (docs/design.md §10.3): a weight's transpose, a view of an
+input or of an output runs as a torch view, and the piece reads (or writes) the tensor
+itself — its Program says ``X @ W``, not ``X @ permute(W)`` — with the view's strides
+handed to the lowering, which loads through them (no copy)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import lower
+import mugraph as mg
+from lower.runtime import conform
+from mugraph.frontend import from_torch
+from mugraph.frontend.aten import VIEW_OPS, rotate_half
+
+aten = torch.ops.aten
+g = torch.Generator().manual_seed(5)
+
+
+def r(*shape, pos=False):
+    x = torch.randn(*shape, generator=g)
+    return x.abs() + 0.5 if pos else x
+
+
+def kinds(bp):
+    return [op.kind for op in bp.program.ops if op.kind != "input"]
+
+
+def boundary_views(bp):
+    """Member nodes that are torch views with every input outside the piece, or every user."""
+    members = set(bp.piece.nodes)
+    return [n for n in bp.piece.nodes if n.target in VIEW_OPS
+            and (all(a not in members for a in n.all_input_nodes) or all(u not in members for u in n.users))]
+
+
+def views_of_inputs(bp):
+    """Program ops that are a permute or reshape of a Program input."""
+    return [op for op in bp.program.ops if op.kind in ("permute", "reshape") and op.inputs[0].op.kind == "input"]
+
+
+def test_a_linear_weight_is_read_transposed_in_place():
+    cap = from_torch(lambda x, w: torch.exp(F.linear(x, w)) * 2, r(4, 8), r(6, 8), min_ops=0)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["matmul", "exp", "scale"]
+    assert [n.target for n in bp.piece.views] == [aten.transpose.int] and cap.library == bp.piece.views
+    # the weight (6, 8) arrives as its transpose (8, 6): strides (1, 8), which the lowering is given
+    assert bp.strided == {"x1": (1, 8)} and bp.layout_key
+    x, w = r(4, 8), r(6, 8)
+    torch.testing.assert_close(cap.reference()(x.double(), w.double()), torch.exp(x.double() @ w.double().t()) * 2)
+
+
+def test_views_of_outputs_leave_the_piece_and_equal_views_are_built_once():
+    def fn(a, b, w, v):
+        c = torch.bmm(a, b)                       # (2, 2, 8): a matmul, so the views stay below it
+        return (c.view(4, 8) @ w).view(2, 2, 6), (c.view(4, 8) @ v).unsqueeze(0)
+    xs = r(2, 2, 3), r(2, 3, 8), r(8, 6), r(8, 6)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_matmuls=None)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["matmul", "reshape", "matmul", "matmul"]  # one reshape; the output views are torch's
+    assert not boundary_views(bp)
+    assert {n.target for n in bp.piece.views} == {aten.view.default, aten.unsqueeze.default}
+    got = cap.reference()(*[x.double() for x in xs])
+    for a, b in zip(got, fn(*[x.double() for x in xs])):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_linear_view_moves_up_through_element_wise_ops_to_the_input():
+    """``view(x·r, (b·s, h))`` is ``view(x, (b·s, h)) · view(r, (b·s, 1))`` (design §10.1): the
+    views reach the inputs and fold there, so a norm feeding a ``linear`` of a 3-d
+    activation is a 2-d Program without a reshape."""
+    def fn(x, w):
+        return F.linear(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6), w)
+    xs = r(2, 3, 8), r(5, 8)
+    cap = from_torch(fn, *xs, max_piece_ops=None)
+    (bp,) = cap.pieces
+    assert "reshape" not in kinds(bp) and [tuple(t.shape) for t in bp.program.inputs] == [(6, 8), (8, 5)]
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    # a view of a value another op reads too stays where it is (moving it would compute the value twice)
+    def other(x, w):
+        h = x * 2
+        return F.linear(h, w), h + 1
+    cap = from_torch(other, *xs, min_ops=1)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["scale", "reshape", "matmul", "const", "add"]
+    for a, b in zip(cap.reference()(*[x.double() for x in xs]), other(*[x.double() for x in xs])):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_fold_that_disconnects_a_piece_makes_two():
+    def fn(x):
+        v = x.t()
+        return torch.exp(v * 2) + 1, v.sum(0) * 3
+    cap = from_torch(fn, r(4, 8), min_ops=1)
+    assert len(cap.pieces) == 2
+    assert all(not views_of_inputs(bp) for bp in cap.pieces)
+    got = cap.reference()(r(4, 8).double())
+    assert got[0].shape == (8, 4) and got[1].shape == (4,)
+
+
+class LlamaLike(torch.nn.Module):
+    """A Llama-style block written out in torch (RMSNorm with eps and weight, Q/K/V
+    projections of a (batch, seq, hidden) input, RoPE's rotate-half, GQA by
+    repeat-interleave, causal softmax attention, output projection, residual, RMSNorm
+    and the gated MLP), the shape of Hugging Face's without depending on it."""
+
+    def __init__(self, d=32, heads=4, kv_heads=2, f=64):
+        super().__init__()
+        self.h, self.kv, self.hd = heads, kv_heads, d // heads
+        self.n1, self.n2 = torch.nn.Parameter(torch.rand(d) + 0.5), torch.nn.Parameter(torch.rand(d) + 0.5)
+        self.q, self.k = torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, kv_heads * self.hd, bias=False)
+        self.v, self.o = torch.nn.Linear(d, kv_heads * self.hd, bias=False), torch.nn.Linear(d, d, bias=False)
+        self.gate, self.up = torch.nn.Linear(d, f, bias=False), torch.nn.Linear(d, f, bias=False)
+        self.down = torch.nn.Linear(f, d, bias=False)
+
+    @staticmethod
+    def norm(x, w):
+        return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    def forward(self, x, cos, sin, mask):
+        b, s, d = x.shape
+        h = self.norm(x, self.n1)
+        q = self.q(h).view(b, s, self.h, self.hd).transpose(1, 2)
+        k = self.k(h).view(b, s, self.kv, self.hd).transpose(1, 2)
+        v = self.v(h).view(b, s, self.kv, self.hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        rep = self.h // self.kv
+        k = k[:, :, None].expand(b, self.kv, rep, s, self.hd).reshape(b, self.h, s, self.hd)
+        v = v[:, :, None].expand(b, self.kv, rep, s, self.hd).reshape(b, self.h, s, self.hd)
+        a = torch.softmax(q @ k.transpose(2, 3) / self.hd ** 0.5 + mask, dim=-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, s, d))
+        h = self.norm(x, self.n2)
+        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+
+
+def llama_inputs(b=2, s=4, d=32, hd=8):
+    pos = torch.arange(s, dtype=torch.float32)[:, None] / 10 ** (torch.arange(hd // 2) / (hd // 2))
+    emb = torch.cat([pos, pos], -1)
+    return r(b, s, d), emb.cos()[None, None], emb.sin()[None, None], torch.full((s, s), float("-inf")).triu(1)
+
+
+def test_llama_like_block_pieces_have_no_views_of_their_inputs():
+    import copy
+
+    torch.manual_seed(0)
+    m = LlamaLike().eval()
+    xs = llama_inputs()
+    for limits in ({}, {"max_piece_ops": None, "max_piece_matmuls": None}):
+        with torch.no_grad():
+            cap = from_torch(m, *xs, **limits)
+        assert len(cap.pieces) >= 3
+        for bp in cap.pieces:
+            assert not boundary_views(bp), (bp.name, boundary_views(bp))
+            # what views of inputs remain are not torch views: a copy (clone) or an expand's reshape
+            for op in views_of_inputs(bp):
+                assert op.kind == "reshape", (bp.name, str(bp.program))
+            mg.check_lax(bp.program)
+        # every weight transpose was folded: no piece permutes a weight
+        weights = {n for n in cap.graph_module.graph.nodes if n.op == "get_attr"}
+        for bp in cap.pieces:
+            for n in bp.piece.nodes:
+                assert not (n.target == aten.transpose.int and n.args[0] in weights)
+        assert any(bp.strided for bp in cap.pieces)
+        # the stitched graph (pieces in the float64 interpreter, the rest torch) is the block in float64
+        with torch.no_grad():
+            got = cap.reference()(*[x.double() for x in xs])
+            want = copy.deepcopy(m).double()(*[x.double() for x in xs])
+        torch.testing.assert_close(got, want, atol=1e-10, rtol=1e-10)
+
+
+# ------------------------------------------------------------------ lowering with strided inputs
+
+
+def _xw_kernel():
+    """``exp(X @ W)`` as one graph-defined kernel: a Triton kernel loading X and W."""
+    kg = mg.KernelGraph("xw")
+    x, w = kg.input("X", (8, 6), "float32"), kg.input("W", (6, 4), "float32")
+    bg = mg.BlockGraph(grid=(2, 1, 1), forloop=2)
+    xt = bg.input(x, imap=(0, None, None), fmap=1)
+    wt = bg.input(w, imap=(None, None, None), fmap=0)
+    bg.output(mg.exp(bg.accum(xt @ wt)), omap=(0, None, None))
+    (out,) = kg.kernel(bg)
+    kg.output(out)
+    return kg
+
+
+def test_lowering_reads_a_strided_input_and_writes_a_strided_output():
+    kg = _xw_kernel()
+    prog = lower.compile(kg, device="cpu", input_strides={"W": (1, 6)}, output_strides={0: (1, 8)}, poison=True)
+    assert prog.input_strides[1] == (1, 6) and prog.output_strides[0] == (1, 8)
+    src = prog.triton_source()
+    assert "reads  W: (6, 4) float32 strides (1, 6)" in src and "strides (1, 8)" in src
+    xv, w_rows = r(8, 6), r(4, 6)
+    w_view = w_rows.t()                              # (6, 4), strides (1, 6): passed as is
+    assert conform(w_view, (1, 6)) is w_view
+    want = torch.exp(xv.double() @ w_view.double())
+    y = prog(xv, w_view)
+    assert y.stride() == (1, 8)                      # written in the layout asked for
+    torch.testing.assert_close(y.double(), want, atol=1e-5, rtol=1e-5)
+    # a row-major tensor for an input compiled strided is copied into that layout first
+    torch.testing.assert_close(prog(xv, w_view.contiguous()).double(), want, atol=1e-5, rtol=1e-5)
+    with pytest.raises(mg.InputError, match=r"out\[0\] must be a strides-\(1, 8\)"):
+        prog(xv, w_view, out=[torch.empty(8, 4)])
+
+
+def test_bad_strides_are_one_line_errors():
+    kg = _xw_kernel()
+    for kw, match in (({"input_strides": {"W": (1,)}}, "one int >= 0 per dim"),
+                      ({"input_strides": {"W": (1, 1)}}, "would overlap"),
+                      ({"input_strides": {"V": (1, 8)}}, "input_strides must map input names"),
+                      ({"input_strides": {"W": (0, 1)}}, "would overlap"),
+                      ({"output_strides": {1: (1, 8)}}, "output_strides must map output indices"),
+                      ({"output_strides": {0: (2, 8)}}, r"output_strides \(t\d+\)=\(2, 8\): elements .* would overlap")):
+        with pytest.raises(mg.InputError, match=match) as e:
+            lower.compile(kg, device="cpu", **kw)
+        assert "\n" not in str(e.value)
+
+
+def test_a_piece_with_a_transposed_weight_runs_lowered(piece_cache):
+    """The compiled piece takes the weight's transpose as a strided view and matches torch."""
+    w = r(6, 8)
+    fn = lambda x: torch.exp(F.linear(x, w)) * 2  # noqa: E731
+    x = r(4, 8)
+    cap = from_torch(fn, x)
+    (bp,) = cap.pieces
+    assert bp.strided == {"x1": (1, 8)}
+    compiled = cap.compile(time_limit=3.0, cache_dir=piece_cache, unfused="lower",
+                           search={"max_kernel_ops": 1, "max_block_ops": 1})
+    assert cap.kept == [bp]
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), fn(x), atol=1e-5, rtol=1e-5)
+
+
+def test_two_regrouping_views_in_a_row_are_one():
+    """A linear's view back to (b, s, out), scaled, read by the next linear's view to
+    (b·s, out): the second view moves up through the product and meets the first, and the
+    pair is the identity — the two projections and the product are one 2-d Program."""
+    def fn(x, w1, w2):
+        return F.linear(F.linear(x, w1) * 2, w2)
+    xs = r(2, 3, 8), r(6, 8), r(5, 6)
+    cap = from_torch(fn, *xs)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["matmul", "scale", "matmul"]
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
