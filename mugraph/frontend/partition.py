@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..ops import is_rearrangement
+from ..ops import Category, category, is_rearrangement
 from .aten import CAST_DTYPES
 from .capture import NodeInfo
 
@@ -126,8 +126,10 @@ def _bytes(n: fx.Node) -> int:
 
 
 def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
-    """(catalog ops, matmuls) of a set of nodes."""
-    kinds = [k for n in nodes for k in info[n].kinds]
+    """(catalog ops, matmuls) of a set of nodes. Constants are not counted: the search
+    hands a program's constants to every block graph as operands, outside its op budget
+    (an RMSNorm's epsilon, ``rsqrt``'s 1), so they do not make a piece harder to search."""
+    kinds = [k for n in nodes for k in info[n].kinds if category(k) is not Category.CONSTANT]
     return len(kinds), kinds.count("matmul")
 
 
