@@ -34,11 +34,20 @@ if TYPE_CHECKING:
 
 
 def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker, stats: dict,
-             run: Callable[[Program, SearchConfig], SearchResult]) -> list[Proposal]:
+             run: Callable[[Program, SearchConfig], SearchResult],
+             deadline: Optional[float] = None) -> list[Proposal]:
     """Fingerprint-matching graphs of ``program`` built from separately searched pieces.
 
     ``run`` searches one piece: the driver passes its own ``search.run`` (the piece
-    searches are ordinary searches, nested in this one)."""
+    searches are ordinary searches, nested in this one).
+
+    The spliced and fused graphs are fingerprinted cheapest first by
+    :func:`~search.enumerate.cost_key`, one per kernel shape (grids and loop lengths)
+    before a second spelling of any: the piece searches return several spellings of one
+    kernel, and at full shapes one fingerprint takes seconds (qknorm_gqa b=8 on two
+    cores: 60 graphs × 3.3 s, more than the whole time limit). The first of each shape
+    is fingerprinted while ``deadline`` (monotonic; None: no limit) allows, the other
+    spellings only while ``budget`` lasts."""
     t0 = time.monotonic()
     n_ops = sum(1 for op in program.ops if op.kind != "input")
     if n_ops <= cfg.compose_above:
@@ -75,9 +84,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
             return []
         per_piece.append(graphs)
     combos = sorted(itertools.product(*[range(len(c)) for c in per_piece]), key=lambda ix: (sum(ix), ix))
-    out: list[Proposal] = []
-    seen: set[str] = set()
-    tried = 0
+    cands: dict[str, tuple[tuple, int, KernelGraph, str]] = {}
     for ix in combos[:cfg.compose_combinations]:
         try:
             whole = compose(program, pieces, [per_piece[p][j] for p, j in enumerate(ix)])
@@ -87,16 +94,41 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
             continue
         for g, origin in [(whole, "composed")] + [(f, "composed+fused") for f in fuse_all(whole)]:
             k = graph_key(g)
-            if k in seen:
-                continue
-            seen.add(k)
-            tried += 1
-            if checker.fingerprint_matches(g):
-                out.append(Proposal(g, origin))
+            if k not in cands:
+                cands[k] = (cost_key(g), len(cands), g, origin)
+    ranked = [(g, origin) for _, _, g, origin in sorted(cands.values(), key=lambda v: v[:2])]
+    first, rest = _one_per_shape(ranked, key=lambda c: _shape(c[0]))
+    out: list[Proposal] = []
+    tried = 0
+    for n, (g, origin) in enumerate(first + rest):
+        end = deadline if n < len(first) else _earlier(deadline, t0 + budget)
+        if end is not None and time.monotonic() > end:
+            break
+        tried += 1
+        if checker.fingerprint_matches(g):
+            out.append(Proposal(g, origin))
+    stats["composed_graphs"] = len(ranked)
     stats["composed_fingerprinted"] = tried
     stats["composed_matches"] = len(out)
     stats["compose_seconds"] = round(time.monotonic() - t0, 3)
     return out
+
+
+def _earlier(a: Optional[float], b: float) -> float:
+    return b if a is None else min(a, b)
+
+
+def _one_per_shape(ranked: list, key: Callable) -> tuple[list, list]:
+    """``ranked`` cut in two, order kept: the first item of each ``key`` (a kernel shape),
+    and the others — so a budget that runs out reaches every shape before a second
+    spelling of any (searches return one kernel in several equivalent spellings)."""
+    seen: set = set()
+    first, rest = [], []
+    for x in ranked:
+        k = key(x)
+        (rest if k in seen else first).append(x)
+        seen.add(k)
+    return first, rest
 
 
 #: at most this many matches are split (the cheapest by :func:`~search.enumerate.cost_key`)
@@ -137,15 +169,8 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
     ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
     # one per kernel shape first (grids and loop lengths): the sources are often one
     # kernel in several equivalent spellings, whose variants would fill the limit alike
-    seen: set = set()
-    first = []
-    for h in ranked:
-        sh = _shape(h)
-        if sh not in seen:
-            seen.add(sh)
-            first.append(h)
-    chosen = first[:limit]
-    chosen += [h for h in ranked if not any(h is x for x in first)][:limit - len(chosen)]
+    first, rest = _one_per_shape(ranked, key=_shape)
+    chosen = (first + rest)[:limit]
     out = []
     for h in chosen:
         if deadline is not None and time.monotonic() > deadline:

@@ -257,7 +257,7 @@ class _Run:
         # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
         self._set_phase("pieces")
         budget = 60.0 if self.deadline is None else self.cfg.compose_share * (self.deadline - time.monotonic())
-        self.derived += composed(self.program, self.cfg, budget, self.checker, self.dstats, run)
+        self.derived += composed(self.program, self.cfg, budget, self.checker, self.dstats, run, self.deadline)
 
     # ------------------------------------------------------------- enumerate
     def _executor(self) -> Executor:

@@ -205,7 +205,7 @@ MAX_SPLIT_BLOCKS = 4096
 
 
 def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
-               lay_first: bool = False) -> Optional[KernelGraph]:
+               lay_first: bool = False, steps: Optional[int] = None) -> Optional[KernelGraph]:
     """Split kernel ``op_id``'s for-loop over ``chunks`` blocks plus a combining kernel (None if illegal).
 
     The partials of each accumulator lie side by side along a dim no grid axis of the
@@ -213,13 +213,16 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
     last free for the combine to cut). ``combine_tiles`` > 1 re-grids the combining
     kernel: a free grid axis cuts one output dim into that many tiles
     (:func:`combine_dims` says which dims may be cut), so the combine runs on more blocks
-    than the original kernel had (its grid is often small: that is why the loop was split)."""
+    than the original kernel had (its grid is often small: that is why the loop was split).
+    ``steps``: the first kernel's loop length (default ``F / chunks``: each step reads the
+    tiles the original step did); a larger one cuts each chunk into shorter steps."""
     op = g.ops[op_id]
     if op.kind != GD:
         return None
     bg: BlockGraph = op.attrs["block"]
     F = bg.forloop
-    if F < 2 or chunks < 2 or F % chunks or 1 not in bg.grid:
+    steps = F // chunks if steps is None else steps
+    if F < 2 or chunks < 2 or F % chunks or steps < 1 or 1 not in bg.grid:
         return None
     omaps = {sv.omap for sv in bg.savers}
     if len(omaps) != 1:
@@ -250,14 +253,14 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
             consts.update(t for t in o.inputs if t.acc is None)
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
-        k1 = BlockGraph(grid1, F // chunks)
+        k1 = BlockGraph(grid1, steps)
         tm: dict[Tensor, Tensor] = {}
         for o in bg.ops:
             if o.kind == "iterator":
                 imap = list(o.attrs["imap"])
                 if o.attrs["fmap"] is not None:
                     imap[c] = o.attrs["fmap"]
-                fmap = o.attrs["fmap"] if F // chunks > 1 else None  # one chunk per block: no loop left
+                fmap = o.attrs["fmap"] if steps > 1 else None  # one step per block: no loop left
                 tm[o.outputs[0]] = k1.input(rb.get(bg.sources[o.attrs["source"]]), tuple(imap), fmap)
             elif o.kind == "accum" or o.outputs[0].acc != 1:
                 _replay_op(k1, o, tm)
@@ -389,12 +392,35 @@ def _combine_cut(bg: BlockGraph, base: tuple, lay: list[int], ax: int, tiles: in
     return None
 
 
+#: a split's first kernel keeps the source's loop length (finer steps) only while every
+#: loop tile stays at least this long along the looped dim (the tensor cores' minimum)
+MIN_STEP_TILE = 16
+
+
+def fine_steps(bg: BlockGraph, chunks: int) -> bool:
+    """Whether a ``chunks``-way split of ``bg``'s loop may keep all ``bg.forloop`` steps per
+    chunk, each step's tiles ``chunks`` times shorter along the looped dim: every looped
+    iterator's tile divides by ``chunks`` into pieces of at least :data:`MIN_STEP_TILE`."""
+    looped = [o for o in bg.ops if o.kind == "iterator" and o.attrs["fmap"] is not None]
+    return bool(looped) and all(
+        o.outputs[0].shape[o.attrs["fmap"]] % chunks == 0
+        and o.outputs[0].shape[o.attrs["fmap"]] // chunks >= MIN_STEP_TILE for o in looped)
+
+
 def split_variants(g: KernelGraph, sms: int = GPU_SMS) -> list[KernelGraph]:
     """Legal :func:`split_loop` variants of every graph-defined kernel of ``g`` with a loop:
     at the chunk counts :func:`split_chunks` picks for the kernel's grid and loop, each
     with the combining kernel re-gridded where :func:`combine_dims` allows — to the most
     tiles (of at least :data:`MIN_COMBINE_TILE`) that keep it within one wave, the
-    partials laid along whichever free dim leaves more to cut — and on the kernel's own grid."""
+    partials laid along whichever free dim leaves more to cut — and on the kernel's own grid.
+
+    Each chunk count comes with the source's steps (loop ``F / S``, the step's tiles
+    kept) and, where :func:`fine_steps` allows, with the source's loop length (``F``
+    steps of tiles ``S`` times shorter). The lowering can merge steps (its ``chunk``
+    option) but never cut one, so only the μGraph can offer the shorter step — the
+    hand-written split-KV kernels step over 64 keys where a fused norm+attention
+    kernel found by composition steps over 256 (qknorm_gqa b=8, its loop tiles
+    64 × 256 per block)."""
     out = []
     for op in g.ops:
         if op.kind != GD or op.attrs["block"].forloop < 2:
@@ -410,8 +436,10 @@ def split_variants(g: KernelGraph, sms: int = GPU_SMS) -> list[KernelGraph]:
             ways.append((tiles, first))
         best = max(ways, key=lambda w: w[0])  # ties: the last free dim (the first entry)
         for s in split_chunks(bg.num_blocks, bg.forloop, sms):
-            for t, first in dict.fromkeys((best, (1, False))):
-                h = split_loop(g, op.id, s, t, first)
-                if h is not None:
-                    out.append(h)
+            steps = [bg.forloop // s] + ([bg.forloop] if fine_steps(bg, s) else [])
+            for n in steps:
+                for t, first in dict.fromkeys((best, (1, False))):
+                    h = split_loop(g, op.id, s, t, first, steps=n)
+                    if h is not None:
+                        out.append(h)
     return out

@@ -129,10 +129,12 @@ def test_split_loop_variants_of_attention_are_equivalent_split_kv():
     one.output(one.kernel(b)[0])
     assert _agree(p, one)
     vs = split_variants(one)
-    # 2 blocks, a loop of 4: every chunk count (none fills the GPU), the combine re-gridded
-    # over the 32 query rows (2 tiles of 16) and on the kernel's own grid
-    assert [v.ops[3].attrs["block"].grid[1] for v in vs] == [2, 2, 4, 4]
-    assert [v.ops[-1].attrs["block"].grid for v in vs] == [(2, 2, 1), (2, 1, 1)] * 2
+    # 2 blocks, a loop of 4 over 64-key steps: every chunk count (none fills the GPU), each
+    # with the step kept (loop 4 / S) and with the loop kept (4 steps of 64 / S keys: 32, 16),
+    # the combine re-gridded over the 32 query rows (2 tiles of 16) and on the kernel's own grid
+    assert [v.ops[3].attrs["block"].grid[1] for v in vs] == [2, 2, 2, 2, 4, 4, 4, 4]
+    assert [v.ops[3].attrs["block"].forloop for v in vs] == [2, 2, 4, 4, 1, 1, 4, 4]
+    assert [v.ops[-1].attrs["block"].grid for v in vs] == [(2, 2, 1), (2, 1, 1)] * 4
     ck = Checker(p)
     for v in vs:
         assert v.num_kernels == 2 and v.ops[-1].attrs["block"].forloop == v.ops[3].attrs["block"].grid[1]
