@@ -346,8 +346,11 @@ def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, s
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams = H100, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
-         budget_s: float | None = None) -> ProfileResult:
+         budget_s: float | None = None, predict_only: bool = False) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
+
+    ``predict_only``: rank the configurations by the cost model alone, as without a GPU —
+    nothing is compiled or run (ranking candidates before the GPU re-ranking times them).
 
     ``ref``: float64 outputs every timed variant must match (relative error ≤
     ``tol``; a variant that does not is logged and dropped). ``timing``: how each
@@ -367,7 +370,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     import time
 
     t_start = time.monotonic()
-    gpu = torch.cuda.is_available()
+    gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
     configs: dict[int, KernelConfig] = {op.id: KernelConfig(num_stages=3) for op in blocks}
     trials: list[tuple[str, float | None, float]] = []

@@ -8,9 +8,10 @@
   of the matches (enumerated, composed or fused), the cheapest variants by
   :func:`search.enumerate.cost_key`.
 
-Every derived graph is fingerprinted against the whole program here and fully
-verified by the driver with the enumeration's own matches; nothing derived
-ships unverified.
+Every derived graph is fingerprinted against the whole program (a batch at a time,
+by the :data:`Fingerprint` the driver passes: on its workers, in parallel) and fully
+verified by the driver with the enumeration's own matches; nothing derived ships
+unverified.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from mugraph.ir import KernelGraph, Program
 
-from .check import Checker
 from .compose import compose, partition
 from .config import SearchConfig
 from .enumerate import cost_key
@@ -32,8 +32,23 @@ from .rewrite import fuse_all, graph_key, split_variants
 if TYPE_CHECKING:
     from .driver import SearchResult
 
+#: ``fingerprint(graphs, end)``: whether each graph's fingerprint matches the program's —
+#: None for one not answered by ``end`` (monotonic seconds; None: no limit). The driver
+#: computes a batch on its executor's workers, in parallel (:meth:`search.driver._Run._fingerprints`).
+Fingerprint = Callable[[list[KernelGraph], Optional[float]], list[Optional[bool]]]
 
-def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checker, stats: dict,
+
+def sequential(checker) -> Fingerprint:
+    """A :data:`Fingerprint` that asks ``checker`` (:class:`search.check.Checker`) in turn."""
+    def fingerprint(graphs: list[KernelGraph], end: Optional[float]) -> list[Optional[bool]]:
+        out: list[Optional[bool]] = []
+        for g in graphs:
+            out.append(None if end is not None and time.monotonic() > end else checker.fingerprint_matches(g))
+        return out
+    return fingerprint
+
+
+def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fingerprint, stats: dict,
              run: Callable[[Program, SearchConfig], SearchResult],
              deadline: Optional[float] = None) -> list[Proposal]:
     """Fingerprint-matching graphs of ``program`` built from separately searched pieces.
@@ -100,13 +115,10 @@ def composed(program: Program, cfg: SearchConfig, budget: float, checker: Checke
     first, rest = _one_per_shape(ranked, key=lambda c: _shape(c[0]))
     out: list[Proposal] = []
     tried = 0
-    for n, (g, origin) in enumerate(first + rest):
-        end = deadline if n < len(first) else _earlier(deadline, t0 + budget)
-        if end is not None and time.monotonic() > end:
-            break
-        tried += 1
-        if checker.fingerprint_matches(g):
-            out.append(Proposal(g, origin))
+    for batch, end in ((first, deadline), (rest, _earlier(deadline, t0 + budget))):
+        answers = fingerprint([g for g, _ in batch], end) if batch else []
+        tried += sum(a is not None for a in answers)
+        out += [Proposal(g, origin) for (g, origin), a in zip(batch, answers) if a]
     stats["composed_graphs"] = len(ranked)
     stats["composed_fingerprinted"] = tried
     stats["composed_matches"] = len(out)
@@ -141,7 +153,7 @@ def _shape(g: KernelGraph) -> tuple:
                  for op in g.ops if op.kind != "input")
 
 
-def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
+def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
            deadline: Optional[float] = None, limit: int = 8) -> list[Proposal]:
     """Fingerprint-matching split-loop variants of ``graphs`` (matches, cheapest first).
 
@@ -171,12 +183,8 @@ def splits(graphs: list[KernelGraph], checker: Checker, stats: dict,
     # kernel in several equivalent spellings, whose variants would fill the limit alike
     first, rest = _one_per_shape(ranked, key=_shape)
     chosen = (first + rest)[:limit]
-    out = []
-    for h in chosen:
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + 1
-        if checker.fingerprint_matches(h):
-            out.append(Proposal(h, "split-loop"))
+    answers = fingerprint(chosen, deadline) if chosen else []
+    stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)
+    out = [Proposal(h, "split-loop") for h, a in zip(chosen, answers) if a]
     stats["split_matches"] = len(out)
     return out

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-import lower
 import search
+from lower.cost_model import estimate
 import verify
 from search.checkpoint import fingerprint_of
 from search.config import check_fields, check_keys
@@ -295,11 +295,13 @@ def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c
     if not c.float_ok:
         c.rejected = "float check failed"
         return bound
-    choice = lower.profile(c.graph, tune_configs=False)  # default configs, predicted only
+    # predicted only, never compiled here (lower.profile would compile and time the default
+    # configs on a GPU machine, where one the card cannot hold stopped the whole call): the
+    # GPU re-ranking (time_on_gpu) compiles, checks and times, and rejects what fails there
+    default_s = estimate(c.graph)
     tuned = predict_tuned(c.graph)
-    c.predicted_s = min(choice.predicted_s, tuned.predicted_s)
-    c.configs = {k: asdict(v) for k, v in (tuned if tuned.predicted_s <= choice.predicted_s
-                                           else choice).configs.items()}
+    c.predicted_s = min(default_s, tuned.predicted_s)
+    c.configs = {k: asdict(v) for k, v in tuned.configs.items()} if tuned.predicted_s <= default_s else {}
     return bound
 
 def _jsonable(x: Any) -> Any:

@@ -183,8 +183,7 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
 
 
 def predict_tuned(graph: KernelGraph):
-    """The cost model's best kernel configs without a GPU (``lower.tune`` ranks its
-    configuration space by the model and times nothing when there is no CUDA)."""
-    if torch.cuda.is_available():
-        return lower.profile(graph, tune_configs=False)
-    return lower.profile(graph)
+    """The cost model's best kernel configs (``lower.tune`` ranking its configuration space
+    by the model alone). Nothing is compiled, on a GPU machine either: a configuration the
+    card cannot hold is the GPU re-ranking's to reject (:func:`time_on_gpu`)."""
+    return lower.tune(graph, predict_only=True)

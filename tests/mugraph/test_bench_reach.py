@@ -153,3 +153,22 @@ def test_timed_sdpa_baseline_computes_the_program(name):
     ts = [torch.tensor(x) for x in xs]
     assert np.allclose(sdpa_call(name, *ts)().numpy(), ref, rtol=1e-9)
     assert np.allclose(SDPA[name](*ts).numpy(), ref, rtol=1e-9)
+
+
+def test_candidates_are_ranked_without_compiling_on_a_gpu_machine(monkeypatch):
+    """Ranking before the GPU re-ranking is the cost model's alone: on a machine with CUDA
+    nothing is compiled there (a configuration the card cannot hold once stopped a whole
+    superoptimize call with Triton's OutOfResources)."""
+    import sys
+
+    from mugraph.pipeline.timing import predict_tuned
+    lp = sys.modules["lower.profile"]  # (the package's `profile` attribute is the function)
+
+    def refuse(*a, **k):
+        raise AssertionError("compiled while ranking")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(lp, "_time", refuse)
+    monkeypatch.setattr(lp, "lower_compile", refuse)
+    res = predict_tuned(reference("gqa", 1, small=True))
+    assert res.predicted_s > 0 and not res.measured

@@ -8,13 +8,14 @@ from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
+import pytest
 
 import mugraph as mg
 import search
 from mugraph.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
-from search.derive import _shape, composed, splits
+from search.derive import _shape, composed, sequential, splits
 from search.enumerate import cost_key
 from search.rewrite import fuse_all, graph_key, split_variants
 
@@ -68,7 +69,7 @@ def test_split_pairs_of_a_fused_norm_attention_kernel_are_proposed_and_match():
     assert _agree(p, f)
     ck = Checker(p)
     stats: dict = {}
-    props = splits([f], ck, stats)
+    props = splits([f], sequential(ck), stats)
     assert props and stats["split_matches"] == len(props)
     for pr in props:
         first, combine = _blocks(pr.graph)
@@ -85,14 +86,16 @@ def test_split_pairs_of_a_fused_norm_attention_kernel_are_proposed_and_match():
     assert fine and all(ck.fingerprint_matches(h) and _agree(p, h) for h in fine)
 
 
-def test_search_reaches_the_split_of_the_fused_norm_attention_kernel():
+@pytest.mark.parametrize("executor,workers", [("serial", 1), ("processes", 2)])
+def test_search_reaches_the_split_of_the_fused_norm_attention_kernel(executor, workers):
     """End to end at reduced shapes: pieces searched, spliced and fused into one kernel, its
-    loop split — the verified graphs include a split-KV pair whose first kernel holds the norms."""
+    loop split — the verified graphs include a split-KV pair whose first kernel holds the norms.
+    With worker processes the derived graphs are fingerprinted on the workers."""
     p = programs.qknorm_gqa(1, queries=16, head_dim=16, kv=4096)
     # whole query rows per block (full_split_max below the 16 rows, tile sizes above them):
     # a kernel of two blocks looping over the keys, which a split puts on more SMs
     cfg = SearchConfig(max_kernel_ops=1, max_block_ops=8, full_split_max=8, tile_sizes=(256,),
-                       forloop_ranges=(16,), workers=1, executor="serial", time_limit=40, verify_reserve=12,
+                       forloop_ranges=(16,), workers=workers, executor=executor, time_limit=40, verify_reserve=12,
                        compose_share=0.5, progress=False, verify_error=1e-3, max_verify=3)
     r = search.run(p, cfg)
     assert "composed+fused" in r.origins
@@ -128,7 +131,7 @@ def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time()
     cfg = SearchConfig(max_kernel_ops=1, max_block_ops=8, tile_sizes=(16,), forloop_ranges=(4,), workers=1,
                        executor="serial", progress=False)
     full, stats = _Recording(p), {}
-    composed(p, cfg, 60.0, full, stats, run_once)
+    composed(p, cfg, 60.0, sequential(full), stats, run_once)
     n = stats["composed_graphs"]
     assert n == stats["composed_fingerprinted"] == len(full.seen) > 4
     shapes = [_shape(g) for g in full.seen]
@@ -137,11 +140,11 @@ def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time()
     assert len(set(shapes[:distinct])) == distinct  # every shape before a second of any
     # the budget spent (the pieces took it): one per shape only
     few, st = _Recording(p), {}
-    composed(p, cfg, 0.0, few, st, run_once)
+    composed(p, cfg, 0.0, sequential(few), st, run_once)
     assert [_shape(g) for g in few.seen] == shapes[:distinct] and st["composed_fingerprinted"] == distinct
     # past the deadline: none
     none, st = _Recording(p), {}
-    assert composed(p, cfg, 60.0, none, st, run_once, deadline=time.monotonic() - 1) == []
+    assert composed(p, cfg, 60.0, sequential(none), st, run_once, deadline=time.monotonic() - 1) == []
     assert none.seen == [] and st["composed_fingerprinted"] == 0
 
 
