@@ -112,7 +112,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
             if k not in cands:
                 cands[k] = (cost_key(g), len(cands), g, origin)
     ranked = [(g, origin) for _, _, g, origin in sorted(cands.values(), key=lambda v: v[:2])]
-    first, rest = _one_per_shape(ranked, key=lambda c: _shape(c[0]))
+    first, rest = one_per_shape(ranked, key=lambda c: kernel_shape(c[0]))
     out: list[Proposal] = []
     tried = 0
     for batch, end in ((first, deadline), (rest, _earlier(deadline, t0 + budget))):
@@ -130,7 +130,7 @@ def _earlier(a: Optional[float], b: float) -> float:
     return b if a is None else min(a, b)
 
 
-def _one_per_shape(ranked: list, key: Callable) -> tuple[list, list]:
+def one_per_shape(ranked: list, key: Callable) -> tuple[list, list]:
     """``ranked`` cut in two, order kept: the first item of each ``key`` (a kernel shape),
     and the others — so a budget that runs out reaches every shape before a second
     spelling of any (searches return one kernel in several equivalent spellings)."""
@@ -147,7 +147,7 @@ def _one_per_shape(ranked: list, key: Callable) -> tuple[list, list]:
 MAX_SPLIT_SOURCES = 256
 
 
-def _shape(g: KernelGraph) -> tuple:
+def kernel_shape(g: KernelGraph) -> tuple:
     """Each kernel's grid and loop length, in order (pre-defined ops by kind)."""
     return tuple((op.attrs["block"].grid, op.attrs["block"].forloop) if op.kind == "graph_defined" else op.kind
                  for op in g.ops if op.kind != "input")
@@ -181,7 +181,7 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
     # one per kernel shape first (grids and loop lengths): the sources are often one
     # kernel in several equivalent spellings, whose variants would fill the limit alike
-    first, rest = _one_per_shape(ranked, key=_shape)
+    first, rest = one_per_shape(ranked, key=kernel_shape)
     chosen = (first + rest)[:limit]
     answers = fingerprint(chosen, deadline) if chosen else []
     stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)

@@ -46,7 +46,7 @@ from mugraph.serialize import graph_from_json, graph_to_json
 from .check import Checker
 from .checkpoint import Checkpoint
 from .config import SearchConfig
-from .derive import MAX_SPLIT_SOURCES, composed, sequential, splits
+from .derive import MAX_SPLIT_SOURCES, composed, kernel_shape, one_per_shape, sequential, splits
 from .enumerate import Searcher, cost_key, signature
 from .executors import EXECUTORS, Executor, Outcome, make_executor
 from .records import Found, Match, Proposal, TaskDone
@@ -424,7 +424,13 @@ class _Run:
     # ----------------------------------------------------------------- verify
     def _verify(self, matches: list[Match]) -> tuple[list[Found], Counter]:
         if not self.cfg.verify:
-            return [Found(m.graph, m.origin) for m in sorted(matches, key=lambda m: m.key)], Counter()
+            # a sub-search's matches (a piece of a composition): cheapest first, but one per
+            # kernel shape (grids and loop lengths) before a second spelling of any, so that
+            # the few the caller keeps (max_results) offer the grids its fusion needs — the
+            # cheapest few alone can all be one shape, or all loop, and fuse with nothing
+            ranked = sorted(matches, key=lambda m: m.key)
+            first, rest = one_per_shape(ranked, key=lambda m: kernel_shape(graph_from_json(m.graph)))
+            return [Found(m.graph, m.origin) for m in first + rest], Counter()
         self._set_phase("verify")
         return _verify_best(_order(matches), self.cfg, len(matches), self._verdicts())
 

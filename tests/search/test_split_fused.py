@@ -15,7 +15,7 @@ import search
 from mugraph.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
-from search.derive import _shape, composed, sequential, splits
+from search.derive import kernel_shape, composed, sequential, splits
 from search.enumerate import cost_key
 from search.rewrite import fuse_all, graph_key, split_variants
 
@@ -134,14 +134,14 @@ def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time()
     composed(p, cfg, 60.0, sequential(full), stats, run_once)
     n = stats["composed_graphs"]
     assert n == stats["composed_fingerprinted"] == len(full.seen) > 4
-    shapes = [_shape(g) for g in full.seen]
+    shapes = [kernel_shape(g) for g in full.seen]
     distinct = len(set(shapes))
     assert 1 < distinct < n
     assert len(set(shapes[:distinct])) == distinct  # every shape before a second of any
     # the budget spent (the pieces took it): one per shape only
     few, st = _Recording(p), {}
     composed(p, cfg, 0.0, sequential(few), st, run_once)
-    assert [_shape(g) for g in few.seen] == shapes[:distinct] and st["composed_fingerprinted"] == distinct
+    assert [kernel_shape(g) for g in few.seen] == shapes[:distinct] and st["composed_fingerprinted"] == distinct
     # past the deadline: none
     none, st = _Recording(p), {}
     assert composed(p, cfg, 60.0, sequential(none), st, run_once, deadline=time.monotonic() - 1) == []
