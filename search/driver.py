@@ -257,7 +257,8 @@ class _Run:
         # the checkpoint covers the enumeration only — a resumed search redoes the pieces.
         self._set_phase("pieces")
         budget = 60.0 if self.deadline is None else self.cfg.compose_share * (self.deadline - time.monotonic())
-        self.derived += composed(self.program, self.cfg, budget, self._fingerprints, self.dstats, run, self.deadline)
+        self.derived += composed(self.program, self.cfg, budget, sequential(self.checker), self.dstats, run,
+                                 self.deadline)
 
     # ------------------------------------------------------------- enumerate
     def _executor(self) -> Executor:
@@ -385,41 +386,8 @@ class _Run:
         # fingerprints take seconds each at full shapes (b=8 attention: ~10 s): at most half of
         # what is left, so the verification (which proposals need) keeps the rest
         end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) / 2
-        for p in splits(srcs, self._fingerprints, self.dstats, end, limit=4 * self.cfg.split_sources):
+        for p in splits(srcs, sequential(self.checker), self.dstats, end, limit=4 * self.cfg.split_sources):
             self._propose(matches, p)
-
-    def _fingerprints(self, graphs: list[KernelGraph], end: Optional[float]) -> list[Optional[bool]]:
-        """Whether each derived graph's fingerprint matches the program's (None: not
-        answered by ``end``). At full shapes one takes seconds (a split pair's first
-        kernel runs in full: its outputs feed the combine), so they run on the executor's
-        workers, as many at once as there are workers; the serial executor asks this
-        process's checker in turn. Payloads still out at ``end`` + :data:`GRACE` stop the
-        executor (the next phase starts a fresh one), so no stale answer reaches it."""
-        if self.cfg.executor == "serial":
-            return sequential(self.checker)(graphs, end)
-        ex = self._executor()
-        answers: dict[int, Optional[bool]] = {}
-        todo = deque(range(len(graphs)))
-        sent: set[int] = set()
-        while len(answers) < len(sent) or todo:
-            if end is not None and time.monotonic() > end:
-                todo.clear()
-                if self._past(end, GRACE):
-                    break
-            while todo and ex.idle() > 0:
-                i = todo.popleft()
-                sent.add(i)
-                ex.submit(i, {"kind": "fingerprint", "graph": graph_to_json(graphs[i])})
-            for out in ex.wait(self._tick()):
-                if out.value is None:  # a lost worker or an error decides nothing: no proposal
-                    self._note(f"fingerprint of derived graph {out.index} failed: {out.error}")
-                    answers[out.index] = None
-                else:
-                    answers[out.index] = bool(out.value["match"])
-            self._refresh()
-        if ex.busy():
-            self._stop_executor()
-        return [answers.get(i) for i in range(len(graphs))]
 
     # ----------------------------------------------------------------- verify
     def _verify(self, matches: list[Match]) -> tuple[list[Found], Counter]:

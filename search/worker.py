@@ -13,9 +13,7 @@ worker — and then answers *payloads* (plain JSON values), one at a time:
   statistics and, when it ran past ``split`` seconds, the paths of the children it
   left unexplored (``deferred``: new tasks for the driver);
 * ``{"kind": "verify", "graph": μGraph JSON}``: fully verify one candidate against the
-  program (:meth:`search.check.Checker.verdict`) and return the verdict's JSON;
-* ``{"kind": "fingerprint", "graph": μGraph JSON}``: whether a derived graph's
-  fingerprint matches the program's (``{"match": bool}``).
+  program (:meth:`search.check.Checker.verdict`) and return the verdict's JSON.
 
 Deadlines travel as wall-clock times (``time.time()``) because a Ray cluster's nodes
 share no monotonic clock; each worker converts one to its own monotonic clock when a
@@ -84,8 +82,6 @@ class WorkerState:
         """Answer one payload (see the module docstring)."""
         if payload["kind"] == "search":
             return self._search(payload["task"], payload.get("deadline"), payload.get("split"))
-        if payload["kind"] == "fingerprint":
-            return {"match": self.searcher.checker.fingerprint_matches(graph_from_json(payload["graph"]))}
         if payload["kind"] == "verify":
             v = self.searcher.checker.verdict(graph_from_json(payload["graph"]))
             return {"verdict": None if v is None else v.to_json()}

@@ -89,8 +89,7 @@ def test_split_pairs_of_a_fused_norm_attention_kernel_are_proposed_and_match():
 @pytest.mark.parametrize("executor,workers", [("serial", 1), ("processes", 2)])
 def test_search_reaches_the_split_of_the_fused_norm_attention_kernel(executor, workers):
     """End to end at reduced shapes: pieces searched, spliced and fused into one kernel, its
-    loop split — the verified graphs include a split-KV pair whose first kernel holds the norms.
-    With worker processes the derived graphs are fingerprinted on the workers."""
+    loop split — the verified graphs include a split-KV pair whose first kernel holds the norms."""
     p = programs.qknorm_gqa(1, queries=16, head_dim=16, kv=4096)
     # whole query rows per block (full_split_max below the 16 rows, tile sizes above them):
     # a kernel of two blocks looping over the keys, which a split puts on more SMs
@@ -136,7 +135,7 @@ def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time()
     assert n == stats["composed_fingerprinted"] == len(full.seen) > 4
     shapes = [kernel_shape(g) for g in full.seen]
     distinct = len(set(shapes))
-    assert 1 < distinct < n
+    assert 1 < distinct <= n
     assert len(set(shapes[:distinct])) == distinct  # every shape before a second of any
     # the budget spent (the pieces took it): one per shape only
     few, st = _Recording(p), {}
