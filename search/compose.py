@@ -5,8 +5,10 @@ a norm feeding attention needs ~18, far past what a DFS exhausts in minutes.
 So, like Mirage for large programs, we cut the program into pieces, search each
 piece on its own (small, fast), compose the pieces' μGraphs into one graph of
 the whole program, and let :func:`search.rewrite.fuse` merge the kernels again.
-Every composed or fused graph is then fingerprinted and verified against the
-*whole* program by the driver; the piece searches only propose.
+A composed or fused graph is proposed only when its fingerprint matches the
+*whole* program (cheapest first, one per kernel shape first, within the time:
+:func:`search.derive.composed`) and is verified by the driver; the piece
+searches only propose.
 
 Where to cut: the cut tensors (piece outputs read by other pieces) are what an
 unfused implementation writes to and reads back from device memory, so we

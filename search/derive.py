@@ -156,7 +156,8 @@ def kernel_shape(g: KernelGraph) -> tuple:
 
 
 def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
-           deadline: Optional[float] = None, limit: int = 8) -> list[Proposal]:
+           deadline: Optional[float] = None, limit: int = 8,
+           best: Optional[dict[int, float]] = None) -> list[Proposal]:
     """Fingerprint-matching split-loop variants of ``graphs`` (matches, cheapest first).
 
     The variants of every graph (:func:`~search.rewrite.split_variants`: chunk counts
@@ -168,7 +169,11 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     fingerprinted, one per kernel shape
     (grids and loop lengths) before a second of any. A split preserves the
     function by construction, yet each variant is fingerprinted here and verified by the
-    driver like any candidate."""
+    driver like any candidate.
+
+    ``best`` (when given) receives, per index of ``graphs``, the cheapest estimate among
+    its variants that beat it: what the lowering, which splits a kernel's loop itself
+    (its split-K), can make of that graph (:meth:`search.driver._Run._split`)."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
         est = cost_key(g)[1]
@@ -176,6 +181,8 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
             key = cost_key(h)
             if key[1] >= est:  # not predicted faster than the kernel it splits: not worth a proposal
                 continue
+            if best is not None:
+                best[i] = min(best.get(i, key[1]), key[1])
             k = graph_key(h)
             if k not in variants:
                 variants[k] = (key, len(variants), h)

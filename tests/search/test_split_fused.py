@@ -168,3 +168,41 @@ def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
         assert cost_key(h)[1] < cost_key(f)[1]
         assert estimate(h) < estimate(f)
         assert predict_tuned(h).predicted_s <= 1.1 * ref
+
+
+def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split():
+    """The driver credits a match with its best split variant's estimate (the lowering splits
+    a loop itself): a kernel of two blocks looping 64 times over 1024 keys is ranked, and so
+    verified, as what it becomes split — ahead of a kernel its own estimate ranked it behind."""
+    from search.driver import _order, _Run
+    from search.records import Match
+    from search.enumerate import signature
+    from mugraph.serialize import graph_to_json
+
+    p = programs.gqa(1, queries=16, head_dim=16, kv=1024)
+
+    def attention(loop):
+        g = mg.KernelGraph("gqa")
+        q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+        b = mg.BlockGraph((2, 1, 1), loop)
+        fm = (2, 1) if loop > 1 else (None, None)
+        qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), fm[0]); vt = b.input(v, (0, None, None), fm[1])
+        e = mg.exp(qt @ kt)
+        b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+        g.output(g.kernel(b)[0])
+        return g
+
+    two, whole = attention(64), attention(1)
+    own = cost_key(two)
+    best = min(cost_key(h)[1] for h in split_variants(two))
+    assert best < own[1] and split_variants(whole) == []
+    # a rival that cannot be split (no loop), priced between the two (only its cost matters here)
+    rival = Match((1, (best + own[1]) / 2, 0, 0), 0, 1, graph_to_json(whole), "gd", "enumeration")
+    m = Match(tuple(own), 0, 0, graph_to_json(two), signature(two), "enumeration")
+    run = _Run(p, SearchConfig(workers=1, executor="serial", time_limit=None, progress=False))
+    matches = [rival, m]
+    run._split(matches)
+    credited = next(x for x in matches if x.rank == 0 and x.task == 0)
+    assert credited.cost == (1, best, *own[2:])
+    assert run.dstats["split_credited"] == 1 and run.dstats["split_matches"] >= 1
+    assert _order(matches)[0] is credited
