@@ -245,18 +245,13 @@ def _boundary_views(members: set[fx.Node], inside: set[fx.Node], order: list[fx.
         return n not in inside and n in info and info[n].mapped and info[n].view
 
     found: set[fx.Node] = set()
-    todo = [a for m in members for a in m.all_input_nodes if free_view(a)]
-    while todo:
-        n = todo.pop()
-        if n not in found:
-            found.add(n)
-            todo += [a for a in n.all_input_nodes if free_view(a)]
-    todo = [u for m in members for u in m.users if free_view(u)]
-    while todo:
-        n = todo.pop()
-        if n not in found:
-            found.add(n)
-            todo += [u for u in n.users if free_view(u)]
+    for step in (lambda n: n.all_input_nodes, lambda n: n.users):  # upstream, then downstream
+        todo = [a for m in members for a in step(m) if free_view(a)]
+        while todo:
+            n = todo.pop()
+            if n not in found:
+                found.add(n)
+                todo += [a for a in step(n) if free_view(a)]
     return [n for n in order if n in found]
 
 
