@@ -56,6 +56,8 @@ from .worker import WorkerState, shared_state
 GRACE = 4.0
 #: share of ``time_limit`` the e-graph saturation may take (its own limit applies too)
 ORACLE_SHARE = 0.25
+#: share of the time left that the split-loop phase's fingerprints may take (the rest verifies)
+SPLIT_SHARE = 0.25
 
 
 @dataclass
@@ -384,9 +386,10 @@ class _Run:
         # best); derive.splits ranks the variants and fingerprints 4 per split_sources
         top = sorted(matches, key=lambda m: m.key)[:MAX_SPLIT_SOURCES]
         srcs = [graph_from_json(m.graph) for m in top]
-        # fingerprints take seconds each at full shapes (b=8 attention: ~10 s): at most half of
-        # what is left, so the verification (which proposals need) keeps the rest
-        end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) / 2
+        # fingerprints take seconds each at full shapes, a verification about ten times one
+        # (qknorm_gqa b=8 on two cores: 2.9 s and 37 s, 30 field tests): at most a quarter of
+        # what is left, so the verification, which every proposal needs, keeps room for one
+        end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) * SPLIT_SHARE
         best: dict[int, float] = {}
         proposals = splits(srcs, sequential(self.checker), self.dstats, end, limit=4 * self.cfg.split_sources, best=best)
         # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
