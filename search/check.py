@@ -26,6 +26,12 @@ class Checker:
         self._fingerprinter: verify.Fingerprinter | None = None
         self._reference = None  # verify.Reference: the program's side of every test, shared by the candidates
 
+    @staticmethod
+    def on_gpu() -> bool:
+        """Whether full verifications run on a CUDA GPU in this process (``verify``'s
+        device ``"auto"``)."""
+        return verify.field.resolve_device("auto").type == "cuda"
+
     def fingerprint_matches(self, graph: KernelGraph) -> bool:
         try:
             if self._fingerprinter is None:

@@ -430,7 +430,15 @@ class _Run:
             return [], Counter({"verify_skipped_interrupt": 1})
 
     def _verdicts(self) -> "_LocalVerdicts | _ExecutorVerdicts":
-        return _LocalVerdicts(self) if self.cfg.executor == "serial" else _ExecutorVerdicts(self)
+        # With a GPU, verifications run here, one after another: the GPU is one device
+        # whatever the number of workers, this process's Reference already holds the
+        # program's side of every test, and a worker would first start a CUDA context and
+        # compute that side again. On the workers, 16 at once on an H200 machine, qknorm_gqa
+        # b=8 and two decode attentions finished no verification in the 14–17 s a 60 s
+        # search left them (2026-11-26); here one takes about 2 s.
+        if self.cfg.executor == "serial" or self.checker.on_gpu():
+            return _LocalVerdicts(self)
+        return _ExecutorVerdicts(self)
 
     # ---------------------------------------------------------------- result
     def _result(self, matches: list[Match], found: list[Found], vstats: Counter) -> SearchResult:
