@@ -32,6 +32,12 @@ class Checker:
         device ``"auto"``)."""
         return verify.field.resolve_device("auto").type == "cuda"
 
+    def warm(self) -> None:
+        """Verify the program against itself: draws the residues, evaluates the program
+        on them and prepares its float check, all kept for the candidates' verdicts —
+        what the first verification would otherwise spend on the program's side."""
+        self.verdict(self.program)
+
     def fingerprint_matches(self, graph: KernelGraph) -> bool:
         try:
             if self._fingerprinter is None:

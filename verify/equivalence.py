@@ -76,8 +76,13 @@ SQUARE_FACTOR_LIMIT = 1 << 10
 #: coin flip per test (random primes): the heuristic per-test bound gets this much added
 #: (with fixed primes the sign is the same on every test: no bound)
 UNCONDITIONED_SQRT = 0.5
-#: bytes of drawn residues and reference outputs a :class:`Reference` keeps (on its device)
+#: bytes of drawn residues and reference outputs a :class:`Reference` keeps on the CPU
 DRAW_CACHE_BYTES = 1 << 29
+#: on a GPU: at most this many bytes, and at most :data:`GPU_CACHE_SHARE` of its free memory.
+#: There the draws (numpy, on the CPU) are most of a verification: a decode attention (K and
+#: V 8×4096×128, 128 tests) drew for 11 of its 15 s, and with 512 MB every candidate drew again
+GPU_CACHE_BYTES = 16 << 30
+GPU_CACHE_SHARE = 0.25
 #: separates the stream of a draw's primes and ω from its inputs' streams
 _PRIME_STREAM = 0x7072696D
 
@@ -347,6 +352,16 @@ class _Trial:
         return self.error is None and self.undecided is None and self.mismatch is None and self.tests < self.n
 
 
+def default_cache_bytes(device: torch.device) -> int:
+    """What a :class:`Reference` keeps when not told: :data:`DRAW_CACHE_BYTES` on the
+    CPU; on a GPU, :data:`GPU_CACHE_SHARE` of its free memory, at most
+    :data:`GPU_CACHE_BYTES` (and never less than the CPU's)."""
+    if device.type != "cuda":
+        return DRAW_CACHE_BYTES
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(DRAW_CACHE_BYTES, min(GPU_CACHE_BYTES, int(free * GPU_CACHE_SHARE)))
+
+
 class Reference:
     """A reference graph (the program) prepared for comparisons with many candidates.
 
@@ -355,21 +370,25 @@ class Reference:
     float check (its float64 values, magnitudes and own rounding errors, per case)
     is computed once too. ``Reference(p, seed=s).equivalent(c)`` gives the verdict
     of ``equivalent(p, c, seed=s)``; :meth:`equivalent_many` runs several candidates
-    draw by draw. Drawn residues are kept up to ``cache_bytes`` (on ``device``), and
-    the reference's outputs up to as many bytes again. ``device``: ``"auto"`` (CUDA when present),
-    ``"cpu"`` or ``"cuda"`` — the verdicts do not depend on it (residues are drawn on
-    the CPU; the arithmetic is exact)."""
+    draw by draw. Drawn residues are kept up to ``cache_bytes`` (on ``device``; None:
+    :func:`default_cache_bytes`), and the reference's outputs up to as many bytes
+    again. ``device``: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"`` — the
+    verdicts do not depend on it (residues are drawn on the CPU; the arithmetic is
+    exact)."""
 
     def __init__(self, graph: KernelGraph, *, seed: int | None = None, field: FieldLike = DEFAULT,
-                 device: str = "auto", cache_bytes: int = DRAW_CACHE_BYTES) -> None:
+                 device: str = "auto", cache_bytes: int | None = None) -> None:
         if not isinstance(graph, KernelGraph):
             raise ConfigError(f"Reference: expected a mugraph Program or KernelGraph, got {type(graph).__name__}")
         if seed is not None:
             args.integer("Reference", "seed", seed, 0)
-        args.integer("Reference", "cache_bytes", cache_bytes, 0)
+        if cache_bytes is not None:
+            args.integer("Reference", "cache_bytes", cache_bytes, 0)
         self.graph = graph
         self.field = _check_field(field)
         self.device = resolve_device(device)
+        if cache_bytes is None:
+            cache_bytes = default_cache_bytes(self.device)
         self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
         self.budget = [int(cache_bytes)]  # drawn residues
         # the reference's outputs have a budget of their own: they are small next to the

@@ -169,3 +169,24 @@ def test_defaults_bound_the_search():
     assert "executor" not in cfg.key() and "time_limit" not in cfg.key()
     with pytest.raises(mg.errors.ConfigError, match="executor='threads'"):
         search.run(_program(), _cfg(executor="threads"))
+
+
+def test_gpu_path_verifies_in_the_driver_after_a_warm_up(monkeypatch):
+    """With a GPU the driver verifies itself, after preparing the program's side during the
+    enumeration; simulated on the CPU, the graphs are those of the serial search."""
+    from search.check import Checker
+
+    warmed = []
+    real_warm = Checker.warm
+
+    def warm(self):
+        warmed.append(self.program.name)
+        real_warm(self)
+
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
+    monkeypatch.setattr(Checker, "warm", warm)
+    monkeypatch.setattr(driver_mod._ExecutorVerdicts, "get", lambda *a: pytest.fail("verified on a worker"))
+    a = search.run(_program(), _cfg())
+    b = search.run(_program(), _cfg(executor="processes", workers=2))
+    assert warmed == ["expmm"]  # the serial search verifies in this process anyway: no warm-up
+    assert a.graph_json == b.graph_json and b.stats["search"]["verified"] >= 1
