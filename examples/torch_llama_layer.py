@@ -105,6 +105,8 @@ def main() -> int:
     ap.add_argument("--kv", type=int, default=2048, help="past tokens in the KV cache")
     ap.add_argument("--time-limit", type=float, default=20.0, help="search seconds per piece")
     ap.add_argument("--budget", type=float, default=300.0, help="no search starts after this many seconds")
+    ap.add_argument("--workers", type=int, default=os.cpu_count() or 2,
+                    help="search worker processes per piece (default: one per core)")
     ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa",
                     help="attention of the layer (sdpa: one library op; eager: matmul/softmax/matmul)")
     ap.add_argument("--kernel-op", choices=["auto", "triton_op", "custom_op"], default="auto")
@@ -145,7 +147,7 @@ def main() -> int:
         return r[0] if isinstance(r, tuple) else r
 
     opts = {"time_limit": args.time_limit, "cache_dir": args.cache, "deadline": t_start + args.budget,
-            "kernel_op": args.kernel_op, "unfused": args.unfused}
+            "kernel_op": args.kernel_op, "unfused": args.unfused, "search": {"workers": args.workers}}
     for name in ("max_piece_ops", "max_piece_matmuls"):
         if getattr(args, name) is not None:
             opts[name] = getattr(args, name)

@@ -373,6 +373,14 @@ class FloatReference:
             self._normals = (i, normal_inputs(self.graph, self.scales[i], self.seed + i))
         ins = {k: x.to(_TORCH[dtype]).to(self.device) for k, x in self._normals[1].items()}
         R = magnitudes(self.graph, ins, self.device)
+        if not _all_finite(R):
+            # outside the program's domain — a piece of a norm gets the mean of squares as an
+            # input and takes its sqrt: a negative draw there means nothing. The same draw made
+            # non-negative is used when it leaves more outputs finite
+            pos = {k: x.abs() for k, x in ins.items()}
+            R_pos = magnitudes(self.graph, pos, self.device)
+            if _finite_count(R_pos) > _finite_count(R):
+                ins, R = pos, R_pos
         tiny = float(torch.finfo(_TORCH[dtype]).tiny)
         with torch.no_grad():
             # the reference graph's own overflow is not saturated: that output is skipped (module docstring)
@@ -385,6 +393,14 @@ class FloatReference:
             self.budget -= size
             self._cases[(i, dtype)] = got
         return got
+
+
+def _finite_count(R) -> int:
+    return sum(bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R)
+
+
+def _all_finite(R) -> bool:
+    return _finite_count(R) == len(R)
 
 
 def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Sequence[str] = DEFAULT_DTYPES,

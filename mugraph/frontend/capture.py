@@ -29,7 +29,7 @@ from ..errors import ArgumentTypeError, MugraphError
 from ..ir import DTYPES, Program, Tensor
 from ..ops import CATALOG, exp_like
 from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
-from .hoist import hoist_views
+from .hoist import hoist_views, sink_views
 
 aten = torch.ops.aten
 
@@ -83,6 +83,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
                 n.meta["val"] = v
     fold_rotate_half(gm)
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
+    sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
     # the graph is functional: values nothing reads (the unused parts of a split, an
     # unbind's other rows) are dropped rather than computed by a piece
     if gm.graph.eliminate_dead_code():

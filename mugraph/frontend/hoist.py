@@ -1,4 +1,4 @@
-"""Views moved up through element-wise ops (docs/design.md §10.1).
+"""Views moved up and down through element-wise ops (docs/design.md §10.1).
 
 A ``linear`` of a ``(batch, seq, hidden)`` activation traces as ``view`` to
 ``(batch·seq, hidden)``, ``mm``, ``view`` back. When the activation is computed by
@@ -15,6 +15,15 @@ where the partition leaves it to torch (a view of an input, read in place), or s
 an op that is not element-wise (a matmul). Only where every reader of the op is that
 same view, so nothing is computed twice. The values are the same; every node keeps its
 traced shape, dtype and strides (computed on the fake tensors as they are built).
+
+The other way (:func:`sink_views`): a ``linear``'s view *back* to ``(b, s, out)`` read by
+element-wise ops — the residual add after an output or down projection — sits between
+the matmul and those ops, where no view can move above the matmul. It moves below each
+such reader instead, the reader's other operands taking the inverse regrouping
+(``view(m, (b, s, o)) + r = view(m + view(r, (b·s, o)), (b, s, o))``), again and again:
+it reaches the piece's outputs, where the partition leaves it to torch, or meets the next
+``linear``'s view and the two cancel. Only views of what no view moves above (a matmul, a
+library op) move down, so the two passes never undo each other.
 """
 
 from __future__ import annotations
@@ -193,6 +202,109 @@ def hoist_views(gm: fx.GraphModule) -> int:
         if made is not None:
             moves += 1
             work += made
+    if moves + merge_equal_views(g):
+        g.lint()
+        gm.recompile()
+    return moves
+
+
+def _sinks_from(src) -> bool:
+    """Whether views of ``src`` may move down: ``src`` is computed by an op no view moves
+    above (not element-wise, not a suffix reduction, not a view)."""
+    return (isinstance(src, fx.Node) and src.op == "call_function" and isinstance(_val(src), torch.Tensor)
+            and not (_pointwise(src) or _keepdim_reduction(src) or src.target in _REGROUP))
+
+
+def _sink_into(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> fx.Node | None:
+    """Move view ``v`` below its element-wise reader ``e``: ``e`` computed on ``v``'s source
+    (its other operands regrouped the inverse way), then viewed as before. Returns the new
+    view, or None when ``e`` cannot take it (the graph unchanged)."""
+    src = v.args[0]
+    s_src, s_v, s_e = tuple(_val(src).shape), tuple(_val(v).shape), tuple(_val(e).shape)
+    k = 0
+    while k < min(len(s_src), len(s_v)) and s_src[-1 - k] == s_v[-1 - k]:
+        k += 1
+    p_src, p_v = s_src[:len(s_src) - k], s_v[:len(s_v) - k]
+    if p_src == p_v or len(s_e) != len(s_v) or s_e[:len(s_v) - k] != p_v:
+        return None  # nothing to regroup, or the reader broadcasts v to more leading dims
+    args = list(e.args)
+    if _keepdim_reduction(e):
+        dims = [d % len(s_v) for d in args[1]]
+        if args[0] is not v or any(d < len(s_v) - k for d in dims):
+            return None
+        args[1] = [d - len(s_v) for d in dims]
+    shapes = {}
+    for a in e.all_input_nodes:
+        va = _val(a)
+        if not isinstance(va, torch.Tensor):
+            return None
+        new = s_src if a is v else _new_shape(tuple(va.shape), len(s_v), k, p_v, p_src)
+        if new is None:
+            return None
+        shapes[a] = new
+    try:
+        vals = {a: (_val(src) if a is v else _val(a) if tuple(_val(a).shape) == s
+                    else aten.view.default(_val(a), list(s))) for a, s in shapes.items()}
+        out = e.target(*[vals.get(x, x) if isinstance(x, fx.Node) else x for x in args],
+                       **{k2: vals.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
+        back = aten.view.default(out, list(s_e))
+    except Exception:  # noqa: BLE001 - torch refuses a view or the op: keep the graph
+        return None
+    if out.dtype != _val(e).dtype:
+        return None
+    new_args = {}
+    with g.inserting_before(e):
+        for a, s in shapes.items():
+            if a is v:
+                new_args[a] = src
+            elif tuple(_val(a).shape) == s:
+                new_args[a] = a
+            elif a.op == "call_function" and a.target in _REGROUP and tuple(_val(a.args[0]).shape) == s:
+                new_args[a] = a.args[0]  # the operand is itself a regrouping of that shape: read it
+            else:
+                nv = g.call_function(aten.view.default, (a, list(s)))
+                nv.meta["val"] = vals[a]
+                new_args[a] = nv
+        ne = g.call_function(e.target, tuple(new_args.get(x, x) if isinstance(x, fx.Node) else x for x in args),
+                             {k2: new_args.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
+        ne.meta["val"] = out
+        view = g.call_function(aten.view.default, (ne, list(s_e)))
+        view.meta["val"] = back
+    e.replace_all_uses_with(view)
+    g.erase_node(e)
+    erased.add(e)
+    return view
+
+
+def sink_views(gm: fx.GraphModule) -> int:
+    """Move every row-major regrouping view of a matmul's (or a library op's) result below
+    the element-wise ops that read it (the module doc), and cancel it against a regrouping
+    reader; then merge equal views. Returns how many moves were made."""
+    g = gm.graph
+    work = [n for n in g.nodes if n.op == "call_function" and n.target in _REGROUP and n.args
+            and _sinks_from(n.args[0])]
+    erased: set[fx.Node] = set()
+    moves = 0
+    while work:
+        v = work.pop()
+        if v in erased:
+            continue
+        for u in list(v.users):
+            if u.op == "call_function" and u.target in _REGROUP:
+                made = _compose(g, u, v, erased)
+                if made is not None:
+                    moves += 1
+                    work += made
+            elif _pointwise(u) or _keepdim_reduction(u):
+                nv = _sink_into(g, v, u, erased)
+                if nv is not None:
+                    moves += 1
+                    work.append(nv)
+            if v in erased:
+                break
+        if v not in erased and not v.users:
+            g.erase_node(v)
+            erased.add(v)
     if moves + merge_equal_views(g):
         g.lint()
         gm.recompile()

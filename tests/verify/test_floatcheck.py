@@ -104,3 +104,21 @@ def test_full_shape_rmsnorm_matmul_reference_passes_in_float16():
     r = verify.float_check(program("rmsnorm_matmul", b=1), reference("rmsnorm_matmul", b=1),
                            dtypes=("float16",), scales=(16.0,))
     assert r.passed
+
+
+def test_inputs_outside_the_domain_are_drawn_again_non_negative():
+    """A norm's per-row factor as a piece of its own takes the squares as an input: normal
+    draws give sqrt of negative sums, so the draw is made non-negative; a sound candidate
+    then passes and an unstable one still fails."""
+    def norm_factor(name, eps):
+        p = mg.Program(name)
+        s = p.input("s", (4, 64), "float32")
+        t = mg.scale(mg.sum(s, 1), Fraction(1, 64)) + eps
+        p.output(mg.div(mg.constant(1, t), mg.sqrt(t)))
+        return p
+
+    ref = norm_factor("ref", Fraction(1, 10**6))
+    r = verify.float_check(ref, norm_factor("same", Fraction(1, 10**6)), dtypes=("float32",))
+    assert r.passed and all(c.passed for c in r.cases)
+    wrong = norm_factor("wrong", Fraction(1, 10))
+    assert not verify.float_check(ref, wrong, dtypes=("float32",)).passed
