@@ -23,7 +23,9 @@ MAX_PIECE_MATMULS = 2
 class FrontendOptions:
     """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
 
-    ``time_limit``: seconds of search per piece (the search's ``time_limit``).
+    ``time_limit``: seconds of search per piece (the search's ``time_limit``); on a GPU the
+    re-ranking's tuning gets as many again (``OptimizeConfig.tune_s``), so a piece's search
+    takes about twice this, not the 240 s of tuning a lone ``superoptimize`` may spend.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -100,7 +102,7 @@ class FrontendOptions:
         return cls(**options)
 
     def optimize_config(self) -> dict:
-        return {"search": {**self.search, "time_limit": float(self.time_limit)}}
+        return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit)}
 
     def key(self) -> str:
         """What decides a piece's result (not where it is cached, not how it is run)."""

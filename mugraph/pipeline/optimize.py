@@ -36,7 +36,7 @@ from ..limits import MAX_EVAL_ELEMENTS
 from ..serialize import graph_from_json, graph_to_json
 from .cache import cache_doc, cache_key, cache_path, cached, default_cache_dir, key_of, store, versions
 from .results import Candidate, Optimized, load_result
-from .timing import device_name, predict_tuned, time_on_gpu
+from .timing import TOTAL_TUNE_S, device_name, predict_tuned, time_on_gpu
 
 __all__ = ["superoptimize", "OptimizeConfig", "Optimized", "Candidate", "Interrupted", "DEFAULT_TIME_LIMIT",
            "cache_key", "default_cache_dir", "load_result"]
@@ -62,6 +62,9 @@ class OptimizeConfig:
     ``top_k``: how many candidates (best predicted first) are autotuned and timed on a GPU;
     None (default): as many as the cost model cannot tell apart, with tuning time sized
     by each one's configuration space (``mugraph.pipeline.timing.plan_rerank``).
+    ``tune_s``: seconds the GPU re-ranking may spend tuning and timing in all (None:
+    ``mugraph.pipeline.timing.TOTAL_TUNE_S``, 240 s; each timed candidate gets at least
+    ``MIN_TUNE_S``, so fewer are timed under a small bound).
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
     compete, so the answer is never slower than what came in.
@@ -70,6 +73,7 @@ class OptimizeConfig:
     search: dict = field(default_factory=dict)
     error: float = 2.0 ** -40
     top_k: int | None = None
+    tune_s: float | None = None
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
 
@@ -84,6 +88,9 @@ class OptimizeConfig:
             raise ConfigError(f"error={short(e)}: the false-accept bound must lie in (0, 1)")
         if self.top_k is not None and (type(self.top_k) is not int or self.top_k < 1):
             raise ConfigError(f"top_k={short(self.top_k)}: must be a positive int or None (candidates timed)")
+        t = self.tune_s
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
+            raise ConfigError(f"tune_s={short(t)}: must be None or a number of seconds > 0 (GPU tuning in all)")
         if not isinstance(self.keep_program, bool):
             raise ConfigError(f"keep_program={short(self.keep_program)}: must be True or False")
         fd = self.float_dtypes
@@ -263,7 +270,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                            "configs), not timed")
     if device == "cuda" and not interrupted:
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k)
+            best, why = time_on_gpu(program, alive, cfg.top_k,
+                                    total_s=TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s))
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"

@@ -85,6 +85,10 @@ def test_options_are_checked():
         mugraph.frontend.mugraph_backend(None, [], options={"kernel_op": "cuda"})
     with pytest.raises(mg.ConfigError, match="unfused"):
         mugraph.frontend.mugraph_backend(None, [], options={"unfused": "never"})
+    # a piece's GPU tuning is bounded like its search (not superoptimize's 240 s default)
+    from mugraph.frontend.options import FrontendOptions
+    cfg = mg.OptimizeConfig(**FrontendOptions.of({"time_limit": 12}).optimize_config())
+    assert cfg.tune_s == 12.0 and cfg.search["time_limit"] == 12.0
 
 
 def test_a_piece_the_search_cannot_improve_stays_torch_code(piece_cache, caplog):

@@ -502,7 +502,8 @@ for cfg, msg in [({"error": 0}, "error=0: the false-accept bound must lie in (0,
                  ({"float_dtypes": ("int8",)}, "'int8' is not a dtype the float check runs"),
                  ({"float_dtypes": "float16"}, "float_dtypes='float16': must be None or a non-empty tuple"),
                  ({"float_dtypes": ()}, "float_dtypes=()"), ({"float_dtypes": (16,)}, "16 is not a dtype"),
-                 ({"keep_program": "no"}, "keep_program='no'")]:
+                 ({"keep_program": "no"}, "keep_program='no'"), ({"tune_s": 0}, "tune_s=0: must be None or"),
+                 ({"tune_s": "30"}, "tune_s='30'")]:
     row(S, f"config {cfg!r}", (lambda c=cfg: sopt({**c, "search": {}})), "ConfigError", msg)
 row(S, "OptimizeConfig(top_k=-1)", lambda: mg.OptimizeConfig(top_k=-1), "ConfigError", "top_k=-1")
 row(S, "OptimizeConfig(search workers 0)", lambda: mg.OptimizeConfig(search={"workers": 0}), "ConfigError",
