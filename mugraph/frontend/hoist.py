@@ -190,15 +190,22 @@ def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] 
 def hoist_views(gm: fx.GraphModule) -> int:
     """Move every row-major regrouping view above the element-wise ops it may pass (the
     module doc), then merge equal views; returns how many moves were made."""
+    work = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _REGROUP]
+    return _move_views(gm, work, _hoist_one)
+
+
+def _move_views(gm: fx.GraphModule, work: list[fx.Node], step) -> int:
+    """Apply ``step(graph, view, erased)`` — the views it made, or None when it changed
+    nothing — to every view of ``work`` and to the views it makes, then merge equal views
+    and recompile; returns how many steps changed the graph."""
     g = gm.graph
-    work = [n for n in g.nodes if n.op == "call_function" and n.target in _REGROUP]
     erased: set[fx.Node] = set()
     moves = 0
     while work:
         v = work.pop()
         if v in erased:
             continue
-        made = _hoist_one(g, v, erased)
+        made = step(g, v, erased)
         if made is not None:
             moves += 1
             work += made
@@ -276,36 +283,35 @@ def _sink_into(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> fx.Node | No
     return view
 
 
+def _sink_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
+    """Move view ``v`` below every element-wise reader that can take it, and cancel it
+    against every regrouping reader: the views made (to try next), or None when nothing
+    changed. ``v`` goes when nothing reads it any more."""
+    made: list[fx.Node] = []
+    changed = False
+    for u in list(v.users):
+        if u.op == "call_function" and u.target in _REGROUP:
+            got = _compose(g, u, v, erased)
+        elif _pointwise(u) or _keepdim_reduction(u):
+            nv = _sink_into(g, v, u, erased)
+            got = None if nv is None else [nv]
+        else:
+            got = None
+        if got is not None:
+            changed = True
+            made += got
+        if v in erased:
+            break
+    if v not in erased and not v.users:
+        g.erase_node(v)
+        erased.add(v)
+    return made if changed else None
+
+
 def sink_views(gm: fx.GraphModule) -> int:
     """Move every row-major regrouping view of a matmul's (or a library op's) result below
     the element-wise ops that read it (the module doc), and cancel it against a regrouping
-    reader; then merge equal views. Returns how many moves were made."""
-    g = gm.graph
-    work = [n for n in g.nodes if n.op == "call_function" and n.target in _REGROUP and n.args
+    reader; then merge equal views. Returns how many views moved."""
+    work = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _REGROUP and n.args
             and _sinks_from(n.args[0])]
-    erased: set[fx.Node] = set()
-    moves = 0
-    while work:
-        v = work.pop()
-        if v in erased:
-            continue
-        for u in list(v.users):
-            if u.op == "call_function" and u.target in _REGROUP:
-                made = _compose(g, u, v, erased)
-                if made is not None:
-                    moves += 1
-                    work += made
-            elif _pointwise(u) or _keepdim_reduction(u):
-                nv = _sink_into(g, v, u, erased)
-                if nv is not None:
-                    moves += 1
-                    work.append(nv)
-            if v in erased:
-                break
-        if v not in erased and not v.users:
-            g.erase_node(v)
-            erased.add(v)
-    if moves + merge_equal_views(g):
-        g.lint()
-        gm.recompile()
-    return moves
+    return _move_views(gm, work, _sink_one)
