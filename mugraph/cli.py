@@ -164,10 +164,10 @@ def _search_options(f):
     return f
 
 
-def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None):
+def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None, tune_s=None):
     s = {k: v for k, v in dict(time_limit=time_limit, max_block_ops=max_block_ops, max_kernel_ops=max_kernel_ops,
                                  workers=workers, executor=executor).items() if v is not None}
-    return OptimizeConfig(search=s)
+    return OptimizeConfig(search=s, tune_s=tune_s)
 
 
 @main.command()
@@ -176,15 +176,17 @@ def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None):
 @click.option("--device", type=click.Choice(["auto", "cuda", "cpu"]), default="auto", show_default=True)
 @click.option("--out", default=None, help="Save the result (JSON) here; reload it with mg.load.")
 @click.option("--source", "show_source", is_flag=True, help="Print the generated Triton source.")
+@click.option("--tune-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="On a GPU: seconds of tuning and timing the candidates, in all (default 240).")
 @_search_options
-def optimize(file, name, device, out, show_source, time_limit, max_block_ops, max_kernel_ops, workers, executor,
-             seed, cache_dir, no_cache) -> None:
+def optimize(file, name, device, out, show_source, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers,
+             executor, seed, cache_dir, no_cache) -> None:
     """Superoptimize the Lax program FILE defines (.py that builds it, or a saved .json)."""
     _out_file(out, "--out")
     try:
         p = graph_from_file(file, name)
-        opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers, executor), device=device,
-                            cache_dir=False if no_cache else cache_dir, seed=seed)
+        opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers, executor, tune_seconds),
+                            device=device, cache_dir=False if no_cache else cache_dir, seed=seed)
         click.echo(str(opt.graph))
         click.echo(opt.summary())
         if out:

@@ -817,6 +817,7 @@ for args, msg in [
         (("optimize", "{tiny}", "--time-limit", "-5"), "search.time_limit=-5.0"),
         (("optimize", "{tiny}", "--max-block-ops", "0"), "search.max_block_ops=0"),
         (("optimize", "{tiny}", "--workers", "-1"), "search.workers=-1"),
+        (("optimize", "{tiny}", "--tune-seconds", "0"), "0.0 is not in the range x>0"),
         (("optimize", "{tiny}", "--seed", "-1"), "-1 is not in the range"),
         (("optimize", "{tiny}", "--device", "tpu"), "'tpu' is not one of"),
         (("optimize", "{tiny}", "--out", "{w}/missing/r.json") + SEARCH_ARGS, "does not exist"),
