@@ -16,3 +16,18 @@ def test_program_evaluated_once_per_draw_when_residues_do_not_fit():
     assert v2.ok and v2.tests == v1.tests
     assert ref.evaluations == v1.tests  # the second candidate re-used every output
     assert v2.equivalent == verify.equivalent(p, g, seed=3, float_check=False, device="cpu").equivalent
+
+
+def test_a_gpu_reference_keeps_a_share_of_free_memory(monkeypatch):
+    """On a GPU the draws are most of a verification: a quarter of the free memory is kept,
+    at most GPU_CACHE_BYTES and never less than the CPU's DRAW_CACHE_BYTES."""
+    import torch
+
+    from verify import equivalence as eq
+
+    gib = 1 << 30
+    cuda = torch.device("cuda")
+    for free, want in [(8 * gib, 2 * gib), (200 * gib, eq.GPU_CACHE_BYTES), (gib, eq.DRAW_CACHE_BYTES)]:
+        monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, f=free: (f, 80 * gib))
+        assert eq.default_cache_bytes(cuda) == want
+    assert eq.default_cache_bytes(torch.device("cpu")) == eq.DRAW_CACHE_BYTES
