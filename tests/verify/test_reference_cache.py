@@ -1,5 +1,6 @@
 """A Reference evaluates the program once per draw even when the drawn residues overflow
-its cache: the program's outputs have a budget of their own."""
+its cache: the program's outputs have a budget of their own; on a GPU the cache is a share
+of the free memory."""
 
 import verify
 from mugraph.benchmarks import program, reference
