@@ -190,19 +190,23 @@ class _Run:
                 self._compose()
                 self._warm()
                 self._enumerate()
-                self._warmed()
                 matches = self._matches()
-                self._split(matches)
-                found, vstats = self._verify(matches)
+                if self._warmed():
+                    self._split(matches)
+                    found, vstats = self._verify(matches)
+                else:
+                    found, vstats = [], Counter({"verify_skipped_warm_up": len(matches)})
             except KeyboardInterrupt:
                 if self.nested:
                     raise
                 self.interrupted = True
                 self._stop_executor()
                 self._save()
-                self._warmed()
                 matches = self._matches()
-                found, vstats = self._verify_after_interrupt(matches)
+                if self._warmed():
+                    found, vstats = self._verify_after_interrupt(matches)
+                else:
+                    found, vstats = [], Counter({"verify_skipped_warm_up": len(matches)})
             return self._result(matches, found, vstats)
         finally:
             _ACTIVE.runs.pop()
@@ -285,12 +289,18 @@ class _Run:
         self.warming = threading.Thread(target=warm, name="mugraph-verify-warm-up", daemon=True)
         self.warming.start()
 
-    def _warmed(self) -> None:
-        """Wait for the warm-up (the split phase and the verification use the same
-        checker); in short waits, so Ctrl-C still interrupts."""
-        t, self.warming = self.warming, None
+    def _warmed(self) -> bool:
+        """Wait for the warm-up, which holds the checker the split phase and the
+        verification use, at most until the time limit (in short waits, so Ctrl-C still
+        interrupts). False when it is still running then: there is no time left to verify
+        anyway, and the thread finishes on its own (a daemon, it holds nothing else)."""
+        t = self.warming
         while t is not None and t.is_alive():
+            if self.t_end is not None and time.monotonic() > self.t_end:
+                return False
             t.join(0.5)
+        self.warming = None
+        return True
 
     # ------------------------------------------------------------- enumerate
     def _executor(self) -> Executor:

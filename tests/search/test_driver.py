@@ -190,3 +190,18 @@ def test_gpu_path_verifies_in_the_driver_after_a_warm_up(monkeypatch):
     b = search.run(_program(), _cfg(executor="processes", workers=2))
     assert warmed == ["expmm"]  # the serial search verifies in this process anyway: no warm-up
     assert a.graph_json == b.graph_json and b.stats["search"]["verified"] >= 1
+
+
+def test_a_warm_up_past_the_time_limit_is_not_waited_for(monkeypatch):
+    """A warm-up still running at the time limit leaves no time to verify: the search
+    returns on time, its matches unverified and counted, and the thread ends on its own."""
+    import time
+
+    from search.check import Checker
+
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
+    monkeypatch.setattr(Checker, "warm", lambda self: time.sleep(12))
+    t0 = time.monotonic()
+    r = search.run(_program(), _cfg(executor="processes", workers=2, time_limit=4.0))
+    assert time.monotonic() - t0 < 4.0 + 3.0
+    assert not r.graphs and r.stats["search"]["verify_skipped_warm_up"] >= 1
