@@ -74,6 +74,81 @@ def _new_shape(shape: tuple, rank: int, k: int, p_in: tuple, p_out: tuple) -> tu
     return None
 
 
+def _leading(s_a: tuple, s_b: tuple) -> tuple[int, tuple, tuple]:
+    """``(k, p_a, p_b)``: the length of the longest common suffix of two shapes, and the
+    leading dims in front of it (what a row-major regrouping between them changes)."""
+    k = 0
+    while k < min(len(s_a), len(s_b)) and s_a[-1 - k] == s_b[-1 - k]:
+        k += 1
+    return k, s_a[:len(s_a) - k], s_b[:len(s_b) - k]
+
+
+def _sub(x, m: dict):
+    return m.get(x, x) if isinstance(x, fx.Node) else x
+
+
+def _regrouped(e: fx.Node, rank: int, k: int, p_from: tuple, p_to: tuple, fixed: dict):
+    """Element-wise (or suffix-reducing) op ``e``, of rank ``rank``, recomputed on operands
+    regrouped from leading dims ``p_from`` to ``p_to`` (``k`` suffix dims kept);
+    ``fixed`` maps an operand to the node that stands for it already (a view's source).
+    Returns ``(args, shapes, vals, out)``: ``e``'s arguments (reduction dims counted from
+    the end), each operand's new shape and fake value, and the result's fake value — built
+    on the fake tensors first, so a view the strides do not allow, or an op torch refuses,
+    leaves the graph as it was (None)."""
+    args = list(e.args)
+    if _keepdim_reduction(e):  # folds only suffix dims: the same fold of the regrouped operand
+        dims = [d % rank for d in args[1]]
+        if any(d < rank - k for d in dims) or (fixed and args[0] not in fixed):
+            return None
+        args[1] = [d - rank for d in dims]  # counted from the end: the same dims after the view
+    shapes, vals = {}, {}
+    for a in e.all_input_nodes:
+        va = _val(a)
+        if not isinstance(va, torch.Tensor):
+            return None
+        if a in fixed:
+            shapes[a], vals[a] = tuple(_val(fixed[a]).shape), _val(fixed[a])
+            continue
+        new = _new_shape(tuple(va.shape), rank, k, p_from, p_to)
+        if new is None:
+            return None
+        shapes[a] = new
+    try:
+        for a, sh in shapes.items():
+            if a not in vals:
+                vals[a] = _val(a) if tuple(_val(a).shape) == sh else aten.view.default(_val(a), list(sh))
+        out = e.target(*[_sub(x, vals) for x in args], **{n: _sub(x, vals) for n, x in e.kwargs.items()})
+    except Exception:  # noqa: BLE001 - torch refuses the view or the op: keep the graph
+        return None
+    if out.dtype != _val(e).dtype:
+        return None
+    return args, shapes, vals, out
+
+
+def _rebuild(g: fx.Graph, e: fx.Node, plan, fixed: dict) -> tuple[fx.Node, list[fx.Node]]:
+    """The nodes of a :func:`_regrouped` plan, at the graph's insertion point: ``e``
+    recomputed, and the operand views it needed (an operand that is itself a regrouping
+    of the wanted shape is read through, not viewed again)."""
+    args, shapes, vals, out = plan
+    made, new_args = [], dict(fixed)
+    for a, sh in shapes.items():
+        if a in fixed:
+            continue
+        if tuple(_val(a).shape) == sh:
+            new_args[a] = a
+        elif a.op == "call_function" and a.target in _REGROUP and tuple(_val(a.args[0]).shape) == sh:
+            new_args[a] = a.args[0]
+        else:
+            nv = g.call_function(aten.view.default, (a, list(sh)))
+            nv.meta["val"] = vals[a]
+            new_args[a] = nv
+            made.append(nv)
+    ne = g.call_function(e.target, tuple(_sub(x, new_args) for x in args),
+                         {n: _sub(x, new_args) for n, x in e.kwargs.items()})
+    ne.meta["val"] = out
+    return ne, made
+
+
 def _hoist_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
     """Move view ``v`` above the element-wise op it reads, if it may: the views made of
     that op's operands (to try next), or None when nothing changed (the nodes removed are
@@ -87,51 +162,14 @@ def _hoist_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
     readers = list(e.users)
     if any(u.target not in _REGROUP or tuple(_val(u).shape) != s_out for u in readers):
         return None  # another reader needs the op's own value: moving the view would compute it twice
-    k = 0
-    while k < min(len(s_in), len(s_out)) and s_in[-1 - k] == s_out[-1 - k]:
-        k += 1
-    p_in, p_out = s_in[:len(s_in) - k], s_out[:len(s_out) - k]
+    k, p_in, p_out = _leading(s_in, s_out)
     if p_in == p_out:
         return None
-    args = list(e.args)
-    if _keepdim_reduction(e):  # folds only suffix dims: the same fold of the regrouped operand
-        dims = [d % len(s_in) for d in args[1]]
-        if any(d < len(s_in) - k for d in dims):
-            return None
-        args[1] = [d - len(s_in) for d in dims]  # counted from the end: the same dims after the view
-    shapes = {}
-    for a in e.all_input_nodes:
-        va = _val(a)
-        if not isinstance(va, torch.Tensor):
-            return None
-        new = _new_shape(tuple(va.shape), len(s_in), k, p_in, p_out)
-        if new is None:
-            return None
-        shapes[a] = new
-    # build the values first (on the fake tensors): a view the operand's strides do not
-    # allow, or a result of another shape, leaves the graph as it was
-    try:
-        vals = {a: (_val(a) if tuple(_val(a).shape) == s else aten.view.default(_val(a), list(s)))
-                for a, s in shapes.items()}
-        out = e.target(*[vals.get(x, x) if isinstance(x, fx.Node) else x for x in args],
-                       **{k2: vals.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
-    except Exception:  # noqa: BLE001 - torch refuses the view or the op: keep the graph
+    plan = _regrouped(e, len(s_in), k, p_in, p_out, {})
+    if plan is None or tuple(plan[3].shape) != s_out or plan[3].dtype != _val(v).dtype:
         return None
-    if tuple(out.shape) != s_out or out.dtype != _val(v).dtype:
-        return None
-    made, new_args = [], {}
     with g.inserting_before(e.next):  # after the op: its operands are defined, every reader follows
-        for a, s in shapes.items():
-            if tuple(_val(a).shape) == s:
-                new_args[a] = a
-                continue
-            nv = g.call_function(aten.view.default, (a, list(s)))
-            nv.meta["val"] = vals[a]
-            new_args[a] = nv
-            made.append(nv)
-        ne = g.call_function(e.target, tuple(new_args.get(x, x) if isinstance(x, fx.Node) else x for x in args),
-                             {k2: new_args.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
-        ne.meta["val"] = out
+        ne, made = _rebuild(g, e, plan, {})
     for u in readers:
         u.replace_all_uses_with(ne)
         g.erase_node(u)
@@ -227,54 +265,19 @@ def _sink_into(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> fx.Node | No
     (its other operands regrouped the inverse way), then viewed as before. Returns the new
     view, or None when ``e`` cannot take it (the graph unchanged)."""
     src = v.args[0]
-    s_src, s_v, s_e = tuple(_val(src).shape), tuple(_val(v).shape), tuple(_val(e).shape)
-    k = 0
-    while k < min(len(s_src), len(s_v)) and s_src[-1 - k] == s_v[-1 - k]:
-        k += 1
-    p_src, p_v = s_src[:len(s_src) - k], s_v[:len(s_v) - k]
+    s_v, s_e = tuple(_val(v).shape), tuple(_val(e).shape)
+    k, p_src, p_v = _leading(tuple(_val(src).shape), s_v)
     if p_src == p_v or len(s_e) != len(s_v) or s_e[:len(s_v) - k] != p_v:
         return None  # nothing to regroup, or the reader broadcasts v to more leading dims
-    args = list(e.args)
-    if _keepdim_reduction(e):
-        dims = [d % len(s_v) for d in args[1]]
-        if args[0] is not v or any(d < len(s_v) - k for d in dims):
-            return None
-        args[1] = [d - len(s_v) for d in dims]
-    shapes = {}
-    for a in e.all_input_nodes:
-        va = _val(a)
-        if not isinstance(va, torch.Tensor):
-            return None
-        new = s_src if a is v else _new_shape(tuple(va.shape), len(s_v), k, p_v, p_src)
-        if new is None:
-            return None
-        shapes[a] = new
+    plan = _regrouped(e, len(s_v), k, p_v, p_src, {v: src})
+    if plan is None:
+        return None
     try:
-        vals = {a: (_val(src) if a is v else _val(a) if tuple(_val(a).shape) == s
-                    else aten.view.default(_val(a), list(s))) for a, s in shapes.items()}
-        out = e.target(*[vals.get(x, x) if isinstance(x, fx.Node) else x for x in args],
-                       **{k2: vals.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
-        back = aten.view.default(out, list(s_e))
-    except Exception:  # noqa: BLE001 - torch refuses a view or the op: keep the graph
+        back = aten.view.default(plan[3], list(s_e))
+    except Exception:  # noqa: BLE001 - the result's strides do not allow the view back
         return None
-    if out.dtype != _val(e).dtype:
-        return None
-    new_args = {}
     with g.inserting_before(e):
-        for a, s in shapes.items():
-            if a is v:
-                new_args[a] = src
-            elif tuple(_val(a).shape) == s:
-                new_args[a] = a
-            elif a.op == "call_function" and a.target in _REGROUP and tuple(_val(a.args[0]).shape) == s:
-                new_args[a] = a.args[0]  # the operand is itself a regrouping of that shape: read it
-            else:
-                nv = g.call_function(aten.view.default, (a, list(s)))
-                nv.meta["val"] = vals[a]
-                new_args[a] = nv
-        ne = g.call_function(e.target, tuple(new_args.get(x, x) if isinstance(x, fx.Node) else x for x in args),
-                             {k2: new_args.get(x, x) if isinstance(x, fx.Node) else x for k2, x in e.kwargs.items()})
-        ne.meta["val"] = out
+        ne, _ = _rebuild(g, e, plan, {v: src})
         view = g.call_function(aten.view.default, (ne, list(s_e)))
         view.meta["val"] = back
     e.replace_all_uses_with(view)
