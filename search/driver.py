@@ -177,6 +177,8 @@ class _Run:
         self.last_save = time.monotonic()
         #: seconds each full verification took (dispatch to answer): the measured cost
         self.verify_seconds: list[float] = []
+        #: full verifications run in this process (serial search, or a GPU here: _verdicts)
+        self.verify_here = cfg.executor == "serial" or self.checker.on_gpu()
         #: the thread preparing the program's side of the verification (GPU only)
         self.warming: Optional[threading.Thread] = None
 
@@ -191,11 +193,7 @@ class _Run:
                 self._warm()
                 self._enumerate()
                 matches = self._matches()
-                if self._warmed():
-                    self._split(matches)
-                    found, vstats = self._verify(matches)
-                else:
-                    found, vstats = [], Counter({"verify_skipped_warm_up": len(matches)})
+                found, vstats = self._after_warm_up(matches, self._split_and_verify)
             except KeyboardInterrupt:
                 if self.nested:
                     raise
@@ -203,10 +201,7 @@ class _Run:
                 self._stop_executor()
                 self._save()
                 matches = self._matches()
-                if self._warmed():
-                    found, vstats = self._verify_after_interrupt(matches)
-                else:
-                    found, vstats = [], Counter({"verify_skipped_warm_up": len(matches)})
+                found, vstats = self._after_warm_up(matches, self._verify_after_interrupt)
             return self._result(matches, found, vstats)
         finally:
             _ACTIVE.runs.pop()
@@ -277,7 +272,7 @@ class _Run:
         every field test and of the float check while the workers enumerate: this process
         only waits on them then, and the first verification would otherwise pay for it
         (a decode attention on an H200 machine: 20 s of a 60 s search's 16 s left)."""
-        if not self.cfg.verify or self.cfg.executor == "serial" or not self.checker.on_gpu():
+        if not self.cfg.verify or self.cfg.executor == "serial" or not self.verify_here:
             return
 
         def warm() -> None:
@@ -288,6 +283,17 @@ class _Run:
 
         self.warming = threading.Thread(target=warm, name="mugraph-verify-warm-up", daemon=True)
         self.warming.start()
+
+    def _split_and_verify(self, matches: list[Match]) -> tuple[list[Found], Counter]:
+        self._split(matches)
+        return self._verify(matches)
+
+    def _after_warm_up(self, matches: list[Match], then) -> tuple[list[Found], Counter]:
+        """``then(matches)`` once the warm-up is done; no verification when it is not by
+        the time limit (the matches are counted as skipped)."""
+        if not self._warmed():
+            return [], Counter({"verify_skipped_warm_up": len(matches)})
+        return then(matches)
 
     def _warmed(self) -> bool:
         """Wait for the warm-up, which holds the checker the split phase and the
@@ -424,8 +430,8 @@ class _Run:
         self._set_phase("split-loop")
         # every match may be split (a one-block-per-head kernel ranks low alone, yet splits
         # best); derive.splits ranks the variants and fingerprints 4 per split_sources
-        top = sorted(matches, key=lambda m: m.key)[:MAX_SPLIT_SOURCES]
-        srcs = [graph_from_json(m.graph) for m in top]
+        top = sorted(range(len(matches)), key=lambda k: matches[k].key)[:MAX_SPLIT_SOURCES]
+        srcs = [graph_from_json(matches[k].graph) for k in top]
         # fingerprints take seconds each at full shapes, a verification about ten times one
         # (qknorm_gqa b=8 on two cores: 2.9 s and 37 s, 30 field tests): at most a quarter of
         # what is left, so the verification, which every proposal needs, keeps room for one
@@ -437,11 +443,10 @@ class _Run:
         # what its best split is, and verified in that rank (decode_h32 on two cores: the
         # lowering's best, 16 blocks looping 16 times, 7.3 μs, ranked behind split pairs of
         # 10.3 and was never verified)
-        at = {id(m): k for k, m in enumerate(matches)}
         for i, est in best.items():
-            m = top[i]
+            m = matches[top[i]]
             if est < m.cost[1]:
-                matches[at[id(m)]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
+                matches[top[i]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
         self.dstats["split_credited"] = len(best)
         for p in proposals:
             self._propose(matches, p)
@@ -476,9 +481,7 @@ class _Run:
         # compute that side again. On the workers, 16 at once on an H200 machine, qknorm_gqa
         # b=8 and two decode attentions finished no verification in the 14–17 s a 60 s
         # search left them (2026-11-26); here one takes about 2 s.
-        if self.cfg.executor == "serial" or self.checker.on_gpu():
-            return _LocalVerdicts(self)
-        return _ExecutorVerdicts(self)
+        return _LocalVerdicts(self) if self.verify_here else _ExecutorVerdicts(self)
 
     # ---------------------------------------------------------------- result
     def _result(self, matches: list[Match], found: list[Found], vstats: Counter) -> SearchResult:
