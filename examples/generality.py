@@ -70,6 +70,15 @@ def programs(small: bool):
     return [sm, rn, lr, mlp, res] + [program(name, 1, small=small) for name in DECODE]
 
 
+def selected(args):
+    """The programs to run: all of :func:`programs`, or those ``--only`` names."""
+    return [p for p in programs(args.small) if not args.only or p.name in args.only]
+
+
+def _shapes(p) -> str:
+    return " ".join(f"{t.name}{list(t.shape)}" for t in p.inputs)
+
+
 def _kernels(g) -> str:
     """blocks×loop of each graph-defined kernel (e.g. ``64x4 + 8x16``: a split-KV pair)."""
     return " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop}"
@@ -99,14 +108,12 @@ def search_only(args) -> int:
     print("| program | shapes | wall s | first match s | verified (kernels: count) | found by | "
           "split-loop (rank by cost) | complete |")
     print("|---|---|---|---|---|---|---|---|")
-    for p in programs(args.small):
-        if args.only and p.name not in args.only:
-            continue
+    for p in selected(args):
         t0 = time.perf_counter()
         r = search.run(p, search.SearchConfig(time_limit=args.time_limit, workers=args.workers, progress=False))
         wall = time.perf_counter() - t0
         st = r.stats
-        shapes = " ".join(f"{t.name}{list(t.shape)}" for t in p.inputs)
+        shapes = _shapes(p)
         kernels = ", ".join(f"{k}: {n}" for k, n in st["kernels"])
         ranked = sorted(zip(r.graphs, r.origins), key=lambda x: cost_key(x[0]))
         split = next((f"{i + 1} of {len(ranked)}: {_kernels(g)}" for i, (g, o) in enumerate(ranked)
@@ -135,9 +142,7 @@ def on_gpu(args) -> int:
     print("| program | shapes | search s | verified | kernels | found by; structure | ours | eager | "
           "torch.compile | SDPA | floor | × best torch | rel. error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for p in programs(args.small):
-        if args.only and p.name not in args.only:
-            continue
+    for p in selected(args):
         cfg = mg.OptimizeConfig(search={"time_limit": args.time_limit, "workers": args.workers})
         opt = mg.superoptimize(p, cfg, device="cpu", cache_dir=False, progress=False)
         opt.profile_on_gpu(tune_total_s=args.tune_seconds)
@@ -150,7 +155,7 @@ def on_gpu(args) -> int:
         y = y[0] if isinstance(y, (tuple, list)) else y
         ref = eager(*[x.double() for x in xs])
         ref = ref[0] if isinstance(ref, tuple) else ref
-        r = {"program": p.name, "shapes": " ".join(f"{t.name}{list(t.shape)}" for t in p.inputs),
+        r = {"program": p.name, "shapes": _shapes(p),
              "search_s": (opt.report.get("search") or {}).get("wall_s"), "verified": len(verified),
              "kernels": opt.best.num_kernels, "found_by": opt.best.found_by or opt.best.origin,
              "structure": _kernels(opt.graph),
