@@ -373,19 +373,20 @@ class FloatReference:
             self._normals = (i, normal_inputs(self.graph, self.scales[i], self.seed + i))
         ins = {k: x.to(_TORCH[dtype]).to(self.device) for k, x in self._normals[1].items()}
         R = magnitudes(self.graph, ins, self.device)
-        if not _all_finite(R):
+        finite = _finite(R)
+        if not all(finite):
             # outside the program's domain — a piece of a norm gets the mean of squares as an
             # input and takes its sqrt: a negative draw there means nothing. The same draw made
             # non-negative is used when it leaves more outputs finite
             pos = {k: x.abs() for k, x in ins.items()}
             R_pos = magnitudes(self.graph, pos, self.device)
-            if _finite_count(R_pos) > _finite_count(R):
-                ins, R = pos, R_pos
+            finite_pos = _finite(R_pos)
+            if sum(finite_pos) > sum(finite):
+                ins, R, finite = pos, R_pos, finite_pos
         tiny = float(torch.finfo(_TORCH[dtype]).tiny)
         with torch.no_grad():
             # the reference graph's own overflow is not saturated: that output is skipped (module docstring)
             ref = element_errors(evaluate(self.graph, ins, KernelFloatAlgebra(dtype, self.device)), R, tiny)
-        finite = [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
         got = _Case(ins, R, finite, ref, tiny)
         size = sum(x.numel() * x.element_size() for x in ins.values()) + \
             sum(t.numel() * t.element_size() for rm in R for t in rm)
@@ -395,12 +396,9 @@ class FloatReference:
         return got
 
 
-def _finite_count(R) -> int:
-    return sum(bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R)
-
-
-def _all_finite(R) -> bool:
-    return _finite_count(R) == len(R)
+def _finite(R) -> list[bool]:
+    """Per output: whether its float64 values and magnitudes are all finite."""
+    return [bool(torch.isfinite(r).all() and torch.isfinite(m).all()) for r, m in R]
 
 
 def float_check(reference: KernelGraph, candidate: KernelGraph, *, dtypes: Sequence[str] = DEFAULT_DTYPES,
