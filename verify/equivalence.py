@@ -371,8 +371,8 @@ class Reference:
     is computed once too. ``Reference(p, seed=s).equivalent(c)`` gives the verdict
     of ``equivalent(p, c, seed=s)``; :meth:`equivalent_many` runs several candidates
     draw by draw. Drawn residues are kept up to ``cache_bytes`` (on ``device``; None:
-    :func:`default_cache_bytes`), and the reference's outputs up to as many bytes
-    again. ``device``: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"`` — the
+    :func:`default_cache_bytes`), the reference's outputs up to as many bytes
+    again, and the float check's draws and per-case results likewise. ``device``: ``"auto"`` (CUDA when present), ``"cpu"`` or ``"cuda"`` — the
     verdicts do not depend on it (residues are drawn on the CPU; the arithmetic is
     exact)."""
 
@@ -395,6 +395,8 @@ class Reference:
         # inputs (an attention output is 1/16 of its K and V) and each one saves a whole
         # evaluation of the program per candidate, where a kept residue saves only its draw
         self.output_budget = [int(cache_bytes)]
+        # the float check's draws (and, separately, its per-case results) get as many bytes again
+        self.float_budget = int(cache_bytes)
         self._live: KernelGraph | None = None
         self._draws: dict[tuple, _Draws] = {}
         self._outputs: dict[tuple, object] = {}
@@ -478,7 +480,8 @@ class Reference:
         fr = self._float.get(key)
         if fr is None:
             kw = {k: v for k, v in fkw.items() if k in ("dtypes", "scales")}
-            fr = self._float[key] = FloatReference(self.graph, seed=self.seed % (1 << 31), device=self.device, **kw)
+            fr = self._float[key] = FloatReference(self.graph, seed=self.seed % (1 << 31), device=self.device,
+                                                      cache_bytes=self.float_budget, **kw)
         return fr
 
     def equivalent(self, candidate: KernelGraph, **kwargs) -> Verdict:

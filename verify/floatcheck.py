@@ -327,27 +327,40 @@ def _check_args(dtypes, scales, seed, tolerances, slack) -> tuple[tuple[str, ...
 
 
 class _Case:
-    """One case of the reference side: inputs (in the dtype), float64 values and
-    magnitudes of the outputs, which outputs are finite, and the reference graph's own
-    worst errors in the dtype."""
+    """One case of the reference side: the float64 values and magnitudes of the outputs,
+    which outputs are finite, the reference graph's own worst errors in the dtype, and
+    whether the inputs are the draw made non-negative. The inputs themselves are not kept
+    here: they are the scale's draw (:meth:`FloatReference.draw`) rounded to the dtype."""
 
-    __slots__ = ("inputs", "R", "finite", "ref", "tiny")
+    __slots__ = ("R", "finite", "ref", "tiny", "positive")
 
-    def __init__(self, inputs, R, finite, ref, tiny) -> None:
-        self.inputs, self.R, self.finite, self.ref, self.tiny = inputs, R, finite, ref, tiny
+    def __init__(self, R, finite, ref, tiny, positive) -> None:
+        self.R, self.finite, self.ref, self.tiny, self.positive = R, finite, ref, tiny, positive
 
 
-#: bytes of inputs and reference outputs a :class:`FloatReference` keeps per device
+#: bytes of draws and reference outputs a :class:`FloatReference` keeps when not told
 FLOAT_CACHE_BYTES = 1 << 28
+#: one draw per scale serves every dtype: normals rounded to float32 (the widest dtype of
+#: the check), each dtype's inputs rounded from it
+DRAW_DTYPE = torch.float32
+
+
+def _nbytes(ts) -> int:
+    return sum(t.numel() * t.element_size() for t in ts)
 
 
 class FloatReference:
     """The reference side of :func:`float_check` for one graph, seed, dtypes and
     scales on one device, computed per case when first needed and kept (within
-    ``cache_bytes``): its inputs rounded to the dtype, the float64 values and
-    magnitudes of its outputs, and its own errors in the dtype — three of the four
-    evaluations of a case. A verifier comparing many candidates with one program
-    (:class:`verify.equivalence.Reference`) pays them once per case."""
+    ``cache_bytes``): the float64 values and magnitudes of its outputs and its own
+    errors in the dtype — three of the four evaluations of a case — and, per scale,
+    the drawn inputs (float32, on the device; each dtype's inputs are one rounding
+    of them). A verifier comparing many candidates with one program
+    (:class:`verify.equivalence.Reference`) pays them once per case. The per-case
+    results have a budget of their own (as many bytes again): they are small and each
+    saves three evaluations, so a program whose weights do not fit pays only for
+    drawing them again (the last scale's draw is kept regardless, for the other
+    dtypes of that scale)."""
 
     def __init__(self, graph: KernelGraph, *, seed: int = 0, dtypes: Sequence[str] = DEFAULT_DTYPES,
                  scales: Sequence[float] = DEFAULT_SCALES, device: str | torch.device = "cpu",
@@ -356,24 +369,45 @@ class FloatReference:
         self.dtypes, self.scales = _check_args(dtypes, scales, seed, None, SLACK)
         self.seed = seed
         self.device = torch.device(device)
-        self.budget = cache_bytes
+        self.budget = cache_bytes  # for draws
+        self.case_budget = cache_bytes  # for per-case results
         self._cases: dict[tuple[int, str], _Case] = {}
-        self._normals: tuple[int, dict] | None = None
+        self._draws: dict[int, dict[str, torch.Tensor]] = {}
+        self._last: tuple[int, dict] | None = None
 
     def matches(self, graph: KernelGraph, dtypes, scales, seed: int) -> bool:
         return graph is self.graph and tuple(dtypes) == self.dtypes and tuple(scales) == self.scales \
             and seed == self.seed
+
+    def draw(self, i: int) -> dict[str, torch.Tensor]:
+        """Scale ``i``'s inputs: normals of std ``scales[i]`` rounded to float32, on the device."""
+        got = self._draws.get(i)
+        if got is None and self._last is not None and self._last[0] == i:
+            got = self._last[1]
+        if got is None:
+            got = {k: x.to(DRAW_DTYPE).to(self.device)
+                   for k, x in normal_inputs(self.graph, self.scales[i], self.seed + i).items()}
+            self._last = (i, got)
+            size = _nbytes(got.values())
+            if size <= self.budget:
+                self.budget -= size
+                self._draws[i] = got
+        return got
+
+    def inputs(self, i: int, dtype: str) -> dict[str, torch.Tensor]:
+        """Case (scale ``i``, ``dtype``)'s inputs, as both graphs of the check read them."""
+        ins = {k: x.to(_TORCH[dtype]) for k, x in self.draw(i).items()}
+        return {k: x.abs() for k, x in ins.items()} if self.case(i, dtype).positive else ins
 
     def case(self, i: int, dtype: str) -> _Case:
         """Case (scale index ``i``, ``dtype``): computed, or kept from an earlier call."""
         got = self._cases.get((i, dtype))
         if got is not None:
             return got
-        if self._normals is None or self._normals[0] != i:  # one draw per scale, rounded per dtype
-            self._normals = (i, normal_inputs(self.graph, self.scales[i], self.seed + i))
-        ins = {k: x.to(_TORCH[dtype]).to(self.device) for k, x in self._normals[1].items()}
+        ins = {k: x.to(_TORCH[dtype]) for k, x in self.draw(i).items()}
         R = magnitudes(self.graph, ins, self.device)
         finite = _finite(R)
+        positive = False
         if not all(finite):
             # outside the program's domain — a piece of a norm gets the mean of squares as an
             # input and takes its sqrt: a negative draw there means nothing. The same draw made
@@ -382,16 +416,15 @@ class FloatReference:
             R_pos = magnitudes(self.graph, pos, self.device)
             finite_pos = _finite(R_pos)
             if sum(finite_pos) > sum(finite):
-                ins, R, finite = pos, R_pos, finite_pos
+                ins, R, finite, positive = pos, R_pos, finite_pos, True
         tiny = float(torch.finfo(_TORCH[dtype]).tiny)
         with torch.no_grad():
             # the reference graph's own overflow is not saturated: that output is skipped (module docstring)
             ref = element_errors(evaluate(self.graph, ins, KernelFloatAlgebra(dtype, self.device)), R, tiny)
-        got = _Case(ins, R, finite, ref, tiny)
-        size = sum(x.numel() * x.element_size() for x in ins.values()) + \
-            sum(t.numel() * t.element_size() for rm in R for t in rm)
-        if size <= self.budget:
-            self.budget -= size
+        got = _Case(R, finite, ref, tiny, positive)
+        size = _nbytes(t for rm in R for t in rm)
+        if size <= self.case_budget:
+            self.case_budget -= size
             self._cases[(i, dtype)] = got
         return got
 
@@ -427,7 +460,8 @@ def _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, 
         for dtype in dtypes:
             c = prepared.case(i, dtype)
             with torch.no_grad():
-                cand = element_errors(evaluate(candidate, c.inputs, KernelFloatAlgebra(dtype, prepared.device)),
+                cand = element_errors(evaluate(candidate, prepared.inputs(i, dtype),
+                                               KernelFloatAlgebra(dtype, prepared.device)),
                                       c.R, c.tiny, float(torch.finfo(_TORCH[dtype]).max))
             cases.append(_judge(dtype, scale, tol[dtype], slack, c.finite, c.ref, cand))
     return FloatReport(cases)

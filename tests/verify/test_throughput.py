@@ -163,6 +163,35 @@ def test_fast_exp_is_torch_exp_bit_for_bit():
         assert torch.equal(a.nan_to_num(0.5), b.nan_to_num(0.5))
 
 
+def test_float_reference_draws_once_per_scale_and_keeps_case_results_without_draws(monkeypatch):
+    import verify.floatcheck as FC
+
+    drawn = []
+    orig = FC.normal_inputs
+    monkeypatch.setattr(FC, "normal_inputs", lambda g, scale, seed: drawn.append(scale) or orig(g, scale, seed))
+    fresh = [(c.rel_error, c.passed) for c in verify.float_check(GQA_P, GQA_G, seed=4).cases]
+    assert drawn == [0.25, 1.0, 16.0]  # one draw per scale, rounded per dtype
+    fr = FloatReference(GQA_P, seed=4)
+    fr.budget = 0  # weights too large to keep: the draws are redone, the case results kept
+    drawn.clear()
+    for _ in range(2):
+        got = verify.float_check(GQA_P, GQA_G, seed=4, prepared=fr)
+        assert [(c.rel_error, c.passed) for c in got.cases] == fresh
+    assert len(fr._cases) == 9 and not fr._draws and len(drawn) == 6
+    kept = FloatReference(GQA_P, seed=4)
+    drawn.clear()
+    for _ in range(2):
+        verify.float_check(GQA_P, GQA_G, seed=4, prepared=kept)
+    assert len(kept._draws) == 3 and len(drawn) == 3  # within the budget: drawn once
+
+
+def test_reference_gives_its_float_check_its_cache_budget():
+    ref = Reference(GQA_P, seed=4, device="cpu", cache_bytes=12345)
+    ref.equivalent(GQA_G)
+    (fr,) = ref._float.values()
+    assert fr.budget + sum(x.numel() * x.element_size() for d in fr._draws.values() for x in d.values()) == 12345
+
+
 def test_float_reference_is_reused_and_gives_the_same_report():
     fr = FloatReference(GQA_P, seed=4)
     a = verify.float_check(GQA_P, GQA_G, seed=4, prepared=fr)
