@@ -16,8 +16,9 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   (``lower.profile.config_space``: first-round picks and sweeps, every kernel) times
   ``lower.profile.SECONDS_PER_CONFIG``, within [:data:`MIN_TUNE_S`, :data:`MAX_TUNE_S`];
   when the sum exceeds :data:`TOTAL_TUNE_S` every share is scaled down (not below
-  :data:`MIN_TUNE_S`; the worst-predicted candidates are dropped if even that does not
-  fit).
+  :data:`MIN_TUNE_S`; if even that does not fit, candidates are dropped, worst predicted
+  first but the best of each kernel count last: a row that can tune only two times a
+  split-KV pair next to the best single kernel, not two variants of that kernel).
 
 The documented bound: the tuning of one re-ranking takes at most ``total_s`` seconds
 (default :data:`TOTAL_TUNE_S`) plus, per kernel, the one configuration running when its
@@ -111,7 +112,8 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
                 break
             if not _among(c, chosen):
                 chosen.append(c)
-        chosen.sort(key=lambda c: c.predicted_s or 0.0)
+        # kept in this order until the tuning budget is shared out: when it cannot tune them
+        # all, the last dropped are the best of each kernel count, not a second structure
         why = (f"{len(chosen)} of {len(cands)}: predicted within {SPREAD:g}x of the best, the best of each "
                f"kernel count within {STRUCTURE_SPREAD:g}x, {MIN_TIMED}..{MAX_TIMED} timed")
     if tune_seconds is not None:
@@ -130,7 +132,8 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
                 break
         why += (f"; tuning sized by each configuration space ({SECONDS_PER_CONFIG:g} s a configuration, "
                 f"{MIN_TUNE_S:g}..{MAX_TUNE_S:g} s each, {sum(secs):.0f} of at most {total_s:g} s in all)")
-    return RerankPlan([*zip(chosen, secs), *((c, MIN_TUNE_S) for c in program)], why)
+    timed = sorted(zip(chosen, secs), key=lambda cs: cs[0].predicted_s or 0.0)
+    return RerankPlan([*timed, *((c, MIN_TUNE_S) for c in program)], why)
 
 
 def _among(c: "Candidate", xs: list["Candidate"]) -> bool:

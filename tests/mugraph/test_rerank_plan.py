@@ -55,6 +55,19 @@ def test_the_best_of_another_kernel_count_is_timed_within_its_spread():
     assert id(pair) in ids and id(far) not in ids and {id(c) for c in one} <= ids
 
 
+def test_a_tight_budget_keeps_the_best_of_each_kernel_count():
+    # two variants of one single kernel predicted alike, and a split pair predicted slower:
+    # with room for two, the pair is timed beside the best single kernel, not the variant
+    single, variant = _cand(6.6, tag="s"), _cand(6.6, tag="v")
+    pair = _cand(9.2, kernels=2, tag="pair")
+    plan = plan_rerank([variant, pair, single], space=_space(10), total_s=2 * MIN_TUNE_S)
+    chosen = [c for c, _ in plan.timed]
+    assert len(chosen) == 2 and pair in chosen
+    assert [c.predicted_s for c in chosen] == sorted(c.predicted_s for c in chosen)  # best predicted first
+    # with room for all three, all are timed
+    assert len(plan_rerank([variant, pair, single], space=_space(10), total_s=3 * MIN_TUNE_S).timed) == 3
+
+
 def test_tuning_time_follows_the_configuration_space_within_the_total():
     a, b = _cand(10, tag="a"), _cand(11, tag="b")
     sizes = {id(a.graph): 8, id(b.graph): 40}
