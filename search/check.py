@@ -8,9 +8,13 @@ first: :class:`verify.Fingerprinter`) and, if the fingerprint matches, verified 
 
 from __future__ import annotations
 
+import logging
+
 import verify
 from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph
+
+log = logging.getLogger("mugraph")
 
 
 class Checker:
@@ -47,12 +51,18 @@ class Checker:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 
     def verdict(self, graph: KernelGraph):
-        """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph)."""
+        """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph).
+        An unexpected error inside the verifier is one warning line and no verdict for this
+        candidate — never shipped, and the search goes on with the others."""
         try:
             if self._reference is None:
                 self._reference = verify.Reference(self.program, seed=self.seed)
             return self._reference.equivalent(graph, error=self.error)
         except MugraphError:
+            return None
+        except Exception as e:  # noqa: BLE001 — a verifier bug must not end the search
+            log.warning("mugraph search: the verifier failed on a candidate of %r (%s: %s); not verified",
+                        self.program.name, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
             return None
 
     def verified(self, graph: KernelGraph) -> bool:

@@ -106,6 +106,17 @@ def _log2add(a: float, b: float) -> float:
     return hi + math.log2(1.0 + 2.0 ** (lo - hi))
 
 
+def _pow(k: float, n: int) -> float:
+    """``k ** n`` for a term count, ``inf`` past the float range (Python's ``**`` raises
+    there): a product of K sums of exp terms — a matmul over fractions whose
+    denominators hold an exp, as ``silu(X @ W1) @ W2`` — has ``k^K`` terms, and an
+    infinite count makes the bound 1 (no guarantee), which the verdict reports."""
+    try:
+        return k ** n
+    except OverflowError:
+        return math.inf
+
+
 def bits(n: int) -> float:
     """``log2 max(1, |n|)``: the height of an integer constant."""
     n = abs(int(n))
@@ -186,7 +197,7 @@ class ExpPoly:
         else:
             eg, eh = self.eg + (n - 1) * self.eh, n * self.eh
         hg, hh = (math.log2(n) + self.hg + (n - 1) * self.hh, n * self.hh) if self.x else (self.hg, self.hh)
-        return ExpPoly(self.d * n, self.k ** n if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh)
+        return ExpPoly(self.d * n, _pow(self.k, n) if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh)
 
     def scaled(self, height: float) -> "ExpPoly":
         """This summary with its coefficients multiplied by an integer of that height."""

@@ -275,6 +275,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"
+    _warn_if_unproven(program, best, cfg.error)
     if interrupted:
         why += "; interrupted: the best of the candidates verified so far"
     elif own_checkpoint and found.complete:  # nothing left to resume; the result cache holds the answer
@@ -284,6 +285,20 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "total_s": time.perf_counter() - t0, "versions": versions()}
     return Optimized(program, best, cands, report, device)
+
+def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
+    """One warning line when the chosen μGraph's verification did not reach the target
+    error: its field tests all passed, but the per-test bound is too weak for the number
+    of tests (e.g. ``silu`` inside a long matmul reduction: the bound's exp-term count is
+    astronomically large), so passing is evidence, not a proof at that level."""
+    if best.origin != "search" or not best.verified:
+        return
+    v = verify.Verdict.from_json(best.verified)
+    if not v.bound_met:
+        log.warning("mugraph: %s: the chosen μGraph passed %d field tests, but the verifier's bound on a false "
+                    "accept is %.3g (target %.3g; per-test bound %.3g): evidence, not a proof at that level",
+                    program.name, v.tests, v.error_bound, error, v.per_test_bound)
+
 
 def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c: Candidate,
                      bound: float | None) -> float | None:

@@ -64,3 +64,29 @@ def test_wrong_inputs_at_call_time(tmp_path):
         opt(torch.randn(3, 3), *xs[1:])
     with pytest.raises(mg.InputError, match="dtype"):
         opt(*[x.double() for x in xs])
+
+
+def test_a_chosen_graph_whose_bound_was_not_met_is_warned_about(caplog):
+    """The search accepts a candidate whose field tests all passed even when the per-test
+    bound cannot reach the target (silu inside a long reduction): the user is told, in one
+    line, that its verification is evidence rather than a proof at that level."""
+    import verify
+    from mugraph.pipeline.optimize import _warn_if_unproven
+    from mugraph.pipeline.results import Candidate
+
+    p = mg.Program("silu_mlp")
+    X = p.input("X", (4, 8), "float16")
+    W1 = p.input("W1", (8, 4096), "float16")
+    W2 = p.input("W2", (4096, 8), "float16")
+    p.output(mg.silu(X @ W1) @ W2)
+    weak = verify.equivalent(p, p, seed=0, max_tests=2, float_check=False)
+    with caplog.at_level("WARNING", logger="mugraph"):
+        _warn_if_unproven(p, Candidate(p, "search", verified=weak.to_json()), 2.0 ** -40)
+    (rec,) = caplog.records
+    assert "silu_mlp" in rec.getMessage() and "not a proof" in rec.getMessage()
+    caplog.clear()
+    strong = verify.equivalent(program("lora", small=True), program("lora", small=True), seed=0, float_check=False)
+    with caplog.at_level("WARNING", logger="mugraph"):
+        _warn_if_unproven(p, Candidate(p, "search", verified=strong.to_json()), 2.0 ** -40)
+        _warn_if_unproven(p, Candidate(p, "program"), 2.0 ** -40)
+    assert not caplog.records

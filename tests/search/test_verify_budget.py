@@ -119,3 +119,23 @@ def test_budget_defaults_scale_with_the_time():
     assert SearchConfig(verify_per_kernels=None).verify_per_kernels is None
     assert Counter(k for k in cfg.key() if k.startswith("verify")) == Counter(
         ["verify_error", "verify_per_kernels", "verify"])
+
+
+def test_a_verifier_error_on_one_candidate_is_a_warning_and_no_verdict(monkeypatch, caplog):
+    """An unexpected exception inside the verifier (a bug, or an analysis that overflows)
+    costs that candidate its verdict, with one warning line; the search goes on."""
+    import verify
+    from search.check import Checker
+
+    p = mg.Program("tiny")
+    x = p.input("X", (4, 8))
+    p.output(mg.exp(x))
+    ck = Checker(p)
+
+    def boom(self, graph, **kw):
+        raise OverflowError("numerical result out of range")
+
+    monkeypatch.setattr(verify.Reference, "equivalent", boom)
+    with caplog.at_level("WARNING", logger="mugraph"):
+        assert ck.verdict(p) is None and ck.verified(p) is False
+    assert "tiny" in caplog.text and "OverflowError" in caplog.text

@@ -158,6 +158,20 @@ def test_weak_bound_is_reported_not_hidden():
     assert "not reached" in str(v)
 
 
+def test_silu_inside_a_long_reduction_gives_no_bound_rather_than_an_overflow():
+    """silu(X @ W1) @ W2 with a 4096-long second reduction: the common denominator has
+    2^4096 exp terms — past the float range — so the per-test bound is 1 (no guarantee),
+    reported as such; it used to raise OverflowError from inside the analysis."""
+    p = mg.Program("silu_mlp")
+    X = p.input("X", (16, 64), "float16")
+    W1 = p.input("W1", (64, 4096), "float16")
+    W2 = p.input("W2", (4096, 64), "float16")
+    p.output(mg.silu(X @ W1) @ W2)
+    assert verify.per_test_bound(p, p) == (1.0, False)
+    v = verify.equivalent(p, p, seed=0, max_tests=2, float_check=False)
+    assert v.equivalent and not v.bound_met and v.per_test_bound == 1.0
+
+
 def test_zero_divisor_in_dead_code_is_not_a_rejection():
     """x/(y−y) computed but unused: the real functions agree, so must the verdict."""
     p = mg.Program("p")
