@@ -209,6 +209,14 @@ def _capture_only(args, cfg, rope, step, opts, torch, device, dtype, out) -> int
     return 0
 
 
+def _strided_randn(shape, strides, dtype, device, torch):
+    """Normal values (std 0.1) in a tensor of ``shape`` with ``strides`` (None: row-major)."""
+    if strides is None:
+        return torch.randn(shape, device=device, dtype=dtype) * 0.1
+    size = 1 + sum((n - 1) * st for n, st in zip(shape, strides))
+    return (torch.randn(size, device=device, dtype=dtype) * 0.1).as_strided(tuple(shape), tuple(strides))
+
+
 def _piece_row(T, bp, done, device, torch):
     import lower
 
@@ -230,7 +238,10 @@ def _piece_row(T, bp, done, device, torch):
     row.update(found_by=(opt.best.found_by or opt.best.origin), kernels=opt.best.num_kernels, runs="lowered",
                search_s=round(bp.info["search_s"], 1))
     dt = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
-    xs = [torch.randn(t.shape, device=device, dtype=dt[t.dtype]) * 0.1 for t in bp.program.inputs]
+    # laid out as the layer passes them (a linear's weight arrives transposed: strides (1, in)),
+    # which the piece's kernels were compiled and tuned for
+    xs = [_strided_randn(t.shape, st, dt[t.dtype], device, torch)
+          for t, st in zip(bp.program.inputs, bp.input_strides or [None] * len(bp.program.inputs))]
     replaced = lower.compile(bp.program, device=device, cuda_graphs=False)  # one torch call per op
     ours = bench(lambda: op(xs), device, torch)
     theirs = bench(lambda: replaced(*xs), device, torch)
