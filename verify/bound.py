@@ -42,7 +42,14 @@ The test accepts only if one of these events happens:
    integer polynomial of degree ``≤ e = deg g + deg h`` and height
    ``≤ h_e = 1 + h_g + h_h``; it vanishes identically mod q with probability
    ``≤ bad_q(h_e)``, else at the draw with probability ``≤ e/q`` (Schwartz–Zippel);
-   a union bound over the other terms gives ``(k−1)·(e/q + bad_q(h_e))``;
+   a union bound over the other terms gives ``(k−1)·(e/q + bad_q(h_e))``. When every
+   exponent carries one constant factor ``κ`` (``g_i/h_i = κ·P_i/D_i``, as an
+   attention's scale multiplies all its scores) and the pair is drawn avoiding the
+   prime factors of every constant (random pairs; not a fixed pair), ``q`` divides
+   neither numerator nor denominator of ``κ``, so the collision polynomial vanishes
+   mod q only if ``P_1·D_j − P_j·D_1`` does: ``h_e = 1 + h(P) + h(D)`` then, without
+   ``κ``'s height (1/√128 as a float64 is a 56-bit dyadic fraction, which made the
+   bound of a d = 128 attention 1);
 2. no collision, but term 1's coefficient vanishes: ``≤ d/p + bad_p(h)``;
 3. neither, so ``F`` is a non-zero polynomial ``P(ω) = Σ_j C_j ω^{ε_j}`` with at
    most ``k`` distinct exponents ``ε_j ∈ Z_q`` — a non-zero ``k``-sparse function on
@@ -132,6 +139,9 @@ class Primes:
     p_min: int
     q_min: int
     pairs: float
+    #: whether every drawn pair avoids the prime factors of every constant's numerator and
+    #: denominator (random pairs drawn with ``avoid``; not a fixed pair)
+    avoids_constants: bool = False
 
     def bad(self, height: float, m_min: int) -> float:
         """``Pr[the drawn prime (≥ m_min) divides a given non-zero integer of at most
@@ -149,7 +159,15 @@ class ExpPoly:
     ``eg``/``eh``: max degrees of the exponents' numerators/denominators;
     ``x``: whether any exponent is present; ``h``: log2 of ``Σ‖c_i‖₁`` (the
     coefficients' height); ``hg``/``hh``: max log2 L1 norms of the exponents'
-    numerators/denominators."""
+    numerators/denominators.
+
+    ``kappa``: a positive rational every exponent is known to carry as a factor —
+    each exponent is ``±kappa · P_i / D_i`` with integer polynomials of heights at most
+    ``sg``/``sh`` (None: not known, e.g. exponents scaled by different constants). An
+    attention's exponents all carry its scale (1/√128 as a float64 constant is a
+    56-bit dyadic fraction); its prime factors are the constants' own, which a random
+    pair avoids, so only ``P_1·D_j − P_j·D_1`` can vanish mod q identically
+    (:meth:`zero_prob`)."""
 
     d: int = 0
     k: float = 1.0
@@ -159,34 +177,42 @@ class ExpPoly:
     h: float = 0.0
     hg: float = 0.0
     hh: float = 0.0
+    kappa: Fraction | None = None
+    sg: float = 0.0
+    sh: float = 0.0
 
     def __mul__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
         if not o.x:  # exponents add: an exp-free side adds 0
-            eg, eh, hg, hh = self.eg, self.eh, self.hg, self.hh
+            eg, eh, hg, hh, kappa, sg, sh = self.eg, self.eh, self.hg, self.hh, self.kappa, self.sg, self.sh
         elif not self.x:
-            eg, eh, hg, hh = o.eg, o.eh, o.hg, o.hh
-        else:  # g1/h1 + g2/h2 = (g1h2 + g2h1)/(h1h2)
+            eg, eh, hg, hh, kappa, sg, sh = o.eg, o.eh, o.hg, o.hh, o.kappa, o.sg, o.sh
+        else:  # g1/h1 + g2/h2 = (g1h2 + g2h1)/(h1h2); κP1/D1 + κP2/D2 = κ(P1D2 + P2D1)/(D1D2)
             if self.eh == 0 and o.eh == 0:
                 eg, eh = max(self.eg, o.eg), 0
             else:
                 eg, eh = max(self.eg + o.eh, o.eg + self.eh), self.eh + o.eh
             hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
-        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh)
+            kappa = self.kappa if self.kappa is not None and self.kappa == o.kappa else None
+            sg, sh = _log2add(self.sg + o.sh, o.sg + self.sh), self.sh + o.sh
+        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh)
 
     def __add__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
         if self.x and o.x:
             eg, eh, hg, hh = max(self.eg, o.eg), max(self.eh, o.eh), max(self.hg, o.hg), max(self.hh, o.hh)
+            kappa = self.kappa if self.kappa is not None and self.kappa == o.kappa else None
+            sg, sh = max(self.sg, o.sg), max(self.sh, o.sh)
         else:
             s = self if self.x else o
-            eg, eh, hg, hh = s.eg, s.eh, s.hg, s.hh
-        return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, eg, eh, x, _log2add(self.h, o.h), hg, hh)
+            eg, eh, hg, hh, kappa, sg, sh = s.eg, s.eh, s.hg, s.hh, s.kappa, s.sg, s.sh
+        return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, eg, eh, x, _log2add(self.h, o.h), hg, hh,
+                       kappa, sg, sh)
 
     def times(self, n: int) -> "ExpPoly":
         """A sum of ``n`` summaries like this one."""
         return ExpPoly(self.d, self.k * n if self.x else 1.0, self.eg, self.eh, self.x, self.h + math.log2(n),
-                       self.hg, self.hh)
+                       self.hg, self.hh, self.kappa, self.sg, self.sh)
 
     def power(self, n: int) -> "ExpPoly":
         """A product of ``n`` summaries like this one (closed form of ``*``)."""
@@ -197,11 +223,14 @@ class ExpPoly:
         else:
             eg, eh = self.eg + (n - 1) * self.eh, n * self.eh
         hg, hh = (math.log2(n) + self.hg + (n - 1) * self.hh, n * self.hh) if self.x else (self.hg, self.hh)
-        return ExpPoly(self.d * n, _pow(self.k, n) if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh)
+        sg, sh = (math.log2(n) + self.sg + (n - 1) * self.sh, n * self.sh) if self.x else (self.sg, self.sh)
+        return ExpPoly(self.d * n, _pow(self.k, n) if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh,
+                       self.kappa, sg, sh)
 
     def scaled(self, height: float) -> "ExpPoly":
         """This summary with its coefficients multiplied by an integer of that height."""
-        return ExpPoly(self.d, self.k, self.eg, self.eh, self.x, self.h + height, self.hg, self.hh)
+        return ExpPoly(self.d, self.k, self.eg, self.eh, self.x, self.h + height, self.hg, self.hh,
+                       self.kappa, self.sg, self.sh)
 
     def zero_prob(self, primes: Primes) -> float:
         """Upper bound on ``Pr[this = 0]`` at a random draw when it is not
@@ -211,9 +240,18 @@ class ExpPoly:
         p, q = primes.p_min, primes.q_min
         eps = self.d / p + primes.bad(self.h, p)
         if self.x and self.k > 1:
-            he = 1 + self.hg + self.hh
+            he = self.collision_height(primes)
             eps += (self.k - 1) * ((self.eg + self.eh) / q + primes.bad(he, q)) + (self.k - 1) / (q - 1)
         return min(1.0, eps)
+
+    def collision_height(self, primes: Primes) -> float:
+        """Height (bits) of the integer polynomials whose vanishing mod q makes two
+        exponents collide: ``g_1·h_j − g_j·h_1``, or, when every exponent carries one
+        constant ``kappa`` and the drawn pair avoids the constants' prime factors (so q
+        divides neither ``kappa``'s numerator nor its denominator), ``P_1·D_j − P_j·D_1``."""
+        if self.kappa is not None and primes.avoids_constants:
+            return 1 + self.sg + self.sh
+        return 1 + self.hg + self.hh
 
 
 ONE = ExpPoly()
@@ -233,13 +271,17 @@ class Factor:
 @dataclass(frozen=True)
 class Deg:
     """Symbolic summary of a tensor value: ``num / (c · Π den)`` with ``c`` a
-    positive integer (the constants' denominators)."""
+    positive integer (the constants' denominators). ``num = a·P`` for an integer
+    polynomial ``P`` and a positive integer ``a`` (a product of constants' numerators
+    and denominators, 1 when none is known): ``num.h − log2 a`` bounds ``P``'s height,
+    which is what an exponent's collisions depend on (:meth:`DegreeAlgebra._exp`)."""
 
     shape: tuple[int, ...]
     num: ExpPoly
     den: tuple[Factor, ...] = ()
     heuristic: bool = False
     c: int = 1
+    a: int = 1
 
     @property
     def ndim(self) -> int:
@@ -260,10 +302,16 @@ def _h(*parts) -> int:
     return hash(parts)
 
 
+def _exponent(x: "Deg", dp: ExpPoly) -> tuple[Fraction, float, float]:
+    """``(kappa, sg, sh)`` of ``exp(x)``'s exponent ``x = a·P / (c·D)``: the constant
+    ``a/c`` and the heights of ``P`` (``num.h − log2 a``) and ``D`` (``dp.h − log2 c``)."""
+    return Fraction(x.a, x.c), max(0.0, x.num.h - bits(x.a)), max(0.0, dp.h - bits(x.c))
+
+
 def _move(v: Deg, shape, tag, mask_fn) -> Deg:
     """Apply a structural move to every factor: new key, new mask."""
     den = tuple(Factor(_h(f.key, tag), f.poly, tuple(mask_fn(f.mask))) for f in v.den)
-    return Deg(tuple(shape), v.num, den, v.heuristic, v.c)
+    return Deg(tuple(shape), v.num, den, v.heuristic, v.c, v.a)
 
 
 def _groups(old: Sequence[int], new: Sequence[int]) -> list[tuple[list[int], list[int]]]:
@@ -416,20 +464,23 @@ class DegreeAlgebra(Algebra):
             only_b.remove(next(g for g in only_b if g.key == f.key))
         c = math.lcm(a.c, b.c)  # a/(ca·…) + b/(cb·…) over the common constant lcm(ca, cb)
         num = a.num.scaled(bits(c // a.c)) * a.den_poly(only_b) + b.num.scaled(bits(c // b.c)) * a.den_poly(only_a)
-        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic, c)
+        common = math.gcd(a.a * (c // a.c), b.a * (c // b.c))  # a factor of both terms
+        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic, c, common)
 
     def _mul(self, xs, at):
         a, b = self._pair(*xs)
-        return Deg(a.shape, a.num * b.num, a.den + b.den, a.heuristic or b.heuristic, a.c * b.c)
+        return Deg(a.shape, a.num * b.num, a.den + b.den, a.heuristic or b.heuristic, a.c * b.c, a.a * b.a)
 
     def _scale(self, xs, at):
         (x,) = xs
         c = Fraction(at["c"])
-        return Deg(x.shape, x.num.scaled(bits(c.numerator)), x.den, x.heuristic, x.c * c.denominator)
+        return Deg(x.shape, x.num.scaled(bits(c.numerator)), x.den, x.heuristic, x.c * c.denominator,
+                   x.a * abs(c.numerator) if c.numerator else x.a)
 
     def _const(self, xs, at):
         v = Fraction(at["value"])
-        return Deg(tuple(at["shape"]), ExpPoly(h=bits(v.numerator)), (), False, v.denominator)
+        return Deg(tuple(at["shape"]), ExpPoly(h=bits(v.numerator)), (), False, v.denominator,
+                   abs(v.numerator) if v.numerator else 1)
 
     def _divisor_risk(self, b: Deg) -> None:
         n = math.prod(b.shape)
@@ -444,7 +495,7 @@ class DegreeAlgebra(Algebra):
         # 1/b = (cb·Db)/Nb: Nb becomes a new factor on b's own carrier (so the dims b is
         # broadcast along are known constant), then it is multiplied in like mul
         inv = Deg(b.shape, b.den_poly(), (Factor(self.fresh(), b.num, tuple(s > 1 for s in b.shape)),),
-                  b.heuristic)
+                  b.heuristic, 1, b.c)
         return self._mul([a, inv], at)
 
     def _exp(self, xs, at):
@@ -452,7 +503,8 @@ class DegreeAlgebra(Algebra):
         if not x.exp_free():
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu)")
         dp = x.den_poly()
-        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h), (), x.heuristic)
+        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h, *_exponent(x, dp)), (),
+                   x.heuristic)
 
     def _silu(self, xs, at):
         (x,) = xs
@@ -460,7 +512,8 @@ class DegreeAlgebra(Algebra):
             raise NotLaxError("silu: its argument already contains an exponentiation (exp/silu)")
         # x / (1 + exp(−x)): 1 + ω^k is never 0 (ω has odd order), so no failed draws
         dp = x.den_poly()
-        f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, dp.d, True, 1.0, x.num.h, dp.h), tuple(s > 1 for s in x.shape))
+        f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, dp.d, True, 1.0, x.num.h, dp.h, *_exponent(x, dp)),
+                   tuple(s > 1 for s in x.shape))
         return Deg(x.shape, x.num, x.den + (f,), x.heuristic, x.c)
 
     def _sqrt(self, xs, at):
@@ -484,12 +537,12 @@ class DegreeAlgebra(Algebra):
             return Factor(_h(f.key, "sum", dim, v.shape), f.poly, tuple(m))
 
         if not vary:
-            return Deg(shape, v.num.times(K), tuple(rekey(f) for f in const), v.heuristic, v.c)
+            return Deg(shape, v.num.times(K), tuple(rekey(f) for f in const), v.heuristic, v.c, v.a)
         V = v.den_poly(vary)
         num = (v.num * V.power(K - 1)).times(K)
         mask = [any(f.mask[i] for f in vary) and i != dim for i in range(len(shape))]
         merged = Factor(self.fresh(), V.power(K), tuple(mask))
-        return Deg(shape, num, tuple(rekey(f) for f in const) + (merged,), v.heuristic, v.c)
+        return Deg(shape, num, tuple(rekey(f) for f in const) + (merged,), v.heuristic, v.c, v.a)
 
     def _matmul(self, xs, at):
         a, b = xs
@@ -499,7 +552,7 @@ class DegreeAlgebra(Algebra):
         carrier = lead + (m, K, n)
         a4 = self._broadcast(self.reshape(a, a.shape + (1,)), carrier)
         b4 = self._broadcast(self.reshape(b, b.shape[:-2] + (1,) + b.shape[-2:]), carrier)
-        prod = Deg(carrier, a4.num * b4.num, a4.den + b4.den, a4.heuristic or b4.heuristic, a4.c * b4.c)
+        prod = Deg(carrier, a4.num * b4.num, a4.den + b4.den, a4.heuristic or b4.heuristic, a4.c * b4.c, a4.a * b4.a)
         r = self._reduce(prod, len(carrier) - 2)
         return self.reshape(r, lead + (m, n))
 
@@ -555,7 +608,7 @@ def constants_report(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg
         term = primes.bad(F.h, primes.p_min)
         hb = F.h
         if F.x and F.k > 1:
-            he = 1 + F.hg + F.hh
+            he = F.collision_height(primes)
             hb = max(hb, he)
             term += (F.k - 1) * primes.bad(he, primes.q_min) if math.isfinite(F.k) else 1.0
         worst_bits, worst_term = max(worst_bits, hb), max(worst_term, min(1.0, term))

@@ -165,7 +165,7 @@ def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
         lq = math.log2(fld.q_min)
         excluded = 2 * sum(math.floor(bits(n) / lq) for n in avoid)
         pairs = max(1.0, (fld.size - excluded) * (fld.square_fraction(squares) if squares else 1.0))
-        primes = Primes(fld.p_min, fld.q_min, pairs)
+        primes = Primes(fld.p_min, fld.q_min, pairs, avoids_constants=True)
     if unconditioned:
         notes.append(f"sqrt: the sign of constants with the prime factors {sorted(unconditioned)} is not controlled "
                      "by the primes (sqrt(c²) may be −c): " + ("with fixed primes there is no bound" if

@@ -4,6 +4,7 @@ a wrong part hidden next to a large one) are rejected with random primes, the
 bound carries the term for constants, and equivalent rewrites with such constants
 still pass."""
 
+import math
 from fractions import Fraction
 
 import pytest
@@ -165,3 +166,57 @@ def test_magnitudes_bound_the_values_and_see_cancellation():
     (v0, m0), (v1, m1) = magnitudes(p, ins)
     assert (v0 == 0).all() and (m0 > 0).all()  # cancelled, but the terms had a size
     assert (m1 >= v1.abs()).all()
+
+
+def _softmax_of(scale):
+    def build(q, k):
+        e = mg.exp(mg.scale(q @ k, scale))
+        return e / mg.sum(e, 1)
+    return build
+
+
+ATTN_SHAPES = {"q": (4, 128), "k": (128, 4096)}
+
+
+def test_a_constant_shared_by_every_exponent_does_not_count_against_collisions():
+    """exp(c·q@k) with c = 1/√128 as a float (a 56-bit dyadic fraction): every exponent
+    carries c, whose prime factors a random pair avoids, so only the structural part of
+    the collision polynomials (7 bits) can vanish mod q. Counting c's height, 2·4096
+    terms gave 0.29 per test (and an attention's 2·4096² terms, 1); with fixed primes,
+    which may divide c, there is no such credit."""
+    c = Fraction(1 / math.sqrt(128))
+    assert c.denominator.bit_length() > 50
+    a, b = pair(_softmax_of(c), _softmax_of(c), ATTN_SHAPES)
+    eps, heuristic = verify.per_test_bound(a, b)
+    assert eps < 1e-3 and not heuristic
+    assert verify.per_test_bound(a, b, FORMER)[0] == 1.0  # a 226-bit collision height, one fixed pair
+    # the same pair with an exact small scale gets about the same bound
+    a8, b8 = pair(_softmax_of(Fraction(1, 8)), _softmax_of(Fraction(1, 8)), ATTN_SHAPES)
+    assert verify.per_test_bound(a8, b8)[0] == pytest.approx(eps, rel=0.05)
+
+
+def test_different_constants_in_the_exponents_get_no_such_credit_and_are_rejected():
+    """A candidate whose scale differs (1/√127 for 1/√128): the exponents no longer share
+    one constant, so the bound falls back to the whole height, and the field tests reject
+    the pair anyway."""
+    c, d = Fraction(1 / math.sqrt(128)), Fraction(1 / math.sqrt(127))
+    shared = verify.per_test_bound(*pair(_softmax_of(c), _softmax_of(c), ATTN_SHAPES))[0]
+    mixed = verify.per_test_bound(*pair(_softmax_of(c), _softmax_of(d), ATTN_SHAPES))[0]
+    assert mixed > 0.2 and mixed > 1000 * shared
+    small = {"q": (2, 8), "k": (8, 16)}
+    a, b = pair(_softmax_of(c), _softmax_of(d), small)
+    v = verify.equivalent(a, b, seed=3, max_tests=4, float_check=False)
+    assert v.equivalent is False
+
+
+def test_shared_exponent_constant_is_tracked_through_the_ops():
+    from verify.bound import ONE, ExpPoly
+
+    k = Fraction(3, 1 << 40)
+    e1 = ExpPoly(0, 1.0, 1, 0, True, 0.0, 45.0, 40.0, k, 5.0, 0.0)
+    e2 = ExpPoly(0, 1.0, 1, 0, True, 0.0, 45.0, 40.0, k, 3.0, 0.0)
+    other = ExpPoly(0, 1.0, 1, 0, True, 0.0, 45.0, 40.0, Fraction(5, 1 << 40), 3.0, 0.0)
+    assert (e1 * e2).kappa == k and (e1 + e2).kappa == k and (e1 * ONE).kappa == k
+    assert e1.power(4).kappa == k and e1.times(7).kappa == k and e1.scaled(9.0).kappa == k
+    assert (e1 * other).kappa is None and (e1 + other).kappa is None
+    assert (e1 * e2).sg == pytest.approx(max(5.0, 3.0) + 0.0 + 1.0, abs=1.0)
