@@ -394,10 +394,11 @@ class FloatReference:
                 self._draws[i] = got
         return got
 
-    def inputs(self, i: int, dtype: str) -> dict[str, torch.Tensor]:
-        """Case (scale ``i``, ``dtype``)'s inputs, as both graphs of the check read them."""
+    def inputs(self, i: int, dtype: str, positive: bool) -> dict[str, torch.Tensor]:
+        """Case (scale ``i``, ``dtype``)'s inputs, as both graphs of the check read them
+        (``positive``: the case's :attr:`_Case.positive`)."""
         ins = {k: x.to(_TORCH[dtype]) for k, x in self.draw(i).items()}
-        return {k: x.abs() for k, x in ins.items()} if self.case(i, dtype).positive else ins
+        return {k: x.abs() for k, x in ins.items()} if positive else ins
 
     def case(self, i: int, dtype: str) -> _Case:
         """Case (scale index ``i``, ``dtype``): computed, or kept from an earlier call."""
@@ -460,7 +461,7 @@ def _float_check(reference, candidate, dtypes, scales, seed, tolerances, slack, 
         for dtype in dtypes:
             c = prepared.case(i, dtype)
             with torch.no_grad():
-                cand = element_errors(evaluate(candidate, prepared.inputs(i, dtype),
+                cand = element_errors(evaluate(candidate, prepared.inputs(i, dtype, c.positive),
                                                KernelFloatAlgebra(dtype, prepared.device)),
                                       c.R, c.tiny, float(torch.finfo(_TORCH[dtype]).max))
             cases.append(_judge(dtype, scale, tol[dtype], slack, c.finite, c.ref, cand))

@@ -183,6 +183,16 @@ def test_float_reference_draws_once_per_scale_and_keeps_case_results_without_dra
     for _ in range(2):
         verify.float_check(GQA_P, GQA_G, seed=4, prepared=kept)
     assert len(kept._draws) == 3 and len(drawn) == 3  # within the budget: drawn once
+    # no room for case results either: each case's program side is computed once per check
+    evals = []
+    orig_mag = FC.magnitudes
+    monkeypatch.setattr(FC, "magnitudes", lambda *a, **k: evals.append(1) or orig_mag(*a, **k))
+    verify.float_check(GQA_P, GQA_G, seed=4, prepared=FloatReference(GQA_P, seed=4))
+    once = len(evals)  # 9 cases, and the non-negative retry of those whose reference overflows
+    evals.clear()
+    bare = FloatReference(GQA_P, seed=4, cache_bytes=0)
+    got = verify.float_check(GQA_P, GQA_G, seed=4, prepared=bare)
+    assert [(c.rel_error, c.passed) for c in got.cases] == fresh and len(evals) == once
 
 
 def test_reference_gives_its_float_check_its_cache_budget():
