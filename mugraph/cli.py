@@ -227,11 +227,24 @@ def _interrupted(line: str) -> None:
 @click.option("--row-seconds", default=ROW_S, show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="What one row may take in all: search, re-ranking, the reference's tuning and the baselines "
                    "(the tuning gets what the search leaves).")
+@click.option("--gpus", default=None,
+              help="Run rows side by side on several GPUs of this machine: 'all' or indices such as 0,1,2,3. Each "
+                   "GPU gets its own share of the physical cores and runs its rows one after another (search "
+                   "workers default to the share's size); the rows are merged into OUT/bench.csv.")
 @_search_options
-def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds, time_limit, max_block_ops,
+def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds, gpus, time_limit, max_block_ops,
           max_kernel_ops, workers, executor, seed, cache_dir, no_cache) -> None:
     """The benchmark table: ours vs the hand-written reference, PyTorch eager, torch.compile, SDPA and the
     memory floor; the search's wall time, verified count and reach (rows print as they finish)."""
+    if gpus is not None:
+        passthrough = _passthrough(results=results, timing=timing, top_k=top_k, tune_seconds=tune_seconds,
+                                   row_seconds=row_seconds, time_limit=time_limit, max_block_ops=max_block_ops,
+                                   max_kernel_ops=max_kernel_ops, executor=executor, seed=seed, cache_dir=cache_dir)
+        if no_cache:
+            passthrough.append("--no-cache")
+        _bench_on_gpus(gpus, list(names) or [*PROGRAMS, *DECODE], list(batches) or [1, 8], out or "out/bench",
+                       workers, passthrough)
+        return
     config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
     started = []
 
@@ -246,6 +259,43 @@ def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds
                            tune_seconds=tune_seconds, on_row=on_row, seed=seed,
                            cache_dir=False if no_cache else cache_dir, out=out, row_seconds=row_seconds)
     click.echo("\n" + format_table(rows, head))
+
+
+def _passthrough(**opts) -> list[str]:
+    """Options given to ``bench``, as the command line of one row's process."""
+    out = []
+    for k, v in opts.items():
+        if v is not None:
+            out += [f"--{k.replace('_', '-')}", str(v)]
+    return out
+
+
+def _bench_on_gpus(spec: str, names: list[str], batches: list[int], out: str, workers, passthrough) -> None:
+    """``bench --gpus``: the rows dealt to the GPUs (:mod:`mugraph.pipeline.parallel`)."""
+    import torch
+
+    from .pipeline import parallel
+    from .pipeline.bench import rows_from_csv
+
+    gpus = parallel.parse_gpus(spec, torch.cuda.device_count())
+    groups = parallel.core_groups(len(gpus))
+    folder = Path(out)
+    if folder.exists() and not folder.is_dir():
+        raise MugraphError(f"bench: --out {out!r} is a file, not a folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    jobs = [(n, b) for n in names for b in batches]
+    queues = parallel.assign(jobs, len(gpus))
+    click.echo(f"{len(jobs)} rows on GPUs {gpus}, CPUs per GPU: {[len(g) for g in groups]}")
+    codes = parallel.run_queues(
+        queues, gpus, groups,
+        lambda job, share, where: parallel.bench_argv(job[0], job[1], workers or share, where, passthrough),
+        folder, echo=lambda line: click.echo(line))
+    rows = parallel.merge_csv(folder, lambda r: (names.index(r["name"]), batches.index(int(r["b"]))))
+    click.echo("\n" + format_table(rows_from_csv(rows), f"{len(rows)} of {len(jobs)} rows on GPUs {gpus}"))
+    failed = sum(c != 0 for c in codes) + sum(len(q) for q in queues) - len(codes)
+    if failed:
+        raise MugraphError(f"bench --gpus: {failed} of {len(jobs)} rows failed or did not run "
+                           f"(their output is above; merged rows in {folder / 'bench.csv'})")
 
 
 if __name__ == "__main__":

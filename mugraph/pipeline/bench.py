@@ -339,6 +339,30 @@ def format_row(r: BenchRow) -> str:
             f"{f(r.ref_predicted_us)} {err} {reach or 'no':>11}  {r.found_by}; {r.structure}{ref}")
 
 
+def rows_from_csv(lines: list[dict]) -> list[BenchRow]:
+    """``bench.csv`` lines (as ``csv.DictReader`` gives them) back into rows."""
+    types = {f.name: f.type for f in fields(BenchRow)}
+    out = []
+    for d in lines:
+        kw = {}
+        for k, v in d.items():
+            t = str(types.get(k, "str"))
+            if k not in types:
+                continue
+            if v == "":
+                kw[k] = None if "None" in t else ("" if "str" in t else 0)
+            elif "bool" in t:
+                kw[k] = v == "True"
+            elif "int" in t:
+                kw[k] = int(float(v))
+            elif "float" in t:
+                kw[k] = float(v)
+            else:
+                kw[k] = v
+        out.append(BenchRow(**kw))
+    return out
+
+
 def format_table(rows: list[BenchRow], head: str) -> str:
     return "\n".join([head, COLUMNS, "-" * len(COLUMNS)] + [format_row(r) for r in rows])
 
