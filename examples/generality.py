@@ -18,6 +18,7 @@ float64 program. Writes ``generality.csv`` under ``--out``.
 
     python examples/generality.py [--time-limit 120] [--small] [--only NAME ...]
     python examples/generality.py --gpu --workers 16 --time-limit 60 --tune-seconds 40 --out out/generality
+    python examples/generality.py --gpu --gpus all --time-limit 60 --tune-seconds 40   # side by side
 """
 
 from __future__ import annotations
@@ -186,6 +187,38 @@ def on_gpu(args) -> int:
     return 0
 
 
+def on_gpus(args) -> int:
+    """``--gpu --gpus``: each program in a process of its own, dealt to the GPUs in turn
+    (:mod:`mugraph.pipeline.parallel`); the rows merged into ``--out``/generality.csv."""
+    import torch
+
+    from mugraph.errors import MugraphError
+    from mugraph.pipeline import parallel
+
+    try:
+        gpus = parallel.parse_gpus(args.gpus, torch.cuda.device_count())
+        groups = parallel.core_groups(len(gpus))
+    except MugraphError as e:
+        print(f"generality: {e}", file=sys.stderr)
+        return 2
+    names = [p.name for p in selected(args)]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    workers = {"--workers"} & set(sys.argv)
+
+    def command(name, share, where):
+        return [sys.executable, os.path.abspath(__file__), "--gpu", "--only", name, "--out", str(where),
+                "--time-limit", str(args.time_limit), "--tune-seconds", str(args.tune_seconds),
+                "--workers", str(args.workers if workers else share)] + (["--small"] if args.small else [])
+
+    codes = parallel.run_queues(parallel.assign(names, len(gpus)), gpus, groups, command, out)
+    rows = parallel.merge_csv(out, lambda r: names.index(r["program"]), "generality.csv")
+    if rows:
+        geo = math.exp(sum(math.log(float(r["x_best_torch"])) for r in rows) / len(rows))
+        print(f"\ngeomean × best torch: {geo:.2f} over {len(rows)} programs; wrote {out / 'generality.csv'}")
+    return 0 if all(c == 0 for c in codes) and len(rows) == len(names) else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=120.0, help="search time limit per program, seconds")
@@ -195,6 +228,8 @@ def main() -> int:
     ap.add_argument("--gpu", action="store_true", help="superoptimize and time each program on the GPU")
     ap.add_argument("--tune-seconds", type=float, default=60.0, help="--gpu: autotuning seconds per program")
     ap.add_argument("--out", default="out/generality", help="--gpu: folder for generality.csv")
+    ap.add_argument("--gpus", default=None, help="--gpu: programs side by side on these GPUs ('all' or 0,1,...), "
+                    "each with its own share of the cores (as python -m mugraph bench --gpus)")
     args = ap.parse_args()
     if args.gpu:
         import torch
@@ -202,7 +237,7 @@ def main() -> int:
         if not torch.cuda.is_available():
             print("generality: --gpu needs a CUDA GPU (torch sees none)", file=sys.stderr)
             return 2
-        return on_gpu(args)
+        return on_gpus(args) if args.gpus else on_gpu(args)
     return search_only(args)
 
 

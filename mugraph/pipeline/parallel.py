@@ -1,4 +1,5 @@
-"""The benchmark table on several GPUs of one machine (``python -m mugraph bench --gpus``).
+"""The benchmark table on several GPUs of one machine (``python -m mugraph bench --gpus``;
+``examples/generality.py --gpu --gpus`` uses the same).
 
 Each row of the table is one search (CPU-bound, one process per worker) followed by GPU
 work (re-ranking, timings). On a machine with several GPUs the rows run side by side,
@@ -130,18 +131,18 @@ def run_queues(queues: list[list], gpus: list[int], groups: list[list[int]],
     return [s for q in statuses for s in q]
 
 
-def merge_csv(out: Path, order: Callable[[dict], tuple]) -> list[dict]:
-    """The ``bench.csv`` lines of every job folder under ``out``, sorted by ``order``,
-    written to ``out/bench.csv``; returns them."""
+def merge_csv(out: Path, order: Callable[[dict], tuple], name: str = "bench.csv") -> list[dict]:
+    """The ``name`` CSV lines of every job folder under ``out``, sorted by ``order``,
+    written to ``out/name``; returns them."""
     rows, cols = [], None
-    for path in sorted(glob.glob(str(out / "gpu*" / "bench.csv"))):
+    for path in sorted(glob.glob(str(out / "gpu*" / name))):
         with open(path, newline="") as f:
             r = csv.DictReader(f)
             cols = cols or r.fieldnames
             rows += list(r)
     rows.sort(key=order)
     if cols:
-        with open(out / "bench.csv", "w", newline="") as f:
+        with open(out / name, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols)
             w.writeheader()
             w.writerows(rows)
