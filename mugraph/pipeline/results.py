@@ -186,7 +186,12 @@ class Optimized:
             wall = s.get("wall_s", 0)
             wall = f"{wall:.1f}" if isinstance(wall, (int, float)) else "?"
             lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {wall} s")
-        lines.append(f"  verification bound: {r.get('error_bound')}")
+        lines.append(f"  verification bound (worst candidate): {r.get('error_bound')}")
+        v = self.best.verified if self.best.origin == "search" else None
+        if isinstance(v, dict) and isinstance(v.get("error_bound"), (int, float)):
+            lines.append(f"  the chosen μGraph: {v.get('tests')} field tests passed, false-accept bound "
+                         f"{v['error_bound']:.3g} (target {v.get('target_error', float('nan')):.3g}"
+                         + ("" if v.get("bound_met") else "; NOT MET: evidence, not a proof at that level") + ")")
         lines.append("  candidates (predicted / measured μs):")
         for c in self.candidates:
             meas = f"{c.measured_s * 1e6:8.1f}" if c.measured_s is not None else "       -"

@@ -35,6 +35,7 @@ def test_end_to_end(tmp_path, name):
     assert opt.best.origin == "search" and opt.best.num_kernels == 1, opt.summary()
     assert any(op.kind == "graph_defined" for op in opt.graph.ops)
     assert opt.report["error_bound"] <= 2.0 ** -40
+    assert "the chosen μGraph:" in opt.summary() and "NOT MET" not in opt.summary()
     assert "cost model" in opt.report["why"]
     gen = torch.Generator().manual_seed(3)
     xs = [torch.randn(t.shape, generator=gen) for t in p.inputs]
