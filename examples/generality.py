@@ -211,7 +211,8 @@ def on_gpus(args) -> int:
                 "--time-limit", str(args.time_limit), "--tune-seconds", str(args.tune_seconds),
                 "--workers", str(args.workers if workers else share)] + (["--small"] if args.small else [])
 
-    codes = parallel.run_queues(parallel.assign(names, len(gpus)), gpus, groups, command, out)
+    codes = parallel.run_queues(parallel.assign(names, len(gpus)), gpus, groups, command, out,
+                                timeout=2 * (args.time_limit + args.tune_seconds) + 600)
     rows = parallel.merge_csv(out, lambda r: names.index(r["program"]), "generality.csv")
     if rows:
         geo = math.exp(sum(math.log(float(r["x_best_torch"])) for r in rows) / len(rows))

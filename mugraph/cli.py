@@ -243,7 +243,7 @@ def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds
         if no_cache:
             passthrough.append("--no-cache")
         _bench_on_gpus(gpus, list(names) or [*PROGRAMS, *DECODE], list(batches) or [1, 8], out or "out/bench",
-                       workers, passthrough)
+                       workers, passthrough, row_timeout=2 * row_seconds + 600)
         return
     config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
     started = []
@@ -270,8 +270,11 @@ def _passthrough(**opts) -> list[str]:
     return out
 
 
-def _bench_on_gpus(spec: str, names: list[str], batches: list[int], out: str, workers, passthrough) -> None:
-    """``bench --gpus``: the rows dealt to the GPUs (:mod:`mugraph.pipeline.parallel`)."""
+def _bench_on_gpus(spec: str, names: list[str], batches: list[int], out: str, workers, passthrough,
+                   row_timeout: float) -> None:
+    """``bench --gpus``: the rows dealt to the GPUs (:mod:`mugraph.pipeline.parallel`); a row
+    still running after ``row_timeout`` seconds (twice its budget and ten minutes for
+    compiles) is killed and counted as failed."""
     import torch
 
     from .pipeline import parallel
@@ -289,7 +292,7 @@ def _bench_on_gpus(spec: str, names: list[str], batches: list[int], out: str, wo
     codes = parallel.run_queues(
         queues, gpus, groups,
         lambda job, share, where: parallel.bench_argv(job[0], job[1], workers or share, where, passthrough),
-        folder, echo=lambda line: click.echo(line))
+        folder, echo=lambda line: click.echo(line), timeout=row_timeout)
     rows = parallel.merge_csv(folder, lambda r: (names.index(r["name"]), batches.index(int(r["b"]))))
     click.echo("\n" + format_table(rows_from_csv(rows), f"{len(rows)} of {len(jobs)} rows on GPUs {gpus}"))
     failed = sum(c != 0 for c in codes) + sum(len(q) for q in queues) - len(codes)

@@ -25,6 +25,10 @@ from typing import Callable, Sequence
 from ..errors import ConfigError
 
 
+#: the status of a job killed at its time limit (as the ``timeout`` command reports it)
+TIMED_OUT = 124
+
+
 def physical_cores(cpus: Sequence[int] | None = None,
                    siblings: Callable[[int], str] | None = None) -> list[list[int]]:
     """The logical CPUs this process may run on (``cpus``; default its affinity),
@@ -89,13 +93,15 @@ def parse_gpus(spec: str, available: int) -> list[int]:
 
 def run_queues(queues: list[list], gpus: list[int], groups: list[list[int]],
                command: Callable[[object, int, Path], list[str]], out: Path,
-               echo: Callable[[str], None] = print) -> list[int]:
+               echo: Callable[[str], None] = print, timeout: float | None = None) -> list[int]:
     """Run each GPU's queue in a process of its own, the jobs of a queue one after the
     other: ``command(job, workers, folder)`` is the argv of one job (``workers``: the
     size of the queue's CPU share; ``folder``: where it writes). Each process sees only
     its GPU and runs on its CPU share. Their output lines are echoed as they come,
-    prefixed by the GPU. Returns each queue's exit statuses (one per job run; a queue
-    stops at its first failing job). Ctrl-C stops every queue."""
+    prefixed by the GPU. A job still running after ``timeout`` seconds is killed (status
+    :data:`TIMED_OUT`, one line saying so): a hung row never holds up the table. Returns
+    each queue's exit statuses (one per job run; a queue stops at its first failing job).
+    Ctrl-C stops every queue."""
     statuses: list[list[int]] = [[] for _ in queues]
     procs: list[subprocess.Popen | None] = [None] * len(queues)
     stop = threading.Event()
@@ -109,9 +115,19 @@ def run_queues(queues: list[list], gpus: list[int], groups: list[list[int]],
             p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                  preexec_fn=lambda cpus=frozenset(groups[q]): os.sched_setaffinity(0, cpus))
             procs[q] = p
+            timer = None
+            if timeout is not None:
+                timer = threading.Timer(timeout, p.kill)
+                timer.start()
             for line in p.stdout:
                 echo(f"[gpu{gpus[q]}] {line.rstrip()}")
-            statuses[q].append(p.wait())
+            code = p.wait()
+            if timer is not None:
+                timer.cancel()
+                if code == -9 and not stop.is_set():
+                    echo(f"[gpu{gpus[q]}] {job} killed after {timeout:g} s")
+                    code = TIMED_OUT
+            statuses[q].append(code)
             if statuses[q][-1] != 0:
                 return
 

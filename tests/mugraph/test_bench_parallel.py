@@ -111,3 +111,16 @@ def test_bench_csv_lines_read_back_into_rows(tmp_path):
         sink.write(r)
     with open(tmp_path / "bench.csv", newline="") as f:
         assert rows_from_csv(list(csv.DictReader(f))) == rows
+
+
+def test_a_hung_row_is_killed_at_the_time_limit_and_its_queue_goes_no_further(tmp_path):
+    hang = "import time; print('started', flush=True); time.sleep(60)"
+    lines = []
+    codes = parallel.run_queues(
+        [[("hangs", 1), ("x", 1)], [("y", 1)]], [0, 1], [[0], [0]],
+        lambda job, share, where: ([sys.executable, "-c", hang] if job[0] == "hangs" else
+                                   [sys.executable, "-c", STAND_IN, job[0], str(job[1]), str(share), str(where)]),
+        tmp_path, echo=lines.append, timeout=3)
+    assert sorted(codes) == [0, parallel.TIMED_OUT]
+    assert any("killed after 3 s" in line for line in lines)
+    assert [r["name"] for r in parallel.merge_csv(tmp_path, lambda r: r["name"])] == ["y"]
