@@ -111,7 +111,7 @@ def search_only(args) -> int:
     print("|---|---|---|---|---|---|---|---|")
     for p in selected(args):
         t0 = time.perf_counter()
-        r = search.run(p, search.SearchConfig(time_limit=args.time_limit, workers=args.workers, progress=False))
+        r = search.run(p, search.SearchConfig(time_limit=args.time_limit, workers=args.workers or 2, progress=False))
         wall = time.perf_counter() - t0
         st = r.stats
         shapes = _shapes(p)
@@ -144,7 +144,7 @@ def on_gpu(args) -> int:
           "torch.compile | SDPA | floor | × best torch | rel. error |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for p in selected(args):
-        cfg = mg.OptimizeConfig(search={"time_limit": args.time_limit, "workers": args.workers})
+        cfg = mg.OptimizeConfig(search={"time_limit": args.time_limit, "workers": args.workers or 2})
         opt = mg.superoptimize(p, cfg, device="cpu", cache_dir=False, progress=False)
         opt.profile_on_gpu(tune_total_s=args.tune_seconds)
         verified = [c for c in opt.candidates if c.origin == "search" and not c.rejected]
@@ -204,12 +204,11 @@ def on_gpus(args) -> int:
     names = [p.name for p in selected(args)]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    workers = {"--workers"} & set(sys.argv)
 
     def command(name, share, where):
         return [sys.executable, os.path.abspath(__file__), "--gpu", "--only", name, "--out", str(where),
                 "--time-limit", str(args.time_limit), "--tune-seconds", str(args.tune_seconds),
-                "--workers", str(args.workers if workers else share)] + (["--small"] if args.small else [])
+                "--workers", str(args.workers or share)] + (["--small"] if args.small else [])
 
     codes = parallel.run_queues(parallel.assign(names, len(gpus)), gpus, groups, command, out,
                                 timeout=2 * (args.time_limit + args.tune_seconds) + 600)
@@ -223,7 +222,8 @@ def on_gpus(args) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=120.0, help="search time limit per program, seconds")
-    ap.add_argument("--workers", type=int, default=2, help="search workers")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="search workers (default 2; with --gpus, the cores of each GPU's share)")
     ap.add_argument("--small", action="store_true", help="reduced shapes")
     ap.add_argument("--only", nargs="*", default=None, help="run only these programs (by name)")
     ap.add_argument("--gpu", action="store_true", help="superoptimize and time each program on the GPU")

@@ -405,7 +405,7 @@ class FloatReference:
         got = self._cases.get((i, dtype))
         if got is not None:
             return got
-        ins = {k: x.to(_TORCH[dtype]) for k, x in self.draw(i).items()}
+        ins = self.inputs(i, dtype, positive=False)
         R = magnitudes(self.graph, ins, self.device)
         finite = _finite(R)
         positive = False

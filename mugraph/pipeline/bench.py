@@ -346,9 +346,9 @@ def rows_from_csv(lines: list[dict]) -> list[BenchRow]:
     for d in lines:
         kw = {}
         for k, v in d.items():
-            t = str(types.get(k, "str"))
             if k not in types:
                 continue
+            t = str(types[k])
             if v == "":
                 kw[k] = None if "None" in t else ("" if "str" in t else 0)
             elif "bool" in t:
