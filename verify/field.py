@@ -57,6 +57,8 @@ from mugraph.interpreter import largest_value
 from mugraph.ir import KernelGraph
 from mugraph.oprules import broadcast_shapes  # not torch.broadcast_shapes: ~80 μs a call through symbolic-shape guards
 
+from . import fused
+
 #: largest exactly representable integer range of float64
 FLOAT_EXACT = 2 ** 53
 #: moduli must stay below this so residue products fit int64
@@ -437,13 +439,16 @@ class PowTable:
                 np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
                 np.remainder(t[n:2 * n], p, out=t[n:2 * n])
             self.tables.append(torch.from_numpy(t).to(dev))
+        self.stacked = np.stack([t.cpu().numpy() for t in self.tables]) if dev.type == "cpu" else None
 
     def __call__(self, k: torch.Tensor) -> torch.Tensor:
         if isinstance(k, np.ndarray):
             return self(torch.from_numpy(np.ascontiguousarray(k, dtype=np.int64))).view(k.shape).numpy()
         k = contiguous(k).view(-1)
-        mask = (1 << self.bits) - 1
         out = new_tensor(k.shape, torch.int64, k.device)
+        if self.stacked is not None and fused.available(k):
+            return fused.pow_lookup(k, self.stacked, self.bits, self.p, out)
+        mask = (1 << self.bits) - 1
         idx = scratch("pow-idx", k.shape, torch.int64, k.device)
         torch.bitwise_and(k, mask, out=idx)
         torch.index_select(self.tables[0], 0, idx, out=out)
@@ -619,8 +624,27 @@ def matmul_mod(a: torch.Tensor, b: torch.Tensor, m: int) -> torch.Tensor:
         if i not in labels:
             labels.append(i)
             shape.append(1)
-    # (limb, batch..., M, N): gathered into that order by the first cast
-    prod = c.reshape(shape).permute([labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]])
+    order = [labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]]
+    if fused.available(c):  # one pass in the GEMM's own layout, then one reorder if needed
+        X, Y = math.prod(shape[:at]), math.prod(shape[at + 1:])
+        keep = [i - (i > at) for i in order[1:]]  # the result's axes in the GEMM's layout without L
+        same = keep == sorted(keep)
+        # the result's own memory when no reorder follows, else a scratch buffer copied out of
+        acc = new_tensor((X, Y), torch.int64, c.device) if same else scratch("limb-acc", (X, Y), torch.int64, c.device)
+        fused.combine_limbs(c.view(X, L, Y), w, m, acc)
+        acc = acc.view(shape[:at] + shape[at + 1:]).permute(keep)
+        if not same:
+            acc = contiguous(acc)
+    else:
+        acc = _combine_limbs(c.reshape(shape).permute(order), L, w, m)
+    shape = tuple(batch) + (a.shape[-2], b.shape[-1])
+    return acc if tuple(acc.shape) == shape else contiguous(acc.expand(shape))
+
+
+def _combine_limbs(prod: torch.Tensor, L: int, w: int, m: int) -> torch.Tensor:
+    """Horner's rule over the limbs' products ``prod`` (limb, batch..., M, N) in int64,
+    ``acc ← ((acc·2^w) + P_l) mod m`` (the torch version of :func:`verify.fused.combine_limbs`),
+    gathered into (batch..., M, N) order by the first cast; a fresh tensor."""
     acc = new_tensor(prod.shape[1:], torch.int64, prod.device)  # the result: fresh memory
     acc.copy_(prod[L - 1])
     acc.remainder_(m)
@@ -631,8 +655,7 @@ def matmul_mod(a: torch.Tensor, b: torch.Tensor, m: int) -> torch.Tensor:
         tmp.copy_(prod[l])  # exact: P_l is an integer < 2^53
         acc.add_(tmp)
         acc.remainder_(m)
-    shape = tuple(batch) + (a.shape[-2], b.shape[-1])
-    return acc if tuple(acc.shape) == shape else contiguous(acc.expand(shape))
+    return acc
 
 
 # ----------------------------------------------------------------------------- parts on demand

@@ -1,0 +1,102 @@
+"""The fused CPU loops (numba) agree with exact integer arithmetic and with the torch path."""
+
+import numpy as np
+import pytest
+import torch
+
+from verify import field, fused
+from verify.field import Field, PowTable, matmul_mod, random_omega
+
+pytestmark = pytest.mark.skipif(fused.numba is None, reason="numba not installed")
+
+LARGEST = Field(2147471759, 1073735879, "largest")
+
+
+@pytest.fixture
+def always_fused(monkeypatch):
+    """Every tensor, however small, takes the fused path."""
+    monkeypatch.setattr(fused, "MIN_ELEMENTS", 0)
+
+
+def _exact(a, b, m):
+    return (np.matmul(np.asarray(a).astype(object), np.asarray(b).astype(object)) % m).astype(np.int64)
+
+
+def test_reduce_at_the_edges_of_its_range():
+    """The float64 quotient estimate is off by one either way at exact multiples and
+    just below them, and for the largest inputs; the result is always r mod m."""
+    m = LARGEST.p
+    top = (1 << 62) - 1
+    rs = [0, 1, m - 1, m, m + 1, 2 * m - 1, 2 * m, top, top - 1, (top // m) * m, (top // m) * m - 1,
+          (1 << 53) - 1, 1 << 53, (1 << 53) + 1, ((1 << 53) // m) * m]
+    rng = np.random.default_rng(0)
+    rs += [int(x) for x in rng.integers(0, 1 << 62, 2000, dtype=np.int64)]
+    k = np.array(rs, dtype=np.int64)
+    for r in rs:
+        c = torch.tensor([[[float(r % (1 << 53))]]], dtype=torch.float64)  # one limb: c mod m
+        out = torch.empty((1, 1), dtype=torch.int64)
+        fused.combine_limbs(c, 16, m, out)
+        assert int(out) == (r % (1 << 53)) % m
+    # two limbs of 30 bits: (hi mod m)·2^30 + lo, with lo < 2^53, reaches 2^61 + 2^53
+    hi = torch.tensor(k % (1 << 53), dtype=torch.float64)
+    lo = torch.tensor((k >> 9) % (1 << 53), dtype=torch.float64)
+    c = torch.stack([lo, hi])[None]  # (1, L=2, n)
+    out = torch.empty((1, len(rs)), dtype=torch.int64)
+    fused.combine_limbs(c, 30, m, out)
+    want = [((int(h) % m) * 2 ** 30 + int(l)) % m for h, l in zip(hi.tolist(), lo.tolist())]
+    assert out[0].tolist() == want
+
+
+@pytest.mark.parametrize("m", [LARGEST.p, LARGEST.q, 167])
+def test_matmul_mod_fused_is_exact_on_broadcasts_and_views(m, always_fused):
+    rng = np.random.default_rng(m % 997)
+    for _ in range(40):
+        nb = int(rng.integers(0, 4))
+        sa = [int(rng.choice([1, 2, 3])) for _ in range(nb)]
+        sb = [s if rng.random() < 0.5 else 1 for s in sa]
+        if rng.random() < 0.5:
+            sa, sb = sb, sa
+        M, N = (int(x) for x in rng.integers(1, 40, 2))
+        K = int(rng.choice([1, 5, 64, 300, 4100]))
+        a = rng.integers(0, m, tuple(sa) + (M, K))
+        b = rng.integers(0, m, tuple(sb) + (K, N))
+        want = _exact(a, b, m)
+        if rng.random() < 0.5:
+            b = np.swapaxes(np.ascontiguousarray(np.swapaxes(b, -1, -2)), -1, -2)
+        got = matmul_mod(a, b, m)
+        assert got.shape == want.shape and (got == want).all()
+
+
+def test_matmul_mod_fused_worst_case_entries(always_fused):
+    m = LARGEST.p
+    for K in (64, 8192):
+        a = np.full((2, 3, K), m - 1, dtype=np.int64)
+        b = np.full((1, K, 40), m - 1, dtype=np.int64)
+        assert (matmul_mod(a, b, m) == (K * (m - 1) ** 2) % m).all()
+
+
+def test_fused_and_torch_paths_agree_on_a_large_product(monkeypatch):
+    """At a size where the fused path is taken by default (an attention's QKᵀ with its
+    key blocks folded into the GEMM's columns), it returns what the torch path does."""
+    rng = np.random.default_rng(5)
+    m = LARGEST.q
+    a = torch.from_numpy(rng.integers(0, m, (2, 1, 1, 256, 64)))
+    b = torch.from_numpy(rng.integers(0, m, (2, 8, 4, 64, 64)))
+    assert fused.available(torch.empty(2 * 8 * 4 * 256 * 64 * 2))
+    got = matmul_mod(a, b, m)
+    monkeypatch.setattr(fused, "numba", None)
+    assert torch.equal(got, matmul_mod(a, b, m))
+
+
+def test_pow_table_fused_agrees_with_python(always_fused):
+    rng = np.random.default_rng(3)
+    for f in (LARGEST, Field(167, 83, "mirage")):
+        w = random_omega(f, rng)
+        t = PowTable(w, f.p, f.q)
+        k = np.concatenate([rng.integers(0, f.q, 3000), [0, 1, f.q - 1]])
+        assert t(k).tolist() == [pow(w, int(e), f.p) for e in k]
+
+
+def test_small_tensors_keep_the_torch_path():
+    assert not fused.available(torch.empty(10))
+    assert not fused.available(torch.empty(field.SMALL_EVAL))

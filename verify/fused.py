@@ -1,0 +1,121 @@
+"""Fused CPU loops for the field arithmetic's two largest passes (numba).
+
+A field test of an attention at full shapes spends most of its time on two
+element-wise steps over tensors of tens of millions of residues:
+
+* recombining the limbs of an exact matmul (:func:`verify.field.matmul_mod`):
+  ``acc ← ((acc·2^w) + P_l) mod m`` over ``L`` float64 GEMM outputs. As torch ops
+  that is a cast, a remainder, a shift, another cast, an add and a remainder per
+  limb — six passes over memory, two of them strided;
+* ``ω^e`` by table lookup (:class:`verify.field.PowTable`): per window a shift, a
+  mask, a gather, a product and a remainder.
+
+Here each is one pass, on all of torch's threads. The reduction mod ``m`` uses a
+float64 estimate of the quotient instead of an integer division (see
+:func:`_reduce`). Nothing here is needed for correctness: without numba, on a GPU,
+or for small tensors (where compiling or waking threads costs more) the torch
+versions run, and the tests check both agree."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import torch
+
+try:  # numba is a dependency; a broken install only costs speed
+    import numba
+except ImportError:  # pragma: no cover - exercised only without numba
+    numba = None
+
+#: tensors with fewer elements than this keep the torch path
+MIN_ELEMENTS = 1 << 20
+#: the compiled loops are called from one thread at a time (numba's fallback thread pool,
+#: "workqueue", aborts on concurrent use; a search verifies on a warm-up thread too)
+_LOCK = threading.Lock()
+
+
+def available(*tensors: torch.Tensor) -> bool:
+    """Should the fused loop handle these tensors? (numba present, on the CPU, and the
+    first one large enough to pay for the call.)"""
+    return (numba is not None and all(t.device.type == "cpu" for t in tensors)
+            and tensors[0].numel() >= MIN_ELEMENTS)
+
+
+if numba is not None:
+
+    @numba.njit(inline="always", cache=True)
+    def _reduce(r, m, inv):
+        """``r mod m`` for ``0 ≤ r < 2^62``, ``m < 2^31``. The quotient is estimated in
+        float64: ``r`` and ``1/m`` each round with relative error ``2^-53``, so the
+        estimate of ``r/m < 2^32`` is off by less than ``2^-19``, and truncating it
+        gives the true quotient or one less or more; one correction step finishes."""
+        r -= np.int64(np.float64(r) * inv) * m
+        if r < 0:
+            r += m
+        elif r >= m:
+            r -= m
+        return r
+
+    @numba.njit(inline="always", cache=True)
+    def _horner(c, x, y, w, m, inv):
+        L = c.shape[1]
+        r = _reduce(np.int64(c[x, L - 1, y]), m, inv)
+        for l in range(L - 2, -1, -1):
+            r = _reduce((r << w) + np.int64(c[x, l, y]), m, inv)
+        return r
+
+    @numba.njit(parallel=True, cache=True)
+    def _combine_outer(c, w, m, out):  # threads split the outer axis (many rows)
+        X, _, Y = c.shape
+        inv = 1.0 / m
+        for x in numba.prange(X):
+            for y in range(Y):
+                out[x, y] = _horner(c, x, y, w, m, inv)
+
+    @numba.njit(parallel=True, cache=True)
+    def _combine_inner(c, w, m, out):  # threads split the inner axis (few rows)
+        X, _, Y = c.shape
+        inv = 1.0 / m
+        for x in range(X):
+            for y in numba.prange(Y):
+                out[x, y] = _horner(c, x, y, w, m, inv)
+
+    @numba.njit(parallel=True, cache=True)
+    def _lookup(k, tables, bits, p, out):
+        n = k.shape[0]
+        windows = tables.shape[0]
+        mask = (1 << bits) - 1
+        inv = 1.0 / p
+        for i in numba.prange(n):
+            e = k[i]
+            r = tables[0, e & mask]
+            for w in range(1, windows):
+                r = _reduce(r * tables[w, (e >> (bits * w)) & mask], p, inv)
+            out[i] = r
+
+
+def _run(fn, *args) -> None:
+    with _LOCK:
+        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        fn(*args)
+
+
+def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.Tensor:
+    """``out[x, y] = Σ_l c[x, l, y]·2^(w·l) mod m`` by Horner's rule, for ``c`` a
+    contiguous float64 ``(X, L, Y)`` of exact integers ``< 2^53`` (limb products) and
+    ``m < 2^31``: every intermediate ``< 2^(31+w) + 2^53 < 2^62``. ``out``: contiguous
+    int64 ``(X, Y)``; returned."""
+    assert c.is_contiguous() and out.is_contiguous() and c.dtype == torch.float64 and m < 1 << 31 and w <= 30
+    X, Y = out.shape
+    _run(_combine_outer if X >= 8 * torch.get_num_threads() or X >= Y else _combine_inner, c.numpy(), w, m, out.numpy())
+    return out
+
+
+def pow_lookup(k: torch.Tensor, tables: np.ndarray, bits: int, p: int, out: torch.Tensor) -> torch.Tensor:
+    """``out[i] = Π_w tables[w, window_w(k[i])] mod p`` — ``ω^k`` from per-window power
+    tables (window ``w``: bits ``[w·bits, (w+1)·bits)`` of ``k``). ``k``, ``out``:
+    contiguous int64 vectors; ``tables``: int64 ``(windows, 2^bits)`` below ``p < 2^31``."""
+    assert k.is_contiguous() and out.is_contiguous() and p < 1 << 31
+    _run(_lookup, k.numpy(), tables, bits, p, out.numpy())
+    return out
