@@ -98,7 +98,7 @@ summarized as a fresh variable of degree 1, and the bound is heuristic.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Sequence
 
@@ -150,6 +150,105 @@ class Primes:
         return min(1.0, t / self.pairs) if t else 0.0
 
 
+#: one component of an index: ``(d, size, step)`` — ``size`` values of source dim ``d``
+#: spaced ``step`` apart — or ``(-1, size, 0)``, a component the set does not depend on
+Atom = tuple[int, int, int]
+FREE = -1
+
+
+def _merged(atoms: Sequence[Atom]) -> tuple[Atom, ...]:
+    """Adjacent atoms (row-major, high first) joined where they form one range: two of one
+    source dim with ``step_1 = size_2·step_2``, or two free ones."""
+    out: list[Atom] = []
+    for a in atoms:
+        if a[1] == 1:
+            continue
+        if out:
+            d, s, t = out[-1]
+            if d == a[0] and (d == FREE or t == a[1] * a[2]):
+                out[-1] = (d, s * a[1], a[2] if d != FREE else 0)
+                continue
+        out.append(a)
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Support:
+    """Where an element's exponents come from: each is the exponent of one element of a
+    single ``exp`` result, the *source* (``key``), and the elements it may be are those
+    whose index has the *bound* components fixed by the element's own index (``dims``:
+    per dim of the value, its index's components in row-major order) and the *reduced*
+    components free. So two values with equal supports draw their exponents, element by
+    element, from the same set of at most :attr:`size` functions.
+
+    This is what halves the term count of an attention's comparison: its output is
+    ``N/D`` with ``N = E@V`` and ``D = Σ E`` — both over the same set ``A`` of row
+    exponents — so ``Na·Db`` and ``Nb·Da`` both have exponents in ``A + B``, at most
+    ``|A|·|B|`` of them, not ``2·|A|·|B|`` (:func:`compared`). Any move this class does
+    not model (a slice, a tile, a concat, a reshape that cuts a component unevenly)
+    forgets the support (None), which only loses that gain."""
+
+    key: int
+    dims: tuple[tuple[Atom, ...], ...]
+    reduced: tuple[Atom, ...] = ()
+
+    @staticmethod
+    def source(key: int, shape: Sequence[int]) -> "Support":
+        return Support(key, tuple(((d, int(n), 1),) if n > 1 else () for d, n in enumerate(shape)))
+
+    @property
+    def size(self) -> int:
+        """How many source elements the set has (a bound on its distinct exponents)."""
+        return math.prod(a[1] for a in self.reduced)
+
+    def reshape(self, old: Sequence[int], new: Sequence[int]) -> "Support | None":
+        dims: list[tuple[Atom, ...]] = []
+        for gi, gj in _groups(tuple(old), tuple(new)):
+            atoms = [a for i in gi for a in self.dims[i]]
+            if math.prod(a[1] for a in atoms) != math.prod(int(old[i]) for i in gi):
+                return None
+            for j in gj:
+                need, take = int(new[j]), []
+                while need > 1:
+                    if not atoms:
+                        return None
+                    d, s, t = atoms.pop(0)
+                    if s <= need:
+                        if need % s:
+                            return None
+                        take.append((d, s, t))
+                        need //= s
+                    else:  # the high part of this component fills the dim, the rest goes on
+                        if s % need:
+                            return None
+                        take.append((d, need, t * (s // need) if d != FREE else 0))
+                        atoms.insert(0, (d, s // need, t))
+                        need = 1
+                dims.append(_merged(take))
+            if atoms:
+                return None
+        return Support(self.key, tuple(dims), self.reduced)
+
+    def permute(self, perm: Sequence[int]) -> "Support":
+        return Support(self.key, tuple(self.dims[i] for i in perm), self.reduced)
+
+    def broadcast(self, old: Sequence[int], new: Sequence[int]) -> "Support":
+        pad = len(new) - len(old)
+        dims = ((),) * pad + self.dims
+        return Support(self.key, tuple(((FREE, int(n), 0),) if n > 1 and not dims[i] else dims[i]
+                                       for i, n in enumerate(new)), self.reduced)
+
+    def reduce(self, dim: int) -> "Support":
+        """Summed along ``dim``: its bound components join the reduced ones."""
+        red = sorted(set(self.reduced) | {a for a in self.dims[dim] if a[0] != FREE},
+                     key=lambda a: (a[0], -a[2]))
+        dims = tuple(() if i == dim else x for i, x in enumerate(self.dims))
+        return Support(self.key, dims, _merged(red))
+
+    def constant_along(self, dim: int) -> bool:
+        return all(a[0] == FREE for a in self.dims[dim])
+
+
 @dataclass(frozen=True)
 class ExpPoly:
     """Summary of an exponential polynomial ``Σ_{i≤k} c_i(x)·exp(g_i/h_i)`` with
@@ -180,6 +279,8 @@ class ExpPoly:
     kappa: Fraction | None = None
     sg: float = 0.0
     sh: float = 0.0
+    #: where every exponent comes from (:class:`Support`), None when not known
+    support: Support | None = None
 
     def __mul__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
@@ -195,7 +296,10 @@ class ExpPoly:
             hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
             kappa = self.kappa if self.kappa is not None and self.kappa == o.kappa else None
             sg, sh = _log2add(self.sg + o.sh, o.sg + self.sh), self.sh + o.sh
-        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh)
+        # exponents add: an exp-free side keeps the other's; two with exps give sums (unknown set)
+        support = None if self.x and o.x else (self.support if self.x else o.support)
+        return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh,
+                       support)
 
     def __add__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
@@ -206,13 +310,16 @@ class ExpPoly:
         else:
             s = self if self.x else o
             eg, eh, hg, hh, kappa, sg, sh = s.eg, s.eh, s.hg, s.hh, s.kappa, s.sg, s.sh
+        # a union of two subsets of one set stays in it; an exp-free side adds the exponent 0
+        support = self.support if self.x and o.x and self.support == o.support else None
         return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, eg, eh, x, _log2add(self.h, o.h), hg, hh,
-                       kappa, sg, sh)
+                       kappa, sg, sh, support)
 
     def times(self, n: int) -> "ExpPoly":
-        """A sum of ``n`` summaries like this one."""
+        """A sum of ``n`` summaries like this one (the same support: a sum along a dim
+        passes its own, :meth:`DegreeAlgebra._reduce`)."""
         return ExpPoly(self.d, self.k * n if self.x else 1.0, self.eg, self.eh, self.x, self.h + math.log2(n),
-                       self.hg, self.hh, self.kappa, self.sg, self.sh)
+                       self.hg, self.hh, self.kappa, self.sg, self.sh, self.support)
 
     def power(self, n: int) -> "ExpPoly":
         """A product of ``n`` summaries like this one (closed form of ``*``)."""
@@ -225,12 +332,15 @@ class ExpPoly:
         hg, hh = (math.log2(n) + self.hg + (n - 1) * self.hh, n * self.hh) if self.x else (self.hg, self.hh)
         sg, sh = (math.log2(n) + self.sg + (n - 1) * self.sh, n * self.sh) if self.x else (self.sg, self.sh)
         return ExpPoly(self.d * n, _pow(self.k, n) if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh,
-                       self.kappa, sg, sh)
+                       self.kappa, sg, sh, self.support if n == 1 else None)
 
     def scaled(self, height: float) -> "ExpPoly":
         """This summary with its coefficients multiplied by an integer of that height."""
         return ExpPoly(self.d, self.k, self.eg, self.eh, self.x, self.h + height, self.hg, self.hh,
-                       self.kappa, self.sg, self.sh)
+                       self.kappa, self.sg, self.sh, self.support)
+
+    def with_support(self, support: Support | None) -> "ExpPoly":
+        return self if support == self.support else replace(self, support=support)
 
     def zero_prob(self, primes: Primes) -> float:
         """Upper bound on ``Pr[this = 0]`` at a random draw when it is not
@@ -308,10 +418,14 @@ def _exponent(x: "Deg", dp: ExpPoly) -> tuple[Fraction, float, float]:
     return Fraction(x.a, x.c), max(0.0, x.num.h - bits(x.a)), max(0.0, dp.h - bits(x.c))
 
 
-def _move(v: Deg, shape, tag, mask_fn) -> Deg:
-    """Apply a structural move to every factor: new key, new mask."""
-    den = tuple(Factor(_h(f.key, tag), f.poly, tuple(mask_fn(f.mask))) for f in v.den)
-    return Deg(tuple(shape), v.num, den, v.heuristic, v.c, v.a)
+def _move(v: Deg, shape, tag, mask_fn, support_fn=lambda s: None) -> Deg:
+    """Apply a structural move to every factor (new key, new mask) and to every support
+    (``support_fn``; by default a move forgets them)."""
+    def moved(poly: ExpPoly) -> ExpPoly:
+        return poly.with_support(support_fn(poly.support) if poly.support is not None else None)
+
+    den = tuple(Factor(_h(f.key, tag), moved(f.poly), tuple(mask_fn(f.mask))) for f in v.den)
+    return Deg(tuple(shape), moved(v.num), den, v.heuristic, v.c, v.a)
 
 
 def _groups(old: Sequence[int], new: Sequence[int]) -> list[tuple[list[int], list[int]]]:
@@ -370,12 +484,12 @@ class DegreeAlgebra(Algebra):
                 for j in gj:
                     out[j] = vary and shape[j] > 1
             return out
-        return _move(v, shape, ("reshape", v.shape, shape), mask_fn)
+        return _move(v, shape, ("reshape", v.shape, shape), mask_fn, lambda sp: sp.reshape(v.shape, shape))
 
     def permute(self, v: Deg, perm):
         perm = tuple(perm)
         return _move(v, tuple(v.shape[i] for i in perm), ("perm", v.shape, perm),
-                     lambda m: [m[i] for i in perm])
+                     lambda m: [m[i] for i in perm], lambda sp: sp.permute(perm))
 
     def expand(self, v: Deg, shape):
         shape = tuple(shape)
@@ -404,7 +518,7 @@ class DegreeAlgebra(Algebra):
         def mask_fn(m):
             m = [False] * pad + list(m)
             return [m[i] and old[i] == shape[i] for i in range(len(shape))]
-        return _move(v, shape, ("bcast", v.shape, shape), mask_fn)
+        return _move(v, shape, ("bcast", v.shape, shape), mask_fn, lambda sp: sp.broadcast(v.shape, shape))
 
     def tile(self, v: Deg, reps):
         reps = tuple(reps)
@@ -432,8 +546,9 @@ class DegreeAlgebra(Algebra):
             for f in v.den:
                 mask = list(f.mask)
                 mask[axis] = True
-                den.append(Factor(_h(f.key, "concat", i, axis, shape), f.poly, tuple(mask)))
-        return Deg(shape, num, tuple(den), any(v.heuristic for v in vs), math.prod(v.c for v in vs))
+                den.append(Factor(_h(f.key, "concat", i, axis, shape), f.poly.with_support(None), tuple(mask)))
+        return Deg(shape, num.with_support(None), tuple(den), any(v.heuristic for v in vs),
+                   math.prod(v.c for v in vs))
 
     # ------------------------------------------------------------------ semantics
     def input(self, name, value, shape, dtype):
@@ -503,8 +618,8 @@ class DegreeAlgebra(Algebra):
         if not x.exp_free():
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu)")
         dp = x.den_poly()
-        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h, *_exponent(x, dp)), (),
-                   x.heuristic)
+        return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h, *_exponent(x, dp),
+                                    Support.source(self.fresh(), x.shape)), (), x.heuristic)
 
     def _silu(self, xs, at):
         (x,) = xs
@@ -531,15 +646,20 @@ class DegreeAlgebra(Algebra):
         const = [f for f in v.den if not f.mask[dim]]
         vary = [f for f in v.den if f.mask[dim]]
 
-        def rekey(f: Factor) -> Factor:
+        def reduced(poly: ExpPoly) -> ExpPoly:  # the sum's support: the dim's components join the set
+            return poly.with_support(poly.support.reduce(dim) if poly.support is not None else None)
+
+        def rekey(f: Factor) -> Factor:  # a factor constant along dim: the same set at every position
             m = list(f.mask)
             m[dim] = False
-            return Factor(_h(f.key, "sum", dim, v.shape), f.poly, tuple(m))
+            sp = f.poly.support
+            keep = sp.reduce(dim) if sp is not None and sp.constant_along(dim) else None
+            return Factor(_h(f.key, "sum", dim, v.shape), f.poly.with_support(keep), tuple(m))
 
         if not vary:
-            return Deg(shape, v.num.times(K), tuple(rekey(f) for f in const), v.heuristic, v.c, v.a)
+            return Deg(shape, reduced(v.num.times(K)), tuple(rekey(f) for f in const), v.heuristic, v.c, v.a)
         V = v.den_poly(vary)
-        num = (v.num * V.power(K - 1)).times(K)
+        num = reduced((v.num * V.power(K - 1)).times(K))
         mask = [any(f.mask[i] for f in vary) and i != dim for i in range(len(shape))]
         merged = Factor(self.fresh(), V.power(K), tuple(mask))
         return Deg(shape, num, tuple(rekey(f) for f in const) + (merged,), v.heuristic, v.c, v.a)
@@ -576,13 +696,35 @@ DEGREE_OPS = {
 }
 DegreeAlgebra.ops = DEGREE_OPS
 
+def _exponent_set(v: Deg) -> Support | None:
+    """A support holding every exponent of both ``v``'s numerator and its whole
+    denominator: the numerator's, when exactly one denominator factor has exps and
+    its support is the same (a softmax-weighted sum ``(E@V) / ΣE``)."""
+    with_exp = [f for f in v.den if f.poly.x]
+    if not v.num.x or v.num.support is None or len(with_exp) != 1 or with_exp[0].poly.support != v.num.support:
+        return None
+    return v.num.support
+
+
+def compared(a: Deg, b: Deg) -> ExpPoly:
+    """The summary of ``F = Na·Db − Nb·Da``, whose zeros are the test's false accepts.
+    When ``a``'s numerator and denominator draw their exponents from one set ``A``
+    and ``b``'s from one set ``B`` (:func:`_exponent_set`), both products have
+    exponents in ``A + B``: at most ``|A|·|B|`` distinct ones, where the product of
+    the summaries counts ``k(Na)·k(Db) + k(Nb)·k(Da)``."""
+    F = a.num * b.den_poly() + b.num * a.den_poly()
+    sa, sb = _exponent_set(a), _exponent_set(b)
+    if F.x and sa is not None and sb is not None:
+        F = replace(F, k=min(F.k, float(sa.size) * float(sb.size)))
+    return F
+
+
 def pair_bound(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg], z: float) -> float:
     """The per-test bound for two graphs whose outputs are summarized by
     ``outs_a``/``outs_b`` and whose zero-divisor risks add up to ``z``."""
     eps = 0.0
     for a, b in zip(outs_a, outs_b):
-        F = a.num * b.den_poly() + b.num * a.den_poly()
-        eps = max(eps, F.zero_prob(primes))
+        eps = max(eps, compared(a, b).zero_prob(primes))
     if z >= 1:
         return 1.0
     return min(1.0, eps / (1 - z))
@@ -604,7 +746,7 @@ def constants_report(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg
     dividing one of them (the ``bad_p``/``bad_q`` terms of the module docstring)."""
     worst_bits, worst_term = 0.0, 0.0
     for a, b in zip(outs_a, outs_b):
-        F = a.num * b.den_poly() + b.num * a.den_poly()
+        F = compared(a, b)
         term = primes.bad(F.h, primes.p_min)
         hb = F.h
         if F.x and F.k > 1:

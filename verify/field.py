@@ -441,13 +441,16 @@ class PowTable:
             self.tables.append(torch.from_numpy(t).to(dev))
         self.stacked = np.stack([t.cpu().numpy() for t in self.tables]) if dev.type == "cpu" else None
 
-    def __call__(self, k: torch.Tensor) -> torch.Tensor:
+    def __call__(self, k: torch.Tensor, floats: bool = False) -> torch.Tensor:
+        """``ω^k`` (flat); ``floats``: as exact float64 where that costs nothing (the fused
+        CPU loop writes either), for a result that enters a GEMM — else int64."""
         if isinstance(k, np.ndarray):
             return self(torch.from_numpy(np.ascontiguousarray(k, dtype=np.int64))).view(k.shape).numpy()
         k = contiguous(k).view(-1)
-        out = new_tensor(k.shape, torch.int64, k.device)
         if self.stacked is not None and fused.available(k):
+            out = new_tensor(k.shape, torch.float64 if floats else torch.int64, k.device)
             return fused.pow_lookup(k, self.stacked, self.bits, self.p, out)
+        out = new_tensor(k.shape, torch.int64, k.device)
         mask = (1 << self.bits) - 1
         idx = scratch("pow-idx", k.shape, torch.int64, k.device)
         torch.bitwise_and(k, mask, out=idx)
@@ -955,7 +958,8 @@ class FieldAlgebra(Algebra):
         if len(x) < 2:
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu); "
                               "a second one on a path is not Lax")
-        return (self._part(x[0].shape, lambda: self.pow_omega(x[1].ints()).view(x[0].shape), [x[1]]),)
+        # floats: an exp's result usually enters a matmul (attention's E @ V) or a sum
+        return (self._part(x[0].shape, lambda: self.pow_omega(x[1].ints(), floats=True).view(x[0].shape), [x[1]]),)
 
     def _silu(self, xs, at):
         (x,) = xs

@@ -54,7 +54,7 @@ from mugraph.ops import is_contraction
 from mugraph.interpreter import evaluate
 from mugraph.ir import KernelGraph
 
-from . import args
+from . import args, fused
 from .analysis import check_compatible
 from .field import eval_threads, reuse_memory
 from .verdict import FloatCase, FloatReport
@@ -90,6 +90,12 @@ def exp(x: torch.Tensor) -> torch.Tensor:
         return torch.exp(x)
     lo, hi, zero, inf = r
     out = torch.clamp(x, lo, hi).exp_()
+    if fused.available(x) and x.is_contiguous():
+        edge = fused.saturate(x, out, lo, hi, zero, inf)
+        if len(edge):
+            flat = out.view(-1)
+            flat[edge] = torch.exp(x.view(-1)[edge])
+        return out
     small, large = x < lo, x > hi
     if bool(small.any()):
         out.masked_fill_(x <= zero, 0.0)

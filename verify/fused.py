@@ -1,4 +1,4 @@
-"""Fused CPU loops for the field arithmetic's two largest passes (numba).
+"""Fused CPU loops for the verifier's largest element-wise passes (numba).
 
 A field test of an attention at full shapes spends most of its time on two
 element-wise steps over tensors of tens of millions of residues:
@@ -8,7 +8,9 @@ element-wise steps over tensors of tens of millions of residues:
   that is a cast, a remainder, a shift, another cast, an add and a remainder per
   limb — six passes over memory, two of them strided;
 * ``ω^e`` by table lookup (:class:`verify.field.PowTable`): per window a shift, a
-  mask, a gather, a product and a remainder.
+  mask, a gather, a product and a remainder;
+* and in the float check, the saturation of ``exp`` (:func:`verify.floatcheck.exp`):
+  which results are 0 or infinite, found in one pass instead of six.
 
 Here each is one pass, on all of torch's threads. The reduction mod ``m`` uses a
 float64 estimate of the quotient instead of an integer division (see
@@ -95,10 +97,31 @@ if numba is not None:
             out[i] = r
 
 
-def _run(fn, *args) -> None:
+    @numba.njit(parallel=True, cache=True)
+    def _saturate(x, out, lo, hi, zero, inf, edge):
+        edges = 0
+        for i in numba.prange(x.shape[0]):
+            v = x[i]
+            e = False
+            if v < lo:
+                if v <= zero:
+                    out[i] = 0.0
+                else:
+                    e = True
+            elif v > hi:
+                if v >= inf:
+                    out[i] = np.inf
+                else:
+                    e = True
+            edge[i] = e
+            edges += e
+        return edges
+
+
+def _run(fn, *args):
     with _LOCK:
         numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-        fn(*args)
+        return fn(*args)
 
 
 def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.Tensor:
@@ -114,8 +137,21 @@ def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.T
 
 def pow_lookup(k: torch.Tensor, tables: np.ndarray, bits: int, p: int, out: torch.Tensor) -> torch.Tensor:
     """``out[i] = Π_w tables[w, window_w(k[i])] mod p`` — ``ω^k`` from per-window power
-    tables (window ``w``: bits ``[w·bits, (w+1)·bits)`` of ``k``). ``k``, ``out``:
-    contiguous int64 vectors; ``tables``: int64 ``(windows, 2^bits)`` below ``p < 2^31``."""
+    tables (window ``w``: bits ``[w·bits, (w+1)·bits)`` of ``k``). ``k``: a contiguous
+    int64 vector; ``out``: contiguous, int64 or float64 (exact: every value is below
+    ``p < 2^31``); ``tables``: int64 ``(windows, 2^bits)``."""
     assert k.is_contiguous() and out.is_contiguous() and p < 1 << 31
     _run(_lookup, k.numpy(), tables, bits, p, out.numpy())
     return out
+
+
+def saturate(x: torch.Tensor, out: torch.Tensor, lo: float, hi: float, zero: float, inf: float) -> torch.Tensor:
+    """For ``out = exp(clamp(x, lo, hi))``: set the elements with ``x ≤ zero`` to 0 and
+    those with ``x ≥ inf`` to infinity, in place; returns the flat indices of those
+    strictly between (``zero < x < lo`` or ``hi < x < inf``: denormal results, the edge
+    of overflow), whose ``out`` is still the clamped value — usually few or none.
+    ``x``, ``out``: contiguous float tensors of one shape."""
+    assert x.is_contiguous() and out.is_contiguous() and x.shape == out.shape
+    edge = np.empty(x.numel(), dtype=np.bool_)
+    n = _run(_saturate, x.view(-1).numpy(), out.view(-1).numpy(), lo, hi, zero, inf, edge)
+    return torch.from_numpy(np.flatnonzero(edge) if n else np.empty(0, dtype=np.int64))

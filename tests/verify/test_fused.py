@@ -100,3 +100,26 @@ def test_pow_table_fused_agrees_with_python(always_fused):
 def test_small_tensors_keep_the_torch_path():
     assert not fused.available(torch.empty(10))
     assert not fused.available(torch.empty(field.SMALL_EVAL))
+
+
+def test_float_check_exp_is_torch_exp_bit_for_bit(always_fused):
+    """Saturated elements (0 and inf) found by the fused pass; denormal results and the
+    edge of overflow still computed by torch: the same bits as torch.exp, in both
+    dtypes, with and without such edge elements."""
+    from verify.floatcheck import exp
+    g = torch.Generator().manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        x = torch.randn(5000, generator=g, dtype=torch.float64) * 400
+        x[:8] = torch.tensor([-1e4, -746.0, -745.0, -104.0, -90.0, 88.9, 709.9, 1e4], dtype=torch.float64)
+        for v in (x.to(dtype), x.clamp(-50, 50).to(dtype), (x - 2000).to(dtype)):
+            assert torch.equal(exp(v), torch.exp(v))
+
+
+def test_exp_results_as_floats_are_the_same_residues(always_fused):
+    rng = np.random.default_rng(4)
+    f = LARGEST
+    w = random_omega(f, rng)
+    t = PowTable(w, f.p, f.q)
+    k = torch.from_numpy(rng.integers(0, f.q, 4000))
+    ints, floats = t(k), t(k, floats=True)
+    assert floats.dtype == torch.float64 and torch.equal(floats.long(), ints)
