@@ -63,6 +63,12 @@ The test accepts only if one of these events happens:
    but finitely many ``p ≡ 1 (mod q)``, and on average over ``p = q^{O(1)}``; it is
    *not* proven for our pairs. Under it, ``Pr_ω[P(ω) = 0] ≤ (k−1)/(q−1)``.
 
+**Exponent sets.** ``k`` counts distinct exponents. When ``a``'s numerator and its
+one exp-carrying denominator factor draw their exponents from one set ``A`` per element
+(an attention: ``N = E@V``, ``D = ΣE``), and ``b``'s from ``B``, both ``Na·Db`` and
+``Nb·Da`` have exponents in ``A + B``: ``k ≤ |A|·|B|`` instead of the product of the
+summaries' ``k(Na)·k(Db) + k(Nb)·k(Da)`` (:class:`Support`, :func:`compared`).
+
 So one test errs with probability at most::
 
     ε(F) = d/p + bad_p(h)                                                  (no exp)
