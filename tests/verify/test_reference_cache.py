@@ -19,9 +19,10 @@ def test_program_evaluated_once_per_draw_when_residues_do_not_fit():
     assert v2.equivalent == verify.equivalent(p, g, seed=3, float_check=False, device="cpu").equivalent
 
 
-def test_a_gpu_reference_keeps_a_share_of_free_memory(monkeypatch):
+def test_default_cache_sizes_follow_the_memory(monkeypatch):
     """On a GPU the draws are most of a verification: a quarter of the free memory is kept,
-    at most GPU_CACHE_BYTES and never less than the CPU's DRAW_CACHE_BYTES."""
+    at most GPU_CACHE_BYTES and never less than DRAW_CACHE_BYTES; on the CPU a sixteenth of
+    the machine's memory, between DRAW_CACHE_BYTES and CPU_CACHE_MAX."""
     import torch
 
     from verify import equivalence as eq
@@ -31,4 +32,8 @@ def test_a_gpu_reference_keeps_a_share_of_free_memory(monkeypatch):
     for free, want in [(8 * gib, 2 * gib), (200 * gib, eq.GPU_CACHE_BYTES), (gib, eq.DRAW_CACHE_BYTES)]:
         monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None, f=free: (f, 80 * gib))
         assert eq.default_cache_bytes(cuda) == want
-    assert eq.default_cache_bytes(torch.device("cpu")) == eq.DRAW_CACHE_BYTES
+    cpu = torch.device("cpu")
+    for mem, want in [(4 * gib, eq.DRAW_CACHE_BYTES), (24 * gib, 24 * gib // 16), (512 * gib, eq.CPU_CACHE_MAX),
+                      (0, eq.DRAW_CACHE_BYTES)]:
+        monkeypatch.setattr(eq, "_physical_memory", lambda m=mem: m)
+        assert eq.default_cache_bytes(cpu) == want
