@@ -49,10 +49,19 @@ def _exact(a, b, m):
                                 np.asarray(b, dtype=np.int64).astype(object)) % m).astype(np.int64)
 
 
+@pytest.mark.parametrize("path", ["torch", "fused"])
 @pytest.mark.parametrize("m", [DEFAULT.p, DEFAULT.q, MIRAGE.p])
-def test_matmul_mod_exact_on_broadcast_batches_and_views(m):
+def test_matmul_mod_exact_on_broadcast_batches_and_views(m, path, monkeypatch):
     """Batch axes that only one operand varies along are folded into the GEMM; the
-    operands may be permuted views (iterator tiles), stride-0 broadcasts, float64."""
+    operands may be permuted views (iterator tiles), stride-0 broadcasts, float64. Both
+    limb recombinations: torch ops, and the fused loop (verify.fused) taken at any size."""
+    from verify import fused
+    if path == "fused":
+        if fused.numba is None:
+            pytest.skip("numba not installed")
+        monkeypatch.setattr(fused, "MIN_ELEMENTS", 0)
+    else:
+        monkeypatch.setattr(fused, "numba", None)
     rng = np.random.default_rng(m % 1000)
     for _ in range(60):
         nb = int(rng.integers(0, 4))
