@@ -16,11 +16,15 @@ Here each is one pass, on all of torch's threads. The reduction mod ``m`` uses a
 float64 estimate of the quotient instead of an integer division (see
 :func:`_reduce`). Nothing here is needed for correctness: without numba, on a GPU,
 or for small tensors (where compiling or waking threads costs more) the torch
-versions run, and the tests check both agree."""
+versions run, and the tests check both agree. The loops are compiled on first use and
+checked against Python's integers (:func:`_works`); a numba that fails here is one
+warning and the torch path."""
 
 from __future__ import annotations
 
+import logging
 import threading
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -37,16 +41,57 @@ MIN_ELEMENTS = 1 << 20
 _LOCK = threading.Lock()
 
 
+log = logging.getLogger("mugraph")
+
+
 def available(*tensors: torch.Tensor) -> bool:
-    """Should the fused loop handle these tensors? (numba present, on the CPU, and the
-    first one large enough to pay for the call.)"""
+    """Should the fused loop handle these tensors? (numba present and working, on the
+    CPU, and the first one large enough to pay for the call.)"""
     return (numba is not None and all(t.device.type == "cpu" for t in tensors)
-            and tensors[0].numel() >= MIN_ELEMENTS)
+            and tensors[0].numel() >= MIN_ELEMENTS and _works())
+
+
+@lru_cache(maxsize=1)
+def _works() -> bool:
+    """Compile and run every loop once on tiny inputs, checked against Python's integers:
+    a numba that cannot compile here costs one warning and the torch path, never a verdict."""
+    try:
+        m, w = 2147471759, 16
+        c = torch.tensor([[[float((1 << 53) - 1)], [float((1 << 53) - 3)]]], dtype=torch.float64)
+        out = torch.empty((1, 1), dtype=torch.int64)
+        combine_limbs(c, w, m, out)
+        tables = np.array([[1, 3], [1, 9]], dtype=np.int64)
+        got = torch.empty(2, dtype=torch.int64)
+        pow_lookup(torch.tensor([3, 2], dtype=torch.int64), tables, 1, 11, got)
+        x = torch.tensor([-200.0, -90.0, 0.5, 200.0], dtype=torch.float32)
+        y = x.clamp(-80.0, 80.0).exp()
+        edge = saturate(x, y, -80.0, 80.0, -104.0, 89.0)
+        ok = (int(out) == ((((1 << 53) - 3) % m) * (1 << w) + (1 << 53) - 1) % m
+              and got.tolist() == [27 % 11, 9] and edge.tolist() == [1] and float(y[0]) == 0.0
+              and y[3].item() == float("inf"))
+        if not ok:
+            log.warning("mugraph verify: the fused CPU loops gave wrong values here; using torch ops")
+        return bool(ok)
+    except Exception as e:  # noqa: BLE001 — any failure of the optional fast path
+        log.warning("mugraph verify: the fused CPU loops do not compile here (%s: %s); using torch ops",
+                    type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+        return False
+
+
+def _jit(**options):
+    """``numba.njit`` that caches the machine code on disk where it can (a read-only
+    install without a writable cache folder compiles in each process instead)."""
+    def decorate(fn):
+        try:
+            return numba.njit(cache=True, **options)(fn)
+        except RuntimeError:  # numba: no locator available for the file
+            return numba.njit(**options)(fn)
+    return decorate
 
 
 if numba is not None:
 
-    @numba.njit(inline="always", cache=True)
+    @_jit(inline="always")
     def _reduce(r, m, inv):
         """``r mod m`` for ``0 ≤ r < 2^62``, ``m < 2^31``. The quotient is estimated in
         float64: ``r`` and ``1/m`` each round with relative error ``2^-53``, so the
@@ -59,7 +104,7 @@ if numba is not None:
             r -= m
         return r
 
-    @numba.njit(inline="always", cache=True)
+    @_jit(inline="always")
     def _horner(c, x, y, w, m, inv):
         L = c.shape[1]
         r = _reduce(np.int64(c[x, L - 1, y]), m, inv)
@@ -67,7 +112,7 @@ if numba is not None:
             r = _reduce((r << w) + np.int64(c[x, l, y]), m, inv)
         return r
 
-    @numba.njit(parallel=True, cache=True)
+    @_jit(parallel=True)
     def _combine_outer(c, w, m, out):  # threads split the outer axis (many rows)
         X, _, Y = c.shape
         inv = 1.0 / m
@@ -75,7 +120,7 @@ if numba is not None:
             for y in range(Y):
                 out[x, y] = _horner(c, x, y, w, m, inv)
 
-    @numba.njit(parallel=True, cache=True)
+    @_jit(parallel=True)
     def _combine_inner(c, w, m, out):  # threads split the inner axis (few rows)
         X, _, Y = c.shape
         inv = 1.0 / m
@@ -83,7 +128,7 @@ if numba is not None:
             for y in numba.prange(Y):
                 out[x, y] = _horner(c, x, y, w, m, inv)
 
-    @numba.njit(parallel=True, cache=True)
+    @_jit(parallel=True)
     def _lookup(k, tables, bits, p, out):
         n = k.shape[0]
         windows = tables.shape[0]
@@ -97,7 +142,7 @@ if numba is not None:
             out[i] = r
 
 
-    @numba.njit(parallel=True, cache=True)
+    @_jit(parallel=True)
     def _saturate(x, out, lo, hi, zero, inf, edge):
         edges = 0
         for i in numba.prange(x.shape[0]):

@@ -99,3 +99,22 @@ def test_exp_results_as_floats_are_the_same_residues(always_fused):
     k = torch.from_numpy(rng.integers(0, f.q, 4000))
     ints, floats = t(k), t(k, floats=True)
     assert floats.dtype == torch.float64 and torch.equal(floats.long(), ints)
+
+
+def test_a_numba_that_fails_here_costs_a_warning_and_the_torch_path(monkeypatch, caplog):
+    def broken(*args):
+        raise RuntimeError("no LLVM target for this CPU")
+
+    monkeypatch.setattr(fused, "_combine_outer", broken)
+    monkeypatch.setattr(fused, "_combine_inner", broken)
+    fused._works.cache_clear()
+    try:
+        assert not fused.available(torch.empty(fused.MIN_ELEMENTS))
+        assert "using torch ops" in caplog.text
+        rng = np.random.default_rng(1)
+        m = LARGEST.p
+        a, b = rng.integers(0, m, (2, 600, 64)), rng.integers(0, m, (2, 64, 900))
+        want = (np.matmul(a.astype(object), b.astype(object)) % m).astype(np.int64)
+        assert (matmul_mod(a, b, m) == want).all()
+    finally:
+        fused._works.cache_clear()
