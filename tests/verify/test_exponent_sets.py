@@ -1,4 +1,4 @@
-"""Exponent sets in the bound (verify.bound.Support): an attention's numerator and
+"""Exponent sets in the bound (verify.exponent_sets.Support): an attention's numerator and
 denominator draw their exponents from one set per row, which halves the term count of
 the compared function — and nothing else gets that credit."""
 
@@ -8,7 +8,7 @@ import mugraph as mg
 import verify
 from mugraph.benchmarks import program, reference
 from verify import bound
-from verify.bound import FREE, Support
+from verify.exponent_sets import FREE, Support
 from verify.equivalence import make_plan, summarize
 from verify.family import DEFAULT
 
