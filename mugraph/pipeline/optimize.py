@@ -260,6 +260,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         for c in cands:
             if c.predicted_s is None and not c.rejected:
                 c.rejected = "not checked (interrupted)"
+    _set_aside_unproven(cands)
     alive = sorted((c for c in cands if not c.rejected), key=lambda c: c.predicted_s)
     if interrupted and not any(c.origin == "search" for c in alive):
         raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified"
@@ -285,6 +286,25 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "total_s": time.perf_counter() - t0, "versions": versions()}
     return Optimized(program, best, cands, report, device)
+
+def _proven(c: Candidate) -> bool:
+    """Whether ``c`` is the program itself or its verification reached the target error."""
+    return c.origin == "program" or (c.verified is not None and verify.Verdict.from_json(c.verified).bound_met)
+
+
+def _set_aside_unproven(cands: list[Candidate]) -> None:
+    """A proof beats a faster guess: when some searched μGraph's verification reached the
+    target error, those whose field tests only passed (the per-test bound too weak for the
+    number of tests: evidence, not a proof) are not shipped, however fast. With none proven
+    they stay, and :func:`_warn_if_unproven` names the one chosen."""
+    if not any(c.origin == "search" and not c.rejected and _proven(c) for c in cands):
+        return
+    for c in cands:
+        if not c.rejected and not _proven(c):
+            v = verify.Verdict.from_json(c.verified)
+            c.rejected = (f"not proven (bound {v.error_bound:.3g} after {v.tests} passing tests) while "
+                          "other μGraphs are")
+
 
 def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
     """One warning line when the chosen μGraph's verification did not reach the target

@@ -91,3 +91,23 @@ def test_a_chosen_graph_whose_bound_was_not_met_is_warned_about(caplog):
         _warn_if_unproven(p, Candidate(p, "search", verified=strong.to_json()), 2.0 ** -40)
         _warn_if_unproven(p, Candidate(p, "program"), 2.0 ** -40)
     assert not caplog.records
+
+
+def test_an_unproven_graph_is_set_aside_when_a_proven_one_exists():
+    """A candidate whose tests passed but whose bound missed the target is not shipped when
+    another searched μGraph is proven, however fast it is; with none proven it stays."""
+    import verify
+    from mugraph.pipeline.optimize import _set_aside_unproven
+    from mugraph.pipeline.results import Candidate
+
+    lora = program("lora", small=True)
+    strong = verify.equivalent(lora, lora, seed=0, float_check=False).to_json()
+    weak = verify.equivalent(lora, lora, seed=0, max_tests=1, float_check=False)
+    assert not weak.bound_met
+    guess, proof, prog = (Candidate(lora, "search", verified=weak.to_json()),
+                          Candidate(lora, "search", verified=strong), Candidate(lora, "program"))
+    _set_aside_unproven([guess, proof, prog])
+    assert "not proven" in guess.rejected and not proof.rejected and not prog.rejected
+    alone = Candidate(lora, "search", verified=weak.to_json())
+    _set_aside_unproven([alone, Candidate(lora, "program")])
+    assert not alone.rejected
