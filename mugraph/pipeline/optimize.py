@@ -301,9 +301,9 @@ def _set_aside_unproven(cands: list[Candidate]) -> None:
         return
     for c in cands:
         if not c.rejected and not _proven(c):
-            v = verify.Verdict.from_json(c.verified)
-            c.rejected = (f"not proven (bound {v.error_bound:.3g} after {v.tests} passing tests) while "
-                          "other μGraphs are")
+            v = verify.Verdict.from_json(c.verified) if c.verified is not None else None
+            c.rejected = ("not proven" + (f" (bound {v.error_bound:.3g} after {v.tests} passing tests)" if v else "")
+                          + " while other μGraphs are")
 
 
 def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
