@@ -628,7 +628,7 @@ def matmul_mod(a: torch.Tensor, b: torch.Tensor, m: int) -> torch.Tensor:
             labels.append(i)
             shape.append(1)
     order = [labels.index(x) for x in ["L", *range(nd - 2), "M", "N"]]
-    if fused.available(c):  # one pass in the GEMM's own layout, then one reorder if needed
+    if m >= 8 and fused.available(c):  # one pass in the GEMM's own layout, then one reorder if needed
         X, Y = math.prod(shape[:at]), math.prod(shape[at + 1:])
         keep = [i - (i > at) for i in order[1:]]  # the result's axes in the GEMM's layout without L
         same = keep == sorted(keep)

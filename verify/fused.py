@@ -93,10 +93,12 @@ if numba is not None:
 
     @_jit(inline="always")
     def _reduce(r, m, inv):
-        """``r mod m`` for ``0 ≤ r < 2^62``, ``m < 2^31``. The quotient is estimated in
-        float64: ``r`` and ``1/m`` each round with relative error ``2^-53``, so the
-        estimate of ``r/m < 2^32`` is off by less than ``2^-19``, and truncating it
-        gives the true quotient or one less or more; one correction step finishes."""
+        """``r mod m`` for ``0 ≤ r < 2^62`` with ``r/m < 2^50``. The quotient is estimated
+        in float64: ``r``, ``1/m`` and their product each round with relative error
+        ``2^-53``, so the estimate is off by less than ``3·2^-53·r/m < 1``, and truncating
+        it gives the true quotient or one less or more; one correction step finishes.
+        The callers stay far inside: Horner's rule has ``r < m·2^w + 2^53`` (``w ≤ 30``,
+        ``m ≥ 8``: ``r/m < 2^30 + 2^50``), the lookup ``r < m²``."""
         r -= np.int64(np.float64(r) * inv) * m
         if r < 0:
             r += m
@@ -172,9 +174,9 @@ def _run(fn, *args):
 def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.Tensor:
     """``out[x, y] = Σ_l c[x, l, y]·2^(w·l) mod m`` by Horner's rule, for ``c`` a
     contiguous float64 ``(X, L, Y)`` of exact integers ``< 2^53`` (limb products) and
-    ``m < 2^31``: every intermediate ``< 2^(31+w) + 2^53 < 2^62``. ``out``: contiguous
+    ``8 ≤ m < 2^31``: every intermediate ``< 2^(31+w) + 2^53 < 2^62``. ``out``: contiguous
     int64 ``(X, Y)``; returned."""
-    assert c.is_contiguous() and out.is_contiguous() and c.dtype == torch.float64 and m < 1 << 31 and w <= 30
+    assert c.is_contiguous() and out.is_contiguous() and c.dtype == torch.float64 and 8 <= m < 1 << 31 and w <= 30
     X, Y = out.shape
     _run(_combine_outer if X >= 8 * torch.get_num_threads() or X >= Y else _combine_inner, c.numpy(), w, m, out.numpy())
     return out

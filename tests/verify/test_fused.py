@@ -33,14 +33,16 @@ def test_reduce_at_the_edges_of_its_range():
         out = torch.empty((1, 1), dtype=torch.int64)
         fused.combine_limbs(c, 16, m, out)
         assert int(out) == (r % (1 << 53)) % m
-    # two limbs of 30 bits: (hi mod m)·2^30 + lo, with lo < 2^53, reaches 2^61 + 2^53
+    # two limbs of 30 bits: (hi mod m)·2^30 + lo, with lo < 2^53, reaches 2^61 + 2^53; and
+    # Mirage's small primes, where the quotient r/m is largest (up to 2^53/83)
     hi = torch.tensor(k % (1 << 53), dtype=torch.float64)
     lo = torch.tensor((k >> 9) % (1 << 53), dtype=torch.float64)
     c = torch.stack([lo, hi])[None]  # (1, L=2, n)
-    out = torch.empty((1, len(rs)), dtype=torch.int64)
-    fused.combine_limbs(c, 30, m, out)
-    want = [((int(h) % m) * 2 ** 30 + int(l)) % m for h, l in zip(hi.tolist(), lo.tolist())]
-    assert out[0].tolist() == want
+    for mod in (m, LARGEST.q, 167, 83):
+        out = torch.empty((1, len(rs)), dtype=torch.int64)
+        fused.combine_limbs(c, 30, mod, out)
+        want = [((int(h) % mod) * 2 ** 30 + int(l)) % mod for h, l in zip(hi.tolist(), lo.tolist())]
+        assert out[0].tolist() == want
 
 
 def test_matmul_mod_fused_worst_case_entries(always_fused):
