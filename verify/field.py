@@ -429,17 +429,18 @@ class PowTable:
         nbits = max(1, (q - 1).bit_length())
         self.bits = min(self.BITS, nbits)
         self.windows = -(-nbits // self.bits)
-        self.tables = []
-        for w in range(self.windows):  # built in numpy (cheap small ops), then moved to the device
+        # built in numpy (cheap small ops), one row a window, then moved to the device; on the
+        # CPU the rows themselves are the tables, and the fused lookup reads the whole array
+        stacked = np.empty((self.windows, 1 << self.bits), dtype=np.int64)
+        for w, t in enumerate(stacked):
             step = pow(omega, 1 << (self.bits * w), p)  # T[i] = step^i
-            t = np.empty(1 << self.bits, dtype=np.int64)
             t[0] = 1
             for j in range(self.bits):  # T[2^j + i] = T[i] · step^(2^j), written in place
                 n = 1 << j
                 np.multiply(t[:n], pow(step, n, p), out=t[n:2 * n])
                 np.remainder(t[n:2 * n], p, out=t[n:2 * n])
-            self.tables.append(torch.from_numpy(t).to(dev))
-        self.stacked = np.stack([t.cpu().numpy() for t in self.tables]) if dev.type == "cpu" else None
+        self.tables = [torch.from_numpy(t).to(dev) for t in stacked]
+        self.stacked = stacked if dev.type == "cpu" else None
 
     def __call__(self, k: torch.Tensor, floats: bool = False) -> torch.Tensor:
         """``ω^k`` (flat); ``floats``: as exact float64 where that costs nothing (the fused

@@ -419,7 +419,7 @@ class FloatReference:
             # outside the program's domain — a piece of a norm gets the mean of squares as an
             # input and takes its sqrt: a negative draw there means nothing. The same draw made
             # non-negative is used when it leaves more outputs finite
-            pos = {k: x.abs() for k, x in ins.items()}
+            pos = self.inputs(i, dtype, positive=True)
             R_pos = magnitudes(self.graph, pos, self.device)
             finite_pos = _finite(R_pos)
             if sum(finite_pos) > sum(finite):

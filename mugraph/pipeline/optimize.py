@@ -287,9 +287,14 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "total_s": time.perf_counter() - t0, "versions": versions()}
     return Optimized(program, best, cands, report, device)
 
+def _verdict(c: Candidate) -> "verify.Verdict | None":
+    return verify.Verdict.from_json(c.verified) if c.verified else None
+
+
 def _proven(c: Candidate) -> bool:
     """Whether ``c`` is the program itself or its verification reached the target error."""
-    return c.origin == "program" or (c.verified is not None and verify.Verdict.from_json(c.verified).bound_met)
+    v = _verdict(c)
+    return c.origin == "program" or (v is not None and v.bound_met)
 
 
 def _set_aside_unproven(cands: list[Candidate]) -> None:
@@ -301,7 +306,7 @@ def _set_aside_unproven(cands: list[Candidate]) -> None:
         return
     for c in cands:
         if not c.rejected and not _proven(c):
-            v = verify.Verdict.from_json(c.verified) if c.verified is not None else None
+            v = _verdict(c)
             c.rejected = ("not proven" + (f" (bound {v.error_bound:.3g} after {v.tests} passing tests)" if v else "")
                           + " while other μGraphs are")
 
@@ -311,10 +316,8 @@ def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
     error: its field tests all passed, but the per-test bound is too weak for the number
     of tests (e.g. ``silu`` inside a long matmul reduction: the bound's exp-term count is
     astronomically large), so passing is evidence, not a proof at that level."""
-    if best.origin != "search" or not best.verified:
-        return
-    v = verify.Verdict.from_json(best.verified)
-    if not v.bound_met:
+    v = _verdict(best) if best.origin == "search" else None
+    if v is not None and not v.bound_met:
         log.warning("mugraph: %s: the chosen μGraph passed %d field tests, but the verifier's bound on a false "
                     "accept is %.3g (target %.3g; per-test bound %.3g): evidence, not a proof at that level",
                     program.name, v.tests, v.error_bound, error, v.per_test_bound)
