@@ -50,6 +50,11 @@ class ProfileResult:
     measured: bool
     trials: list[tuple[str, float | None, float]] = field(default_factory=list)  # (label, measured, predicted)
     program: object | None = None
+    #: every whole-program configuration timed (:func:`program_key` -> seconds; None: it failed),
+    #: what a later :func:`tune` call given it as ``history`` does not run again
+    timings: dict[str, float | None] = field(default_factory=dict)
+    #: the budget stopped some kernel's tuning before every configuration it plans had run
+    cut: bool = False
 
     def summary(self) -> str:
         if not self.measured:
@@ -346,7 +351,8 @@ def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, s
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams = H100, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
-         budget_s: float | None = None, predict_only: bool = False) -> ProfileResult:
+         budget_s: float | None = None, predict_only: bool = False,
+         history: dict[str, float | None] | None = None) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
 
     ``predict_only``: rank the configurations by the cost model alone, as without a GPU —
@@ -362,6 +368,13 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     unused passes to the next); a kernel stops trying new ones when its share is spent,
     once one has run, and keeps the best so far — for bounded re-ranking runs.
 
+    ``history``: the :attr:`ProfileResult.timings` of an earlier call on the same graph,
+    inputs and timing — its configurations are not compiled or run again, their times are
+    taken as measured. The tuner's choices depend only on the times it sees, so a call
+    with the history of a call its budget cut (:attr:`ProfileResult.cut`) walks the same
+    path at once and goes on where that one stopped, with ``budget_s`` for what is new:
+    tuning in installments, as the GPU re-ranking does for its leaders.
+
     Per kernel: the first round (:func:`first_round`, :func:`_pick`), then warps × stages
     × load modes × staging around the winner (:func:`neighbours`), then around the
     second-best layout if it measured within :data:`SECOND_LAYOUT` of the best. Each
@@ -374,6 +387,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
     configs: dict[int, KernelConfig] = {op.id: KernelConfig(num_stages=3) for op in blocks}
     trials: list[tuple[str, float | None, float]] = []
+    timings: dict[str, float | None] = {}
+    cut = False
     if gpu and inputs is None:
         inputs = random_inputs(graph, 0, device="cuda")
     ends: dict[int, float] = {}
@@ -395,14 +410,24 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         end = ends.get(op.id)
 
         def run(c, pred):
+            nonlocal cut
+            key = program_key(blocks, {**configs, op.id: c})
+            if history is not None and key in history:  # timed by an earlier call: not again
+                t = timings[key] = history[key]
+                if t is not None:
+                    trials.append((f"k{op.id}:{c.label()}", t, pred))
+                return t
             if end is not None and timed and time.monotonic() > end:
+                cut = True
                 return None
             try:
                 t, _, err = _time(graph, {**configs, op.id: c}, inputs, ref, tol, timing)
             except Exception as e:  # a config the compiler rejects (resources), or a wrong result
+                timings[key] = None
                 if log:
                     log(f"  k{op.id} {c.label()} failed: {type(e).__name__}: {str(e)[:160]}")
                 return None
+            timings[key] = t
             trials.append((f"k{op.id}:{c.label()}", t, pred))
             if log:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
@@ -454,7 +479,13 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         return ProfileResult(graph, configs, None, pred, False, trials)
     # re-time the final program (the spread between this and the search's time is the noise)
     t, prog, _ = _time(graph, configs, inputs, ref, tol, timing)
-    return ProfileResult(graph, configs, t, pred, True, trials, prog)
+    return ProfileResult(graph, configs, t, pred, True, trials, prog, timings, cut)
+
+
+def program_key(blocks, configs: dict[int, KernelConfig]) -> str:
+    """One whole-program configuration: every graph-defined kernel's config label, in
+    graph order (what :attr:`ProfileResult.timings` is keyed by)."""
+    return " ".join(f"k{op.id}:{configs[op.id].label()}" for op in blocks)
 
 
 def _layout(c: KernelConfig) -> tuple:

@@ -42,11 +42,23 @@ class Checker:
         what the first verification would otherwise spend on the program's side."""
         self.verdict(self.program)
 
+    def fingerprinter(self) -> verify.Fingerprinter:
+        if self._fingerprinter is None:
+            self._fingerprinter = verify.Fingerprinter(self.program, seed=self.seed)
+        return self._fingerprinter
+
+    def prepare_fingerprints(self) -> None:
+        """Draw the fingerprint's inputs and evaluate the program on them now — into the
+        shared directory when one is set (:mod:`verify.shared_draws`), so the search's
+        workers map them instead of each computing its own at its first candidate."""
+        try:
+            self.fingerprinter().target()
+        except MugraphError:
+            pass  # a failed draw (zero divisor): fingerprint_matches decides per candidate
+
     def fingerprint_matches(self, graph: KernelGraph) -> bool:
         try:
-            if self._fingerprinter is None:
-                self._fingerprinter = verify.Fingerprinter(self.program, seed=self.seed)
-            return self._fingerprinter.matches(graph)
+            return self.fingerprinter().matches(graph)
         except MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 

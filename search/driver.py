@@ -31,6 +31,7 @@ finished tasks; a rerun with the same checkpoint skips them.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -42,6 +43,7 @@ from typing import Any, Optional
 from mugraph.errors import ConfigError
 from mugraph.ir import KernelGraph, Program
 from mugraph.serialize import graph_from_json, graph_to_json
+from verify import shared_draws
 
 from .check import Checker
 from .checkpoint import Checkpoint
@@ -187,28 +189,38 @@ class _Run:
         _ACTIVE.runs.append(self)
         try:
             self.bar = _bar(self.cfg)
-            try:
-                self._prepare()
-                self._compose()
-                self._warm()
-                self._enumerate()
-                matches = self._matches()
-                found, vstats = self._after_warm_up(matches, self._split_and_verify)
-            except KeyboardInterrupt:
-                if self.nested:
-                    raise
-                self.interrupted = True
-                self._stop_executor()
-                self._save()
-                matches = self._matches()
-                found, vstats = self._after_warm_up(matches, self._verify_after_interrupt)
-            return self._result(matches, found, vstats)
+            with self._shared_draws():
+                try:
+                    self._prepare()
+                    self._compose()
+                    self._warm()
+                    self._enumerate()
+                    matches = self._matches()
+                    found, vstats = self._after_warm_up(matches, self._split_and_verify)
+                except KeyboardInterrupt:
+                    if self.nested:
+                        raise
+                    self.interrupted = True
+                    self._stop_executor()
+                    self._save()
+                    matches = self._matches()
+                    found, vstats = self._after_warm_up(matches, self._verify_after_interrupt)
+                return self._result(matches, found, vstats)
         finally:
             _ACTIVE.runs.pop()
             self._stop_executor()
             self._save()
             if self.bar is not None:
                 self.bar.close()
+
+    def _shared_draws(self):
+        """Where this search's processes share the fingerprint's draws and the program's
+        outputs on them (:mod:`verify.shared_draws`): a directory of its own for the whole
+        search, piece searches included, when tasks run in worker processes; a search
+        nested in another uses the outer one's."""
+        if self.cfg.executor == "serial" or shared_draws.directory() is not None:
+            return contextlib.nullcontext()
+        return shared_draws.temporary()
 
     def _set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -310,6 +322,8 @@ class _Run:
             assert self.root is not None
             ex = make_executor(cfg.executor, cfg.workers, ray_address=cfg.ray_address,
                                state=WorkerState(searcher=self.root))
+            if cfg.executor != "serial":  # once here, not once per worker (verify.shared_draws)
+                self.checker.prepare_fingerprints()
             ex.start(shared_state(self.program, cfg, self.root))
             self.executor = ex
         return self.executor

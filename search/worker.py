@@ -4,9 +4,10 @@ A worker is set up once from the *shared state* — plain Python data, shipped o
 worker — and then answers *payloads* (plain JSON values), one at a time:
 
 * shared state (:func:`shared_state`): the program (μGraph JSON), the search config
-  (JSON) and the driver's saturated e-graph exported as tables
+  (JSON), the driver's saturated e-graph exported as tables
   (:meth:`search.egraph.SaturatedEGraph.to_tables`), so no worker runs equality
-  saturation again;
+  saturation again, and the directory of the fingerprint's fixed draws and the
+  program's outputs on them (:mod:`verify.shared_draws`), so no worker computes them again;
 * ``{"kind": "search", "task": Task JSON, "deadline": wall-clock seconds or None,
   "split": seconds or None}``: run one task of the enumeration
   (:meth:`search.enumerate.Searcher.run_task`) and return its fingerprint matches,
@@ -30,6 +31,7 @@ from typing import Any, Optional
 
 from mugraph.ir import Program
 from mugraph.serialize import graph_from_json, graph_to_json
+from verify import shared_draws
 
 from . import expr as ex
 from .config import SearchConfig
@@ -44,8 +46,9 @@ _ORACLE_COUNTERS = ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes
 
 def shared_state(program: Program, cfg: SearchConfig, searcher: Searcher) -> dict[str, Any]:
     """What every worker receives once: program, config and the oracle's e-graph tables."""
+    draws = shared_draws.directory()
     return {"program": graph_to_json(program), "config": cfg.to_json(),
-            "egraph": searcher.oracle.egraph.to_tables()}
+            "egraph": searcher.oracle.egraph.to_tables(), "draws": None if draws is None else str(draws)}
 
 
 def share_cores(workers: int) -> int:
@@ -73,6 +76,8 @@ class WorkerState:
     def __init__(self, shared: dict[str, Any] | None = None, searcher: Optional[Searcher] = None) -> None:
         if searcher is None:
             assert shared is not None
+            if shared.get("draws") and os.path.isdir(shared["draws"]):  # not on another machine
+                shared_draws.use(shared["draws"])
             program = graph_from_json(shared["program"])
             cfg = SearchConfig.from_json(shared["config"])
             searcher = Searcher(program, cfg, oracle=_oracle(program, cfg, shared["egraph"]))

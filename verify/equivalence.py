@@ -40,6 +40,7 @@ numpy whatever the device, so a verdict does not depend on where it was computed
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import time
@@ -56,8 +57,9 @@ from mugraph.interpreter import Picks, evaluate, saved_positions
 from mugraph.ir import KernelGraph
 from mugraph.lax import check_lax
 from mugraph.ops import exp_like, lax_classes
+from mugraph.serialize import graph_to_json
 
-from . import args
+from . import args, shared_draws
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
 from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
@@ -722,9 +724,11 @@ def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> Non
 def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> FieldInput:
     """The fixed draw of one input: a function of (seed, primes, name, shape) only,
     so every graph with that input sees the same residues (CPU tensors, never written)."""
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode()), *shape])
-    xp = uniform_residues(rng, fld.p, shape)
-    xq = uniform_residues(rng, fld.q, shape)
+    def draw() -> list[np.ndarray]:
+        rng = np.random.default_rng([seed, zlib.crc32(name.encode()), *shape])
+        return [uniform_residues(rng, fld.p, shape), uniform_residues(rng, fld.q, shape)]
+
+    xp, xq = shared_draws.load_or_make(shared_draws.key("draw", seed, fld.p, fld.q, name, shape), draw)
     return FieldInput(torch.from_numpy(xp), torch.from_numpy(xq))
 
 
@@ -850,7 +854,15 @@ class Fingerprinter:
     def target(self) -> list[torch.Tensor]:
         """The program's outputs on the fixed draw (p-parts)."""
         if self._target is None:
-            self._target = _fixed_outputs(live_graph(self.program), self.seed, self.fld, self.device)
+            live = live_graph(self.program)
+            if self.device.type != "cpu":
+                self._target = _fixed_outputs(live, self.seed, self.fld, self.device)
+            else:  # every worker of a search compares with the same outputs: computed once (shared_draws)
+                name = shared_draws.key("target", json.dumps(graph_to_json(live), sort_keys=True), self.seed,
+                                        self.fld.p, self.fld.q)
+                arrays = shared_draws.load_or_make(
+                    name, lambda: [o.numpy() for o in _fixed_outputs(live, self.seed, self.fld, self.device)])
+                self._target = [torch.from_numpy(a) for a in arrays]
         return self._target
 
     def matches(self, graph: KernelGraph) -> bool:

@@ -100,3 +100,49 @@ def test_tune_budget_bounds_the_configurations_tried(monkeypatch):
     clock[0] = 0.0
     tune(g, inputs={})
     assert len(calls) > 40  # unbounded: both sweeps in full
+
+
+def test_tuning_in_installments_goes_on_where_the_budget_stopped(monkeypatch):
+    """A tune cut by its budget, resumed with its timings as history, ends where one unbounded
+    tune ends, without timing any configuration twice (only the final re-timing repeats)."""
+    from lower.profile import tune
+
+    g = reference("rmsnorm_matmul", 8)
+    clock = [0.0]
+
+    def landscape(c):  # the best is deep in the sweep: many warps, many stages
+        return 1.0 - 0.01 * c.num_warps - 0.003 * c.num_stages + (0.0 if c.stage_all_loads else 0.002)
+
+    calls = _fake_gpu(monkeypatch, landscape, clock)
+    full = tune(g, inputs={})
+    assert not full.cut
+    calls.clear()
+    first = tune(g, inputs={}, budget_s=8)
+    assert first.cut and len(first.timings) < len(full.timings)
+    n_first = len(calls)
+    second = tune(g, inputs={}, budget_s=1e6, history=first.timings)
+    assert not second.cut and second.configs == full.configs and second.time_s == full.time_s
+    new = calls[n_first:-1]  # this call's configurations, less its final re-timing
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    from lower.profile import program_key
+    assert not {program_key([op], {op.id: c}) for c in new} & set(first.timings)
+    assert len(new) + len(first.timings) == len(full.timings)
+
+
+def test_a_failed_configuration_is_remembered_and_not_retried(monkeypatch):
+    from lower.profile import tune
+
+    g = reference("rmsnorm_matmul", 8)
+
+    def landscape(c):
+        if c.num_warps == 16:
+            raise RuntimeError("out of resources")
+        return 1.0 + 0.01 * c.num_stages
+
+    calls = _fake_gpu(monkeypatch, landscape)
+    first = tune(g, inputs={})
+    failed = {k for k, t in first.timings.items() if t is None}
+    assert failed
+    calls.clear()
+    again = tune(g, inputs={}, history=first.timings)
+    assert len(calls) == 1 and again.configs == first.configs  # only the final re-timing ran

@@ -94,3 +94,78 @@ def test_overrides_and_the_unfused_program():
     assert "top_k=2" in plan.why and "tune_seconds" in plan.why
     assert plan_rerank([prog]).timed == [(prog, None)]
     assert plan.to_json()["timed"][0]["tune_s"] == 7.0
+
+
+class _Clock:
+    def __init__(self):
+        self.t = 0.0
+
+    def monotonic(self):
+        return self.t
+
+
+def _fake_tuning(clock, landscape: dict):
+    """A pretend card: candidate tag -> its configurations' times, best last; a tuning runs
+    configurations in that order, one pretend second each, until its budget ends; it goes
+    on from a history's length."""
+    from lower.config import KernelConfig
+    from lower.profile import ProfileResult
+
+    calls = []
+
+    def tune(c, secs, history):
+        times = landscape[c.graph.name]
+        start = len(history or {})
+        n = len(times) - start if secs is None else min(len(times) - start, max(1, int(secs)))
+        clock.t += n
+        calls.append((c.graph.name, start, n))
+        seen = {**(history or {}), **{str(i): times[i] for i in range(start, start + n)}}
+        best = min(seen.values())
+        return ProfileResult(c.graph, {}, best, 0.0, True, timings=seen, cut=start + n < len(times))
+
+    return tune, calls
+
+
+def test_rerank_gives_the_rest_of_the_budget_to_the_leaders(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    a, b, c = _cand(10, tag="a"), _cand(10.5, tag="b"), _cand(11, tag="c")
+    # a and b keep improving with tuning; c is 2x slower whatever it is given
+    land = {"a": [2.0 - 0.01 * i for i in range(200)], "b": [2.1 - 0.01 * i for i in range(200)],
+            "c": [4.0] * 200}
+    tune, calls = _fake_tuning(clock, land)
+    monkeypatch.setattr(timing, "config_space", lambda g: {1: 200})
+    why = timing.rerank([a, b, c], tune, total_s=120)
+    first = {name: n for name, start, n in calls if start == 0}
+    resumed = {name: (start, n) for name, start, n in calls if start > 0}
+    assert set(first) == {"a", "b", "c"} and sum(first.values()) <= 60 + 3
+    assert set(resumed) == {"a", "b"}  # c is not within LEADER_SPREAD of the fastest
+    assert clock.t <= 120 + 3  # the whole re-ranking within its budget (+ one config per tuning)
+    assert a.measured_s < 2.0 - 0.01 * first["a"] and "leader" in why
+    assert c.measured_s == 4.0
+
+
+def test_rerank_with_tune_seconds_is_one_installment(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    a, b = _cand(10, tag="a"), _cand(10.5, tag="b")
+    tune, calls = _fake_tuning(clock, {"a": [1.0 - 0.01 * i for i in range(50)],
+                                       "b": [1.0 - 0.01 * i for i in range(50)]})
+    timing.rerank([a, b], tune, tune_seconds=5, total_s=120)
+    assert [(n, s) for n, s, _ in calls] == [("a", 0), ("b", 0)]
+
+
+def test_a_finished_tuning_is_not_resumed_and_a_rejected_one_stays_rejected(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    a, b = _cand(10, tag="a"), _cand(10.5, tag="b")
+    tune, calls = _fake_tuning(clock, {"a": [1.0, 0.9, 0.8]})
+
+    def tune_or_reject(c, secs, history):
+        if c.graph.name == "b":
+            raise RuntimeError("out of resources: shared memory")
+        return tune(c, secs, history)
+
+    timing.rerank([a, b], tune_or_reject, total_s=120)
+    assert calls == [("a", 0, 3)] and a.measured_s == 0.8
+    assert b.measured_s is None and "does not run on this GPU" in b.rejected

@@ -41,6 +41,42 @@ def test_finds_single_kernel_and_is_deterministic(tmp_path):
     assert c.graph_json == a.graph_json and c.stats == json.loads(json.dumps(a.stats))
 
 
+def test_worker_processes_share_the_fingerprint_draws_through_a_directory_removed_at_the_end(monkeypatch):
+    from verify import shared_draws
+    from search.worker import WorkerState, shared_state
+
+    made, seen = [], []
+    real = shared_draws.temporary
+
+    def recording(*a, **k):
+        ctx = real(*a, **k)
+        made.append(ctx)
+        return ctx
+
+    monkeypatch.setattr(shared_draws, "temporary", recording)
+    real_state = driver_mod.shared_state
+
+    def spy(program, cfg, root):
+        state = real_state(program, cfg, root)
+        seen.append(state["draws"])
+        return state
+
+    monkeypatch.setattr(driver_mod, "shared_state", spy)
+    r = search.run(_program(), _cfg(executor="processes", workers=2))
+    assert r.graphs and len(made) == 1 and seen and seen[0]
+    assert shared_draws.directory() is None and not __import__("os").path.exists(seen[0])
+    # a worker given that state maps the driver's files (here: a directory that exists)
+    with real() as d:
+        root = driver_mod.Searcher(_program(), _cfg())
+        state = {**shared_state(_program(), _cfg(), root), "draws": str(d)}
+        shared_draws.use(None)
+        WorkerState(state)
+        assert shared_draws.directory() == d
+    # a serial search runs in one process: nothing to share
+    search.run(_program(), _cfg())
+    assert len(made) == 1
+
+
 def test_checkpoint_resume_gives_same_result(tmp_path):
     full = search.run(_program(), _cfg())
     ck = str(tmp_path / "ck.json")
