@@ -31,6 +31,7 @@ Writing a μGraph by hand::
 
 from __future__ import annotations
 
+import hashlib
 import keyword
 import math
 import re
@@ -672,3 +673,43 @@ def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
             env[op.outputs[0]] = on_op(op, [env[t] for t in op.inputs], None)
     return env
 
+
+
+def dataflow_key(graph: KernelGraph) -> str:
+    """A digest of what ``graph`` computes and how, equal for two graphs that differ only in
+    the order independent ops were added in (in the kernel graph or inside a block graph),
+    in tensor numbering, or in the order of a kernel's sources.
+
+    Every tensor's key is its op's kind and attributes, its shape and dtype, and its inputs'
+    keys (an input iterator: its source's key, imap and fmap; a kernel input: its name);
+    a block graph adds its grid, loop and savers. The lowering emits such graphs as the
+    same kernels up to the order of independent statements, so the GPU re-ranking times
+    one of them (a search returned four orderings of one rmsnorm_matmul kernel, which
+    split the tuning time four ways)."""
+    def digest(*parts: object) -> str:
+        return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
+
+    def attrs(op: Op) -> tuple:
+        return tuple(sorted((k, repr(v)) for k, v in op.attrs.items() if k not in ("block", "source", "name")))
+
+    key: dict[Tensor, str] = {}
+    for op in graph.ops:
+        if op.kind == "input":
+            t = op.outputs[0]
+            key[t] = digest("input", t.name, t.shape, t.dtype)
+        elif op.kind == "graph_defined":
+            block: BlockGraph = op.attrs["block"]
+            for bop in block.ops:
+                t = bop.outputs[0]
+                ins = ((key[block.sources[bop.attrs["source"]]],) if bop.kind == "iterator"
+                       else tuple(key[x] for x in bop.inputs))
+                key[t] = digest(bop.kind, attrs(bop), t.shape, t.dtype, ins)
+            k = digest("kernel", block.grid, block.forloop,
+                       tuple((key[sv.tensor], sv.omap, sv.shape) for sv in block.savers))
+            for i, t in enumerate(op.outputs):
+                key[t] = digest(k, i, t.dtype)
+        else:
+            k = digest(op.kind, attrs(op), tuple(key[x] for x in op.inputs))
+            for i, t in enumerate(op.outputs):
+                key[t] = digest(k, i, t.shape, t.dtype)
+    return digest(tuple(key[t] for t in graph.outputs))

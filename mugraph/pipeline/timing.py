@@ -4,7 +4,9 @@
 How many candidates are timed, and how long each is tuned, follows the candidates
 themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
 
-* **which** — every candidate the cost model cannot tell from the best: predicted
+* **which** — one of each dataflow (``mugraph.ir.dataflow_key``: graphs that differ only
+  in the order of independent ops lower to the same kernels), and of those every candidate
+  the cost model cannot tell from the best: predicted
   within :data:`SPREAD` of it (the model's favourite among one μGraph's recorded
   configurations was up to 21 % slower than the measured best, and its rank agreement
   within a μGraph is about 0.5: ``lower/calibration.py``); and the best of every other
@@ -52,7 +54,7 @@ from verify.floatcheck import float_inputs
 
 from ..errors import MugraphError
 from ..interpreter import evaluate
-from ..ir import KernelGraph
+from ..ir import KernelGraph, dataflow_key
 
 if TYPE_CHECKING:
     from .results import Candidate
@@ -103,7 +105,12 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
     ``lower.profile.config_space`` summed over kernels); the unfused program
     (``origin == "program"``) is always included, after the others."""
     space = space or (lambda g: sum(config_space(g).values()))
-    cands = sorted((c for c in alive if c.origin != "program"), key=lambda c: c.predicted_s or 0.0)
+    cands, seen = [], set()
+    for c in sorted((c for c in alive if c.origin != "program"), key=lambda c: c.predicted_s or 0.0):
+        k = dataflow_key(c.graph)
+        if k not in seen:  # another ordering of a graph already here lowers to the same kernels
+            seen.add(k)
+            cands.append(c)
     program = [c for c in alive if c.origin == "program"]
     if not cands:
         return RerankPlan([(c, tune_seconds) for c in program], "only the unfused program")

@@ -146,3 +146,28 @@ def test_a_failed_configuration_is_remembered_and_not_retried(monkeypatch):
     calls.clear()
     again = tune(g, inputs={}, history=first.timings)
     assert len(calls) == 1 and again.configs == first.configs  # only the final re-timing ran
+
+
+def test_a_short_budget_climbs_to_warps_and_stages_far_from_the_first_round(monkeypatch):
+    """The first round's winner runs at 4 warps and 3 stages; the fastest configuration is two
+    steps away (16 warps, 2 stages), where the cost model ranks it 71st of the 80 around the
+    winner. A budget of 18 configurations past the first round reaches it by climbing; in the
+    model's order alone it would not."""
+    import math
+
+    from lower.cost_model import H100
+    from lower.profile import SMALL_MM_MENU, STAGES, WARPS, _space, tune
+
+    g = reference("rmsnorm_matmul", 1)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    n_first = len(_space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100).picked)
+
+    def landscape(c):
+        return (1.0 - 0.02 * math.log2(c.num_warps) + 0.01 * abs(c.num_stages - 2)
+                + (0.0 if c.split == 4 else 0.1) + (0.0 if c.stage_all_loads else 0.05))
+
+    clock = [0.0]
+    _fake_gpu(monkeypatch, landscape, clock)
+    res = tune(g, inputs={}, budget_s=n_first + 18)
+    best = res.configs[op.id]
+    assert (best.num_warps, best.num_stages, best.split) == (16, 2, 4) and res.cut

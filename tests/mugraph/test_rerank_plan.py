@@ -12,8 +12,10 @@ from mugraph.pipeline.timing import (MAX_TIMED, MAX_TUNE_S, MIN_TIMED, MIN_TUNE_
 
 
 def _graph(kernels: int, tag: str) -> mg.KernelGraph:
+    """``kernels`` exp kernels in a row; graphs of different tags compute different dataflows
+    (their inputs are named apart), so none is dropped as a reordering of another."""
     g = mg.KernelGraph(tag)
-    x = g.input("X", (4, 8))
+    x = g.input(f"X{tag}", (4, 8))
     for _ in range(kernels):
         b = mg.BlockGraph((4, 1, 1), 1)
         (x,) = g.kernel(_exp_block(b, x))
@@ -169,3 +171,27 @@ def test_a_finished_tuning_is_not_resumed_and_a_rejected_one_stays_rejected(monk
     timing.rerank([a, b], tune_or_reject, total_s=120)
     assert calls == [("a", 0, 3)] and a.measured_s == 0.8
     assert b.measured_s is None and "does not run on this GPU" in b.rejected
+
+
+def test_orderings_of_one_dataflow_are_timed_once():
+    """Graphs that differ only in the order of independent ops lower to the same kernels:
+    the re-ranking times the best predicted of them, and its tuning time is not split."""
+    def two_sums(first_sq: bool, tag: str) -> mg.KernelGraph:
+        g = mg.KernelGraph(tag)
+        x = g.input("X", (4, 64))
+        b = mg.BlockGraph((4, 1, 1), 4)
+        t = b.input(x, (0, None, None), 1)
+        if first_sq:
+            sq = b.accum(mg.sum(mg.square(t), 1)); s1 = b.accum(mg.sum(t, 1))
+        else:
+            s1 = b.accum(mg.sum(t, 1)); sq = b.accum(mg.sum(mg.square(t), 1))
+        b.output(sq / s1, (0, None, None))
+        (y,) = g.kernel(b)
+        g.output(y)
+        return g
+
+    a = Candidate(two_sums(True, "a"), "search", predicted_s=10e-6)
+    b = Candidate(two_sums(False, "b"), "search", predicted_s=10e-6)
+    other = _cand(11, tag="c")
+    chosen = [c for c, _ in plan_rerank([b, a, other], space=_space(10)).timed]
+    assert len([c for c in chosen if c in (a, b)]) == 1 and other in chosen
