@@ -678,7 +678,8 @@ def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
 def dataflow_key(graph: KernelGraph) -> str:
     """A digest of what ``graph`` computes and how, equal for two graphs that differ only in
     the order independent ops were added in (in the kernel graph or inside a block graph),
-    in tensor numbering, or in the order of a kernel's sources.
+    in tensor numbering, in the order of a kernel's sources, or in the operand order of a
+    commutative op (``OpDef.commutative``: ``x*g`` and ``g*x``).
 
     Every tensor's key is its op's kind and attributes, its shape and dtype, and its inputs'
     keys (an input iterator: its source's key, imap and fmap; a kernel input: its name);
@@ -693,6 +694,11 @@ def dataflow_key(graph: KernelGraph) -> str:
         return tuple(sorted((k, repr(v)) for k, v in op.attrs.items() if k not in ("block", "source", "name")))
 
     key: dict[Tensor, str] = {}
+
+    def operands(op: Op) -> tuple:
+        ks = tuple(key[x] for x in op.inputs)
+        return tuple(sorted(ks)) if op.kind in CATALOG and get_op(op.kind).commutative else ks
+
     for op in graph.ops:
         if op.kind == "input":
             t = op.outputs[0]
@@ -702,14 +708,14 @@ def dataflow_key(graph: KernelGraph) -> str:
             for bop in block.ops:
                 t = bop.outputs[0]
                 ins = ((key[block.sources[bop.attrs["source"]]],) if bop.kind == "iterator"
-                       else tuple(key[x] for x in bop.inputs))
+                       else operands(bop))
                 key[t] = digest(bop.kind, attrs(bop), t.shape, t.dtype, ins)
             k = digest("kernel", block.grid, block.forloop,
                        tuple((key[sv.tensor], sv.omap, sv.shape) for sv in block.savers))
             for i, t in enumerate(op.outputs):
                 key[t] = digest(k, i, t.dtype)
         else:
-            k = digest(op.kind, attrs(op), tuple(key[x] for x in op.inputs))
+            k = digest(op.kind, attrs(op), operands(op))
             for i, t in enumerate(op.outputs):
                 key[t] = digest(k, i, t.shape, t.dtype)
     return digest(tuple(key[t] for t in graph.outputs))

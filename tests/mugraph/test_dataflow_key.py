@@ -6,7 +6,7 @@ from mugraph.benchmarks import REFERENCES, reference
 from mugraph.ir import dataflow_key
 
 
-def _rmsnorm_matmul(sum_first=False, sources=("X", "G", "W"), c=1 / 4096, omap=(1,), loop=64):
+def _rmsnorm_matmul(sum_first=False, sources=("X", "G", "W"), c=1 / 4096, omap=(1,), loop=64, gx=False):
     kg = mg.KernelGraph("rmsnorm_matmul")
     X = kg.input("X", (2, 4096)); G = kg.input("G", (4096,)); W = kg.input("W", (4096, 6144))
     by_name = {"X": X, "G": G, "W": W}
@@ -16,10 +16,11 @@ def _rmsnorm_matmul(sum_first=False, sources=("X", "G", "W"), c=1 / 4096, omap=(
         its[name] = bg.input(by_name[name], imap={"X": (None,), "G": None, "W": (1,)}[name],
                              fmap={"X": 1, "G": 0, "W": 0}[name])
     x, g, w = its["X"], its["G"], its["W"]
+    xg = g * x if gx else x * g
     if sum_first:
-        ss = bg.accum(mg.sum(mg.square(x), 1)); acc = bg.accum(mg.matmul(x * g, w))
+        ss = bg.accum(mg.sum(mg.square(x), 1)); acc = bg.accum(mg.matmul(xg, w))
     else:
-        acc = bg.accum(mg.matmul(x * g, w)); ss = bg.accum(mg.sum(mg.square(x), 1))
+        acc = bg.accum(mg.matmul(xg, w)); ss = bg.accum(mg.sum(mg.square(x), 1))
     bg.output(acc / mg.sqrt(ss * c), omap=omap)
     (Y,) = kg.kernel(bg)
     kg.output(Y)
@@ -30,6 +31,7 @@ def test_orderings_and_numbering_do_not_change_the_key():
     base = dataflow_key(_rmsnorm_matmul())
     assert dataflow_key(_rmsnorm_matmul(sum_first=True)) == base
     assert dataflow_key(_rmsnorm_matmul(sources=("W", "X", "G"))) == base
+    assert dataflow_key(_rmsnorm_matmul(gx=True, sum_first=True)) == base  # g*x: mul commutes
     assert dataflow_key(reference("rmsnorm_matmul", 1)) == base
 
 
