@@ -723,10 +723,14 @@ def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> Non
 @lru_cache(maxsize=256)
 def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> FieldInput:
     """The fixed draw of one input: a function of (seed, primes, name, shape) only,
-    so every graph with that input sees the same residues (CPU tensors, never written)."""
+    so every graph with that input sees the same residues (CPU tensors, never written).
+    Stored as float64 (exact), as :func:`~verify.field.draw_inputs` stores a test's: a
+    weight enters every candidate's matmuls as the GEMM's operand without a conversion
+    (int64 draws cost a 134 MB copy per matmul of a 4096×4096 weight, a sixth of a
+    gated_mlp b=8 fingerprint)."""
     def draw() -> list[np.ndarray]:
         rng = np.random.default_rng([seed, zlib.crc32(name.encode()), *shape])
-        return [uniform_residues(rng, fld.p, shape), uniform_residues(rng, fld.q, shape)]
+        return [uniform_residues(rng, fld.p, shape, np.float64), uniform_residues(rng, fld.q, shape, np.float64)]
 
     xp, xq = shared_draws.load_or_make(shared_draws.key("draw", seed, fld.p, fld.q, name, shape), draw)
     return FieldInput(torch.from_numpy(xp), torch.from_numpy(xq))

@@ -90,3 +90,16 @@ def test_a_second_process_reads_the_program_outputs_instead_of_computing_them(mo
         # and the candidate side draws nothing either: the inputs are in the directory too
         assert eq._fixed_draw(2, eq.fingerprint_field(2, verify.DEFAULT), "X", tuple(p.inputs[0].shape)) is not None
     eq._fixed_draw.cache_clear()
+
+
+def test_fixed_draws_are_exact_float64_residues():
+    """Stored as float64 like a test's draws (a weight enters the GEMM without a copy);
+    the same residues as the int64 draw of the same generator."""
+    from verify.field import uniform_residues
+
+    fld = eq.fingerprint_field(0, verify.DEFAULT)
+    d = eq._fixed_draw(0, fld, "W", (64, 32))
+    assert d.xp.dtype == torch.float64 and d.xq.dtype == torch.float64
+    rng = np.random.default_rng([0, eq.zlib.crc32(b"W"), 64, 32])
+    want = uniform_residues(rng, fld.p, (64, 32))
+    assert np.array_equal(d.xp.numpy().astype(np.int64), want)
