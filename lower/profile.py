@@ -410,6 +410,10 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         timed: list[tuple[float, KernelConfig]] = []
         end = ends.get(op.id)
 
+        def over() -> bool:
+            """This kernel's share of the budget is spent (once one configuration has run)."""
+            return end is not None and bool(timed) and time.monotonic() > end
+
         def run(c, pred):
             nonlocal cut
             key = program_key(blocks, {**configs, op.id: c})
@@ -418,7 +422,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 if t is not None:
                     trials.append((f"k{op.id}:{c.label()}", t, pred))
                 return t
-            if end is not None and timed and time.monotonic() > end:
+            if over():
                 cut = True
                 return None
             try:
@@ -433,9 +437,6 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             if log:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
             return t
-
-        def over() -> bool:
-            return end is not None and bool(timed) and time.monotonic() > end
 
         def sweep(bases) -> None:
             """Time every config around ``bases`` not timed yet: first a climb from each base

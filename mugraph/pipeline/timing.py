@@ -28,9 +28,10 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   fastest first, each resuming its tuning where it stopped (``lower.profile.tune``'s
   ``history``: nothing is compiled or timed twice). A candidate's first share decides
   whether it can win; the time that decides by how much goes to those that can. Without
-  it the winner of a crowded re-ranking got the same short share as the rest, while the
-  reference it was compared with was tuned in full: rmsnorm_matmul b=1's search found the
-  reference's own kernel and ran it at 13.1 μs to the reference's 11.2 (H200, 2026-11-26).
+  it the winner of a crowded re-ranking got the same short share as the rest: at the
+  default bench limits six candidates share 85–110 s, ~15 s each, about the first round
+  of one kernel's configurations (rmsnorm_matmul b=1 ran the reference's own kernel at
+  13.1 μs, where a full tuning of the same graph reaches 11.8; H200, 2026-11-26).
 
 The documented bound: the tuning of one re-ranking takes at most ``total_s`` seconds
 (default :data:`TOTAL_TUNE_S`) plus, per kernel, the one configuration running when its
