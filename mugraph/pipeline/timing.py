@@ -22,8 +22,10 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   first but the best of each kernel count last: a row that can tune only two times a
   split-KV pair next to the best single kernel, not two variants of that kernel).
 
-* **in two installments** — the shares above are of :data:`FIRST_PASS` of the budget; what
-  is left when every chosen candidate has had its share goes to the *leaders*: those whose
+* **in two installments** — the shares above, planned with the whole budget (which
+  candidates are timed does not change), are scaled to :data:`FIRST_PASS` of it (none below
+  :data:`MIN_TUNE_S`); what is left when every chosen candidate has had its share goes to
+  the *leaders*: those whose
   tuning the share cut short and that measured within :data:`LEADER_SPREAD` of the fastest,
   fastest first, each resuming its tuning where it stopped (``lower.profile.tune``'s
   ``history``: nothing is compiled or timed twice). A candidate's first share decides
@@ -164,6 +166,16 @@ def _among(c: "Candidate", xs: list["Candidate"]) -> bool:
     return any(c is x for x in xs)
 
 
+def first_installment(timed: list[tuple["Candidate", float | None]], budget: float
+                      ) -> list[tuple["Candidate", float | None]]:
+    """The plan's shares scaled to ``budget`` in all, none below :data:`MIN_TUNE_S` — the
+    plan (made with the whole budget) decides which candidates are timed, so a tight budget
+    keeps its breadth; the unfused program's share and unbounded ones stay as they are."""
+    shares = [s for c, s in timed if s is not None and c.origin != "program"]
+    f = min(1.0, budget / sum(shares)) if shares and sum(shares) > 0 else 1.0
+    return [(c, s if s is None or c.origin == "program" else max(MIN_TUNE_S, s * f)) for c, s in timed]
+
+
 def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None = None,
                 tune_seconds: float | None = None, timing: str = "graph",
                 total_s: float = TOTAL_TUNE_S) -> tuple[Candidate, str]:
@@ -202,7 +214,8 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
     these were timed."""
     t_start = time.monotonic()
     installments = tune_seconds is None
-    plan = plan_rerank(alive, top_k, tune_seconds, total_s * FIRST_PASS if installments else total_s)
+    plan = plan_rerank(alive, top_k, tune_seconds, total_s)
+    first = first_installment(plan.timed, total_s * FIRST_PASS) if installments else plan.timed
     tuned: dict[int, ProfileResult] = {}  # id(candidate) -> its latest tuning
 
     def time_one(c: "Candidate", secs: float | None) -> None:
@@ -218,7 +231,7 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
             c.measured_s = res.time_s
             c.configs = {k: asdict(v) for k, v in res.configs.items()}
 
-    for c, secs in plan.timed:
+    for c, secs in first:
         time_one(c, secs)
     leaders: list[Candidate] = []
     if installments:  # the rest of the budget to the leaders, fastest first (module docstring)

@@ -195,3 +195,17 @@ def test_orderings_of_one_dataflow_are_timed_once():
     other = _cand(11, tag="c")
     chosen = [c for c, _ in plan_rerank([b, a, other], space=_space(10)).timed]
     assert len([c for c in chosen if c in (a, b)]) == 1 and other in chosen
+
+
+def test_a_tight_budget_keeps_the_plans_breadth_in_the_first_installment(monkeypatch):
+    """The plan is made with the whole budget: with room for two candidates at the minimum
+    share, both kernel counts are timed, each at the minimum (not one of them at twice it)."""
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    single, pair = _cand(10, 1, tag="s"), _cand(12, 2, tag="p")
+    land = {"s": [1.0 - 0.01 * i for i in range(100)], "p": [0.9 - 0.01 * i for i in range(100)]}
+    tune, calls = _fake_tuning(clock, land)
+    monkeypatch.setattr(timing, "config_space", lambda g: {1: 100})
+    timing.rerank([single, pair], tune, total_s=2 * MIN_TUNE_S)
+    assert {name for name, start, _ in calls if start == 0} == {"s", "p"}
+    assert all(n == MIN_TUNE_S for name, start, n in calls if start == 0)
