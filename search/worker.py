@@ -45,7 +45,8 @@ _ORACLE_COUNTERS = ("queries", "cache_hits", "keeps", "prunes", "doubtful_prunes
 
 
 def shared_state(program: Program, cfg: SearchConfig, searcher: Searcher) -> dict[str, Any]:
-    """What every worker receives once: program, config and the oracle's e-graph tables."""
+    """What every worker receives once: program, config, the oracle's e-graph tables and
+    the directory of the shared fingerprint draws (None: each worker draws its own)."""
     draws = shared_draws.directory()
     return {"program": graph_to_json(program), "config": cfg.to_json(),
             "egraph": searcher.oracle.egraph.to_tables(), "draws": None if draws is None else str(draws)}
