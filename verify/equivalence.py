@@ -720,10 +720,17 @@ def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> Non
 # ----------------------------------------------------------------------------- fingerprints
 
 
-@lru_cache(maxsize=256)
 def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> FieldInput:
     """The fixed draw of one input: a function of (seed, primes, name, shape) only,
     so every graph with that input sees the same residues (CPU tensors, never written).
+    Cached per shared directory (:mod:`verify.shared_draws`): a draw made before a search
+    set one is still written there for its workers."""
+    return _fixed_draw_at(seed, fld, name, shape, shared_draws.directory())
+
+
+@lru_cache(maxsize=256)
+def _fixed_draw_at(seed: int, fld: Field, name: str, shape: tuple[int, ...], directory) -> FieldInput:
+    """:func:`_fixed_draw` while ``directory`` is the shared one (None: none).
     Stored as float64 (exact), as :func:`~verify.field.draw_inputs` stores a test's: a
     weight enters every candidate's matmuls as the GEMM's operand without a conversion
     (int64 draws cost a 134 MB copy per matmul of a 4096×4096 weight, a sixth of a
@@ -734,6 +741,9 @@ def _fixed_draw(seed: int, fld: Field, name: str, shape: tuple[int, ...]) -> Fie
 
     xp, xq = shared_draws.load_or_make(shared_draws.key("draw", seed, fld.p, fld.q, name, shape), draw)
     return FieldInput(torch.from_numpy(xp), torch.from_numpy(xq))
+
+
+shared_draws.on_release(_fixed_draw_at.cache_clear)
 
 
 @lru_cache(maxsize=16)

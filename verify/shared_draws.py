@@ -33,6 +33,8 @@ from typing import Callable, Iterator, Optional
 import numpy as np
 
 _DIR: Optional[Path] = None
+#: called when a temporary directory is removed: caches of values mapped from it let go
+_RELEASE: list[Callable[[], None]] = []
 
 
 def use(directory: str | Path | None) -> Optional[Path]:
@@ -58,7 +60,15 @@ def temporary(prefix: str = "mugraph-draws-") -> Iterator[Path]:
         yield path
     finally:
         use(old)
+        for release in _RELEASE:
+            release()
         shutil.rmtree(path, ignore_errors=True)
+
+
+def on_release(fn: Callable[[], None]) -> None:
+    """Call ``fn`` whenever a :func:`temporary` directory is removed (a cache of values
+    mapped from it clears itself, so no mapping keeps a removed file's disk space)."""
+    _RELEASE.append(fn)
 
 
 def key(*parts: object) -> str:

@@ -65,20 +65,20 @@ def test_a_vanished_directory_still_gives_the_values():
 def test_fingerprints_do_not_change_with_sharing():
     p, g = program("gated_mlp", small=True), reference("gated_mlp", small=True)
     want = verify.fingerprint(g, seed=5)
-    eq._fixed_draw.cache_clear()
+    eq._fixed_draw_at.cache_clear()
     with shared_draws.temporary():
         assert verify.fingerprint(g, seed=5) == want
-        eq._fixed_draw.cache_clear()
+        eq._fixed_draw_at.cache_clear()
         assert verify.fingerprint(g, seed=5) == want  # now read from the files
         assert verify.Fingerprinter(p, seed=5).matches(g)
-    eq._fixed_draw.cache_clear()
+    eq._fixed_draw_at.cache_clear()
 
 
 def test_a_second_process_reads_the_program_outputs_instead_of_computing_them(monkeypatch):
     p = program("rmsnorm_matmul", small=True)
     with shared_draws.temporary():
         want = verify.Fingerprinter(p, seed=2).target()
-        eq._fixed_draw.cache_clear()  # as in a fresh worker process
+        eq._fixed_draw_at.cache_clear()  # as in a fresh worker process
 
         def refuse(*a, **k):
             raise AssertionError("evaluated the program again")
@@ -89,7 +89,7 @@ def test_a_second_process_reads_the_program_outputs_instead_of_computing_them(mo
         assert all(torch.equal(a, b) for a, b in zip(got, want))
         # and the candidate side draws nothing either: the inputs are in the directory too
         assert eq._fixed_draw(2, eq.fingerprint_field(2, verify.DEFAULT), "X", tuple(p.inputs[0].shape)) is not None
-    eq._fixed_draw.cache_clear()
+    eq._fixed_draw_at.cache_clear()
 
 
 def test_fixed_draws_are_exact_float64_residues():
@@ -103,3 +103,16 @@ def test_fixed_draws_are_exact_float64_residues():
     rng = np.random.default_rng([0, eq.zlib.crc32(b"W"), 64, 32])
     want = uniform_residues(rng, fld.p, (64, 32))
     assert np.array_equal(d.xp.numpy().astype(np.int64), want)
+
+
+def test_a_draw_cached_before_a_search_is_still_written_for_its_workers():
+    """A second search in one process (bench rows, a second superoptimize) must not hand its
+    workers an empty directory because the draws were cached by the first."""
+    fld = eq.fingerprint_field(0, verify.DEFAULT)
+    before = eq._fixed_draw(0, fld, "W", (32, 16))
+    with shared_draws.temporary() as d:
+        shared = eq._fixed_draw(0, fld, "W", (32, 16))
+        assert any(p.suffix == ".count" for p in d.iterdir())
+        assert torch.equal(before.xp, shared.xp)
+    # the directory is gone and nothing maps its files any more
+    assert eq._fixed_draw_at.cache_info().currsize == 0
