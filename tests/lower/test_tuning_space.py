@@ -171,3 +171,28 @@ def test_a_short_budget_climbs_to_warps_and_stages_far_from_the_first_round(monk
     res = tune(g, inputs={}, budget_s=n_first + 18)
     best = res.configs[op.id]
     assert (best.num_warps, best.num_stages, best.split) == (16, 2, 4) and res.cut
+
+
+def test_a_budget_inside_the_first_round_measures_every_split_factor_once(monkeypatch):
+    """When the budget ends inside the first round, each split-K factor has been timed once:
+    a kernel whose best is a split the model ranks late (too few blocks for the SMs) gets it."""
+    import math
+
+    from lower.cost_model import H100
+    from lower.profile import SMALL_MM_MENU, STAGES, WARPS, _space, tune
+
+    g = reference("gated_mlp", 8)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    picked = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100).picked
+    splits = sorted({c.split for p, c in picked if p < float("inf")})
+    assert len(splits) >= 4
+    first = [c.split for _, c in picked[:len(splits)]]
+    assert sorted(first) == splits  # the head of the order: one of each factor
+    biggest = max(splits)
+    by_prediction = [c.split for _, c in sorted(picked, key=lambda x: x[0])]
+    assert by_prediction.index(biggest) >= len(splits)  # the model alone would time it later
+
+    clock = [0.0]
+    _fake_gpu(monkeypatch, lambda c: 1.0 - 0.01 * math.log2(c.split), clock)
+    res = tune(g, inputs={}, budget_s=len(splits))
+    assert res.configs[op.id].split == biggest and res.cut
