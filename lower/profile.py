@@ -462,13 +462,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             budget often ends within the sweep: what it times should follow the measurements
             (a best two steps away, ranked 71st of 80 by the model, is reached in ~17)."""
             tried = {x for _, x in timed}
-            pred = {}
-            around = {}
-            for base, sts in bases:
-                around[base] = [c for c in neighbours(blk, base, warps, sts) if c != base]
-                for c in around[base]:
-                    pred.setdefault(c, None)
-            for c in pred:
+            around = {base: [c for c in neighbours(blk, base, warps, sts) if c != base] for base, sts in bases}
+            pred: dict[KernelConfig, float] = {}
+            for c in (c for cs in around.values() for c in cs if c not in pred):
                 pred[c] = estimate(graph, device_params, {**configs, op.id: c})
 
             def time_all(cs) -> None:
@@ -480,11 +476,11 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                     if t is not None:
                         timed.append((t, c))
 
-            for base, _ in bases:
-                space_b, cur = around[base], base
+            for base, space_b in around.items():
+                mine_set, cur = {base, *space_b}, base
                 while not over():
                     time_all([c for c in space_b if _steps(c, cur) == 1])
-                    mine = [(t, c) for t, c in timed if c == base or c in space_b]
+                    mine = [(t, c) for t, c in timed if c in mine_set]
                     best = min(mine, key=lambda x: x[0])[1] if mine else cur
                     if best == cur:
                         break

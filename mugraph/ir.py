@@ -674,7 +674,6 @@ def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
     return env
 
 
-
 def dataflow_key(graph: KernelGraph) -> str:
     """A digest of what ``graph`` computes and how, equal for two graphs that differ only in
     the order independent ops were added in (in the kernel graph or inside a block graph),
@@ -685,8 +684,7 @@ def dataflow_key(graph: KernelGraph) -> str:
     keys (an input iterator: its source's key, imap and fmap; a kernel input: its name);
     a block graph adds its grid, loop and savers. The lowering emits such graphs as the
     same kernels up to the order of independent statements, so the GPU re-ranking times
-    one of them (a search returned four orderings of one rmsnorm_matmul kernel, which
-    split the tuning time four ways)."""
+    one of them, and the fingerprint's program outputs are keyed by it."""
     def digest(*parts: object) -> str:
         return hashlib.blake2b(repr(parts).encode(), digest_size=16).hexdigest()
 

@@ -43,6 +43,7 @@ class Checker:
         self.verdict(self.program)
 
     def fingerprinter(self) -> verify.Fingerprinter:
+        """The program's fingerprinter, made on first use."""
         if self._fingerprinter is None:
             self._fingerprinter = verify.Fingerprinter(self.program, seed=self.seed)
         return self._fingerprinter

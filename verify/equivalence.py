@@ -40,7 +40,6 @@ numpy whatever the device, so a verdict does not depend on where it was computed
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import time
@@ -54,10 +53,9 @@ import torch
 
 from mugraph.errors import ConfigError, NotLaxError
 from mugraph.interpreter import Picks, evaluate, saved_positions
-from mugraph.ir import KernelGraph
+from mugraph.ir import KernelGraph, dataflow_key
 from mugraph.lax import check_lax
 from mugraph.ops import exp_like, lax_classes
-from mugraph.serialize import graph_to_json
 
 from . import args, shared_draws
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
@@ -872,7 +870,7 @@ class Fingerprinter:
             if self.device.type != "cpu":
                 self._target = _fixed_outputs(live, self.seed, self.fld, self.device)
             else:  # every worker of a search compares with the same outputs: computed once (shared_draws)
-                name = shared_draws.key("target", json.dumps(graph_to_json(live), sort_keys=True), self.seed,
+                name = shared_draws.key("target", dataflow_key(live), self.seed,
                                         self.fld.p, self.fld.q)
                 arrays = shared_draws.load_or_make(
                     name, lambda: [o.numpy() for o in _fixed_outputs(live, self.seed, self.fld, self.device)])

@@ -7,7 +7,7 @@ program's inputs at full shape and evaluates the program on them itself, at its 
 complete candidate: gated_mlp at b=8 (two 4096×4096 weights) is 1.7 s and 0.9 GB of
 draws and 1.5 s more for the program's outputs, per worker — sixteen workers asked for
 25 GB at once and the search stalled for 40 s on a 2-core machine, and four such rows
-side by side stalled a 128 GB GPU machine the same way.
+side by side stalled the 60 s search on a 64-core GPU machine the same way.
 
 With a directory set (:func:`use`), :func:`load_or_make` keeps each value there as
 ``.npy`` files: the first process to need it computes and writes it (atomically), every

@@ -171,8 +171,8 @@ def first_installment(timed: list[tuple["Candidate", float | None]], budget: flo
     """The plan's shares scaled to ``budget`` in all, none below :data:`MIN_TUNE_S` — the
     plan (made with the whole budget) decides which candidates are timed, so a tight budget
     keeps its breadth; the unfused program's share and unbounded ones stay as they are."""
-    shares = [s for c, s in timed if s is not None and c.origin != "program"]
-    f = min(1.0, budget / sum(shares)) if shares and sum(shares) > 0 else 1.0
+    total = sum(s for c, s in timed if s is not None and c.origin != "program")
+    f = min(1.0, budget / total) if total > 0 else 1.0
     return [(c, s if s is None or c.origin == "program" else max(MIN_TUNE_S, s * f)) for c, s in timed]
 
 
