@@ -39,6 +39,7 @@ from .plan import plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
 from .tiles import DOT_MIN, SMALL_MM, loop_chunks
+from .tuning_order import ErrorModel, layout_steps
 
 
 @dataclass
@@ -326,6 +327,9 @@ WARPS, STAGES = (1, 2, 4, 8, 16), (2, 3, 4, 5)
 SECONDS_PER_CONFIG = 1.5
 #: the second-best first-round layout is swept too when it measured within this factor of the best
 SECOND_LAYOUT = 1.1
+#: with a budget, first-round picks whose corrected prediction is more than this factor over the
+#: fastest measured are timed only after the layout climb and the sweeps
+DEFER = 1.5
 
 
 @dataclass
@@ -336,6 +340,7 @@ class _KernelSpace:
     cands: list[tuple[float, KernelConfig]]
     picked: list[tuple[float, KernelConfig]]
     sweep: int          # configs around one winner (warps × stages × load modes × staging)
+    climb: int = 0      # configs of a layout climb of two steps from the best-predicted pick
 
 
 def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small_mm,
@@ -346,20 +351,23 @@ def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small
     picked = _pick(cands, top)
     sts = stages if blk.forloop > 1 else (3,)
     sweep = len(neighbours(blk, cands[0][1], warps, sts)) if cands else 0
-    return _KernelSpace(cands, picked, sweep)
+    picks = {c for _, c in picked}
+    climb = 2 * len([c for c in layout_steps(cands[0][1], [c for _, c in cands]) if c not in picks]) if cands else 0
+    return _KernelSpace(cands, picked, sweep, climb)
 
 
 def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, small_mm=SMALL_MM_MENU,
                  device_params: DeviceParams = H100) -> dict[int, int]:
     """Per graph-defined kernel, how many configurations :func:`tune` times when no budget
-    stops it: its first-round picks and the sweeps around two winning layouts (an upper
-    bound: a second layout is swept only when it measures close to the best). The GPU
-    re-ranking sizes each candidate's tuning time by it (``mugraph.pipeline.timing``)."""
+    stops it: its first-round picks, a layout climb of two steps and the sweeps around two
+    winning layouts (a rough bound: a second layout is swept only when it measures close to
+    the best; a climb ends where no neighbour is faster). The GPU re-ranking sizes each
+    candidate's tuning time by it (``mugraph.pipeline.timing``)."""
     out = {}
     for op in graph.ops:
         if op.kind == "graph_defined":
             sp = _space(graph, op, {}, top, warps, stages, small_mm, device_params)
-            out[op.id] = len(sp.picked) + 2 * sp.sweep
+            out[op.id] = len(sp.picked) + sp.climb + 2 * sp.sweep
     return out
 
 
@@ -390,11 +398,14 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     path at once and goes on where that one stopped, with ``budget_s`` for what is new:
     tuning in installments, as the GPU re-ranking does for its leaders.
 
-    Per kernel: the first round (:func:`first_round`, :func:`_pick`), then warps × stages
-    × load modes × staging around the winner (:func:`neighbours`), then around the
-    second-best layout if it measured within :data:`SECOND_LAYOUT` of the best. Each
-    sweep climbs first (one field at a time from the fastest so far), then times the rest
-    in the cost model's order, so a budget cut keeps what the measurements point to.
+    Per kernel: the first round (:func:`first_round`, :func:`_pick`), then a climb through
+    the layouts one step from the winner's (:func:`lower.tuning_order.layout_steps`), then
+    warps × stages × load modes × staging around the winner (:func:`neighbours`), then
+    around the second-best layout if it measured within :data:`SECOND_LAYOUT` of the best.
+    Each sweep climbs first (one field at a time from the fastest so far), then times the
+    rest. Whatever is timed next is chosen by the cost model corrected by the times measured
+    so far on this kernel (:class:`lower.tuning_order.ErrorModel`), so a budget cut keeps
+    what the measurements point to.
     """
     import time
 
@@ -423,6 +434,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             trials += [(c.label(), None, p) for p, c in cands]
             continue
         timed: list[tuple[float, KernelConfig]] = []
+        errors = ErrorModel()  # the cost model's error on this kernel, learned as it is timed
         end = ends.get(op.id)
 
         def over() -> bool:
@@ -432,10 +444,13 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         def run(c, pred):
             nonlocal cut
             key = program_key(blocks, {**configs, op.id: c})
+            if key in timings:  # timed (or failed) earlier in this call
+                return timings[key]
             if history is not None and key in history:  # timed by an earlier call: not again
                 t = timings[key] = history[key]
                 if t is not None:
                     trials.append((f"k{op.id}:{c.label()}", t, pred))
+                    errors.observe(c, pred, t)
                 return t
             if over():
                 cut = True
@@ -449,32 +464,51 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 return None
             timings[key] = t
             trials.append((f"k{op.id}:{c.label()}", t, pred))
+            errors.observe(c, pred, t)
             if log:
                 log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
             return t
 
+        seen: set[KernelConfig] = set()
+
+        def time_one(pred: float, c: KernelConfig) -> None:
+            if c in seen:
+                return
+            seen.add(c)
+            t = run(c, pred)
+            if t is not None:
+                timed.append((t, c))
+
+        def time_in_order(todo: list[tuple[float, KernelConfig]], defer: float | None = None
+                          ) -> list[tuple[float, KernelConfig]]:
+            """Time ``todo`` ((prediction, config)), next always the one whose prediction,
+            corrected by every time measured so far (:class:`ErrorModel`), is best. With
+            ``defer``: stop when that is more than ``defer`` × the fastest measured, and
+            return what is left."""
+            todo = [x for x in todo if x[1] not in seen]
+            while todo:
+                i = min(range(len(todo)), key=lambda i: errors.corrected(todo[i][1], todo[i][0]))
+                if defer is not None and timed and \
+                        errors.corrected(todo[i][1], todo[i][0]) > defer * min(t for t, _ in timed):
+                    return todo
+                time_one(*todo.pop(i))
+            return []
+
         def sweep(bases) -> None:
             """Time every config around ``bases`` not timed yet: first a climb from each base
-            (its one-field changes — warps, stages, loads, staging — in the cost model's
-            order, then those of the fastest so far, until none is faster), then the rest
-            in the cost model's order. Within one layout the model's ranking agrees with the
+            (its one-field changes — warps, stages, loads, staging — then those of the
+            fastest so far, until none is faster), then the rest; each in the order of the
+            cost model corrected by the times measured (:class:`ErrorModel`). Within one layout the model's ranking agrees with the
             measured one about half the time (``lower/calibration.py``), and a re-ranking's
             budget often ends within the sweep: what it times should follow the measurements
             (a best two steps away, ranked 71st of 80 by the model, is reached in ~17)."""
-            tried = {x for _, x in timed}
             around = {base: [c for c in neighbours(blk, base, warps, sts) if c != base] for base, sts in bases}
             pred: dict[KernelConfig, float] = {}
             for c in (c for cs in around.values() for c in cs if c not in pred):
                 pred[c] = estimate(graph, device_params, {**configs, op.id: c})
 
             def time_all(cs) -> None:
-                for c in sorted(cs, key=lambda c: pred[c]):
-                    if c in tried:
-                        continue
-                    tried.add(c)
-                    t = run(c, pred[c])
-                    if t is not None:
-                        timed.append((t, c))
+                time_in_order([(pred[c], c) for c in dict.fromkeys(cs)])
 
             for base, space_b in around.items():
                 mine_set, cur = {base, *space_b}, base
@@ -487,15 +521,29 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                     cur = best
             time_all(list(pred))
 
-        for pred, c in space.picked:
-            t = run(c, pred)
-            if t is not None:
-                timed.append((t, c))
+        # the first round: one config of each split-K factor, then the rest of the picks in
+        # the order of their predictions corrected by what has been measured (ErrorModel)
+        # (with a budget, the picks it expects to lose by more than DEFER wait until after
+        # the climbs and sweeps)
+        head = len({c.split for p, c in space.picked if p < math.inf})
+        for pred, c in space.picked[:head]:
+            time_one(pred, c)
+        deferred = time_in_order(space.picked[head:], defer=DEFER if end is not None else None)
+        # a climb through layouts one step from the winner's (lower.tuning_order.layout_steps):
+        # the first round times a subset of the layouts, chosen by the uncorrected model
+        predicted = {c: p for p, c in space.cands}
+        cur = min(timed, key=lambda x: x[0])[1] if timed else None
+        while cur is not None and not over():
+            time_in_order([(predicted[c], c) for c in layout_steps(cur, list(predicted))])
+            best = min(timed, key=lambda x: x[0])[1]
+            if best == cur:
+                break
+            cur = best
         if not timed:
             raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(space.picked)} configurations "
                                 "compiles and runs correctly on this GPU (e.g. shared memory beyond the hardware "
                                 "limit)")
-        first = list(timed)
+        first = list(timed)  # the first round and the layout climb
         t0, c0 = min(timed, key=lambda x: x[0])
         # warps × stages around the winner; warps alone around the best layout of each other
         # small-matmul lowering (the best warp count differs between tl.dot and the CUDA-core
@@ -513,6 +561,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         second = [(t, c) for t, c in sorted(first, key=lambda x: x[0]) if _layout(c) != _layout(c0)]
         if second and second[0][0] <= SECOND_LAYOUT * t0:
             sweep([(second[0][1], stages if looped else (second[0][1].num_stages,))])
+        time_in_order(deferred)
         configs[op.id] = min(timed, key=lambda x: x[0])[1]
     pred = estimate(graph, device_params, configs)
     if not gpu:

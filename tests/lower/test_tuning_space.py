@@ -196,3 +196,56 @@ def test_a_budget_inside_the_first_round_measures_every_split_factor_once(monkey
     _fake_gpu(monkeypatch, lambda c: 1.0 - 0.01 * math.log2(c.split), clock)
     res = tune(g, inputs={}, budget_s=len(splits))
     assert res.configs[op.id].split == biggest and res.cut
+
+
+def test_a_layout_the_first_round_did_not_pick_is_reached_by_climbing_from_its_neighbour(monkeypatch):
+    """The first round times a subset of the layouts, chosen by the cost model; the fastest
+    layout here is not among them but one step (split-K, chunk, combine, a sub-tiling or the
+    small-matmul lowering) from the first round's winner: the layout climb reaches it."""
+    from lower.cost_model import H100
+    from lower.profile import SMALL_MM_MENU, _layout, _space, tune
+    from lower.tuning_order import is_layout_step
+
+    g = reference("rmsnorm_matmul", 1)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100)
+    picks = [c for _, c in space.picked]
+    winner = picks[0]
+    picked_layouts = {_layout(c) for c in picks}
+    hidden = next(c for _, c in space.cands if _layout(c) not in picked_layouts and is_layout_step(winner, c))
+
+    def landscape(c):
+        if _layout(c) == _layout(hidden):
+            return 0.5 + 0.001 * c.num_warps
+        return 0.8 if c == winner else 1.0
+
+    _fake_gpu(monkeypatch, landscape)
+    res = tune(g, inputs={})
+    assert _layout(res.configs[op.id]) == _layout(hidden) and res.configs[op.id].num_warps == 1
+
+
+def test_a_budget_is_not_spent_on_a_layout_family_measured_far_slower_than_predicted(monkeypatch):
+    """Every re-chunked loop measures 30x its prediction (as decode attention's did on an
+    H200): after a few such measurements the tuner defers the first round's other chunked
+    picks and spends a short budget on the sweep around the winner instead, where 8 warps
+    are faster. In the cost model's order alone the budget ends among the chunked picks."""
+    from lower.cost_model import H100, estimate
+    from lower.profile import SMALL_MM_MENU, _space, tune
+
+    g = reference("gated_mlp", 8)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    picked = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100).picked
+    head = len({c.split for p, c in picked})
+    chunked = [c for _, c in picked[head:] if c.chunk > 1]
+    budget = head + 10
+    assert len(chunked) > budget  # the uncorrected order would time them all first
+
+    def landscape(c):
+        t = estimate(g, H100, {op.id: c}) * (30.0 if c.chunk > 1 else 1.0)
+        return t * (0.9 if c.num_warps == 8 else 1.0)
+
+    clock = [0.0]
+    calls = _fake_gpu(monkeypatch, landscape, clock)
+    res = tune(g, inputs={}, budget_s=budget)
+    assert res.cut and res.configs[op.id].num_warps == 8 and res.configs[op.id].chunk == 1
+    assert sum(c.chunk > 1 for c in calls) < len(chunked) // 2
