@@ -53,21 +53,32 @@ def shared_state(program: Program, cfg: SearchConfig, searcher: Searcher) -> dic
 
 
 def share_cores(workers: int) -> int:
-    """Give this worker process its share of the machine's cores for torch's intra-op threads.
+    """Give this worker process its share of the machine's cores, in every thread pool it has.
 
-    Each worker fingerprints complete candidates at full shapes, where torch would run
-    every op on all cores; with one such pool per worker, 16 workers ran 256 threads on 16
-    cores and the 11-op rmsnorm_matmul search took 95 s instead of 18 s (16-core Xeon,
-    2026-11-23). Called in process and Ray workers only: a serial search runs in the
-    user's process, whose thread setting it leaves alone. Returns the thread count set."""
+    Each worker fingerprints complete candidates at full shapes, where torch, the BLAS
+    under numpy's float64 matmuls (the fingerprint's draws) and numba's parallel loops
+    (:mod:`verify.fused`) would each run on all cores; with such pools in every worker,
+    16 workers ran 256 threads on 16 cores. Torch's alone made the 11-op rmsnorm_matmul
+    search take 95 s instead of 18 s (16-core Xeon, 2026-11-23); BLAS and numba's made the
+    same search take 33 s on 16 workers against 46 s on one (a 16-core H200 machine,
+    2026-11-26; BLAS threads spin between calls). Called in process and Ray workers only:
+    a serial search runs in the user's process, whose settings it leaves alone. Returns
+    the thread count set."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
         cores = os.cpu_count() or 1
     threads = max(1, cores // max(1, workers))
     import torch  # the field and float algebras' arithmetic
+    from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
+    threadpool_limits(limits=threads)  # BLAS and OpenMP pools, for the life of the process
+    try:
+        import numba
+    except ImportError:  # verify.fused falls back to torch
+        return threads
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
     return threads
 
 

@@ -152,18 +152,24 @@ def test_serial_executor_reuses_the_driver_searcher():
     assert r.stats["complete"]
 
 
-def test_share_cores_gives_each_worker_its_share_of_torch_threads():
-    """Process and Ray workers split the cores between them (one full-width torch pool per
-    worker oversubscribed a 16-core machine 16-fold)."""
+def test_share_cores_gives_each_worker_its_share_of_every_thread_pool():
+    """Process and Ray workers split the cores between them: torch's, the BLAS's (numpy's
+    float64 matmuls) and numba's pools alike (one full-width pool of each per worker
+    oversubscribed a 16-core machine 16-fold)."""
+    import numba
     import torch
+    from threadpoolctl import threadpool_info, threadpool_limits
 
     from search.worker import share_cores
 
-    before = torch.get_num_threads()
-    try:
-        cores = len(os.sched_getaffinity(0))
-        assert share_cores(1) == cores == torch.get_num_threads()
-        assert share_cores(10**6) == 1 == torch.get_num_threads()
-        assert share_cores(2) == max(1, cores // 2)
-    finally:
-        torch.set_num_threads(before)
+    before, numba_before = torch.get_num_threads(), numba.get_num_threads()
+    with threadpool_limits(limits=None):  # restores the BLAS/OpenMP pools on exit
+        try:
+            cores = len(os.sched_getaffinity(0))
+            assert share_cores(1) == cores == torch.get_num_threads()
+            assert share_cores(10**6) == 1 == torch.get_num_threads() == numba.get_num_threads()
+            assert all(pool["num_threads"] == 1 for pool in threadpool_info())
+            assert share_cores(2) == max(1, cores // 2)
+        finally:
+            torch.set_num_threads(before)
+            numba.set_num_threads(numba_before)
