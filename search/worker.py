@@ -24,6 +24,7 @@ task starts.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections import Counter
 from fractions import Fraction
@@ -56,14 +57,15 @@ def share_cores(workers: int) -> int:
     """Give this worker process its share of the machine's cores, in every thread pool it has.
 
     Each worker fingerprints complete candidates at full shapes, where torch, the BLAS
-    under numpy's float64 matmuls (the fingerprint's draws) and numba's parallel loops
-    (:mod:`verify.fused`) would each run on all cores; with such pools in every worker,
-    16 workers ran 256 threads on 16 cores. Torch's alone made the 11-op rmsnorm_matmul
-    search take 95 s instead of 18 s (16-core Xeon, 2026-11-23); BLAS and numba's made the
-    same search take 33 s on 16 workers against 46 s on one (a 16-core H200 machine,
-    2026-11-26; BLAS threads spin between calls). Called in process and Ray workers only:
-    a serial search runs in the user's process, whose settings it leaves alone. Returns
-    the thread count set."""
+    under numpy's float64 matmuls and numba's parallel loops (:mod:`verify.fused`) would
+    each run on all cores. Torch's pool in every worker made the 11-op rmsnorm_matmul
+    search take 95 s instead of 18 s on 16 workers (16-core Xeon, 2026-11-23). Numba's
+    must be sized before numba is imported: asked for fewer threads later, its OpenMP pool
+    still has one per core, and they wake and spin at every parallel loop — 16 workers took
+    55 s where one took 43 (16-core H200 machine, 2026-11-26); on 2 cores, 2 workers no
+    faster than 1 (9 block ops: 13.7 s vs 13.0; sized first, 8.4). Called in process and
+    Ray workers only: a serial search runs in the user's process, whose settings it leaves
+    alone. Returns the thread count set."""
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -73,12 +75,13 @@ def share_cores(workers: int) -> int:
     from threadpoolctl import threadpool_limits
 
     torch.set_num_threads(threads)
-    threadpool_limits(limits=threads)  # BLAS and OpenMP pools, for the life of the process
-    try:
+    threadpool_limits(limits=threads)  # BLAS and OpenMP pools already loaded, for the life of the process
+    if "numba" in sys.modules:  # too late to size its pool: at least use no more of it
         import numba
-    except ImportError:  # verify.fused falls back to torch
-        return threads
-    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+
+        numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    else:  # read when verify.fused first imports it (verify.fused_loops)
+        os.environ["NUMBA_NUM_THREADS"] = str(threads)
     return threads
 
 

@@ -29,10 +29,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 
-try:  # numba is a dependency; a broken install only costs speed
-    import numba
-except ImportError:  # pragma: no cover - exercised only without numba
-    numba = None
 
 #: tensors with fewer elements than this keep the torch path
 MIN_ELEMENTS = 1 << 20
@@ -47,8 +43,8 @@ log = logging.getLogger("mugraph")
 def available(*tensors: torch.Tensor) -> bool:
     """Should the fused loop handle these tensors? (numba present and working, on the
     CPU, and the first one large enough to pay for the call.)"""
-    return (numba is not None and all(t.device.type == "cpu" for t in tensors)
-            and tensors[0].numel() >= MIN_ELEMENTS and _works())
+    return (all(t.device.type == "cpu" for t in tensors)
+            and tensors[0].numel() >= MIN_ELEMENTS and _loops() is not None and _works())
 
 
 @lru_cache(maxsize=1)
@@ -78,97 +74,21 @@ def _works() -> bool:
         return False
 
 
-def _jit(**options):
-    """``numba.njit`` that caches the machine code on disk where it can (a read-only
-    install without a writable cache folder compiles in each process instead)."""
-    def decorate(fn):
-        try:
-            return numba.njit(cache=True, **options)(fn)
-        except RuntimeError:  # numba: no locator available for the file
-            return numba.njit(**options)(fn)
-    return decorate
+@lru_cache(maxsize=1)
+def _loops():
+    """:mod:`verify.fused_loops` (numba imported with it), or None where numba is missing."""
+    try:  # numba is a dependency; a broken install only costs speed
+        from . import fused_loops
+    except ImportError:  # pragma: no cover - exercised only without numba
+        return None
+    return fused_loops
 
 
-if numba is not None:
-
-    @_jit(inline="always")
-    def _reduce(r, m, inv):
-        """``r mod m`` for ``0 ≤ r < 2^62`` with ``r/m < 2^50``. The quotient is estimated
-        in float64: ``r``, ``1/m`` and their product each round with relative error
-        ``2^-53``, so the estimate is off by less than ``3·2^-53·r/m < 1``, and truncating
-        it gives the true quotient or one less or more; one correction step finishes.
-        The callers stay far inside: Horner's rule has ``r < m·2^w + 2^53`` (``w ≤ 30``,
-        ``m ≥ 8``: ``r/m < 2^30 + 2^50``), the lookup ``r < m²``."""
-        r -= np.int64(np.float64(r) * inv) * m
-        if r < 0:
-            r += m
-        elif r >= m:
-            r -= m
-        return r
-
-    @_jit(inline="always")
-    def _horner(c, x, y, w, m, inv):
-        L = c.shape[1]
-        r = _reduce(np.int64(c[x, L - 1, y]), m, inv)
-        for l in range(L - 2, -1, -1):
-            r = _reduce((r << w) + np.int64(c[x, l, y]), m, inv)
-        return r
-
-    @_jit(parallel=True)
-    def _combine_outer(c, w, m, out):  # threads split the outer axis (many rows)
-        X, _, Y = c.shape
-        inv = 1.0 / m
-        for x in numba.prange(X):
-            for y in range(Y):
-                out[x, y] = _horner(c, x, y, w, m, inv)
-
-    @_jit(parallel=True)
-    def _combine_inner(c, w, m, out):  # threads split the inner axis (few rows)
-        X, _, Y = c.shape
-        inv = 1.0 / m
-        for x in range(X):
-            for y in numba.prange(Y):
-                out[x, y] = _horner(c, x, y, w, m, inv)
-
-    @_jit(parallel=True)
-    def _lookup(k, tables, bits, p, out):
-        n = k.shape[0]
-        windows = tables.shape[0]
-        mask = (1 << bits) - 1
-        inv = 1.0 / p
-        for i in numba.prange(n):
-            e = k[i]
-            r = tables[0, e & mask]
-            for w in range(1, windows):
-                r = _reduce(r * tables[w, (e >> (bits * w)) & mask], p, inv)
-            out[i] = r
-
-
-    @_jit(parallel=True)
-    def _saturate(x, out, lo, hi, zero, inf, edge):
-        edges = 0
-        for i in numba.prange(x.shape[0]):
-            v = x[i]
-            e = False
-            if v < lo:
-                if v <= zero:
-                    out[i] = 0.0
-                else:
-                    e = True
-            elif v > hi:
-                if v >= inf:
-                    out[i] = np.inf
-                else:
-                    e = True
-            edge[i] = e
-            edges += e
-        return edges
-
-
-def _run(fn, *args):
+def _run(name: str, *args):
+    loops = _loops()
     with _LOCK:
-        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
-        return fn(*args)
+        loops.numba.set_num_threads(max(1, min(torch.get_num_threads(), loops.numba.config.NUMBA_NUM_THREADS)))
+        return getattr(loops, name)(*args)
 
 
 def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.Tensor:
@@ -178,7 +98,7 @@ def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.T
     int64 ``(X, Y)``; returned."""
     assert c.is_contiguous() and out.is_contiguous() and c.dtype == torch.float64 and 8 <= m < 1 << 31 and w <= 30
     X, Y = out.shape
-    _run(_combine_outer if X >= 8 * torch.get_num_threads() or X >= Y else _combine_inner, c.numpy(), w, m, out.numpy())
+    _run("_combine_outer" if X >= 8 * torch.get_num_threads() or X >= Y else "_combine_inner", c.numpy(), w, m, out.numpy())
     return out
 
 
@@ -188,7 +108,7 @@ def pow_lookup(k: torch.Tensor, tables: np.ndarray, bits: int, p: int, out: torc
     int64 vector; ``out``: contiguous, int64 or float64 (exact: every value is below
     ``p < 2^31``); ``tables``: int64 ``(windows, 2^bits)``."""
     assert k.is_contiguous() and out.is_contiguous() and p < 1 << 31
-    _run(_lookup, k.numpy(), tables, bits, p, out.numpy())
+    _run("_lookup", k.numpy(), tables, bits, p, out.numpy())
     return out
 
 
@@ -200,5 +120,5 @@ def saturate(x: torch.Tensor, out: torch.Tensor, lo: float, hi: float, zero: flo
     ``x``, ``out``: contiguous float tensors of one shape."""
     assert x.is_contiguous() and out.is_contiguous() and x.shape == out.shape
     edge = np.empty(x.numel(), dtype=np.bool_)
-    n = _run(_saturate, x.view(-1).numpy(), out.view(-1).numpy(), lo, hi, zero, inf, edge)
+    n = _run("_saturate", x.view(-1).numpy(), out.view(-1).numpy(), lo, hi, zero, inf, edge)
     return torch.from_numpy(np.flatnonzero(edge) if n else np.empty(0, dtype=np.int64))

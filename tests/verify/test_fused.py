@@ -7,7 +7,7 @@ import torch
 from verify import field, fused
 from verify.field import Field, PowTable, matmul_mod, random_omega
 
-pytestmark = pytest.mark.skipif(fused.numba is None, reason="numba not installed")
+pytestmark = pytest.mark.skipif(fused._loops() is None, reason="numba not installed")
 
 LARGEST = Field(2147471759, 1073735879, "largest")
 
@@ -62,7 +62,7 @@ def test_fused_and_torch_paths_agree_on_a_large_product(monkeypatch):
     b = torch.from_numpy(rng.integers(0, m, (2, 8, 4, 64, 64)))
     assert fused.available(torch.empty(2 * 8 * 4 * 256 * 64 * 2))
     got = matmul_mod(a, b, m)
-    monkeypatch.setattr(fused, "numba", None)
+    monkeypatch.setattr(fused, "_loops", lambda: None)  # as without numba: the torch path
     assert torch.equal(got, matmul_mod(a, b, m))
 
 
@@ -107,8 +107,8 @@ def test_a_numba_that_fails_here_costs_a_warning_and_the_torch_path(monkeypatch,
     def broken(*args):
         raise RuntimeError("no LLVM target for this CPU")
 
-    monkeypatch.setattr(fused, "_combine_outer", broken)
-    monkeypatch.setattr(fused, "_combine_inner", broken)
+    monkeypatch.setattr(fused._loops(), "_combine_outer", broken)
+    monkeypatch.setattr(fused._loops(), "_combine_inner", broken)
     fused._works.cache_clear()
     try:
         assert not fused.available(torch.empty(fused.MIN_ELEMENTS))
@@ -120,3 +120,15 @@ def test_a_numba_that_fails_here_costs_a_warning_and_the_torch_path(monkeypatch,
         assert (matmul_mod(a, b, m) == want).all()
     finally:
         fused._works.cache_clear()
+
+
+def test_importing_the_verifier_does_not_import_numba():
+    """numba sizes its thread pool when imported: a search worker sets NUMBA_NUM_THREADS to
+    its share of the cores first (search.worker.share_cores), which only works if nothing
+    imported numba before — the verifier's modules import it on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, verify.field, verify.floatcheck, search.worker; "
+            "assert 'numba' not in sys.modules, 'numba imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
