@@ -173,3 +173,17 @@ def test_share_cores_gives_each_worker_its_share_of_every_thread_pool():
         finally:
             torch.set_num_threads(before)
             numba.set_num_threads(numba_before)
+
+
+def test_a_worker_sizes_numbas_pool_before_numba_is_imported():
+    """In a fresh worker process numba is not imported yet when share_cores runs, so its
+    OpenMP pool is made with the worker's share of the cores, not one thread per core (a
+    pool sized later keeps every thread, waking at each parallel loop)."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys; from search.worker import share_cores; share_cores(10**6); "
+            "assert 'numba' not in sys.modules; from verify import fused; assert fused._works(); "
+            "import numba; assert numba.config.NUMBA_NUM_THREADS == 1, numba.config.NUMBA_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+    subprocess.run([sys.executable, "-c", code], check=True, env=env)
