@@ -444,8 +444,6 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         def run(c, pred):
             nonlocal cut
             key = program_key(blocks, {**configs, op.id: c})
-            if key in timings:  # timed (or failed) earlier in this call
-                return timings[key]
             if history is not None and key in history:  # timed by an earlier call: not again
                 t = timings[key] = history[key]
                 if t is not None:
@@ -487,9 +485,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             return what is left."""
             todo = [x for x in todo if x[1] not in seen]
             while todo:
-                i = min(range(len(todo)), key=lambda i: errors.corrected(todo[i][1], todo[i][0]))
-                if defer is not None and timed and \
-                        errors.corrected(todo[i][1], todo[i][0]) > defer * min(t for t, _ in timed):
+                corrected = [errors.corrected(c, p) for p, c in todo]
+                i = min(range(len(todo)), key=corrected.__getitem__)
+                if defer is not None and timed and corrected[i] > defer * min(t for t, _ in timed):
                     return todo
                 time_one(*todo.pop(i))
             return []
@@ -498,8 +496,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             """Time every config around ``bases`` not timed yet: first a climb from each base
             (its one-field changes — warps, stages, loads, staging — then those of the
             fastest so far, until none is faster), then the rest; each in the order of the
-            cost model corrected by the times measured (:class:`ErrorModel`). Within one layout the model's ranking agrees with the
-            measured one about half the time (``lower/calibration.py``), and a re-ranking's
+            cost model corrected by the times measured (:class:`ErrorModel`). Within one
+            layout the model's ranking agrees with the measured one about half the time
+            (``lower/calibration.py``), and a re-ranking's
             budget often ends within the sweep: what it times should follow the measurements
             (a best two steps away, ranked 71st of 80 by the model, is reached in ~17)."""
             around = {base: [c for c in neighbours(blk, base, warps, sts) if c != base] for base, sts in bases}
