@@ -94,21 +94,19 @@ def is_layout_step(a: KernelConfig, b: KernelConfig) -> bool:
     """``b``'s layout is one step from ``a``'s: one of split-K (×2/÷2; from or to no split
     the combine comes with it), combine, chunk (×2/÷2), one sub-tiled class (×2/÷2) or the
     small-matmul lowering differs, and nothing else of the layout."""
-    same_rest = dict(sub=a.sub == b.sub, chunk=a.chunk == b.chunk, small_mm=a.small_mm == b.small_mm,
-                     split=a.split == b.split and (a.split == 1 or a.combine == b.combine))
-    differing = [k for k, same in same_rest.items() if not same]
-    if len(differing) != 1:
-        return False
-    k = differing[0]
-    if k == "split":
+    def split_step() -> bool:
         if a.split == b.split:
             return True  # the combine alone
         return _ratio_step(a.split, b.split) and (a.combine == b.combine or 1 in (a.split, b.split))
-    if k == "chunk":
-        return _ratio_step(a.chunk, b.chunk)
-    if k == "sub":
-        return _sub_step(a.sub, b.sub)
-    return True  # another small-matmul lowering
+
+    fields = [  # (same in a and b, whether b's value is one step from a's)
+        (a.split == b.split and (a.split == 1 or a.combine == b.combine), split_step),
+        (a.chunk == b.chunk, lambda: _ratio_step(a.chunk, b.chunk)),
+        (a.sub == b.sub, lambda: _sub_step(a.sub, b.sub)),
+        (a.small_mm == b.small_mm, lambda: True),  # any other small-matmul lowering
+    ]
+    differing = [step for same, step in fields if not same]
+    return len(differing) == 1 and differing[0]()
 
 
 def layout_steps(base: KernelConfig, layouts: list[KernelConfig]) -> list[KernelConfig]:
