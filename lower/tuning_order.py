@@ -48,7 +48,12 @@ class ErrorModel:
     """The cost model's measured error on one kernel, as a product of per-field-value factors.
 
     ``observe`` each measurement; ``corrected(config, predicted)`` is the prediction times
-    the factors of its field values (those measured at least once)."""
+    the factors of its field values (those measured at least once). Values that so far
+    appear only together share the blame (the ridge splits it): on decode attention the
+    first configurations measured re-chunked the loop exactly where they also combined
+    split-K in a second launch, and both were marked down until a measurement told them
+    apart — an order, never a verdict: everything deferred is still timed if the budget
+    lasts."""
 
     def __init__(self, ridge: float = RIDGE) -> None:
         self.ridge = ridge
