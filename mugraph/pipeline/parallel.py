@@ -91,6 +91,19 @@ def parse_gpus(spec: str, available: int) -> list[int]:
     return gpus
 
 
+THREAD_POOLS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+"""The variables that size a process's thread pools when their libraries load: torch's and
+numba's OpenMP pools, numpy's BLAS. A row's process gets its CPU share in each, said
+outright rather than left to each library's reading of the affinity mask (torch's OpenMP
+pool counts the machine's cores unless told)."""
+
+
+def thread_env(threads: int) -> dict[str, str]:
+    """Environment entries that give a new process ``threads`` threads in every pool of
+    :data:`THREAD_POOLS`."""
+    return {name: str(threads) for name in THREAD_POOLS}
+
+
 def run_queues(queues: list[list], gpus: list[int], groups: list[list[int]],
                command: Callable[[object, int, Path], list[str]], out: Path,
                echo: Callable[[str], None] = print, timeout: float | None = None) -> list[int]:
@@ -107,7 +120,7 @@ def run_queues(queues: list[list], gpus: list[int], groups: list[list[int]],
     stop = threading.Event()
 
     def run(q: int) -> None:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpus[q]), "OMP_NUM_THREADS": str(len(groups[q]))}
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpus[q]), **thread_env(len(groups[q]))}
         for i, job in enumerate(queues[q]):
             if stop.is_set():
                 return

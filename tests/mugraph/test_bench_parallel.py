@@ -46,9 +46,9 @@ if name == "fails":
     print("row failed"); sys.exit(3)
 with open(os.path.join(folder, "bench.csv"), "w", newline="") as f:
     w = csv.writer(f)
-    w.writerow(["name", "b", "gpu", "cpus", "workers"])
+    w.writerow(["name", "b", "gpu", "cpus", "workers", "threads"])
     w.writerow([name, b, os.environ["CUDA_VISIBLE_DEVICES"], " ".join(map(str, sorted(os.sched_getaffinity(0)))),
-                workers])
+                workers, " ".join(os.environ[v] for v in ("OMP_NUM_THREADS", "NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS"))])
 print("row", name, b)
 """
 
@@ -72,8 +72,9 @@ def test_each_queue_runs_on_its_gpu_and_cores_and_rows_merge_in_table_order(tmp_
     assert by[("x", "1")]["gpu"] == "3" and by[("x", "8")]["gpu"] == "5"  # dealt in turn
     assert by[("x", "1")]["cpus"] == str(cpus[0]) and by[("y", "8")]["cpus"] == str(cpus[-1])
     assert all(r["workers"] == "1" for r in rows)
+    assert all(r["threads"] == "1 1 1" for r in rows)  # torch's, numba's and the BLAS's pools: the share
     assert "[gpu3] row x 1" in lines and "[gpu5] row y 8" in lines
-    assert (tmp_path / "bench.csv").read_text().splitlines()[0] == "name,b,gpu,cpus,workers"
+    assert (tmp_path / "bench.csv").read_text().splitlines()[0] == "name,b,gpu,cpus,workers,threads"
 
 
 def test_a_failing_row_stops_its_queue_only(tmp_path):
