@@ -340,7 +340,12 @@ class _KernelSpace:
     cands: list[tuple[float, KernelConfig]]
     picked: list[tuple[float, KernelConfig]]
     sweep: int          # configs around one winner (warps × stages × load modes × staging)
-    climb: int = 0      # configs of a layout climb of two steps from the best-predicted pick
+    climb: int          # configs of a layout climb of two steps from the best-predicted pick
+
+    @property
+    def head(self) -> int:
+        """How many of ``picked`` lead as the best of each split-K factor (:func:`_split_factors_first`)."""
+        return len({c.split for p, c in self.picked if p < math.inf})
 
 
 def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small_mm,
@@ -524,10 +529,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         # the order of their predictions corrected by what has been measured (ErrorModel)
         # (with a budget, the picks it expects to lose by more than DEFER wait until after
         # the climbs and sweeps)
-        head = len({c.split for p, c in space.picked if p < math.inf})
-        for pred, c in space.picked[:head]:
+        for pred, c in space.picked[:space.head]:
             time_one(pred, c)
-        deferred = time_in_order(space.picked[head:], defer=DEFER if end is not None else None)
+        deferred = time_in_order(space.picked[space.head:], defer=DEFER if end is not None else None)
         # a climb through layouts one step from the winner's (lower.tuning_order.layout_steps):
         # the first round times a subset of the layouts, chosen by the uncorrected model
         predicted = {c: p for p, c in space.cands}

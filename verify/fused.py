@@ -84,11 +84,11 @@ def _loops():
     return fused_loops
 
 
-def _run(name: str, *args):
-    loops = _loops()
+def _run(fn, *args):
+    numba = _loops().numba
     with _LOCK:
-        loops.numba.set_num_threads(max(1, min(torch.get_num_threads(), loops.numba.config.NUMBA_NUM_THREADS)))
-        return getattr(loops, name)(*args)
+        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        return fn(*args)
 
 
 def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.Tensor:
@@ -98,7 +98,9 @@ def combine_limbs(c: torch.Tensor, w: int, m: int, out: torch.Tensor) -> torch.T
     int64 ``(X, Y)``; returned."""
     assert c.is_contiguous() and out.is_contiguous() and c.dtype == torch.float64 and 8 <= m < 1 << 31 and w <= 30
     X, Y = out.shape
-    _run("_combine_outer" if X >= 8 * torch.get_num_threads() or X >= Y else "_combine_inner", c.numpy(), w, m, out.numpy())
+    loops = _loops()
+    split_rows = X >= 8 * torch.get_num_threads() or X >= Y  # threads split the outer axis, else the inner
+    _run(loops._combine_outer if split_rows else loops._combine_inner, c.numpy(), w, m, out.numpy())
     return out
 
 
@@ -108,7 +110,7 @@ def pow_lookup(k: torch.Tensor, tables: np.ndarray, bits: int, p: int, out: torc
     int64 vector; ``out``: contiguous, int64 or float64 (exact: every value is below
     ``p < 2^31``); ``tables``: int64 ``(windows, 2^bits)``."""
     assert k.is_contiguous() and out.is_contiguous() and p < 1 << 31
-    _run("_lookup", k.numpy(), tables, bits, p, out.numpy())
+    _run(_loops()._lookup, k.numpy(), tables, bits, p, out.numpy())
     return out
 
 
@@ -120,5 +122,5 @@ def saturate(x: torch.Tensor, out: torch.Tensor, lo: float, hi: float, zero: flo
     ``x``, ``out``: contiguous float tensors of one shape."""
     assert x.is_contiguous() and out.is_contiguous() and x.shape == out.shape
     edge = np.empty(x.numel(), dtype=np.bool_)
-    n = _run("_saturate", x.view(-1).numpy(), out.view(-1).numpy(), lo, hi, zero, inf, edge)
+    n = _run(_loops()._saturate, x.view(-1).numpy(), out.view(-1).numpy(), lo, hi, zero, inf, edge)
     return torch.from_numpy(np.flatnonzero(edge) if n else np.empty(0, dtype=np.int64))
