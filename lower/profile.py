@@ -217,6 +217,24 @@ def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 2
     return bench(capture_graph(launch), flush=timing == "cold")
 
 
+def measure_together(launches: dict[str, Callable[[], object]], timing: str = "graph",
+                     rounds: int = 5) -> dict[str, float]:
+    """Median seconds of each of ``launches`` (name -> launch, as :func:`measure` takes),
+    timed side by side: ``rounds`` rounds, each timing every launch once in turn, and the
+    median of each one's rounds. A table's ours-vs-baseline ratio compares programs timed
+    at different moments otherwise, across the minute or more of other work (compiles,
+    tuning) between them, while the card's clocks and temperature drift."""
+    import statistics
+
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, got {rounds}")
+    times: dict[str, list[float]] = {name: [] for name in launches}
+    for _ in range(rounds):
+        for name, launch in launches.items():
+            times[name].append(measure(launch, timing))
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps: int = 400) -> float:
     """Median seconds of one call of ``fn`` (a CUDA-graph replay), timed with events.
 

@@ -52,7 +52,7 @@ from .derive import MAX_SPLIT_SOURCES, composed, kernel_shape, one_per_shape, se
 from .enumerate import Searcher, cost_key, signature
 from .executors import EXECUTORS, Executor, Outcome, make_executor
 from .records import Found, Match, Proposal, TaskDone
-from .worker import WorkerState, shared_state
+from .worker import WorkerState, shared_state, usable_cores
 
 #: seconds past ``time_limit`` after which running workers are terminated
 GRACE = 4.0
@@ -124,6 +124,23 @@ def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult
     the space is exhausted. Ctrl-C returns the best verified result so far, marked
     ``result.interrupted``."""
     return _Run(program, config or SearchConfig()).execute()
+
+
+def _on_threads(threads: int, fn) -> None:
+    """``fn()`` with this process's torch, BLAS and OpenMP pools at ``threads`` threads, as
+    they were after. The verification warm-up runs while the workers enumerate: at full
+    width its pools would take the cores the workers were given (each worker has its share,
+    :func:`search.worker.share_cores`); it gets those the workers leave, at least one."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            fn()
+    finally:
+        torch.set_num_threads(before)
 
 
 class _Active(threading.local):
@@ -288,7 +305,9 @@ class _Run:
             return
         # Checker.verdict turns any failure into a warning and no verdict: a failed
         # warm-up costs only the time it took
-        self.warming = threading.Thread(target=self.checker.warm, name="mugraph-verify-warm-up", daemon=True)
+        spare = max(1, usable_cores() - self.cfg.workers)
+        self.warming = threading.Thread(target=_on_threads, args=(spare, self.checker.warm),
+                                        name="mugraph-verify-warm-up", daemon=True)
         self.warming.start()
 
     def _split_and_verify(self, matches: list[Match]) -> tuple[list[Found], Counter]:

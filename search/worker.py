@@ -53,6 +53,14 @@ def shared_state(program: Program, cfg: SearchConfig, searcher: Searcher) -> dic
             "egraph": searcher.oracle.egraph.to_tables(), "draws": None if draws is None else str(draws)}
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask; all of them where there is none)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
 def share_cores(workers: int) -> int:
     """Give this worker process its share of the machine's cores, in every thread pool it has.
 
@@ -66,11 +74,7 @@ def share_cores(workers: int) -> int:
     faster than 1 (9 block ops: 13.7 s vs 13.0; sized first, 8.4). Called in process and
     Ray workers only: a serial search runs in the user's process, whose settings it leaves
     alone. Returns the thread count set."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    threads = max(1, cores // max(1, workers))
+    threads = max(1, usable_cores() // max(1, workers))
     import torch  # the field and float algebras' arithmetic
     from threadpoolctl import threadpool_limits
 

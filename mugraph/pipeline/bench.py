@@ -2,8 +2,9 @@
 each decode-shaped attention program (``mugraph.benchmarks.DECODE``) superoptimized
 (or loaded from a saved result) and, on a GPU, re-ranked there and timed beside the
 hand-written reference μGraph's lowering (autotuned like ours), PyTorch eager,
-``torch.compile`` and SDPA — every variant timed the same way by
-``lower.profile.measure`` (CUDA graphs; default ``"graph"`` timing) — and the
+``torch.compile`` and SDPA — every variant timed the same way, side by side in
+:data:`FINAL_ROUNDS` rounds (``lower.profile.measure_together``: CUDA graphs, default
+``"graph"`` timing, each variant's median) — and the
 memory-traffic floor (bytes read and written once over the bandwidth of a
 device-to-device copy measured on the same card). Without a GPU the table holds the
 cost model's predictions.
@@ -26,7 +27,7 @@ import torch
 
 import lower
 from lower.cost_model import estimate, memory_floor_bytes
-from lower.profile import TIMINGS, measure
+from lower.profile import TIMINGS, measure, measure_together
 
 from ..benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
 from ..benchmarks.torch_versions import SDPA, TORCH, sdpa_call
@@ -131,6 +132,9 @@ def reach(ref, cands: list[Candidate]) -> tuple[str, int | None, bool]:
 #: PyTorch baselines (torch.compile compiles) and the final timings: the re-ranking's and the
 #: reference's tuning get what the search left of it (see :func:`tuning_shares`)
 ROW_S, BASELINES_S = 480.0, 60.0
+#: rounds of the final timings: ours, the reference and the PyTorch variants, each timed once
+#: a round, in turn; a row reports each one's median (``lower.profile.measure_together``)
+FINAL_ROUNDS = 5
 
 
 def tuning_shares(elapsed: float, ref_graph=None, row_s: float = ROW_S) -> tuple[float, float | None]:
@@ -272,17 +276,22 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 y = comp(*args)
                 ref = TORCH[name](*[a.double() for a in args])
                 row.rel_error = float((y.double() - ref).norm() / ref.norm())
-                row.ours_us = measure(comp.launcher(*args), timing) * 1e6
-                row.eager_us = measure(lambda: TORCH[name](*args), timing) * 1e6
+                launches = {"ours": comp.launcher(*args), "eager": lambda: TORCH[name](*args)}
                 compiled = torch.compile(TORCH[name])
-                row.compile_us = measure(lambda: compiled(*args), timing) * 1e6
+                compiled(*args)  # compiles here, not inside the first timing
+                launches["compile"] = lambda: compiled(*args)
                 if name in SDPA:
-                    row.sdpa_us = measure(sdpa_call(name, *args), timing) * 1e6
+                    launches["sdpa"] = sdpa_call(name, *args)
                 if name in REFERENCES:
                     ins = {t.name: a for t, a in zip(opt.program.inputs, args)}
                     tuned = lower.profile(reference(name, b), inputs=ins, ref=[ref], tol=2e-2, budget_s=ref_s,
                                           timing=timing)
-                    row.ref_us = tuned.time_s * 1e6 if tuned.time_s is not None else None
+                    if tuned.program is not None:
+                        launches["ref"] = tuned.program.launcher(**ins)
+                # every variant timed in the same rounds, in turn (lower.profile.measure_together)
+                us = {k: v * 1e6 for k, v in measure_together(launches, timing, FINAL_ROUNDS).items()}
+                row.ours_us, row.eager_us, row.compile_us = us["ours"], us["eager"], us["compile"]
+                row.sdpa_us, row.ref_us = us.get("sdpa"), us.get("ref")
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
             row.row_s = time.perf_counter() - t_row
             rows.append(row)
