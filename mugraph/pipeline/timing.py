@@ -27,9 +27,11 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   :data:`MIN_TUNE_S`); what is left when every chosen candidate has had its share goes to
   the *leaders*: those whose
   tuning the share cut short and that measured within :data:`LEADER_SPREAD` of the fastest,
-  fastest first, each resuming its tuning where it stopped (``lower.profile.tune``'s
-  ``history``: nothing is compiled or timed twice). A candidate's first share decides
-  whether it can win; the time that decides by how much goes to those that can. Without
+  each resuming its tuning where it stopped (``lower.profile.tune``'s ``history``: nothing
+  is compiled or timed twice), by successive halving (:func:`halve`: rounds of equal
+  parts, the faster half going on after each, the last one standing tuning longest). A
+  candidate's first share decides whether it can win; the time that decides by how much
+  goes to those that can, most of it to the one that does. Without
   it the winner of a crowded re-ranking got the same short share as the rest: at the
   default bench limits six candidates share 85–110 s, ~15 s each, about the first round
   of one kernel's configurations (rmsnorm_matmul b=1 ran the reference's own kernel at
@@ -45,6 +47,7 @@ the next best predicted are tried, :data:`MIN_TUNE_S` each, until one does. ``to
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
@@ -234,16 +237,13 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
     for c, secs in first:
         time_one(c, secs)
     leaders: list[Candidate] = []
-    if installments:  # the rest of the budget to the leaders, fastest first (module docstring)
+    if installments:  # the rest of the budget to the leaders, by successive halving (module docstring)
         done = [c for c, _ in plan.timed if id(c) in tuned]
         fastest = min((c.measured_s for c in done), default=0.0)
         leaders = sorted((c for c in done if tuned[id(c)].cut and c.measured_s <= LEADER_SPREAD * fastest),
                          key=lambda c: c.measured_s)
-        for i, c in enumerate(leaders):
-            left = total_s - (time.monotonic() - t_start)
-            if left < 1.0:
-                break
-            time_one(c, left / (len(leaders) - i))  # what one leaves unused passes to the next
+        halve(leaders, lambda: total_s - (time.monotonic() - t_start), time_one,
+              lambda c: tuned[id(c)].cut)
     # none of the planned search candidates runs on this card: the next best predicted, until one does
     rest = [c for c in sorted(alive, key=lambda c: c.predicted_s or 0.0)
             if c.origin != "program" and not _among(c, [x for x, _ in plan.timed])]
@@ -252,8 +252,33 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
             break
         time_one(c, tune_seconds or MIN_TUNE_S)
     if leaders:
-        return f"{plan.why}; then {len(leaders)} leader(s) within {LEADER_SPREAD:g}x tuned on with the rest"
+        return (f"{plan.why}; then {len(leaders)} leader(s) within {LEADER_SPREAD:g}x tuned on with the rest "
+                "(successive halving)")
     return plan.why
+
+
+def halve(leaders: list["Candidate"], left, time_one, unfinished) -> None:
+    """Share what is left of the budget (``left()``: seconds) among ``leaders`` (fastest
+    first) by successive halving: in each round every leader still in resumes its tuning for
+    an equal part of that round's budget; then the faster half of those whose tuning is
+    still unfinished (``unfinished(c)``) go on, until one is left, which gets the rest. The
+    rounds share the budget equally (⌈log2 n⌉ + 1 of them), so of three leaders the last
+    one standing tunes for 0.61 of it, not the third an equal split gives — the time that
+    decides by how much goes to the one that wins — while each of the others still gets a
+    part to show whether more tuning moves it ahead. Unused time passes on within a round
+    and to the next."""
+    rounds = math.ceil(math.log2(len(leaders))) + 1 if leaders else 0
+    while leaders and rounds > 0:
+        budget = left() / rounds
+        spent_before = left()
+        for i, c in enumerate(leaders):
+            share = (budget - (spent_before - left())) / (len(leaders) - i)
+            if left() < 1.0:
+                return
+            time_one(c, max(1.0, share))
+        rounds -= 1
+        still = sorted((c for c in leaders if unfinished(c)), key=lambda c: c.measured_s)
+        leaders = still[:max(1, math.ceil(len(still) / 2))] if rounds > 1 else still[:1]
 
 
 def predict_tuned(graph: KernelGraph):

@@ -147,6 +147,26 @@ def test_rerank_gives_the_rest_of_the_budget_to_the_leaders(monkeypatch):
     assert c.measured_s == 4.0
 
 
+def test_the_leaders_share_the_rest_by_successive_halving(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    a, b, d = _cand(10, tag="a"), _cand(10.2, tag="b"), _cand(10.4, tag="d")
+    # three leaders, all improving with tuning, a ahead of b ahead of d all along
+    land = {name: [base - 0.001 * i for i in range(400)] for name, base in (("a", 2.0), ("b", 2.05), ("d", 2.1))}
+    tune, calls = _fake_tuning(clock, land)
+    monkeypatch.setattr(timing, "config_space", lambda g: {1: 400})
+    timing.rerank([a, b, d], tune, total_s=120)
+    resumed: dict[str, int] = {}
+    for name, start, n in calls:
+        if start > 0:
+            resumed[name] = resumed.get(name, 0) + n
+    rest = sum(resumed.values())
+    assert 55 <= rest <= 63 and clock.t <= 120 + 4
+    # three rounds: all three, the faster two, the fastest; an equal split would give each a third
+    assert resumed["a"] >= 0.55 * rest and resumed["d"] <= 0.15 * rest and resumed["a"] > resumed["b"] > resumed["d"]
+    assert [name for name, start, _ in calls if start > 0][-1] == "a"
+
+
 def test_rerank_with_tune_seconds_is_one_installment(monkeypatch):
     clock = _Clock()
     monkeypatch.setattr(timing, "time", clock)
