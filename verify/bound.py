@@ -49,7 +49,10 @@ The test accepts only if one of these events happens:
    neither numerator nor denominator of ``κ``, so the collision polynomial vanishes
    mod q only if ``P_1·D_j − P_j·D_1`` does: ``h_e = 1 + h(P) + h(D)`` then, without
    ``κ``'s height (1/√128 as a float64 is a 56-bit dyadic fraction, which made the
-   bound of a d = 128 attention 1);
+   bound of a d = 128 attention 1). Exponents carrying different constants ``κ_1``,
+   ``κ_2`` share their rational gcd ``κ`` (gcd of the numerators over lcm of the
+   denominators, whose prime factors are still the constants'): ``κ_i·P_i = κ·(m_i·P_i)``
+   with integers ``m_i``, whose heights join ``P_i``'s;
 2. no collision, but term 1's coefficient vanishes: ``≤ d/p + bad_p(h)``;
 3. neither, so ``F`` is a non-zero polynomial ``P(ω) = Σ_j C_j ω^{ε_j}`` with at
    most ``k`` distinct exponents ``ε_j ∈ Z_q`` — a non-zero ``k``-sparse function on
@@ -158,6 +161,27 @@ class Primes:
         return min(1.0, t / self.pairs) if t else 0.0
 
 
+def _common_factor(k1: Fraction | None, k2: Fraction | None) -> tuple[Fraction | None, float, float]:
+    """``(kappa, bits1, bits2)``: a constant both exponent factors ``k1``, ``k2`` are integer
+    multiples of, and the heights of those integers (``k_i = kappa · m_i``, ``bits_i =
+    log2 m_i``). Equal factors give themselves and 0, 0; different ones their rational gcd
+    ``gcd(numerators) / lcm(denominators)``, so ``k1·P1/D1`` is ``kappa·(m1·P1)/D1`` — the
+    integer ``m1`` moves into ``P1``, whose height grows by ``log2 m1``. Its prime factors
+    are the constants' own (a random pair avoids them), as ``k1``'s and ``k2``'s are. A
+    search's candidate that scales a matmul's operands (``q/64 · k/64 · 1/8``) where the
+    program scales the product (``q·k/8``) keeps a shared factor this way: only
+    12 bits of ``m`` count against the collisions, not both constants' whole height.
+    None when either is unknown."""
+    if k1 is None or k2 is None:
+        return None, 0.0, 0.0
+    if k1 == k2:
+        return k1, 0.0, 0.0
+    kappa = Fraction(math.gcd(k1.numerator, k2.numerator), math.lcm(k1.denominator, k2.denominator))
+    m1, m2 = k1 / kappa, k2 / kappa
+    assert m1.denominator == 1 and m2.denominator == 1, (k1, k2, kappa)  # integers by construction
+    return kappa, bits(m1.numerator), bits(m2.numerator)
+
+
 @dataclass(frozen=True)
 class ExpPoly:
     """Summary of an exponential polynomial ``Σ_{i≤k} c_i(x)·exp(g_i/h_i)`` with
@@ -171,7 +195,8 @@ class ExpPoly:
 
     ``kappa``: a positive rational every exponent is known to carry as a factor —
     each exponent is ``±kappa · P_i / D_i`` with integer polynomials of heights at most
-    ``sg``/``sh`` (None: not known, e.g. exponents scaled by different constants). An
+    ``sg``/``sh`` (None: not known; exponents scaled by different constants keep their
+    common factor, :func:`_common_factor`). An
     attention's exponents all carry its scale (1/√128 as a float64 constant is a
     56-bit dyadic fraction); its prime factors are the constants' own, which a random
     pair avoids, so only ``P_1·D_j − P_j·D_1`` can vanish mod q identically
@@ -203,8 +228,8 @@ class ExpPoly:
             else:
                 eg, eh = max(self.eg + o.eh, o.eg + self.eh), self.eh + o.eh
             hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
-            kappa = self.kappa if self.kappa is not None and self.kappa == o.kappa else None
-            sg, sh = _log2add(self.sg + o.sh, o.sg + self.sh), self.sh + o.sh
+            kappa, m1, m2 = _common_factor(self.kappa, o.kappa)
+            sg, sh = _log2add(self.sg + m1 + o.sh, o.sg + m2 + self.sh), self.sh + o.sh
         # exponents add: an exp-free side keeps the other's; two with exps give sums (unknown set)
         support = None if self.x and o.x else (self.support if self.x else o.support)
         return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh,
@@ -214,8 +239,8 @@ class ExpPoly:
         x = self.x or o.x
         if self.x and o.x:
             eg, eh, hg, hh = max(self.eg, o.eg), max(self.eh, o.eh), max(self.hg, o.hg), max(self.hh, o.hh)
-            kappa = self.kappa if self.kappa is not None and self.kappa == o.kappa else None
-            sg, sh = max(self.sg, o.sg), max(self.sh, o.sh)
+            kappa, m1, m2 = _common_factor(self.kappa, o.kappa)
+            sg, sh = max(self.sg + m1, o.sg + m2), max(self.sh, o.sh)
         else:
             s = self if self.x else o
             eg, eh, hg, hh, kappa, sg, sh = s.eg, s.eh, s.hg, s.hh, s.kappa, s.sg, s.sh
