@@ -269,12 +269,12 @@ def halve(leaders: list["Candidate"], left, time_one, unfinished) -> None:
     and to the next."""
     rounds = math.ceil(math.log2(len(leaders))) + 1 if leaders else 0
     while leaders and rounds > 0:
-        budget = left() / rounds
-        spent_before = left()
+        at_start = left()
+        budget = at_start / rounds
         for i, c in enumerate(leaders):
-            share = (budget - (spent_before - left())) / (len(leaders) - i)
             if left() < 1.0:
                 return
+            share = (budget - (at_start - left())) / (len(leaders) - i)  # what this round has left, shared
             time_one(c, max(1.0, share))
         rounds -= 1
         still = sorted((c for c in leaders if unfinished(c)), key=lambda c: c.measured_s)
