@@ -10,16 +10,17 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   within :data:`SPREAD` of it (the model's favourite among one μGraph's recorded
   configurations was up to 21 % slower than the measured best, and its rank agreement
   within a μGraph is about 0.5: ``lower/calibration.py``); and the best of every other
-  *structure* (kernel count) predicted within :data:`STRUCTURE_SPREAD` — a split-KV pair
-  and a single kernel with the lowering's own split-K are priced by different terms of
-  the model, so one may be wrong where the other is not. At least :data:`MIN_TIMED`, at
+  *structure* (kernel count, and waves of the widest grid: :func:`structure`) predicted
+  within :data:`STRUCTURE_SPREAD` — a split-KV pair and a single kernel with the
+  lowering's own split-K, or a pair of one wave and one of two, are priced by different
+  terms of the model, so one may be wrong where the other is not. At least :data:`MIN_TIMED`, at
   most :data:`MAX_TIMED`. The unfused program is always timed too (the safety net).
 * **how long** — each candidate's tuning time is its configuration space
   (``lower.profile.config_space``: first-round picks and sweeps, every kernel) times
   ``lower.profile.SECONDS_PER_CONFIG``, within [:data:`MIN_TUNE_S`, :data:`MAX_TUNE_S`];
   when the sum exceeds :data:`TOTAL_TUNE_S` every share is scaled down (not below
   :data:`MIN_TUNE_S`; if even that does not fit, candidates are dropped, worst predicted
-  first but the best of each kernel count last: a row that can tune only two times a
+  first but the best of each structure last: a row that can tune only two times a
   split-KV pair next to the best single kernel, not two variants of that kernel).
 
 * **in two installments** — the shares above, planned with the whole budget (which
@@ -55,6 +56,7 @@ from typing import TYPE_CHECKING
 import torch
 
 import lower
+from lower.cost_model import H100
 from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space
 from verify.floatcheck import float_inputs
 
@@ -67,7 +69,7 @@ if TYPE_CHECKING:
 
 #: candidates predicted within this factor of the best are all timed
 SPREAD = 1.3
-#: the best candidate of another kernel count is timed while predicted within this factor of the best
+#: the best candidate of another structure (:func:`structure`) is timed while predicted within this factor of the best
 STRUCTURE_SPREAD = 2.0
 #: fewest and most candidates timed (the unfused program not counted)
 MIN_TIMED, MAX_TIMED = 2, 6
@@ -99,9 +101,15 @@ class RerankPlan:
                                             "tune_s": s} for c, s in self.timed]}
 
 
-def structure(c: "Candidate") -> int:
-    """What :func:`plan_rerank` keeps one of: the kernel count."""
-    return c.num_kernels
+def structure(c: "Candidate", sms: int = H100.sms) -> tuple[int, int]:
+    """What :func:`plan_rerank` keeps one of: the kernel count, and how many waves of
+    ``sms`` SMs the widest kernel's grid takes. The model prices both by the terms it gets
+    most wrong: qknorm_gqa b=8's split pair of 128 blocks (one wave) was predicted 15.6 μs
+    and measured 37.2, its hand-written 256-block pair (two waves) 19.5 and 28.5 (H200,
+    2026-11-26) — within one kernel count the ranking by waves was backwards, and the
+    search's own 256-block pair, predicted 17.1, was never timed."""
+    grids = [op.attrs["block"].num_blocks for op in c.graph.ops if op.kind == "graph_defined"]
+    return c.num_kernels, -(-max(grids, default=0) // sms)
 
 
 def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds: float | None = None,
@@ -141,9 +149,9 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
             if not _among(c, chosen):
                 chosen.append(c)
         # kept in this order until the tuning budget is shared out: when it cannot tune them
-        # all, the last dropped are the best of each kernel count, not a second structure
+        # all, the last dropped are the best of each structure, not a second of one
         why = (f"{len(chosen)} of {len(cands)}: predicted within {SPREAD:g}x of the best, the best of each "
-               f"kernel count within {STRUCTURE_SPREAD:g}x, {MIN_TIMED}..{MAX_TIMED} timed")
+               f"structure (kernels, waves) within {STRUCTURE_SPREAD:g}x, {MIN_TIMED}..{MAX_TIMED} timed")
     if tune_seconds is not None:
         secs: list[float] = [float(tune_seconds)] * len(chosen)
         why += f"; {tune_seconds:g} s of tuning each (tune_seconds)"

@@ -11,13 +11,14 @@ from mugraph.pipeline.timing import (MAX_TIMED, MAX_TUNE_S, MIN_TIMED, MIN_TUNE_
                                      plan_rerank)
 
 
-def _graph(kernels: int, tag: str) -> mg.KernelGraph:
-    """``kernels`` exp kernels in a row; graphs of different tags compute different dataflows
-    (their inputs are named apart), so none is dropped as a reordering of another."""
+def _graph(kernels: int, tag: str, blocks: int = 4) -> mg.KernelGraph:
+    """``kernels`` exp kernels of ``blocks`` blocks in a row; graphs of different tags
+    compute different dataflows (their inputs are named apart), so none is dropped as a
+    reordering of another."""
     g = mg.KernelGraph(tag)
-    x = g.input(f"X{tag}", (4, 8))
+    x = g.input(f"X{tag}", (blocks, 8))
     for _ in range(kernels):
-        b = mg.BlockGraph((4, 1, 1), 1)
+        b = mg.BlockGraph((blocks, 1, 1), 1)
         (x,) = g.kernel(_exp_block(b, x))
     g.output(x)
     return g
@@ -28,8 +29,8 @@ def _exp_block(b, x):
     return b
 
 
-def _cand(pred_us: float, kernels: int = 1, origin: str = "search", tag: str = "g") -> Candidate:
-    return Candidate(_graph(kernels, tag), origin, predicted_s=pred_us * 1e-6)
+def _cand(pred_us: float, kernels: int = 1, origin: str = "search", tag: str = "g", blocks: int = 4) -> Candidate:
+    return Candidate(_graph(kernels, tag, blocks), origin, predicted_s=pred_us * 1e-6)
 
 
 def _space(n):  # every candidate has n configurations
@@ -85,6 +86,25 @@ def test_tuning_time_follows_the_configuration_space_within_the_total():
     # a total below MIN_TUNE_S per candidate drops the worst predicted
     plan = plan_rerank(big, space=_space(10_000), total_s=3 * MIN_TUNE_S)
     assert [c for c, _ in plan.timed] == big[:3]
+
+
+def test_a_pair_of_another_wave_count_is_timed_beside_the_best_pair():
+    """qknorm_gqa b=8 (H200): the best single kernel predicted 12.6 μs, split pairs of 128
+    blocks (one wave) 15.6 and of 256 blocks (two waves) 17.1 — past SPREAD of the best and
+    not the best pair, so the 256-block pair was never timed, while the 128-block pair
+    measured 37.2 and the hand-written 256-block pair 28.5. A pair of another wave count is
+    another structure: its best is timed too."""
+    single = _cand(12.6, tag="s", blocks=64)
+    one_wave = _cand(15.6, kernels=2, tag="p", blocks=128)
+    one_wave_b = _cand(16.0, kernels=2, tag="q", blocks=128)
+    two_waves = _cand(17.1, kernels=2, tag="w", blocks=256)
+    assert timing.structure(one_wave) == (2, 1) and timing.structure(two_waves) == (2, 2)
+    plan = plan_rerank([single, one_wave, one_wave_b, two_waves], space=_space(10))
+    timed = [c for c, _ in plan.timed]
+    assert single in timed and one_wave in timed and two_waves in timed
+    assert one_wave_b in timed  # within SPREAD of the best: the model cannot tell it apart
+    beyond = _cand(12.6 * STRUCTURE_SPREAD * 1.01, kernels=2, tag="x", blocks=512)  # too far even so
+    assert beyond not in [c for c, _ in plan_rerank([single, one_wave, beyond], space=_space(10)).timed]
 
 
 def test_overrides_and_the_unfused_program():
