@@ -106,8 +106,8 @@ def structure(c: "Candidate", sms: int = H100.sms) -> tuple[int, int]:
     ``sms`` SMs the widest kernel's grid takes. The model prices both by the terms it gets
     most wrong: qknorm_gqa b=8's split pair of 128 blocks (one wave) was predicted 15.6 μs
     and measured 37.2, its hand-written 256-block pair (two waves) 19.5 and 28.5 (H200,
-    2026-11-26) — within one kernel count the ranking by waves was backwards, and the
-    search's own 256-block pair, predicted 17.1, was never timed."""
+    2026-11-26) — within one kernel count the ranking by waves was backwards, and a
+    256-block split of the search's fused kernel, predicted 17.1, could not be timed."""
     grids = [op.attrs["block"].num_blocks for op in c.graph.ops if op.kind == "graph_defined"]
     return c.num_kernels, -(-max(grids, default=0) // sms)
 
