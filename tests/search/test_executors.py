@@ -175,6 +175,34 @@ def test_share_cores_gives_each_worker_its_share_of_every_thread_pool():
             numba.set_num_threads(numba_before)
 
 
+def test_the_verification_warm_up_runs_on_the_cores_the_workers_leave():
+    """The driver's warm-up thread runs beside the workers: inside it torch and the
+    BLAS/OpenMP pools have the given count, and the process's own settings come back after
+    (also when the warm-up fails)."""
+    import torch
+    from threadpoolctl import threadpool_info
+
+    from search.driver import _on_threads
+
+    before = torch.get_num_threads()
+    seen = {}
+
+    def warm():
+        seen["torch"] = torch.get_num_threads()
+        seen["pools"] = [pool["num_threads"] for pool in threadpool_info()]
+
+    _on_threads(1, warm)
+    assert seen["torch"] == 1 and all(n == 1 for n in seen["pools"])
+    assert torch.get_num_threads() == before
+
+    def fails():
+        raise RuntimeError("a failed warm-up")
+
+    with pytest.raises(RuntimeError):
+        _on_threads(1, fails)
+    assert torch.get_num_threads() == before
+
+
 def test_a_worker_sizes_numbas_pool_before_numba_is_imported():
     """In a fresh worker process numba is not imported yet when share_cores runs, so its
     OpenMP pool is made with the worker's share of the cores, not one thread per core (a
