@@ -164,8 +164,8 @@ class Primes:
 def _common_factor(k1: Fraction | None, k2: Fraction | None) -> tuple[Fraction | None, float, float]:
     """``(kappa, bits1, bits2)``: a constant both exponent factors ``k1``, ``k2`` are integer
     multiples of, and the heights of those integers (``k_i = kappa · m_i``, ``bits_i =
-    log2 m_i``). Equal factors give themselves and 0, 0; different ones their rational gcd
-    ``gcd(numerators) / lcm(denominators)``, so ``k1·P1/D1`` is ``kappa·(m1·P1)/D1`` — the
+    log2 m_i``): their rational gcd ``gcd(numerators) / lcm(denominators)`` (equal factors:
+    themselves, 0 and 0), so ``k1·P1/D1`` is ``kappa·(m1·P1)/D1`` — the
     integer ``m1`` moves into ``P1``, whose height grows by ``log2 m1``. Its prime factors
     are the constants' own (a random pair avoids them), as ``k1``'s and ``k2``'s are. A
     search's candidate that scales a matmul's operands (``q/64 · k/64 · 1/8``) where the
@@ -174,8 +174,6 @@ def _common_factor(k1: Fraction | None, k2: Fraction | None) -> tuple[Fraction |
     None when either is unknown."""
     if k1 is None or k2 is None:
         return None, 0.0, 0.0
-    if k1 == k2:
-        return k1, 0.0, 0.0
     kappa = Fraction(math.gcd(k1.numerator, k2.numerator), math.lcm(k1.denominator, k2.denominator))
     m1, m2 = k1 / kappa, k2 / kappa
     assert m1.denominator == 1 and m2.denominator == 1, (k1, k2, kappa)  # integers by construction
@@ -228,8 +226,8 @@ class ExpPoly:
             else:
                 eg, eh = max(self.eg + o.eh, o.eg + self.eh), self.eh + o.eh
             hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
-            kappa, m1, m2 = _common_factor(self.kappa, o.kappa)
-            sg, sh = _log2add(self.sg + m1 + o.sh, o.sg + m2 + self.sh), self.sh + o.sh
+            kappa, b1, b2 = _common_factor(self.kappa, o.kappa)
+            sg, sh = _log2add(self.sg + b1 + o.sh, o.sg + b2 + self.sh), self.sh + o.sh
         # exponents add: an exp-free side keeps the other's; two with exps give sums (unknown set)
         support = None if self.x and o.x else (self.support if self.x else o.support)
         return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh,
@@ -239,8 +237,8 @@ class ExpPoly:
         x = self.x or o.x
         if self.x and o.x:
             eg, eh, hg, hh = max(self.eg, o.eg), max(self.eh, o.eh), max(self.hg, o.hg), max(self.hh, o.hh)
-            kappa, m1, m2 = _common_factor(self.kappa, o.kappa)
-            sg, sh = max(self.sg + m1, o.sg + m2), max(self.sh, o.sh)
+            kappa, b1, b2 = _common_factor(self.kappa, o.kappa)
+            sg, sh = max(self.sg + b1, o.sg + b2), max(self.sh, o.sh)
         else:
             s = self if self.x else o
             eg, eh, hg, hh, kappa, sg, sh = s.eg, s.eh, s.hg, s.hh, s.kappa, s.sg, s.sh
