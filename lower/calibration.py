@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from mugraph.benchmarks import reference
 
@@ -104,3 +104,164 @@ def agreement(device: DeviceParams = H100, path: str = DATA) -> Agreement:
     within = {k: spearman([p for p, _ in v], [t for _, t in v]) for k, v in groups.items()}
     regret = {k: min(v)[1] / min(t for _, t in v) - 1 for k, v in groups.items()}
     return Agreement(spearman(pred, meas), within, regret)
+
+
+# ------------------------------------------------ candidates of different structures
+
+#: tuned and timed candidates of the GPU re-ranking (``*.gpu.mug.json`` results), several
+#: structures of one program each: how well the model ranks *across* structures
+CANDIDATES = os.path.join(os.path.dirname(__file__), "data", "h200_candidates.jsonl.gz")
+
+
+@dataclass(frozen=True)
+class CandidateTiming:
+    """One candidate μGraph as the re-ranking tuned and timed it."""
+
+    program: str                      # the program's name and batch, e.g. "gqa-b1"
+    device: str
+    date: str                         # ISO date of the run
+    graph: dict                       # the candidate's KernelGraph JSON
+    configs: dict[int, KernelConfig]  # op id -> the tuned config it was timed with
+    seconds: float
+    origin: str                       # "search" or "program" (the unfused program)
+    found_by: str
+    predicted: float | None           # s: what the re-ranking's plan ranked it by (best predicted config)
+
+
+def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> int:
+    """Append every timed candidate of the re-ranking results files ``results``
+    (``Optimized`` JSON saved on a GPU, ``<program>-b<b>.gpu.mug.json``) to ``path``;
+    returns how many. A candidate already recorded (same program, device, graph and
+    configs) is not added twice."""
+    import gzip
+    import json
+
+    from mugraph.pipeline.results import load_result
+    from mugraph.serialize import graph_to_json
+
+    def key(program: str, device: str, graph: dict, configs: dict[int, KernelConfig]) -> tuple:
+        return (program, device, json.dumps(graph, sort_keys=True),
+                json.dumps({k: asdict(v) for k, v in sorted(configs.items())}, sort_keys=True))
+
+    seen = {key(c.program, c.device, c.graph, c.configs)
+            for c in candidate_timings(path)} if os.path.exists(path) else set()
+    lines = []
+    for r in results:
+        opt = load_result(r)
+        program = os.path.basename(r).split(".")[0]
+        device = opt.report.get("device", "")
+        for c in opt.candidates:
+            if c.measured_s is None:
+                continue
+            g = graph_to_json(c.graph)
+            cfgs = {int(k): KernelConfig.from_dict(v) for k, v in c.configs.items()}
+            k = key(program, device, g, cfgs)
+            if k in seen:
+                continue
+            seen.add(k)
+            lines.append(json.dumps({"program": program, "device": device, "date": date, "graph": g,
+                                     "configs": {str(k): v for k, v in c.configs.items()},
+                                     "measured_us": c.measured_s * 1e6, "origin": c.origin,
+                                     "predicted_us": None if c.predicted_s is None else c.predicted_s * 1e6,
+                                     "found_by": c.found_by}, sort_keys=True))
+    if lines:
+        with gzip.open(path, "at", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def candidate_timings(path: str = CANDIDATES) -> list[CandidateTiming]:
+    """Every recorded candidate timing."""
+    import gzip
+    import json
+
+    out = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                out.append(CandidateTiming(d["program"], d["device"], d["date"], d["graph"],
+                                           {int(k): KernelConfig.from_dict(v) for k, v in d["configs"].items()},
+                                           d["measured_us"] * 1e-6, d["origin"], d["found_by"],
+                                           None if d.get("predicted_us") is None else d["predicted_us"] * 1e-6))
+    return out
+
+
+@dataclass
+class StructureAgreement:
+    """Per program run (program, device, date): the model's predictions at the timed
+    configs against the times, over candidates of different structures."""
+
+    #: group -> (model at the timed config s, measured s, structure, the plan's prediction s or None)
+    rows: dict[tuple, list[tuple[float, float, str, float | None]]]
+
+    @property
+    def spearman(self) -> dict[tuple, float]:
+        return {k: spearman([r[0] for r in v], [r[1] for r in v]) for k, v in self.rows.items()}
+
+    @property
+    def regret(self) -> dict[tuple, float]:
+        """Measured time of the model's favourite over the fastest measured, − 1."""
+        return {k: min(v)[1] / min(r[1] for r in v) - 1 for k, v in self.rows.items()}
+
+    @property
+    def window(self) -> dict[tuple, float]:
+        """The fastest measured candidate's plan prediction over the best plan prediction:
+        how far from the model's favourite the re-ranking had to look to time it
+        (``mugraph.pipeline.timing.STRUCTURE_SPREAD``, ``SPREAD``)."""
+        out = {}
+        for k, v in self.rows.items():
+            preds = [r[3] for r in v if r[3] is not None]
+            fastest = min(v, key=lambda r: r[1])
+            if preds and fastest[3] is not None:
+                out[k] = fastest[3] / min(preds)
+        return out
+
+
+def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
+                        search_only: bool = True) -> StructureAgreement:
+    """Rank agreement of the cost model with the recorded candidate timings, one group per
+    program run; ``search_only`` leaves out the unfused program (library kernels, which the
+    model prices by bytes alone)."""
+    from mugraph.serialize import graph_from_json
+
+    rows: dict[tuple, list] = {}
+    for c in candidate_timings(path):
+        if search_only and c.origin != "search":
+            continue
+        g = graph_from_json(c.graph)
+        shape = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop}"
+                           for op in g.ops if op.kind == "graph_defined")
+        rows.setdefault((c.program, c.device, c.date), []).append(
+            (estimate(g, device, c.configs), c.seconds, shape, c.predicted))
+    return StructureAgreement(rows)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m lower.calibration [--add DATE RESULTS…]``: print both agreements; with
+    ``--add``, first record the timed candidates of re-ranking results files."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m lower.calibration", description=main.__doc__)
+    ap.add_argument("--add", nargs="+", metavar=("DATE", "RESULTS"),
+                    help="ISO date of the run, then *.gpu.mug.json results files to record")
+    a = ap.parse_args(argv)
+    if a.add:
+        if len(a.add) < 2:
+            ap.error("--add takes a date and at least one results file")
+        print(f"recorded {record_candidates(a.add[1:], a.add[0])} candidate timings in {CANDIDATES}")
+    ag = agreement()
+    print(f"configs of the reference μGraphs ({DATA}): Spearman {ag.spearman_all:.2f} over all, "
+          f"median {ag.median_within:.2f} within one μGraph, regret ≤ {max(ag.regret.values()):.0%}")
+    sa = structure_agreement()
+    print(f"\ncandidates of different structures ({CANDIDATES}): model at the timed configs, μs")
+    for k, v in sorted(sa.rows.items()):
+        w = sa.window.get(k)
+        print(f"{k[0]:<32} {k[1]:<12} {k[2]}  Spearman {sa.spearman[k]:5.2f}  regret {sa.regret[k]:5.0%}"
+              + ("" if w is None else f"  fastest at {w:.2f}x the best plan prediction"))
+        for p, t, s, _ in sorted(v, key=lambda x: x[1]):
+            print(f"    measured {t * 1e6:7.1f}  predicted {p * 1e6:7.1f}  ratio {t / p:5.2f}  {s}")
+
+
+if __name__ == "__main__":
+    main()

@@ -79,3 +79,39 @@ def test_graphs_that_fit_in_l2_are_costed_at_l2_rates():
     no_l2 = dataclasses.replace(cost_model.H100, l2_bytes=0)
     assert cost_model.estimate(small) < cost_model.estimate(small, no_l2)
     assert cost_model.estimate(big) == pytest.approx(cost_model.estimate(big, no_l2))
+
+
+def test_recorded_candidates_load_and_the_plan_window_covers_their_fastest():
+    """The re-rankings' recorded candidates (several structures of one program, tuned and
+    timed on an H200): every one loads and prices; and in every recorded run the fastest
+    measured candidate was predicted within ``STRUCTURE_SPREAD`` of the best prediction, so
+    the re-ranking's plan (the best of each structure within that factor) would time it —
+    gqa b=1's fastest, a split pair, was predicted at 2.02x (the window was 2 before)."""
+    from lower.calibration import candidate_timings, structure_agreement
+    from mugraph.pipeline.timing import STRUCTURE_SPREAD
+
+    rows = candidate_timings()
+    assert len(rows) >= 60 and {r.program for r in rows} >= {"gqa-b1", "qknorm_gqa-b8", "gated_mlp-b1"}
+    sa = structure_agreement()
+    assert all(p > 0 and t > 0 for v in sa.rows.values() for p, t, _, _ in v)
+    assert max(sa.window.values()) <= STRUCTURE_SPREAD, sa.window
+    assert max(sa.window.values()) > 2.0  # the record that set the window
+
+
+def test_record_candidates_appends_timed_ones_once(tmp_path):
+    from lower.calibration import candidate_timings, record_candidates
+    from mugraph.pipeline.results import Candidate, Optimized
+
+    g = reference("lora", small=True)
+    kid = _op(g).id
+    timed = Candidate(g, "search", predicted_s=2e-6, measured_s=3e-6,
+                      configs={kid: dataclasses.asdict(KernelConfig(num_warps=2))}, found_by="enumeration")
+    untimed = Candidate(g, "search", predicted_s=4e-6)
+    res = tmp_path / "lora-b1.gpu.mug.json"
+    Optimized(g, timed, [timed, untimed], {"device": "NVIDIA H200"}, "cuda").save(res)
+    data = str(tmp_path / "c.jsonl.gz")
+    assert record_candidates([str(res)], "2026-11-26", data) == 1
+    assert record_candidates([str(res)], "2026-11-27", data) == 0  # already there
+    (r,) = candidate_timings(data)
+    assert (r.program, r.device, r.date, r.seconds, r.predicted) == ("lora-b1", "NVIDIA H200", "2026-11-26", 3e-6, 2e-6)
+    assert r.configs == {kid: KernelConfig(num_warps=2)}
