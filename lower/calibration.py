@@ -123,14 +123,15 @@ class CandidateTiming:
     graph: dict                       # the candidate's KernelGraph JSON
     configs: dict[int, KernelConfig]  # op id -> the tuned config it was timed with
     seconds: float
-    origin: str                       # "search" or "program" (the unfused program)
+    origin: str                       # "search", "program" (the unfused program) or "reference"
     found_by: str
     predicted: float | None           # s: what the re-ranking's plan ranked it by (best predicted config)
 
 
 def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> int:
-    """Append every timed candidate of the re-ranking results files ``results``
-    (``Optimized`` JSON saved on a GPU, ``<program>-b<b>.gpu.mug.json``) to ``path``;
+    """Append every timed candidate of the results files ``results`` (``Optimized`` JSON
+    saved on a GPU: a re-ranking's ``<program>-b<b>.gpu.mug.json``, a bench row's
+    reference ``<program>-b<b>.ref.gpu.mug.json``) to ``path``;
     returns how many. A candidate already recorded (same program, device, graph and
     configs) is not added twice."""
     import gzip
@@ -219,15 +220,16 @@ class StructureAgreement:
 
 
 def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
-                        search_only: bool = True) -> StructureAgreement:
-    """Rank agreement of the cost model with the recorded candidate timings, one group per
-    program run; ``search_only`` leaves out the unfused program (library kernels, which the
-    model prices by bytes alone)."""
+                        with_program: bool = False) -> StructureAgreement:
+    """Rank agreement of the cost model with the recorded candidate timings (the search's
+    and, where recorded, the hand-written reference's), one group per program run;
+    ``with_program`` adds the unfused program (library kernels, which the model prices by
+    bytes alone)."""
     from mugraph.serialize import graph_from_json
 
     rows: dict[tuple, list] = {}
     for c in candidate_timings(path):
-        if search_only and c.origin != "search":
+        if c.origin == "program" and not with_program:
             continue
         g = graph_from_json(c.graph)
         shape = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop}"

@@ -27,13 +27,13 @@ import torch
 
 import lower
 from lower.cost_model import estimate, memory_floor_bytes
-from lower.profile import TIMINGS, measure, measure_together
+from lower.profile import TIMINGS, ProfileResult, measure, measure_together
 
 from ..benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
 from ..benchmarks.torch_versions import SDPA, TORCH, sdpa_call
 from ..errors import ArgumentTypeError, ConfigError, MugraphError
 from ..files import as_path, safe_name
-from ..ir import short
+from ..ir import KernelGraph, short
 from ..serialize import graph_to_json
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 from .results import Candidate, load
@@ -292,6 +292,9 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 us = {k: v * 1e6 for k, v in measure_together(launches, timing, FINAL_ROUNDS).items()}
                 row.ours_us, row.eager_us, row.compile_us = us["ours"], us["eager"], us["compile"]
                 row.sdpa_us, row.ref_us = us.get("sdpa"), us.get("ref")
+                if res is not None and "ref" in launches:
+                    _save_reference(res / f"{safe_name(name)}-b{b}.ref.gpu.mug.json", opt.program, tuned,
+                                    us["ref"] * 1e-6)
                 row.floor_us = memory_floor_bytes(opt.program) / bw * 1e6
             row.row_s = time.perf_counter() - t_row
             rows.append(row)
@@ -302,6 +305,18 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
     where = torch.cuda.get_device_name() if gpu else "CPU (no GPU: cost-model predictions only)"
     head = f"{datetime.date.today()} on {where}; μs, median, {TIMINGS[timing]}"
     return rows, head
+
+
+def _save_reference(path: Path, program: KernelGraph, tuned: ProfileResult, seconds: float) -> None:
+    """The row's hand-written reference as it was tuned and timed (its graph, tuned configs,
+    side-by-side median), saved as a result of one ``reference`` candidate: what
+    ``python -m lower.calibration --add`` records beside the search's candidates, so the
+    cost model is checked against the structures the search should reach too."""
+    c = Candidate(tuned.graph, "reference", predicted_s=tuned.predicted_s, measured_s=seconds,
+                  configs={k: asdict(v) for k, v in tuned.configs.items()}, found_by="hand-written")
+    Optimized(program, c, [c], {"device": torch.cuda.get_device_name(),
+                                "why": "the hand-written reference μGraph, autotuned and timed beside the row"},
+              "cuda").save(path)
 
 
 class _CsvSink:

@@ -30,12 +30,17 @@ from .timing import TOTAL_TUNE_S, device_name, time_on_gpu
 RESULT_VERSION = 1
 
 
+#: where a candidate comes from: the search, the unfused program, or the hand-written reference
+#: μGraph a benchmark row compares with (saved by ``bench`` beside the row's re-ranked result)
+ORIGINS = ("search", "program", "reference")
+
+
 @dataclass
 class Candidate:
     """One verified μGraph and what the pipeline learnt about it."""
 
     graph: KernelGraph
-    origin: str                      # "search" or "program"
+    origin: str                      # "search", "program", or "reference" (a benchmark's hand-written μGraph)
     verified: dict | None = None     # the Verdict's JSON
     float_ok: bool | None = None
     float_summary: str = ""
@@ -63,8 +68,8 @@ class Candidate:
         if not isinstance(d, dict):
             raise CacheError(f"a candidate must be an object, got {type(d).__name__}")
         g = graph_from_json(d["graph"])
-        if d["origin"] not in ("search", "program"):
-            raise CacheError(f"candidate origin {short(d['origin'])} is not 'search' or 'program'")
+        if d["origin"] not in ORIGINS:
+            raise CacheError(f"candidate origin {short(d['origin'])} is not one of {', '.join(ORIGINS)}")
         for k in ("predicted_s", "measured_s"):
             v = d.get(k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):

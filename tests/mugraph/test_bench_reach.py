@@ -173,3 +173,29 @@ def test_candidates_are_ranked_without_compiling_on_a_gpu_machine(monkeypatch):
     monkeypatch.setattr(lp, "lower_compile", refuse)
     res = predict_tuned(reference("gqa", 1, small=True))
     assert res.predicted_s > 0 and not res.measured
+
+
+def test_a_rows_reference_is_saved_as_a_result_the_calibration_records(tmp_path, monkeypatch):
+    """A bench row on a GPU saves its tuned reference beside the re-ranked result; that file
+    loads as a result of one ``reference`` candidate, and ``python -m lower.calibration
+    --add`` records it with the search's candidates (the structure the search should reach,
+    measured, next to what it found)."""
+    from lower import KernelConfig
+    from lower.calibration import candidate_timings, record_candidates, structure_agreement
+    from lower.profile import ProfileResult
+    from mugraph.pipeline.results import load_result
+
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+    ref = reference("gqa", 1, small=True)
+    kids = [op.id for op in ref.ops if op.kind == "graph_defined"]
+    tuned = ProfileResult(ref, {k: KernelConfig(num_warps=2) for k in kids}, 5.6e-6, 8.8e-6, True)
+    path = tmp_path / "gqa-b1.ref.gpu.mug.json"
+    bench._save_reference(path, program("gqa", 1, small=True), tuned, 5.65e-6)
+    opt = load_result(path)
+    assert [c.origin for c in opt.candidates] == ["reference"] and opt.best.measured_s == 5.65e-6
+    data = str(tmp_path / "c.jsonl.gz")
+    assert record_candidates([str(path)], "2026-11-26", data) == 1
+    (r,) = candidate_timings(data)
+    assert (r.program, r.origin, r.device, r.predicted) == ("gqa-b1", "reference", "NVIDIA H200", 8.8e-6)
+    assert r.configs == {k: KernelConfig(num_warps=2) for k in kids}
+    assert list(structure_agreement(path=data).rows) == [("gqa-b1", "NVIDIA H200", "2026-11-26")]
