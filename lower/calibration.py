@@ -19,6 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 
 from mugraph.benchmarks import reference
+from mugraph.serialize import graph_from_json
 
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
@@ -137,9 +138,6 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> 
     import gzip
     import json
 
-    from mugraph.pipeline.results import load_result
-    from mugraph.serialize import graph_to_json
-
     def key(program: str, device: str, graph: dict, configs: dict[int, KernelConfig]) -> tuple:
         return (program, device, json.dumps(graph, sort_keys=True),
                 json.dumps({k: asdict(v) for k, v in sorted(configs.items())}, sort_keys=True))
@@ -148,23 +146,28 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> 
             for c in candidate_timings(path)} if os.path.exists(path) else set()
     lines = []
     for r in results:
-        opt = load_result(r)
+        # read as JSON here (the results' own loader belongs to the product, above this stage);
+        # each graph and config is parsed, so a malformed file stops before anything is written
+        with open(r, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or doc.get("kind") != "Optimized":
+            raise ValueError(f"{r}: not a saved mugraph result (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
         program = os.path.basename(r).split(".")[0]
-        device = opt.report.get("device", "")
-        for c in opt.candidates:
-            if c.measured_s is None:
+        device = (doc.get("report") or {}).get("device", "")
+        for c in doc["candidates"]:
+            if c.get("measured_s") is None:
                 continue
-            g = graph_to_json(c.graph)
-            cfgs = {int(k): KernelConfig.from_dict(v) for k, v in c.configs.items()}
-            k = key(program, device, g, cfgs)
+            graph_from_json(c["graph"])
+            cfgs = {int(k): KernelConfig.from_dict(v) for k, v in c.get("configs", {}).items()}
+            k = key(program, device, c["graph"], cfgs)
             if k in seen:
                 continue
             seen.add(k)
-            lines.append(json.dumps({"program": program, "device": device, "date": date, "graph": g,
-                                     "configs": {str(k): v for k, v in c.configs.items()},
-                                     "measured_us": c.measured_s * 1e6, "origin": c.origin,
-                                     "predicted_us": None if c.predicted_s is None else c.predicted_s * 1e6,
-                                     "found_by": c.found_by}, sort_keys=True))
+            pred = c.get("predicted_s")
+            lines.append(json.dumps({"program": program, "device": device, "date": date, "graph": c["graph"],
+                                     "configs": c.get("configs", {}), "measured_us": c["measured_s"] * 1e6,
+                                     "origin": c["origin"], "predicted_us": None if pred is None else pred * 1e6,
+                                     "found_by": c.get("found_by", "")}, sort_keys=True))
     if lines:
         with gzip.open(path, "at", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
@@ -225,7 +228,6 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
     and, where recorded, the hand-written reference's), one group per program run;
     ``with_program`` adds the unfused program (library kernels, which the model prices by
     bytes alone)."""
-    from mugraph.serialize import graph_from_json
 
     rows: dict[tuple, list] = {}
     for c in candidate_timings(path):
