@@ -14,12 +14,15 @@ the measured best ("regret"). No GPU needed: predictions are recomputed here.
 from __future__ import annotations
 
 import csv
+import gzip
+import json
 import math
 import os
 from dataclasses import asdict, dataclass
 
 from mugraph.benchmarks import reference
 from mugraph.serialize import graph_from_json
+from mugraph.text import kernel_structure
 
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
@@ -135,9 +138,6 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> 
     reference ``<program>-b<b>.ref.gpu.mug.json``) to ``path``;
     returns how many. A candidate already recorded (same program, device, graph and
     configs) is not added twice."""
-    import gzip
-    import json
-
     def key(program: str, device: str, graph: dict, configs: dict[int, KernelConfig]) -> tuple:
         return (program, device, json.dumps(graph, sort_keys=True),
                 json.dumps({k: asdict(v) for k, v in sorted(configs.items())}, sort_keys=True))
@@ -176,9 +176,6 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> 
 
 def candidate_timings(path: str = CANDIDATES) -> list[CandidateTiming]:
     """Every recorded candidate timing."""
-    import gzip
-    import json
-
     out = []
     with gzip.open(path, "rt", encoding="utf-8") as f:
         for line in f:
@@ -206,7 +203,7 @@ class StructureAgreement:
     @property
     def regret(self) -> dict[tuple, float]:
         """Measured time of the model's favourite over the fastest measured, − 1."""
-        return {k: min(v)[1] / min(r[1] for r in v) - 1 for k, v in self.rows.items()}
+        return {k: min(v, key=lambda r: r[:2])[1] / min(r[1] for r in v) - 1 for k, v in self.rows.items()}
 
     @property
     def window(self) -> dict[tuple, float]:
@@ -234,10 +231,8 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
         if c.origin == "program" and not with_program:
             continue
         g = graph_from_json(c.graph)
-        shape = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop}"
-                           for op in g.ops if op.kind == "graph_defined")
         rows.setdefault((c.program, c.device, c.date), []).append(
-            (estimate(g, device, c.configs), c.seconds, shape, c.predicted))
+            (estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted))
     return StructureAgreement(rows)
 
 

@@ -63,3 +63,17 @@ def format_graph(graph: KernelGraph) -> str:
 
 
 __all__ = ["format_graph", "format_block"]
+
+
+def kernel_structure(graph: "KernelGraph") -> str:
+    """A μGraph's kernels in order: ``blocks×loop`` per graph-defined kernel (``lib`` for a
+    pre-defined op) — what split-loop changes (a split-KV pair: many blocks × a short loop,
+    then a combining kernel looping over the chunks), e.g. ``32x4 + 8x16``."""
+    out = []
+    for op in graph.ops:
+        if op.kind == "graph_defined":
+            b = op.attrs["block"]
+            out.append(f"{b.num_blocks}x{b.forloop}")
+        elif op.kind != "input":
+            out.append("lib")
+    return " + ".join(out)

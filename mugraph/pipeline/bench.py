@@ -35,6 +35,7 @@ from ..errors import ArgumentTypeError, ConfigError, MugraphError
 from ..files import as_path, safe_name
 from ..ir import KernelGraph, short
 from ..serialize import graph_to_json
+from ..text import kernel_structure as structure  # the table's structure column
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 from .results import Candidate, load
 from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, plan_rerank,
@@ -80,20 +81,6 @@ class BenchRow:
     def best_torch_us(self) -> float | None:
         xs = [x for x in (self.eager_us, self.compile_us, self.sdpa_us) if x is not None]
         return min(xs) if xs else None
-
-
-def structure(g) -> str:
-    """A μGraph's kernels in order: ``blocks×loop`` per graph-defined kernel (``lib`` for a
-    pre-defined op) — what split-loop changes (a split-KV pair: many blocks × a short loop,
-    then a combining kernel looping over the chunks)."""
-    out = []
-    for op in g.ops:
-        if op.kind == "graph_defined":
-            b = op.attrs["block"]
-            out.append(f"{b.num_blocks}x{b.forloop}")
-        elif op.kind != "input":
-            out.append("lib")
-    return " + ".join(out)
 
 
 def _kernels(g) -> list[tuple[int, int] | None]:
