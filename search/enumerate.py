@@ -866,19 +866,11 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
                         rep *= b.grid[a]
                 nbytes = _numel(src.shape) * DTYPES[src.dtype]
                 rbytes += nbytes * (1 + (rep - 1) * (_BW / _L2_BW if nbytes <= _L2 else 1.0))
-            progs = blocks * _row_tiles(b, blocks)
-            bw = min(_BW, progs * _SM_BW)
-            occ = min(1.0, progs / GPU_SMS)
+            bw = min(_BW, blocks * _SM_BW)
+            occ = min(1.0, blocks / GPU_SMS)
             # the loop's steps run one after another in every block, each paying a latency
             # pipelining hides only in part; blocks beyond what the SMs hold run in later waves
-            steps = b.forloop
-            if steps > 1 and not any(is_contraction(bop.kind) for bop in b.ops):
-                # a loop without matmuls (a split's combine over L2-resident partials): the
-                # lowering splits it (split-K) over a wave of programs, the last one of each
-                # tile adding the partials up — one more step
-                s = _loop_split(steps, progs)
-                steps = steps // s + (1 if s > 1 else 0)
-            serial = steps * _ITER * -(-progs // (_RESIDENT * GPU_SMS))
+            serial = b.forloop * _ITER * -(-blocks // (_RESIDENT * GPU_SMS))
         else:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
             if is_contraction(op.kind):
@@ -886,26 +878,6 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
             bw, occ, serial = _BW, 1.0, 0.0
         est += max((rbytes + wbytes) / bw, flops / (_FLOPS * occ), serial) + _LAUNCH
     return kernels, round(est * 1e6, 3), smem, nblock
-
-
-def _row_tiles(b, blocks: int) -> int:
-    """How many programs the lowering can lay each block over by cutting its matmuls' rows
-    (its ``sub`` option: at most 8, tiles of at least 16 rows), as far as one wave holds."""
-    rows = [bop.outputs[0].shape[-2] for bop in b.ops if is_contraction(bop.kind)]
-    r = 1
-    while (r < 8 and rows and blocks * 2 * r <= GPU_SMS
-           and all(n % (2 * r) == 0 and n // (2 * r) >= 16 for n in rows)):
-        r *= 2
-    return r
-
-
-def _loop_split(forloop: int, programs: int) -> int:
-    """The lowering's split of a loop of ``forloop`` steps over ``programs`` programs: the
-    largest power of two up to 16 dividing the loop that keeps them within one wave."""
-    s = 1
-    while s < 16 and forloop % (2 * s) == 0 and programs * 2 * s <= GPU_SMS:
-        s *= 2
-    return s
 
 
 def _numel(shape) -> int:

@@ -149,13 +149,10 @@ def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time()
 
 def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
     """qknorm_gqa b=8 at full shapes: the fused kernel composition finds (16 heads × 4 query
-    tiles of 64 rows, 16 steps of 256 keys). The lowering's model prices its split pairs —
-    the 4-way split also in 16 steps of 64 keys, the hand-written kernel's step — as written
-    (default configs), faster than the unsplit kernel, and tuned within 1.1× of the
-    hand-written split-KV reference. The search's cost key does not rank them before it: it
-    lays the fused kernel's 64-row tiles over four programs each, as the lowering does (64
-    blocks fill the GPU), and on an H200 the splits measured no faster (36.3–38.7 μs against
-    37.1, ``lower/data/h200_candidates.jsonl.gz``)."""
+    tiles of 64 rows, 16 steps of 256 keys). Its split pairs — the 4-way split also in 16
+    steps of 64 keys, the hand-written kernel's step — rank before it by the search's cost
+    key; the lowering's model prices each, as written (default configs), faster than the
+    unsplit kernel, and tuned within 1.1× of the hand-written split-KV reference."""
     from lower.cost_model import estimate
     from mugraph.benchmarks import reference
     from mugraph.pipeline.timing import predict_tuned
@@ -168,7 +165,7 @@ def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
     coarse = by_shape[(((16, 4, 4), 4), ((16, 4, 1), 4))]
     ref = predict_tuned(reference("qknorm_gqa", 8)).predicted_s
     for h in (fine, coarse):
-        assert cost_key(h)[1] >= cost_key(f)[1]
+        assert cost_key(h)[1] < cost_key(f)[1]
         assert estimate(h) < estimate(f)
         assert predict_tuned(h).predicted_s <= 1.1 * ref
 
