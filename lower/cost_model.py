@@ -2,7 +2,7 @@
 
 Per launch (a Triton kernel of a graph-defined op, or a torch call)::
 
-    t = launch + max(t_dram, t_l2, t_compute, t_serial) + t_fma
+    t = launch + max(t_dram, t_l2, t_compute, t_serial) + t_fma + t_cone
 
 * ``t_dram`` — unique device bytes (each source read once, each output written
   once, split-K partials written and read) over DRAM bandwidth (L2 bandwidth and
@@ -23,6 +23,12 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
 * ``t_fma`` — the CUDA-core matmuls' flops over the CUDA-core rate once more, *added*:
   each step's multiply-adds wait for the step's tiles and keep the program from
   issuing the next loads (measured, docs/history/lowering.md, small-M matmuls);
+* ``t_cone`` — the elements a program reduces each loop step to make a ``tl.dot``
+  operand (a norm of the tile the step loaded: qknorm_gqa's K when the norm is fused
+  into the attention loop) at :attr:`DeviceParams.cone_reduce` per SM, *added*: the
+  operand is reduced across threads and converted to the dot's layout before the dot
+  can start (fitted on the H200 re-rankings of ``lower/data/h200_candidates.jsonl.gz``:
+  such kernels measured 1.8–3.0× the model without it, 0.9–1.2× with it);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
@@ -79,6 +85,7 @@ class DeviceParams:
     l2_bytes: float = 25 * 2**20  # a graph whose bytes fit in this stays in L2 between calls (half the
                                   # H100's 50 MB: it is two partitions; rms' 48 MiB streams from DRAM)
     l2_latency: float = 0.6e-6    # s: L2 round trip under load
+    cone_reduce: float = 5.0e9    # elements/s one SM reduces inside a tl.dot operand (see _block_cost)
 
 
 H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
@@ -98,10 +105,11 @@ class LaunchCost:
     t_serial: float
     launch: float
     t_fma: float = 0.0    # CUDA-core matmul work, not overlapped with the rest
+    t_cone: float = 0.0   # reductions inside a loop's tl.dot operand, not overlapped either
 
     @property
     def total(self) -> float:
-        return self.launch + max(self.t_dram, self.t_l2, self.t_compute, self.t_serial) + self.t_fma
+        return self.launch + max(self.t_dram, self.t_l2, self.t_compute, self.t_serial) + self.t_fma + self.t_cone
 
 
 @dataclass
@@ -164,12 +172,17 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # warps that would issue the next loads: added to the kernel's time, not overlapped
     # (H100, gated_mlp b=1, M = 8: tl.dot 28.1 μs, CUDA cores ≥ 34.8; docs/history/lowering.md, small-M matmuls)
     t_fma = fma / dev.fp32_flops / busy
+    # a tl.dot operand normalized every step (qknorm_gqa's K: Σk² over the tile inside the dot's
+    # cone) is reduced across threads in the operand's layout and converted through shared memory
+    # before the dot can start: on an H200 such kernels measured 1.8-3.0x the model without this
+    # term, about 5e9 reduced elements a second per SM (lower/data/h200_candidates.jsonl.gz)
+    t_cone = _cone_reduced(p) * steps * math.ceil(total / dev.sms) / dev.cone_reduce
     if split > 1:
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
         d_in = dram - sum(t.nbytes for t in op.outputs) + part
         costs.append(LaunchCost(f"k{op.id}_partial", total, d_in, l2 + part, tc + ew,
                                 d_in / bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
-                                dev.launch, t_fma))
+                                dev.launch, t_fma, t_cone))
         out_b = sum(t.nbytes for t in op.outputs) + part
         if cfg.combine == "last":
             # no launch; the last program of each tile pays a chain of round trips: its partial
@@ -182,7 +195,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
                                     out_b / dev.l2_bw, 0.0, lat_mem, dev.launch))
     else:
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
-                                l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma))
+                                l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma, t_cone))
     return costs
 
 
@@ -239,6 +252,39 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
     return tc, ew, fma, acc_regs
+
+
+def _cone_reduced(p: KernelPlan) -> float:
+    """Elements one program reduces per loop step to make a ``tl.dot`` operand: the inputs
+    (padded) of reductions that read a tile loaded that step and whose result reaches a dot
+    (through element-wise ops, not through an accumulator). A norm of a tile loaded once (Q
+    before the loop) and a row sum only accumulated (softmax's) are not counted."""
+    if p.block.forloop <= 1 or not p.loop_tiles:
+        return 0.0
+    looped = {t.id for t in p.loop_tiles}
+    varies: dict[int, bool] = {}
+
+    def per_step(t) -> bool:  # does tensor t change from one loop step to the next?
+        if t.id not in varies:
+            varies[t.id] = t.id in looped or (t.op.kind not in ("iterator", "accum")
+                                              and any(per_step(x) for x in t.op.inputs))
+        return varies[t.id]
+
+    def feeds_dot(t) -> bool:
+        stack, seen = [t], set()
+        while stack:
+            x = stack.pop()
+            for c in p.consumers[x]:
+                if c.id in p.info.dot_ops:
+                    return True
+                if c.kind != "accum" and c.id not in seen:
+                    seen.add(c.id)
+                    stack += list(c.outputs)
+        return False
+
+    return float(sum(math.prod(p.info.padded(op.inputs[0])) for op in p.block.ops
+                     if category(op.kind) == Category.REDUCTION and per_step(op.inputs[0])
+                     and feeds_dot(op.outputs[0])))
 
 
 def _loop_tile_regs(p: KernelPlan) -> float:
