@@ -193,8 +193,9 @@ class StructureAgreement:
     """Per program run (program, device, date): the model's predictions at the timed
     configs against the times, over candidates of different structures."""
 
-    #: group -> (model at the timed config s, measured s, structure, the plan's prediction s or None)
-    rows: dict[tuple, list[tuple[float, float, str, float | None]]]
+    #: group -> (model at the timed config s, measured s, structure, the plan's prediction s or None,
+    #: is the hand-written reference)
+    rows: dict[tuple, list[tuple[float, float, str, float | None, bool]]]
 
     @property
     def spearman(self) -> dict[tuple, float]:
@@ -212,6 +213,9 @@ class StructureAgreement:
         (``mugraph.pipeline.timing.STRUCTURE_SPREAD``, ``SPREAD``)."""
         out = {}
         for k, v in self.rows.items():
+            v = [r for r in v if not r[4]]  # the hand-written reference is not the plan's to choose
+            if not v:
+                continue
             preds = [r[3] for r in v if r[3] is not None]
             fastest = min(v, key=lambda r: r[1])
             if preds and fastest[3] is not None:
@@ -232,7 +236,7 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
             continue
         g = graph_from_json(c.graph)
         rows.setdefault((c.program, c.device, c.date), []).append(
-            (estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted))
+            (estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted, c.origin == "reference"))
     return StructureAgreement(rows)
 
 
@@ -258,8 +262,9 @@ def main(argv: list[str] | None = None) -> None:
         w = sa.window.get(k)
         print(f"{k[0]:<32} {k[1]:<12} {k[2]}  Spearman {sa.spearman[k]:5.2f}  regret {sa.regret[k]:5.0%}"
               + ("" if w is None else f"  fastest at {w:.2f}x the best plan prediction"))
-        for p, t, s, _ in sorted(v, key=lambda x: x[1]):
-            print(f"    measured {t * 1e6:7.1f}  predicted {p * 1e6:7.1f}  ratio {t / p:5.2f}  {s}")
+        for p, t, s, _, ref in sorted(v, key=lambda x: x[1]):
+            print(f"    measured {t * 1e6:7.1f}  predicted {p * 1e6:7.1f}  ratio {t / p:5.2f}  {s}"
+                  + ("  (hand-written reference)" if ref else ""))
 
 
 if __name__ == "__main__":

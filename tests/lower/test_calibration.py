@@ -86,14 +86,15 @@ def test_recorded_candidates_load_and_the_plan_window_covers_their_fastest():
     timed on an H200): every one loads and prices; and in every recorded run the fastest
     measured candidate was predicted within ``STRUCTURE_SPREAD`` of the best prediction, so
     the re-ranking's plan (the best of each structure within that factor) would time it —
-    gqa b=1's fastest, a split pair, was predicted at 2.02x (the window was 2 before)."""
+    gqa b=1's fastest, a split pair, was predicted at over 2x (the window was 2 before). The
+    hand-written references recorded beside them are left out: the plan never chooses them."""
     from lower.calibration import candidate_timings, structure_agreement
     from mugraph.pipeline.timing import STRUCTURE_SPREAD
 
     rows = candidate_timings()
     assert len(rows) >= 60 and {r.program for r in rows} >= {"gqa-b1", "qknorm_gqa-b8", "gated_mlp-b1"}
     sa = structure_agreement()
-    assert all(p > 0 and t > 0 for v in sa.rows.values() for p, t, _, _ in v)
+    assert all(p > 0 and t > 0 for v in sa.rows.values() for p, t, _, _, _ in v)
     assert max(sa.window.values()) <= STRUCTURE_SPREAD, sa.window
     assert max(sa.window.values()) > 2.0  # the record that set the window
 
