@@ -151,8 +151,11 @@ def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
     """qknorm_gqa b=8 at full shapes: the fused kernel composition finds (16 heads × 4 query
     tiles of 64 rows, 16 steps of 256 keys). Its split pairs — the 4-way split also in 16
     steps of 64 keys, the hand-written kernel's step — rank before it by the search's cost
-    key; the lowering's model prices each, as written (default configs), faster than the
-    unsplit kernel, and tuned within 1.1× of the hand-written split-KV reference."""
+    key, and the lowering's model prices each, as written (default configs), faster than
+    the unsplit kernel. Tuned, the model puts them well behind the hand-written split-KV
+    reference, as measured: on an H200 the splits of the fused kernel ran 36.3–38.7 μs and
+    the reference 26.4 (``lower/data/h200_candidates.jsonl.gz``) — their first kernel
+    normalizes each step's K tile inside the attention loop (the model's ``t_cone``)."""
     from lower.cost_model import estimate
     from mugraph.benchmarks import reference
     from mugraph.pipeline.timing import predict_tuned
@@ -167,7 +170,7 @@ def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
     for h in (fine, coarse):
         assert cost_key(h)[1] < cost_key(f)[1]
         assert estimate(h) < estimate(f)
-        assert predict_tuned(h).predicted_s <= 1.1 * ref
+        assert predict_tuned(h).predicted_s > 1.3 * ref
 
 
 def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split():
