@@ -249,3 +249,17 @@ def test_a_tight_budget_keeps_the_plans_breadth_in_the_first_installment(monkeyp
     timing.rerank([single, pair], tune, total_s=2 * MIN_TUNE_S)
     assert {name for name, start, _ in calls if start == 0} == {"s", "p"}
     assert all(n == MIN_TUNE_S for name, start, n in calls if start == 0)
+
+
+def test_near_ties_are_timed_in_turns_across_structures():
+    """gqa b=1 on an H200: five single kernels predicted 6.2–6.6 μs and split pairs predicted
+    8.7 and 8.8 — within SPREAD of each other, not of the best single kernel. The second
+    pair (the hand-written reference's structure, the fastest when timed) is timed before a
+    third single kernel: the model cannot tell near-ties apart within either structure."""
+    singles = [_cand(6.2 + 0.1 * i, tag=f"s{i}") for i in range(5)]
+    pairs = [_cand(8.7, kernels=2, tag="p"), _cand(8.8, kernels=2, tag="q"), _cand(11.5, kernels=2, tag="r")]
+    timed = [c for c, _ in plan_rerank([*singles, *pairs], space=_space(10)).timed]
+    assert len(timed) == MAX_TIMED
+    assert pairs[0] in timed and pairs[1] in timed and pairs[2] not in timed  # 11.5 > SPREAD x 8.7
+    assert timed == sorted(timed, key=lambda c: c.predicted_s)
+    assert set(map(id, timed)) == set(map(id, [*singles[:4], *pairs[:2]]))
