@@ -165,17 +165,16 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     :func:`~search.enumerate.cost_key` — combine kernel included — so a kernel with few
     blocks, which ranks low alone (one block per attention head), can give the best
     split; a variant not predicted faster than its source is dropped (a small kernel
-    gains nothing from a second launch). ``limit`` distinct ones are fingerprinted, taken
-    in turns from two rankings — by the key as written and as the lowering lays the
-    kernels out (``laid_out``) — each one per kernel shape (grids and loop lengths)
-    before a second of any. A split preserves the
+    gains nothing from a second launch); the ``limit`` cheapest distinct ones are
+    fingerprinted, one per kernel shape
+    (grids and loop lengths) before a second of any. A split preserves the
     function by construction, yet each variant is fingerprinted here and verified by the
     driver like any candidate.
 
     ``best`` (when given) receives, per index of ``graphs``, the cheapest estimate among
     its variants that beat it: what the lowering, which splits a kernel's loop itself
     (its split-K), can make of that graph (:meth:`search.driver._Run._split`)."""
-    variants: dict[str, tuple[float, float, int, KernelGraph]] = {}
+    variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
         est = cost_key(g)[1]
         for h in split_variants(g):
@@ -186,23 +185,13 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
                 best[i] = min(best.get(i, key[1]), key[1])
             k = graph_key(h)
             if k not in variants:
-                variants[k] = (key[1], cost_key(h, laid_out=True)[1], len(variants), h)
+                variants[k] = (key, len(variants), h)
     stats["split_variants"] = len(variants)
-    # two rankings, in turns: as written and as the lowering lays the kernels out — they
-    # disagree on splits of few blocks holding many rows, and each has been right on a card
-    # where the other was wrong (gqa b=1 / b=8 on an H200: cost_key's laid_out)
-    orders = []
-    for col in (0, 1):
-        ranked = [v[3] for v in sorted(variants.values(), key=lambda v: (v[col], v[2]))]
-        # one per kernel shape first (grids and loop lengths): the sources are often one
-        # kernel in several equivalent spellings, whose variants would fill the limit alike
-        first, rest = one_per_shape(ranked, key=kernel_shape)
-        orders.append(first + rest)
-    chosen: list[KernelGraph] = []
-    for pair in zip(*orders):
-        for h in pair:
-            if len(chosen) < limit and not any(h is c for c in chosen):
-                chosen.append(h)
+    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
+    # one per kernel shape first (grids and loop lengths): the sources are often one
+    # kernel in several equivalent spellings, whose variants would fill the limit alike
+    first, rest = one_per_shape(ranked, key=kernel_shape)
+    chosen = (first + rest)[:limit]
     answers = fingerprint(chosen, deadline) if chosen else []
     stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)
     out = [Proposal(h, "split-loop") for h, a in zip(chosen, answers) if a]

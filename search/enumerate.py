@@ -812,7 +812,7 @@ _BW, _SM_BW, _L2_BW, _FLOPS, _LAUNCH, _L2 = 3.0e12, 6.0e10, 9.0e12, 4.0e14, 2.0e
 _ITER, _RESIDENT = 0.2e-6, 2
 
 
-def cost_key(g: KernelGraph, laid_out: bool = False) -> tuple[int, float, int, int]:
+def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
     """A cheap ranking of candidates: kernels, an analytic time estimate, shared memory, block ops.
 
     Per kernel, a launch plus the largest of memory, serial and compute time:
@@ -836,18 +836,7 @@ def cost_key(g: KernelGraph, laid_out: bool = False) -> tuple[int, float, int, i
     that stages a whole 4096-long operand at once leaves the SM nothing to overlap, where
     a loop over it streams. It orders candidates for verification (kernel count first)
     and chooses which split-loop variants are proposed; the lowering's cost model and
-    profiler rank what is verified.
-
-    ``laid_out``: each kernel as the lowering lays it out — a block's matmul rows cut over
-    up to 8 programs (:func:`_row_tiles`) for the occupancy of the compute and memory terms,
-    and a loop without matmuls (a split's combine, over partials in L2) split over a wave
-    (:func:`_loop_split`). Only the split phase ranks its variants so (which to
-    fingerprint): a split's first kernel of few blocks holding all of a head's query rows
-    runs as several programs a block — gqa b=1's hand-written pair, 32 blocks of 256 rows,
-    ranks 111th of 332 variant shapes as written and 3rd laid out, and runs 5.6 μs where
-    the best pair the search had verified ran 6.3 (H200). Ranking every candidate so cost
-    gqa b=8 its split proposals and qknorm_gqa b=8 its 64-block attention kernel on the
-    same machine: a single kernel laid out fills the GPU on paper, not on the card."""
+    profiler rank what is verified."""
     kernels = 0
     est = 0.0
     nblock = 0
@@ -877,16 +866,11 @@ def cost_key(g: KernelGraph, laid_out: bool = False) -> tuple[int, float, int, i
                         rep *= b.grid[a]
                 nbytes = _numel(src.shape) * DTYPES[src.dtype]
                 rbytes += nbytes * (1 + (rep - 1) * (_BW / _L2_BW if nbytes <= _L2 else 1.0))
-            progs = blocks * _row_tiles(b, blocks) if laid_out else blocks
-            bw = min(_BW, progs * _SM_BW)
-            occ = min(1.0, progs / GPU_SMS)
+            bw = min(_BW, blocks * _SM_BW)
+            occ = min(1.0, blocks / GPU_SMS)
             # the loop's steps run one after another in every block, each paying a latency
             # pipelining hides only in part; blocks beyond what the SMs hold run in later waves
-            steps = b.forloop
-            if laid_out and steps > 1 and not any(is_contraction(bop.kind) for bop in b.ops):
-                s = _loop_split(steps, progs)  # split-K, the last program of a tile adding up: one step more
-                steps = steps // s + (1 if s > 1 else 0)
-            serial = steps * _ITER * -(-progs // (_RESIDENT * GPU_SMS))
+            serial = b.forloop * _ITER * -(-blocks // (_RESIDENT * GPU_SMS))
         else:
             rbytes = sum(_numel(t.shape) * DTYPES[t.dtype] for t in op.inputs)
             if is_contraction(op.kind):
@@ -894,26 +878,6 @@ def cost_key(g: KernelGraph, laid_out: bool = False) -> tuple[int, float, int, i
             bw, occ, serial = _BW, 1.0, 0.0
         est += max((rbytes + wbytes) / bw, flops / (_FLOPS * occ), serial) + _LAUNCH
     return kernels, round(est * 1e6, 3), smem, nblock
-
-
-def _row_tiles(b, blocks: int) -> int:
-    """How many programs the lowering can lay each block over by cutting its matmuls' rows
-    (its ``sub`` option: at most 8, tiles of at least 16 rows), as far as one wave holds."""
-    rows = [bop.outputs[0].shape[-2] for bop in b.ops if is_contraction(bop.kind)]
-    r = 1
-    while (r < 8 and rows and blocks * 2 * r <= GPU_SMS
-           and all(n % (2 * r) == 0 and n // (2 * r) >= 16 for n in rows)):
-        r *= 2
-    return r
-
-
-def _loop_split(forloop: int, programs: int) -> int:
-    """The lowering's split of a loop of ``forloop`` steps over ``programs`` programs: the
-    largest power of two up to 16 dividing the loop that keeps them within one wave."""
-    s = 1
-    while s < 16 and forloop % (2 * s) == 0 and programs * 2 * s <= GPU_SMS:
-        s *= 2
-    return s
 
 
 def _numel(shape) -> int:
