@@ -28,7 +28,8 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   into the attention loop) at :attr:`DeviceParams.cone_reduce` per SM, *added*: the
   operand is reduced across threads and converted to the dot's layout before the dot
   can start (fitted on the H200 re-rankings of ``lower/data/h200_candidates.jsonl.gz``:
-  such kernels measured 1.8–3.0× the model without it, 0.9–1.2× with it);
+  the search's such kernels measured 1.8–3.0× the model without it, 0.75–1.4× with it;
+  the hand-written references, whose steps normalize 64-key tiles, 0.58–1.04×: over-predicted);
 * ``t_serial`` — one memory round trip, plus the generated-loop steps run one
   after another by each program, each paying a latency that software pipelining
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
