@@ -43,7 +43,8 @@ Residency (programs per SM) is bounded by shared memory at *padded* extents
 the un-reduced products of ``small_mm="va"`` included).
 
 Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
-a chain of round trips for the last program of each tile (store, atomic, loads).
+a chain of round trips for the last program of each tile (store, atomic, loads); either
+way one program per tile reads the partials back, so they come at most ``sm_bw`` a tile.
 
 Agreement with 1918 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
 Spearman 0.57 over all, median 0.47 within one μGraph, favourite ≤ 21 % slower than
@@ -185,14 +186,18 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
                                 d_in / bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
                                 dev.launch, t_fma, t_cone))
         out_b = sum(t.nbytes for t in op.outputs) + part
+        # the partials are read back by one program per tile: nprog SMs pull them, each at
+        # most sm_bw (gqa b=1 on an H200: 8 programs reading 16 partials of 128 rows ran 11.3 and
+        # 12.5 μs where the aggregate bandwidth predicted 6.2; 16 programs reading 8, 7.4-7.6)
+        pull = min(bw, min(nprog, dev.sms) * dev.sm_bw)
         if cfg.combine == "last":
             # no launch; the last program of each tile pays a chain of round trips: its partial
             # stores, the counter's atomic, the partials' loads (longer the more partials)
             fixup = lat_mem * (2 + split / 8)
-            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / bw,
+            costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / pull,
                                     out_b / dev.l2_bw, 0.0, fixup, 0.0))
         else:
-            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / bw,
+            costs.append(LaunchCost(f"k{op.id}_combine", nprog, out_b, out_b, 0.0, out_b / pull,
                                     out_b / dev.l2_bw, 0.0, lat_mem, dev.launch))
     else:
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
