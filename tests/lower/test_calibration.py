@@ -1,10 +1,12 @@
 """The cost model against recorded H100 times (``lower/data/h100_graph_timing.csv``):
 a regression guard on how well it ranks what the GPU measured (no GPU needed), and
-the two measured rules behind it (which loops Triton pipelines; L2-resident graphs)."""
+the measured rules behind it (which loops Triton pipelines; L2-resident graphs; a norm
+inside a dot operand; split-K partials read back by the combining programs)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
@@ -116,3 +118,35 @@ def test_record_candidates_appends_timed_ones_once(tmp_path):
     (r,) = candidate_timings(data)
     assert (r.program, r.device, r.date, r.seconds, r.predicted) == ("lora-b1", "NVIDIA H200", "2026-11-26", 3e-6, 2e-6)
     assert r.configs == {kid: KernelConfig(num_warps=2)}
+
+
+def _blocks(g):
+    return [o for o in g.ops if o.kind == "graph_defined"]
+
+
+def test_a_norm_inside_a_dot_operand_is_charged_per_step():
+    """qknorm_gqa's reference normalizes each step's K tile before q·k (t_cone: its reduced
+    elements each step); gqa's attention reduces nothing into a dot operand (its row sum is
+    only accumulated); a norm of a tile loaded once, before the loop, is not charged."""
+    k1 = _blocks(reference("qknorm_gqa", 8))[0]
+    p = plan(k1.attrs["block"])
+    k_tile = [t for t in p.loop_tiles if t.op.attrs["fmap"] == 2][0]
+    assert cost_model._cone_reduced(p) == pytest.approx(math.prod(p.info.padded(k_tile)))
+    (cost,) = cost_model.breakdown(reference("qknorm_gqa", 8), configs={k1.id: KernelConfig()}).launches[:1]
+    assert cost.t_cone > 0
+    plain = _blocks(reference("gqa", 8))[0]
+    assert cost_model._cone_reduced(plan(plain.attrs["block"])) == 0.0
+    assert all(c.t_cone == 0.0 for c in cost_model.breakdown(reference("gqa", 8)).launches)
+
+
+def test_split_partials_are_read_back_at_what_the_combining_programs_pull():
+    """gqa b=1 (H200): a single kernel split 16 ways whose 8 tiles' last programs add the
+    partials up ran 11.3–12.5 μs where the GPU's aggregate bandwidth predicted 6.2 — the
+    partials come back at most ``sm_bw`` a combining program."""
+    g = reference("gqa")
+    k2 = _blocks(g)[1]  # the combine: 8 blocks, a loop over 16 chunks
+    cfg = KernelConfig(split=8, combine="last")
+    costs = {c.name: c for c in cost_model.breakdown(g, configs={k2.id: cfg}).launches}
+    fix = costs[f"k{k2.id}_fixup"]
+    assert fix.programs == 8
+    assert fix.t_dram == pytest.approx(fix.dram_bytes / (8 * cost_model.H100.sm_bw))
