@@ -19,6 +19,7 @@ import json
 import math
 import os
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
 
 from mugraph.benchmarks import reference
 from mugraph.serialize import graph_from_json
@@ -188,23 +189,32 @@ def candidate_timings(path: str = CANDIDATES) -> list[CandidateTiming]:
     return out
 
 
+class TimedRow(NamedTuple):
+    """One recorded candidate as :class:`StructureAgreement` compares it."""
+
+    model: float              # s: the cost model at the timed configs
+    measured: float           # s
+    structure: str            # mugraph.text.kernel_structure
+    planned: float | None     # s: what the re-ranking's plan ranked it by, if recorded
+    reference: bool           # the hand-written reference (never the plan's to choose)
+
+
 @dataclass
 class StructureAgreement:
     """Per program run (program, device, date): the model's predictions at the timed
     configs against the times, over candidates of different structures."""
 
-    #: group -> (model at the timed config s, measured s, structure, the plan's prediction s or None,
-    #: is the hand-written reference)
-    rows: dict[tuple, list[tuple[float, float, str, float | None, bool]]]
+    rows: dict[tuple, list[TimedRow]]
 
     @property
     def spearman(self) -> dict[tuple, float]:
-        return {k: spearman([r[0] for r in v], [r[1] for r in v]) for k, v in self.rows.items()}
+        return {k: spearman([r.model for r in v], [r.measured for r in v]) for k, v in self.rows.items()}
 
     @property
     def regret(self) -> dict[tuple, float]:
         """Measured time of the model's favourite over the fastest measured, − 1."""
-        return {k: min(v, key=lambda r: r[:2])[1] / min(r[1] for r in v) - 1 for k, v in self.rows.items()}
+        return {k: min(v, key=lambda r: (r.model, r.measured)).measured / min(r.measured for r in v) - 1
+                for k, v in self.rows.items()}
 
     @property
     def window(self) -> dict[tuple, float]:
@@ -213,13 +223,13 @@ class StructureAgreement:
         (``mugraph.pipeline.timing.STRUCTURE_SPREAD``, ``SPREAD``)."""
         out = {}
         for k, v in self.rows.items():
-            v = [r for r in v if not r[4]]  # the hand-written reference is not the plan's to choose
+            v = [r for r in v if not r.reference]
             if not v:
                 continue
-            preds = [r[3] for r in v if r[3] is not None]
-            fastest = min(v, key=lambda r: r[1])
-            if preds and fastest[3] is not None:
-                out[k] = fastest[3] / min(preds)
+            preds = [r.planned for r in v if r.planned is not None]
+            fastest = min(v, key=lambda r: r.measured)
+            if preds and fastest.planned is not None:
+                out[k] = fastest.planned / min(preds)
         return out
 
 
@@ -230,13 +240,14 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
     ``with_program`` adds the unfused program (library kernels, which the model prices by
     bytes alone)."""
 
-    rows: dict[tuple, list] = {}
+    rows: dict[tuple, list[TimedRow]] = {}
     for c in candidate_timings(path):
         if c.origin == "program" and not with_program:
             continue
         g = graph_from_json(c.graph)
         rows.setdefault((c.program, c.device, c.date), []).append(
-            (estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted, c.origin == "reference"))
+            TimedRow(estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted,
+                     c.origin == "reference"))
     return StructureAgreement(rows)
 
 
@@ -262,9 +273,10 @@ def main(argv: list[str] | None = None) -> None:
         w = sa.window.get(k)
         print(f"{k[0]:<32} {k[1]:<12} {k[2]}  Spearman {sa.spearman[k]:5.2f}  regret {sa.regret[k]:5.0%}"
               + ("" if w is None else f"  fastest at {w:.2f}x the best plan prediction"))
-        for p, t, s, _, ref in sorted(v, key=lambda x: x[1]):
-            print(f"    measured {t * 1e6:7.1f}  predicted {p * 1e6:7.1f}  ratio {t / p:5.2f}  {s}"
-                  + ("  (hand-written reference)" if ref else ""))
+        for r in sorted(v, key=lambda r: r.measured):
+            note = "  (hand-written reference)" if r.reference else ""
+            print(f"    measured {r.measured * 1e6:7.1f}  predicted {r.model * 1e6:7.1f}  "
+                  f"ratio {r.measured / r.model:5.2f}  {r.structure}{note}")
 
 
 if __name__ == "__main__":

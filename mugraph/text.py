@@ -62,10 +62,7 @@ def format_graph(graph: KernelGraph) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["format_graph", "format_block"]
-
-
-def kernel_structure(graph: "KernelGraph") -> str:
+def kernel_structure(graph: KernelGraph) -> str:
     """A μGraph's kernels in order: ``blocks×loop`` per graph-defined kernel (``lib`` for a
     pre-defined op) — what split-loop changes (a split-KV pair: many blocks × a short loop,
     then a combining kernel looping over the chunks), e.g. ``32x4 + 8x16``."""
@@ -77,3 +74,6 @@ def kernel_structure(graph: "KernelGraph") -> str:
         elif op.kind != "input":
             out.append("lib")
     return " + ".join(out)
+
+
+__all__ = ["format_graph", "format_block", "kernel_structure"]

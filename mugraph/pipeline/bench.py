@@ -38,8 +38,8 @@ from ..serialize import graph_to_json
 from ..text import kernel_structure as structure  # the table's structure column
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 from .results import Candidate, load
-from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, plan_rerank,
-                     predict_tuned)
+from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, device_name,
+                     plan_rerank, predict_tuned)
 
 
 @dataclass
@@ -301,7 +301,7 @@ def _save_reference(path: Path, program: KernelGraph, tuned: ProfileResult, seco
     cost model is checked against the structures the search should reach too."""
     c = Candidate(tuned.graph, "reference", predicted_s=tuned.predicted_s, measured_s=seconds,
                   configs={k: asdict(v) for k, v in tuned.configs.items()}, found_by="hand-written")
-    Optimized(program, c, [c], {"device": torch.cuda.get_device_name(),
+    Optimized(program, c, [c], {"device": device_name("cuda"),
                                 "why": "the hand-written reference μGraph, autotuned and timed beside the row"},
               "cuda").save(path)
 
