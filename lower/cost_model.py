@@ -46,8 +46,23 @@ Split-K adds the partials' bytes and either a combine launch or (``combine="last
 a chain of round trips for the last program of each tile (store, atomic, loads); either
 way one program per tile reads the partials back, so they come at most ``sm_bw`` a tile.
 
+Latencies. A graph that fits in L2 pays its round trips at :attr:`DeviceParams.l2_latency`
+(0.2 μs), but the ``"last"`` fix-up chain at the memory's (1 μs: the partials are fenced
+before the counter's atomic). Fitted on the recorded H200 re-rankings
+(``python -m lower.calibration``, 2026-11-27): with an L2 round trip of 0.6 μs and the
+fix-up at it, a split pair's combine kernel — 16 loop steps over 16×16 tiles, 64 programs —
+was priced 3.4–4.9 μs of bytes-in-flight time, and gqa b=1's hand-written pair 9.4–10.9
+μs against 5.6 measured, while single kernels combined by ``"last"`` ran 1.1–1.5× their
+prediction: the model preferred them to the pairs that ran fastest. With 0.2 μs and the
+fenced fix-up the per-run rank agreement averages 0.47 (was 0.09; gqa b=1 0.82 and 1.00,
+was -0.01 and -0.80), the model's favourite among the search's timed candidates is the
+fastest measured in every run but three (gqa b=8 and qknorm_gqa b=8 of 2026-11-26, 1.62×
+and 1.58× as before; gqa b=8 of 2026-11-27, 1.01×; gqa b=1 of 2026-11-26 was 1.17×), and on the H100 configuration records the favourite's regret is
+unchanged (≤ 21 %; median rank agreement within a μGraph 0.47 → 0.40, from lora b=8 and
+qknorm_gqa b=1, whose favourites stay within 1 % of their best).
+
 Agreement with 1918 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
-Spearman 0.57 over all, median 0.47 within one μGraph, favourite ≤ 21 % slower than
+Spearman 0.61 over all, median 0.40 within one μGraph, favourite ≤ 21 % slower than
 the best recorded, 0 % on rmsnorm_matmul (docs/history/lowering.md, staged loads: the model does not see warps
 or Triton's layout conversions).
 
@@ -86,7 +101,7 @@ class DeviceParams:
     smem: float = 227 * 1024      # shared memory per SM (bytes)
     l2_bytes: float = 25 * 2**20  # a graph whose bytes fit in this stays in L2 between calls (half the
                                   # H100's 50 MB: it is two partitions; rms' 48 MiB streams from DRAM)
-    l2_latency: float = 0.6e-6    # s: L2 round trip under load
+    l2_latency: float = 0.2e-6    # s: L2 round trip (fitted: see the module docstring, "Latencies")
     cone_reduce: float = 5.0e9    # elements/s one SM reduces inside a tl.dot operand (see _block_cost)
 
 
@@ -192,8 +207,10 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
         pull = min(bw, min(nprog, dev.sms) * dev.sm_bw)
         if cfg.combine == "last":
             # no launch; the last program of each tile pays a chain of round trips: its partial
-            # stores, the counter's atomic, the partials' loads (longer the more partials)
-            fixup = lat_mem * (2 + split / 8)
+            # stores, the counter's atomic, the partials' loads (longer the more partials) — at
+            # the memory's latency even when the graph sits in L2: the stores are fenced to the
+            # device's point of coherence before the atomic (module docstring, "Latencies")
+            fixup = dev.mem_latency * (2 + split / 8)
             costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / pull,
                                     out_b / dev.l2_bw, 0.0, fixup, 0.0))
         else:

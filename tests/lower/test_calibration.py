@@ -35,16 +35,19 @@ def test_spearman():
 
 
 def test_cost_model_ranks_the_recorded_h100_times():
-    """Measured 2026-11-22 (docs/history/lowering.md, staged loads): over all 1918 rows (20 μGraphs) ρ = 0.57, median
-    within one μGraph 0.47, and the model's favourite among a μGraph's recorded configs is
+    """Measured 2026-11-22 (docs/history/lowering.md, staged loads): over all 1918 rows (20 μGraphs) ρ = 0.61, median
+    within one μGraph 0.40, and the model's favourite among a μGraph's recorded configs is
     at most 21 % slower than the best (rmsnorm_matmul col_tile 256, b=8); for rmsnorm_matmul
     itself 0 % (the unstaged-load rule: the cost model before that rule favoured a no-split chunk 8 that runs
     32 μs); for the attention pair at most 2 % (the L2 and fix-up rules; without them: 20 %
     at gqa b=1). The tuner times the model's top picks and every (split, chunk) pair, so a
-    regret here is not a regret of the tuner. A change that ranks worse fails this."""
+    regret here is not a regret of the tuner. A change that ranks worse fails this. (The
+    median within was 0.47 with a 0.6 μs L2 round trip; at 0.2 μs, which the H200 re-rankings
+    across structures ask for — next test —, lora b=8 and qknorm_gqa b=1 rank their configs
+    worse, their favourites staying within 1 % of the best: the regrets are what is kept.)"""
     a = agreement()
-    assert a.spearman_all >= 0.55
-    assert a.median_within >= 0.45
+    assert a.spearman_all >= 0.58
+    assert a.median_within >= 0.38
     assert max(a.regret.values()) <= 0.25, a.regret
     attention = {k: v for k, v in a.regret.items() if k[0] in ("gqa", "qknorm_gqa")}
     assert len(attention) == 4 and max(attention.values()) <= 0.05, attention
@@ -99,6 +102,26 @@ def test_recorded_candidates_load_and_the_plan_window_covers_their_fastest():
     assert all(p > 0 and t > 0 for v in sa.rows.values() for p, t, _, _, _ in v)
     assert max(sa.window.values()) <= STRUCTURE_SPREAD, sa.window
     assert max(sa.window.values()) > 2.0  # the record that set the window
+
+
+def test_the_model_ranks_gqa_b1_structures_as_the_h200_measured_them():
+    """gqa b=1 on an H200 (2026-11-26/27): split pairs whose combine is its own kernel ran
+    5.6–6.8 μs, single kernels combined by their last program ("last") 7.4–12.5, and pairs
+    with a "last" split inside 8.3–10.2. With an L2 round trip of 0.6 μs and the fix-up at it
+    the model ranked them backwards (rank agreement -0.01 and -0.80; its favourite among the
+    search's candidates 17 % slower than the fastest); priced at an unloaded L2 round trip
+    and a fenced fix-up chain it agrees (0.82 and 1.00), and every run's favourite among the
+    search's gqa b=1 and decode candidates is the fastest measured."""
+    from lower.calibration import structure_agreement
+
+    sa = structure_agreement()
+    gqa1 = [k for k in sa.rows if k[0] == "gqa-b1"]
+    assert len(gqa1) >= 2 and min(sa.spearman[k] for k in gqa1) >= 0.6, {k: sa.spearman[k] for k in gqa1}
+    for k, v in sa.rows.items():
+        if k[0] in ("gqa-b1", "decode_h8_kv2_n2048_d64-b1"):
+            ours = [r for r in v if not r.reference]
+            favourite = min(ours, key=lambda r: r.model)
+            assert favourite.measured <= 1.02 * min(r.measured for r in ours), (k, favourite)
 
 
 def test_record_candidates_appends_timed_ones_once(tmp_path):
