@@ -38,7 +38,7 @@ import time
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from mugraph.errors import ConfigError
 from mugraph.ir import KernelGraph, Program
@@ -117,13 +117,19 @@ class SearchResult:
         return cls.from_json(json.loads(Path(path).read_text()))
 
 
-def run(program: Program, config: Optional[SearchConfig] = None) -> SearchResult:
+def run(program: Program, config: Optional[SearchConfig] = None,
+        estimate: Optional[Callable[[KernelGraph], float]] = None) -> SearchResult:
     """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs.
 
     Returns within ``config.time_limit`` (default 300 s) plus a few seconds, earlier when
     the space is exhausted. Ctrl-C returns the best verified result so far, marked
-    ``result.interrupted``."""
-    return _Run(program, config or SearchConfig()).execute()
+    ``result.interrupted``.
+
+    ``estimate(graph) -> seconds`` (optional): a finer price than the search's own
+    :func:`~search.enumerate.cost_key` — the pipeline passes the lowering's cost model at
+    its best predicted configs. It ranks the split-loop variants' shortlist
+    (:func:`search.derive.splits`); the search itself never needs it."""
+    return _Run(program, config or SearchConfig(), estimate).execute()
 
 
 def _on_threads(threads: int, fn) -> None:
@@ -154,8 +160,9 @@ _ACTIVE = _Active()
 
 
 class _Run:
-    def __init__(self, program: Program, cfg: SearchConfig) -> None:
-        self.program, self.cfg = program, cfg
+    def __init__(self, program: Program, cfg: SearchConfig,
+                 estimate: Optional[Callable[[KernelGraph], float]] = None) -> None:
+        self.program, self.cfg, self.estimate = program, cfg, estimate
         self.t0 = time.perf_counter()
         now = time.monotonic()
         t_end = None if cfg.time_limit is None else now + cfg.time_limit
@@ -465,7 +472,8 @@ class _Run:
         # what is left, so the verification, which every proposal needs, keeps room for one
         end = None if self.t_end is None else time.monotonic() + max(0.0, self.t_end - time.monotonic()) * SPLIT_SHARE
         best: dict[int, float] = {}
-        proposals = splits(srcs, sequential(self.checker), self.dstats, end, limit=4 * self.cfg.split_sources, best=best)
+        proposals = splits(srcs, sequential(self.checker), self.dstats, end, limit=4 * self.cfg.split_sources, best=best,
+                           estimate=self.estimate)
         # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
         # block of each tile, no second launch): a kernel of few blocks and a long loop is worth
         # what its best split is, and verified in that rank (decode_h32 on two cores: the
@@ -641,18 +649,29 @@ def _order(matches: list[Match]) -> list[Match]:
     candidate of each count, then the second cheapest of each, … — with the counts in
     the order of their cheapest match's estimated time (fewer kernels first on a tie),
     so a split-loop pair predicted faster than every single kernel is verified before
-    them; within a count, cheapest first, round-robin over kernel signatures
-    (``gd+gd``, ``matmul+gd``, …). However early the time runs out, every kernel count
-    has had its best verified first."""
-    by_sig: dict[tuple[int, str], list[Match]] = {}
+    them; within a count, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``,
+    …) and over where the candidates came from (the enumeration, split-loop, composed):
+    the enumeration's cheapest first, derived graphs in the order their derivation ranked
+    them (:func:`search.derive.splits` may rank by the lowering's model, which
+    ``cost_key`` does not agree with). However early the time runs out, every kernel
+    count has had its best verified first, and every kind of candidate its best within
+    each count: gqa b=1 had 3,616 enumerated pairs and 8 split proposals for the 8 pairs
+    verified, and the proposals the lowering ranks first were priced behind enumerated
+    pairs by ``cost_key``."""
+    lanes: dict[tuple[int, str, str], list[Match]] = {}
     for m in sorted(matches, key=lambda m: m.key):
-        by_sig.setdefault((m.kernels, m.signature), []).append(m)
+        lanes.setdefault((m.kernels, m.signature, m.origin), []).append(m)
+    for (_, _, origin), q in lanes.items():
+        if origin != "enumeration":
+            q.sort(key=lambda m: m.task)  # a derived graph's task is its rank among the proposals
     best: dict[int, float] = {}
-    for (k, _), q in by_sig.items():
-        best[k] = min(best.get(k, float("inf")), q[0].cost[1])
+    for (k, _, _), q in lanes.items():
+        best[k] = min(best.get(k, float("inf")), min(m.cost[1] for m in q))
     per_count: list[list[Match]] = []
     for k in sorted(best, key=lambda k: (best[k], k)):
-        queues = sorted((q for (kk, _), q in by_sig.items() if kk == k), key=lambda q: q[0].key)
+        # the lane holding the count's cheapest estimate first
+        queues = sorted((q for (kk, _, _), q in lanes.items() if kk == k),
+                        key=lambda q: (min(m.cost[1] for m in q), q[0].key))
         per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
     return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]
 

@@ -221,17 +221,23 @@ def _checkpoint_path(folder: Path, program: Program, scfg) -> Path:
     worker count too — finds it, and no other search does."""
     return folder / f"{safe_name(program.name, 48)}-{fingerprint_of(graph_to_json(program), scfg.key())[:24]}.ckpt.json"
 
+def _lowered_estimate(graph) -> float:
+    """Seconds the lowering's cost model predicts for ``graph`` at its best predicted
+    configs — what the search's split-loop variants are ranked by
+    (``search.derive.splits``), the price this pipeline ranks the verified ones by too."""
+    return predict_tuned(graph).predicted_s
+
 def _search(program: Program, scfg, own_checkpoint: bool):
     """``search.run``; a default checkpoint that cannot be read is replaced (with a warning):
     it is the cache's own file, and the search can only start over."""
     try:
-        return search.run(program, scfg)
+        return search.run(program, scfg, estimate=_lowered_estimate)
     except search.CheckpointError as e:
         if not own_checkpoint:
             raise
         log.warning("mugraph checkpoint: %s: starting the search over", str(e)[:300])
         Path(scfg.checkpoint).unlink(missing_ok=True)
-        return search.run(program, scfg)
+        return search.run(program, scfg, estimate=_lowered_estimate)
 
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
                   checkpoint_dir: Path | None = None) -> Optimized:

@@ -111,3 +111,25 @@ def test_an_unproven_graph_is_set_aside_when_a_proven_one_exists():
     alone = Candidate(lora, "search", verified=weak.to_json())
     _set_aside_unproven([alone, Candidate(lora, "program")])
     assert not alone.rejected
+
+
+def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
+    """superoptimize hands the search the lowering's cost model at its best predicted
+    configs — the price the verified candidates are ranked by afterwards."""
+    import search
+    from mugraph.benchmarks import reference
+    from mugraph.pipeline import optimize
+    from mugraph.pipeline.timing import predict_tuned
+
+    seen = {}
+
+    def spy(program, cfg, estimate=None):
+        seen["estimate"] = estimate
+        raise KeyboardInterrupt  # stop before any search: nothing was verified
+
+    monkeypatch.setattr(search, "run", spy)
+    with pytest.raises((KeyboardInterrupt, mg.pipeline.Interrupted)):
+        mg.superoptimize(program("gqa", 1, small=True), device="cpu", cache_dir=False, progress=False)
+    est = seen["estimate"]
+    g = reference("gqa", small=True)
+    assert est is optimize._lowered_estimate and est(g) == predict_tuned(g).predicted_s > 0

@@ -152,3 +152,71 @@ def test_search_verifies_split_kv_pairs_of_attention():
         first, combine = (op.attrs["block"] for op in g.ops if op.kind == "graph_defined")
         assert combine.forloop > 1 and combine.forloop in first.grid
         assert np.allclose(mg.evaluate(g, x)[0], want, rtol=1e-9)
+
+
+def _full_attention():
+    """gqa b=1 at full size, one block per KV head looping over all 4096 keys."""
+    p = programs.program("gqa", 1)
+    return _attention_of(p, 2, 64)
+
+
+def _match_all(graphs, end):
+    return [True] * len(graphs)
+
+
+def test_an_estimate_ranks_the_split_shortlist():
+    """With ``estimate`` the shortlist (the best by cost_key) is ranked by it: an estimate
+    that prefers the most blocks fingerprints the widest splits, not the key's favourites;
+    the chosen are still one per kernel shape, and each is one of the key's shortlist."""
+    from search.derive import SHORTLIST, kernel_shape, splits
+
+    g = _full_attention()
+    by_key = splits([g], _match_all, {}, limit=4)
+    widest = lambda h: -h.ops[3].attrs["block"].num_blocks  # noqa: E731 - one-line price
+    stats: dict = {}
+    by_est = splits([g], _match_all, stats, limit=4, estimate=widest)
+    assert len(by_est) == 4 and stats["split_priced"] > 4
+    blocks = [p.graph.ops[3].attrs["block"].num_blocks for p in by_est]
+    assert blocks == sorted(blocks, reverse=True) and blocks[0] > min(
+        p.graph.ops[3].attrs["block"].num_blocks for p in by_key)
+    assert len({kernel_shape(p.graph) for p in by_est}) == 4
+    shortlist = {kernel_shape(p.graph) for p in splits([g], _match_all, {}, limit=4 * SHORTLIST)}
+    assert {kernel_shape(p.graph) for p in by_est} <= shortlist
+
+
+def test_an_estimate_that_fails_or_runs_out_of_time_keeps_the_key_order():
+    import time
+
+    from search.derive import splits
+    from search.rewrite import graph_key
+
+    g = _full_attention()
+    by_key = [graph_key(p.graph) for p in splits([g], _match_all, {}, limit=4)]
+
+    def broken(h):
+        raise ValueError("outside what the lowering prices")
+
+    stats: dict = {}
+    assert [graph_key(p.graph) for p in splits([g], _match_all, stats, limit=4, estimate=broken)] == by_key
+    assert stats["split_priced"] == 0
+    stats = {}
+    late = splits([g], _match_all, stats, time.monotonic() - 1, limit=4, estimate=lambda h: 0.0)
+    assert stats["split_priced"] == 0 and [graph_key(p.graph) for p in late] == by_key
+
+
+def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order():
+    """Within a kernel count the enumeration's matches and each kind of derived graph take
+    turns; derived ones come in the order their derivation ranked them (the lowering's
+    price), not by cost_key, so 3,616 enumerated pairs do not crowd out 8 split proposals."""
+    from search.driver import _DERIVED, _order
+    from search.records import Match
+
+    def m(est, task, origin):
+        return Match((2, est, 0, 0), task, 0, {"name": f"{origin}{est}"}, "gd+gd", origin)
+
+    enum = [m(10.0 + i, i, "enumeration") for i in range(4)]
+    # the derivation ranked the 12.7 proposal first (the lowering prices it best)
+    split = [m(12.7, _DERIVED + 0, "split-loop"), m(9.0, _DERIVED + 1, "split-loop")]
+    order = [x.graph["name"] for x in _order([*enum, *split])]
+    assert order == ["split-loop12.7", "enumeration10.0", "split-loop9.0", "enumeration11.0",
+                     "enumeration12.0", "enumeration13.0"]
