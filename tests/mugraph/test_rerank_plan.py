@@ -263,3 +263,20 @@ def test_near_ties_are_timed_in_turns_across_structures():
     assert pairs[0] in timed and pairs[1] in timed and pairs[2] not in timed  # 11.5 > SPREAD x 8.7
     assert timed == sorted(timed, key=lambda c: c.predicted_s)
     assert set(map(id, timed)) == set(map(id, [*singles[:4], *pairs[:2]]))
+
+
+def test_each_grid_family_is_timed_before_a_second_loop_length_of_one():
+    """gqa b=1 on an H200 (2026-11-27): three split pairs of the same grids (64 + 8 blocks)
+    that differ only in their loop lengths, which the lowering re-chunks, ran 6.17–6.36 μs;
+    the pair of 128 + 8 blocks predicted 3 % behind them was not timed. Every grid family of
+    a structure is now timed before a second spelling of any."""
+    pairs_a = [_cand(6.82, kernels=2, tag=f"a{i}", blocks=64) for i in range(3)]
+    pair_b = _cand(7.04, kernels=2, tag="b", blocks=128)
+    singles_f = [_cand(6.96, tag=f"f{i}", blocks=8) for i in range(2)]
+    singles_g = [_cand(7.5, tag=f"g{i}", blocks=16) for i in range(2)]
+    timed = [c for c, _ in plan_rerank([*pairs_a, pair_b, *singles_f, *singles_g], space=_space(10)).timed]
+    assert len(timed) == MAX_TIMED == 6
+    ids = set(map(id, timed))
+    assert {id(pair_b), id(pairs_a[0]), id(singles_f[0]), id(singles_g[0])} <= ids
+    assert id(pairs_a[2]) not in ids  # a third spelling of one family waits for the others
+    assert timing.grids(pairs_a[0]) == timing.grids(pairs_a[1]) != timing.grids(pair_b)
