@@ -54,12 +54,15 @@ fix-up at it, a split pair's combine kernel — 16 loop steps over 16×16 tiles,
 was priced 3.4–4.9 μs of bytes-in-flight time, and gqa b=1's hand-written pair 9.4–10.9
 μs against 5.6 measured, while single kernels combined by ``"last"`` ran 1.1–1.5× their
 prediction: the model preferred them to the pairs that ran fastest. With 0.2 μs and the
-fenced fix-up the per-run rank agreement averages 0.47 (was 0.09; gqa b=1 0.82 and 1.00,
-was -0.01 and -0.80), the model's favourite among the search's timed candidates is the
-fastest measured in every run but three (gqa b=8 and qknorm_gqa b=8 of 2026-11-26, 1.62×
-and 1.58× as before; gqa b=8 of 2026-11-27, 1.01×; gqa b=1 of 2026-11-26 was 1.17×), and on the H100 configuration records the favourite's regret is
-unchanged (≤ 21 %; median rank agreement within a μGraph 0.47 → 0.40, from lora b=8 and
-qknorm_gqa b=1, whose favourites stay within 1 % of their best).
+fenced fix-up, on the 122 records then kept, the per-run rank agreement averages 0.47 (was
+0.09; gqa b=1 0.82 and 1.00, was -0.01 and -0.80), and the model's favourite among the
+search's timed candidates is the fastest measured in every run but three (gqa b=8 and
+qknorm_gqa b=8 of 2026-11-26, 1.62× and 1.58× as before; gqa b=8 of 2026-11-27, 1.01×;
+gqa b=1 of 2026-11-26 was 1.17×). On the H100 configuration records the favourite's regret
+is unchanged (≤ 21 %; median rank agreement within a μGraph 0.47 → 0.40, from lora b=8 and
+qknorm_gqa b=1, whose favourites stay within 1 % of their best). Not resolved: among gqa
+b=1's split pairs the fastest (128 + 8 blocks, 5.4 μs) is priced 3 % behind pairs that ran
+6.2–6.4 — the re-ranking times each grid family (``mugraph.pipeline.timing.grids``).
 
 Agreement with 1918 recorded H100 timings of 20 μGraphs (:mod:`lower.calibration`):
 Spearman 0.61 over all, median 0.40 within one μGraph, favourite ≤ 21 % slower than
