@@ -650,20 +650,23 @@ def _order(matches: list[Match]) -> list[Match]:
     the order of their cheapest match's estimated time (fewer kernels first on a tie),
     so a split-loop pair predicted faster than every single kernel is verified before
     them; within a count, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``,
-    …) and over where the candidates came from (the enumeration, split-loop, composed):
-    the enumeration's cheapest first, derived graphs in the order their derivation ranked
-    them (:func:`search.derive.splits` may rank by the lowering's model, which
-    ``cost_key`` does not agree with). However early the time runs out, every kernel
-    count has had its best verified first, and every kind of candidate its best within
-    each count: gqa b=1 had 3,616 enumerated pairs and 8 split proposals for the 8 pairs
-    verified, and the proposals the lowering ranks first were priced behind enumerated
-    pairs by ``cost_key``."""
+    …) and over where the candidates came from (the enumeration, composed, composed+fused,
+    split-loop): cheapest first by key (a split source credited with its best split,
+    :meth:`_Run._split`), the split proposals in the order :func:`search.derive.splits`
+    ranked them (by the lowering's model when the caller gave one, which ``cost_key`` does
+    not agree with). However early the time runs out, every kernel count has had its best
+    verified first, and every kind of candidate its best within each count: gqa b=1 had
+    3,616 enumerated pairs and 8 split proposals for the 8 pairs verified, and the
+    proposals the lowering ranks first were priced behind enumerated pairs by ``cost_key``.
+    (Composed graphs keep the credited key: in their proposal order — uncredited —
+    qknorm_gqa b=8's three-kernel graphs with a 64-block attention kernel, 26 μs on an
+    H200, came after the 128-block ones, 49–57 μs, and were not verified.)"""
     lanes: dict[tuple[int, str, str], list[Match]] = {}
     for m in sorted(matches, key=lambda m: m.key):
         lanes.setdefault((m.kernels, m.signature, m.origin), []).append(m)
     for (_, _, origin), q in lanes.items():
-        if origin != "enumeration":
-            q.sort(key=lambda m: m.task)  # a derived graph's task is its rank among the proposals
+        if origin == "split-loop":
+            q.sort(key=lambda m: m.task)  # a split proposal's task is its rank among the proposals
     best: dict[int, float] = {}
     for (k, _, _), q in lanes.items():
         best[k] = min(best.get(k, float("inf")), min(m.cost[1] for m in q))

@@ -206,7 +206,7 @@ def test_an_estimate_that_fails_or_runs_out_of_time_keeps_the_key_order():
 
 def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order():
     """Within a kernel count the enumeration's matches and each kind of derived graph take
-    turns; derived ones come in the order their derivation ranked them (the lowering's
+    turns; split proposals come in the order their derivation ranked them (the lowering's
     price), not by cost_key, so 3,616 enumerated pairs do not crowd out 8 split proposals."""
     from search.driver import _DERIVED, _order
     from search.records import Match
@@ -220,3 +220,8 @@ def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order()
     order = [x.graph["name"] for x in _order([*enum, *split])]
     assert order == ["split-loop12.7", "enumeration10.0", "split-loop9.0", "enumeration11.0",
                      "enumeration12.0", "enumeration13.0"]
+    # composed graphs keep the key order, credit included: qknorm_gqa b=8's composition with
+    # a 64-block attention kernel (key 34.1, credited 26.2 for its split) was proposed after
+    # the 128-block ones (30.9) and ran 26 μs against their 49–57
+    composed = [m(30.9, _DERIVED + 0, "composed"), m(26.2, _DERIVED + 1, "composed")]
+    assert [x.cost[1] for x in _order(composed)] == [26.2, 30.9]
