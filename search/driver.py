@@ -667,14 +667,15 @@ def _order(matches: list[Match]) -> list[Match]:
     for (_, _, origin), q in lanes.items():
         if origin == "split-loop":
             q.sort(key=lambda m: m.task)  # a split proposal's task is its rank among the proposals
+    cheapest = {lane: min(m.cost[1] for m in q) for lane, q in lanes.items()}
     best: dict[int, float] = {}
-    for (k, _, _), q in lanes.items():
-        best[k] = min(best.get(k, float("inf")), min(m.cost[1] for m in q))
+    for (k, _, _), c in cheapest.items():
+        best[k] = min(best.get(k, float("inf")), c)
     per_count: list[list[Match]] = []
     for k in sorted(best, key=lambda k: (best[k], k)):
         # the lane holding the count's cheapest estimate first
-        queues = sorted((q for (kk, _, _), q in lanes.items() if kk == k),
-                        key=lambda q: (min(m.cost[1] for m in q), q[0].key))
+        queues = [lanes[lane] for lane in sorted((lane for lane in lanes if lane[0] == k),
+                                                 key=lambda lane: (cheapest[lane], lanes[lane][0].key))]
         per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
     return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]
 

@@ -64,6 +64,7 @@ import torch
 import lower
 from lower.cost_model import H100
 from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space
+from search.derive import kernel_shape
 from verify.floatcheck import float_inputs
 
 from ..errors import MugraphError
@@ -128,8 +129,7 @@ def grids(c: "Candidate") -> tuple:
     re-chunks itself (``KernelConfig.chunk``), so they tune to nearly the same kernels: gqa
     b=1 on an H200 (2026-11-27) timed three split pairs of 64 blocks + 8, looping 2, 8 and 16
     times, at 6.17–6.36 μs, and not the pair of 128 blocks + 8 predicted 3 % behind them."""
-    return tuple(op.attrs["block"].grid if op.kind == "graph_defined" else op.kind
-                 for op in c.graph.ops if op.kind != "input")
+    return tuple(k[0] if isinstance(k, tuple) else k for k in kernel_shape(c.graph))
 
 
 def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds: float | None = None,
@@ -166,7 +166,8 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
                 continue
             r = rank[s] = rank.get(s, -1) + 1
             if r == 0 or (c.predicted_s or 0.0) <= SPREAD * best[s]:  # cannot tell it from its best
-                f = family_rank[grids(c)] = family_rank.get(grids(c), -1) + 1
+                g = grids(c)
+                f = family_rank[g] = family_rank.get(g, -1) + 1
                 t = turn[s, f] = turn.get((s, f), -1) + 1
                 ranked.append(((f, t, best[s]), c))
         # the best of every structure, then the best of each other grid family of each, and only
