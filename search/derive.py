@@ -52,7 +52,8 @@ def sequential(checker) -> Fingerprint:
 
 def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fingerprint, stats: dict,
              run: Callable[[Program, SearchConfig], SearchResult],
-             deadline: Optional[float] = None) -> list[Proposal]:
+             deadline: Optional[float] = None,
+             estimate: Optional[Callable[[KernelGraph], float]] = None) -> list[Proposal]:
     """Fingerprint-matching graphs of ``program`` built from separately searched pieces.
 
     ``run`` searches one piece: the driver passes its own ``search.run`` (the piece
@@ -64,7 +65,12 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
     kernel, and at full shapes one fingerprint takes seconds (qknorm_gqa b=8 on two
     cores: 60 graphs × 3.3 s, more than the whole time limit). The first of each shape
     is fingerprinted while ``deadline`` (monotonic; None: no limit) allows, the other
-    spellings only while ``budget`` lasts."""
+    spellings only while ``budget`` lasts.
+
+    Each piece offers its :data:`PIECE_RESULTS` cheapest graphs by ``cost_key``, one
+    per kernel shape first; with ``estimate`` (the lowering's model), those take turns
+    with the :data:`PIECE_RESULTS` it prices best among :data:`SHORTLIST` times as many
+    (:func:`_piece_graphs`)."""
     t0 = time.monotonic()
     n_ops = sum(1 for op in program.ops if op.kind != "input")
     if n_ops <= cfg.compose_above:
@@ -88,13 +94,15 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
         for loops in tries:
             left = budget - (time.monotonic() - t0)
             share = max(5.0, left / (len(pieces) - i))
+            pricing = 0.0 if estimate is None else share * PIECE_ESTIMATE_SHARE
             sub = replace(cfg, compose=False, split_loops=False, verify=False, checkpoint=None,
-                          max_kernel_ops=1, time_limit=share, max_results=6, verify_reserve=0.0,
+                          max_kernel_ops=1, time_limit=share - pricing, verify_reserve=0.0,
+                          max_results=PIECE_RESULTS * (1 if estimate is None else SHORTLIST),
                           forloop_ranges=tuple(loops))
             res = run(piece.program, sub)
             stats[f"piece{i}"] = {"seconds": res.stats["wall_seconds"], "matches": res.stats["num_graphs"],
                                   "complete": res.stats["complete"], "loop_free_only": not loops}
-            graphs = res.graphs
+            graphs = _piece_graphs(res.graphs, estimate, time.monotonic() + pricing, stats[f"piece{i}"])
             if graphs:
                 break
         if not graphs:
@@ -128,6 +136,34 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
     return out
 
 
+def _piece_graphs(graphs: list[KernelGraph], estimate: Optional[Callable[[KernelGraph], float]],
+                  end: float, stats: dict) -> list[KernelGraph]:
+    """What one piece offers the composition: ``graphs`` (its search's results, ranked by
+    ``cost_key``, one per kernel shape first) cut to :data:`PIECE_RESULTS`; with
+    ``estimate``, those in turns with the :data:`PIECE_RESULTS` it prices best among all
+    of ``graphs`` (priced until ``end``, monotonic), the key's first at index 0 and the
+    model's at 1 — the compositions are tried by index sum, so both favourites meet the
+    other pieces' first.
+
+    Why both: the key prices a block as written and under-rates few wide blocks, which the
+    lowering sub-tiles and splits (qknorm_gqa b=1's attention piece: the per-head kernel
+    that the hand-written reference splits, 2 blocks × 64 steps, is 31st of 395 by the key
+    and its model's best, 2026-11-27); the model alone prices a piece as if it ran alone,
+    and prefers norm kernels of few blocks that fuse worse with their consumer than the
+    key's (ranked by the model only, qknorm_gqa b=1's best composition so far, a 256-block
+    K-norm beside the attention, was no longer offered)."""
+    keyed = graphs[:PIECE_RESULTS]
+    if estimate is None or len(graphs) <= 1:
+        return keyed
+    priced = _by_estimate(graphs, estimate, end, stats)[:PIECE_RESULTS]
+    out, seen = [], set()
+    for g in itertools.chain.from_iterable(itertools.zip_longest(keyed, priced)):
+        if g is not None and graph_key(g) not in seen:
+            seen.add(graph_key(g))
+            out.append(g)
+    return out
+
+
 def _earlier(a: Optional[float], b: float) -> float:
     return b if a is None else min(a, b)
 
@@ -152,6 +188,10 @@ MAX_SPLIT_SOURCES = 256
 SHORTLIST = 8
 #: share of the time left before the split phase's deadline that pricing may take
 ESTIMATE_SHARE = 0.5
+#: graphs each piece of a composition offers by ``cost_key`` (as many again by an estimate)
+PIECE_RESULTS = 6
+#: share of a piece's time that pricing its graphs may take (with an estimate)
+PIECE_ESTIMATE_SHARE = 0.2
 
 
 def kernel_shape(g: KernelGraph) -> tuple:
@@ -200,8 +240,11 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     # kernel in several equivalent spellings, whose variants would fill the limit alike
     first, rest = one_per_shape(ranked, key=kernel_shape)
     if estimate is not None:
-        first, rest = one_per_shape(_by_estimate((first + rest)[:SHORTLIST * limit], estimate, deadline, stats),
+        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
+        priced: dict = {}
+        first, rest = one_per_shape(_by_estimate((first + rest)[:SHORTLIST * limit], estimate, end, priced),
                                     key=kernel_shape)
+        stats["split_priced"] = priced["priced"]
     chosen = (first + rest)[:limit]
     answers = fingerprint(chosen, deadline) if chosen else []
     stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)
@@ -211,9 +254,10 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
 
 
 def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float],
-                 deadline: Optional[float], stats: dict) -> list[KernelGraph]:
-    """``graphs`` (ranked by ``cost_key``) ranked by ``estimate``; those not priced within
-    :data:`ESTIMATE_SHARE` of the time to ``deadline`` follow, in their order.
+                 end: Optional[float], stats: dict) -> list[KernelGraph]:
+    """``graphs`` (ranked by ``cost_key``) ranked by ``estimate``; those not priced by
+    ``end`` (monotonic; None: no limit) follow, in their order (``stats["priced"]``: how
+    many were priced).
 
     Why: ``cost_key`` prices a block as written; the lowering sub-tiles a block's rows
     over several programs and splits its loop itself, so the key under-rates few wide
@@ -223,7 +267,6 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
     the lowering's model, the key's first (64x4 + 16x4, 8.5 μs) 33rd by the model. An
     ``estimate`` that fails on a graph (it is outside what the lowering prices) leaves that
     graph at the back, in key order."""
-    end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
     priced: list[tuple[float, int, KernelGraph]] = []
     unpriced: list[KernelGraph] = []
     for i, g in enumerate(graphs):
@@ -234,5 +277,5 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
             priced.append((float(estimate(g)), i, g))
         except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
             unpriced.append(g)
-    stats["split_priced"] = len(priced)
+    stats["priced"] = len(priced)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced

@@ -300,7 +300,7 @@ class _Run:
         self._set_phase("pieces")
         budget = 60.0 if self.deadline is None else self.cfg.compose_share * (self.deadline - time.monotonic())
         self.derived += composed(self.program, self.cfg, budget, sequential(self.checker), self.dstats, run,
-                                 self.deadline)
+                                 self.deadline, self.estimate)
 
     # ----------------------------------------------------------- warm-up
     def _warm(self) -> None:

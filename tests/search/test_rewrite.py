@@ -197,3 +197,25 @@ def test_split_loop_recomputes_constant_tiles_read_after_the_loop():
     variants = split_variants(g)
     assert [v.ops[-1].attrs["block"].forloop for v in variants] == [2, 4]
     assert all(_agree(p, v) for v in variants)
+
+
+def test_the_compositional_search_prices_its_pieces_with_the_estimate():
+    """search.run hands its estimate to the composition: each piece's graphs are priced
+    by it (within the piece's time) and its favourites are offered beside the key's."""
+    from search.derive import composed, sequential
+
+    p = programs.qknorm_gqa(1, queries=16, head_dim=16, kv=64)
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=8, tile_sizes=(16,), forloop_ranges=(4,), workers=1,
+                       progress=False, verify_error=1e-3)
+    priced = []
+
+    def estimate(g):
+        priced.append(g)
+        return float(len(priced))  # the first priced is the estimate's favourite
+
+    stats: dict = {}
+    out = composed(p, cfg, 30.0, sequential(Checker(p, cfg.verify_error)), stats, search.run, estimate=estimate)
+    assert out and all(_agree(p, x.graph) for x in out)
+    pieces = [stats[f"piece{i}"] for i in range(len(stats["pieces"]))]
+    assert len(pieces) >= 2 and all(v["priced"] == v["matches"] >= 1 for v in pieces)
+    assert len(priced) == sum(v["priced"] for v in pieces)

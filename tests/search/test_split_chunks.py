@@ -225,3 +225,33 @@ def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order()
     # the 128-block ones (30.9) and ran 26 μs against their 49–57
     composed = [m(30.9, _DERIVED + 0, "composed"), m(26.2, _DERIVED + 1, "composed")]
     assert [x.cost[1] for x in _order(composed)] == [26.2, 30.9]
+
+
+def test_a_piece_offers_the_keys_and_the_estimates_favourites_in_turns():
+    """A piece of a composition offers its six best by cost_key; with an estimate, those
+    take turns with the six the estimate prices best — the key's first at 0, the
+    estimate's at 1 — without repeats; an estimate that fails changes nothing."""
+    from search.derive import PIECE_RESULTS, _piece_graphs
+    from search.rewrite import graph_key, split_variants
+
+    gqa = programs.program("gqa", 1)
+    graphs = [h for loop in (64, 128) for h in split_variants(_attention_of(gqa, 2, loop))]
+    assert len(graphs) > 2 * PIECE_RESULTS
+    keys = [graph_key(g) for g in graphs]
+    far = {k: i for i, k in enumerate(keys)}
+    assert [graph_key(g) for g in _piece_graphs(graphs, None, 0.0, {})] == keys[:PIECE_RESULTS]
+
+    stats: dict = {}
+    turns = [graph_key(g) for g in _piece_graphs(graphs, lambda g: -far[graph_key(g)], float("inf"), stats)]
+    assert stats["priced"] == len(graphs)
+    assert len(turns) == len(set(turns)) == 2 * PIECE_RESULTS
+    assert turns[0::2] == keys[:PIECE_RESULTS]
+    assert turns[1::2] == keys[::-1][:PIECE_RESULTS]
+
+    def broken(g):
+        raise ValueError("outside what the lowering prices")
+
+    assert [graph_key(g) for g in _piece_graphs(graphs, broken, float("inf"), {})] == keys[:PIECE_RESULTS]
+    # priced by the estimate, the key's favourite also first: it is offered once
+    same = [graph_key(g) for g in _piece_graphs(graphs, lambda g: far[graph_key(g)], float("inf"), {})]
+    assert same == keys[:PIECE_RESULTS]
