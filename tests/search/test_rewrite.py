@@ -200,8 +200,9 @@ def test_split_loop_recomputes_constant_tiles_read_after_the_loop():
 
 
 def test_the_compositional_search_prices_its_pieces_with_the_estimate():
-    """search.run hands its estimate to the composition: each piece's graphs are priced
-    by it (within the piece's time) and its favourites are offered beside the key's."""
+    """The composition prices every piece's matches with the estimate it is handed
+    (within the piece's time; what it then offers: test_split_chunks), and what it
+    composes is still the program."""
     from search.derive import composed, sequential
 
     p = programs.qknorm_gqa(1, queries=16, head_dim=16, kv=64)
