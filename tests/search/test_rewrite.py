@@ -215,7 +215,7 @@ def test_the_compositional_search_prices_its_pieces_with_the_estimate():
         return float(len(priced))  # the first priced is the estimate's favourite
 
     stats: dict = {}
-    out = composed(p, cfg, 30.0, sequential(Checker(p, cfg.verify_error)), stats, search.run, estimate=estimate)
+    out = composed(p, cfg, 12.0, sequential(Checker(p, cfg.verify_error)), stats, search.run, estimate=estimate)
     assert out and all(_agree(p, x.graph) for x in out)
     pieces = [stats[f"piece{i}"] for i in range(len(stats["pieces"]))]
     assert len(pieces) >= 2 and all(v["priced"] == v["matches"] >= 1 for v in pieces)
