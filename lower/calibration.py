@@ -131,20 +131,23 @@ class CandidateTiming:
     origin: str                       # "search", "program" (the unfused program) or "reference"
     found_by: str
     predicted: float | None           # s: what the re-ranking's plan ranked it by (best predicted config)
+    run: str = ""                     # which run of that day (e.g. the commit; "" for records without one)
 
 
-def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> int:
+def record_candidates(results: list[str], date: str, path: str = CANDIDATES, run: str = "") -> int:
     """Append every timed candidate of the results files ``results`` (``Optimized`` JSON
     saved on a GPU: a re-ranking's ``<program>-b<b>.gpu.mug.json``, a bench row's
     reference ``<program>-b<b>.ref.gpu.mug.json``) to ``path``;
-    returns how many. A candidate already recorded (same program, device, graph and
-    configs) is not added twice."""
+    returns how many. A candidate already recorded for the same run (same program,
+    device, date, run label, graph and configs) is not added twice. ``run`` labels the run
+    within its day: the agreement is computed per run, and each run's group holds every
+    candidate it timed (a graph and config timed again in a later run is a new record)."""
     def key(program: str, device: str, graph: dict, configs: dict[int, KernelConfig]) -> tuple:
         return (program, device, json.dumps(graph, sort_keys=True),
                 json.dumps({k: asdict(v) for k, v in sorted(configs.items())}, sort_keys=True))
 
     seen = {key(c.program, c.device, c.graph, c.configs)
-            for c in candidate_timings(path)} if os.path.exists(path) else set()
+            for c in candidate_timings(path) if (c.date, c.run) == (date, run)} if os.path.exists(path) else set()
     lines = []
     for r in results:
         # read as JSON here (the results' own loader belongs to the product, above this stage);
@@ -168,7 +171,8 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES) -> 
             lines.append(json.dumps({"program": program, "device": device, "date": date, "graph": c["graph"],
                                      "configs": c.get("configs", {}), "measured_us": c["measured_s"] * 1e6,
                                      "origin": c["origin"], "predicted_us": None if pred is None else pred * 1e6,
-                                     "found_by": c.get("found_by", "")}, sort_keys=True))
+                                     "found_by": c.get("found_by", ""), **({"run": run} if run else {})},
+                                    sort_keys=True))
     if lines:
         with gzip.open(path, "at", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
@@ -185,7 +189,8 @@ def candidate_timings(path: str = CANDIDATES) -> list[CandidateTiming]:
                 out.append(CandidateTiming(d["program"], d["device"], d["date"], d["graph"],
                                            {int(k): KernelConfig.from_dict(v) for k, v in d["configs"].items()},
                                            d["measured_us"] * 1e-6, d["origin"], d["found_by"],
-                                           None if d.get("predicted_us") is None else d["predicted_us"] * 1e-6))
+                                           None if d.get("predicted_us") is None else d["predicted_us"] * 1e-6,
+                                           d.get("run", "")))
     return out
 
 
@@ -201,8 +206,9 @@ class TimedRow(NamedTuple):
 
 @dataclass
 class StructureAgreement:
-    """Per program run (program, device, date): the model's predictions at the timed
-    configs against the times, over candidates of different structures."""
+    """Per program run (program, device, date, run label — "" for the records without one,
+    which are grouped by day): the model's predictions at the timed configs against the
+    times, over candidates of different structures."""
 
     rows: dict[tuple, list[TimedRow]]
 
@@ -245,25 +251,27 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
         if c.origin == "program" and not with_program:
             continue
         g = graph_from_json(c.graph)
-        rows.setdefault((c.program, c.device, c.date), []).append(
+        rows.setdefault((c.program, c.device, c.date, c.run), []).append(
             TimedRow(estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted,
                      c.origin == "reference"))
     return StructureAgreement(rows)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lower.calibration [--add DATE RESULTS…]``: print both agreements; with
-    ``--add``, first record the timed candidates of re-ranking results files."""
+    """``python -m lower.calibration [--add DATE RESULTS… [--run LABEL]]``: print both
+    agreements; with ``--add``, first record the timed candidates of re-ranking results files."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m lower.calibration", description=main.__doc__)
     ap.add_argument("--add", nargs="+", metavar=("DATE", "RESULTS"),
                     help="ISO date of the run, then *.gpu.mug.json results files to record")
+    ap.add_argument("--run", default="", metavar="LABEL",
+                    help="with --add: which run of that day (e.g. the commit), so runs are compared apart")
     a = ap.parse_args(argv)
     if a.add:
         if len(a.add) < 2:
             ap.error("--add takes a date and at least one results file")
-        print(f"recorded {record_candidates(a.add[1:], a.add[0])} candidate timings in {CANDIDATES}")
+        print(f"recorded {record_candidates(a.add[1:], a.add[0], run=a.run)} candidate timings in {CANDIDATES}")
     ag = agreement()
     print(f"configs of the reference μGraphs ({DATA}): Spearman {ag.spearman_all:.2f} over all, "
           f"median {ag.median_within:.2f} within one μGraph, regret ≤ {max(ag.regret.values()):.0%}")
@@ -271,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"\ncandidates of different structures ({CANDIDATES}): model at the timed configs, μs")
     for k, v in sorted(sa.rows.items()):
         w = sa.window.get(k)
-        print(f"{k[0]:<32} {k[1]:<12} {k[2]}  Spearman {sa.spearman[k]:5.2f}  regret {sa.regret[k]:5.0%}"
+        print(f"{k[0]:<32} {k[1]:<12} {k[2]} {k[3]:<8} Spearman {sa.spearman[k]:5.2f}  regret {sa.regret[k]:5.0%}"
               + ("" if w is None else f"  fastest at {w:.2f}x the best plan prediction"))
         for r in sorted(v, key=lambda r: r.measured):
             note = "  (hand-written reference)" if r.reference else ""

@@ -198,4 +198,4 @@ def test_a_rows_reference_is_saved_as_a_result_the_calibration_records(tmp_path,
     (r,) = candidate_timings(data)
     assert (r.program, r.origin, r.device, r.predicted) == ("gqa-b1", "reference", "NVIDIA H200", 8.8e-6)
     assert r.configs == {k: KernelConfig(num_warps=2) for k in kids}
-    assert list(structure_agreement(path=data).rows) == [("gqa-b1", "NVIDIA H200", "2026-11-26")]
+    assert list(structure_agreement(path=data).rows) == [("gqa-b1", "NVIDIA H200", "2026-11-26", "")]
