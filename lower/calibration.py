@@ -268,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--run", default="", metavar="LABEL",
                     help="with --add: which run of that day (e.g. the commit), so runs are compared apart")
     a = ap.parse_args(argv)
+    if a.run and not a.add:
+        ap.error("--run labels the timings --add records: give --add DATE RESULTS… too")
     if a.add:
         if len(a.add) < 2:
             ap.error("--add takes a date and at least one results file")

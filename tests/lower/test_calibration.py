@@ -192,3 +192,11 @@ def test_split_partials_are_read_back_at_what_the_combining_programs_pull():
     fix = costs[f"k{k2.id}_fixup"]
     assert fix.programs == 8
     assert fix.t_dram == pytest.approx(fix.dram_bytes / (8 * cost_model.H100.sm_bw))
+
+
+def test_a_run_label_without_timings_to_record_is_refused(capsys):
+    from lower.calibration import main
+
+    with pytest.raises(SystemExit):
+        main(["--run", "abc1234"])
+    assert "--run labels the timings --add records" in capsys.readouterr().err
