@@ -155,11 +155,14 @@ def _piece_graphs(graphs: list[KernelGraph], estimate: Optional[Callable[[Kernel
     keyed = graphs[:PIECE_RESULTS]
     if estimate is None or len(graphs) <= 1:
         return keyed
-    priced = _by_estimate(graphs, estimate, end, stats)[:PIECE_RESULTS]
+    ranked, stats["priced"] = _by_estimate(graphs, estimate, end)
     out, seen = [], set()
-    for g in itertools.chain.from_iterable(itertools.zip_longest(keyed, priced)):
-        if g is not None and graph_key(g) not in seen:
-            seen.add(graph_key(g))
+    for g in itertools.chain.from_iterable(itertools.zip_longest(keyed, ranked[:PIECE_RESULTS])):
+        if g is None:
+            continue
+        k = graph_key(g)
+        if k not in seen:
+            seen.add(k)
             out.append(g)
     return out
 
@@ -241,10 +244,8 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     first, rest = one_per_shape(ranked, key=kernel_shape)
     if estimate is not None:
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
-        priced: dict = {}
-        first, rest = one_per_shape(_by_estimate((first + rest)[:SHORTLIST * limit], estimate, end, priced),
-                                    key=kernel_shape)
-        stats["split_priced"] = priced["priced"]
+        ranked, stats["split_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
+        first, rest = one_per_shape(ranked, key=kernel_shape)
     chosen = (first + rest)[:limit]
     answers = fingerprint(chosen, deadline) if chosen else []
     stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)
@@ -254,10 +255,9 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
 
 
 def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float],
-                 end: Optional[float], stats: dict) -> list[KernelGraph]:
-    """``graphs`` (ranked by ``cost_key``) ranked by ``estimate``; those not priced by
-    ``end`` (monotonic; None: no limit) follow, in their order (``stats["priced"]``: how
-    many were priced).
+                 end: Optional[float]) -> tuple[list[KernelGraph], int]:
+    """``graphs`` (ranked by ``cost_key``) ranked by ``estimate``, and how many were
+    priced; those not priced by ``end`` (monotonic; None: no limit) follow, in their order.
 
     Why: ``cost_key`` prices a block as written; the lowering sub-tiles a block's rows
     over several programs and splits its loop itself, so the key under-rates few wide
@@ -277,5 +277,4 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
             priced.append((float(estimate(g)), i, g))
         except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
             unpriced.append(g)
-    stats["priced"] = len(priced)
-    return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced
+    return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
