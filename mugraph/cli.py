@@ -153,21 +153,25 @@ def _search_options(f):
                           "is exhausted)."),
         click.option("--max-block-ops", type=int, default=None, help="Most ops in one block graph."),
         click.option("--max-kernel-ops", type=int, default=None, help="Most ops in the kernel graph."),
-        click.option("--workers", type=int, default=None, help="Search workers (default 2)."),
+        click.option("--workers", type=int, default=None, help="Search workers (default: the usable cores less one for the driver)."),
         click.option("--executor", type=click.Choice(["processes", "serial", "ray"]), default=None,
                      help="Where search tasks run (default processes; ray: pip install 'mugraph[ray]')."),
         click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True),
         click.option("--cache-dir", default=None, help="Result cache (default ~/.cache/mugraph)."),
         click.option("--no-cache", is_flag=True, help="Neither read nor write the cache."),
+        click.option("--allow-unproven", is_flag=True,
+                     help="Ship a searched μGraph whose verification passed its field tests without reaching the "
+                          "target bound (evidence, not a proof), with a warning; by default only proven ones ship."),
     ]):
         f = opt(f)
     return f
 
 
-def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None, tune_s=None):
+def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None, tune_s=None,
+            allow_unproven: bool = False):
     s = {k: v for k, v in dict(time_limit=time_limit, max_block_ops=max_block_ops, max_kernel_ops=max_kernel_ops,
                                  workers=workers, executor=executor).items() if v is not None}
-    return OptimizeConfig(search=s, tune_s=tune_s)
+    return OptimizeConfig(search=s, tune_s=tune_s, allow_unproven=allow_unproven)
 
 
 @main.command()
@@ -180,12 +184,13 @@ def _config(time_limit, max_block_ops, max_kernel_ops, workers, executor=None, t
               help="On a GPU: seconds of tuning and timing the candidates, in all (default 240).")
 @_search_options
 def optimize(file, name, device, out, show_source, tune_seconds, time_limit, max_block_ops, max_kernel_ops, workers,
-             executor, seed, cache_dir, no_cache) -> None:
+             executor, seed, cache_dir, no_cache, allow_unproven) -> None:
     """Superoptimize the Lax program FILE defines (.py that builds it, or a saved .json)."""
     _out_file(out, "--out")
     try:
         p = graph_from_file(file, name)
-        opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers, executor, tune_seconds),
+        opt = superoptimize(p, _config(time_limit, max_block_ops, max_kernel_ops, workers, executor, tune_seconds,
+                                       allow_unproven),
                             device=device, cache_dir=False if no_cache else cache_dir, seed=seed)
         click.echo(str(opt.graph))
         click.echo(opt.summary())
@@ -233,7 +238,7 @@ def _interrupted(line: str) -> None:
                    "workers default to the share's size); the rows are merged into OUT/bench.csv.")
 @_search_options
 def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds, gpus, time_limit, max_block_ops,
-          max_kernel_ops, workers, executor, seed, cache_dir, no_cache) -> None:
+          max_kernel_ops, workers, executor, seed, cache_dir, no_cache, allow_unproven) -> None:
     """The benchmark table: ours vs the hand-written reference, PyTorch eager, torch.compile, SDPA and the
     memory floor; the search's wall time, verified count and reach (rows print as they finish)."""
     if gpus is not None:
@@ -242,10 +247,12 @@ def bench(names, batches, results, out, timing, top_k, tune_seconds, row_seconds
                                    max_kernel_ops=max_kernel_ops, executor=executor, seed=seed, cache_dir=cache_dir)
         if no_cache:
             passthrough.append("--no-cache")
+        if allow_unproven:
+            passthrough.append("--allow-unproven")
         _bench_on_gpus(gpus, list(names) or [*PROGRAMS, *DECODE], list(batches) or [1, 8], out or "out/bench",
                        workers, passthrough, row_timeout=2 * row_seconds + 600)
         return
-    config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor)
+    config = _config(time_limit, max_block_ops, max_kernel_ops, workers, executor, allow_unproven=allow_unproven)
     started = []
 
     def on_row(r):

@@ -13,6 +13,19 @@ from mugraph.ir import DEFAULT_SMEM_BUDGET, short
 from mugraph.ops import CATALOG
 
 
+def default_workers() -> int:
+    """Search workers when the config names none: the cores this process may use
+    (its CPU affinity), less one for the driver, which verifies the candidates while the
+    workers enumerate (on a 16-core GPU machine: 15). With two cores or fewer, one
+    worker per core: the driver mostly waits there, and a single worker would halve the
+    enumeration."""
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 2
+    return n if n <= 2 else n - 1
+
+
 @dataclass
 class SearchConfig:
     """Limits and mapping candidates of the μGraph search.
@@ -50,8 +63,9 @@ class SearchConfig:
     distribute: str = "factor"
     #: driver: ``workers`` tasks at once on ``executor`` — "processes" (local worker
     #: processes), "serial" (in this process) or "ray" (a Ray cluster: ``ray_address``, or
-    #: the one ``ray.init()`` finds or starts); the choice never changes the result
-    workers: int = 2
+    #: the one ``ray.init()`` finds or starts); the choice never changes the result.
+    #: Default: :func:`default_workers` (the usable cores less one for the driver)
+    workers: int = field(default_factory=default_workers)
     executor: str = "processes"
     ray_address: Optional[str] = None
     #: seconds for the whole search (it stops earlier when the space is exhausted); None: no limit

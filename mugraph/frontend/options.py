@@ -46,6 +46,9 @@ class FrontendOptions:
     Inductor, whose library kernels beat one generated kernel per op (measured on
     the H100 at LLaMA-3-8B sizes: 3–10× slower op by op); ``"lower"`` runs the
     lowered program anyway.
+    ``allow_unproven``: let a piece run a searched μGraph whose verification passed its
+    field tests without reaching the target bound (``OptimizeConfig.allow_unproven``; a
+    warning line each). Off by default: a piece runs only proven μGraphs.
     """
 
     time_limit: float = 30.0
@@ -59,6 +62,7 @@ class FrontendOptions:
     seed: int = 0
     deadline: float | None = None
     unfused: str = "torch"
+    allow_unproven: bool = False
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -73,8 +77,9 @@ class FrontendOptions:
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")
-        if not isinstance(self.inductor, bool):
-            raise ConfigError(f"inductor={short(self.inductor)}: must be True or False")
+        for name in ("inductor", "allow_unproven"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
         if self.unfused not in ("torch", "lower"):
@@ -102,7 +107,8 @@ class FrontendOptions:
         return cls(**options)
 
     def optimize_config(self) -> dict:
-        return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit)}
+        return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit),
+                "allow_unproven": self.allow_unproven}
 
     def key(self) -> str:
         """What decides a piece's result (not where it is cached, not how it is run)."""

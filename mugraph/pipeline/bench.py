@@ -163,6 +163,8 @@ def _optimized(name: str, b: int, results: Path | None, config: OptimizeConfig |
                 why = "it holds a graph, not a superoptimize result"
             elif graph_to_json(opt.program) != graph_to_json(prog):
                 why = f"it holds another program ({opt.program.name!r} with other inputs or ops)"
+            elif not opt.best.proven and not (config is not None and make_config(config).allow_unproven):
+                why = "its answer is an unproven μGraph (saved with allow_unproven)"
             else:
                 return opt
         except MugraphError as e:
@@ -248,7 +250,9 @@ def run_bench(names=None, batches=(1, 8), results: str | Path | None = None, con
                 rerank_s, ref_s = tuning_shares(time.perf_counter() - t_row,
                                                 reference(name, b) if name in REFERENCES else None, row_seconds)
                 if opt.device != "cuda" or opt.best.measured_s is None:
-                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing, tune_total_s=rerank_s)  # searched on a CPU: autotune and time the best candidates here
+                    # searched on a CPU: autotune and time the best candidates here
+                    opt.profile_on_gpu(top_k=top_k, tune_seconds=tune_seconds, timing=timing, tune_total_s=rerank_s,
+                                       allow_unproven=config.allow_unproven)
                     row.kernels, row.origin, row.found_by = opt.best.num_kernels, opt.best.origin, _how(opt.best)
                     row.structure = structure(opt.graph)
                     if res is not None:

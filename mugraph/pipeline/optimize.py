@@ -13,11 +13,13 @@ import dataclasses
 import difflib
 import json
 import logging
+import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -68,6 +70,12 @@ class OptimizeConfig:
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
     compete, so the answer is never slower than what came in.
+    ``allow_unproven``: ship a searched μGraph whose verification did not reach ``error``
+    (its field tests passed, but the bound on a false accept stayed above the target:
+    evidence, not a proof) when no proven one is faster — with a warning line. Off by
+    default: a superoptimizer's answer must equal what came in, so an unproven μGraph is
+    set aside (``report["set_aside"]`` lists those faster than the answer, with their
+    bounds) and the best proven candidate — or the program itself — ships.
     """
 
     search: dict = field(default_factory=dict)
@@ -76,6 +84,7 @@ class OptimizeConfig:
     tune_s: float | None = None
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
+    allow_unproven: bool = False
 
     def __post_init__(self) -> None:
         self.validate()
@@ -91,8 +100,9 @@ class OptimizeConfig:
         t = self.tune_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
             raise ConfigError(f"tune_s={short(t)}: must be None or a number of seconds > 0 (GPU tuning in all)")
-        if not isinstance(self.keep_program, bool):
-            raise ConfigError(f"keep_program={short(self.keep_program)}: must be True or False")
+        for name in ("keep_program", "allow_unproven"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         fd = self.float_dtypes
         if fd is not None:
             if isinstance(fd, str) or not isinstance(fd, (tuple, list)) or not fd:
@@ -239,17 +249,80 @@ def _search(program: Program, scfg, own_checkpoint: bool):
         Path(scfg.checkpoint).unlink(missing_ok=True)
         return search.run(program, scfg, estimate=_lowered_estimate)
 
+#: seconds ``superoptimize`` may run past ``time_limit + tune_s`` (the float check, the
+#: cost model, the GPU's float64 reference, compiling): the documented bound on its wall time
+SLACK_S = 30.0
+
+
+class Phases:
+    """Seconds spent per phase of one ``superoptimize`` call (``report["phases"]``), and the
+    wall-time budget the call keeps: ``time_limit + tune_s + SLACK_S`` from its start. A
+    phase that finds the budget spent says so in one warning line (which phase, by how much)
+    and the phases after it do only what the answer needs (no more candidates checked, no
+    tuning)."""
+
+    def __init__(self, budget_s: float | None) -> None:
+        self.t0 = time.perf_counter()
+        self.budget_s = budget_s
+        self.seconds: dict[str, float] = {}
+        self.overran: str | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def left(self) -> float:
+        """Seconds left of the budget (inf without a time limit)."""
+        return math.inf if self.budget_s is None else self.budget_s - self.elapsed()
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t)
+            if self.overran is None and self.left() < 0:
+                self.overran = name
+                log.warning("mugraph: the %s phase overran the wall-time budget (%.0f s = time_limit + tune_s + "
+                            "%.0f s) by %.0f s: %s", name, self.budget_s, SLACK_S, -self.left(),
+                            _WHY_SLOW.get(name, "see report['phases']"))
+
+    def to_json(self) -> dict:
+        return {k: round(v, 3) for k, v in self.seconds.items()}
+
+
+#: what a phase that overran the budget spent its time on (the warning line's reason)
+_WHY_SLOW = {
+    "search": "the search's workers outlived its time limit (a verification or task past the deadline)",
+    "check": "float-checking and pricing the verified candidates (large weights: float64 on the CPU)",
+    "gpu_reference": "the float64 reference of the GPU re-ranking (large weights)",
+    "gpu_tuning": "compiling, tuning and timing candidates on the GPU",
+}
+
+
+def _budget(cfg: OptimizeConfig, device: str, scfg) -> float | None:
+    """The wall-time budget of one call: search time limit + GPU tuning + :data:`SLACK_S`."""
+    if scfg.time_limit is None:
+        return None
+    tune = (TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)) if device == "cuda" else 0.0
+    return float(scfg.time_limit) + tune + SLACK_S
+
+
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
                   checkpoint_dir: Path | None = None) -> Optimized:
-    t0 = time.perf_counter()
     scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
                                   "verify_error": cfg.error})
+    phases = Phases(_budget(cfg, device, scfg))
     own_checkpoint = checkpoint_dir is not None and not scfg.checkpoint
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
-    found = _search(program, scfg, own_checkpoint)
+    with phases.phase("search"):
+        found = _search(program, scfg, own_checkpoint)
     interrupted = found.interrupted
-    t_search = time.perf_counter() - t0
+    t_search = phases.seconds["search"]
     # the search verified each graph against this program with the same error and seed;
     # its verdict is kept (the check below recomputes it only when absent)
     cands = [Candidate(graph_from_json(f.graph), "search", verified=f.verdict, found_by=f.origin)
@@ -259,30 +332,44 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
     try:
-        for c in cands:
-            bound = _check_candidate(program, cfg, seed, dtypes, c, bound)
+        with phases.phase("check"):
+            # the proven ones first: an unproven candidate is only checked for the report
+            # when it cannot ship, so it never takes the budget from one that can
+            for c in sorted(cands, key=lambda c: not _proven(c)):
+                if c.origin == "search" and phases.left() < 0:
+                    c.rejected = "not checked: the wall-time budget was spent"
+                    continue
+                if not cfg.allow_unproven and not _proven(c):
+                    _price(c)  # it cannot ship: priced for the report, never float-checked
+                    continue
+                bound = _check_candidate(program, cfg, seed, dtypes, c, bound)
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
         interrupted = True
         for c in cands:
             if c.predicted_s is None and not c.rejected:
                 c.rejected = "not checked (interrupted)"
-    _set_aside_unproven(cands)
+    set_aside = _set_aside_unproven(cands, cfg)
     alive = sorted((c for c in cands if not c.rejected), key=lambda c: c.predicted_s)
     if interrupted and not any(c.origin == "search" for c in alive):
         raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified"
                           + (f"; rerun to resume the search from {scfg.checkpoint}" if scfg.checkpoint else ""))
     if not alive:
-        raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification")
+        raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification"
+                           + (f" ({len(set_aside)} unproven set aside; OptimizeConfig(allow_unproven=True) "
+                              "ships the best of them)" if set_aside else ""))
     best, why = alive[0], ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel "
                            "configs), not timed")
     if device == "cuda" and not interrupted:
+        tune_s = TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k,
-                                    total_s=TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s))
+            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=tune_s, phases=phases)
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"
-    _warn_if_unproven(program, best, cfg.error)
+    if cfg.allow_unproven:
+        _warn_if_unproven(program, best, cfg.error)
+    if set_aside:
+        why += f"; {len(set_aside)} unproven μGraph(s) set aside (report['set_aside'])"
     if interrupted:
         why += "; interrupted: the best of the candidates verified so far"
     elif own_checkpoint and found.complete:  # nothing left to resume; the result cache holds the answer
@@ -290,7 +377,9 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     report = {"device": device_name(device), "why": why, "error_bound": bound, "interrupted": interrupted,
               "checkpoint": scfg.checkpoint if interrupted or not found.complete else None,
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
-              "total_s": time.perf_counter() - t0, "versions": versions()}
+              "set_aside": [_set_aside_entry(c, best) for c in set_aside],
+              "phases": phases.to_json(), "budget_s": phases.budget_s, "overran": phases.overran,
+              "total_s": phases.elapsed(), "versions": versions()}
     return Optimized(program, best, cands, report, device)
 
 def _verdict(c: Candidate) -> "verify.Verdict | None":
@@ -299,34 +388,54 @@ def _verdict(c: Candidate) -> "verify.Verdict | None":
 
 def _proven(c: Candidate) -> bool:
     """Whether ``c`` is the program itself or its verification reached the target error."""
-    v = _verdict(c)
-    return c.origin == "program" or (v is not None and v.bound_met)
+    return c.proven
 
 
-def _set_aside_unproven(cands: list[Candidate]) -> None:
-    """A proof beats a faster guess: when some searched μGraph's verification reached the
-    target error, those whose field tests only passed (the per-test bound too weak for the
-    number of tests: evidence, not a proof) are not shipped, however fast. With none proven
-    they stay, and :func:`_warn_if_unproven` names the one chosen."""
-    if not any(c.origin == "search" and not c.rejected and _proven(c) for c in cands):
-        return
+def _set_aside_unproven(cands: list[Candidate], cfg: OptimizeConfig) -> list[Candidate]:
+    """A proof beats a faster guess: a searched μGraph whose field tests passed but whose
+    bound on a false accept stayed above ``cfg.error`` (evidence, not a proof) is not
+    shipped — the best proven candidate or the program itself is. With
+    ``cfg.allow_unproven`` the old rule holds: unproven ones are set aside only while some
+    searched μGraph is proven, and :func:`_warn_if_unproven` names a chosen unproven one.
+    Returns those set aside."""
+    if cfg.allow_unproven and not any(c.origin == "search" and not c.rejected and _proven(c) for c in cands):
+        return []
+    out = []
     for c in cands:
-        if not c.rejected and not _proven(c):
+        if c.rejected and not c.rejected.startswith("not checked: the wall-time budget"):
+            continue
+        if not _proven(c):
             v = _verdict(c)
-            c.rejected = ("not proven" + (f" (bound {v.error_bound:.3g} after {v.tests} passing tests)" if v else "")
-                          + " while other μGraphs are")
+            why = ("not proven: " + (f"bound {v.error_bound:.3g} after {v.tests} passing field tests "
+                                    f"(target {cfg.error:.3g}; per-test bound {v.per_test_bound:.3g})"
+                                    if v else "no verdict"))
+            c.rejected = why + ("; OptimizeConfig(allow_unproven=True) would ship it" if not cfg.allow_unproven
+                                else " while other μGraphs are")
+            out.append(c)
+    return out
+
+
+def _set_aside_entry(c: Candidate, best: Candidate) -> dict:
+    """One row of ``report["set_aside"]``: the unproven candidate, its bound, its
+    predicted time against the answer's, and why it was not shipped."""
+    v = _verdict(c)
+    return {"kernels": c.num_kernels, "found_by": c.found_by,
+            "error_bound": v.error_bound if v else None, "per_test_bound": v.per_test_bound if v else None,
+            "tests": v.tests if v else 0, "predicted_s": c.predicted_s,
+            "faster_than_answer": (c.predicted_s is not None and best.predicted_s is not None
+                                   and c.predicted_s < best.predicted_s),
+            "why": c.rejected}
 
 
 def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
     """One warning line when the chosen μGraph's verification did not reach the target
-    error: its field tests all passed, but the per-test bound is too weak for the number
-    of tests (e.g. ``silu`` inside a long matmul reduction: the bound's exp-term count is
-    astronomically large), so passing is evidence, not a proof at that level."""
+    error (only with ``allow_unproven``): its field tests all passed, but the per-test
+    bound is too weak for the number of tests, so passing is evidence, not a proof."""
     v = _verdict(best) if best.origin == "search" else None
     if v is not None and not v.bound_met:
         log.warning("mugraph: %s: the chosen μGraph passed %d field tests, but the verifier's bound on a false "
-                    "accept is %.3g (target %.3g; per-test bound %.3g): evidence, not a proof at that level",
-                    program.name, v.tests, v.error_bound, error, v.per_test_bound)
+                    "accept is %.3g (target %.3g; per-test bound %.3g): evidence, not a proof at that level "
+                    "(allow_unproven=True)", program.name, v.tests, v.error_bound, error, v.per_test_bound)
 
 
 def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c: Candidate,
@@ -347,14 +456,19 @@ def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c
     if not c.float_ok:
         c.rejected = "float check failed"
         return bound
-    # predicted only, never compiled here (lower.profile would compile and time the default
-    # configs on a GPU machine, where one the card cannot hold stopped the whole call): the
-    # GPU re-ranking (time_on_gpu) compiles, checks and times, and rejects what fails there
+    _price(c)
+    return bound
+
+
+def _price(c: Candidate) -> None:
+    """``c``'s predicted time and configs by the lowering's cost model — predicted only,
+    never compiled here (lower.profile would compile and time the default configs on a GPU
+    machine, where one the card cannot hold stopped the whole call): the GPU re-ranking
+    (time_on_gpu) compiles, checks and times, and rejects what fails there."""
     default_s = estimate(c.graph)
     tuned = predict_tuned(c.graph)
     c.predicted_s = min(default_s, tuned.predicted_s)
     c.configs = {k: asdict(v) for k, v in tuned.configs.items()} if tuned.predicted_s <= default_s else {}
-    return bound
 
 def _jsonable(x: Any) -> Any:
     try:

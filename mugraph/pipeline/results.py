@@ -55,6 +55,15 @@ class Candidate:
     def num_kernels(self) -> int:
         return self.graph.num_kernels
 
+    @property
+    def proven(self) -> bool:
+        """Whether it may ship by default: the program itself or a hand-written reference
+        (the input and the benchmark's own), or a μGraph whose verification reached its
+        target error — not one whose field tests only passed (evidence, not a proof)."""
+        if self.origin != "search":
+            return True
+        return bool(self.verified and self.verified.get("bound_met"))
+
     def to_json(self) -> dict:
         return {"graph": graph_to_json(self.graph), "origin": self.origin, "verified": self.verified,
                 "float_ok": self.float_ok, "float_summary": self.float_summary, "predicted_s": self.predicted_s,
@@ -151,14 +160,16 @@ class Optimized:
         return self.compiled()(*args, **kwargs)
 
     def profile_on_gpu(self, top_k: int | None = None, tune_seconds: float | None = None,
-                       timing: str = "graph", tune_total_s: float | None = None) -> "Optimized":
+                       timing: str = "graph", tune_total_s: float | None = None,
+                       allow_unproven: bool = False) -> "Optimized":
         """Re-rank on this machine's GPU: a result searched on a CPU (cost-model choice)
         gets its candidates autotuned and timed here (``timing``: see
         ``lower.profile.TIMINGS``), and the fastest wins. Which candidates and how long
         each is tuned: ``mugraph.pipeline.timing.plan_rerank`` — by default those the cost
         model cannot tell apart, tuned in proportion to their configuration spaces within a
         total bound (``tune_total_s``, default ``timing.TOTAL_TUNE_S``); ``top_k`` (the best
-        predicted) and ``tune_seconds`` (per candidate) override it."""
+        predicted) and ``tune_seconds`` (per candidate) override it. Unproven candidates (a
+        result saved with ``allow_unproven``) are timed only with ``allow_unproven``."""
         if top_k is not None and (type(top_k) is not int or top_k < 1):
             raise ConfigError(f"profile_on_gpu: top_k={short(top_k)} must be a positive int or None")
         if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))
@@ -169,8 +180,11 @@ class Optimized:
         if tune_total_s is not None and (isinstance(tune_total_s, bool) or not isinstance(tune_total_s, (int, float))
                                          or not 0 < tune_total_s < float("inf")):
             raise ConfigError(f"profile_on_gpu: tune_total_s={short(tune_total_s)} must be seconds > 0 or None")
-        alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False),
-                       key=lambda c: c.predicted_s or 0.0)
+        alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False
+                        and (allow_unproven or c.proven)), key=lambda c: c.predicted_s or 0.0)
+        if not alive:
+            raise MugraphError(f"profile_on_gpu: {self.program.name!r} has no proven candidate to time "
+                               "(allow_unproven=True times the unproven ones)")
         self.best, why = time_on_gpu(self.program, alive, top_k, tune_seconds, timing,
                                      TOTAL_TUNE_S if tune_total_s is None else tune_total_s)
         self.device = "cuda"

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -72,6 +73,7 @@ from ..interpreter import evaluate
 from ..ir import KernelGraph, dataflow_key
 
 if TYPE_CHECKING:
+    from .optimize import Phases
     from .results import Candidate
 
 #: candidates predicted within this factor of the best are all timed
@@ -88,6 +90,9 @@ MIN_TIMED, MAX_TIMED = 2, 6
 MIN_TUNE_S, MAX_TUNE_S = 10.0, 120.0
 #: tuning seconds of one re-ranking, all candidates together (see the module docstring)
 TOTAL_TUNE_S = 240.0
+#: seconds of a call's budget kept back from the tuning for the final re-timing of each
+#: timed candidate (a compile and a timing each) when ``superoptimize`` passes its phases
+RETIME_RESERVE_S = 10.0
 #: share of the tuning budget the first installment plans with (the rest goes to the leaders)
 FIRST_PASS = 0.5
 #: candidates measured within this factor of the fastest after the first installment resume tuning
@@ -220,24 +225,33 @@ def first_installment(timed: list[tuple["Candidate", float | None]], budget: flo
 
 def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None = None,
                 tune_seconds: float | None = None, timing: str = "graph",
-                total_s: float = TOTAL_TUNE_S) -> tuple[Candidate, str]:
+                total_s: float = TOTAL_TUNE_S, phases: "Phases | None" = None) -> tuple[Candidate, str]:
     """Autotune and time the candidates :func:`plan_rerank` chooses on the GPU; the fastest wins.
 
     Every timed configuration must match the program evaluated in float64 on the same
     inputs (rel. error ≤ 2e-2 for fp16/bf16, 1e-4 for fp32): a candidate that is wrong on
     the card — fp16 overflow of an intermediate the unfused program stores, say — is
-    rejected, never shipped."""
-    # the float check's smallest input scale: inside every benchmark's fp16 range (attention
-    # without a max subtraction overflows fp16 for inputs of std ≳ 0.5 — the program itself does)
-    inputs = float_inputs(program, program.inputs[0].dtype, 0.25, 0)
-    ref = [r.to("cuda") for r in evaluate(program, inputs)]
-    inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
+    rejected, never shipped.
+
+    ``phases`` (``superoptimize``'s wall-time record): the float64 reference and the tuning
+    are timed as its ``gpu_reference`` and ``gpu_tuning`` phases, and the tuning gets at most
+    what is left of the call's budget less :data:`RETIME_RESERVE_S` (never less than
+    :data:`MIN_TUNE_S`: the program and the best candidate are always timed)."""
+    with _phase(phases, "gpu_reference"):
+        # the float check's smallest input scale: inside every benchmark's fp16 range (attention
+        # without a max subtraction overflows fp16 for inputs of std ≳ 0.5 — the program itself does)
+        inputs = float_inputs(program, program.inputs[0].dtype, 0.25, 0)
+        ref = [r.to("cuda") for r in evaluate(program, inputs)]
+        inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
     tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
+    if phases is not None:
+        total_s = max(MIN_TUNE_S, min(total_s, phases.left() - RETIME_RESERVE_S))
 
     def tune(c: "Candidate", secs: float | None, history: dict | None) -> ProfileResult:
         return lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=secs, timing=timing, history=history)
 
-    why = rerank(alive, tune, top_k, tune_seconds, total_s)
+    with _phase(phases, "gpu_tuning"):
+        why = rerank(alive, tune, top_k, tune_seconds, total_s)
     timed = [c for c in alive if c.measured_s is not None]
     if not timed:
         raise MugraphError("superoptimize: no candidate runs on this GPU: "
@@ -245,6 +259,11 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
     best = min(timed, key=lambda c: c.measured_s)
     return best, (f"fastest of {len(timed)} autotuned and timed on {device_name('cuda')} "
                   f"(median, {timing} timing: lower.profile.TIMINGS); {why}")
+
+
+def _phase(phases: "Phases | None", name: str):
+    """``phases.phase(name)``, or nothing to record."""
+    return nullcontext() if phases is None else phases.phase(name)
 
 
 def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds: float | None = None,

@@ -68,49 +68,102 @@ def test_wrong_inputs_at_call_time(tmp_path):
 
 
 def test_a_chosen_graph_whose_bound_was_not_met_is_warned_about(caplog):
-    """The search accepts a candidate whose field tests all passed even when the per-test
-    bound cannot reach the target (silu inside a long reduction): the user is told, in one
-    line, that its verification is evidence rather than a proof at that level."""
+    """With ``allow_unproven`` a candidate whose field tests all passed but whose bound
+    missed the target may ship: the user is told, in one line, that its verification is
+    evidence rather than a proof at that level."""
     import verify
     from mugraph.pipeline.optimize import _warn_if_unproven
     from mugraph.pipeline.results import Candidate
 
-    p = mg.Program("silu_mlp")
-    X = p.input("X", (4, 8), "float16")
-    W1 = p.input("W1", (8, 4096), "float16")
-    W2 = p.input("W2", (4096, 8), "float16")
-    p.output(mg.silu(X @ W1) @ W2)
-    weak = verify.equivalent(p, p, seed=0, max_tests=2, float_check=False)
+    lora = program("lora", small=True)
+    weak = verify.equivalent(lora, lora, seed=0, max_tests=1, float_check=False)
+    assert not weak.bound_met
     with caplog.at_level("WARNING", logger="mugraph"):
-        _warn_if_unproven(p, Candidate(p, "search", verified=weak.to_json()), 2.0 ** -40)
+        _warn_if_unproven(lora, Candidate(lora, "search", verified=weak.to_json()), 2.0 ** -40)
     (rec,) = caplog.records
-    assert "silu_mlp" in rec.getMessage() and "not a proof" in rec.getMessage()
+    assert lora.name in rec.getMessage() and "not a proof" in rec.getMessage()
     caplog.clear()
-    strong = verify.equivalent(program("lora", small=True), program("lora", small=True), seed=0, float_check=False)
+    strong = verify.equivalent(lora, lora, seed=0, float_check=False)
     with caplog.at_level("WARNING", logger="mugraph"):
-        _warn_if_unproven(p, Candidate(p, "search", verified=strong.to_json()), 2.0 ** -40)
-        _warn_if_unproven(p, Candidate(p, "program"), 2.0 ** -40)
+        _warn_if_unproven(lora, Candidate(lora, "search", verified=strong.to_json()), 2.0 ** -40)
+        _warn_if_unproven(lora, Candidate(lora, "program"), 2.0 ** -40)
     assert not caplog.records
 
 
-def test_an_unproven_graph_is_set_aside_when_a_proven_one_exists():
-    """A candidate whose tests passed but whose bound missed the target is not shipped when
-    another searched μGraph is proven, however fast it is; with none proven it stays."""
+def test_an_unproven_graph_is_never_shipped_by_default():
+    """A candidate whose tests passed but whose bound missed the target is set aside, alone
+    or beside a proven one; with ``allow_unproven`` it is set aside only beside a proven one."""
     import verify
-    from mugraph.pipeline.optimize import _set_aside_unproven
+    from mugraph.pipeline.optimize import OptimizeConfig, _set_aside_unproven
     from mugraph.pipeline.results import Candidate
 
     lora = program("lora", small=True)
     strong = verify.equivalent(lora, lora, seed=0, float_check=False).to_json()
-    weak = verify.equivalent(lora, lora, seed=0, max_tests=1, float_check=False)
-    assert not weak.bound_met
-    guess, proof, prog = (Candidate(lora, "search", verified=weak.to_json()),
-                          Candidate(lora, "search", verified=strong), Candidate(lora, "program"))
-    _set_aside_unproven([guess, proof, prog])
-    assert "not proven" in guess.rejected and not proof.rejected and not prog.rejected
-    alone = Candidate(lora, "search", verified=weak.to_json())
-    _set_aside_unproven([alone, Candidate(lora, "program")])
+    weak = verify.equivalent(lora, lora, seed=0, max_tests=1, float_check=False).to_json()
+
+    def cands():
+        return (Candidate(lora, "search", verified=weak), Candidate(lora, "search", verified=strong),
+                Candidate(lora, "program"))
+
+    for cfg in (OptimizeConfig(), OptimizeConfig(allow_unproven=True)):
+        guess, proof, prog = cands()
+        assert _set_aside_unproven([guess, proof, prog], cfg) == [guess]
+        assert "not proven" in guess.rejected and not proof.rejected and not prog.rejected
+    alone, prog = cands()[0], Candidate(lora, "program")
+    assert _set_aside_unproven([alone, prog], OptimizeConfig()) == [alone]
+    assert "bound" in alone.rejected and "allow_unproven=True" in alone.rejected and not prog.rejected
+    alone = cands()[0]
+    assert _set_aside_unproven([alone, Candidate(lora, "program")], OptimizeConfig(allow_unproven=True)) == []
     assert not alone.rejected
+
+
+def _unproven_search(monkeypatch):
+    """The real search, with every verdict it returns marked unproven (bound 1), as the
+    verifier reports a μGraph whose bound it cannot bring under the target."""
+    import mugraph.pipeline.optimize as optimize
+
+    real = optimize._search
+
+    def weakened(*a, **kw):
+        import dataclasses
+
+        found = real(*a, **kw)
+        found.found = [dataclasses.replace(f, verdict={**f.verdict, "bound_met": False, "error_bound": 1.0,
+                                                        "per_test_bound": 1.0}) for f in found.found]
+        return found
+    monkeypatch.setattr(optimize, "_search", weakened)
+
+
+def test_superoptimize_returns_the_program_when_no_candidate_is_proven(monkeypatch, caplog):
+    """End to end: every searched μGraph unproven → the program ships, the report lists the
+    faster ones set aside with their bounds; allow_unproven restores the old choice with a
+    warning."""
+    _unproven_search(monkeypatch)
+    p = program("lora", small=True, dtype="float32")
+    opt = mg.superoptimize(p, _cfg(CASES["lora"]), device="cpu", cache_dir=False, progress=False)
+    assert opt.best.origin == "program", opt.summary()
+    aside = opt.report["set_aside"]
+    assert aside and all(a["error_bound"] == 1.0 and "not proven" in a["why"] for a in aside)
+    assert any(a["faster_than_answer"] for a in aside)
+    assert "set aside" in opt.report["why"]
+    with caplog.at_level("WARNING", logger="mugraph"):
+        opt = mg.superoptimize(p, {**_cfg(CASES["lora"]), "allow_unproven": True}, device="cpu", cache_dir=False,
+                               progress=False)
+    assert opt.best.origin == "search"
+    assert any("not a proof" in r.getMessage() for r in caplog.records)
+
+
+def test_the_report_says_where_the_time_went(tmp_path):
+    """``report["phases"]``: seconds per phase, within the call's wall time; the budget is
+    time_limit + SLACK_S on a CPU (no GPU tuning)."""
+    from mugraph.pipeline.optimize import SLACK_S
+
+    p = program("lora", small=True, dtype="float32")
+    opt = mg.superoptimize(p, _cfg(CASES["lora"]), device="cpu", cache_dir=False, progress=False)
+    ph = opt.report["phases"]
+    assert set(ph) >= {"search", "check"} and all(v >= 0 for v in ph.values())
+    assert sum(ph.values()) <= opt.report["total_s"] + 1e-6
+    assert opt.report["budget_s"] == 120 + SLACK_S and opt.report["overran"] is None
 
 
 def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
