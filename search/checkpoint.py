@@ -10,10 +10,13 @@ the same folder, then a rename), so a kill at any moment leaves either the old o
 new checkpoint, never a torn one.
 
 A checkpoint is used only for the search it was written for: a file written for
-another program or config, of another format version, or unreadable (truncated,
-corrupt) is refused with a one-line :class:`CheckpointError` that says what differs
-and the way out — delete the file or pass another path. It is never silently ignored
-and overwritten (that would throw away another search's work).
+another program or config, by other code (the fingerprint of mugraph's installed code,
+:func:`mugraph.version.code_fingerprint`: another search, verifier or lowering may
+enumerate, number or accept the units differently, so resuming would mix two searches'
+results), of another format version, or unreadable (truncated, corrupt) is refused
+with a one-line :class:`CheckpointError` that says what differs and the way out —
+delete the file or pass another path. It is never silently ignored and overwritten
+(that would throw away another search's work).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mugraph.errors import CacheError
+from mugraph.version import code_fingerprint
 
 #: 4: a block node's children are numbered among the ops that pass the op checks (shape,
 #: labels, abstract expression) — a unit's path of ordinals from version 3 means another node
@@ -37,7 +41,11 @@ class CheckpointError(CacheError):
 
 
 def fingerprint_of(program_json: dict, config_key: dict) -> str:
-    """The hash identifying a search: its program and its result-relevant config."""
+    """The hash identifying a search: its program and its result-relevant config. It
+    names the default checkpoint file (``superoptimize``) and is what a checkpoint must
+    match; the code that wrote the file is checked apart (``Checkpoint.code``), so a
+    checkpoint of other code is found under the same name and refused with a message
+    that says so, instead of lying orphaned under a name no search asks for."""
     blob = json.dumps([program_json, config_key], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -55,6 +63,9 @@ class Checkpoint:
         self.program_hash = _program_hash(program_json)
         self.config = json.loads(json.dumps(config_key, default=str))
         self.key = fingerprint_of(program_json, config_key)
+        #: the code searching (:func:`mugraph.version.code_fingerprint`); a file written by other
+        #: code is not resumed
+        self.code = code_fingerprint()
         self.done: dict[str, dict[str, Any]] = {}
 
     @classmethod
@@ -88,6 +99,11 @@ class Checkpoint:
             diff = sorted(k for k in set(old) | set(self.config) if old.get(k) != self.config.get(k))
             what = ", ".join(f"{k}={old.get(k)!r} (now {self.config.get(k)!r})" for k in diff[:3]) or "its key"
             raise self._refuse(f"written for another search config: {what}")
+        if doc.get("code") != self.code:
+            old_code = doc.get("code")
+            was = f"{old_code[:12]}…" if isinstance(old_code, str) else "none recorded"
+            raise self._refuse(f"written by other mugraph code (code fingerprint {was} ≠ {self.code[:12]}…), "
+                               "whose search may split or accept its work differently")
         try:
             done = doc["done"]
             self.done = {str(k): {"results": list(v["results"]), "stats": dict(v["stats"]),
@@ -101,6 +117,7 @@ class Checkpoint:
     def save(self) -> None:
         doc = {"format": "mugraph-search-checkpoint", "version": VERSION, "key": self.key,
                "program": self.program_name, "program_hash": self.program_hash, "config": self.config,
+               "code": self.code,
                "done": dict(sorted(self.done.items()))}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name + ".", suffix=".tmp")

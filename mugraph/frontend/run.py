@@ -18,9 +18,8 @@ import torch
 import lower
 
 from ..errors import MugraphError
-from ..pipeline.cache import cache_doc, cache_path, key_of
+from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
-from ..pipeline.cache import default_cache_dir
 from ..files import as_path
 from .kernels import make_op
 from .options import FrontendOptions
@@ -38,11 +37,15 @@ _INFO: dict[tuple, dict] = {}
 
 
 def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
+    """Whether ``superoptimize`` will serve this piece from the cache: the same lookup
+    (:func:`~mugraph.pipeline.cache.locate`) and the same checks it makes — an entry computed
+    by other code is not a hit, so such a piece is announced and bounded by the deadline as
+    the new search it is. Quiet: ``superoptimize`` says why an entry is recomputed, once."""
     if opts.cache_dir is False:
         return False
     root = default_cache_dir() if opts.cache_dir is None else as_path(opts.cache_dir, "cache_dir")
-    doc = cache_doc(bp.program, make_config(opts.optimize_config()), opts.seed, device)
-    return cache_path(root, bp.program, key_of(doc)).exists()
+    path, doc = locate(root, bp.program, make_config(opts.optimize_config()), opts.seed, device)
+    return cached(path, bp.program, doc, quiet=True) is not None
 
 
 def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):

@@ -1,10 +1,17 @@
-"""The result cache of ``superoptimize``: JSON entries on disk, keyed by the
-program, the configuration, the seed, the versions and the device.
+"""The result cache of ``superoptimize``: JSON entries on disk, one per question —
+the program, the configuration, the seed and the device — each holding the answer and
+what computed it: the versions of mugraph, torch and triton and the fingerprint of
+mugraph's installed code (:func:`mugraph.version.code_fingerprint`).
 
-An entry stores that key's contents and is served only if they, and the program
-inside it, are what was asked for; anything else (a copy under another key, an
-edit, a truncation) is recomputed and replaced with a warning. Entries are written
-atomically under unique temporary names, so concurrent writers cannot collide.
+An entry is served only if its question and its versions are those of this call, and
+the program inside it is what was asked for; anything else (an answer computed by
+other code or other versions, a copy under another key, an edit, a truncation) is
+recomputed and replaced with one warning line that says why. The file name is keyed
+on the question alone, not the versions: an upgrade finds the old answer under the
+same name, says that it was computed by other code, and overwrites it — no stale
+entry is served, none is silently orphaned, and the folder does not grow with every
+upgrade. Entries are written atomically under unique temporary names, so concurrent
+writers cannot collide.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from ..errors import CacheError, MugraphError, SerializationError
 from ..files import read_json, safe_name, write_text_atomic
 from ..ir import KernelGraph
 from ..serialize import graph_to_json
-from ..version import __version__
+from ..version import __version__, code_fingerprint
 from .results import Optimized
 from .timing import device_name
 
@@ -33,11 +40,20 @@ log = logging.getLogger("mugraph")
 
 
 def versions() -> dict:
+    """What computed a result, stored in each cache entry and report: the versions of
+    mugraph, torch and triton, and ``"code"``, the fingerprint of mugraph's installed code
+    and data (:func:`mugraph.version.code_fingerprint`) — the version number alone does not
+    change when the search, the verifier or the lowering do."""
     # triton is imported here, not at the top: the lowering imports it inside its
     # interpreter context on a CPU, and triton fixes that mode when first imported
     import triton
 
-    return {"mugraph": __version__, "torch": torch.__version__, "triton": triton.__version__}
+    return {"mugraph": __version__, "code": code_fingerprint(), "torch": torch.__version__,
+            "triton": triton.__version__}
+
+#: the parts of a cache document that name the question (the file name is keyed on these);
+#: the rest (``versions``) says what computed the answer and is compared on read
+QUESTION = ("program", "config", "seed", "device")
 
 def cache_doc(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> dict:
     """Everything a cached result depends on; stored in the entry and compared on use."""
@@ -46,10 +62,22 @@ def cache_doc(program: KernelGraph, config: OptimizeConfig, seed: int, device: s
     return json.loads(json.dumps(doc, sort_keys=True))  # as it reads back from JSON (lists, not tuples)
 
 def cache_key(program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> str:
+    """The key of the entry's file name: a hash of the question (:data:`QUESTION`), not of
+    the versions — a result computed by other code is found, and replaced, under the same name."""
     return key_of(cache_doc(program, config, seed, device))
 
 def key_of(doc: dict) -> str:
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:24]
+    """The file-name key of a cache document (:func:`cache_doc`): its question only."""
+    question = {k: doc.get(k) for k in QUESTION}
+    return hashlib.sha256(json.dumps(question, sort_keys=True).encode()).hexdigest()[:24]
+
+def locate(root: Path, program: KernelGraph, config: OptimizeConfig, seed: int, device: str) -> tuple[Path, dict]:
+    """The entry's file under ``root`` and the key document it must hold — the lookup
+    ``superoptimize`` makes (:func:`cache_doc`, :func:`key_of`, :func:`cache_path`), for the
+    torch.compile backend, which asks whether a piece will be served from the cache: one
+    key function, so the two cannot disagree."""
+    doc = cache_doc(program, config, seed, device)
+    return cache_path(root, program, key_of(doc)), doc
 
 def cache_path(root: Path, program: KernelGraph, key: str) -> Path:
     """The entry's file: the program's name made safe (``../../x`` becomes ``x``),
@@ -62,23 +90,46 @@ def cache_path(root: Path, program: KernelGraph, key: str) -> Path:
 def default_cache_dir() -> Path:
     return Path(os.environ.get("MUGRAPH_CACHE_DIR", Path.home() / ".cache" / "mugraph"))
 
-def cached(path: Path, program: KernelGraph, key_doc: dict) -> Optimized | None:
-    """The entry at ``path`` if it is sound and is the one asked for; else None (with
-    a warning line saying why it is recomputed)."""
+def _short(fp: object) -> str:
+    return f"{fp[:12]}…" if isinstance(fp, str) else repr(fp)
+
+def why_stale(stored: object, wanted: dict) -> str | None:
+    """Why an entry whose key document is ``stored`` does not answer ``wanted``
+    (both :func:`cache_doc`), in words; ``None`` if it does."""
+    if stored == wanted:
+        return None
+    if not isinstance(stored, dict) or any(stored.get(k) != wanted[k] for k in QUESTION):
+        return "it was written for another program or configuration"
+    old = stored.get("versions") if isinstance(stored.get("versions"), dict) else {}
+    new = wanted["versions"]
+    parts = []
+    if old.get("code") != new["code"]:
+        parts.append(f"it was computed by other code (code fingerprint {_short(old.get('code'))} "
+                     f"≠ {_short(new['code'])})")
+    others = [f"{k} {str(old.get(k))[:20]} ≠ {str(new[k])[:20]}" for k in sorted(new)
+              if k != "code" and old.get(k) != new[k]]
+    if others:
+        parts.append(f"{'and' if parts else 'it was computed'} with other versions ({', '.join(others)})")
+    return " ".join(parts) or "its key document differs from the one asked for"
+
+def cached(path: Path, program: KernelGraph, key_doc: dict, *, quiet: bool = False) -> Optimized | None:
+    """The entry at ``path`` if it is sound and is the one asked for; else None, with a
+    warning line saying why it is recomputed (none with ``quiet``: for a caller that only
+    asks whether the next call will be served)."""
     if not path.exists():
         return None
     try:
         doc = read_json(path, "cache")
-        if not isinstance(doc, dict) or doc.get("cache_key") != key_doc:
-            why = "it was written for another program or configuration"
-        else:
+        why = why_stale(doc.get("cache_key") if isinstance(doc, dict) else None, key_doc)
+        if why is None:
             opt = Optimized.from_json(doc)
             if graph_to_json(opt.program) == key_doc["program"]:
                 return opt
             why = "the program inside it is not the one asked for"
     except MugraphError as e:
         why = f"it is unreadable ({e})"
-    log.warning("mugraph cache: recomputing %s: %s", path.name, why[:300])
+    if not quiet:
+        log.warning("mugraph cache: recomputing %s: %s", path.name, why[:300])
     return None
 
 def store(path: Path, result: Optimized, key_doc: dict) -> None:

@@ -153,3 +153,122 @@ def test_four_processes_share_one_cache_folder(tmp_path):
     files = [f for f in cache.iterdir() if f.name != "checkpoints"]
     assert len(files) == 1 and files[0].name.startswith("tiny-") and files[0].name.endswith(".mug.json"), files
     assert isinstance(mg.load(files[0]), mg.Optimized)
+
+
+# ------------------------------------------------------------------ results of other code
+
+def _cache_lines(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "mugraph" and "cache" in r.getMessage()]
+
+
+def test_entry_records_the_code_that_computed_it(tmp_path, runs):
+    from mugraph.version import code_fingerprint
+
+    _opt(_prog(), tmp_path)
+    (entry,) = tmp_path.glob("*.mug.json")
+    doc = json.loads(entry.read_text())
+    assert doc["cache_key"]["versions"]["code"] == code_fingerprint()
+    assert len(code_fingerprint()) == 64
+
+
+def test_result_of_other_code_is_recomputed_with_one_line(tmp_path, runs, caplog, monkeypatch):
+    """An upgrade (simulated: another code fingerprint) finds the old entry under the same
+    name, says in one line that other code computed it, recomputes and replaces it; the
+    same code is then served from the cache again."""
+    from mugraph.pipeline import cache as cache_mod
+
+    _opt(_prog(), tmp_path)
+    old = cache_mod.versions()["code"]
+    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda: "c0de" * 16)
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        _opt(_prog(), tmp_path)
+    assert runs == ["p", "p"]
+    (line,) = _cache_lines(caplog)
+    assert "recomputing p-" in line and "computed by other code" in line and "\n" not in line
+    assert f"code fingerprint {old[:12]}… ≠ c0dec0dec0de…" in line
+    (entry,) = tmp_path.glob("*.mug.json")  # replaced under the same name, no stale file left
+    assert json.loads(entry.read_text())["cache_key"]["versions"]["code"] == "c0de" * 16
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        _opt(_prog(), tmp_path)
+    assert runs == ["p", "p"] and _cache_lines(caplog) == []  # the same code: a hit, silently
+
+
+def test_entry_whose_fingerprint_was_edited_is_recomputed(tmp_path, runs, caplog):
+    p = _prog()
+    _opt(p, tmp_path)
+    (entry,) = tmp_path.glob("*.mug.json")
+    doc = json.loads(entry.read_text())
+    doc["cache_key"]["versions"]["code"] = "0" * 64
+    entry.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        _opt(p, tmp_path)
+    assert runs == ["p", "p"]
+    (line,) = _cache_lines(caplog)
+    assert "computed by other code (code fingerprint 000000000000… ≠" in line
+
+
+def test_entry_of_another_torch_says_so(tmp_path, runs, caplog):
+    p = _prog()
+    _opt(p, tmp_path)
+    (entry,) = tmp_path.glob("*.mug.json")
+    doc = json.loads(entry.read_text())
+    doc["cache_key"]["versions"]["torch"] = "1.0"
+    entry.write_text(json.dumps(doc))
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        _opt(p, tmp_path)
+    (line,) = _cache_lines(caplog)
+    assert runs == ["p", "p"] and "it was computed with other versions (torch 1.0 ≠" in line
+    assert "other code" not in line
+
+
+def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog, monkeypatch):
+    """torch.compile's pieces: whether a piece is served from the cache (no 'new search'
+    line, no deadline) is decided by the same lookup and checks as ``superoptimize`` — an
+    entry of other code is not a hit — and asking logs nothing."""
+    from types import SimpleNamespace
+
+    from mugraph.frontend.options import FrontendOptions
+    from mugraph.frontend.run import _is_cached
+    from mugraph.pipeline import cache as cache_mod
+
+    p = _prog()
+    opts = FrontendOptions(cache_dir=str(tmp_path), time_limit=2.0, seed=3)
+    piece = SimpleNamespace(program=p)
+    assert not _is_cached(piece, opts, "cpu")
+    mg.superoptimize(p, opts.optimize_config(), device="cpu", cache_dir=str(tmp_path), progress=False,
+                     seed=opts.seed)
+    assert _is_cached(piece, opts, "cpu")
+    monkeypatch.setattr(cache_mod, "code_fingerprint", lambda: "f" * 64)
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert not _is_cached(piece, opts, "cpu")
+    assert _cache_lines(caplog) == []
+
+
+def test_fingerprint_covers_code_and_data_not_caches_or_the_frontend(tmp_path):
+    from mugraph.version import fingerprint_of_packages
+
+    pkgs = {"mugraph": tmp_path / "mugraph", "lower": tmp_path / "lower"}
+    for f, text in [("mugraph/ir.py", "x = 1"), ("mugraph/frontend/run.py", "y = 1"),
+                    ("lower/data/timing.csv", "a,b"), ("lower/plan.py", "z = 1")]:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text(text)
+    base = fingerprint_of_packages(pkgs)
+    assert fingerprint_of_packages(pkgs) == base
+
+    def changed(f: str, text: str) -> bool:
+        path = tmp_path / f
+        before = path.read_bytes() if path.exists() else None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        try:
+            return fingerprint_of_packages(pkgs) != base
+        finally:
+            path.unlink() if before is None else path.write_bytes(before)
+
+    assert changed("mugraph/ir.py", "x = 2") and changed("lower/plan.py", "z = 2")
+    assert changed("lower/data/timing.csv", "a,c") and changed("lower/new.py", "")
+    assert not changed("mugraph/frontend/run.py", "y = 2")      # decides which programs, not results
+    assert not changed("lower/__pycache__/plan.cpython-312.pyc", "bytecode")
+    assert not changed("lower/notes.txt", "a stray file")
+    assert fingerprint_of_packages({**pkgs, "verify": None}) != base  # a missing package counts too

@@ -148,6 +148,26 @@ def test_checkpoint_of_another_program_or_config_is_refused(tmp_path):
     assert again.stats["tasks_resumed"] == again.stats["tasks"]
 
 
+def test_checkpoint_of_other_code_is_refused(tmp_path, monkeypatch):
+    """A checkpoint written by other mugraph code (another code fingerprint: an upgrade, a
+    local edit) is not resumed — its search may split or accept work differently — and
+    is left as it was; the same code resumes it."""
+    from search import checkpoint as ck_mod
+
+    ck = tmp_path / "ck.json"
+    search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=3))
+    before = ck.read_text()
+    assert json.loads(before)["code"] == ck_mod.code_fingerprint()
+    monkeypatch.setattr(ck_mod, "code_fingerprint", lambda: "c0de" * 16)
+    with pytest.raises(CheckpointError, match=r"written by other mugraph code \(code fingerprint \w{12}… ≠ "
+                                              r"c0dec0dec0de…\).*delete it") as e:
+        search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=3))
+    assert "\n" not in str(e.value) and ck.read_text() == before  # refused, not overwritten
+    monkeypatch.undo()
+    again = search.run(_program(), _cfg(checkpoint=str(ck), max_block_ops=3))
+    assert again.stats["tasks_resumed"] == again.stats["tasks"]
+
+
 @pytest.mark.parametrize("content", ["", '{"format": "mugraph-search-checkpoint", "version": 2, "done": {"0": ',
                                      "[1, 2]", '{"format": "mugraph-search-checkpoint", "version": 1}', "\xff\xfe"])
 def test_corrupt_checkpoint_is_one_line_error(tmp_path, content):
