@@ -56,6 +56,7 @@ from typing import Callable, Iterator
 from mugraph.benchmarks import REFERENCES, reference
 from mugraph.errors import MugraphError
 from mugraph.ir import KernelGraph, Op
+from mugraph.progress import Progress
 
 from . import cost_model, layout
 from .calibration import DATA as TIMING_DATA, measurements
@@ -258,14 +259,18 @@ class Results:
 
 
 def compute(specs: list[GraphSpec] | None = None, keep: Callable[[list[Unit]], list[Unit]] = subset,
-            progress: Callable[[str], None] | None = None) -> Results:
+            progress: Progress | None = None) -> Results:
     """Every unit of ``specs`` (default :func:`graphs`) rendered and digested by group;
-    the records of the units ``keep`` picks (of each graph's) are kept whole."""
+    the records of the units ``keep`` picks (of each graph's) are kept whole. ``progress``
+    counts the graphs done and the units rendered."""
     recorded = recorded_configs()
     groups: dict[str, list] = {}
     records: dict[str, str] = {}
     n = 0
-    for spec in specs or graphs():
+    specs = specs or graphs()
+    if progress is not None:
+        progress.reset(total=len(specs))
+    for spec in specs:
         ctx = GraphContext(spec)
         units = list(ctx.units(recorded))
         kept = {u.key for u in keep(units)}
@@ -275,8 +280,8 @@ def compute(specs: list[GraphSpec] | None = None, keep: Callable[[list[Unit]], l
             if u.key in kept:
                 records[u.key] = rec
         n += len(units)
-        if progress:
-            progress(f"{spec.key}: {len(units)} units")
+        if progress is not None:
+            progress.update(1, counts={"units": n})
     return Results({k: (len(v), _sha("".join(sorted(v)))) for k, v in groups.items()}, records, n)
 
 
@@ -395,6 +400,11 @@ def check(res: Results, data: dict, records: dict[str, str], full: bool) -> list
     return bad
 
 
+def _progress() -> Progress:
+    """The full run's progress (minutes): a bar on a terminal, a line every 10 s in a log."""
+    return Progress("digests", unit="graph")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m lower.digests", description=__doc__.split("\n\n")[0])
     p.add_argument("--subset", action="store_true", help="only the stored subset (what the tests recompute)")
@@ -404,7 +414,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.emit:
         print(json.dumps(group_records(a.emit)))
         return 0
-    log = (lambda s: print(s, file=sys.stderr)) if sys.stderr.isatty() else None
     if a.subset:
         data, records = load()
         specs = {g.key: g for g in graphs()}
@@ -418,12 +427,14 @@ def main(argv: list[str] | None = None) -> int:
         n = len(now)
     else:
         if a.record:
-            res = compute(progress=log)
+            with _progress() as log:
+                res = compute(progress=log)
             write(res, a.record)
             print(f"recorded {res.units} units in {len(res.groups)} groups, {len(res.records)} records kept")
             return 0
         data, records = load()
-        res = compute(keep=lambda units: [u for u in units if u.key in records], progress=log)
+        with _progress() as log:
+            res = compute(keep=lambda units: [u for u in units if u.key in records], progress=log)
         bad = check(res, data, records, full=True)
         n = res.units
     if not bad:

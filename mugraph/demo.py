@@ -9,12 +9,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from .benchmarks import PROGRAMS, program, reference
 from .interpreter import evaluate
 from .ir import KernelGraph
 from .lax import check_lax
+from .progress import Progress
 from .render import render
 from .serialize import save
 
@@ -45,24 +45,25 @@ def run_demo(b: int = 1, small: bool = False, out_dir: str | Path | None = None,
     out = Path(out_dir) if out_dir else None
     if out:
         out.mkdir(parents=True, exist_ok=True)
-    for name in tqdm(PROGRAMS, desc="benchmarks", disable=not progress, leave=False):
-        p, g = program(name, b=b, small=small), reference(name, b=b, small=small)
-        check_lax(p)
-        check_lax(g)
-        inputs = {t.name: rng.standard_normal(t.shape) for t in p.inputs}
-        t0 = time.perf_counter()
-        (ref,) = evaluate(p, inputs)
-        t1 = time.perf_counter()
-        (got,) = evaluate(g, inputs)
-        t2 = time.perf_counter()
-        rows.append(DemoRow(name, g.num_kernels, _block_summary(g), _rel(got, ref), t1 - t0, t2 - t1))
-        if out:
-            save(p, out / f"{name}.program.json")
-            save(g, out / f"{name}.mugraph.json")
-            try:
-                render(g, out / f"{name}.png")
-            except Exception:  # no Graphviz 'dot' here: the .dot text still helps
-                render(g, out / f"{name}.dot")
+    with Progress("benchmarks", unit="benchmark", enabled=progress, leave=False) as bar:
+        for name in bar.iterate(PROGRAMS):
+            p, g = program(name, b=b, small=small), reference(name, b=b, small=small)
+            check_lax(p)
+            check_lax(g)
+            inputs = {t.name: rng.standard_normal(t.shape) for t in p.inputs}
+            t0 = time.perf_counter()
+            (ref,) = evaluate(p, inputs)
+            t1 = time.perf_counter()
+            (got,) = evaluate(g, inputs)
+            t2 = time.perf_counter()
+            rows.append(DemoRow(name, g.num_kernels, _block_summary(g), _rel(got, ref), t1 - t0, t2 - t1))
+            if out:
+                save(p, out / f"{name}.program.json")
+                save(g, out / f"{name}.mugraph.json")
+                try:
+                    render(g, out / f"{name}.png")
+                except Exception:  # no Graphviz 'dot' here: the .dot text still helps
+                    render(g, out / f"{name}.dot")
     return rows
 
 

@@ -1,11 +1,13 @@
 """The search driver: ``search.run(program, config) -> SearchResult``.
 
-Phases, each shown on the progress bar with the time left: *oracle* (saturate the
+Phases, each shown on the progress with the time left: *oracle* (saturate the
 program's e-graph once, here), *pieces* (compositional search of deep programs),
 *search* (the enumeration: the root of the search tree split into serializable
 :class:`~search.enumerate.Task` values, run by an executor — :mod:`search.executors`),
 *split-loop* (variants of the cheapest matches) and *verify* (full verification of
-the cheapest fingerprint matches, also on the executor).
+the cheapest fingerprint matches, also on the executor). The progress
+(:mod:`mugraph.progress`) is a bar on a terminal; written to a file, a line per
+phase and at most one every 10 s.
 
 Determinism. Results are merged *in task order* and, within a task, in DFS order,
 and verifications are committed in rank order, so the outcome depends neither on
@@ -20,8 +22,8 @@ verifications left get the reserve. The limit is hard for the worker executors: 
 
 Failures. A task whose worker dies is retried once, then reported in
 ``stats["failed_tasks"]`` (with every death in ``stats["worker_failures"]``); a task
-that raises is reported at once, never swallowed. Both are printed on the progress
-bar as one line each.
+that raises is reported at once, never swallowed. Both are printed with the progress
+as one line each.
 
 Ctrl-C. The workers are stopped, the checkpoint is saved, the cheapest fingerprint
 matches are verified in this process until one passes (a second Ctrl-C skips that),
@@ -42,6 +44,7 @@ from typing import Any, Callable, Optional
 
 from mugraph.errors import ConfigError
 from mugraph.ir import KernelGraph, Program
+from mugraph.progress import Progress
 from mugraph.serialize import graph_from_json, graph_to_json
 from verify import shared_draws
 
@@ -188,8 +191,9 @@ class _Run:
         self.counts: Counter = Counter()
         self.ckpt: Optional[Checkpoint] = None
         self.executor: Optional[Executor] = None
-        self.bar = None
-        self.phase = "oracle"
+        self.bar: Optional[Progress] = None
+        #: the running verification's counts (verified, verifications), for the progress
+        self.vcounts: Counter = Counter()
         self.interrupted = False
         self.derived: list[Proposal] = []
         self.dstats: dict[str, Any] = {}
@@ -212,7 +216,7 @@ class _Run:
     def execute(self) -> SearchResult:
         _ACTIVE.runs.append(self)
         try:
-            self.bar = _bar(self.cfg)
+            self.bar = self._progress()
             with self._shared_draws():
                 try:
                     self._prepare()
@@ -235,7 +239,7 @@ class _Run:
             self._stop_executor()
             self._save()
             if self.bar is not None:
-                self.bar.close()
+                self.bar.close(counts=self._shown_counts())
 
     def _shared_draws(self):
         """Where this search's processes share the fingerprint's draws and the program's
@@ -246,12 +250,18 @@ class _Run:
             return contextlib.nullcontext()
         return shared_draws.temporary()
 
-    def _set_phase(self, phase: str) -> None:
-        self.phase = phase
-        self._refresh(force=True)
+    def _progress(self) -> Optional[Progress]:
+        """The progress (None when ``progress=False``); a piece search's is nested in its
+        outer search's, so its plain lines share the outer one's every-10-s budget."""
+        if not self.cfg.progress:
+            return None
+        outer = _ACTIVE.runs[-2].bar if len(_ACTIVE.runs) > 1 else None
+        return Progress("search" if outer is None else f"search {self.program.name}", unit="task",
+                        end=self.t_end, parent=outer)
 
-    def _left(self) -> Optional[float]:
-        return None if self.t_end is None else self.t_end - time.monotonic()
+    def _set_phase(self, phase: str) -> None:
+        if self.bar is not None:
+            self.bar.phase(phase, counts=self._shown_counts())
 
     # --------------------------------------------------------------- prepare
     def _prepare(self) -> None:
@@ -282,8 +292,7 @@ class _Run:
                                  rec.get("deferred", []), save=False)
                 u += 1
         if self.bar is not None:
-            self.bar.reset(total=len(self.units))
-            self.bar.update(len(self.done))
+            self.bar.reset(total=len(self.units), n=len(self.done))
 
     def _add_unit(self, i: int, path: tuple) -> int:
         self.units.append((i, path))
@@ -432,11 +441,8 @@ class _Run:
                 self.ckpt.record(_unit_key(*self.units[u]), res, {"search": st, "oracle": ost}, deferred)
                 if time.monotonic() - self.last_save > 2.0:
                     self._save()
-        if self.bar is not None:
-            if new:
-                self.bar.total = len(self.units)
-            if save:
-                self.bar.update(1)
+        if self.bar is not None and (new or save):
+            self.bar.update(1 if save else 0, total=len(self.units))
 
     def _save(self) -> None:
         if self.ckpt:
@@ -498,7 +504,7 @@ class _Run:
             first, rest = one_per_shape(ranked, key=lambda m: kernel_shape(graph_from_json(m.graph)))
             return [Found(m.graph, m.origin) for m in first + rest], Counter()
         self._set_phase("verify")
-        return _verify_best(_order(matches), self.cfg, len(matches), self._verdicts())
+        return _verify_best(_order(matches), self.cfg, len(matches), self._verdicts(), seen=self._verdict_seen)
 
     def _verify_after_interrupt(self, matches: list[Match]) -> tuple[list[Found], Counter]:
         """After Ctrl-C: the cheapest matches, in this process, until one passes (Ctrl-C again: none)."""
@@ -506,7 +512,8 @@ class _Run:
             return [], Counter()
         self._set_phase("verify (interrupted)")
         try:
-            return _verify_best(_order(matches), self.cfg, len(matches), _LocalVerdicts(self), stop_after=1)
+            return _verify_best(_order(matches), self.cfg, len(matches), _LocalVerdicts(self), stop_after=1,
+                                seen=self._verdict_seen)
         except KeyboardInterrupt:
             return [], Counter({"verify_skipped_interrupt": 1})
 
@@ -601,27 +608,31 @@ class _Run:
 
     def _note(self, line: str) -> None:
         if self.bar is not None:
-            self.bar.write(f"search: {line}")
+            self.bar.write(line)
 
-    def _refresh(self, force: bool = False) -> None:
-        bar = self.bar
-        if bar is None:
-            return
+    def _verdict_seen(self, st: Counter) -> None:
+        """One more verdict committed (``st``: the verification's counts so far)."""
+        self.vcounts = Counter(st)
+        self._refresh()
+
+    def _shown_counts(self) -> dict[str, int]:
+        """What the progress shows besides the tasks: states, candidates, fingerprint
+        matches, and once there are any, verified graphs, failed tasks, lost workers."""
         c = self.counts
-        left = self._left()
-        bar.set_description_str(self.phase if left is None else f"{self.phase} ({max(0, left):.0f} s left)",
-                                refresh=False)
         post = {"states": c["block_states"] + c["kernel_states"], "cand": c["candidates"],
                 "matches": c["fingerprint_matches"]}
+        if self.vcounts["verifications"]:
+            post["verified"] = self.vcounts["verified"]
         if self.failed:
             post["failed"] = len(self.failed)
         if self.worker_failures:
             post["lost_workers"] = len(self.worker_failures)
-        bar.set_postfix(post, refresh=False)
-        if force:
-            bar.refresh()
-        else:
-            bar.update(0)
+        return post
+
+    def _refresh(self) -> None:
+        """Show the counts now (a plain line only when one is due: :mod:`mugraph.progress`)."""
+        if self.bar is not None:
+            self.bar.update(counts=self._shown_counts())
 
 
 #: derived graphs rank after every enumerated match
@@ -735,7 +746,8 @@ class _ExecutorVerdicts:
 
 
 def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts_of,
-                 stop_after: Optional[int] = None) -> tuple[list[Found], Counter]:
+                 stop_after: Optional[int] = None,
+                 seen: Optional[Callable[[Counter], None]] = None) -> tuple[list[Found], Counter]:
     """Fully verify fingerprint-matching candidates while the budget lasts.
 
     Candidates come in :func:`_order` (ranked by :func:`~search.enumerate.cost_key`:
@@ -750,8 +762,8 @@ def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts
     (the verdict's JSON, None when the verifier could not evaluate it, or ``"time"``
     when the time ran out first); ``ahead`` lists the positions this pass may verify
     next, ``pos`` first, for sources that work on several at once. ``stop_after``: stop
-    once that many passed. The verified graphs come back by kernel count, each count's
-    in rank order.
+    once that many passed. ``seen(counts)`` is called after each verdict (the progress).
+    The verified graphs come back by kernel count, each count's in rank order.
     """
     st: Counter = Counter()
     out: list[tuple[int, int, Found]] = []
@@ -785,6 +797,8 @@ def _verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts
             out.append((m.kernels, pos, Found(m.graph, m.origin, v)))
         else:
             st["verify_failed"] += 1
+        if seen is not None:
+            seen(st)
     st["unverified_matches"] = n_matches - st["verifications"]
     out.sort(key=lambda r: r[:2])  # by kernel count, each count's in rank order
     return [r[2] for r in out], st
@@ -794,12 +808,3 @@ def _thread_graphs(gj: dict) -> int:
     g = graph_from_json(gj)
     return sum(len(op.attrs["block"].thread_graphs) for op in g.ops if op.kind == "graph_defined")
 
-
-def _bar(cfg: SearchConfig):
-    if not cfg.progress:
-        return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
-    return tqdm(total=None, desc="oracle", unit="task", dynamic_ncols=True)

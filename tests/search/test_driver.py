@@ -1,7 +1,9 @@
 """search.run: verified results, determinism, checkpoint/resume (and refusal of foreign or
 corrupt checkpoints), JSON round trip, task failures, progress bar, defaults."""
 
+import io
 import json
+import sys
 from collections import Counter
 
 import pytest
@@ -211,10 +213,27 @@ def test_task_errors_and_lost_workers_are_reported(monkeypatch):
     assert full.stats["complete"] and not full.stats["failed_tasks"]
 
 
-def test_progress_bar_shows_phase_and_time_left(capsys):
+def test_progress_lines_show_phase_and_time_left(capsys):
+    """Captured stderr is not a terminal: plain lines, one per phase (a short search)."""
     search.run(_program(), _cfg(progress=True, time_limit=120.0, max_block_ops=3))
     err = capsys.readouterr().err
-    assert "search (" in err and "s left)" in err and "verify (" in err
+    lines = err.splitlines()
+    assert "\r" not in err and [line.split(",")[0] for line in lines] == [
+        "search: oracle", "search: pieces", "search: search", "search: split-loop", "search: verify", "search: done"]
+    assert lines[2].endswith("s left") and "/24 tasks, " in lines[3] and " states, " in lines[-1]
+
+
+def test_progress_bar_shows_phase_and_time_left(monkeypatch):
+    """On a terminal, the bar."""
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    search.run(_program(), _cfg(progress=True, time_limit=120.0, max_block_ops=3))
+    err = tty.getvalue()
+    assert "\r" in err and "search (" in err and "s left)" in err and "verify (" in err
 
 
 def test_defaults_bound_the_search():
