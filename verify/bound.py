@@ -213,6 +213,10 @@ class ExpPoly:
     sh: float = 0.0
     #: where every exponent comes from (:class:`Support`), None when not known
     support: Support | None = None
+    #: degree in the exponent atoms ``u`` (exponent-atom mode, :class:`AtomMode`): an
+    #: ``exp`` of an atom is the monomial ``u^m``, a polynomial variable like any other but
+    #: drawn from the ``q``-th roots of unity, so it counts ``du/q`` (Schwartz–Zippel)
+    du: int = 0
 
     def __mul__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
@@ -231,7 +235,7 @@ class ExpPoly:
         # exponents add: an exp-free side keeps the other's; two with exps give sums (unknown set)
         support = None if self.x and o.x else (self.support if self.x else o.support)
         return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh,
-                       support)
+                       support, self.du + o.du)
 
     def __add__(self, o: "ExpPoly") -> "ExpPoly":
         x = self.x or o.x
@@ -245,13 +249,13 @@ class ExpPoly:
         # a union of two subsets of one set stays in it; an exp-free side adds the exponent 0
         support = self.support if self.x and o.x and self.support == o.support else None
         return ExpPoly(max(self.d, o.d), self.k + o.k if x else 1.0, eg, eh, x, _log2add(self.h, o.h), hg, hh,
-                       kappa, sg, sh, support)
+                       kappa, sg, sh, support, max(self.du, o.du))
 
     def times(self, n: int) -> "ExpPoly":
         """A sum of ``n`` summaries like this one (the same support: a sum along a dim
         passes its own, :meth:`DegreeAlgebra._reduce`)."""
         return ExpPoly(self.d, self.k * n if self.x else 1.0, self.eg, self.eh, self.x, self.h + math.log2(n),
-                       self.hg, self.hh, self.kappa, self.sg, self.sh, self.support)
+                       self.hg, self.hh, self.kappa, self.sg, self.sh, self.support, self.du)
 
     def power(self, n: int) -> "ExpPoly":
         """A product of ``n`` summaries like this one (closed form of ``*``)."""
@@ -264,12 +268,12 @@ class ExpPoly:
         hg, hh = (math.log2(n) + self.hg + (n - 1) * self.hh, n * self.hh) if self.x else (self.hg, self.hh)
         sg, sh = (math.log2(n) + self.sg + (n - 1) * self.sh, n * self.sh) if self.x else (self.sg, self.sh)
         return ExpPoly(self.d * n, _pow(self.k, n) if self.x else 1.0, eg, eh, self.x, self.h * n, hg, hh,
-                       self.kappa, sg, sh, self.support if n == 1 else None)
+                       self.kappa, sg, sh, self.support if n == 1 else None, self.du * n)
 
     def scaled(self, height: float) -> "ExpPoly":
         """This summary with its coefficients multiplied by an integer of that height."""
         return ExpPoly(self.d, self.k, self.eg, self.eh, self.x, self.h + height, self.hg, self.hh,
-                       self.kappa, self.sg, self.sh, self.support)
+                       self.kappa, self.sg, self.sh, self.support, self.du)
 
     def with_support(self, support: Support | None) -> "ExpPoly":
         return self if support == self.support else replace(self, support=support)
@@ -280,7 +284,7 @@ class ExpPoly:
         if not math.isfinite(self.k):
             return 1.0
         p, q = primes.p_min, primes.q_min
-        eps = self.d / p + primes.bad(self.h, p)
+        eps = self.d / p + self.du / q + primes.bad(self.h, p)
         if self.x and self.k > 1:
             he = self.collision_height(primes)
             eps += (self.k - 1) * ((self.eg + self.eh) / q + primes.bad(he, q)) + (self.k - 1) / (q - 1)
@@ -311,6 +315,85 @@ class Factor:
 
 
 @dataclass(frozen=True)
+class View:
+    """A value each of whose elements is ``coef`` times one *atom* of ``source``, the atom
+    ``index`` picks. A source is an input (``"X"``: its elements; ``index`` is one
+    :class:`Support` over its dims with nothing reduced) or a contraction of two inputs
+    (``"mm:X.1:W.0"``: ``X``'s dim 1 summed against ``W``'s dim 0, over their whole length;
+    ``index`` is one :class:`Support` per input, over its other dims). The supports move
+    through reshapes, permutes and broadcasts as the value does; an ``exp`` of such a value
+    is an atom's power (:class:`AtomMode`)."""
+
+    source: str
+    coef: Fraction
+    index: tuple[Support, ...]
+
+    def moved(self, fn) -> "View | None":
+        index = tuple(fn(sp) for sp in self.index)
+        return None if any(sp is None for sp in index) else View(self.source, self.coef, index)
+
+
+@dataclass(frozen=True)
+class Contraction:
+    """A contraction source ``mm:P.a:Q.b`` (:class:`View`): inputs ``P`` and ``Q`` and the
+    dims summed against each other."""
+
+    left: str
+    a: int
+    right: str
+    b: int
+
+    @property
+    def key(self) -> str:
+        return f"mm:{self.left}.{self.a}:{self.right}.{self.b}"
+
+    @staticmethod
+    def parse(source: str) -> "Contraction | None":
+        if not source.startswith("mm:"):
+            return None
+        (p, a), (q, b) = (x.rsplit(".", 1) for x in source[3:].split(":"))
+        return Contraction(p, int(a), q, int(b))
+
+
+def input_key(name: str) -> int:
+    """The source key of input ``name``'s elements: the same in every graph, so that both
+    graphs' exponents are read as powers of the same atoms."""
+    return _h("input", name)
+
+
+@dataclass(frozen=True)
+class AtomMode:
+    r"""Exponent atoms: the argument that needs neither the exponents' collisions nor the
+    conjecture (docs/design.md, "exponent atoms").
+
+    When every ``exp`` (and ``silu``) argument of both graphs is a rational constant times
+    one *atom* — an input element ``x_v``, or an element ``B_rc = Σ_k P_rk·Q_kc`` of a
+    contraction of two inputs over a whole dim (:class:`View`) — let ``κ_S`` be the rational
+    gcd of the constants applied to source ``S`` (``kappas``), so each exponent is
+    ``m·κ_S·B`` with an integer ``m``. In the field the exponent is evaluated mod q on the
+    q-draws: ``exp = u^m`` with ``u = ω^{κ_S·B(x_q)}``. The q-draws are independent and
+    uniform on ``Z_q``, ``ω`` generates the order-q subgroup ``μ_q``, and ``κ_S`` is
+    invertible mod q (a random pair avoids the constants' prime factors). So the input atoms
+    are independent and uniform on ``μ_q``; so are a contraction's, given its *conditioned*
+    input's rows (``R`` of them, length ``K``, ``R ≤ K``) are linearly independent mod q —
+    probability ``≥ 1 − q^{R−K}/(q−1)`` (``eta``) — as long as its other, *free* input enters
+    no other atom (``free``: checked when the mode is made). Both graphs are then rational
+    functions of ``(x_p, u)``, and ``F = Na·Db − Nb·Da`` is a polynomial with integer
+    coefficients (negative powers of ``u`` are denominator factors that never vanish). If
+    the graphs differ as real functions, ``F`` is not the zero polynomial (``u = e^{κ_S B}``
+    gives the real difference); unless ``p`` divides its coefficients (``bad_p(h)``),
+    Schwartz–Zippel over the product set ``Z_p^n × μ_q^r`` bounds a zero by
+    ``d/p + du/q`` (``d``: degree in ``x_p``, ``du``: in ``u``), plus ``eta``. A
+    softmax-weighted sum over 32,000 logits has ``du = 2`` where the classic bound's term
+    count is about 10^9 (over ``q``: no bound); ``silu(X@W1)@W2`` over 4,096 columns has
+    ``du = 4096`` where the classic count is 2^4096."""
+
+    kappas: dict[str, Fraction]
+    #: the probability that some contraction's conditioned input is rank-deficient mod q
+    eta: float = 0.0
+
+
+@dataclass(frozen=True)
 class Deg:
     """Symbolic summary of a tensor value: ``num / (c · Π den)`` with ``c`` a
     positive integer (the constants' denominators). ``num = a·P`` for an integer
@@ -324,6 +407,9 @@ class Deg:
     heuristic: bool = False
     c: int = 1
     a: int = 1
+    #: every element is a constant times one element of an input (:class:`View`); None
+    #: when not known to be
+    view: "View | None" = None
 
     @property
     def ndim(self) -> int:
@@ -337,7 +423,7 @@ class Deg:
         return out
 
     def exp_free(self) -> bool:
-        return not self.num.x and not any(f.poly.x for f in self.den)
+        return not (self.num.x or self.num.du) and not any(f.poly.x or f.poly.du for f in self.den)
 
 
 def _h(*parts) -> int:
@@ -351,13 +437,14 @@ def _exponent(x: "Deg", dp: ExpPoly) -> tuple[Fraction, float, float]:
 
 
 def _move(v: Deg, shape, tag, mask_fn, support_fn=lambda s: None) -> Deg:
-    """Apply a structural move to every factor (new key, new mask) and to every support
-    (``support_fn``; by default a move forgets them)."""
+    """Apply a structural move to every factor (new key, new mask), to every support
+    and to the view (``support_fn``; by default a move forgets them)."""
     def moved(poly: ExpPoly) -> ExpPoly:
         return poly.with_support(support_fn(poly.support) if poly.support is not None else None)
 
     den = tuple(Factor(_h(f.key, tag), moved(f.poly), tuple(mask_fn(f.mask))) for f in v.den)
-    return Deg(tuple(shape), moved(v.num), den, v.heuristic, v.c, v.a)
+    view = None if v.view is None else v.view.moved(support_fn)
+    return Deg(tuple(shape), moved(v.num), den, v.heuristic, v.c, v.a, view)
 
 
 class DegreeAlgebra(Algebra):
@@ -369,12 +456,19 @@ class DegreeAlgebra(Algebra):
 
     name = "degree"
 
-    def __init__(self, primes: Primes, salt: object = 0) -> None:
+    def __init__(self, primes: Primes, salt: object = 0, atoms: AtomMode | None = None) -> None:
         self.primes = primes
         self.salt = salt
         self.z = 0.0
         self.heuristic = False
         self._fresh = 0
+        #: exponent-atom mode (:class:`AtomMode`), or None: the classic exponent analysis
+        self.atoms = atoms
+        #: every exp/silu argument's view (None where it is not one): what decides whether
+        #: the graph's exponents are atoms (:func:`atom_kappas`)
+        self.exp_args: list[tuple[View | None, int]] = []
+        #: the inputs' shapes (a contraction must sum a whole dim)
+        self.shapes: dict[str, tuple[int, ...]] = {}
 
     def fresh(self) -> int:
         self._fresh += 1
@@ -465,7 +559,9 @@ class DegreeAlgebra(Algebra):
 
     # ------------------------------------------------------------------ semantics
     def input(self, name, value, shape, dtype):
-        return Deg(tuple(shape), ExpPoly(d=1))
+        shape = tuple(shape)
+        self.shapes[name] = shape
+        return Deg(shape, ExpPoly(d=1), view=View(name, Fraction(1), (Support.source(input_key(name), shape),)))
 
     def output(self, v, as_torch):
         return v
@@ -502,8 +598,9 @@ class DegreeAlgebra(Algebra):
     def _scale(self, xs, at):
         (x,) = xs
         c = Fraction(at["c"])
+        view = None if x.view is None or not c else View(x.view.source, x.view.coef * c, x.view.index)
         return Deg(x.shape, x.num.scaled(bits(c.numerator)), x.den, x.heuristic, x.c * c.denominator,
-                   x.a * abs(c.numerator) if c.numerator else x.a)
+                   x.a * abs(c.numerator) if c.numerator else x.a, view)
 
     def _const(self, xs, at):
         v = Fraction(at["value"])
@@ -526,10 +623,24 @@ class DegreeAlgebra(Algebra):
                   b.heuristic, 1, b.c)
         return self._mul([a, inv], at)
 
+    def _power_of_atom(self, x: Deg, sign: int) -> tuple[ExpPoly, int]:
+        """``exp(sign·x)`` in exponent-atom mode: ``(u^|m|, m)`` — the monomial of degree
+        ``|m|`` in the atoms, ``m = sign·coef/κ`` an integer by the choice of ``κ``."""
+        v = x.view
+        m = sign * v.coef / self.atoms.kappas[v.source]
+        assert m.denominator == 1 and m != 0, (v, self.atoms)  # κ divides every coefficient
+        return ExpPoly(du=abs(m.numerator)), m.numerator
+
     def _exp(self, xs, at):
         (x,) = xs
         if not x.exp_free():
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu)")
+        self.exp_args.append((x.view, 1))
+        if self.atoms is not None:  # u^m, or 1/u^|m| (a factor that never vanishes: u is a root of unity)
+            mono, m = self._power_of_atom(x, 1)
+            if m > 0:
+                return Deg(x.shape, mono, (), x.heuristic)
+            return Deg(x.shape, ONE, (Factor(self.fresh(), mono, tuple(s > 1 for s in x.shape)),), x.heuristic)
         dp = x.den_poly()
         return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h, *_exponent(x, dp),
                                     Support.source(self.fresh(), x.shape)), (), x.heuristic)
@@ -539,6 +650,13 @@ class DegreeAlgebra(Algebra):
         if not x.exp_free():
             raise NotLaxError("silu: its argument already contains an exponentiation (exp/silu)")
         # x / (1 + exp(−x)): 1 + ω^k is never 0 (ω has odd order), so no failed draws
+        self.exp_args.append((x.view, -1))
+        if self.atoms is not None:  # exp(−x) = u^m: x·u^(−m)/(u^(−m) + 1) for m < 0, x/(1 + u^m) for m > 0
+            mono, m = self._power_of_atom(x, -1)
+            mask = tuple(s > 1 for s in x.shape)
+            f = Factor(self.fresh(), ExpPoly(h=1.0, du=mono.du), mask)
+            num = x.num * mono if m < 0 else x.num
+            return Deg(x.shape, num, x.den + (f,), x.heuristic, x.c)
         dp = x.den_poly()
         f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, dp.d, True, 1.0, x.num.h, dp.h, *_exponent(x, dp)),
                    tuple(s > 1 for s in x.shape))
@@ -587,7 +705,30 @@ class DegreeAlgebra(Algebra):
         b4 = self._broadcast(self.reshape(b, b.shape[:-2] + (1,) + b.shape[-2:]), carrier)
         prod = Deg(carrier, a4.num * b4.num, a4.den + b4.den, a4.heuristic or b4.heuristic, a4.c * b4.c, a4.a * b4.a)
         r = self._reduce(prod, len(carrier) - 2)
-        return self.reshape(r, lead + (m, n))
+        return replace(self.reshape(r, lead + (m, n)), view=self._contraction(a, b, lead + (m, n)))
+
+    def _contraction(self, a: Deg, b: Deg, shape: tuple[int, ...]) -> View | None:
+        """The view of ``a @ b`` when it is a contraction atom (:class:`View`): ``a`` and
+        ``b`` views of two different inputs whose summed dims are each one whole dim of
+        its input. Its index: ``a``'s support without the summed dim (and a broadcast one
+        for the columns), ``b``'s likewise for the rows, both broadcast to ``shape``."""
+        va, vb = a.view, b.view
+        if va is None or vb is None or len(va.index) != 1 or len(vb.index) != 1 or va.source == vb.source:
+            return None
+        (sa,), (sb,) = va.index, vb.index
+        ia, ib = sa.dims[-1], sb.dims[-2]
+        if len(ia) != 1 or len(ib) != 1:
+            return None
+        (pa, na, ta), (qb, nb, tb) = ia[0], ib[0]
+        if (pa < 0 or qb < 0 or ta != 1 or tb != 1 or na != self.shapes[va.source][pa]
+                or nb != self.shapes[vb.source][qb]):
+            return None
+        left = Support(sa.key, sa.dims[:-1] + ((),)).broadcast(a.shape[:-1] + (1,), shape)
+        right = Support(sb.key, sb.dims[:-2] + ((),) + sb.dims[-1:]).broadcast(b.shape[:-2] + (1, b.shape[-1]), shape)
+        c = Contraction(va.source, pa, vb.source, qb)
+        if vb.source < va.source:  # one spelling per contraction: the inputs in name order
+            c, left, right = Contraction(vb.source, qb, va.source, pa), right, left
+        return View(c.key, va.coef * vb.coef, (left, right))
 
 
 
@@ -608,6 +749,48 @@ DEGREE_OPS = {
     "slice": lambda alg, xs, at: alg.window(xs[0], at),
 }
 DegreeAlgebra.ops = DEGREE_OPS
+
+def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
+                shapes: dict[str, tuple[int, ...]]) -> AtomMode | None:
+    """The :class:`AtomMode` of graphs whose exp/silu arguments are ``args`` (every
+    argument's view, collected by a classic :class:`DegreeAlgebra` pass over both graphs;
+    ``shapes``: the inputs'), or None when the argument does not apply: some argument is
+    not a constant times an atom; the primes do not avoid the constants (a fixed pair: ``κ``
+    might vanish mod q); or some contraction has no side to condition on (more rows than
+    the summed length on both sides) whose other input enters no other atom."""
+    if not args or any(v is None for v, _ in args):
+        return None
+    kappas: dict[str, Fraction] = {}
+    for v, _ in args:
+        c = abs(v.coef)
+        k = kappas.get(v.source)
+        kappas[v.source] = c if k is None else Fraction(math.gcd(k.numerator, c.numerator),
+                                                        math.lcm(k.denominator, c.denominator))
+    if not primes.avoids_constants and any(k != 1 for k in kappas.values()):
+        return None
+    contractions = [c for c in map(Contraction.parse, kappas) if c is not None]
+    uses: dict[str, int] = {}  # how many sources each input enters
+    for src in kappas:
+        c = Contraction.parse(src)
+        for name in ((c.left, c.right) if c else (src,)):
+            uses[name] = uses.get(name, 0) + 1
+    eta, free, conditioned = 0.0, set(), set()
+    for c in contractions:
+        K = shapes[c.left][c.a]
+        rows = {c.left: math.prod(shapes[c.left]) // K, c.right: math.prod(shapes[c.right]) // K}
+        for cond, fr in ((c.left, c.right), (c.right, c.left)):
+            if rows[cond] <= K and uses[fr] == 1 and fr not in conditioned:
+                break
+        else:
+            return None
+        free.add(fr)
+        conditioned.add(cond)
+        # R uniform vectors of Z_q^K are dependent with probability ≤ Σ_{i<R} q^i/q^K ≤ q^(R−K)/(q−1)
+        eta += primes.q_min ** (rows[cond] - K) / (primes.q_min - 1)
+    if free & conditioned:
+        return None
+    return AtomMode(kappas, eta)
+
 
 def _exponent_set(v: Deg) -> Support | None:
     """A support holding every exponent of both ``v``'s numerator and its whole

@@ -59,7 +59,7 @@ from mugraph.ops import exp_like, lax_classes
 
 from . import args, shared_draws
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
-from .bound import DegreeAlgebra, Primes, bits, constants_report, pair_bound, tests_needed
+from .bound import AtomMode, DegreeAlgebra, Primes, atom_kappas, bits, constants_report, pair_bound, tests_needed
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
 from .field import (Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, eval_threads,
                     random_omega, resolve_device, reuse_memory, uniform_residues)
@@ -180,32 +180,48 @@ def make_plan(a: KernelGraph, b: KernelGraph, fld: FieldLike) -> Plan:
     return Plan(kinds, avoid, tuple(sorted(squares)), sorted(unconditioned), primes, notes)
 
 
-def summarize(graph: KernelGraph, primes: Primes, salt: object = 0):
+def summarize(graph: KernelGraph, primes: Primes, salt: object = 0, atoms: AtomMode | None = None):
     """Degree summaries of ``graph``'s outputs and its zero-divisor risk
-    (:class:`verify.bound.DegreeAlgebra`)."""
-    alg = DegreeAlgebra(primes, salt)
+    (:class:`verify.bound.DegreeAlgebra`; ``atoms``: in exponent-atom mode)."""
+    alg = DegreeAlgebra(primes, salt, atoms)
     outs = evaluate(graph, {t.name: _Shape(t.shape) for t in graph.inputs}, alg)
     return outs, alg
 
 
-def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, float, float]:
-    """``(per-test bound, heuristic, constant bits, constants' term)``."""
-    oa, sa = summarize(live_graph(a), plan.primes, "a")
-    ob, sb = summarize(live_graph(b), plan.primes, "b")
+#: how the per-test bound was argued (``Verdict.argument``)
+POLYNOMIAL, ATOMS, CONJECTURE = "polynomial", "exponent atoms", "Li–Wu conjecture"
+
+
+def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, float, float, str]:
+    """``(per-test bound, heuristic, constant bits, constants' term, argument)``: the
+    smaller of the classic bound (exponent collisions and the Li–Wu conjecture) and, when
+    every exponent of both graphs is a constant times an input element, the exponent-atom
+    bound (:class:`verify.bound.AtomMode`: Schwartz–Zippel in the atoms, no conjecture)."""
+    la, lb = live_graph(a), live_graph(b)
+    oa, sa = summarize(la, plan.primes, "a")
+    ob, sb = summarize(lb, plan.primes, "b")
     eps = pair_bound(plan.primes, oa, ob, sa.z + sb.z)
     heuristic = sa.heuristic or sb.heuristic
+    argument = CONJECTURE if sa.exp_args or sb.exp_args else POLYNOMIAL
+    atoms = atom_kappas(sa.exp_args + sb.exp_args, plan.primes, sa.shapes)
+    if atoms is not None:
+        ua, za = summarize(la, plan.primes, "a", atoms)
+        ub, zb = summarize(lb, plan.primes, "b", atoms)
+        eps_atoms = min(1.0, pair_bound(plan.primes, ua, ub, za.z + zb.z) + atoms.eta)
+        if eps_atoms <= eps:
+            eps, oa, ob, argument = eps_atoms, ua, ub, ATOMS
     if heuristic and plan.unconditioned:
         # random primes: each test flips a fair coin for such a constant's sign; fixed primes
         # give the same (possibly wrong) sign on every test, so no bound at all
         eps = 1.0 if plan.primes.pairs == 1 else min(1.0, eps + UNCONDITIONED_SQRT)
     nbits, term = constants_report(plan.primes, oa, ob)
-    return eps, heuristic, nbits, term
+    return eps, heuristic, nbits, term, argument
 
 
 def per_test_bound(a: KernelGraph, b: KernelGraph, fld: FieldLike = DEFAULT) -> tuple[float, bool]:
     """The probability bound for one test of ``a`` against ``b`` and whether it is
     heuristic (sqrt); see :mod:`verify.bound`."""
-    eps, heuristic, _, _ = _bound(a, b, make_plan(a, b, _check_field(fld)))
+    eps, heuristic, _, _, _ = _bound(a, b, make_plan(a, b, _check_field(fld)))
     return eps, heuristic
 
 
@@ -539,13 +555,13 @@ class Reference:
                                                  "comparison ran"])
                     continue
                 plan = make_plan(self.graph, c, self.field)
-                per_test, heuristic, nbits, term = _bound(self.graph, c, plan)
+                per_test, heuristic, nbits, term, argument = _bound(self.graph, c, plan)
                 needed = tests_needed(per_test, error)
                 n = max_tests if needed is None else min(needed, max_tests)
                 need_q = frozenset(inputs_needing_q(self.graph) | inputs_needing_q(c))
                 trial = _Trial(i, c, plan, n, max_failed_draws)
                 groups.setdefault((plan.avoid, plan.squares, need_q), []).append(trial)
-                setup[i] = (trial, plan, per_test, heuristic, nbits, term)
+                setup[i] = (trial, plan, per_test, heuristic, nbits, term, argument)
             for (_, _, need_q), trials in groups.items():
                 self._run(trials, need_q)
             for i in sorted(setup):
@@ -558,12 +574,13 @@ class Reference:
         return verdicts
 
     def _verdict(self, c: KernelGraph, trial: _Trial, plan: Plan, per_test: float, heuristic: bool, nbits: float,
-                 term: float, *, error: float, max_tests: int, float_check: bool, fkw: dict, t0: float) -> Verdict:
+                 term: float, argument: str, *, error: float, max_tests: int, float_check: bool, fkw: dict,
+                 t0: float) -> Verdict:
         a, fld, seed = self.graph, self.field, self.seed
         v = Verdict(a.name, c.name, True, tests=trial.tests, per_test_bound=per_test, target_error=error,
-                    conjecture=any(exp_like(k) for k in plan.kinds), heuristic=heuristic,
+                    conjecture=argument == CONJECTURE, heuristic=heuristic, argument=argument,
                     p=fld.p if isinstance(fld, Field) else None, q=fld.q if isinstance(fld, Field) else None,
-                    seed=seed, notes=_notes(plan.kinds, a, c) + plan.notes, primes=_describe(fld, plan),
+                    seed=seed, notes=_notes(plan.kinds, a, c, argument) + plan.notes, primes=_describe(fld, plan),
                     pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term, failed_draws=trial.failed)
         if trial.used is not None:
             v.p, v.q = trial.used.p, trial.used.q
@@ -610,9 +627,13 @@ def _float_values(a: KernelGraph, b: KernelGraph, output: int, index: tuple, see
         return None, None
 
 
-def _notes(kinds: set[str], a: KernelGraph, b: KernelGraph) -> list[str]:
+def _notes(kinds: set[str], a: KernelGraph, b: KernelGraph, argument: str = CONJECTURE) -> list[str]:
     notes = []
-    if any(exp_like(k) for k in kinds):
+    if argument == ATOMS:
+        notes.append("exp: every exponent is a constant times an input element, so each exp is a power of an "
+                     "independent uniform root of unity and the bound is Schwartz–Zippel in those atoms "
+                     "(no conjecture; see verify.bound.AtomMode)")
+    elif any(exp_like(k) for k in kinds):
         notes.append("exp: the per-test bound for exponentials relies on the Li–Wu conjecture "
                      "(an uncertainty principle for the NTT over F_p; see verify.bound)")
     if "silu" in lax_classes(kinds):

@@ -134,6 +134,9 @@ class Verdict:
     bound_met: bool = False
     conjecture: bool = False
     heuristic: bool = False
+    #: how the per-test bound was argued: "polynomial" (no exp), "exponent atoms"
+    #: (Schwartz–Zippel in independent roots of unity) or "Li–Wu conjecture"
+    argument: str = ""
     p: int | None = None
     q: int | None = None
     seed: int | None = None
@@ -182,6 +185,7 @@ class Verdict:
                 lines.append(f"  false-accept bound: {_p2(self.error_bound)} (per test {_p2(self.per_test_bound)}; "
                              f"target {_p2(self.target_error)})"
                              + (" — relies on the Li–Wu conjecture" if self.conjecture else "")
+                             + (" — by exponent atoms" if self.argument == "exponent atoms" else "")
                              + (" — heuristic (sqrt)" if self.heuristic else ""))
                 lines.append(f"  constants: coefficients of up to {self.constant_bits:.0f} bits; a drawn prime "
                              f"dividing one adds {_p2(self.constant_term)} per test (of {self.pairs:,.0f} pairs)")
