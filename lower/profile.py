@@ -25,15 +25,18 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from mugraph.errors import ResourceError
+from mugraph.checks import _is_sequence, short, strict_int
+from mugraph.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from mugraph.ir import BlockGraph, KernelGraph
 
-from .config import KernelConfig
+from .config import MAX_STAGES, MAX_WARPS, KernelConfig, configs_for
 from .cost_model import H100, DeviceParams, estimate
 from .plan import plan
 from .runtime import capture_graph, compile as lower_compile
@@ -429,9 +432,14 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     rest. Whatever is timed next is chosen by the cost model corrected by the times measured
     so far on this kernel (:class:`lower.tuning_order.ErrorModel`), so a budget cut keeps
     what the measurements point to.
+
+    Every argument is checked first (:func:`_check_tune_args`): a wrong one is a one-line
+    :class:`~mugraph.errors.MugraphError` naming it, before anything is ranked or compiled.
     """
     import time
 
+    warps, stages, small_mm = _check_tune_args(graph, inputs, top, device_params, warps, stages, log, ref, tol,
+                                               timing, small_mm, budget_s, predict_only, history)
     t_start = time.monotonic()
     gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
@@ -592,6 +600,90 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     return ProfileResult(graph, configs, t, pred, True, trials, prog, timings, cut)
 
 
+def _finite(v: Any) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _choices(v: Any, name: str, ok: Callable[[Any], bool], allowed: str) -> tuple:
+    """A non-empty sequence (not a string) whose every item passes ``ok``, as a tuple."""
+    if not _is_sequence(v) or not len(v):
+        raise ArgumentTypeError(f"lower.tune: {name}={short(v)} must be a non-empty list or tuple, each item "
+                                f"{allowed}")
+    for x in v:
+        if not ok(x):
+            raise ConfigError(f"lower.tune: {name} holds {short(x, 30)}; each must be {allowed}")
+    return tuple(v)
+
+
+def _check_tune_args(graph: Any, inputs: Any, top: Any, device_params: Any, warps: Any, stages: Any, log: Any,
+                     ref: Any, tol: Any, timing: Any, small_mm: Any, budget_s: Any, predict_only: Any,
+                     history: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+    """:func:`tune`'s arguments checked up front, each by type and range, so a wrong one is a
+    one-line error naming it — not a ``TypeError`` from deep in the sweep after minutes of
+    compiling, or a silent misuse (``warps=4`` iterated, a NaN tolerance that passes nothing).
+    Returns ``warps``, ``stages`` and ``small_mm`` as tuples."""
+    if not isinstance(graph, KernelGraph):
+        raise ArgumentTypeError(f"lower.tune: expected a KernelGraph or Program, got {type(graph).__name__}")
+    if inputs is not None:
+        if not isinstance(inputs, Mapping):
+            raise InputError(f"lower.tune: inputs must map input names to torch tensors, got {type(inputs).__name__}")
+        names = [t.name for t in graph.inputs]
+        for k, v in inputs.items():
+            if k not in names:
+                raise InputError(f"lower.tune: unexpected input {short(k, 30)}; the inputs are {names}")
+            if not isinstance(v, torch.Tensor):
+                raise InputError(f"lower.tune: input {k!r} must be a torch.Tensor, got {type(v).__name__}")
+    try:
+        n = strict_int(top, "lower.tune: top")
+    except MugraphError:
+        raise ArgumentTypeError(f"lower.tune: top={short(top)} must be an int >= 1") from None
+    if n < 1:
+        raise ConfigError(f"lower.tune: top={n} must be >= 1 (first-round layouts timed per kernel)")
+    if not isinstance(device_params, DeviceParams):
+        raise ArgumentTypeError(f"lower.tune: device_params must be a lower.cost_model.DeviceParams (e.g. H100), "
+                                f"got {type(device_params).__name__}")
+
+    def small_int(lo: int, hi: int, pow2: bool = False) -> Callable[[Any], bool]:
+        return lambda x: (isinstance(x, numbers.Integral) and not isinstance(x, bool) and lo <= x <= hi
+                          and (not pow2 or x & (x - 1) == 0))
+
+    warps = _choices(warps, "warps", small_int(1, MAX_WARPS, True), f"a power of two from 1 to {MAX_WARPS}")
+    stages = _choices(stages, "stages", small_int(1, MAX_STAGES), f"an int from 1 to {MAX_STAGES}")
+    warps, stages = tuple(int(w) for w in warps), tuple(int(st) for st in stages)
+    if log is not None and not callable(log):
+        raise ArgumentTypeError(f"lower.tune: log={short(log)} must be a function of one string, or None")
+    if ref is not None:
+        if not _is_sequence(ref) or len(ref) != len(graph.outputs) or not all(isinstance(r, torch.Tensor)
+                                                                                for r in ref):
+            raise InputError(f"lower.tune: ref must be a list of {len(graph.outputs)} torch tensors (the float64 "
+                             f"outputs), got {short(ref, 40)}")
+    if not _finite(tol):
+        raise ArgumentTypeError(f"lower.tune: tol={short(tol)} must be a finite number > 0")
+    if not tol > 0:
+        raise ConfigError(f"lower.tune: tol={tol} must be > 0 (the relative error a timed variant may have)")
+    if not isinstance(timing, str) or timing not in TIMINGS:
+        raise ConfigError(f"lower.tune: timing={short(timing)} must be one of {sorted(TIMINGS)}")
+    small_mm = _choices(small_mm, "small_mm", lambda x: isinstance(x, str) and x in SMALL_MM,
+                        f"one of {SMALL_MM}")
+    if budget_s is not None:
+        if not _finite(budget_s):
+            raise ArgumentTypeError(f"lower.tune: budget_s={short(budget_s)} must be None or a finite number of "
+                                    "seconds >= 0")
+        if budget_s < 0:
+            raise ConfigError(f"lower.tune: budget_s={budget_s} must be >= 0 seconds")
+    if not isinstance(predict_only, bool):
+        raise ArgumentTypeError(f"lower.tune: predict_only={short(predict_only)} must be True or False")
+    if history is not None:
+        if not isinstance(history, Mapping):
+            raise ArgumentTypeError(f"lower.tune: history must be the timings dict of an earlier ProfileResult, "
+                                    f"got {type(history).__name__}")
+        for k, v in history.items():
+            if not isinstance(k, str) or not (v is None or _finite(v)):
+                raise ArgumentTypeError(f"lower.tune: history entry {short(k, 40)}: {short(v, 20)} is not a "
+                                        "configuration key and its seconds (or None)")
+    return warps, stages, small_mm
+
+
 def program_key(blocks, configs: dict[int, KernelConfig]) -> str:
     """One whole-program configuration: every graph-defined kernel's config label, in
     graph order (what :attr:`ProfileResult.timings` is keyed by)."""
@@ -615,7 +707,9 @@ def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, t
     a GPU, return the cost model's choice with ``measured=False``."""
     if tune_configs and configs is None:
         return tune(graph, inputs, **kw)
-    configs = dict(configs or {})
+    if not isinstance(graph, KernelGraph):
+        raise ArgumentTypeError(f"lower.profile: expected a KernelGraph or Program, got {type(graph).__name__}")
+    configs = configs_for(graph, configs, "lower.profile")
     pred = estimate(graph, kw.get("device_params", H100), configs)
     if not torch.cuda.is_available():
         return ProfileResult(graph, configs, None, pred, False)

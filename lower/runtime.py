@@ -25,12 +25,13 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from mugraph.errors import InputError, InvalidGraphError
+from mugraph.errors import ArgumentTypeError, InputError, InvalidGraphError
 from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
 from mugraph.ops import strided_view
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
+from .config import KernelConfigError, configs_for
 from .cost_model import H100, estimate
 from .memory import Buffer, MemoryPlan, check_shared_memory, nbytes, plan
 from .schedule import kernel_order
@@ -333,7 +334,7 @@ class CompiledProgram:
                     fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)
 
 
-def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig] | None = None,
+def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig | dict | str] | None = None,
             *, cuda_graphs: bool = True, use_z3: bool = True, poison: bool = False, copy_outputs: bool = True,
             smem_budget: int = DEFAULT_SMEM_BUDGET, pdl: bool | None = None,
             input_strides: Mapping[str, tuple[int, ...]] | None = None,
@@ -343,7 +344,9 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     ``device="cuda"`` compiles for the GPU (error if there is none); ``"cpu"`` runs
     the same Triton kernels under the interpreter. ``configs`` maps the op id of
     a graph-defined op to its :class:`KernelConfig` (warps, stages, split-K,
-    sub-tiles; see :mod:`lower.profile` for tuning). ``poison=True`` fills the
+    sub-tiles; see :mod:`lower.profile` for tuning), given as a config, a dict of its
+    fields or its label (``"w4s3k2"``); a key that is no graph-defined op of ``graph``, or
+    a config the op cannot take, is a one-line error naming the op id. ``poison=True`` fills the
     workspace and outputs with NaN before every call (tests: unwritten elements
     show). ``copy_outputs=False`` returns the static output buffers themselves
     (overwritten by the next call) instead of copies. ``pdl``: launch every Triton
@@ -358,7 +361,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     strides is copied into this layout first (:func:`conform`).
     """
     if not isinstance(graph, KernelGraph):
-        raise TypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")
+        raise ArgumentTypeError(f"lower.compile: expected a KernelGraph or Program, got {type(graph).__name__}")
     if device not in ("cuda", "cpu"):
         raise InputError(f"lower.compile: device must be 'cuda' or 'cpu', got {device!r}")
     if device == "cuda" and not torch.cuda.is_available():
@@ -371,7 +374,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
         raise InputError(f"lower.compile: pdl=True needs a CUDA device of compute capability 9.0 or later and a "
                          f"Triton with gdc_wait (device={device!r})")
     use_pdl = use_pdl if pdl is None else pdl
-    configs = dict(configs or {})
+    configs = configs_for(graph, configs, "lower.compile")
     if input_strides is not None:
         names = {t.name for t in graph.inputs}
         if not isinstance(input_strides, Mapping) or not set(input_strides) <= names:
@@ -401,8 +404,13 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
             cfg = configs.get(op.id, KernelConfig())
             name = f"{base}_k{op.id}"
             check_shared_memory(bg, 1, smem_budget, name)
-            k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
-                         interpret=device == "cpu", pdl=use_pdl)
+            try:
+                k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
+                             interpret=device == "cpu", pdl=use_pdl)
+            except KernelConfigError as e:  # a config this block cannot take: name whose it is
+                if op.id not in configs:
+                    raise
+                raise KernelConfigError(f"lower.compile: configs[{op.id}] ({cfg.label()}): {e}") from None
             steps.append(Step(op, k, name))
             parts.append(k.source)
             for ln in k.launches:

@@ -575,6 +575,123 @@ row(C, "out= two tensors", lambda: call(**targs(), out=[torch.empty(4, 4, dtype=
 row(C, "launcher wrong shape", lambda: compiled()[1].launcher(**targs(w=torch.ones(4, 4, dtype=torch.float16))),
     "InputError", "input 'w' has shape (4, 4)")
 
+# ================================================================== lowering: configs and tuning
+
+L = "lowering"
+
+
+def looped():
+    """A one-kernel μGraph (op 1, a loop of 4 iterations) for the lowering's own entries."""
+    kg = mg.KernelGraph("looped")
+    X = kg.input("X", (8, 64))
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=4)
+    bg.output(bg.accum(bg.input(X, imap={}, fmap=1)))
+    kg.output(kg.kernel(bg)[0])
+    return kg
+
+
+def lcompile(configs):
+    import lower
+
+    return lower.compile(looped(), device="cpu", configs=configs)
+
+
+def kcfg(**kw):
+    import lower
+
+    return lower.KernelConfig(**kw)
+
+
+def klabel(label):
+    import lower
+
+    return lower.KernelConfig.from_label(label)
+
+
+def ltune(**kw):
+    from lower.profile import tune
+
+    return tune(looped(), **{"predict_only": True, **kw})
+
+
+row(L, "compile configs a list", lambda: lcompile([1]), "ArgumentTypeError",
+    "configs must map op ids of graph-defined ops to KernelConfigs, got list")
+row(L, "compile configs key a str", lambda: lcompile({"1": "w4s3"}), "ArgumentTypeError",
+    "configs key: '1' is a str, not an int (keys are op ids of graph-defined ops: [1])")
+row(L, "compile configs key not a kernel", lambda: lcompile({0: "w4s3"}), "ConfigError",
+    "configs[0]: op 0 is not a graph-defined op of 'looped'; those are [1]")
+row(L, "compile configs label 'w4'", lambda: lcompile({1: "w4"}), "ConfigError",
+    "configs[1]: not a KernelConfig label: 'w4'; labels read w<warps>s<stages>")
+row(L, "compile configs value an int", lambda: lcompile({1: 4}), "ArgumentTypeError",
+    "configs[1]: expected a KernelConfig, a dict of its fields or a label")
+row(L, "compile configs dict unknown field", lambda: lcompile({1: {"warps": 4}}), "ConfigError",
+    "configs[1]: KernelConfig: unknown field 'warps'")
+row(L, "compile configs dict bad value", lambda: lcompile({1: {"num_warps": 3}}), "ConfigError",
+    "configs[1]: KernelConfig: num_warps=3: must be a power of two")
+row(L, "compile configs split not dividing", lambda: lcompile({1: "w4s3k3"}), "ConfigError",
+    "configs[1] (w4s3k3): looped_k1: split 3 must divide forloop 4")
+row(L, "compile a str", lambda: __import__("lower").compile("k", device="cpu"), "ArgumentTypeError",
+    "expected a KernelGraph or Program, got str")
+row(L, "label 'zzz'", lambda: klabel("zzz"), "ConfigError", "not a KernelConfig label: 'zzz'")
+row(L, "label an int", lambda: klabel(4), "ArgumentTypeError", "expected a label string, got int")
+row(L, "label 3 warps", lambda: klabel("w3s2"), "ConfigError",
+    "label 'w3s2': KernelConfig: num_warps=3: must be a power of two from 1 to 32")
+row(L, "label 0 stages", lambda: klabel("w4s0"), "ConfigError", "num_stages=0: must be from 1 to 16")
+row(L, "label a class split twice", lambda: klabel("w4s3p1:2x1:4"), "ConfigError", "names a class twice")
+row(L, "KernelConfig num_warps True", lambda: kcfg(num_warps=True), "ArgumentTypeError",
+    "num_warps: True is a bool, not an int")
+row(L, "KernelConfig num_stages 2.0", lambda: kcfg(num_stages=2.0), "ArgumentTypeError",
+    "num_stages: 2.0 is a float, not an int")
+row(L, "KernelConfig num_warps 64", lambda: kcfg(num_warps=64), "ConfigError",
+    "num_warps=64: must be a power of two from 1 to 32")
+row(L, "KernelConfig split 0", lambda: kcfg(split=0), "ConfigError", "split=0: must be from 1 to 1024")
+row(L, "KernelConfig chunk -2", lambda: kcfg(chunk=-2), "ConfigError", "chunk=-2: must be from 1 to 1024")
+row(L, "KernelConfig sub an int", lambda: kcfg(sub=5), "ArgumentTypeError", "sub=5 must be (class id, r) pairs")
+row(L, "KernelConfig sub factor 0", lambda: kcfg(sub=((1, 0),)), "ConfigError", "sub pair (1, 0)")
+row(L, "KernelConfig fp32_dot code", lambda: kcfg(fp32_dot='ieee"); import os'), "ConfigError",
+    "fp32_dot='ieee\"); import os': must be one of ('ieee', 'tf32', 'tf32x3')")
+row(L, "KernelConfig combine 'first'", lambda: kcfg(combine="first"), "ConfigError",
+    "combine='first': must be one of ('kernel', 'last')")
+row(L, "KernelConfig small_mm 1", lambda: kcfg(small_mm=1), "ArgumentTypeError",
+    "small_mm=1: must be one of ('dot', 'v', 'va'), got int")
+row(L, "KernelConfig defer_sums 1", lambda: kcfg(defer_sums=1), "ArgumentTypeError",
+    "defer_sums=1: must be True or False")
+row(L, "KernelConfig.from_dict a list", lambda: __import__("lower").KernelConfig.from_dict([1]), "ArgumentTypeError",
+    "expected a dict of fields, got list")
+row(L, "tune a str", lambda: __import__("lower").tune("k"), "ArgumentTypeError",
+    "lower.tune: expected a KernelGraph or Program, got str")
+row(L, "tune inputs a list", lambda: ltune(inputs=[1]), "InputError", "inputs must map input names")
+row(L, "tune unknown input", lambda: ltune(inputs={"Y": torch.ones(1)}), "InputError",
+    "unexpected input 'Y'; the inputs are ['X']")
+row(L, "tune input an array", lambda: ltune(inputs={"X": np.ones((8, 64))}), "InputError",
+    "input 'X' must be a torch.Tensor, got ndarray")
+row(L, "tune top 0", lambda: ltune(top=0), "ConfigError", "top=0 must be >= 1")
+row(L, "tune top '6'", lambda: ltune(top="6"), "ArgumentTypeError", "top='6' must be an int >= 1")
+row(L, "tune device_params a str", lambda: ltune(device_params="H100"), "ArgumentTypeError",
+    "device_params must be a lower.cost_model.DeviceParams")
+row(L, "tune warps 4", lambda: ltune(warps=4), "ArgumentTypeError", "warps=4 must be a non-empty list or tuple")
+row(L, "tune warps (3,)", lambda: ltune(warps=(3,)), "ConfigError",
+    "warps holds 3; each must be a power of two from 1 to 32")
+row(L, "tune stages ()", lambda: ltune(stages=()), "ArgumentTypeError", "stages=() must be a non-empty")
+row(L, "tune stages (0,)", lambda: ltune(stages=(0,)), "ConfigError", "stages holds 0; each must be an int from 1")
+row(L, "tune log 5", lambda: ltune(log=5), "ArgumentTypeError", "log=5 must be a function")
+row(L, "tune ref a tensor", lambda: ltune(ref=torch.ones(8, 16)), "InputError", "ref must be a list of 1 torch")
+row(L, "tune tol NaN", lambda: ltune(tol=float("nan")), "ArgumentTypeError", "tol=nan must be a finite number")
+row(L, "tune tol 0", lambda: ltune(tol=0), "ConfigError", "tol=0 must be > 0")
+row(L, "tune timing 'hot'", lambda: ltune(timing="hot"), "ConfigError",
+    "timing='hot' must be one of ['cold', 'graph', 'warm']")
+row(L, "tune small_mm 'dot'", lambda: ltune(small_mm="dot"), "ArgumentTypeError",
+    "small_mm='dot' must be a non-empty list or tuple")
+row(L, "tune small_mm ('x',)", lambda: ltune(small_mm=("x",)), "ConfigError", "small_mm holds 'x'")
+row(L, "tune budget_s -1", lambda: ltune(budget_s=-1), "ConfigError", "budget_s=-1 must be >= 0 seconds")
+row(L, "tune budget_s '1'", lambda: ltune(budget_s="1"), "ArgumentTypeError", "budget_s='1' must be None or")
+row(L, "tune predict_only 1", lambda: ltune(predict_only=1), "ArgumentTypeError", "predict_only=1 must be True")
+row(L, "tune history a list", lambda: ltune(history=[1]), "ArgumentTypeError", "history must be the timings dict")
+row(L, "tune history seconds a str", lambda: ltune(history={"k1:w4s3": "1"}), "ArgumentTypeError",
+    "history entry 'k1:w4s3'")
+row(L, "profile configs of another graph", lambda: __import__("lower").profile(looped(), configs={7: "w4s3"}),
+    "ConfigError", "lower.profile: configs[7]: op 7 is not a graph-defined op")
+
 # ================================================================== save / load
 
 F = "save/load"
