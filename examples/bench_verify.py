@@ -94,6 +94,9 @@ def fuzz(n: int, seed: int):
             per[name]["verifier undecided"] += 1
             continue
         acc = bool(v.equivalent)
+        c[f"argument: {v.argument or 'none'}"] += 1  # how the bound that decided the number of tests was argued
+        if v.argument == "exponent atoms":
+            c["argument: exponent atoms, different"] += bool(truth)
         key = ("accepted" if acc else "rejected") + "-but-" + ("different" if truth else "same") \
             if acc == truth else ("accepted-same" if acc else "rejected-different")
         c[key] += 1
@@ -332,6 +335,8 @@ def soundness(n: int, seed: int) -> int:
     print(f"| **same function, rejected (false rejections)** | **{c['rejected-but-same']}** |")
     print(f"| undecided: float64 overflows (no ground truth) | {c['undecided (float64 not finite)']} |")
     print(f"| undecided: verifier (field mismatch through sqrt, float64 agrees) | {c['undecided (verifier)']} |")
+    for k in sorted(k for k in c if k.startswith("argument: ")):  # how each verdict's bound was argued
+        print(f"| bound by {k[len('argument: '):]} | {c[k]} |")
     for label, what in (("former", f"the former fixed pair p={FORMER.p}, q={FORMER.q}"),
                         ("mirage", "Mirage's p=167, q=83")):
         tried = c[f"{label} tried"]

@@ -28,6 +28,7 @@ from lower.cost_model import estimate
 import verify
 from search.checkpoint import fingerprint_of
 from search.config import check_fields, check_keys
+from verify.floatcheck import FloatReference
 
 from ..errors import ArgumentTypeError, ConfigError, MugraphError, ResourceError
 from ..files import as_path, safe_name
@@ -331,18 +332,22 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
+    # the checks end where the GPU's share of the budget begins (half the slack left for them)
+    check_until = None if scfg.time_limit is None else float(scfg.time_limit) + SLACK_S / 2
     try:
         with phases.phase("check"):
+            # the program's side of every float check computed once, on the GPU when there is one
+            prepared = FloatReference(program, seed=seed, dtypes=dtypes, device=device)
             # the proven ones first: an unproven candidate is only checked for the report
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
-                if c.origin == "search" and phases.left() < 0:
+                if c.origin == "search" and check_until is not None and phases.elapsed() > check_until:
                     c.rejected = "not checked: the wall-time budget was spent"
                     continue
                 if not cfg.allow_unproven and not _proven(c):
                     _price(c)  # it cannot ship: priced for the report, never float-checked
                     continue
-                bound = _check_candidate(program, cfg, seed, dtypes, c, bound)
+                bound = _check_candidate(program, cfg, seed, dtypes, c, bound, prepared)
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
         interrupted = True
         for c in cands:
@@ -354,9 +359,11 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified"
                           + (f"; rerun to resume the search from {scfg.checkpoint}" if scfg.checkpoint else ""))
     if not alive:
+        prog = next((c for c in cands if c.origin == "program"), None)
+        why_prog = f"; the program itself: {prog.rejected} ({prog.float_summary})" if prog is not None else ""
         raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification"
                            + (f" ({len(set_aside)} unproven set aside; OptimizeConfig(allow_unproven=True) "
-                              "ships the best of them)" if set_aside else ""))
+                              "ships the best of them)" if set_aside else "") + why_prog[:400])
     best, why = alive[0], ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel "
                            "configs), not timed")
     if device == "cuda" and not interrupted:
@@ -439,7 +446,7 @@ def _warn_if_unproven(program: Program, best: Candidate, error: float) -> None:
 
 
 def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c: Candidate,
-                     bound: float | None) -> float | None:
+                     bound: float | None, prepared: FloatReference | None = None) -> float | None:
     """Verdict, float check and predicted time of one candidate (``c.rejected`` says why not)."""
     if c.origin == "search":
         # a verdict the search computed (same program, error and seed: deterministic) is
@@ -451,7 +458,8 @@ def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c
         if not v.equivalent:  # the search verified it already; never ship on a disagreement
             c.rejected = "verification failed"
             return bound
-    fr = verify.float_check(program, c.graph, dtypes=dtypes, seed=seed)
+    fr = verify.float_check(program, c.graph, dtypes=dtypes, seed=seed, prepared=prepared,
+                            device=None if prepared is None else prepared.device)
     c.float_ok, c.float_summary = bool(fr.passed), str(fr).splitlines()[0] if str(fr) else ""
     if not c.float_ok:
         c.rejected = "float check failed"
