@@ -33,6 +33,12 @@ MAX_FACTOR = 1024
 #: ``fp32_dot``: the ``input_precision`` of a float32 ``tl.dot`` — the word is written into the
 #: generated source, so only the precisions Triton names on every supported version pass
 FP32_DOTS = ("ieee", "tf32", "tf32x3")
+#: ``combine``: how split-K partial accumulators are summed — by a second kernel, or by the
+#: last program to finish (:mod:`lower.plan`)
+COMBINES = ("kernel", "last")
+#: ``small_mm``: how a small matmul (m or n below ``tl.dot``'s 16) is lowered
+#: (:data:`lower.tiles.SMALL_MM` describes each mode)
+SMALL_MM = ("dot", "v", "va")
 #: the label grammar, for messages
 LABEL_FORM = "w<warps>s<stages>[c<chunk>][k<split>[L]][p<class>:<r>x…][v|va][r][u][A], e.g. 'w4s3' or 'w4s3c2k4Lp1:2v'"
 
@@ -97,9 +103,6 @@ class KernelConfig:
             if not 1 <= getattr(self, name) <= MAX_FACTOR:
                 raise KernelConfigError(f"KernelConfig: {name}={getattr(self, name)}: must be from 1 to {MAX_FACTOR}")
         set_(self, "sub", _check_sub(self.sub))
-        from .plan import COMBINES  # (the planner and the tile analysis import this module)
-        from .tiles import SMALL_MM
-
         for name, allowed in (("fp32_dot", FP32_DOTS), ("combine", COMBINES), ("small_mm", SMALL_MM)):
             v = getattr(self, name)
             if not isinstance(v, str):

@@ -32,7 +32,7 @@ from typing import Callable
 from mugraph.ir import AXES, BlockGraph, Op, Tensor
 from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
 
-from .config import KernelConfig, KernelConfigError
+from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
 from .tiles import TileInfo, analyze
 
@@ -40,8 +40,6 @@ DEFER_SUM_REGS = 32
 """Most fp32 registers per thread an un-reduced sum accumulator may take
 (:attr:`KernelPlan.deferred_sums`)."""
 
-COMBINES = ("kernel", "last")
-"""How split-K partial accumulators are summed (``KernelConfig.combine``)."""
 
 
 @dataclass(eq=False)

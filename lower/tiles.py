@@ -32,25 +32,24 @@ from mugraph.ir import BlockGraph, Tensor
 from mugraph.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.unionfind import UnionFind
 
-from .config import KernelConfigError
+from .config import SMALL_MM, KernelConfigError
 
 DOT_MIN = 16
 """Smallest extent ``tl.dot`` accepts on each of m, n, k."""
 
-SMALL_MM = ("dot", "v", "va")
-"""How a *small* matmul (real m or n below :data:`DOT_MIN`, e.g. the M = 2 rows of
-rmsnorm_matmul at b = 1) is lowered (``KernelConfig.small_mm``):
-
-* ``"dot"`` — ``tl.dot`` like every other matmul: m and n are padded to 16, and
-  the A operand (with every element-wise op that makes it) is computed at the
-  padded size, in the dot-operand layout, i.e. once per warp (docs/history/lowering.md, balanced grids);
-* ``"v"`` — a broadcast multiply and ``tl.sum`` over k in fp32 on the CUDA
-  cores, each loop step: tiles keep their power-of-two extents (2 stays 2);
-* ``"va"`` — as ``"v"``, but when the matmul feeds an accumulator directly the
-  un-reduced product ``a[m, k, None] * b[None, k, n]`` is accumulated and summed
-  over k once after the loop (no per-step reduction; ``m·k·n`` fp32 registers,
-  so only offered while that stays under :data:`DEFER_MAX`).
-"""
+# ``SMALL_MM`` (defined with the config's other vocabularies in :mod:`lower.config`): how a *small* matmul (real m or n below :data:`DOT_MIN`, e.g. the M = 2 rows of
+# rmsnorm_matmul at b = 1) is lowered (``KernelConfig.small_mm``):
+#
+# * ``"dot"`` — ``tl.dot`` like every other matmul: m and n are padded to 16, and
+#   the A operand (with every element-wise op that makes it) is computed at the
+#   padded size, in the dot-operand layout, i.e. once per warp (docs/history/lowering.md, balanced grids);
+# * ``"v"`` — a broadcast multiply and ``tl.sum`` over k in fp32 on the CUDA
+#   cores, each loop step: tiles keep their power-of-two extents (2 stays 2);
+# * ``"va"`` — as ``"v"``, but when the matmul feeds an accumulator directly the
+#   un-reduced product ``a[m, k, None] * b[None, k, n]`` is accumulated and summed
+#   over k once after the loop (no per-step reduction; ``m·k·n`` fp32 registers,
+#   so only offered while that stays under :data:`DEFER_MAX`).
+#
 
 DEFER_MAX = 16384
 """Most fp32 elements (64 KB of registers per program) the un-reduced ``"va"``
