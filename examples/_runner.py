@@ -35,8 +35,8 @@ def main(name: str) -> int:
     import torch
 
     import mugraph as mg
-    from mugraph.benchmarks import program
-    from mugraph.benchmarks.torch_versions import TORCH
+    from mugraph.core.benchmarks import program
+    from mugraph.core.benchmarks.torch_versions import TORCH
 
     p = program(name, b=args.batch, small=args.small)
     limits = {"time_limit": args.time_limit, "max_kernel_ops": args.max_kernel_ops, "max_results": args.max_results}

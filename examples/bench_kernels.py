@@ -44,7 +44,7 @@ NAMES = ["rmsnorm_matmul", "gated_mlp", "lora", "gqa", "qknorm_gqa", "ntrans"]
 
 from lower.calibration import spearman  # noqa: E402
 from lower.profile import TIMINGS, measure  # noqa: E402
-from mugraph.benchmarks.torch_versions import SDPA, TORCH, sdpa_call  # noqa: E402  the baselines, in one place
+from mugraph.core.benchmarks.torch_versions import SDPA, TORCH, sdpa_call  # noqa: E402  the baselines, in one place
 
 
 def stream_probe(nbytes: int, timing: str) -> float:
@@ -99,7 +99,7 @@ def main() -> int:
     import mugraph as mg
     from lower import cost_model
     from lower.testing import bench_inputs
-    from mugraph.benchmarks import reference
+    from mugraph.core.benchmarks import reference
 
     os.makedirs(args.out, exist_ok=True)
     head = args.modes[0]

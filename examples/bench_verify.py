@@ -49,7 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import verify  # noqa: E402
-from mugraph.benchmarks import REFERENCES, program, reference  # noqa: E402
+from mugraph.core.benchmarks import REFERENCES, program, reference  # noqa: E402
 from verify.family import DEFAULT  # noqa: E402
 from verify.field import MIRAGE, Field  # noqa: E402
 from verify.fuzz import corpus_graph, differs, mutate  # noqa: E402
@@ -286,7 +286,7 @@ def speed(quick: bool, device: str) -> int:
     print()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    print("## Field tests per second at the small shapes (mugraph.benchmarks.SMALL; CPU, one thread)")
+    print("## Field tests per second at the small shapes (mugraph.core.benchmarks.SMALL; CPU, one thread)")
     print()
     print("| benchmark | fingerprints/s (μGraph) | full tests/s (program + μGraph) | verdicts |")
     print("|---|---|---|---|")
@@ -370,7 +370,7 @@ def soundness(n: int, seed: int) -> int:
 
 
 if __name__ == "__main__":
-    from mugraph.errors import MugraphError
+    from mugraph.core.errors import MugraphError
     try:
         sys.exit(main())
     except MugraphError as e:  # e.g. --device cuda where torch sees no GPU

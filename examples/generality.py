@@ -1,6 +1,6 @@
 """The search on programs it was never tuned for: a softmax, a residual + RMSNorm, a low-rank
 chain, a two-layer SiLU MLP, a matmul with a residual, and decode-shaped grouped-query
-attention (one query row per head, a 2k–8k-key cache: ``mugraph.benchmarks.DECODE``).
+attention (one query row per head, a 2k–8k-key cache: ``mugraph.core.benchmarks.DECODE``).
 
 Nothing in ``search/`` knows these programs. Without ``--gpu`` this prints, for each, the
 search's wall time, the time to the first fingerprint match, the verified μGraphs
@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 def programs(small: bool):
     import mugraph as mg
-    from mugraph.benchmarks import DECODE, program
+    from mugraph.core.benchmarks import DECODE, program
 
     rows, hidden, rank = (8, 256, 8) if small else (64, 4096, 16)
     sm = mg.Program("softmax")
@@ -88,8 +88,8 @@ def _kernels(g) -> str:
 
 def in_torch(p):
     """``p`` as PyTorch code: each op one torch call on the inputs' dtype (the catalog's
-    float rows, :data:`mugraph.algebra.FLOAT_OPS`) — the program as a user writes it."""
-    from mugraph.algebra import FLOAT_OPS
+    float rows, :data:`mugraph.core.algebra.FLOAT_OPS`) — the program as a user writes it."""
+    from mugraph.core.algebra import FLOAT_OPS
 
     def run(*xs):
         env = dict(zip(p.inputs, xs))
@@ -134,7 +134,7 @@ def on_gpu(args) -> int:
     import mugraph as mg
     from lower.cost_model import memory_floor_bytes
     from lower.profile import measure
-    from mugraph.benchmarks.torch_versions import SDPA, sdpa_call
+    from mugraph.core.benchmarks.torch_versions import SDPA, sdpa_call
     from mugraph.pipeline.bench import copy_bandwidth
 
     bw = copy_bandwidth()
@@ -198,7 +198,7 @@ def on_gpus(args) -> int:
     (:mod:`mugraph.pipeline.parallel`); the rows merged into ``--out``/generality.csv."""
     import torch
 
-    from mugraph.errors import MugraphError
+    from mugraph.core.errors import MugraphError
     from mugraph.pipeline import parallel
 
     try:

@@ -17,11 +17,11 @@ import time
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import DECODE, REFERENCES, decode_attention, program, reference
+from mugraph.core.benchmarks import DECODE, REFERENCES, decode_attention, program, reference
 from verify.bound import pair_bound, tests_needed
 from verify.equivalence import _bound, make_plan, summarize
 from verify.family import DEFAULT
-from mugraph.rewrite import live_graph
+from mugraph.core.rewrite import live_graph
 
 
 def vocab_softmax(m: int = 32, n: int = 32000) -> mg.Program:

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import search  # noqa: E402
-from mugraph.benchmarks import program  # noqa: E402
+from mugraph.core.benchmarks import program  # noqa: E402
 
 MIRAGE = {  # paper Table 5, seconds: (default, no multithreading, no abstract expressions)
     5: (11, 58, 768), 6: (16, 93, 19934), 7: (22, 150, None), 8: (24, 152, None),

@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import search  # noqa: E402
-from mugraph.benchmarks import program  # noqa: E402
+from mugraph.core.benchmarks import program  # noqa: E402
 
 FIELDS = ["executor", "workers", "wall_s", "oracle_s", "search_s", "rest_s", "speedup", "block_states", "candidates",
           "tasks_done", "tasks", "root_tasks", "longest_task_s", "complete", "failed_tasks", "worker_startup_s"]

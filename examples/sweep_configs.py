@@ -60,7 +60,7 @@ def main() -> int:
     from lower.cost_model import estimate
     from lower.profile import _time
     from lower.testing import bench_inputs
-    from mugraph.benchmarks import reference
+    from mugraph.core.benchmarks import reference
 
     rows = []
     sizes = {k: int(v) for k, v in (kv.split("=", 1) for kv in args.sizes)}

@@ -9,7 +9,7 @@ The same check from the command line, with the graphs in files:
     python -m mugraph verify gqa.json gqa_kernel.json
     python -m mugraph verify pair.py pair.py         # a .py defining REF and CAND
 
-The μGraph (as in ``mugraph.benchmarks.handwritten``) runs two kernels. Kernel 1,
+The μGraph (as in ``mugraph.core.benchmarks.handwritten``) runs two kernels. Kernel 1,
 grid (batch, KV chunk), loops through its chunk accumulating Σ exp(q·k) and
 Σ exp(q·k)·v; kernel 2, grid (batch, query rows), loops over the chunks,
 accumulates both partials and divides. The bugs:
@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mugraph as mg  # noqa: E402
 import verify  # noqa: E402
-from mugraph.benchmarks import program  # noqa: E402
+from mugraph.core.benchmarks import program  # noqa: E402
 
 SMALL = dict(queries=32, head_dim=16, kv=256, chunks=4, loop=4, row_tile=16)
 FULL = dict(queries=256, head_dim=64, kv=4096, chunks=16, loop=4, row_tile=64)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import mugraph as mg
-from mugraph.benchmarks import decode_attention, program
+from mugraph.core.benchmarks import decode_attention, program
 
 PHASES = ("search", "check", "gpu_reference", "gpu_tuning")
 

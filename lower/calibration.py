@@ -21,9 +21,9 @@ import os
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from mugraph.benchmarks import reference
-from mugraph.serialize import graph_from_json
-from mugraph.text import kernel_structure
+from mugraph.core.benchmarks import reference
+from mugraph.core.serialize import graph_from_json
+from mugraph.core.text import kernel_structure
 
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate
@@ -199,7 +199,7 @@ class TimedRow(NamedTuple):
 
     model: float              # s: the cost model at the timed configs
     measured: float           # s
-    structure: str            # mugraph.text.kernel_structure
+    structure: str            # mugraph.core.text.kernel_structure
     planned: float | None     # s: what the re-ranking's plan ranked it by, if recorded
     reference: bool           # the hand-written reference (never the plan's to choose)
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mugraph.ir import AXES, BlockGraph
+from mugraph.core.ir import AXES, BlockGraph
 
 from .config import KernelConfig, KernelConfigError, parse_sub
 from .emit import EMITTERS, TL_DTYPE, Emitter, Val, emit_block

@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from mugraph.checks import _is_sequence, short, strict_int
-from mugraph.errors import ArgumentTypeError, ConfigError, MugraphError
-from mugraph.ir import KernelGraph
+from mugraph.core.checks import _is_sequence, short, strict_int
+from mugraph.core.errors import ArgumentTypeError, ConfigError, MugraphError
+from mugraph.core.ir import KernelGraph
 
 
 class KernelConfigError(ConfigError, ValueError):

@@ -79,8 +79,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mugraph.ir import DTYPES, KernelGraph, Op
-from mugraph.ops import Category, category, is_contraction
+from mugraph.core.ir import DTYPES, KernelGraph, Op
+from mugraph.core.ops import Category, category, is_contraction
 
 from .config import KernelConfig, KernelConfigError
 from .memory import padded_shared_memory

@@ -53,10 +53,10 @@ import tempfile
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from mugraph.benchmarks import REFERENCES, reference
-from mugraph.errors import MugraphError
-from mugraph.ir import KernelGraph, Op
-from mugraph.progress import Progress
+from mugraph.core.benchmarks import REFERENCES, reference
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import KernelGraph, Op
+from mugraph.core.progress import Progress
 
 from . import cost_model, layout
 from .calibration import DATA as TIMING_DATA, measurements

@@ -49,9 +49,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from mugraph.errors import InputError
-from mugraph.ir import KernelGraph, Tensor
-from mugraph.ops import reduction, reorders, selects
+from mugraph.core.errors import InputError
+from mugraph.core.ir import KernelGraph, Tensor
+from mugraph.core.ops import reduction, reorders, selects
 
 from .plan import plan
 

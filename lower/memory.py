@@ -22,8 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mugraph.errors import ResourceError
-from mugraph.ir import DTYPES, BlockGraph
+from mugraph.core.errors import ResourceError
+from mugraph.core.ir import DTYPES, BlockGraph
 
 from .config import KernelConfig
 from .plan import KernelPlan

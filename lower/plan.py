@@ -29,8 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mugraph.ir import AXES, BlockGraph, Op, Tensor
-from mugraph.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
+from mugraph.core.ir import AXES, BlockGraph, Op, Tensor
+from mugraph.core.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
 
 from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block

@@ -32,9 +32,9 @@ from typing import Any, Callable
 
 import torch
 
-from mugraph.checks import _is_sequence, short, strict_int
-from mugraph.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
-from mugraph.ir import BlockGraph, KernelGraph
+from mugraph.core.checks import _is_sequence, short, strict_int
+from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
+from mugraph.core.ir import BlockGraph, KernelGraph
 
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, configs_for
 from .cost_model import H100, DeviceParams, estimate
@@ -434,7 +434,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     what the measurements point to.
 
     Every argument is checked first (:func:`_check_tune_args`): a wrong one is a one-line
-    :class:`~mugraph.errors.MugraphError` naming it, before anything is ranked or compiled.
+    :class:`~mugraph.core.errors.MugraphError` naming it, before anything is ranked or compiled.
     """
     import time
 

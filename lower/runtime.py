@@ -25,9 +25,9 @@ from typing import Any, Callable, Mapping
 
 import torch
 
-from mugraph.errors import ArgumentTypeError, InputError, InvalidGraphError
-from mugraph.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
-from mugraph.ops import strided_view
+from mugraph.core.errors import ArgumentTypeError, InputError, InvalidGraphError
+from mugraph.core.ir import DEFAULT_SMEM_BUDGET, KernelGraph, Op, Tensor
+from mugraph.core.ops import strided_view
 
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mugraph.ir import BlockGraph, KernelGraph, Op
+from mugraph.core.ir import BlockGraph, KernelGraph, Op
 
 
 @dataclass

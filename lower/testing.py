@@ -1,6 +1,6 @@
 """Random valid μGraphs, inputs and a checker, for testing lowering.
 
-The graphs come from the one generator of random μGraphs, :mod:`mugraph.randgraph`
+The graphs come from the one generator of random μGraphs, :mod:`mugraph.core.randgraph`
 (the verifier's fuzz draws from it too), under its lowering profile: every block op
 of the catalog, 1–3 grid axes, loops, dims both imapped and fmapped, replicated
 inputs, several savers, post-loop ops, broadcasting of tiles, odd sizes (padding +
@@ -15,14 +15,14 @@ from dataclasses import replace
 
 import torch
 
-from mugraph.interpreter import evaluate
-from mugraph.ir import KernelGraph
-from mugraph.randgraph import LOWERING, random_ugraph
+from mugraph.core.interpreter import evaluate
+from mugraph.core.ir import KernelGraph
+from mugraph.core.randgraph import LOWERING, random_ugraph
 
 
 def random_graph(seed: int, dtype: str = "float32", max_tries: int = 50) -> KernelGraph:
-    """A random valid μGraph (deterministic in ``seed``): :func:`mugraph.randgraph.random_ugraph`
-    under the lowering's profile (:data:`mugraph.randgraph.LOWERING`) with ``dtype`` inputs."""
+    """A random valid μGraph (deterministic in ``seed``): :func:`mugraph.core.randgraph.random_ugraph`
+    under the lowering's profile (:data:`mugraph.core.randgraph.LOWERING`) with ``dtype`` inputs."""
     return random_ugraph(seed, replace(LOWERING, dtype=dtype), max_tries)
 
 

@@ -11,7 +11,7 @@ the next power of two, raised to 16 when the class feeds ``tl.dot``. A size-1
 dim that broadcasts against a larger one is *not* joined (it stays 1 and Triton
 broadcasts it), so broadcasting keeps numpy semantics.
 
-Which dims an op joins comes from the catalog (:func:`mugraph.ops.dim_map`): the
+Which dims an op joins comes from the catalog (:func:`mugraph.core.ops.dim_map`): the
 dims it keeps as the same axis, the axes it contracts, the dims it reduces or whose
 elements it moves.
 
@@ -28,9 +28,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mugraph.ir import BlockGraph, Tensor
-from mugraph.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
-from mugraph.unionfind import UnionFind
+from mugraph.core.ir import BlockGraph, Tensor
+from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
+from mugraph.core.unionfind import UnionFind
 
 from .config import SMALL_MM, KernelConfigError
 

@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from mugraph.algebra import window
+from mugraph.core.algebra import window
 
 TorchFn = Callable[[list[torch.Tensor], dict, torch.dtype, torch.device], torch.Tensor]
 

@@ -9,26 +9,23 @@ Build a Lax program, write or search μGraphs, evaluate them, save and draw them
     mg.check_lax(p)
     (Y,) = mg.evaluate(p, {"X": x, "W1": w1, "W2": w2})
 
-Importing ``mugraph`` imports the IR core only. The product's names —
-``superoptimize``, ``Optimized``, ``OptimizeConfig``, ``Candidate`` and ``save`` /
-``load`` (which also handle ``superoptimize`` results) — are served lazily from
-:mod:`mugraph.pipeline` on first use, and ``from_torch`` (capture PyTorch code into
-Lax pieces) from :mod:`mugraph.frontend`, because the product imports the stages
-``search``, ``verify`` and ``lower``, which import the core.
+This module is the roof over three floors (docs/layout.md): the IR core
+(:mod:`mugraph.core`), the stages (``search``, ``verify``, ``lower``) and the product
+(:mod:`mugraph.pipeline`, :mod:`mugraph.frontend`, :mod:`mugraph.cli`). It re-exports the
+core's names at once; the product's — ``superoptimize``, ``Optimized``, ``OptimizeConfig``,
+``Candidate``, ``save`` / ``load`` (which also handle ``superoptimize`` results) and
+``from_torch`` — on first use, so that ``import mugraph`` to build and evaluate a program
+costs the core alone (torch), not the stages (Triton, Z3, egglog, numba: twice the import
+time) — and Triton is first imported where the lowering chooses its interpreter mode on a CPU.
 """
 
-from . import errors, limits
-from .algebra import Algebra, FloatAlgebra
-from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, permute, repeat, reshape,
-                      rms_norm, scale, silu, slice, sqrt, square, sub, sum, transpose)
-from .errors import (ArgumentTypeError, CacheError, ConfigError, ConstantError, DTypeError, InputError, InvalidGraphError,
-                     MugraphError, NotLaxError, ResourceError, SerializationError, ShapeError, UnsupportedOpError)
-from .interpreter import evaluate
-from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
-from .lax import check_lax, is_lax
-from .ops import CATALOG
-from .render import render, to_dot
-from .version import __version__  # noqa: F401 - the package version
+from .core import (CATALOG, DTYPES, Algebra, ArgumentTypeError, BlockGraph, CacheError, ConfigError, ConstantError,
+                   DTypeError, FloatAlgebra, InputError, InvalidGraphError, KernelGraph, MugraphError, NotLaxError,
+                   Program, ResourceError, SerializationError, ShapeError, Tensor, ThreadGraph, UnsupportedOpError,
+                   add, build_thread_graphs, check_lax, concat, constant, div, errors, evaluate, exp, is_lax, limits,
+                   matmul, max, mean, mul, permute, render, repeat, reshape, rms_norm, scale, silu, slice, sqrt,
+                   square, sub, sum, to_dot, transpose)
+from .core.version import __version__  # noqa: F401 - the package version
 
 #: the product's public names, imported from :mod:`mugraph.pipeline` when first used
 _PRODUCT = ("superoptimize", "Optimized", "OptimizeConfig", "Candidate", "save", "load")
@@ -38,7 +35,7 @@ _FRONTEND = ("from_torch",)
 
 def __getattr__(name: str):
     if name in _PRODUCT or name == "pipeline":
-        import mugraph.pipeline as pipeline  # the core's one import of the product: lazy, so the core stays below it
+        import mugraph.pipeline as pipeline  # lazy: see the module docstring
 
         value = pipeline if name == "pipeline" else getattr(pipeline, name)
         globals()[name] = value

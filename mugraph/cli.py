@@ -12,13 +12,13 @@ import click
 import verify as verify_stage
 from verify.standalone import failure_line
 
-from .benchmarks import DECODE, PROGRAMS
+from .core.benchmarks import DECODE, PROGRAMS
 from .demo import format_rows, run_demo
-from .errors import MugraphError
-from .loading import graph_from_file
+from .core.errors import MugraphError
+from .core.loading import graph_from_file
 from .pipeline import Interrupted, OptimizeConfig, superoptimize
 from .pipeline.bench import COLUMNS, ROW_S, format_row, format_table, run_bench
-from .render import render
+from .core.render import render
 
 
 class _Group(click.Group):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .benchmarks import PROGRAMS, program, reference
-from .interpreter import evaluate
-from .ir import KernelGraph
-from .lax import check_lax
-from .progress import Progress
-from .render import render
-from .serialize import save
+from .core.benchmarks import PROGRAMS, program, reference
+from .core.interpreter import evaluate
+from .core.ir import KernelGraph
+from .core.lax import check_lax
+from .core.progress import Progress
+from .core.render import render
+from .core.serialize import save
 
 
 @dataclass

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 
 import verify
-from mugraph.errors import MugraphError
-from mugraph.ir import KernelGraph
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import KernelGraph
 
 log = logging.getLogger("mugraph")
 

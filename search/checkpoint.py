@@ -11,7 +11,7 @@ new checkpoint, never a torn one.
 
 A checkpoint is used only for the search it was written for: a file written for
 another program or config, by other code (the fingerprint of mugraph's installed code,
-:func:`mugraph.version.code_fingerprint`: another search, verifier or lowering may
+:func:`mugraph.core.version.code_fingerprint`: another search, verifier or lowering may
 enumerate, number or accept the units differently, so resuming would mix two searches'
 results), of another format version, or unreadable (truncated, corrupt) is refused
 with a one-line :class:`CheckpointError` that says what differs and the way out —
@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from mugraph.errors import CacheError
-from mugraph.version import code_fingerprint
+from mugraph.core.errors import CacheError
+from mugraph.core.version import code_fingerprint
 
 #: 4: a block node's children are numbered among the ops that pass the op checks (shape,
 #: labels, abstract expression) — a unit's path of ordinals from version 3 means another node
@@ -63,7 +63,7 @@ class Checkpoint:
         self.program_hash = _program_hash(program_json)
         self.config = json.loads(json.dumps(config_key, default=str))
         self.key = fingerprint_of(program_json, config_key)
-        #: the code searching (:func:`mugraph.version.code_fingerprint`); a file written by other
+        #: the code searching (:func:`mugraph.core.version.code_fingerprint`); a file written by other
         #: code is not resumed
         self.code = code_fingerprint()
         self.done: dict[str, dict[str, Any]] = {}

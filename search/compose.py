@@ -23,9 +23,9 @@ import itertools
 from dataclasses import dataclass
 from typing import Optional
 
-from mugraph.ir import DTYPES, KernelGraph, Program, Tensor
-from mugraph.rewrite import splice
-from mugraph.unionfind import UnionFind
+from mugraph.core.ir import DTYPES, KernelGraph, Program, Tensor
+from mugraph.core.rewrite import splice
+from mugraph.core.unionfind import UnionFind
 
 
 @dataclass

@@ -8,9 +8,9 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-from mugraph.errors import ConfigError
-from mugraph.ir import DEFAULT_SMEM_BUDGET, short
-from mugraph.ops import CATALOG
+from mugraph.core.errors import ConfigError
+from mugraph.core.ir import DEFAULT_SMEM_BUDGET, short
+from mugraph.core.ops import CATALOG
 
 
 def default_workers() -> int:

@@ -21,7 +21,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Callable, Optional
 
-from mugraph.ir import KernelGraph, Program
+from mugraph.core.ir import KernelGraph, Program
 
 from .compose import compose, partition
 from .config import SearchConfig

@@ -6,7 +6,7 @@ program's e-graph once, here), *pieces* (compositional search of deep programs),
 :class:`~search.enumerate.Task` values, run by an executor — :mod:`search.executors`),
 *split-loop* (variants of the cheapest matches) and *verify* (full verification of
 the cheapest fingerprint matches, also on the executor). The progress
-(:mod:`mugraph.progress`) is a bar on a terminal; written to a file, a line per
+(:mod:`mugraph.core.progress`) is a bar on a terminal; written to a file, a line per
 phase and at most one every 10 s.
 
 Determinism. Results are merged *in task order* and, within a task, in DFS order,
@@ -42,10 +42,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from mugraph.errors import ConfigError
-from mugraph.ir import KernelGraph, Program
-from mugraph.progress import Progress
-from mugraph.serialize import graph_from_json, graph_to_json
+from mugraph.core.errors import ConfigError
+from mugraph.core.ir import KernelGraph, Program
+from mugraph.core.progress import Progress
+from mugraph.core.serialize import graph_from_json, graph_to_json
 from verify import shared_draws
 
 from .check import Checker
@@ -630,7 +630,7 @@ class _Run:
         return post
 
     def _refresh(self) -> None:
-        """Show the counts now (a plain line only when one is due: :mod:`mugraph.progress`)."""
+        """Show the counts now (a plain line only when one is due: :mod:`mugraph.core.progress`)."""
         if self.bar is not None:
             self.bar.update(counts=self._shown_counts())
 

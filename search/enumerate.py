@@ -36,10 +36,10 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Optional
 
-from mugraph.errors import MugraphError
-from mugraph.ir import DTYPES, BlockGraph, KernelGraph, Program
-from mugraph.ops import CATALOG, Category, adds_up, category, is_contraction
-from mugraph.serialize import graph_to_json
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program
+from mugraph.core.ops import CATALOG, Category, adds_up, category, is_contraction
+from mugraph.core.serialize import graph_to_json
 
 from . import expr as ex
 from . import labels as lb

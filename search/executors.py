@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import wait as mp_wait
 from typing import Any, Optional, Protocol
 
-from mugraph.errors import ConfigError, MugraphError
+from mugraph.core.errors import ConfigError, MugraphError
 
 from .config import SearchConfig
 from .worker import WorkerState, share_cores

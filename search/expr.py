@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from mugraph.ir import BlockGraph, KernelGraph, Tensor
-from mugraph.ops import CATALOG, CatalogError, Category
+from mugraph.core.ir import BlockGraph, KernelGraph, Tensor
+from mugraph.core.ops import CATALOG, CatalogError, Category
 
 Term = int
 

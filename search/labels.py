@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from mugraph.ir import KernelGraph
-from mugraph.ops import dim_map
-from mugraph.unionfind import UnionFind
+from mugraph.core.ir import KernelGraph
+from mugraph.core.ops import dim_map
+from mugraph.core.unionfind import UnionFind
 
 Part = tuple[int, int]
 Label = Optional[tuple[Part, ...]]
@@ -62,7 +62,7 @@ def agree(a: Label, b: Label) -> Label:
 
 
 def op_labels(kind: str, labels: list[Labels], shapes: list[tuple], attrs: dict, out_shape: tuple) -> Labels:
-    """Labels of a catalog op's output, from its :func:`~mugraph.ops.dim_map`: a dim
+    """Labels of a catalog op's output, from its :func:`~mugraph.core.ops.dim_map`: a dim
     takes the labels of the input dims that are the same axis (they must agree;
     broadcast size-1 dims do not count), the dims of a contracted axis must agree,
     a reduced dim has size 1, a dim whose elements move is unknown. Raises

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from mugraph.ir import KernelGraph
+from mugraph.core.ir import KernelGraph
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ program by the driver — a rewrite proposes, the verifier decides:
   the GPU's SM count (:func:`split_chunks`), and the combining kernel is re-gridded
   along an output dim when its post-loop ops allow (:func:`combine_dims`).
 
-Both rebuild the graph with :func:`mugraph.rewrite.rebuild`: the rewritten kernel's
+Both rebuild the graph with :func:`mugraph.core.rewrite.rebuild`: the rewritten kernel's
 replacement is built in place of the old one and every other op is replayed, so
 the IR checks the result again (an illegal rewrite gives None).
 """
@@ -32,11 +32,11 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from mugraph.errors import MugraphError
-from mugraph.ir import BlockGraph, KernelGraph, Op, Tensor
-from mugraph.ops import CATALOG
-from mugraph.rewrite import GD, Rebuild, rebuild
-from mugraph.serialize import graph_to_json
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.core.ops import CATALOG
+from mugraph.core.rewrite import GD, Rebuild, rebuild
+from mugraph.core.serialize import graph_to_json
 
 from .enumerate import GPU_SMS
 

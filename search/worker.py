@@ -30,8 +30,8 @@ from collections import Counter
 from fractions import Fraction
 from typing import Any, Optional
 
-from mugraph.ir import Program
-from mugraph.serialize import graph_from_json, graph_to_json
+from mugraph.core.ir import Program
+from mugraph.core.serialize import graph_from_json, graph_to_json
 from verify import shared_draws
 
 from . import expr as ex

@@ -1,16 +1,16 @@
 """Static facts about a graph that the verifier needs before evaluating it:
 its input/output signature, which ops it uses, which inputs' q-parts can
-ever reach an exponent, and its live part (:func:`mugraph.rewrite.live_graph`:
+ever reach an exponent, and its live part (:func:`mugraph.core.rewrite.live_graph`:
 a division by zero in dead code must not fail a field draw)."""
 
 from __future__ import annotations
 
 from fractions import Fraction
 
-from mugraph.errors import InputError
-from mugraph.ir import KernelGraph, graph_ops, propagate
-from mugraph.ops import CATALOG, exp_like
-from mugraph.rewrite import live_graph
+from mugraph.core.errors import InputError
+from mugraph.core.ir import KernelGraph, graph_ops, propagate
+from mugraph.core.ops import CATALOG, exp_like
+from mugraph.core.rewrite import live_graph
 
 __all__ = ["input_signature", "check_compatible", "constants", "dim_sizes", "op_kinds", "inputs_needing_q",
            "live_graph"]
@@ -21,7 +21,7 @@ def input_signature(graph: KernelGraph) -> dict[str, tuple[int, ...]]:
 
 
 def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
-    """Raise a one-line :class:`~mugraph.errors.InputError` unless ``a`` and ``b``
+    """Raise a one-line :class:`~mugraph.core.errors.InputError` unless ``a`` and ``b``
     take the same inputs (names and shapes; order free) and give the same number
     of outputs with the same shapes (in order)."""
     for g, role in ((a, "reference"), (b, "candidate")):

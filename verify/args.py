@@ -1,5 +1,5 @@
 """Argument checks for the verifier's public entry points: every bad argument is a
-one-line :class:`~mugraph.errors.ConfigError` naming the function, the argument and
+one-line :class:`~mugraph.core.errors.ConfigError` naming the function, the argument and
 the rule — never a traceback from numpy or torch, never a silent coercion
 (``True`` is not an int here, ``"3"`` not a number, a float not a seed)."""
 
@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from mugraph.errors import ConfigError
+from mugraph.core.errors import ConfigError
 
 
 def integer(where: str, name: str, v, lo: int | None, hi: int | None = None) -> int:

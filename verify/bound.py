@@ -111,9 +111,9 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from typing import Sequence
 
-from mugraph.algebra import Algebra
-from mugraph.errors import NotLaxError
-from mugraph.ops import broadcast_shapes
+from mugraph.core.algebra import Algebra
+from mugraph.core.errors import NotLaxError
+from mugraph.core.ops import broadcast_shapes
 
 from .exponent_sets import Support, reshape_groups
 

@@ -52,11 +52,11 @@ from typing import Iterable, Sequence, Union
 import numpy as np
 import torch
 
-from mugraph.errors import ConfigError, NotLaxError
-from mugraph.interpreter import Picks, evaluate, saved_positions
-from mugraph.ir import KernelGraph, dataflow_key
-from mugraph.lax import check_lax
-from mugraph.ops import exp_like, lax_classes
+from mugraph.core.errors import ConfigError, NotLaxError
+from mugraph.core.interpreter import Picks, evaluate, saved_positions
+from mugraph.core.ir import KernelGraph, dataflow_key
+from mugraph.core.lax import check_lax
+from mugraph.core.ops import exp_like, lax_classes
 
 from . import args, shared_draws
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
@@ -693,7 +693,7 @@ def _check_field(fld) -> FieldLike:
 
 
 def _check_args(error, seed, fld, max_tests, float_check, non_lax, max_failed_draws, float_kwargs):
-    """One-line :class:`~mugraph.errors.ConfigError` for every bad argument of :func:`equivalent`."""
+    """One-line :class:`~mugraph.core.errors.ConfigError` for every bad argument of :func:`equivalent`."""
     args.number("equivalent", "error", error, lo=0, hi=1)
     if seed is not None:
         args.integer("equivalent", "seed", seed, 0)
@@ -740,11 +740,11 @@ def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, 
     verdict is the same on every device.
 
     The verdict records every check that ran (``Verdict.checks``). Non-Lax graphs
-    raise :class:`~mugraph.errors.NotLaxError` naming the op, unless
+    raise :class:`~mugraph.core.errors.NotLaxError` naming the op, unless
     ``non_lax="float"``: then only the float check runs and the verdict says that
     equivalence is unproven. Graphs with different inputs or outputs raise
-    :class:`~mugraph.errors.InputError`; bad arguments
-    :class:`~mugraph.errors.ConfigError`. To compare many candidates with one
+    :class:`~mugraph.core.errors.InputError`; bad arguments
+    :class:`~mugraph.core.errors.ConfigError`. To compare many candidates with one
     program, :class:`Reference` shares the program's side of every test.
     """
     _check_args(error, seed, field, max_tests, float_check, non_lax, max_failed_draws, float_kwargs)
@@ -829,7 +829,7 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
     default device is the CPU: the search fingerprints small graphs, where a GPU
     would wait on launches.
 
-    Raises :class:`~mugraph.errors.NotLaxError` for non-Lax graphs,
+    Raises :class:`~mugraph.core.errors.NotLaxError` for non-Lax graphs,
     :class:`~verify.field.FieldError` for a constant whose denominator is a multiple
     of the seed's prime, and :class:`~verify.field.ZeroDivisorDraw` when the fixed
     draw makes a divisor zero (probability ~ size/2^30 for a graph that divides;
@@ -850,7 +850,7 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
 def _fixed_outputs(graph: KernelGraph, seed: int, fld: Field, device: torch.device,
                    blocks: dict[int, Picks] | None = None) -> list[torch.Tensor]:
     """``graph``'s outputs (p-parts) on the fingerprint's fixed draw; ``blocks``: the
-    kernels to run on a sample of their grid (:func:`mugraph.interpreter.evaluate`)."""
+    kernels to run on a sample of their grid (:func:`mugraph.core.interpreter.evaluate`)."""
     ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
     with eval_threads(graph):
         alg = FieldAlgebra(fld, _fixed_omega(seed, fld), device, deferred=True)

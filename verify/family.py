@@ -43,7 +43,7 @@ from typing import Iterable
 
 import numpy as np
 
-from mugraph.errors import MugraphError
+from mugraph.core.errors import MugraphError
 
 from . import args
 from .field import Field, FieldError, is_prime

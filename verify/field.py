@@ -51,11 +51,11 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from mugraph.algebra import Algebra, window
-from mugraph.errors import ConfigError, MugraphError, NotLaxError
-from mugraph.interpreter import largest_value
-from mugraph.ir import KernelGraph
-from mugraph.oprules import broadcast_shapes  # not torch.broadcast_shapes: ~80 μs a call through symbolic-shape guards
+from mugraph.core.algebra import Algebra, window
+from mugraph.core.errors import ConfigError, MugraphError, NotLaxError
+from mugraph.core.interpreter import largest_value
+from mugraph.core.ir import KernelGraph
+from mugraph.core.oprules import broadcast_shapes  # not torch.broadcast_shapes: ~80 μs a call through symbolic-shape guards
 
 from . import fused
 
@@ -180,7 +180,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """The device the field arithmetic runs on: ``"auto"`` (or None) is CUDA when
     torch sees a GPU, else the CPU; ``"cpu"``, ``"cuda"``, ``"cuda:1"`` are taken as
     they are. A CUDA device that is not there is a one-line
-    :class:`~mugraph.errors.ConfigError`, not a failure half-way through a test."""
+    :class:`~mugraph.core.errors.ConfigError`, not a failure half-way through a test."""
     if device is None or device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:

@@ -48,11 +48,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from mugraph.algebra import Algebra, FloatAlgebra, window
-from mugraph.errors import ConfigError, InputError
-from mugraph.ops import is_contraction
-from mugraph.interpreter import evaluate
-from mugraph.ir import KernelGraph
+from mugraph.core.algebra import Algebra, FloatAlgebra, window
+from mugraph.core.errors import ConfigError, InputError
+from mugraph.core.ops import is_contraction
+from mugraph.core.interpreter import evaluate
+from mugraph.core.ir import KernelGraph
 
 from . import args, fused
 from .analysis import check_compatible
@@ -109,7 +109,7 @@ def exp(x: torch.Tensor) -> torch.Tensor:
 
 
 class KernelFloatAlgebra(FloatAlgebra):
-    """:class:`~mugraph.algebra.FloatAlgebra` as the lowered kernels round, on
+    """:class:`~mugraph.core.algebra.FloatAlgebra` as the lowered kernels round, on
     ``device`` (torch tensors stay where they are: on a GPU the check runs there):
     an op between kernels computes in float32 and stores the dtype; inside a block
     graph values stay float32 (registers), accumulators included, a matmul's operands
@@ -154,7 +154,7 @@ class KernelFloatAlgebra(FloatAlgebra):
 
 
 #: rows of :class:`KernelFloatAlgebra` that replace the float facet's
-#: (``mugraph.algebra.FLOAT_OPS``): the same values, computed faster
+#: (``mugraph.core.algebra.FLOAT_OPS``): the same values, computed faster
 KERNEL_FLOAT_ROWS = {
     # without the CPU's slow path, bit for bit the same
     "exp": lambda alg, xs, at: exp(xs[0]),

@@ -22,7 +22,7 @@ equivalent pairs nor accepts different ones. This module produces that evidence
   functions?
 
 Mutations and rewrites pick a site (an op at the kernel level or inside a block
-graph) and rebuild the graph with an edit there (:func:`mugraph.rewrite.rebuild`),
+graph) and rebuild the graph with an edit there (:func:`mugraph.core.rewrite.rebuild`),
 through the builder, so every mutant is a *valid* graph (invalid ones are
 discarded, never returned).
 """
@@ -35,14 +35,14 @@ from typing import Callable, NamedTuple, Optional
 
 import numpy as np
 
-from mugraph import builder as mg
-from mugraph import randgraph
-from mugraph.errors import ConfigError, InputError, MugraphError
-from mugraph.ir import BlockGraph, KernelGraph, Op, Program, Tensor
-from mugraph.lax import check_lax
-from mugraph.ops import broadcast_shapes
-from mugraph.randgraph import fuzz_profile
-from mugraph.rewrite import GD, Rebuild, Site, live_graph, rebuild, splice
+from mugraph.core import builder as mg
+from mugraph.core import randgraph
+from mugraph.core.errors import ConfigError, InputError, MugraphError
+from mugraph.core.ir import BlockGraph, KernelGraph, Op, Program, Tensor
+from mugraph.core.lax import check_lax
+from mugraph.core.ops import broadcast_shapes
+from mugraph.core.randgraph import fuzz_profile
+from mugraph.core.rewrite import GD, Rebuild, Site, live_graph, rebuild, splice
 
 from . import args
 from .analysis import check_compatible
@@ -165,8 +165,8 @@ def random_program(rng: Rng | int, *, max_ops: int = 8, sizes: tuple[int, ...] =
 
 def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "random_ugraph") -> KernelGraph:
     """A random one-kernel Lax μGraph over square ``n×n`` inputs from the one generator
-    of random μGraphs (:func:`mugraph.randgraph.random_ugraph` under
-    :func:`~mugraph.randgraph.fuzz_profile`): a grid of 1–2 blocks per axis, a loop of
+    of random μGraphs (:func:`mugraph.core.randgraph.random_ugraph` under
+    :func:`~mugraph.core.randgraph.fuzz_profile`): a grid of 1–2 blocks per axis, a loop of
     1–2 iterations, random imaps/fmaps, up to ``max_ops`` block ops on the tiles,
     accumulators, post-loop ops and a random valid omap. All dims are equal so that
     many imap/fmap/omap changes keep the graph valid (and change its meaning) — food
@@ -183,7 +183,7 @@ def random_ugraph(rng: Rng | int, *, n: int = 4, max_ops: int = 5, name: str = "
 
 # ============================================================================ sites and edits
 # A mutation or rewrite picks a site of the graph (an op, at the kernel level or in a
-# block graph) and returns the edits of :func:`mugraph.rewrite.rebuild` that change it;
+# block graph) and returns the edits of :func:`mugraph.core.rewrite.rebuild` that change it;
 # the builder checks the result. Every random draw happens while choosing (before any
 # graph is built), so a mutant depends only on the graph and the generator's state.
 
@@ -594,7 +594,7 @@ MUTATIONS: dict[str, Callable] = {
     "prime_constant": _m_prime_constant, "exp_prime_constant": _m_exp_prime_constant, "sqrt_sign": _m_sqrt_sign,
     "hidden_part": _m_hidden_part,
 }
-"""name → fn(graph, rng) returning the edits of :func:`mugraph.rewrite.rebuild` that
+"""name → fn(graph, rng) returning the edits of :func:`mugraph.core.rewrite.rebuild` that
 make the mutant, or None when the graph has no site for it."""
 
 

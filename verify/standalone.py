@@ -21,9 +21,9 @@ import runpy
 import sys
 from pathlib import Path
 
-from mugraph.errors import ConfigError, MugraphError
-from mugraph.ir import KernelGraph
-from mugraph.serialize import load
+from mugraph.core.errors import ConfigError, MugraphError
+from mugraph.core.ir import KernelGraph
+from mugraph.core.serialize import load
 
 from .equivalence import DEFAULT_ERROR, FieldLike, equivalent
 from .family import DEFAULT

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from mugraph.errors import UnsupportedOpError
-from mugraph.ir import Op
+from mugraph.core.errors import UnsupportedOpError
+from mugraph.core.ir import Op
 
 from ..plan import KernelPlan
 from .core import TL_DTYPE, Emitter, Val, describe

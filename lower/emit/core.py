@@ -7,7 +7,7 @@ Every tile lives in registers with power-of-two extents (:mod:`lower.tiles`); a
 Padding bookkeeping: each value records the dims along which its padding is known to
 be zero (``clean``) and whether its padding is finite (``finite``). Loads give zeros
 (masked ``other=0.0``); each op propagates what it can prove, by its padding rule in
-the catalog (:class:`mugraph.ops.Padding`) — element-wise ops keep a dim clean when
+the catalog (:class:`mugraph.core.ops.Padding`) — element-wise ops keep a dim clean when
 zero maps to zero (``square``, ``silu``, ``scale``, ``sqrt``; ``add`` and ``sub`` of
 operands clean along it; ``mul`` by a clean operand when both are finite), ``exp`` and
 ``div`` make padding non-zero or non-finite; a reduction sets the padding along its
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 
-from mugraph.ir import Op, Tensor
-from mugraph.ops import get_op, reduction
+from mugraph.core.ir import Op, Tensor
+from mugraph.core.ops import get_op, reduction
 
 from ..plan import KernelPlan
 
@@ -145,7 +145,7 @@ class Emitter:
 
     def read_padding(self, v: Val, dims, kind: str) -> str:
         """``v`` as op ``kind`` must read it along the dims it folds (``dims``), by the
-        op's padding rule (:attr:`mugraph.ops.Padding.reads`): zero padding for a
+        op's padding rule (:attr:`mugraph.core.ops.Padding.reads`): zero padding for a
         contraction (and a reduction whose identity is 0), the identity of a reduction's
         combine op, or anything."""
         rule = get_op(kind).padding

@@ -2,14 +2,14 @@
 
 A unary or binary op's row in :data:`lower.emit.EMITTERS` is made by :func:`unary` or
 :func:`binary` from its Triton expression; what the result's padding holds follows
-from the op's padding rule in the catalog (:class:`mugraph.ops.Padding`)."""
+from the op's padding rule in the catalog (:class:`mugraph.core.ops.Padding`)."""
 
 from __future__ import annotations
 
 from typing import Callable
 
-from mugraph.ir import Op
-from mugraph.ops import get_op
+from mugraph.core.ir import Op
+from mugraph.core.ops import get_op
 
 from .core import Emitter, fmt_number
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from mugraph.ir import AXES, Op
+from mugraph.core.ir import AXES, Op
 
 from .core import Emitter, Val
 

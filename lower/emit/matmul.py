@@ -4,7 +4,7 @@ k for the accumulator to add up); a matmul of two matching concats is a sum of d
 
 from __future__ import annotations
 
-from mugraph.ir import Op
+from mugraph.core.ir import Op
 
 from .core import TL_DTYPE, Emitter, Val
 

@@ -14,7 +14,7 @@ order, so the strides do the work and no element moves — otherwise it is a reg
 
 from __future__ import annotations
 
-from mugraph.ir import Op
+from mugraph.core.ir import Op
 
 from .core import Emitter, Val, row_major_strides
 from .loads import load_args

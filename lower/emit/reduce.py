@@ -5,9 +5,9 @@ fold or is refused — never another one's."""
 
 from __future__ import annotations
 
-from mugraph.errors import UnsupportedOpError
-from mugraph.ir import Op
-from mugraph.ops import get_op, reduction
+from mugraph.core.errors import UnsupportedOpError
+from mugraph.core.ir import Op
+from mugraph.core.ops import get_op, reduction
 
 from .core import Emitter, Val
 

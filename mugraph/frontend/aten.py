@@ -22,8 +22,8 @@ from typing import Any, Callable
 
 import torch
 
-from .. import builder as B
-from ..errors import MugraphError
+from ..core import builder as B
+from ..core.errors import MugraphError
 
 aten = torch.ops.aten
 

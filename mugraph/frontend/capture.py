@@ -25,9 +25,9 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from ..errors import ArgumentTypeError, MugraphError
-from ..ir import DTYPES, Program, Tensor
-from ..ops import CATALOG, exp_like
+from ..core.errors import ArgumentTypeError, MugraphError
+from ..core.ir import DTYPES, Program, Tensor
+from ..core.ops import CATALOG, exp_like
 from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
 from .hoist import hoist_views, sink_views
 

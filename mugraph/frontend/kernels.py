@@ -23,7 +23,7 @@ import torch
 
 from lower.runtime import TORCH_DTYPE, CompiledProgram, conform
 
-from ..ir import Program
+from ..core.ir import Program
 
 log = logging.getLogger("mugraph")
 

@@ -9,8 +9,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConfigError
-from ..ir import short
+from ..core.errors import ConfigError
+from ..core.ir import short
 
 
 #: default size limits of a piece (docs/design.md §10.3; measured in

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..ops import Category, category, is_rearrangement
+from ..core.ops import Category, category, is_rearrangement
 from .aten import CAST_DTYPES
 from .capture import NodeInfo
 

@@ -24,11 +24,11 @@ import numpy as np
 import torch
 import torch.fx as fx
 
-from .. import builder as B
-from ..interpreter import evaluate
-from ..ir import Program
-from ..lax import check_lax
-from ..serialize import graph_to_json
+from ..core import builder as B
+from ..core.interpreter import evaluate
+from ..core.ir import Program
+from ..core.lax import check_lax
+from ..core.serialize import graph_to_json
 from .aten import VIEW_OPS, Context
 from .capture import _val, build_node, dtype_name, tensor_args
 from .partition import Piece, piece_dtype

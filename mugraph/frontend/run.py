@@ -17,10 +17,10 @@ import torch
 
 import lower
 
-from ..errors import MugraphError
+from ..core.errors import MugraphError
 from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
-from ..files import as_path
+from ..core.files import as_path
 from .kernels import make_op
 from .options import FrontendOptions
 from .pieces import BuiltPiece

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from ..ir import Program, Tensor
-from ..ops import CATALOG, Category, category
-from ..oprules import broadcast_shapes
-from ..rewrite import Rebuild, live_graph, rebuild
+from ..core.ir import Program, Tensor
+from ..core.ops import CATALOG, Category, category
+from ..core.oprules import broadcast_shapes
+from ..core.rewrite import Rebuild, live_graph, rebuild
 
 
 def _binary(kind: str, lax: str) -> bool:

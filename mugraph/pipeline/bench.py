@@ -1,5 +1,5 @@
 """The benchmark table (``python -m mugraph bench``): each benchmark of docs/design.md §8.5 and
-each decode-shaped attention program (``mugraph.benchmarks.DECODE``) superoptimized
+each decode-shaped attention program (``mugraph.core.benchmarks.DECODE``) superoptimized
 (or loaded from a saved result) and, on a GPU, re-ranked there and timed beside the
 hand-written reference μGraph's lowering (autotuned like ours), PyTorch eager,
 ``torch.compile`` and SDPA — every variant timed the same way, side by side in
@@ -29,13 +29,13 @@ import lower
 from lower.cost_model import estimate, memory_floor_bytes
 from lower.profile import TIMINGS, ProfileResult, measure, measure_together
 
-from ..benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
-from ..benchmarks.torch_versions import SDPA, TORCH, sdpa_call
-from ..errors import ArgumentTypeError, ConfigError, MugraphError
-from ..files import as_path, safe_name
-from ..ir import KernelGraph, short
-from ..serialize import graph_to_json
-from ..text import kernel_structure as structure  # the table's structure column
+from ..core.benchmarks import DECODE, PROGRAMS, REFERENCES, program, reference
+from ..core.benchmarks.torch_versions import SDPA, TORCH, sdpa_call
+from ..core.errors import ArgumentTypeError, ConfigError, MugraphError
+from ..core.files import as_path, safe_name
+from ..core.ir import KernelGraph, short
+from ..core.serialize import graph_to_json
+from ..core.text import kernel_structure as structure  # the table's structure column
 from .optimize import OptimizeConfig, Optimized, log, make_config, superoptimize
 from .results import Candidate, load
 from .timing import (MAX_TUNE_S, MIN_TUNE_S, SECONDS_PER_CONFIG, TOTAL_TUNE_S, config_space, device_name,

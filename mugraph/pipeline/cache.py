@@ -1,7 +1,7 @@
 """The result cache of ``superoptimize``: JSON entries on disk, one per question —
 the program, the configuration, the seed and the device — each holding the answer and
 what computed it: the versions of mugraph, torch and triton and the fingerprint of
-mugraph's installed code (:func:`mugraph.version.code_fingerprint`).
+mugraph's installed code (:func:`mugraph.core.version.code_fingerprint`).
 
 An entry is served only if its question and its versions are those of this call, and
 the program inside it is what was asked for; anything else (an answer computed by
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ..errors import CacheError, MugraphError, SerializationError
-from ..files import read_json, safe_name, write_text_atomic
-from ..ir import KernelGraph
-from ..serialize import graph_to_json
-from ..version import __version__, code_fingerprint
+from ..core.errors import CacheError, MugraphError, SerializationError
+from ..core.files import read_json, safe_name, write_text_atomic
+from ..core.ir import KernelGraph
+from ..core.serialize import graph_to_json
+from ..core.version import __version__, code_fingerprint
 from .results import Optimized
 from .timing import device_name
 
@@ -42,7 +42,7 @@ log = logging.getLogger("mugraph")
 def versions() -> dict:
     """What computed a result, stored in each cache entry and report: the versions of
     mugraph, torch and triton, and ``"code"``, the fingerprint of mugraph's installed code
-    and data (:func:`mugraph.version.code_fingerprint`) — the version number alone does not
+    and data (:func:`mugraph.core.version.code_fingerprint`) — the version number alone does not
     change when the search, the verifier or the lowering do."""
     # triton is imported here, not at the top: the lowering imports it inside its
     # interpreter context on a CPU, and triton fixes that mode when first imported

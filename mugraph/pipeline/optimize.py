@@ -30,13 +30,13 @@ from search.checkpoint import fingerprint_of
 from search.config import check_fields, check_keys
 from verify.floatcheck import FloatReference
 
-from ..errors import ArgumentTypeError, ConfigError, MugraphError, ResourceError
-from ..files import as_path, safe_name
-from ..interpreter import largest_value
-from ..ir import DTYPES, KernelGraph, Program, short
-from ..lax import check_lax
-from ..limits import MAX_EVAL_ELEMENTS
-from ..serialize import graph_from_json, graph_to_json
+from ..core.errors import ArgumentTypeError, ConfigError, MugraphError, ResourceError
+from ..core.files import as_path, safe_name
+from ..core.interpreter import largest_value
+from ..core.ir import DTYPES, KernelGraph, Program, short
+from ..core.lax import check_lax
+from ..core.limits import MAX_EVAL_ELEMENTS
+from ..core.serialize import graph_from_json, graph_to_json
 from .cache import cache_doc, cache_key, cache_path, cached, default_cache_dir, key_of, store, versions
 from .results import Candidate, Optimized, load_result
 from .timing import TOTAL_TUNE_S, device_name, predict_tuned, time_on_gpu
@@ -207,7 +207,7 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     n, where = largest_value(program)
     if n > MAX_EVAL_ELEMENTS:  # the verifier and the float check evaluate the program at its shapes
         raise ResourceError(f"superoptimize: {program.name!r}: {where} has {n} elements > {MAX_EVAL_ELEMENTS} "
-                            "(mugraph.limits.MAX_EVAL_ELEMENTS), too large to verify; reduce the shapes")
+                            "(mugraph.core.limits.MAX_EVAL_ELEMENTS), too large to verify; reduce the shapes")
     dev = _resolve_device(device)
     path = key_doc = None
     if cache_dir is not False:

@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..errors import ConfigError
+from ..core.errors import ConfigError
 
 
 #: the status of a job killed at its time limit (as the ``timeout`` command reports it)

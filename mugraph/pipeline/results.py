@@ -3,7 +3,7 @@ verified μGraph and what the pipeline learnt about it), :class:`Optimized` (the
 answer, callable like the program) and their JSON form.
 
 ``save``/``load`` here are the package's ``mg.save``/``mg.load``: graphs go
-through :mod:`mugraph.serialize` (the IR's own format), a saved result through
+through :mod:`mugraph.core.serialize` (the IR's own format), a saved result through
 :meth:`Optimized.from_json`. Loading never executes code from the file (the
 Triton source is regenerated from the μGraph; kernel configurations are checked
 field by field).
@@ -21,10 +21,10 @@ from typing import Any
 import lower
 from lower.profile import TIMINGS
 
-from ..errors import ArgumentTypeError, CacheError, ConfigError, MugraphError, SerializationError
-from ..files import as_path, read_json, write_text_atomic
-from ..ir import KernelGraph, short
-from ..serialize import graph_from_document, graph_from_json, graph_to_json
+from ..core.errors import ArgumentTypeError, CacheError, ConfigError, MugraphError, SerializationError
+from ..core.files import as_path, read_json, write_text_atomic
+from ..core.ir import KernelGraph, short
+from ..core.serialize import graph_from_document, graph_from_json, graph_to_json
 from .timing import TOTAL_TUNE_S, device_name, time_on_gpu
 
 RESULT_VERSION = 1
@@ -285,7 +285,7 @@ def save(obj: Any, path: str | Path) -> Path:
 def load(path: str | Path) -> Any:
     """Read what :func:`save` wrote: a Program, a KernelGraph, or an :class:`Optimized` result.
 
-    The file is read within :mod:`mugraph.limits` (size, nesting, number length)
+    The file is read within :mod:`mugraph.core.limits` (size, nesting, number length)
     and rebuilt through the builder; nothing in it is executed."""
     path = as_path(path, "load")
     doc = read_json(path, "load")

@@ -4,7 +4,7 @@
 How many candidates are timed, and how long each is tuned, follows the candidates
 themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
 
-* **which** — one of each dataflow (``mugraph.ir.dataflow_key``: graphs that differ only
+* **which** — one of each dataflow (``mugraph.core.ir.dataflow_key``: graphs that differ only
   in the order of independent ops lower to the same kernels); of those the best of every
   *structure* (kernel count, and waves of the widest grid: :func:`structure`) predicted
   within :data:`STRUCTURE_SPREAD` of the best — a split-KV pair and a single kernel with the
@@ -68,9 +68,9 @@ from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space
 from search.derive import kernel_shape
 from verify.floatcheck import float_inputs
 
-from ..errors import MugraphError
-from ..interpreter import evaluate
-from ..ir import KernelGraph, dataflow_key
+from ..core.errors import MugraphError
+from ..core.interpreter import evaluate
+from ..core.ir import KernelGraph, dataflow_key
 
 if TYPE_CHECKING:
     from .optimize import Phases

@@ -14,7 +14,7 @@ import lower
 from lower import KernelConfig, cost_model
 from lower.calibration import agreement, measurements, spearman
 from lower.plan import plan
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 
 def test_every_recorded_config_parses_and_round_trips():

@@ -20,7 +20,7 @@ import lower
 from lower.config import KernelConfig, KernelConfigError
 from lower.plan import plan
 from lower.testing import check, random_graph, random_inputs
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
 

@@ -12,7 +12,7 @@ import mugraph as mg
 from lower.config import KernelConfig
 from lower.profile import grid_choices
 from lower.testing import check, random_graph, random_inputs
-from mugraph.benchmarks import PROGRAMS, program, reference
+from mugraph.core.benchmarks import PROGRAMS, program, reference
 
 NAMES = sorted(PROGRAMS)
 TOL = {"float32": 1e-4, "float16": 2e-2, "bfloat16": 5e-2}

@@ -13,7 +13,7 @@ import torch
 import lower
 import mugraph as mg
 from lower import runtime
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,8 +18,8 @@ from lower.emit import EMITTERS
 from lower.emit.reduce import TL_REDUCE
 from lower.plan import plan
 from lower.testing import random_graph
-from mugraph.benchmarks import reference
-from mugraph.errors import MugraphError, UnsupportedOpError
+from mugraph.core.benchmarks import reference
+from mugraph.core.errors import MugraphError, UnsupportedOpError
 
 LOWER = pathlib.Path(lower.__file__).parent
 

@@ -16,7 +16,7 @@ from lower import cost_model, layout, memory
 from lower.config import KernelConfig
 from lower.profile import layout_choices
 from lower.testing import check, random_graph, random_inputs
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from lower.profile import SMALL_MM_MENU, layout_choices, small_mm_modes
 from lower.testing import check, random_graph, random_inputs
 from lower.plan import plan
 from lower.tiles import SMALL_MM
-from mugraph.benchmarks import PROGRAMS, reference
+from mugraph.core.benchmarks import PROGRAMS, reference
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
 

@@ -2,7 +2,7 @@
 keeps ``A`` among its choices, and config_space counts what tune may time. No GPU needed."""
 
 from lower.profile import STAGES, WARPS, config_space, first_round, neighbours
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 
 def _kernel(g):

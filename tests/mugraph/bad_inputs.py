@@ -33,7 +33,7 @@ class Case:
     category: str
     name: str
     fn: Callable[[], Any]
-    err: str          # class name in mugraph.errors, or "cli"
+    err: str          # class name in mugraph.core.errors, or "cli"
     msg: str          # substring of the one-line message
 
 
@@ -165,7 +165,7 @@ def _set(path: str, value):
 
 
 def ref_lora():
-    from mugraph.benchmarks import reference
+    from mugraph.core.benchmarks import reference
 
     return reference("lora", small=True)
 
@@ -788,7 +788,7 @@ row(F, "unknown block op", edited(ref_lora, _set("ops.4.block.ops.4.op", "frobni
 def _result_doc(edit):
     """A saved superoptimize result (the program as its one candidate), edited."""
     def fn():
-        from mugraph.benchmarks import program
+        from mugraph.core.benchmarks import program
         from mugraph.pipeline.optimize import Candidate, Optimized
 
         g = ref_lora()
@@ -968,7 +968,7 @@ class Outcome:
 
 def run(c: Case) -> Outcome:
     """Run one row and say what happened (never raises)."""
-    errors = __import__("mugraph.errors", fromlist=["x"])
+    errors = __import__("mugraph.core.errors", fromlist=["x"])
     try:
         result = c.fn()
     except BaseException as e:  # noqa: BLE001 - classifying what escaped is the point

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from mugraph.errors import ConfigError
+from mugraph.core.errors import ConfigError
 from mugraph.pipeline import parallel
 
 

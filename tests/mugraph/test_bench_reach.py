@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import mugraph as mg
-from mugraph.benchmarks import DECODE, program, reference
-from mugraph.benchmarks.torch_versions import SDPA, TORCH, sdpa_call
-from mugraph.errors import ConfigError
+from mugraph.core.benchmarks import DECODE, program, reference
+from mugraph.core.benchmarks.torch_versions import SDPA, TORCH, sdpa_call
+from mugraph.core.errors import ConfigError
 from mugraph.pipeline import bench
 from mugraph.pipeline.results import Candidate
 from mugraph.pipeline.timing import STRUCTURE_SPREAD, plan_rerank

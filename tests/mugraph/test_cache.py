@@ -162,7 +162,7 @@ def _cache_lines(caplog):
 
 
 def test_entry_records_the_code_that_computed_it(tmp_path, runs):
-    from mugraph.version import code_fingerprint
+    from mugraph.core.version import code_fingerprint
 
     _opt(_prog(), tmp_path)
     (entry,) = tmp_path.glob("*.mug.json")
@@ -246,7 +246,7 @@ def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog
 
 
 def test_fingerprint_covers_code_and_data_not_caches_or_the_frontend(tmp_path):
-    from mugraph.version import fingerprint_of_packages
+    from mugraph.core.version import fingerprint_of_packages
 
     pkgs = {"mugraph": tmp_path / "mugraph", "lower": tmp_path / "lower"}
     for f, text in [("mugraph/ir.py", "x = 1"), ("mugraph/frontend/run.py", "y = 1"),

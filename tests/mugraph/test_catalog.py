@@ -26,11 +26,11 @@ from lower.emit.reduce import TL_REDUCE, emit_reduce
 from lower.plan import SCRATCH
 from lower.testing import check
 from lower.torch_ops import TORCH_OPS, TorchOp
-from mugraph import ops
-from mugraph.algebra import FLOAT_OPS, FloatAlgebra
-from mugraph.errors import NotLaxError, UnsupportedOpError
-from mugraph.ir import graph_ops
-from mugraph.ops import CATALOG, Attr, Category, CatalogError, OpDef, Padding, Reduction
+from mugraph.core import ops
+from mugraph.core.algebra import FLOAT_OPS, FloatAlgebra
+from mugraph.core.errors import NotLaxError, UnsupportedOpError
+from mugraph.core.ir import graph_ops
+from mugraph.core.ops import CATALOG, Attr, Category, CatalogError, OpDef, Padding, Reduction
 from search import expr as ex
 from search.egraph import SaturatedEGraph, datatype
 from search.oracle import SubexprOracle
@@ -319,7 +319,7 @@ def test_added_ops_serialize_render_and_cost(tanh_op, min_op):
     """The IR core's generic parts need no row: JSON round trip (attributes decoded by
     the schema), text form, and the cost model."""
     from lower.cost_model import estimate
-    from mugraph.serialize import graph_from_json, graph_to_json
+    from mugraph.core.serialize import graph_from_json, graph_to_json
 
     p = mg.Program("m")
     X = p.input("X", (4, 6), "float32")

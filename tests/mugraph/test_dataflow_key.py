@@ -1,9 +1,9 @@
-"""mugraph.ir.dataflow_key: equal for graphs that differ only in the order of independent ops,
+"""mugraph.core.ir.dataflow_key: equal for graphs that differ only in the order of independent ops,
 tensor numbering or a kernel's source order; different for any change of what is computed."""
 
 import mugraph as mg
-from mugraph.benchmarks import REFERENCES, reference
-from mugraph.ir import dataflow_key
+from mugraph.core.benchmarks import REFERENCES, reference
+from mugraph.core.ir import dataflow_key
 
 
 def _rmsnorm_matmul(sum_first=False, sources=("X", "G", "W"), c=1 / 4096, omap=(1,), loop=64, gx=False):

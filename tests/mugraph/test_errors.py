@@ -5,7 +5,7 @@ import json
 import pytest
 
 import mugraph as mg
-from mugraph.benchmarks import reference
+from mugraph.core.benchmarks import reference
 
 
 def _prog(*shapes, dtype="float16"):

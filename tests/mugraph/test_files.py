@@ -1,4 +1,4 @@
-"""mugraph.files: atomic writes under concurrent writers, bounded JSON, safe names;
+"""mugraph.core.files: atomic writes under concurrent writers, bounded JSON, safe names;
 and the benchmark table's saved results checked like cache entries."""
 
 import json
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 import mugraph as mg
-from mugraph import files, limits
+from mugraph.core import files, limits
 from mugraph.pipeline import bench
 from mugraph.pipeline import optimize as opt_mod
 
@@ -55,14 +55,14 @@ def test_json_limits(monkeypatch, tmp_path):
     monkeypatch.setattr(files, "MAX_JSON_BYTES", 100)
     big = tmp_path / "big.json"
     big.write_text(json.dumps(["x" * 200]))
-    with pytest.raises(mg.SerializationError, match=r"\d+ bytes > 100 \(mugraph.limits.MAX_JSON_BYTES\)"):
+    with pytest.raises(mg.SerializationError, match=r"\d+ bytes > 100 \(mugraph.core.limits.MAX_JSON_BYTES\)"):
         files.read_json(big)
 
 
 def test_the_limits_hold_what_the_project_writes(tmp_path):
     """The deepest document the project writes (a saved result with verdicts and
     search stats) is far inside MAX_JSON_DEPTH."""
-    from mugraph.benchmarks import program, reference
+    from mugraph.core.benchmarks import program, reference
 
     c = opt_mod.Candidate(reference("qknorm_gqa"), "search", verified={"notes": ["a"], "tests": [{"x": [1]}]},
                           configs={3: {"num_warps": 4, "sub": [[0, 2]]}})

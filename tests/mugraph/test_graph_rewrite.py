@@ -1,4 +1,4 @@
-"""mugraph.rewrite: replaying a graph with edits at sites, and dead-code elimination."""
+"""mugraph.core.rewrite: replaying a graph with edits at sites, and dead-code elimination."""
 
 from fractions import Fraction
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import mugraph as mg
-from mugraph.benchmarks import REFERENCES, reference
-from mugraph.rewrite import DROP, live_graph, rebuild
-from mugraph.serialize import graph_to_json
+from mugraph.core.benchmarks import REFERENCES, reference
+from mugraph.core.rewrite import DROP, live_graph, rebuild
+from mugraph.core.serialize import graph_to_json
 
 
 def _ins(g, seed=0):

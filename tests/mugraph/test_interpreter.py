@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import mugraph as mg
-from mugraph.algebra import FloatAlgebra
-from mugraph.benchmarks import PROGRAMS, program, reference
+from mugraph.core.algebra import FloatAlgebra
+from mugraph.core.benchmarks import PROGRAMS, program, reference
 
 
 def naive_evaluate(graph: mg.KernelGraph, inputs: dict) -> list[np.ndarray]:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 import mugraph as mg
-from mugraph.algebra import FloatAlgebra
-from mugraph.ops import CATALOG
+from mugraph.core.algebra import FloatAlgebra
+from mugraph.core.ops import CATALOG
 
 RNG = np.random.default_rng(1)
 

@@ -10,7 +10,7 @@ import lower
 import mugraph as mg
 import search.expr as ex
 import verify
-from mugraph.serialize import graph_from_json, graph_to_json
+from mugraph.core.serialize import graph_from_json, graph_to_json
 
 R = np.random.default_rng(0)
 

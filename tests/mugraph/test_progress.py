@@ -1,4 +1,4 @@
-"""Progress output (:mod:`mugraph.progress`): a bar on a terminal; anywhere else plain
+"""Progress output (:mod:`mugraph.core.progress`): a bar on a terminal; anywhere else plain
 lines, one per phase and at most one every 10 s, so a log is not filled with redraws.
 
 The clock is simulated: the tests run a long loop in no time."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import io
 
-from mugraph.progress import INTERVAL, Progress, is_terminal
+from mugraph.core.progress import INTERVAL, Progress, is_terminal
 
 
 class Clock:

@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 
 from lower.testing import random_graph
-from mugraph.lax import is_lax
-from mugraph.randgraph import ALL_OPS, LOWERING, Profile, fuzz_profile, random_ugraph
+from mugraph.core.lax import is_lax
+from mugraph.core.randgraph import ALL_OPS, LOWERING, Profile, fuzz_profile, random_ugraph
 from verify.fuzz import random_ugraph as fuzz_ugraph
 
 STRUCTURAL = {"iterator", "accum"}

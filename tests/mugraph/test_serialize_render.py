@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 
 import mugraph as mg
-from mugraph.benchmarks import PROGRAMS, program, reference
+from mugraph.core.benchmarks import PROGRAMS, program, reference
 from mugraph.cli import main as cli
-from mugraph.serialize import graph_to_json
+from mugraph.core.serialize import graph_to_json
 
 
 @pytest.mark.parametrize("name", list(PROGRAMS))

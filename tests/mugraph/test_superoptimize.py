@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import mugraph as mg
-from mugraph.benchmarks import program
+from mugraph.core.benchmarks import program
 
 # Small generic search spaces (no benchmark-specific hints: op limits, one tile size, one loop range).
 CASES = {
@@ -170,7 +170,7 @@ def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
     """superoptimize hands the search the lowering's cost model at its best predicted
     configs — the price the verified candidates are ranked by afterwards."""
     import search
-    from mugraph.benchmarks import reference
+    from mugraph.core.benchmarks import reference
     from mugraph.pipeline import optimize
     from mugraph.pipeline.timing import predict_tuned
 

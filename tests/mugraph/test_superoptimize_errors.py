@@ -5,7 +5,7 @@ import json
 import pytest
 
 import mugraph as mg
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 
 
 def test_non_lax_program():

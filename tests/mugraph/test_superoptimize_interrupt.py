@@ -11,7 +11,7 @@ import pytest
 
 import mugraph as mg
 import search
-from mugraph.benchmarks import program
+from mugraph.core.benchmarks import program
 from mugraph.pipeline import DEFAULT_TIME_LIMIT, Interrupted
 
 

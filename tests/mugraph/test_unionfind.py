@@ -1,8 +1,8 @@
-"""mugraph.unionfind: the one disjoint-set structure of the IR and the stages."""
+"""mugraph.core.unionfind: the one disjoint-set structure of the IR and the stages."""
 
 import random
 
-from mugraph.unionfind import UnionFind
+from mugraph.core.unionfind import UnionFind
 
 
 def test_sets_roots_and_groups():

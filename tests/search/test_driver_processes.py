@@ -25,7 +25,7 @@ BODY = """
 import json, sys, time
 import mugraph as mg
 import search
-from mugraph.benchmarks import program
+from mugraph.core.benchmarks import program
 
 kw = json.loads(sys.argv[1])
 if kw.pop("bench", False):
@@ -213,7 +213,7 @@ def test_sigint_returns_best_so_far_and_a_rerun_resumes(tmp_path):
 
 def test_cli_ctrl_c_is_one_line_and_exit_130(tmp_path):
     (tmp_path / "prog.py").write_text(textwrap.dedent("""
-        from mugraph.benchmarks import program
+        from mugraph.core.benchmarks import program
         p = program("rmsnorm_matmul", small=True)
     """))
     err_path = tmp_path / "err.txt"

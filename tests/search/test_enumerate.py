@@ -1,7 +1,7 @@
 """Canonical form: no μGraph twice, none missed against brute force."""
 
 import mugraph as mg
-from mugraph.ops import CATALOG
+from mugraph.core.ops import CATALOG
 from search.config import SearchConfig
 from search.enumerate import Searcher
 from search.mappings import mappings

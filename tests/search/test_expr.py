@@ -1,7 +1,7 @@
 """Abstract expressions: canonical text, normalization (the table's coverage: tests/mugraph/test_catalog.py)."""
 
 import mugraph as mg
-from mugraph.benchmarks import program
+from mugraph.core.benchmarks import program
 from search import expr as ex
 
 

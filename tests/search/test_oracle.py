@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from mugraph.benchmarks import REFERENCES, program, reference
-from mugraph.ir import graph_ops
+from mugraph.core.benchmarks import REFERENCES, program, reference
+from mugraph.core.ir import graph_ops
 from search import expr as ex
 from search import labels as lb
 from search.config import SearchConfig

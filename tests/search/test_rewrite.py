@@ -7,7 +7,7 @@ import numpy as np
 
 import mugraph as mg
 import search
-from mugraph.benchmarks import programs
+from mugraph.core.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
 from search.compose import compose, partition

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import search
-from mugraph.benchmarks import program
-from mugraph.serialize import graph_to_json
+from mugraph.core.benchmarks import program
+from mugraph.core.serialize import graph_to_json
 from search.config import SearchConfig
 from search.enumerate import Searcher, materialize
 

@@ -2,7 +2,7 @@
 and the SM count (not a fixed list); split_variants ranks the combine kernel in."""
 
 import mugraph as mg
-from mugraph.benchmarks import programs
+from mugraph.core.benchmarks import programs
 from search.enumerate import GPU_SMS, cost_key
 from search.rewrite import MAX_SPLIT_BLOCKS, combine_dims, split_chunks, split_loop, split_variants
 

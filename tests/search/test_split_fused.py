@@ -12,7 +12,7 @@ import pytest
 
 import mugraph as mg
 import search
-from mugraph.benchmarks import programs
+from mugraph.core.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
 from search.derive import kernel_shape, composed, sequential, splits
@@ -157,7 +157,7 @@ def test_lowering_model_prices_the_split_of_the_full_size_fused_kernel():
     the reference 26.4 (``lower/data/h200_candidates.jsonl.gz``) — their first kernel
     normalizes each step's K tile inside the attention loop (the model's ``t_cone``)."""
     from lower.cost_model import estimate
-    from mugraph.benchmarks import reference
+    from mugraph.core.benchmarks import reference
     from mugraph.pipeline.timing import predict_tuned
 
     p = programs.qknorm_gqa(8)
@@ -180,7 +180,7 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split():
     from search.driver import _order, _Run
     from search.records import Match
     from search.enumerate import signature
-    from mugraph.serialize import graph_to_json
+    from mugraph.core.serialize import graph_to_json
 
     p = programs.gqa(1, queries=16, head_dim=16, kv=1024)
 

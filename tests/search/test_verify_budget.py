@@ -7,8 +7,8 @@ from collections import Counter
 import pytest
 
 import mugraph as mg
-from mugraph.errors import ConfigError
-from mugraph.serialize import graph_to_json
+from mugraph.core.errors import ConfigError
+from mugraph.core.serialize import graph_to_json
 from search import driver
 from search.config import SearchConfig
 from search.records import Match

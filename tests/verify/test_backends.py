@@ -6,12 +6,12 @@ import pytest
 import torch
 
 import verify.field as F
-from mugraph.benchmarks import REFERENCES, reference
+from mugraph.core.benchmarks import REFERENCES, reference
 from verify.analysis import inputs_needing_q, live_graph
 from verify.equivalence import evaluate_field
 from verify.family import DEFAULT
-from mugraph.errors import ShapeError
-from mugraph.oprules import broadcast_shapes
+from mugraph.core.errors import ShapeError
+from mugraph.core.oprules import broadcast_shapes
 from verify.field import Field, PowTable, draw_inputs, pow_fixed, random_omega
 from verify.fuzz import corpus_graph
 

@@ -8,7 +8,7 @@ import pytest
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 from verify.floatcheck import compare_float64
 from verify.fuzz import mutate, random_program, random_ugraph, rewrite, with_large_part
 

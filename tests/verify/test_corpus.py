@@ -8,7 +8,7 @@ import pytest
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import REFERENCES, program, reference
+from mugraph.core.benchmarks import REFERENCES, program, reference
 from verify.fuzz import random_program, rewrite
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 from verify.bound import tests_needed as n_tests
 from verify.field import MIRAGE
 

@@ -6,7 +6,7 @@ import pytest
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 from verify import bound
 from verify.exponent_sets import FREE, Support
 from verify.equivalence import make_plan, summarize

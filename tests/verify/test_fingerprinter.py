@@ -1,7 +1,7 @@
 """The sampled fingerprint: :class:`verify.Fingerprinter` answers exactly what comparing
 full fingerprints answers, and the sampled evaluation it rests on
-(:func:`mugraph.interpreter.evaluate` with ``blocks``) computes the full evaluation's
-values at the positions :func:`~mugraph.interpreter.saved_positions` names."""
+(:func:`mugraph.core.interpreter.evaluate` with ``blocks``) computes the full evaluation's
+values at the positions :func:`~mugraph.core.interpreter.saved_positions` names."""
 
 import numpy as np
 import pytest
@@ -9,9 +9,9 @@ import torch
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import REFERENCES, program, reference
-from mugraph.errors import MugraphError
-from mugraph.interpreter import evaluate, saved_positions
+from mugraph.core.benchmarks import REFERENCES, program, reference
+from mugraph.core.errors import MugraphError
+from mugraph.core.interpreter import evaluate, saved_positions
 from verify.equivalence import sample_blocks
 from verify.fuzz import mutate
 

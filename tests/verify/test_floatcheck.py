@@ -4,7 +4,7 @@ from fractions import Fraction
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 
 
 def _prog(name, build):

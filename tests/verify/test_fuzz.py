@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import verify
-from mugraph.benchmarks import REFERENCES, reference
+from mugraph.core.benchmarks import REFERENCES, reference
 from verify.fuzz import MUTATIONS, REWRITES, corpus_graph, differs, mutate, random_program, random_ugraph, rewrite
 
 
@@ -126,7 +126,7 @@ def test_rewrites_are_equivalent(seed):
 
 @pytest.mark.parametrize("name", ["sqrt_scale", "prime_roundtrip"])
 def test_each_new_rewrite_applies_and_keeps_the_meaning(name):
-    from mugraph.rewrite import rebuild
+    from mugraph.core.rewrite import rebuild
     changed = 0
     for seed in range(12):
         g = random_program(seed, sqrt=True)

@@ -3,7 +3,7 @@ its cache: the program's outputs have a budget of their own; on a GPU the cache 
 of the free memory."""
 
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 
 
 def test_program_evaluated_once_per_draw_when_residues_do_not_fit():

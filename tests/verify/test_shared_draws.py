@@ -10,7 +10,7 @@ import torch
 
 import verify
 import verify.equivalence as eq
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 from verify import shared_draws
 
 

@@ -9,14 +9,14 @@ import pytest
 
 import mugraph as mg
 import verify
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 from verify.standalone import main
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PAIR = '''
 import mugraph as mg
-from mugraph.benchmarks import program, reference
+from mugraph.core.benchmarks import program, reference
 
 REF = program("lora", small=True)
 
@@ -26,7 +26,7 @@ def CAND():
 
 BROKEN = '''
 import mugraph as mg
-from mugraph.benchmarks import program
+from mugraph.core.benchmarks import program
 
 def REF():
     return program("lora", small=True)
@@ -62,7 +62,7 @@ def test_py_broken_candidate(tmp_path):
 def test_mixed_json_and_single_graph_py(tmp_path):
     mg.save(program("lora", small=True), tmp_path / "ref.json")
     f = tmp_path / "one.py"
-    f.write_text("from mugraph.benchmarks import reference\nkernel = reference('lora', small=True)\n")
+    f.write_text("from mugraph.core.benchmarks import reference\nkernel = reference('lora', small=True)\n")
     assert verify.verify_files(tmp_path / "ref.json", f, seed=0, float_check=False).equivalent
 
 

@@ -12,8 +12,8 @@ import torch
 import mugraph as mg
 import verify
 import verify.field as F
-from mugraph.benchmarks import program, reference
-from mugraph.errors import ConfigError
+from mugraph.core.benchmarks import program, reference
+from mugraph.core.errors import ConfigError
 from verify.equivalence import Reference, evaluate_field
 from verify.family import DEFAULT
 from verify.floatcheck import FloatReference, exp as fast_exp

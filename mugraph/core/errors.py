@@ -72,5 +72,5 @@ class ArgumentTypeError(MugraphError, TypeError):
 class ConstantError(MugraphError, ValueError):
     """A scalar constant that is not an exact finite rational mugraph can carry: NaN,
     infinity, a bool, a complex number, a division by the constant 0, or more digits
-    than :data:`mugraph.limits.MAX_CONSTANT_DIGITS`."""
+    than :data:`mugraph.core.limits.MAX_CONSTANT_DIGITS`."""
 

@@ -8,7 +8,7 @@ Graphs are built bottom-up so they are valid by construction: tile shapes are dr
 first and device shapes derived from them (so every imap/fmap divides) — or, in a
 profile with ``square=n``, every kernel input is ``n×n`` and the maps are drawn on it —
 ops are only applied where the catalog's shape rule accepts them, and the builder's
-own checks (:mod:`mugraph.ir`) reject anything else (the draw is then retried).
+own checks (:mod:`mugraph.core.ir`) reject anything else (the draw is then retried).
 
 Numerics can be kept tame so a float64 comparison is meaningful: every tile carries a
 rough magnitude bound, ``exp`` only sees arguments up to ``Profile.exp_arg``, ``sqrt``
@@ -89,7 +89,7 @@ class Profile:
     #: largest magnitude a tile may reach (None: no bound), and ``exp``'s largest argument
     max_magnitude: Optional[float] = 1e6
     exp_arg: Optional[float] = 4.0
-    #: the graph must be in the Lax fragment (:func:`mugraph.lax.check_lax`)
+    #: the graph must be in the Lax fragment (:func:`mugraph.core.lax.check_lax`)
     lax: bool = False
     dtype: str = "float32"
     name: str = field(default="random")

@@ -1,7 +1,7 @@
 """Disjoint sets (union-find), the one implementation the stages share.
 
 Four analyses group things that an op ties together: element-wise block ops
-fused into thread graphs (:func:`mugraph.ir.build_thread_graphs`), program ops
+fused into thread graphs (:func:`mugraph.core.ir.build_thread_graphs`), program ops
 into pieces of a cut (:mod:`search.compose`), tensor dims into index classes
 (:mod:`search.labels`) and tile dims into dim classes (:mod:`lower.tiles`).
 

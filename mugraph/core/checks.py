@@ -1,9 +1,9 @@
 """Argument checks shared by the IR and the builder: every value a user hands
 to mugraph (a shape, a dim, a constant, a name, a dtype) is checked here and
-refused with a one-line :mod:`mugraph.errors` exception naming it — never
+refused with a one-line :mod:`mugraph.core.errors` exception naming it — never
 truncated, converted or passed on to fail deep inside a stage.
 
-They sit below both :mod:`mugraph.ir` and :mod:`mugraph.builder` (the tensor's
+They sit below both :mod:`mugraph.core.ir` and :mod:`mugraph.core.builder` (the tensor's
 Python operators come from the builder), so neither imports the other for them.
 """
 
@@ -67,10 +67,10 @@ def check_shape(shape, what: str) -> tuple[int, ...]:
     if any(s < 1 for s in shape):
         raise ShapeError(f"{what}: shape {shape} has a dim < 1")
     if any(s > MAX_DIM for s in shape):
-        raise ShapeError(f"{what}: shape {shape} has a dim > {MAX_DIM} (mugraph.limits.MAX_DIM)")
+        raise ShapeError(f"{what}: shape {shape} has a dim > {MAX_DIM} (mugraph.core.limits.MAX_DIM)")
     if math.prod(shape) > MAX_NUMEL:
         raise ShapeError(f"{what}: shape {shape} has {math.prod(shape)} elements > {MAX_NUMEL} "
-                         "(mugraph.limits.MAX_NUMEL: 32-bit element offsets)")
+                         "(mugraph.core.limits.MAX_NUMEL: 32-bit element offsets)")
     return shape
 
 
@@ -94,7 +94,7 @@ def rational(c: Any, what: str) -> Fraction:
         digits = len(str(n)) if bits <= 4 * MAX_CONSTANT_DIGITS else int(bits * math.log10(2)) + 1
         if digits > MAX_CONSTANT_DIGITS:
             raise ConstantError(f"{what}: the constant's {part} has {digits} digits > {MAX_CONSTANT_DIGITS} "
-                                "(mugraph.limits.MAX_CONSTANT_DIGITS)")
+                                "(mugraph.core.limits.MAX_CONSTANT_DIGITS)")
     return f
 
 

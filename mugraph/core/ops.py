@@ -9,7 +9,7 @@ value is a stage's business: each stage keeps one facet table per concern, keyed
 op name (float, magnitude and field evaluation, degree bound, abstract expression,
 Triton emission, torch call; README "Adding an operator" lists them), and
 ``tests/mugraph/test_catalog.py`` walks every (op, facet) pair. Shape and dim rules
-are in :mod:`mugraph.oprules`.
+are in :mod:`mugraph.core.oprules`.
 
 Levels: ``"K"`` kernel graph (a pre-defined kernel op run by a library),
 ``"B"`` block graph (an op on tiles inside a graph-defined kernel).

@@ -25,7 +25,7 @@ class TensorOps:
     ``2 - x``, ``x @ w``, ``-x`` build ops in the tensor's graph through the
     functions of this module.
 
-    :class:`mugraph.ir.Tensor` inherits them, so the IR takes its operators from the
+    :class:`mugraph.core.ir.Tensor` inherits them, so the IR takes its operators from the
     builder and the builder never imports the IR; it is also the type the builder's
     functions accept as a tensor."""
 

@@ -2,9 +2,9 @@
 
 Everything mugraph writes or reads on disk goes through here:
 
-* :func:`read_json` / :func:`loads` parse JSON within :mod:`mugraph.limits` (file
+* :func:`read_json` / :func:`loads` parse JSON within :mod:`mugraph.core.limits` (file
   size, nesting depth, length of a number literal), so a hostile document fails
-  with a one-line :class:`~mugraph.errors.SerializationError` instead of a
+  with a one-line :class:`~mugraph.core.errors.SerializationError` instead of a
   ``RecursionError`` or minutes of big-number parsing.
 * :func:`write_text_atomic` writes to a temporary file of a unique name in the
   target folder and renames it into place, so concurrent writers never share a
@@ -78,7 +78,7 @@ def _number(kind: type):
     def parse(s: str):
         if len(s) > MAX_NUMBER_CHARS:
             raise SerializationError(f"a number literal of {len(s)} characters ({s[:20]}...) > {MAX_NUMBER_CHARS} "
-                                     "(mugraph.limits.MAX_NUMBER_CHARS)")
+                                     "(mugraph.core.limits.MAX_NUMBER_CHARS)")
         return kind(s)
     return parse
 
@@ -87,9 +87,9 @@ _PARSE_INT, _PARSE_FLOAT = _number(int), _number(float)
 
 
 def loads(text: str, where: str = "document") -> Any:
-    """Parse JSON within the limits of :mod:`mugraph.limits`; errors name ``where``."""
+    """Parse JSON within the limits of :mod:`mugraph.core.limits`; errors name ``where``."""
     if len(text) > MAX_JSON_BYTES:
-        raise SerializationError(f"{where}: {len(text)} characters > {MAX_JSON_BYTES} (mugraph.limits.MAX_JSON_BYTES)")
+        raise SerializationError(f"{where}: {len(text)} characters > {MAX_JSON_BYTES} (mugraph.core.limits.MAX_JSON_BYTES)")
     try:
         doc = json.loads(text, parse_int=_PARSE_INT, parse_float=_PARSE_FLOAT)
     except SerializationError as e:
@@ -102,7 +102,7 @@ def loads(text: str, where: str = "document") -> Any:
     depth = json_depth(doc)
     if depth > MAX_JSON_DEPTH:
         raise SerializationError(f"{where}: JSON nested {depth} levels deep > {MAX_JSON_DEPTH} "
-                                 "(mugraph.limits.MAX_JSON_DEPTH)")
+                                 "(mugraph.core.limits.MAX_JSON_DEPTH)")
     return doc
 
 
@@ -124,7 +124,7 @@ def read_json(path: str | Path, what: str = "load") -> Any:
     try:
         size = path.stat().st_size
         if size > MAX_JSON_BYTES:
-            raise SerializationError(f"{path}: {size} bytes > {MAX_JSON_BYTES} (mugraph.limits.MAX_JSON_BYTES)")
+            raise SerializationError(f"{path}: {size} bytes > {MAX_JSON_BYTES} (mugraph.core.limits.MAX_JSON_BYTES)")
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise SerializationError(f"{path}: cannot read: {e.strerror or e}") from None

@@ -1,7 +1,7 @@
 """The μGraph IR: tensors, ops, kernel graphs, block graphs, thread graphs.
 
 A :class:`KernelGraph` is a DAG of kernels over the whole GPU; its edges are device
-tensors. A node is a *pre-defined* op from the catalog (:mod:`mugraph.ops`) or a
+tensors. A node is a *pre-defined* op from the catalog (:mod:`mugraph.core.ops`) or a
 *graph-defined* op whose meaning is a :class:`BlockGraph` — the program of one
 thread block, with a grid, a for-loop, input iterators (imap/fmap), block ops,
 accumulators and output savers (omap). A :class:`Program` is a kernel graph with
@@ -11,7 +11,7 @@ Every rule of docs/design.md §2.7 is checked when an op is added, so an invalid
 be built: shape rules, divisibility of imaps/fmaps, one accumulator on every path
 from an input iterator to an output saver, distinct omap dims for grid axes > 1,
 and (when a block graph is attached to its kernel graph) the shared-memory and
-register budgets. Each violation raises a :mod:`mugraph.errors` exception naming
+register budgets. Each violation raises a :mod:`mugraph.core.errors` exception naming
 the rule, the op and the offending value.
 
 Writing a μGraph by hand::
@@ -95,7 +95,7 @@ class Tensor(TensorOps):
         return f"<{self.label()} {self.shape} {self.dtype}>"
 
     # Python's arithmetic operators build ops in the tensor's graph (scalars become
-    # constants): they come from :class:`mugraph.builder.TensorOps`
+    # constants): they come from :class:`mugraph.core.builder.TensorOps`
 
     def __bool__(self):
         raise ArgumentTypeError(f"{self.label()}: a mugraph Tensor is symbolic; it has no truth value")
@@ -259,7 +259,7 @@ def _rational_attr(v: Any, what: str) -> Fraction:
     return rational(v, what)
 
 
-#: attribute type (:data:`mugraph.ops.ATTR_TYPES`) -> its check: the value normalized, or a MugraphError
+#: attribute type (:data:`mugraph.core.ops.ATTR_TYPES`) -> its check: the value normalized, or a MugraphError
 _ATTR_CHECKS: dict[str, Callable[[Any, str], Any]] = {
     "dim": strict_int,
     "shape": check_shape,

@@ -1,4 +1,4 @@
-"""One evaluator for programs and μGraphs over any :class:`~mugraph.algebra.Algebra`.
+"""One evaluator for programs and μGraphs over any :class:`~mugraph.core.algebra.Algebra`.
 
 Block graphs are evaluated vectorized: every tile carries four leading batch axes
 ``(gx, gy, gz, F)`` — the grid and the loop — of size 1 where it does not vary, so
@@ -55,7 +55,7 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
     n, where = largest_value(graph)
     if n > max_elements:
         raise ResourceError(f"evaluate: {graph.name}: {where} would hold {n} elements > max_elements={max_elements} "
-                            "(mugraph.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
+                            "(mugraph.core.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
     alg = algebra if algebra is not None else FloatAlgebra("float64")
     as_torch = any(isinstance(v, torch.Tensor) for v in inputs.values())
     env = bind_inputs(graph, inputs, alg)

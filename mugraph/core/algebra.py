@@ -56,7 +56,7 @@ class Algebra:
     """Base class: structural hooks shared by all algebras, op dispatch by name.
 
     Subclasses set :attr:`ops`, their facet table (op name -> row(algebra, inputs,
-    attrs) -> value, one row per op of :data:`mugraph.ops.CATALOG` the algebra gives a
+    attrs) -> value, one row per op of :data:`mugraph.core.ops.CATALOG` the algebra gives a
     meaning), plus :meth:`input`, :meth:`output` and :meth:`accumulate`. The table is
     the class's, not the instance's, so an op registered later needs one row there.
     """

@@ -3,7 +3,7 @@
 A rewrite *replays* a graph, op by op and level by level, into a new graph
 through the builder, with edits at named sites — so every rule of the IR is
 checked again on the result (a rewrite that breaks one raises a
-:class:`~mugraph.errors.MugraphError`, never returns an invalid graph), and no
+:class:`~mugraph.core.errors.MugraphError`, never returns an invalid graph), and no
 stage edits a serialized form and parses it back.
 
 A *site* names one op: ``(kernel op id, None)`` for an op of the kernel graph,

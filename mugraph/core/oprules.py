@@ -1,7 +1,7 @@
-"""Shape and dim rules of the catalog's ops (:mod:`mugraph.ops`).
+"""Shape and dim rules of the catalog's ops (:mod:`mugraph.core.ops`).
 
 A shape rule gives an op's output shape from its input shapes and attributes (or
-raises :class:`~mugraph.errors.ShapeError`); a dim rule says how the output's dims
+raises :class:`~mugraph.core.errors.ShapeError`); a dim rule says how the output's dims
 follow the inputs' (:class:`DimMap`), which is what lowering's tile-dim unification
 and the search's index labels read instead of the op's name.
 """

@@ -143,7 +143,7 @@ def _constant(v: Any, where: str) -> Fraction:
                               f"{MAX_CONSTANT_DIGITS} digits")
         if m.group(1) is not None and abs(int(m.group(1))) > MAX_CONSTANT_DIGITS:
             raise _bad(where, f"constant {short(v, 30)}: exponent beyond ±{MAX_CONSTANT_DIGITS} "
-                              "(mugraph.limits.MAX_CONSTANT_DIGITS)")
+                              "(mugraph.core.limits.MAX_CONSTANT_DIGITS)")
         if re.fullmatch(r"[+-]?[0-9]+/0+", v):
             raise _bad(where, f"constant {short(v, 30)} divides by zero")
         v = Fraction(v)
@@ -265,7 +265,7 @@ def save(graph: KernelGraph, path: str | Path) -> Path:
 def load(path: str | Path) -> KernelGraph:
     """Read what :func:`save` wrote: a Program or a KernelGraph.
 
-    The file is read within :mod:`mugraph.limits` (size, nesting, number length)
+    The file is read within :mod:`mugraph.core.limits` (size, nesting, number length)
     and rebuilt through the builder; nothing in it is executed. (``mg.load`` also
     reads ``superoptimize`` results.)"""
     path = as_path(path, "load")
