@@ -22,9 +22,9 @@ time) — and Triton is first imported where the lowering chooses its interprete
 from .core import (CATALOG, DTYPES, Algebra, ArgumentTypeError, BlockGraph, CacheError, ConfigError, ConstantError,
                    DTypeError, FloatAlgebra, InputError, InvalidGraphError, KernelGraph, MugraphError, NotLaxError,
                    Program, ResourceError, SerializationError, ShapeError, Tensor, ThreadGraph, UnsupportedOpError,
-                   add, build_thread_graphs, check_lax, concat, constant, div, errors, evaluate, exp, is_lax, limits,
-                   matmul, max, mean, mul, permute, render, repeat, reshape, rms_norm, scale, silu, slice, sqrt,
-                   square, sub, sum, to_dot, transpose)
+                   add, build_thread_graphs, check_lax, concat, constant, div, errors, evaluate, exp, gelu_tanh, is_lax,
+                   limits, matmul, max, mean, mul, permute, render, repeat, reshape, rms_norm, scale, sigmoid, silu,
+                   slice, sqrt, square, sub, sum, tanh, to_dot, transpose)
 from .core.version import __version__  # noqa: F401 - the package version
 
 #: the product's public names, imported from :mod:`mugraph.pipeline` when first used
@@ -55,6 +55,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
+    "sigmoid", "tanh", "gelu_tanh",
     "concat", "reshape", "repeat", "permute", "transpose", "slice", "scale", "constant",
     "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
     "limits", "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",

@@ -8,8 +8,8 @@ every floor above imports it (docs/layout.md).
 
 from . import errors, limits
 from .algebra import Algebra, FloatAlgebra
-from .builder import (add, concat, constant, div, exp, matmul, max, mean, mul, permute, repeat, reshape,
-                      rms_norm, scale, silu, slice, sqrt, square, sub, sum, transpose)
+from .builder import (add, concat, constant, div, exp, gelu_tanh, matmul, max, mean, mul, permute, repeat,
+                      reshape, rms_norm, scale, sigmoid, silu, slice, sqrt, square, sub, sum, tanh, transpose)
 from .errors import (ArgumentTypeError, CacheError, ConfigError, ConstantError, DTypeError, InputError, InvalidGraphError,
                      MugraphError, NotLaxError, ResourceError, SerializationError, ShapeError, UnsupportedOpError)
 from .interpreter import evaluate
@@ -22,6 +22,7 @@ from .version import __version__  # noqa: F401 - the package version
 __all__ = [
     "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
+    "sigmoid", "tanh", "gelu_tanh",
     "concat", "reshape", "repeat", "permute", "transpose", "slice", "scale", "constant",
     "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "render", "to_dot", "errors",
     "limits", "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",

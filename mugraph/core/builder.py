@@ -7,6 +7,7 @@ rational constants: ``x * 0.5`` is ``scale(x, 1/2)``, ``x + 1`` adds a ``const``
 
 from __future__ import annotations
 
+import math
 import numbers
 from fractions import Fraction
 from typing import TYPE_CHECKING, Sequence
@@ -171,6 +172,36 @@ def square(x: Tensor) -> Tensor:
 
 def silu(x: Tensor) -> Tensor:
     return _tensor(x, "silu").graph.add_op("silu", [x])
+
+
+# ----------------------------------------------------------------- composites
+# Functions the catalog expresses: built from catalog ops, so the verifier proves them like
+# any other Lax expression and every stage handles them without a row of its own (a new
+# primitive costs a catalog entry and a row per facet table: docs/adding-an-op.md).
+
+#: GeLU's tanh approximation: ``0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`` (as torch's
+#: ``gelu(approximate="tanh")``; √(2/π) as the float64 torch rounds it to)
+GELU_TANH_C = Fraction(math.sqrt(2 / math.pi))
+GELU_TANH_CUBIC = Fraction("0.044715")
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """``1 / (1 + exp(−x))``: one exp, so it counts as one exponentiation on its paths."""
+    return div(1, add(exp(scale(_tensor(x, "sigmoid"), -1)), 1))
+
+
+def tanh(x: Tensor) -> Tensor:
+    """``2·sigmoid(2x) − 1 = 1 − 2 / (1 + exp(2x))``: one exp."""
+    return sub(1, div(2, add(exp(scale(_tensor(x, "tanh"), 2)), 1)))
+
+
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GeLU's tanh approximation, ``0.5·x·(1 + tanh(y))`` with ``y = √(2/π)·(x + 0.044715·x³)``,
+    written as ``x · sigmoid(2y)`` (the same function: ``(1 + tanh y)/2 = sigmoid(2y)``): one
+    exp of a cubic."""
+    x = _tensor(x, "gelu_tanh")
+    y = scale(add(x, scale(mul(square(x), x), GELU_TANH_CUBIC)), 2 * GELU_TANH_C)
+    return div(x, add(exp(scale(y, -1)), 1))
 
 
 def sum(x: Tensor, dim: int) -> Tensor:  # noqa: A001 - the public name mirrors the op

@@ -316,9 +316,12 @@ def _rotate_half(ctx, x):
     return B.matmul(x, r)
 
 
-def _sigmoid(ctx, x):
-    """``1 / (1 + exp(-x))``: one exp, so it counts as one exponentiation on its paths."""
-    return B.div(1, B.add(B.exp(B.scale(x, -1)), 1))
+def _gelu(ctx, x, approximate="none"):
+    """GeLU: the tanh approximation is a builder composite; the exact one (erf) has no
+    expression in the catalog's ops, so it stays torch code."""
+    if approximate != "tanh":
+        raise Unmapped(f"gelu(approximate={approximate!r}): erf is not expressible in Lax ops")
+    return B.gelu_tanh(x)
 
 
 #: ATen overload -> row. Ops a row can refuse are refused per use (``Unmapped``).
@@ -350,7 +353,9 @@ ROWS: dict[Any, Callable] = {
     aten.sum.default: lambda ctx, x, dtype=None: _reduce("sum", x, None, False, dtype),
     aten.amax.default: lambda ctx, x, dims=(), keepdim=False: _reduce("max", x, dims, keepdim),
     aten.silu.default: lambda ctx, x: B.silu(x),
-    aten.sigmoid.default: _sigmoid,
+    aten.sigmoid.default: lambda ctx, x: B.sigmoid(x),
+    aten.tanh.default: lambda ctx, x: B.tanh(x),
+    aten.gelu.default: _gelu,
     aten.view.default: _reshape,
     aten._unsafe_view.default: _reshape,
     aten.reshape.default: _reshape,

@@ -72,6 +72,8 @@ CASES = {
     "sum": (lambda a: a.sum((0, 2)) * 2, (r(3, 4, 5),), [aten.sum.dim_IntList]),
     "silu": (lambda a: F.silu(a) * a, (r(4, 8),), [aten.silu.default]),
     "sigmoid": (lambda a: torch.sigmoid(a) * a, (r(4, 8),), [aten.sigmoid.default]),
+    "tanh": (lambda a: torch.tanh(a) * a, (r(4, 8),), [aten.tanh.default]),
+    "gelu_tanh": (lambda a, w: F.gelu(a @ w, approximate="tanh"), (r(4, 8), r(8, 6)), [aten.gelu.default]),
     "view": (lambda a: (a * 2).view(2, 16) + 1, (r(4, 8),), [aten.view.default]),
     "reshape": (lambda a: (a * 2).reshape(8, -1) + 1, (r(4, 8),), [aten.view.default]),
     "unsqueeze_expand": (lambda a: (a * 2).unsqueeze(0).expand(3, 4, 8) * 1.5, (r(4, 8),),
