@@ -26,6 +26,7 @@ import dataclasses
 import itertools
 import math
 import numbers
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -397,6 +398,209 @@ def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, s
     return out
 
 
+def _budget_ends(graph: KernelGraph, blocks: list, budget_s: float, t_start: float, top: int,
+                 warps: tuple[int, ...], stages: tuple[int, ...], small_mm: tuple[str, ...],
+                 device_params: DeviceParams) -> dict[int, float]:
+    """When each kernel's share of ``budget_s`` ends (``time.monotonic`` seconds, by op id): the
+    budget is shared in proportion to the kernels' configuration spaces (:func:`config_space`),
+    and the shares are cumulative, so time one kernel leaves unused passes to the next."""
+    sizes = config_space(graph, top, warps, stages, small_mm, device_params)
+    total, acc = max(1, sum(sizes.values())), 0
+    ends: dict[int, float] = {}
+    for op in blocks:
+        acc += sizes[op.id]
+        ends[op.id] = t_start + budget_s * acc / total
+    return ends
+
+
+@dataclass
+class _TuneCall:
+    """What the kernels of one :func:`tune` call share: how a configuration is checked and
+    timed, the configs chosen so far (each kernel is timed inside the whole program, the
+    kernels before it at the configs they were given), and what the call reports."""
+
+    graph: KernelGraph
+    blocks: list                     # the graph-defined ops, in graph order
+    inputs: dict[str, torch.Tensor] | None
+    ref: Any
+    tol: float
+    timing: str
+    log: Callable[[str], object] | None
+    history: Mapping[str, float | None] | None
+    device_params: DeviceParams
+    warps: tuple[int, ...]
+    stages: tuple[int, ...]
+    configs: dict[int, KernelConfig]
+    trials: list[tuple[str, float | None, float]] = field(default_factory=list)
+    timings: dict[str, float | None] = field(default_factory=dict)
+    cut: bool = False                # a kernel's budget share stopped it before its plan was done
+
+
+@dataclass
+class _KernelTuning:
+    """One kernel's tuning on the GPU: the configs timed so far, those tried, and the cost
+    model's error on this kernel learned as they are timed — what each step reads to choose
+    what to time next (:meth:`choose` runs the steps)."""
+
+    call: _TuneCall
+    op: Any                          # the graph-defined op being tuned
+    end: float | None                # when its budget share ends (None: no budget)
+    timed: list[tuple[float, KernelConfig]] = field(default_factory=list)
+    seen: set[KernelConfig] = field(default_factory=set)
+    #: the cost model's error on this kernel, learned as it is timed
+    errors: ErrorModel = field(default_factory=ErrorModel)
+
+    @property
+    def block(self) -> BlockGraph:
+        return self.op.attrs["block"]
+
+    def fastest(self) -> KernelConfig:
+        """The config timed fastest so far (the first of equals)."""
+        return min(self.timed, key=lambda x: x[0])[1]
+
+    def over(self) -> bool:
+        """This kernel's share of the budget is spent (once one configuration has run)."""
+        return self.end is not None and bool(self.timed) and time.monotonic() > self.end
+
+    def run(self, c: KernelConfig, pred: float) -> float | None:
+        """Seconds of the whole program with this kernel at ``c`` (None: it failed or the budget
+        is spent); taken from ``history`` when an earlier call timed it."""
+        call, op = self.call, self.op
+        key = program_key(call.blocks, {**call.configs, op.id: c})
+        if call.history is not None and key in call.history:  # timed by an earlier call: not again
+            t = call.timings[key] = call.history[key]
+            if t is not None:
+                call.trials.append((f"k{op.id}:{c.label()}", t, pred))
+                self.errors.observe(c, pred, t)
+            return t
+        if self.over():
+            call.cut = True
+            return None
+        try:
+            t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing)
+        except Exception as e:  # a config the compiler rejects (resources), or a wrong result
+            call.timings[key] = None
+            if call.log:
+                call.log(f"  k{op.id} {c.label()} failed: {type(e).__name__}: {str(e)[:160]}")
+            return None
+        call.timings[key] = t
+        call.trials.append((f"k{op.id}:{c.label()}", t, pred))
+        self.errors.observe(c, pred, t)
+        if call.log:
+            call.log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
+        return t
+
+    def time_one(self, pred: float, c: KernelConfig) -> None:
+        """Time ``c`` unless it was tried already."""
+        if c in self.seen:
+            return
+        self.seen.add(c)
+        t = self.run(c, pred)
+        if t is not None:
+            self.timed.append((t, c))
+
+    def time_in_order(self, todo: list[tuple[float, KernelConfig]], defer: float | None = None
+                      ) -> list[tuple[float, KernelConfig]]:
+        """Time ``todo`` ((prediction, config)), next always the one whose prediction,
+        corrected by every time measured so far (:class:`ErrorModel`), is best. With
+        ``defer``: stop when that is more than ``defer`` × the fastest measured, and
+        return what is left."""
+        todo = [x for x in todo if x[1] not in self.seen]
+        while todo:
+            corrected = [self.errors.corrected(c, p) for p, c in todo]
+            i = min(range(len(todo)), key=corrected.__getitem__)
+            if defer is not None and self.timed and corrected[i] > defer * min(t for t, _ in self.timed):
+                return todo
+            self.time_one(*todo.pop(i))
+        return []
+
+    def time_predicted(self, pred: dict[KernelConfig, float], cs: list[KernelConfig]) -> None:
+        """Time ``cs`` (each once) in the corrected order of their predictions ``pred``."""
+        self.time_in_order([(pred[c], c) for c in dict.fromkeys(cs)])
+
+    def sweep(self, bases: list[tuple[KernelConfig, tuple[int, ...]]]) -> None:
+        """Time every config around ``bases`` ((base, stages)) not timed yet: first a climb from
+        each base (its one-field changes — warps, stages, loads, staging — then those of the
+        fastest so far, until none is faster), then the rest; each in the order of the
+        cost model corrected by the times measured (:class:`ErrorModel`). Within one
+        layout the model's ranking agrees with the measured one about half the time
+        (``lower/calibration.py``), and a re-ranking's
+        budget often ends within the sweep: what it times should follow the measurements
+        (a best two steps away, ranked 71st of 80 by the model, is reached in ~17)."""
+        call = self.call
+        around = {base: [c for c in neighbours(self.block, base, call.warps, sts) if c != base]
+                  for base, sts in bases}
+        pred: dict[KernelConfig, float] = {}
+        for c in (c for cs in around.values() for c in cs if c not in pred):
+            pred[c] = estimate(call.graph, call.device_params, {**call.configs, self.op.id: c})
+
+        for base, space_b in around.items():
+            mine_set, cur = {base, *space_b}, base
+            while not self.over():
+                self.time_predicted(pred, [c for c in space_b if _steps(c, cur) == 1])
+                mine = [(t, c) for t, c in self.timed if c in mine_set]
+                best = min(mine, key=lambda x: x[0])[1] if mine else cur
+                if best == cur:
+                    break
+                cur = best
+        self.time_predicted(pred, list(pred))
+
+    def first_round(self, space: _KernelSpace) -> list[tuple[float, KernelConfig]]:
+        """Time the first round: one config of each split-K factor, then the rest of the picks in
+        the order of their predictions corrected by what has been measured (:class:`ErrorModel`).
+        With a budget, the picks it expects to lose by more than :data:`DEFER` wait until after
+        the climbs and sweeps: those are returned."""
+        for pred, c in space.picked[:space.head]:
+            self.time_one(pred, c)
+        return self.time_in_order(space.picked[space.head:], defer=DEFER if self.end is not None else None)
+
+    def climb_layouts(self, space: _KernelSpace) -> None:
+        """A climb through layouts one step from the winner's (:func:`lower.tuning_order.layout_steps`):
+        the first round times a subset of the layouts, chosen by the uncorrected model."""
+        predicted = {c: p for p, c in space.cands}
+        cur = self.fastest() if self.timed else None
+        while cur is not None and not self.over():
+            self.time_in_order([(predicted[c], c) for c in layout_steps(cur, list(predicted))])
+            best = self.fastest()
+            if best == cur:
+                break
+            cur = best
+
+    def sweep_winners(self, first: list[tuple[float, KernelConfig]]) -> None:
+        """Warps × stages around the winner; warps alone around the best layout of each other
+        small-matmul lowering (the best warp count differs between tl.dot and the CUDA-core
+        path, so one lowering must not lose for being timed at the other's best); then around
+        the runner-up layout of ``first`` (the first round and the layout climb) when it
+        measured within :data:`SECOND_LAYOUT`: the first round times every layout at 4 warps
+        and 3 stages only, and another layout may win at its own best warps and stages
+        (rmsnorm_matmul b=8: c4A first at w4s3, c2A best at w2s5)."""
+        stages = self.call.stages
+        t0, c0 = min(self.timed, key=lambda x: x[0])
+        # (no loop: num_stages changes nothing, only warps are swept)
+        looped = self.block.forloop > 1
+        around = [(c0, stages if looped else (c0.num_stages,))]
+        around += [(min((x for x in self.timed if x[1].small_mm == mm), key=lambda x: x[0])[1], (c0.num_stages,))
+                   for mm in dict.fromkeys(c.small_mm for _, c in self.timed) if mm != c0.small_mm]
+        # (and both ways of loading shared tiles, of staging loads, where they differ: neighbours)
+        self.sweep(around)
+        second = [(t, c) for t, c in sorted(first, key=lambda x: x[0]) if _layout(c) != _layout(c0)]
+        if second and second[0][0] <= SECOND_LAYOUT * t0:
+            self.sweep([(second[0][1], stages if looped else (second[0][1].num_stages,))])
+
+    def choose(self, space: _KernelSpace) -> KernelConfig:
+        """The kernel's fastest config: the first round, the layout climb, the sweeps around the
+        winners, then the first-round picks deferred. ResourceError when none runs."""
+        deferred = self.first_round(space)
+        self.climb_layouts(space)
+        if not self.timed:
+            raise ResourceError(f"{self.call.graph.name}: kernel k{self.op.id}: none of {len(space.picked)} "
+                                "configurations compiles and runs correctly on this GPU (e.g. shared memory beyond "
+                                "the hardware limit)")
+        self.sweep_winners(list(self.timed))
+        self.time_in_order(deferred)
+        return self.fastest()
+
+
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams = H100, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
@@ -436,168 +640,31 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     Every argument is checked first (:func:`_check_tune_args`): a wrong one is a one-line
     :class:`~mugraph.core.errors.MugraphError` naming it, before anything is ranked or compiled.
     """
-    import time
-
     warps, stages, small_mm = _check_tune_args(graph, inputs, top, device_params, warps, stages, log, ref, tol,
                                                timing, small_mm, budget_s, predict_only, history)
     t_start = time.monotonic()
     gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
-    configs: dict[int, KernelConfig] = {op.id: KernelConfig(num_stages=3) for op in blocks}
-    trials: list[tuple[str, float | None, float]] = []
-    timings: dict[str, float | None] = {}
-    cut = False
+    call = _TuneCall(graph, blocks, inputs, ref, tol, timing, log, history, device_params, warps, stages,
+                     configs={op.id: KernelConfig(num_stages=3) for op in blocks})
     if gpu and inputs is None:
-        inputs = random_inputs(graph, 0, device="cuda")
-    ends: dict[int, float] = {}
+        call.inputs = random_inputs(graph, 0, device="cuda")
+    ends = {}
     if budget_s is not None and gpu:
-        sizes = config_space(graph, top, warps, stages, small_mm, device_params)
-        total, acc = max(1, sum(sizes.values())), 0
-        for op in blocks:  # cumulative shares: what a kernel leaves unused passes on
-            acc += sizes[op.id]
-            ends[op.id] = t_start + budget_s * acc / total
+        ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     for op in blocks:
-        blk = op.attrs["block"]
-        space = _space(graph, op, configs, top, warps, stages, small_mm, device_params)
-        cands = space.cands
+        space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
         if not gpu:
-            configs[op.id] = cands[0][1]
-            trials += [(c.label(), None, p) for p, c in cands]
+            call.configs[op.id] = space.cands[0][1]
+            call.trials += [(c.label(), None, p) for p, c in space.cands]
             continue
-        timed: list[tuple[float, KernelConfig]] = []
-        errors = ErrorModel()  # the cost model's error on this kernel, learned as it is timed
-        end = ends.get(op.id)
-
-        def over() -> bool:
-            """This kernel's share of the budget is spent (once one configuration has run)."""
-            return end is not None and bool(timed) and time.monotonic() > end
-
-        def run(c, pred):
-            nonlocal cut
-            key = program_key(blocks, {**configs, op.id: c})
-            if history is not None and key in history:  # timed by an earlier call: not again
-                t = timings[key] = history[key]
-                if t is not None:
-                    trials.append((f"k{op.id}:{c.label()}", t, pred))
-                    errors.observe(c, pred, t)
-                return t
-            if over():
-                cut = True
-                return None
-            try:
-                t, _, err = _time(graph, {**configs, op.id: c}, inputs, ref, tol, timing)
-            except Exception as e:  # a config the compiler rejects (resources), or a wrong result
-                timings[key] = None
-                if log:
-                    log(f"  k{op.id} {c.label()} failed: {type(e).__name__}: {str(e)[:160]}")
-                return None
-            timings[key] = t
-            trials.append((f"k{op.id}:{c.label()}", t, pred))
-            errors.observe(c, pred, t)
-            if log:
-                log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
-            return t
-
-        seen: set[KernelConfig] = set()
-
-        def time_one(pred: float, c: KernelConfig) -> None:
-            if c in seen:
-                return
-            seen.add(c)
-            t = run(c, pred)
-            if t is not None:
-                timed.append((t, c))
-
-        def time_in_order(todo: list[tuple[float, KernelConfig]], defer: float | None = None
-                          ) -> list[tuple[float, KernelConfig]]:
-            """Time ``todo`` ((prediction, config)), next always the one whose prediction,
-            corrected by every time measured so far (:class:`ErrorModel`), is best. With
-            ``defer``: stop when that is more than ``defer`` × the fastest measured, and
-            return what is left."""
-            todo = [x for x in todo if x[1] not in seen]
-            while todo:
-                corrected = [errors.corrected(c, p) for p, c in todo]
-                i = min(range(len(todo)), key=corrected.__getitem__)
-                if defer is not None and timed and corrected[i] > defer * min(t for t, _ in timed):
-                    return todo
-                time_one(*todo.pop(i))
-            return []
-
-        def sweep(bases) -> None:
-            """Time every config around ``bases`` not timed yet: first a climb from each base
-            (its one-field changes — warps, stages, loads, staging — then those of the
-            fastest so far, until none is faster), then the rest; each in the order of the
-            cost model corrected by the times measured (:class:`ErrorModel`). Within one
-            layout the model's ranking agrees with the measured one about half the time
-            (``lower/calibration.py``), and a re-ranking's
-            budget often ends within the sweep: what it times should follow the measurements
-            (a best two steps away, ranked 71st of 80 by the model, is reached in ~17)."""
-            around = {base: [c for c in neighbours(blk, base, warps, sts) if c != base] for base, sts in bases}
-            pred: dict[KernelConfig, float] = {}
-            for c in (c for cs in around.values() for c in cs if c not in pred):
-                pred[c] = estimate(graph, device_params, {**configs, op.id: c})
-
-            def time_all(cs) -> None:
-                time_in_order([(pred[c], c) for c in dict.fromkeys(cs)])
-
-            for base, space_b in around.items():
-                mine_set, cur = {base, *space_b}, base
-                while not over():
-                    time_all([c for c in space_b if _steps(c, cur) == 1])
-                    mine = [(t, c) for t, c in timed if c in mine_set]
-                    best = min(mine, key=lambda x: x[0])[1] if mine else cur
-                    if best == cur:
-                        break
-                    cur = best
-            time_all(list(pred))
-
-        # the first round: one config of each split-K factor, then the rest of the picks in
-        # the order of their predictions corrected by what has been measured (ErrorModel)
-        # (with a budget, the picks it expects to lose by more than DEFER wait until after
-        # the climbs and sweeps)
-        for pred, c in space.picked[:space.head]:
-            time_one(pred, c)
-        deferred = time_in_order(space.picked[space.head:], defer=DEFER if end is not None else None)
-        # a climb through layouts one step from the winner's (lower.tuning_order.layout_steps):
-        # the first round times a subset of the layouts, chosen by the uncorrected model
-        predicted = {c: p for p, c in space.cands}
-        cur = min(timed, key=lambda x: x[0])[1] if timed else None
-        while cur is not None and not over():
-            time_in_order([(predicted[c], c) for c in layout_steps(cur, list(predicted))])
-            best = min(timed, key=lambda x: x[0])[1]
-            if best == cur:
-                break
-            cur = best
-        if not timed:
-            raise ResourceError(f"{graph.name}: kernel k{op.id}: none of {len(space.picked)} configurations "
-                                "compiles and runs correctly on this GPU (e.g. shared memory beyond the hardware "
-                                "limit)")
-        first = list(timed)  # the first round and the layout climb
-        t0, c0 = min(timed, key=lambda x: x[0])
-        # warps × stages around the winner; warps alone around the best layout of each other
-        # small-matmul lowering (the best warp count differs between tl.dot and the CUDA-core
-        # path, so one lowering must not lose for being timed at the other's best)
-        # (no loop: num_stages changes nothing, only warps are swept)
-        looped = blk.forloop > 1
-        around = [(c0, stages if looped else (c0.num_stages,))]
-        around += [(min((x for x in timed if x[1].small_mm == mm), key=lambda x: x[0])[1], (c0.num_stages,))
-                   for mm in dict.fromkeys(c.small_mm for _, c in timed) if mm != c0.small_mm]
-        # (and both ways of loading shared tiles, of staging loads, where they differ: neighbours)
-        sweep(around)
-        # the runner-up layout of the first round, when it measured close: the first round
-        # times every layout at 4 warps and 3 stages only, and another layout may win at
-        # its own best warps and stages (rmsnorm_matmul b=8: c4A first at w4s3, c2A best at w2s5)
-        second = [(t, c) for t, c in sorted(first, key=lambda x: x[0]) if _layout(c) != _layout(c0)]
-        if second and second[0][0] <= SECOND_LAYOUT * t0:
-            sweep([(second[0][1], stages if looped else (second[0][1].num_stages,))])
-        time_in_order(deferred)
-        configs[op.id] = min(timed, key=lambda x: x[0])[1]
-    pred = estimate(graph, device_params, configs)
+        call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
+    pred = estimate(graph, device_params, call.configs)
     if not gpu:
-        return ProfileResult(graph, configs, None, pred, False, trials)
+        return ProfileResult(graph, call.configs, None, pred, False, call.trials)
     # re-time the final program (the spread between this and the search's time is the noise)
-    t, prog, _ = _time(graph, configs, inputs, ref, tol, timing)
-    return ProfileResult(graph, configs, t, pred, True, trials, prog, timings, cut)
+    t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing)
+    return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
 
 
 def _finite(v: Any) -> bool:
