@@ -135,7 +135,7 @@ def sopt(config=None, **kw):
 
 
 def doc_of(g) -> dict:
-    return json.loads(json.dumps(mg.serialize.graph_to_json(g)))
+    return json.loads(json.dumps(mg.core.serialize.graph_to_json(g)))
 
 
 def load_doc(doc: Any, name="doc.json"):

@@ -78,7 +78,7 @@ def test_entry_copied_under_another_key_is_recomputed(tmp_path, runs, caplog):
     np.testing.assert_allclose(mg.evaluate(got.graph, {"x": x})[0], np.exp(x) * 3)
     (rec,) = [r for r in caplog.records if "cache" in r.getMessage()]
     assert "another program or configuration" in rec.getMessage() and "\n" not in rec.getMessage()
-    assert json.loads(entry_b.read_text())["cache_key"]["program"] == mg.serialize.graph_to_json(b)
+    assert json.loads(entry_b.read_text())["cache_key"]["program"] == mg.core.serialize.graph_to_json(b)
 
 
 def test_entry_whose_program_was_edited_is_recomputed(tmp_path, runs, caplog):
@@ -249,7 +249,7 @@ def test_fingerprint_covers_code_and_data_not_caches_or_the_frontend(tmp_path):
     from mugraph.core.version import fingerprint_of_packages
 
     pkgs = {"mugraph": tmp_path / "mugraph", "lower": tmp_path / "lower"}
-    for f, text in [("mugraph/ir.py", "x = 1"), ("mugraph/frontend/run.py", "y = 1"),
+    for f, text in [("mugraph/core/ir.py", "x = 1"), ("mugraph/frontend/run.py", "y = 1"),
                     ("lower/data/timing.csv", "a,b"), ("lower/plan.py", "z = 1")]:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text(text)
@@ -266,7 +266,7 @@ def test_fingerprint_covers_code_and_data_not_caches_or_the_frontend(tmp_path):
         finally:
             path.unlink() if before is None else path.write_bytes(before)
 
-    assert changed("mugraph/ir.py", "x = 2") and changed("lower/plan.py", "z = 2")
+    assert changed("mugraph/core/ir.py", "x = 2") and changed("lower/plan.py", "z = 2")
     assert changed("lower/data/timing.csv", "a,c") and changed("lower/new.py", "")
     assert not changed("mugraph/frontend/run.py", "y = 2")      # decides which programs, not results
     assert not changed("lower/__pycache__/plan.cpython-312.pyc", "bytecode")

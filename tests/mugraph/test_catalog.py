@@ -52,7 +52,7 @@ class Facet:
 
 
 FACETS = [
-    Facet("float evaluation", "mugraph/algebra.py FLOAT_OPS", lambda: FLOAT_OPS),
+    Facet("float evaluation", "mugraph/core/algebra.py FLOAT_OPS", lambda: FLOAT_OPS),
     Facet("magnitude evaluation", "verify/floatcheck.py MAGNITUDE_OPS", lambda: MAGNITUDE_OPS),
     Facet("field evaluation", "verify/field.py FIELD_OPS", lambda: FIELD_OPS),
     Facet("degree bound", "verify/bound.py DEGREE_OPS", lambda: DEGREE_OPS),
@@ -242,7 +242,7 @@ def neg(x: mg.Tensor) -> mg.Tensor:
 
 
 def tanh(x: mg.Tensor) -> mg.Tensor:
-    """The builder of the worked example (``mugraph/builder.py`` would hold it)."""
+    """The builder of the worked example (``mugraph/core/builder.py`` would hold it)."""
     return x.graph.add_op("tanh", [x])
 
 
@@ -427,7 +427,7 @@ def test_min_in_the_other_stages(min_op):
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 #: the random μGraph generators choose ops by name and model each one's numeric range
 #: (which inputs keep exp finite, sqrt real): per-op knowledge of a test generator
-GENERATORS = {"verify/fuzz.py", "lower/testing.py", "mugraph/randgraph.py"}
+GENERATORS = {"verify/fuzz.py", "lower/testing.py", "mugraph/core/randgraph.py"}
 
 
 def _op_name_comparisons(path) -> list[str]:
