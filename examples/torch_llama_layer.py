@@ -127,7 +127,7 @@ def main() -> int:
     import torch
 
     import mugraph.frontend  # noqa: F401 - registers the backend
-    from mugraph.frontend.backend import MugraphCompiled
+    from mugraph.frontend.backend import recent_graphs
     from mugraph.frontend.run import _DONE
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -175,7 +175,7 @@ def main() -> int:
                          "max_abs_err_vs_eager": err, "mugraph_compile_s": compile_s})
             print(f"T={T}: eager {times['eager']*1e6:.1f} us, torch.compile {times['torch.compile']*1e6:.1f} us, "
                   f"mugraph {times['mugraph']*1e6:.1f} us (max |err| vs eager {err:.2e}; compile {compile_s:.0f} s)")
-            comp = [c for c in MugraphCompiled.instances if c.captured][-1]
+            comp = [c for c in recent_graphs() if c.captured][-1]
             for cap in comp.captured.values():
                 for bp in cap.pieces:
                     piece_rows.append(_piece_row(T, bp, _DONE, device, torch))

@@ -16,12 +16,12 @@ also names it under the ``torch_dynamo_backends`` entry point, so
 from __future__ import annotations
 
 from .aten import ROWS, Unmapped, rotate_half
-from .backend import mugraph_backend
+from .backend import mugraph_backend, recent_graphs
 from .capture import NodeInfo, probe, trace
 from .graph import Captured, from_torch
 from .options import FrontendOptions
 from .partition import Piece, partition
 from .pieces import BuiltPiece
 
-__all__ = ["from_torch", "Captured", "FrontendOptions", "mugraph_backend", "Piece", "BuiltPiece", "NodeInfo",
+__all__ = ["from_torch", "Captured", "FrontendOptions", "mugraph_backend", "recent_graphs", "Piece", "BuiltPiece", "NodeInfo",
            "ROWS", "Unmapped", "partition", "probe", "trace", "rotate_half"]

@@ -16,6 +16,8 @@ without pieces (one log line says so) — the pieces have no backward.
 
 from __future__ import annotations
 
+from collections import deque
+
 import logging
 from typing import Any, Callable
 
@@ -46,16 +48,26 @@ def _inductor(gm: fx.GraphModule, args: list) -> Callable:
     return compile_fx(gm, args)
 
 
+#: the graphs the backend compiled most recently (:func:`recent_graphs`)
+_RECENT: deque["MugraphCompiled"] = deque(maxlen=16)
+
+
+def recent_graphs() -> list["MugraphCompiled"]:
+    """The most recent graphs the backend compiled (at most 16), oldest first.
+
+    ``torch.compile`` hides what a backend returns, so this is how a user — or a benchmark
+    script — sees what mugraph did with each dynamo graph: its captures
+    (``.captured``: pieces, library ops) and each piece's search (``bp.info``)."""
+    return list(_RECENT)
+
+
 class MugraphCompiled:
     """What the backend returns for one dynamo graph: a callable specialized per
     input signature (``variants``)."""
 
-    #: the most recent instances (tests and the H100 script read what each one did)
-    instances: list["MugraphCompiled"] = []
-
     def __init__(self, gm: fx.GraphModule, options: FrontendOptions) -> None:
         self.gm, self.options = gm, options
-        MugraphCompiled.instances = (MugraphCompiled.instances + [self])[-16:]
+        _RECENT.append(self)
         self.variants: dict[tuple, Callable] = {}
         self.captured: dict[tuple, Captured] = {}
 

@@ -27,12 +27,15 @@ from .pieces import BuiltPiece
 
 log = logging.getLogger("mugraph")
 
-#: (piece name, options key, device, kernel op kind, layout key) -> (operator, Optimized): one
-#: registration per process and input strides (``None``: its lowering failed)
+#: (piece name, options key, device, kernel op kind, layout key) -> (operator, Optimized). Why a
+#: process-wide table: a torch operator can be registered once per process under its name,
+#: and every identical layer of a model captures the same piece — each reuses the first's
+#: registration (``None``: its lowering failed)
 _DONE: dict[tuple, tuple[Any, Any] | None] = {}
 #: (piece name, options key, device, kernel op kind) -> each searched piece's result and what
-#: ``bp.info`` says of it (a later capture of the same piece gets a copy): one search per
-#: process; empty when the search failed
+#: ``bp.info`` says of it (a later capture of the same piece gets a copy). Why: one search per
+#: process and piece, whatever the number of identical layers, without reading the disk cache
+#: again for each; empty when the search failed
 _INFO: dict[tuple, dict] = {}
 
 

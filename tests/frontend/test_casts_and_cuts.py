@@ -80,7 +80,7 @@ def test_a_wide_value_leaving_the_piece_refuses_its_casts():
 
 def test_bf16_rmsnorm_under_the_backend_runs_lowered(piece_cache):
     import mugraph.frontend  # noqa: F401 - registers the backend
-    from mugraph.frontend.backend import MugraphCompiled
+    from mugraph.frontend.backend import recent_graphs
 
     x, w = r(2, 32, dtype=torch.bfloat16), (r(32).abs() + 0.5).to(torch.bfloat16)
     torch._dynamo.reset()
@@ -88,7 +88,7 @@ def test_bf16_rmsnorm_under_the_backend_runs_lowered(piece_cache):
         f = torch.compile(bf16_rmsnorm, backend="mugraph",
                           options={"time_limit": 2.0, "cache_dir": piece_cache, "unfused": "lower"})
         y = f(x, w)
-    cap = list(MugraphCompiled.instances[-1].captured.values())[0]
+    cap = list(recent_graphs()[-1].captured.values())[0]
     assert len(cap.kept) == 1 and y.dtype == torch.bfloat16
     torch.testing.assert_close(y.double(), bf16_rmsnorm(x.double(), w.double()), atol=0, rtol=2 ** -6)
 

@@ -46,7 +46,7 @@ def test_a_slice_of_an_input_is_read_in_place():
 
 def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
     import mugraph.frontend  # noqa: F401 - registers the backend
-    from mugraph.frontend.backend import MugraphCompiled
+    from mugraph.frontend.backend import recent_graphs
 
     def fn(x, w):
         return fused_qkv(x[:, 1:], w)
@@ -58,6 +58,6 @@ def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
             "search": {"max_kernel_ops": 1, "max_block_ops": 1}})
         y = f(x, w)
     torch.testing.assert_close(y, fn(x, w), atol=1e-5, rtol=1e-5)
-    cap = list(MugraphCompiled.instances[-1].captured.values())[0]
+    cap = list(recent_graphs()[-1].captured.values())[0]
     (bp,) = cap.kept
     assert sum(op.kind == "slice" for op in bp.program.ops) == 3 and bp.strided == {"x0": (17, 1)}
