@@ -11,7 +11,8 @@ import pytest
 import mugraph as mg
 import search
 from search import CheckpointError, SearchConfig, SearchResult
-from search import driver as driver_mod
+from search import run_state as run_state_mod
+from search import verification as verification_mod
 from search.executors import Outcome, SerialExecutor
 
 
@@ -56,20 +57,20 @@ def test_worker_processes_share_the_fingerprint_draws_through_a_directory_remove
         return ctx
 
     monkeypatch.setattr(shared_draws, "temporary", recording)
-    real_state = driver_mod.shared_state
+    real_state = run_state_mod.shared_state
 
     def spy(program, cfg, root):
         state = real_state(program, cfg, root)
         seen.append(state["draws"])
         return state
 
-    monkeypatch.setattr(driver_mod, "shared_state", spy)
+    monkeypatch.setattr(run_state_mod, "shared_state", spy)
     r = search.run(_program(), _cfg(executor="processes", workers=2))
     assert r.graphs and len(made) == 1 and seen and seen[0]
     assert shared_draws.directory() is None and not __import__("os").path.exists(seen[0])
     # a worker given that state maps the driver's files (here: a directory that exists)
     with real() as d:
-        root = driver_mod.Searcher(_program(), _cfg())
+        root = run_state_mod.Searcher(_program(), _cfg())
         state = {**shared_state(_program(), _cfg(), root), "draws": str(d)}
         shared_draws.use(None)
         WorkerState(state)
@@ -202,7 +203,7 @@ def test_task_errors_and_lost_workers_are_reported(monkeypatch):
                 return [Outcome(index, error="ValueError: bad task")]
             return super().wait(timeout)
 
-    monkeypatch.setattr(driver_mod, "make_executor", lambda *a, state=None, **k: Faulty(state))
+    monkeypatch.setattr(run_state_mod, "make_executor", lambda *a, state=None, **k: Faulty(state))
     r = search.run(_program(), _cfg())
     st = r.stats
     assert calls[0] == 2 and calls[1] == 1  # died: retried once; raised: not retried
@@ -260,7 +261,7 @@ def test_gpu_path_verifies_in_the_driver_after_a_warm_up(monkeypatch):
 
     monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
     monkeypatch.setattr(Checker, "warm", warm)
-    monkeypatch.setattr(driver_mod._ExecutorVerdicts, "get", lambda *a: pytest.fail("verified on a worker"))
+    monkeypatch.setattr(verification_mod.ExecutorVerdicts, "get", lambda *a: pytest.fail("verified on a worker"))
     a = search.run(_program(), _cfg())
     b = search.run(_program(), _cfg(executor="processes", workers=2))
     assert warmed == ["expmm"]  # the serial search verifies in this process anyway: no warm-up

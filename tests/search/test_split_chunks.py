@@ -115,7 +115,7 @@ def test_split_variants_of_a_one_block_per_head_kernel_beat_it_in_the_cost_key()
 
 
 def test_verification_order_takes_the_cheapest_kernel_count_first():
-    from search.driver import _order
+    from search.verification import order as _order
     from search.records import Match
 
     def m(kernels, est, task, sig="gd"):
@@ -208,7 +208,8 @@ def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order()
     """Within a kernel count the enumeration's matches and each kind of derived graph take
     turns; split proposals come in the order their derivation ranked them (the lowering's
     price), not by cost_key, so 3,616 enumerated pairs do not crowd out 8 split proposals."""
-    from search.driver import _DERIVED, _order
+    from search.candidates import DERIVED as _DERIVED
+    from search.verification import order as _order
     from search.records import Match
 
     def m(est, task, origin):

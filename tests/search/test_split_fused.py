@@ -177,7 +177,9 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split():
     """The driver credits a match with its best split variant's estimate (the lowering splits
     a loop itself): a kernel of two blocks looping 64 times over 1024 keys is ranked, and so
     verified, as what it becomes split — ahead of a kernel its own estimate ranked it behind."""
-    from search.driver import _order, _Run
+    from search.candidates import split_loops
+    from search.run_state import RunState
+    from search.verification import order
     from search.records import Match
     from search.enumerate import signature
     from mugraph.core.serialize import graph_to_json
@@ -202,10 +204,10 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split():
     # a rival that cannot be split (no loop), priced between the two (only its cost matters here)
     rival = Match((1, (best + own[1]) / 2, 0, 0), 0, 1, graph_to_json(whole), "gd", "enumeration")
     m = Match(tuple(own), 0, 0, graph_to_json(two), signature(two), "enumeration")
-    run = _Run(p, SearchConfig(workers=1, executor="serial", time_limit=None, progress=False))
+    state = RunState.start(p, SearchConfig(workers=1, executor="serial", time_limit=None, progress=False))
     matches = [rival, m]
-    run._split(matches)
+    split_loops(state, matches)
     credited = next(x for x in matches if x.rank == 0 and x.task == 0)
     assert credited.cost == (1, best, *own[2:])
-    assert run.dstats["split_credited"] == 1 and run.dstats["split_matches"] >= 1
-    assert _order(matches)[0] is credited
+    assert state.dstats["split_credited"] == 1 and state.dstats["split_matches"] >= 1
+    assert order(matches)[0] is credited

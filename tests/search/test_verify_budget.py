@@ -9,7 +9,8 @@ import pytest
 import mugraph as mg
 from mugraph.core.errors import ConfigError
 from mugraph.core.serialize import graph_to_json
-from search import driver
+from search import verification
+from search.run_state import VerifyCost
 from search.config import SearchConfig
 from search.records import Match
 
@@ -25,10 +26,10 @@ MATCHES = [_match(1, 3.0, "gd", 0), _match(1, 1.0, "gd", 1), _match(1, 2.0, "mm+
 
 
 def test_order_is_round_robin_over_kernel_counts():
-    names = [m.graph["name"] for m in driver._order(MATCHES)]
+    names = [m.graph["name"] for m in verification.order(MATCHES)]
     # per count: cheapest first, signatures alternating; counts interleaved
     assert names == ["k1-1.0-gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd", "k1-2.0-mm+gd", "k2-5.0-gd+gd", "k1-3.0-gd"]
-    assert driver._order([]) == []
+    assert verification.order([]) == []
 
 
 class _Answers:
@@ -43,68 +44,66 @@ class _Answers:
 def test_per_kernel_cap_and_result_order():
     cfg = SearchConfig(max_verify=None, verify_per_kernels=1, thread_graphs=False, progress=False)
     src = _Answers()
-    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
+    found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), src)
     assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
     assert st["verifications"] == 3 and st["unverified_matches"] == 3
     # a failure (a fingerprint false positive) lets the next of its count in; results by kernel count
     src = _Answers(ok=lambda m: m.graph["name"] != "k1-1.0-gd")
-    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), src)
+    found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), src)
     assert [f.graph["name"] for f in found] == ["k1-2.0-mm+gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
     assert st["verify_failed"] == 1
     cfg = SearchConfig(max_verify=2, verify_per_kernels=None, thread_graphs=False, progress=False)
-    found, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), _Answers())
+    found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), _Answers())
     assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd"] and st["verifications"] == 2
 
 
-class _FakeRun:
-    """What the verdict sources read of a search run."""
+class _FakeChecker:
+    """The checker as the verdict sources use it: one verification takes `cost` seconds."""
 
-    def __init__(self, left: float | None, cost: float):
-        self.t_end = None if left is None else time.monotonic() + left
-        self.verify_seconds: list[float] = []
+    def __init__(self, cost: float):
         self.cost = cost
-        self.checker = self
         self.started: list[float] = []
 
-    _verify_fits = driver._Run._verify_fits
-    _past = driver._Run._past
-
-    def verdict(self, graph):  # the checker: one verification takes `cost` seconds
+    def verdict(self, graph):
         self.started.append(time.monotonic())
         time.sleep(self.cost)
         return None
 
 
+def _budget(left: float | None) -> VerifyCost:
+    return VerifyCost(None if left is None else time.monotonic() + left)
+
+
 def test_verification_stops_when_the_next_would_overrun_the_limit():
-    run = _FakeRun(left=1.0, cost=0.3)
-    src = driver._LocalVerdicts(run)
-    order = driver._order(MATCHES)
+    budget = _budget(1.0)
+    src = verification.LocalVerdicts(_FakeChecker(0.3), budget)
+    order = verification.order(MATCHES)
     cfg = SearchConfig(max_verify=None, verify_per_kernels=None, thread_graphs=False, progress=False)
     t0 = time.monotonic()
-    _, st = driver._verify_best(order, cfg, len(order), src)
+    _, st = verification.verify_best(order, cfg, len(order), src)
     # 0.3 s each in 1 s: three fit (the fourth would end after the limit), the rest are skipped
     assert st["verifications"] == 3 and st["verify_skipped_time"] == 3
     assert time.monotonic() - t0 < 1.0 + 0.2
-    assert len(run.verify_seconds) == 3 and min(run.verify_seconds) >= 0.3
+    assert len(budget.seconds) == 3 and min(budget.seconds) >= 0.3
 
 
 def test_no_time_limit_verifies_to_the_caps():
-    run = _FakeRun(left=None, cost=0.0)
     cfg = SearchConfig(max_verify=None, verify_per_kernels=None, thread_graphs=False, progress=False)
-    _, st = driver._verify_best(driver._order(MATCHES), cfg, len(MATCHES), driver._LocalVerdicts(run))
+    _, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES),
+                                   verification.LocalVerdicts(_FakeChecker(0.0), _budget(None)))
     assert st["verifications"] == len(MATCHES) and st["verify_skipped_time"] == 0
 
 
 def test_fits_uses_the_median_cost():
-    run = _FakeRun(left=10.0, cost=0.0)
-    assert run._verify_fits()
-    run.verify_seconds = [1.0, 30.0, 2.0]
-    assert run._verify_fits()  # median 2 s
-    run.verify_seconds = [30.0, 20.0, 2.0]
-    assert not run._verify_fits()  # median 20 s > 10 s left
-    run.t_end = time.monotonic() - 1
-    run.verify_seconds = []
-    assert not run._verify_fits()
+    budget = _budget(10.0)
+    assert budget.fits()
+    budget.seconds = [1.0, 30.0, 2.0]
+    assert budget.fits()  # median 2 s
+    budget.seconds = [30.0, 20.0, 2.0]
+    assert not budget.fits()  # median 20 s > 10 s left
+    budget.t_end = time.monotonic() - 1
+    budget.seconds = []
+    assert not budget.fits()
 
 
 @pytest.mark.parametrize("field,value", [("max_verify", 0), ("verify_per_kernels", 0), ("verify_per_kernels", 1.5)])

@@ -1,0 +1,71 @@
+"""The candidates of a search run (:mod:`search.driver`): the enumeration's fingerprint
+matches in DFS order, the graphs derived outside it (pieces, and in the *split-loop*
+phase the split variants of the cheapest matches), ranked for the verification."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from mugraph.core.serialize import graph_from_json, graph_to_json
+
+from .derive import MAX_SPLIT_SOURCES, sequential, splits
+from .enumerate import cost_key, signature
+from .records import Match, Proposal
+from .run_state import RunState
+
+#: derived graphs rank after every enumerated match
+DERIVED = 1 << 40
+#: share of the time left that the split-loop phase's fingerprints may take (the rest verifies)
+SPLIT_SHARE = 0.25
+
+
+def collect_matches(state: RunState) -> list[Match]:
+    """Every unit's matches, in DFS order whatever the splitting — by root task, then by
+    the path of the node that found it (a node's own results before its children's) —
+    then the derived graphs, which rank after every task's matches."""
+    found = sorted(((state.units[u][0], tuple(m.get("path", ())), u, j), m)
+                   for u, d in state.done.items() for j, m in enumerate(d.results))
+    matches: list[Match] = [Match(tuple(m["cost"]), n, 0, m["graph"], m.get("sig", ""), "enumeration")
+                            for n, (_, m) in enumerate(found)]
+    for p in state.derived:  # derived graphs rank after every task's matches
+        propose(matches, p)
+    return matches
+
+
+def propose(matches: list[Match], p: Proposal) -> None:
+    """Append a derived graph, ranked after every match before it."""
+    matches.append(Match(tuple(cost_key(p.graph)), DERIVED + len(matches), 0, graph_to_json(p.graph),
+                         signature(p.graph), p.origin))
+
+
+def split_loops(state: RunState, matches: list[Match]) -> None:
+    """The split-loop phase: propose the split variants of the cheapest matches, and
+    credit a match the lowering can split with its best split's estimate."""
+    if not state.cfg.split_loops:
+        return
+    state.set_phase("split-loop")
+    # every match may be split (a one-block-per-head kernel ranks low alone, yet splits
+    # best); derive.splits ranks the variants and fingerprints 4 per split_sources
+    top = sorted(range(len(matches)), key=lambda k: matches[k].key)[:MAX_SPLIT_SOURCES]
+    srcs = [graph_from_json(matches[k].graph) for k in top]
+    # fingerprints take seconds each at full shapes, a verification about ten times one
+    # (qknorm_gqa b=8 on two cores: 2.9 s and 37 s, 30 field tests): at most a quarter of
+    # what is left, so the verification, which every proposal needs, keeps room for one
+    t_end = state.clock.t_end
+    end = None if t_end is None else time.monotonic() + max(0.0, t_end - time.monotonic()) * SPLIT_SHARE
+    best: dict[int, float] = {}
+    proposals = splits(srcs, sequential(state.checker), state.dstats, end, limit=4 * state.cfg.split_sources,
+                       best=best, estimate=state.estimate)
+    # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
+    # block of each tile, no second launch): a kernel of few blocks and a long loop is worth
+    # what its best split is, and verified in that rank (decode_h32 on two cores: the
+    # lowering's best, 16 blocks looping 16 times, 7.3 μs, ranked behind split pairs of
+    # 10.3 and was never verified)
+    for i, est in best.items():
+        m = matches[top[i]]
+        if est < m.cost[1]:
+            matches[top[i]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
+    state.dstats["split_credited"] = len(best)
+    for p in proposals:
+        propose(matches, p)

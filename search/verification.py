@@ -1,0 +1,279 @@
+"""The verify phase of a search run (:mod:`search.driver`): the fingerprint matches
+fully verified, cheapest first and round-robin over kernel counts, while the time
+limit lasts — in this process (serial search, or a GPU here, after a warm-up that ran
+during the enumeration) or on the executor's workers."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any, Callable, Optional
+
+from mugraph.core.serialize import graph_from_json
+
+from .candidates import split_loops
+from .config import SearchConfig
+from .derive import kernel_shape, one_per_shape
+from .records import Found, Match
+from .run_state import GRACE, RunState, VerifyCost
+from .worker import usable_cores
+
+Verified = tuple[list[Found], Counter]
+
+
+# ----------------------------------------------------------------- warm-up
+def on_threads(threads: int, fn) -> None:
+    """``fn()`` with this process's torch, BLAS and OpenMP pools at ``threads`` threads, as
+    they were after. The verification warm-up runs while the workers enumerate: at full
+    width its pools would take the cores the workers were given (each worker has its share,
+    :func:`search.worker.share_cores`); it gets those the workers leave, at least one."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+def start_warm_up(state: RunState) -> None:
+    """With a GPU (verifications run in this process), prepare the program's side of
+    every field test and of the float check while the workers enumerate: this process
+    only waits on them then, and the first verification would otherwise pay for it
+    (a decode attention on an H200 machine: 20 s of a 60 s search's 16 s left)."""
+    if not state.cfg.verify or state.cfg.executor == "serial" or not state.verify_here:
+        return
+    # Checker.verdict turns any failure into a warning and no verdict: a failed
+    # warm-up costs only the time it took
+    spare = max(1, usable_cores() - state.cfg.workers)
+    state.warming = threading.Thread(target=on_threads, args=(spare, state.checker.warm),
+                                     name="mugraph-verify-warm-up", daemon=True)
+    state.warming.start()
+
+
+def after_warm_up(state: RunState, matches: list[Match],
+                  then: Callable[[RunState, list[Match]], Verified]) -> Verified:
+    """``then(state, matches)`` once the warm-up is done; no verification when it is not by
+    the time limit (the matches are counted as skipped)."""
+    if not warmed(state):
+        return [], Counter({"verify_skipped_warm_up": len(matches)})
+    return then(state, matches)
+
+
+def warmed(state: RunState) -> bool:
+    """Wait for the warm-up, which holds the checker the split phase and the
+    verification use, at most until the time limit (in short waits, so Ctrl-C still
+    interrupts). False when it is still running then: there is no time left to verify
+    anyway, and the thread finishes on its own (a daemon, it holds nothing else)."""
+    t = state.warming
+    t_end = state.clock.t_end
+    while t is not None and t.is_alive():
+        if t_end is not None and time.monotonic() > t_end:
+            return False
+        t.join(0.5)
+    state.warming = None
+    return True
+
+
+# ------------------------------------------------------------------ phases
+def split_and_verify(state: RunState, matches: list[Match]) -> Verified:
+    """The split-loop phase, then the verification of all the candidates."""
+    split_loops(state, matches)
+    return verify(state, matches)
+
+
+def verify(state: RunState, matches: list[Match]) -> Verified:
+    """The verify phase (a sub-search, which does not verify: its matches ranked for the caller)."""
+    if not state.cfg.verify:
+        # a sub-search's matches (a piece of a composition): cheapest first, but one per
+        # kernel shape (grids and loop lengths) before a second spelling of any, so that
+        # the few the caller keeps (max_results) offer the grids its fusion needs — the
+        # cheapest few alone can all be one shape, or all loop, and fuse with nothing
+        ranked = sorted(matches, key=lambda m: m.key)
+        first, rest = one_per_shape(ranked, key=lambda m: kernel_shape(graph_from_json(m.graph)))
+        return [Found(m.graph, m.origin) for m in first + rest], Counter()
+    state.set_phase("verify")
+    return verify_best(order(matches), state.cfg, len(matches), verdict_source(state), seen=state.verdict_seen)
+
+
+def verify_after_interrupt(state: RunState, matches: list[Match]) -> Verified:
+    """After Ctrl-C: the cheapest matches, in this process, until one passes (Ctrl-C again: none)."""
+    if not state.cfg.verify:
+        return [], Counter()
+    state.set_phase("verify (interrupted)")
+    try:
+        return verify_best(order(matches), state.cfg, len(matches), LocalVerdicts(state.checker, state.verify_cost),
+                           stop_after=1, seen=state.verdict_seen)
+    except KeyboardInterrupt:
+        return [], Counter({"verify_skipped_interrupt": 1})
+
+
+def verdict_source(state: RunState) -> "LocalVerdicts | ExecutorVerdicts":
+    # With a GPU, verifications run here, one after another: the GPU is one device
+    # whatever the number of workers, this process's Reference already holds the
+    # program's side of every test, and a worker would first start a CUDA context and
+    # compute that side again. On the workers, 16 at once on an H200 machine, qknorm_gqa
+    # b=8 and two decode attentions finished no verification in the 14–17 s a 60 s
+    # search left them (2026-11-26); here one takes about 2 s.
+    return LocalVerdicts(state.checker, state.verify_cost) if state.verify_here else ExecutorVerdicts(state)
+
+
+# --------------------------------------------------------- verdict sources
+class LocalVerdicts:
+    """Verdicts computed in this process, one at a time, while the time limit lasts."""
+
+    def __init__(self, checker: Any, cost: VerifyCost) -> None:
+        self.checker, self.cost = checker, cost
+
+    def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
+        if not self.cost.fits():
+            return "time"
+        t0 = time.monotonic()
+        v = self.checker.verdict(graph_from_json(order[pos].graph))
+        self.cost.seconds.append(time.monotonic() - t0)
+        return None if v is None else v.to_json()
+
+
+class ExecutorVerdicts:
+    """Verdicts from the executor's workers: the candidates a sequential pass may verify
+    next are dispatched ahead (as many as there are idle workers) and committed in rank
+    order by :func:`verify_best`, so the outcome is the sequential one. Nothing is
+    dispatched after the time limit; workers still verifying :data:`GRACE` seconds
+    after it are terminated."""
+
+    def __init__(self, state: RunState) -> None:
+        self.state = state
+        self.answers: dict[int, Any] = {}
+        self.sent: dict[int, float] = {}
+
+    def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
+        state, cost = self.state, self.state.verify_cost
+        while pos not in self.answers:
+            if pos not in self.sent and not cost.fits():
+                return "time"
+            if state.clock.past(state.clock.t_end, GRACE):
+                state.stop_executor()
+                return "time"
+            ex = state.running_executor()
+            for q in ahead:
+                if ex.idle() <= 0:
+                    break
+                if q not in self.sent and cost.fits():
+                    self.sent[q] = time.monotonic()
+                    ex.submit(q, {"kind": "verify", "graph": order[q].graph})
+            for out in ex.wait(state.clock.tick()):
+                if out.value is None:
+                    state.note(f"verification of candidate {out.index} failed: {out.error}")
+                    if out.died:
+                        state.worker_failures.append({"verify": out.index, "error": out.error, "retried": False})
+                else:
+                    cost.seconds.append(time.monotonic() - self.sent[out.index])
+                self.answers[out.index] = None if out.value is None else out.value["verdict"]
+            state.refresh()
+        return self.answers.pop(pos)
+
+
+# ------------------------------------------------------------ rank and pass
+def order(matches: list[Match]) -> list[Match]:
+    """Matches in verification order: round-robin over kernel counts — the cheapest
+    candidate of each count, then the second cheapest of each, … — with the counts in
+    the order of their cheapest match's estimated time (fewer kernels first on a tie),
+    so a split-loop pair predicted faster than every single kernel is verified before
+    them; within a count, round-robin over kernel signatures (``gd+gd``, ``matmul+gd``,
+    …) and over where the candidates came from (the enumeration, composed, composed+fused,
+    split-loop): cheapest first by key (a split source credited with its best split,
+    :func:`search.candidates.split_loops`), the split proposals in the order :func:`search.derive.splits`
+    ranked them (by the lowering's model when the caller gave one, which ``cost_key`` does
+    not agree with). However early the time runs out, every kernel count has had its best
+    verified first, and every kind of candidate its best within each count: gqa b=1 had
+    3,616 enumerated pairs and 8 split proposals for the 8 pairs verified, and the
+    proposals the lowering ranks first were priced behind enumerated pairs by ``cost_key``.
+    (Composed graphs keep the credited key: in their proposal order — uncredited —
+    qknorm_gqa b=8's three-kernel graphs with a 64-block attention kernel, 26 μs on an
+    H200, came after the 128-block ones, 49–57 μs, and were not verified.)"""
+    lanes: dict[tuple[int, str, str], list[Match]] = {}
+    for m in sorted(matches, key=lambda m: m.key):
+        lanes.setdefault((m.kernels, m.signature, m.origin), []).append(m)
+    for (_, _, origin), q in lanes.items():
+        if origin == "split-loop":
+            q.sort(key=lambda m: m.task)  # a split proposal's task is its rank among the proposals
+    cheapest = {lane: min(m.cost[1] for m in q) for lane, q in lanes.items()}
+    best: dict[int, float] = {}
+    for (k, _, _), c in cheapest.items():
+        best[k] = min(best.get(k, float("inf")), c)
+    per_count: list[list[Match]] = []
+    for k in sorted(best, key=lambda k: (best[k], k)):
+        # the lane holding the count's cheapest estimate first
+        queues = [lanes[lane] for lane in sorted((lane for lane in lanes if lane[0] == k),
+                                                 key=lambda lane: (cheapest[lane], lanes[lane][0].key))]
+        per_count.append([q[r] for r in range(max(len(q) for q in queues)) for q in queues if r < len(q)])
+    return [c[r] for r in range(max((len(c) for c in per_count), default=0)) for c in per_count if r < len(c)]
+
+
+def verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts_of,
+                 stop_after: Optional[int] = None,
+                 seen: Optional[Callable[[Counter], None]] = None) -> tuple[list[Found], Counter]:
+    """Fully verify fingerprint-matching candidates while the budget lasts.
+
+    Candidates come in :func:`order` (ranked by :func:`~search.enumerate.cost_key`:
+    kernels, estimated time, shared memory, block ops; ties by discovery order, so the
+    choice is deterministic; round-robin over kernel counts). For each kernel count, up
+    to ``verify_per_kernels`` pass verification (None: no cap), with at most
+    ``max_verify`` verifications in all (None: no count — the time decides; a failure,
+    a fingerprint false positive, lets the next one in). The time: a verification is
+    started only while it can finish before the search's end at the cost measured so
+    far (:meth:`search.run_state.VerifyCost.fits`), so the number verified scales with what one costs
+    on this machine. ``verdicts_of.get(order, pos, ahead)`` answers position ``pos``
+    (the verdict's JSON, None when the verifier could not evaluate it, or ``"time"``
+    when the time ran out first); ``ahead`` lists the positions this pass may verify
+    next, ``pos`` first, for sources that work on several at once. ``stop_after``: stop
+    once that many passed. ``seen(counts)`` is called after each verdict (the progress).
+    The verified graphs come back by kernel count, each count's in rank order.
+    """
+    st: Counter = Counter()
+    out: list[tuple[int, int, Found]] = []
+    passed: Counter = Counter()
+    tried = 0
+
+    def needed(q: int) -> bool:
+        return cfg.verify_per_kernels is None or passed[order[q].kernels] < cfg.verify_per_kernels
+
+    for pos in range(len(order)):
+        if stop_after is not None and len(out) >= stop_after:
+            break
+        if cfg.max_verify is not None and tried >= cfg.max_verify:
+            break
+        if not needed(pos):
+            continue
+        budget = None if cfg.max_verify is None else cfg.max_verify - tried
+        ahead = [q for q in range(pos, len(order)) if needed(q)][:budget]
+        v = verdicts_of.get(order, pos, ahead)
+        if v == "time":
+            st["verify_skipped_time"] += 1
+            continue
+        tried += 1
+        st["verifications"] += 1
+        if v is not None and v.get("equivalent"):
+            m = order[pos]
+            st["verified"] += 1
+            if cfg.thread_graphs:
+                st["thread_graphs"] += thread_graphs(m.graph)
+            passed[m.kernels] += 1
+            out.append((m.kernels, pos, Found(m.graph, m.origin, v)))
+        else:
+            st["verify_failed"] += 1
+        if seen is not None:
+            seen(st)
+    st["unverified_matches"] = n_matches - st["verifications"]
+    out.sort(key=lambda r: r[:2])  # by kernel count, each count's in rank order
+    return [r[2] for r in out], st
+
+
+def thread_graphs(gj: dict) -> int:
+    g = graph_from_json(gj)
+    return sum(len(op.attrs["block"].thread_graphs) for op in g.ops if op.kind == "graph_defined")
+
