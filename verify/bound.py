@@ -301,6 +301,8 @@ class ExpPoly:
 
 
 ONE = ExpPoly()
+#: most atoms one exponent may sum (a view of more terms is forgotten: the classic bound applies)
+MAX_TERMS = 8
 
 
 @dataclass(frozen=True)
@@ -407,9 +409,9 @@ class Deg:
     heuristic: bool = False
     c: int = 1
     a: int = 1
-    #: every element is a constant times one element of an input (:class:`View`); None
-    #: when not known to be
-    view: "View | None" = None
+    #: every element is a sum of constants times atoms, one :class:`View` per term (a
+    #: value ``x − m`` has two); None when not known to be
+    view: "tuple[View, ...] | None" = None
 
     @property
     def ndim(self) -> int:
@@ -436,6 +438,11 @@ def _exponent(x: "Deg", dp: ExpPoly) -> tuple[Fraction, float, float]:
     return Fraction(x.a, x.c), max(0.0, x.num.h - bits(x.a)), max(0.0, dp.h - bits(x.c))
 
 
+def _moved_terms(terms: tuple[View, ...], fn) -> tuple[View, ...] | None:
+    moved = tuple(t.moved(fn) for t in terms)
+    return None if any(t is None for t in moved) else moved
+
+
 def _move(v: Deg, shape, tag, mask_fn, support_fn=lambda s: None) -> Deg:
     """Apply a structural move to every factor (new key, new mask), to every support
     and to the view (``support_fn``; by default a move forgets them)."""
@@ -443,7 +450,7 @@ def _move(v: Deg, shape, tag, mask_fn, support_fn=lambda s: None) -> Deg:
         return poly.with_support(support_fn(poly.support) if poly.support is not None else None)
 
     den = tuple(Factor(_h(f.key, tag), moved(f.poly), tuple(mask_fn(f.mask))) for f in v.den)
-    view = None if v.view is None else v.view.moved(support_fn)
+    view = None if v.view is None else _moved_terms(v.view, support_fn)
     return Deg(tuple(shape), moved(v.num), den, v.heuristic, v.c, v.a, view)
 
 
@@ -561,7 +568,7 @@ class DegreeAlgebra(Algebra):
     def input(self, name, value, shape, dtype):
         shape = tuple(shape)
         self.shapes[name] = shape
-        return Deg(shape, ExpPoly(d=1), view=View(name, Fraction(1), (Support.source(input_key(name), shape),)))
+        return Deg(shape, ExpPoly(d=1), view=(View(name, Fraction(1), (Support.source(input_key(name), shape),)),))
 
     def output(self, v, as_torch):
         return v
@@ -573,8 +580,11 @@ class DegreeAlgebra(Algebra):
         shape = broadcast_shapes(a.shape, b.shape)
         return self._broadcast(a, shape), self._broadcast(b, shape)
 
-    def _addsub(self, xs, at):
+    def _addsub(self, xs, at, sign: int = 1):
         a, b = self._pair(*xs)
+        view = None
+        if a.view is not None and b.view is not None and len(a.view) + len(b.view) <= MAX_TERMS:
+            view = a.view + tuple(View(t.source, sign * t.coef, t.index) for t in b.view)
         keys_b = [f.key for f in b.den]
         shared, only_a = [], []
         for f in a.den:
@@ -589,7 +599,7 @@ class DegreeAlgebra(Algebra):
         c = math.lcm(a.c, b.c)  # a/(ca·…) + b/(cb·…) over the common constant lcm(ca, cb)
         num = a.num.scaled(bits(c // a.c)) * a.den_poly(only_b) + b.num.scaled(bits(c // b.c)) * a.den_poly(only_a)
         common = math.gcd(a.a * (c // a.c), b.a * (c // b.c))  # a factor of both terms
-        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic, c, common)
+        return Deg(a.shape, num, tuple(shared + only_a + only_b), a.heuristic or b.heuristic, c, common, view)
 
     def _mul(self, xs, at):
         a, b = self._pair(*xs)
@@ -598,7 +608,7 @@ class DegreeAlgebra(Algebra):
     def _scale(self, xs, at):
         (x,) = xs
         c = Fraction(at["c"])
-        view = None if x.view is None or not c else View(x.view.source, x.view.coef * c, x.view.index)
+        view = None if x.view is None or not c else tuple(View(t.source, t.coef * c, t.index) for t in x.view)
         return Deg(x.shape, x.num.scaled(bits(c.numerator)), x.den, x.heuristic, x.c * c.denominator,
                    x.a * abs(c.numerator) if c.numerator else x.a, view)
 
@@ -623,24 +633,27 @@ class DegreeAlgebra(Algebra):
                   b.heuristic, 1, b.c)
         return self._mul([a, inv], at)
 
-    def _power_of_atom(self, x: Deg, sign: int) -> tuple[ExpPoly, int]:
-        """``exp(sign·x)`` in exponent-atom mode: ``(u^|m|, m)`` — the monomial of degree
-        ``|m|`` in the atoms, ``m = sign·coef/κ`` an integer by the choice of ``κ``."""
-        v = x.view
-        m = sign * v.coef / self.atoms.kappas[v.source]
-        assert m.denominator == 1 and m != 0, (v, self.atoms)  # κ divides every coefficient
-        return ExpPoly(du=abs(m.numerator)), m.numerator
+    def _power_of_atoms(self, x: Deg, sign: int) -> tuple[ExpPoly, ExpPoly]:
+        """``exp(sign·x) = P/Q`` in exponent-atom mode, ``x = Σ_t c_t·B_t``: the monomials
+        ``P = Π u_t^{m_t}`` over the terms with ``m_t = sign·c_t/κ_t > 0`` and ``Q`` over the
+        others (``|m_t|``), as summaries of their degrees in the atoms; each ``m_t`` is an
+        integer by the choice of ``κ``."""
+        pos = neg = 0
+        for t in x.view:
+            m = sign * t.coef / self.atoms.kappas[t.source]
+            assert m.denominator == 1 and m != 0, (t, self.atoms)  # κ divides every coefficient
+            pos, neg = (pos + m.numerator, neg) if m > 0 else (pos, neg - m.numerator)
+        return ExpPoly(du=pos), ExpPoly(du=neg)
 
     def _exp(self, xs, at):
         (x,) = xs
         if not x.exp_free():
             raise NotLaxError("exp: its argument already contains an exponentiation (exp/silu)")
         self.exp_args.append((x.view, 1))
-        if self.atoms is not None:  # u^m, or 1/u^|m| (a factor that never vanishes: u is a root of unity)
-            mono, m = self._power_of_atom(x, 1)
-            if m > 0:
-                return Deg(x.shape, mono, (), x.heuristic)
-            return Deg(x.shape, ONE, (Factor(self.fresh(), mono, tuple(s > 1 for s in x.shape)),), x.heuristic)
+        if self.atoms is not None:  # P/Q: Q is a factor that never vanishes (a product of roots of unity)
+            pos, neg = self._power_of_atoms(x, 1)
+            den = (Factor(self.fresh(), neg, tuple(s > 1 for s in x.shape)),) if neg.du else ()
+            return Deg(x.shape, pos, den, x.heuristic)
         dp = x.den_poly()
         return Deg(x.shape, ExpPoly(0, 1.0, x.num.d, dp.d, True, 0.0, x.num.h, dp.h, *_exponent(x, dp),
                                     Support.source(self.fresh(), x.shape)), (), x.heuristic)
@@ -651,12 +664,11 @@ class DegreeAlgebra(Algebra):
             raise NotLaxError("silu: its argument already contains an exponentiation (exp/silu)")
         # x / (1 + exp(−x)): 1 + ω^k is never 0 (ω has odd order), so no failed draws
         self.exp_args.append((x.view, -1))
-        if self.atoms is not None:  # exp(−x) = u^m: x·u^(−m)/(u^(−m) + 1) for m < 0, x/(1 + u^m) for m > 0
-            mono, m = self._power_of_atom(x, -1)
+        if self.atoms is not None:  # exp(−x) = P/Q: silu(x) = x·Q/(Q + P), and Q + P ≠ 0 (P/Q ≠ −1 in μ_q)
+            pos, neg = self._power_of_atoms(x, -1)
             mask = tuple(s > 1 for s in x.shape)
-            f = Factor(self.fresh(), ExpPoly(h=1.0, du=mono.du), mask)
-            num = x.num * mono if m < 0 else x.num
-            return Deg(x.shape, num, x.den + (f,), x.heuristic, x.c)
+            f = Factor(self.fresh(), ExpPoly(h=1.0, du=max(pos.du, neg.du)), mask)
+            return Deg(x.shape, x.num * neg, x.den + (f,), x.heuristic, x.c)
         dp = x.den_poly()
         f = Factor(self.fresh(), ExpPoly(0, 2.0, x.num.d, dp.d, True, 1.0, x.num.h, dp.h, *_exponent(x, dp)),
                    tuple(s > 1 for s in x.shape))
@@ -668,7 +680,15 @@ class DegreeAlgebra(Algebra):
         return Deg(x.shape, ExpPoly(1, 1.0, 0, 0, not x.exp_free()), (), True)
 
     def _max(self, xs, at):
-        raise NotLaxError("max: not Lax")
+        """A max is a *free shift* (docs/design.md §3.3): the field test evaluates it as a
+        fresh uniform value per element, so here it is a fresh input of degree 1 — and an
+        atom source of its own, its elements independent and uniform."""
+        (x,) = xs
+        shape = tuple(1 if i == at["dim"] else s for i, s in enumerate(x.shape))
+        name = f"max#{self.fresh()}"
+        self.shapes[name] = shape
+        return Deg(shape, ExpPoly(d=1), view=(View(name, Fraction(1), (Support.source(input_key(name), shape),)),),
+                   heuristic=x.heuristic)
 
     def _reduce(self, v: Deg, dim: int, n: int | None = None) -> Deg:
         """Sum along ``dim``: shared factors stay, varying ones multiply out."""
@@ -712,8 +732,10 @@ class DegreeAlgebra(Algebra):
         ``b`` views of two different inputs whose summed dims are each one whole dim of
         its input. Its index: ``a``'s support without the summed dim (and a broadcast one
         for the columns), ``b``'s likewise for the rows, both broadcast to ``shape``."""
-        va, vb = a.view, b.view
-        if va is None or vb is None or len(va.index) != 1 or len(vb.index) != 1 or va.source == vb.source:
+        if a.view is None or b.view is None or len(a.view) != 1 or len(b.view) != 1:
+            return None
+        (va,), (vb,) = a.view, b.view
+        if len(va.index) != 1 or len(vb.index) != 1 or va.source == vb.source:
             return None
         (sa,), (sb,) = va.index, vb.index
         ia, ib = sa.dims[-1], sb.dims[-2]
@@ -728,13 +750,14 @@ class DegreeAlgebra(Algebra):
         c = Contraction(va.source, pa, vb.source, qb)
         if vb.source < va.source:  # one spelling per contraction: the inputs in name order
             c, left, right = Contraction(vb.source, qb, va.source, pa), right, left
-        return View(c.key, va.coef * vb.coef, (left, right))
+        return (View(c.key, va.coef * vb.coef, (left, right)),)
 
 
 
 #: degree bound: op name -> row(algebra, input summaries, attrs) (ops outside the theorem's class raise)
 DEGREE_OPS = {
-    "matmul": DegreeAlgebra._matmul, "add": DegreeAlgebra._addsub, "sub": DegreeAlgebra._addsub,
+    "matmul": DegreeAlgebra._matmul, "add": DegreeAlgebra._addsub,
+    "sub": lambda alg, xs, at: alg._addsub(xs, at, -1),
     "mul": DegreeAlgebra._mul, "div": DegreeAlgebra._div, "exp": DegreeAlgebra._exp, "silu": DegreeAlgebra._silu,
     "sqrt": DegreeAlgebra._sqrt,
     "square": lambda alg, xs, at: alg._mul([xs[0], xs[0]], at),
@@ -761,11 +784,12 @@ def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
     if not args or any(v is None for v, _ in args):
         return None
     kappas: dict[str, Fraction] = {}
-    for v, _ in args:
-        c = abs(v.coef)
-        k = kappas.get(v.source)
-        kappas[v.source] = c if k is None else Fraction(math.gcd(k.numerator, c.numerator),
-                                                        math.lcm(k.denominator, c.denominator))
+    for terms, _ in args:
+        for v in terms:
+            c = abs(v.coef)
+            k = kappas.get(v.source)
+            kappas[v.source] = c if k is None else Fraction(math.gcd(k.numerator, c.numerator),
+                                                            math.lcm(k.denominator, c.denominator))
     if not primes.avoids_constants and any(k != 1 for k in kappas.values()):
         return None
     contractions = [c for c in map(Contraction.parse, kappas) if c is not None]

@@ -768,8 +768,11 @@ class FieldAlgebra(Algebra):
     name = "field"
 
     def __init__(self, fld: Field, omega: int, device: str | torch.device = "cpu", *,
-                 deferred: bool = False) -> None:
+                 deferred: bool = False, free: np.random.Generator | None = None) -> None:
         self.field = fld
+        #: where a ``max`` (a free shift, docs/design.md §3.3) draws its fresh values; None:
+        #: a max has no field meaning here
+        self.free = free
         self.omega = omega
         self.device = torch.device(device)
         self.deferred = deferred
@@ -1004,7 +1007,15 @@ class FieldAlgebra(Algebra):
         return self.tile(xs[0], at["reps"])
 
     def _max(self, xs, at):
-        raise NotLaxError("max: has no finite-field meaning (not Lax); compare such graphs in floating point")
+        """A *free shift* (docs/design.md §3.3): a fresh uniform value per element, mod p and
+        mod q — the comparison then holds for every value the max could take, the true
+        maximum among them."""
+        if self.free is None:
+            raise NotLaxError("max: has no finite-field meaning without free draws (verify.equivalent gives them)")
+        (x,) = xs
+        shape = tuple(1 if i == at["dim"] else s for i, s in enumerate(x[0].shape))
+        return tuple(Part(shape, value=torch.from_numpy(uniform_residues(self.free, m, shape, np.float64))
+                          .to(self.device)) for m in self.moduli)
 
 
 def unary_row(fn):

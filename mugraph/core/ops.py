@@ -131,7 +131,9 @@ _DEFAULTS: dict[Category, tuple[int | None, ShapeRule | None, DimRule | None]] =
 _PADDING_WORDS = {"reads": ("any", "zero", "identity"), "zero": ("keeps", "all", "any", "none"),
                   "finite": ("keeps", "if_zero", "never")}
 
-LAX_CLASSES = ("linear", "multilinear", "division", "exponentiation", "sqrt", "silu", "none")
+#: "shift": a free shift (max): its value is abstracted as a fresh variable, so a graph is
+#: proven equal for every value it could take (docs/design.md §3.3)
+LAX_CLASSES = ("linear", "multilinear", "division", "exponentiation", "sqrt", "silu", "shift", "none")
 
 
 # ---------------------------------------------------------------------------- the entry
@@ -309,7 +311,7 @@ for _d in [
           attrs=(Attr("value", "rational", "the constant"), Attr("shape", "shape", "its shape"))),
     OpDef("sum", _R, "linear", "sum along dim; dim becomes 1", attrs=_DIM, reduction=Reduction("add", 0.0)),
     # max keeps zero padding zero along the other dims, but the lowering does not rely on it
-    OpDef("max", _R, "none", "max along dim; dim becomes 1 (not Lax: float comparison only)", attrs=_DIM,
+    OpDef("max", _R, "shift", "max along dim; dim becomes 1 (a free shift: proven for any value, §3.3)", attrs=_DIM,
           reduction=Reduction("max", -math.inf), padding=Padding(reads="identity")),
     OpDef("concat", Category.REARRANGEMENT, "linear", "join along dim", attrs=_DIM, arity=-1,
           shape_rule=concat_shape, dims=dims_concat, joins=True),

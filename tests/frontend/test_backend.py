@@ -28,17 +28,17 @@ def new_searches(caplog):
 def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
     def attn(q, k, v):
         s = (q @ k.transpose(-1, -2)) * 0.25
-        m = s.amax(dim=-1, keepdim=True)           # the max of a safe softmax: a library op
+        m = s.amax(dim=-1, keepdim=True)           # the max of a safe softmax: a free shift, in the piece
         p = torch.exp(s - m)
         return (p / p.sum(dim=-1, keepdim=True)) @ v
     q, k, v = r(8, 16), r(8, 16), r(8, 16)
-    with torch.no_grad():
-        f = torch.compile(attn, backend="mugraph", options=opts(piece_cache))
+    with torch.no_grad():  # the whole attention is one piece (max included): a longer search than 3 s
+        f = torch.compile(attn, backend="mugraph", options=opts(piece_cache, t=20.0))
         y = f(q, k, v)
     torch.testing.assert_close(y, attn(q, k, v), atol=1e-5, rtol=1e-5)
     assert len(new_searches(mugraph_log)) >= 1
-    # the softmax piece (x - m, exp, sum, div, @ v) became a searched μGraph: its
-    # Triton kernels ran under the interpreter
+    # the attention piece (q @ kᵀ, the max, x − m, exp, sum, div, @ v) became a searched,
+    # proven μGraph: its Triton kernels ran under the interpreter
     (cap,) = _backend_results()[0].captured.values()
     assert any(bp.info.get("origin") == "search" and bp.info["kernels"] >= 1 for bp in cap.pieces), \
         [bp.info for bp in cap.pieces]
@@ -51,7 +51,7 @@ def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
     mugraph_log.clear()
     torch._dynamo.reset()
     with torch.no_grad():
-        f2 = torch.compile(attn, backend="mugraph", options=opts(piece_cache))
+        f2 = torch.compile(attn, backend="mugraph", options=opts(piece_cache, t=20.0))
         torch.testing.assert_close(f2(q, k, v), attn(q, k, v), atol=1e-5, rtol=1e-5)
     assert new_searches(mugraph_log) == []
 

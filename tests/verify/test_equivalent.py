@@ -86,15 +86,19 @@ def _with_max():
 def test_non_lax_raises_naming_the_op():
     with pytest.raises(mg.NotLaxError, match="exp"):
         verify.equivalent(_two_exps(), _two_exps())
-    with pytest.raises(mg.NotLaxError, match="max"):
-        verify.equivalent(_with_max(), _with_max())
 
 
 def test_non_lax_float_only_says_unproven():
-    v = verify.equivalent(_with_max(), _with_max(), non_lax="float", seed=0)
+    v = verify.equivalent(_two_exps(), _two_exps(), non_lax="float", seed=0)
     assert v.equivalent is None and v.method == "float-only" and not v.ok
-    assert "UNPROVEN" in str(v) and v.float_check.passed
-    assert verify.Verdict.from_json(json.loads(v.dumps())).method == "float-only"
+
+
+def test_a_max_whose_value_does_not_cancel_is_undecided_not_rejected():
+    """A max is a free shift to the field tests: an output that *is* a max differs between
+    two copies of one graph for their independent shifts, and float64 says they agree —
+    undecided (never a false rejection, never a proof)."""
+    v = verify.equivalent(_with_max(), _with_max(), seed=0)
+    assert v.equivalent is None and not v.ok and "free shift" in str(v)
 
 
 def test_mismatched_graphs_one_line_errors():
