@@ -30,7 +30,6 @@ tasks to worker processes.
 from __future__ import annotations
 
 import itertools
-import time
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
@@ -38,7 +37,7 @@ from typing import Optional
 
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program
-from mugraph.core.ops import CATALOG, Category, adds_up, category, is_contraction
+from mugraph.core.ops import is_contraction
 from mugraph.core.serialize import graph_to_json
 
 from . import expr as ex
@@ -47,43 +46,12 @@ from .check import Checker
 from .config import SearchConfig
 from .mappings import Mapping, mappings, omaps
 from .oracle import SubexprOracle
+from .proposals import ACC, GD, POOL, OpProposer, _attr_key, _scales
+from .walk import Walk, _Level
 
-GD = "graph_defined"
-ACC = "accum"
-#: the statistic each prune reason of :meth:`Searcher._op_result` counts in
-_PRUNED = {r: f"pruned_{r}" for r in ("shape", "labels", "abstract")}
-#: the producer of a block's seeded constant tiles (the program's constants, :attr:`Searcher.consts`)
-POOL = "constant pool"
 #: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
 #: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
 _CLOSE = 1 << 30
-
-
-def _attr_key(attrs: tuple) -> str:
-    return repr(tuple((k, str(v)) for k, v in attrs))
-
-
-@dataclass(frozen=True)
-class _KindInfo:
-    """What the candidate generator needs of one op kind, looked up once per search."""
-
-    kind: str
-    rank: int
-    op: object  # the catalog's OpDef (None for the accumulator)
-    arity: int
-    commutative: bool
-    constant_factor: bool
-    #: a binary op whose ``x op x`` is a unary op of the level's kinds (``x*x`` is ``square(x)``)
-    squared: bool
-    accumulator: bool
-
-    @classmethod
-    def of(cls, kind: str, rank: int, kinds: tuple[str, ...]) -> "_KindInfo":
-        if kind == ACC:
-            return cls(kind, rank, None, 1, False, False, False, True)
-        d = CATALOG[kind]
-        squared = {CATALOG[k].squares for k in kinds if k in CATALOG}
-        return cls(kind, rank, d, d.arity, d.commutative, d.constant_factor, kind in squared, False)
 
 
 @dataclass
@@ -95,7 +63,7 @@ class Task:
     #: iterative deepening phase: the task grows graphs of at most ``kops`` kernel ops and
     #: reports only those with exactly ``kops`` (None: up to ``max_kernel_ops``, all reported)
     kops: Optional[int] = None
-    #: a node below the task's start: the child ordinals (:meth:`Searcher._descend`) leading
+    #: a node below the task's start: the child ordinals (:meth:`search.walk.Walk.descend`) leading
     #: to it; the task explores that node's subtree only (a piece of a split task)
     path: tuple[int, ...] = ()
 
@@ -116,67 +84,12 @@ def _jsonable(x):
     return x
 
 
-class _Level:
-    """Per-level tensor table with append/pop.
-
-    ``sigs`` numbers each distinct (shape, abstract expression, index labels) once per
-    search (``interned``, shared by every level of a :class:`Searcher`): an op's result
-    depends on its inputs through these alone, so the op cache is keyed on the numbers."""
-
-    def __init__(self, interned: dict[tuple, int]) -> None:
-        self.interned = interned
-        self.sigs: list[int] = []
-        self.shapes: list[tuple] = []
-        self.terms: list[int] = []
-        self.labs: list[lb.Labels] = []
-        self.uses: list[int] = []
-        self.accs: list[Optional[int]] = []
-        self.scaled: list[bool] = []
-        self.producer: list[str] = []
-        self.seen: dict[tuple, int] = {}
-        self.ops: list[tuple] = []
-        self.keys: list[tuple] = []
-        self.nout: list[int] = []
-
-    def add_tensor(self, shape, term, lab, acc=None, scaled=False, producer="input") -> None:
-        sig = (shape, term, lab)
-        n = self.interned.get(sig)
-        if n is None:
-            n = self.interned[sig] = len(self.interned)
-        self.sigs.append(n)
-        self.producer.append(producer)
-        self.shapes.append(shape)
-        self.terms.append(term)
-        self.labs.append(lab)
-        self.uses.append(0)
-        self.accs.append(acc)
-        self.scaled.append(scaled)
-
-    def push(self, op: tuple, key: tuple, inputs: tuple, outs: list[tuple]) -> None:
-        for i in set(inputs):
-            self.uses[i] += 1
-        for o in outs:
-            self.add_tensor(*o)
-        self.ops.append(op)
-        self.keys.append(key)
-        self.nout.append(len(outs))
-
-    def pop(self, inputs: tuple) -> None:
-        n = self.nout.pop()
-        self.ops.pop()
-        self.keys.pop()
-        for lst in (self.sigs, self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer):
-            del lst[len(lst) - n:]
-        for i in set(inputs):
-            self.uses[i] -= 1
-
-    @property
-    def last_key(self) -> tuple:
-        return self.keys[-1] if self.keys else (-2,)
-
-
 class Searcher:
-    """Grows μGraphs for one program; reports verified ones to ``self.results``."""
+    """Grows μGraphs for one program; reports verified ones to ``self.results``.
+
+    The depth-first walk itself: its state is the levels it pushes and pops (:class:`_Level`)
+    and the task's :class:`search.walk.Walk`; which op comes next, and what is pruned before it
+    is added, is the strategy's (:class:`search.proposals.OpProposer`)."""
 
     def __init__(self, program: Program, cfg: SearchConfig, oracle: Optional[SubexprOracle] = None,
                  checker: Optional[Checker] = None) -> None:
@@ -190,76 +103,34 @@ class Searcher:
             self.targets, max_nodes=cfg.egraph_max_nodes, time_limit=cfg.egraph_time_limit,
             z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
         self.checker = checker or Checker(program, cfg.verify_error, cfg.seed)
-        kinds = sorted({op.kind for op in program.ops if op.kind in CATALOG})
-        # each kind where the catalog lets it be (a slice is a kernel-level view only)
-        self.kernel_kinds = tuple(k for k in (cfg.kernel_ops or sorted(set(kinds) | {"sum"})) if "K" in CATALOG[k].levels)
-        self.block_kinds = tuple(k for k in (cfg.block_ops or kinds) if "B" in CATALOG[k].levels) + (ACC,)
-        self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
-        self.rank[GD] = len(self.rank)
-        # rational, permutation and index attributes take the program's own values of that attribute of that op
-        self.attr_values: dict[tuple[str, str], list] = {}
-        for op in program.ops:
-            for a in CATALOG[op.kind].attrs if op.kind in CATALOG else ():
-                if a.type == "rational":
-                    self.attr_values.setdefault((op.kind, a.name), set()).add(Fraction(op.attrs[a.name]))
-                elif a.type == "perm":
-                    self.attr_values.setdefault((op.kind, a.name), set()).add(tuple(op.attrs[a.name]))
-                elif a.type == "index":
-                    self.attr_values.setdefault((op.kind, a.name), set()).add(op.attrs[a.name])
-        self.attr_values = {k: sorted(v) for k, v in self.attr_values.items()}
-        #: the program's constants, each a ``const`` tile every block graph starts with (an
-        #: operand, never an obligation: unused ones are dropped when the block closes); a
-        #: constant has no inputs, so the DFS, which grows ops on tensors, never makes one
-        self.consts: list[tuple] = [
-            (kind, (), (("dtype", self.dtype), ("shape", (1,)), ("value", v)))
-            for kind, v in sorted({(op.kind, Fraction(op.attrs["value"])) for op in program.ops
-                                   if category(op.kind) is Category.CONSTANT})]
+        #: the strategy: which op may come next, and which are pruned
+        self.proposer = OpProposer(program, cfg, self.oracle, self.reduced)
+        self.rank = self.proposer.rank
+        #: the program's constants (:attr:`search.proposals.OpProposer.consts`)
+        self.consts = self.proposer.consts
+        #: what every task adds to (a worker resets them between tasks)
         self.stats: Counter = Counter()
         self.results: list[dict] = []
         self._close_cache: dict[str, bool] = {}
-        self._op_cache: dict[tuple, object] = {}
         self._interned: dict[tuple, int] = {}
-        self._count_hits = self.oracle.enabled
-        #: (kind, input shape) -> the attribute assignments the search tries, with their keys
-        self._attr_cache: dict[tuple, Optional[list[tuple[dict, str]]]] = {}
-        #: per op kind of each level, what the candidate generator asks of the catalog
-        self._kinds = {block: [_KindInfo.of(k, self.rank[k], kinds) for k in kinds]
-                       for block, kinds in ((False, self.kernel_kinds), (True, self.block_kinds))}
-        self._deadline: Optional[float] = None
-        self._kops: int = cfg.max_kernel_ops
-        self._emit_kops: int = 0
-        #: False only in tests: drop the ordering rule (brute force, for comparison)
-        self.canonical = True
-        #: splitting (docs/design.md §6): the path of child ordinals from the task's start to
-        #: the current node, the path to the task's own node (``_guide``: its ancestors are
-        #: replayed, not explored), and, past ``_split_at``, children deferred as new tasks
-        self._path: list[int] = []
-        self._guide: tuple[int, ...] = ()
-        self._split_at: Optional[float] = None
-        self.deferred: list[tuple[int, ...]] = []
+        #: the current task's walk: its position in the tree, its budgets, what it defers
+        self.walk = Walk(kops=cfg.max_kernel_ops)
 
-    # ------------------------------------------------------------- splitting
-    def _replaying(self) -> bool:
-        """Is the current node a strict ancestor of the task's node (replayed, not explored)?"""
-        return len(self._path) < len(self._guide)
+    @property
+    def canonical(self) -> bool:
+        """False only in tests: drop the ordering rule (brute force, for comparison)."""
+        return self.proposer.canonical
 
-    def _target(self) -> int:
-        """The child ordinal a replayed node descends to."""
-        return self._guide[len(self._path)]
+    @canonical.setter
+    def canonical(self, value: bool) -> None:
+        self.proposer.canonical = value
 
-    def _descend(self, k: int, fn, *args) -> None:
-        """Explore child ``k`` of the current node — or, once the task has run past its split
-        time, hand it back as a task of its own (``deferred``). Children are deferred only
-        after every check that admits them, so the deferred task counts nothing twice."""
-        if (self._split_at is not None and not self._replaying()
-                and time.monotonic() > self._split_at):
-            self.deferred.append(tuple(self._path) + (k,))
-            return
-        self._path.append(k)
-        try:
-            fn(*args)
-        finally:
-            self._path.pop()
+    @property
+    def deferred(self) -> list[tuple[int, ...]]:
+        """The paths of the children the last task handed back (:meth:`Task.sub`)."""
+        return self.walk.deferred
+
+
 
     def _reduced(self) -> Optional[frozenset]:
         return self.reduced if self.cfg.prune_labels else None
@@ -271,190 +142,21 @@ class Searcher:
             ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
         return ks
 
-    def _op_result(self, lv: _Level, kind: str, inputs: tuple, attrs: dict, akey: str = ""):
-        """(shape, term, labels) of a catalog op on level tensors, or a prune reason string.
-
-        Memoized on (kind, attrs, the inputs' shapes, terms and labels): the answer
-        depends on nothing else, and block states share most of their tensors."""
-        sigs = lv.sigs
-        ak = akey or _attr_key(tuple(sorted(attrs.items())))
-        n = len(inputs)
-        ck = ((kind, ak, sigs[inputs[0]]) if n == 1 else (kind, ak, sigs[inputs[0]], sigs[inputs[1]]) if n == 2
-              else (kind, ak) + tuple(sigs[i] for i in inputs))
-        r = self._op_cache.get(ck)
-        if r is None:
-            if len(self._op_cache) > 2_000_000:
-                self._op_cache.clear()
-            r = self._op_cache[ck] = self._op_result_uncached(lv, kind, inputs, attrs)
-        elif r.__class__ is not str and self._count_hits:
-            stats = self.oracle.stats  # keep the query count comparable
-            stats.queries += 1
-            stats.cache_hits += 1
-        return r
-
-    def _op_result_uncached(self, lv: _Level, kind: str, inputs: tuple, attrs: dict):
-        shapes = [lv.shapes[i] for i in inputs]
-        try:
-            shape = CATALOG[kind].shape_rule(shapes, attrs)
-        except MugraphError:
-            return "shape"
-        if not 1 <= len(shape) <= 4:
-            return "shape"
-        try:
-            lab = lb.op_labels(kind, [lv.labs[i] for i in inputs], shapes, attrs, shape)
-        except lb.LabelError:
-            if self.cfg.prune_labels:
-                return "labels"
-            lab = tuple(None for _ in shape)
-        if self.cfg.prune_labels:
-            for i, d in lb.reduced_dims(kind, shapes, attrs, shape):
-                if not lb.reduces_only(lv.labs[inputs[i]][d], self.reduced):
-                    return "labels"
-        term = ex.op_expr(kind, [lv.terms[i] for i in inputs], shapes, attrs)
-        if not self.oracle.is_sub(term):
-            return "abstract"
-        return shape, term, lab
-
-    def _candidates(self, lv: _Level, block: bool = False):
-        """(key, kind, inputs, attrs, akey) for every op whose key exceeds the last one,
-        in generation order (by max input, then kind, then :meth:`_combos`' order)."""
-        last = lv.last_key
-        canonical = self.canonical
-        for m in range(max(last[0], 0), len(lv.shapes)):
-            for info in self._kinds[block]:
-                rank = info.rank
-                for inputs, attrs, akey in self._combos(lv, info, m, block):
-                    key = (m, inputs, rank, akey)
-                    if key <= last if canonical else key in lv.keys:
-                        continue
-                    yield key, info.kind, inputs, attrs, akey
-
-    def _combos(self, lv: _Level, info: "_KindInfo", m: int, block: bool) -> list[tuple]:
-        """(inputs, attrs, akey) of every op of kind ``info`` whose newest input is ``m``.
-
-        Attributes come from the op's schema: a ``dim`` ranges over the input's dims
-        longer than 1, a ``rational``, ``perm`` or ``index`` over the program's values of
-        that attribute; an op with any other attribute (a shape, per-dim counts) is not
-        generated. Two
-        placement rules cut ops that E cannot see as redundant: a constant factor
-        (``scale``, erased in E) only follows an op that adds terms up (``sum``,
-        ``matmul``, ``accum``) and never another constant factor — a rational factor
-        commutes with every linear op, so one placement per reduction suffices — and,
-        in a block graph, binary ops never mix loop-body and post-loop tiles.
-        """
-        am = lv.accs[m]
-        if info.accumulator:
-            return [((m,), {}, "()")] if am == 0 else []
-        if info.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
-            return []
-        attr_sets = self._attr_sets(info, lv.shapes[m])
-        if not attr_sets:
-            return []
-        if info.arity == 1:
-            return [((m,), at, ak) for at, ak in attr_sets]
-        if info.arity != 2:
-            return []
-        accs = lv.accs
-        ok = [a for a in range(m + 1) if not block or am is None or accs[a] is None or accs[a] == am]
-        if info.squared:
-            ok = [a for a in ok if a != m]  # x*x is spelled square(x)
-        combos = [((a, m), at, ak) for a in ok for at, ak in attr_sets]
-        if not info.commutative:
-            combos += [((m, a), at, ak) for a in ok if a != m for at, ak in attr_sets]
-        return combos
-
-    def _block_candidates(self, bs: _Level, count: bool) -> list[tuple]:
-        """The block ops that may follow ``bs``'s last op, in :meth:`_candidates`' order,
-        each with its result: ``(key, kind, inputs, attrs, akey, result)``, ``result``
-        being (shape, term, labels), or None for an accumulator (checked by the caller).
-
-        Ops whose result is a prune reason (shape, labels, abstract expression) are
-        dropped here, counted when ``count``. This is the search's innermost loop —
-        tens of ops tried per block state, nearly all pruned — so the op cache is read
-        inline, keyed on the inputs' interned signatures."""
-        last = bs.last_key
-        canonical = self.canonical
-        sigs = bs.sigs
-        cache = self._op_cache
-        out: list[tuple] = []
-        pruned: Counter = Counter()
-        hits = 0
-        for m in range(max(last[0], 0), len(bs.shapes)):
-            tie = m == last[0] or not canonical  # keys with this m must still exceed the last one
-            sm = sigs[m]
-            for info in self._kinds[True]:
-                kind, rank = info.kind, info.rank
-                for ins, at, ak in self._combos(bs, info, m, True):
-                    if tie:
-                        key = (m, ins, rank, ak)
-                        if key <= last if canonical else key in bs.keys:
-                            continue
-                    if info.accumulator:
-                        out.append(((m, ins, rank, ak), kind, ins, at, ak, None))
-                        continue
-                    r = cache.get((kind, ak, sm) if len(ins) == 1 else (kind, ak, sigs[ins[0]], sigs[ins[1]]))
-                    if r is None:
-                        r = self._op_result(bs, kind, ins, at, ak)
-                    elif r.__class__ is not str:
-                        hits += 1
-                    if r.__class__ is str:
-                        pruned[r] += 1
-                        continue
-                    out.append(((m, ins, rank, ak), kind, ins, at, ak, r))
-        if count:
-            for r, k in pruned.items():
-                self.stats[_PRUNED[r]] += k
-        if hits and self._count_hits:
-            self.oracle.stats.queries += hits  # keep the query count comparable
-            self.oracle.stats.cache_hits += hits
-        return out
-
-    def _attr_sets(self, info: "_KindInfo", shape: tuple) -> Optional[list[tuple[dict, str]]]:
-        """:meth:`_attr_choices` with each assignment's key, cached per (kind, shape)."""
-        ck = (info.kind, shape)
-        r = self._attr_cache.get(ck, False)
-        if r is False:
-            sets = self._attr_choices(info.op, shape)
-            r = self._attr_cache[ck] = (None if sets is None else
-                                        [(at, _attr_key(tuple(sorted(at.items())))) for at in sets])
-        return r
-
-    def _attr_choices(self, d, shape: tuple) -> list[dict] | None:
-        """Every attribute assignment the search tries for op ``d`` on an input of
-        ``shape`` (one empty one for an op without attributes), or None when an
-        attribute is not one the search enumerates."""
-        out: list[dict] = [{}]
-        for a in d.attrs:
-            if a.type == "dim":
-                values = [k for k, s in enumerate(shape) if s > 1]
-            elif a.type == "rational":
-                values = self.attr_values.get((d.name, a.name), [])
-            elif a.type == "perm":
-                values = [v for v in self.attr_values.get((d.name, a.name), []) if len(v) == len(shape)]
-            elif a.type == "index":  # (a window the input's dim cannot hold is refused by the shape rule)
-                values = self.attr_values.get((d.name, a.name), [])
-            else:
-                return None
-            out = [{**at, a.name: v} for at in out for v in values]
-        return out
-
-    def _after_reduction(self, lv: _Level, i: int) -> bool:
-        return lv.producer[i] == ACC or adds_up(lv.producer[i])
 
     # ----------------------------------------------------------------- kernel
     def kernel_dfs(self, ks: _Level, new: int) -> None:
         """Explore the subtree of kernel state ``ks`` whose last op made ``new`` tensors."""
-        if self._stopped():
+        if self.walk.stopped():
             return
-        replay = self._replaying()
+        replay = self.walk.replaying()
         if not replay:
             self.stats["kernel_states"] += 1
-            if new and len(ks.ops) >= self._emit_kops:
+            if new and len(ks.ops) >= self.walk.emit_kops:
                 self._complete(ks, new)
-        if len(ks.ops) >= self._kops:
+        if len(ks.ops) >= self.walk.kops:
             return
         for k, child in enumerate(self.kernel_children(ks)):
-            if replay and k != self._target():
+            if replay and k != self.walk.target():
                 continue
             self.run_child(ks, child, k)
             if replay:
@@ -462,11 +164,11 @@ class Searcher:
 
     def kernel_children(self, ks: _Level):
         """Children of a kernel state: ('op', key, kind, inputs, attrs) and ('block', inputs, mapping index, mapping)."""
-        last_op = len(ks.ops) == self._kops - 1
+        last_op = len(ks.ops) == self.walk.kops - 1
         unused = {i for i, u in enumerate(ks.uses) if u == 0}
-        for key, kind, inputs, attrs, _ in self._candidates(ks):
+        for key, kind, inputs, attrs, _ in self.proposer.candidates(ks):
             if last_op and not unused <= set(inputs):
-                if not self._replaying():
+                if not self.walk.replaying():
                     self.stats["pruned_last_op"] += 1
                 continue
             yield ("op", key, kind, inputs, attrs)
@@ -487,22 +189,22 @@ class Searcher:
     def run_child(self, ks: _Level, child: tuple, k: int = 0) -> None:
         if child[0] == "op":
             _, key, kind, inputs, attrs = child
-            r = self._op_result(ks, kind, inputs, attrs)
+            r = self.proposer.op_result(ks, kind, inputs, attrs)
             if isinstance(r, str):
                 self.stats[f"pruned_{r}"] += 1
                 return
             shape, term, lab = r
             spec = ("op", kind, inputs, tuple(sorted(attrs.items())))
             ks.push(spec, key, inputs, [(shape, term, lab, None, _scales(kind), kind)])
-            self._descend(k, self.kernel_dfs, ks, 1)
+            self.walk.descend(k, self.kernel_dfs, ks, 1)
             ks.pop(inputs)
         else:
             _, inputs, mi, mp = child
-            self._descend(k, self.block_start, ks, inputs, mp)
+            self.walk.descend(k, self.block_start, ks, inputs, mp)
 
     # ----------------------------------------------------------------- block
     def block_start(self, ks: _Level, inputs: tuple, mp: Mapping) -> None:
-        if not self._replaying():
+        if not self.walk.replaying():
             self.stats["block_starts"] += 1
         bs = _Level(self._interned)
         for j, i in enumerate(inputs):
@@ -514,10 +216,10 @@ class Searcher:
         self.block_dfs(ks, inputs, mp, bs, pending=len(inputs))
 
     def block_dfs(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level, pending: int) -> None:
-        if self._stopped():
+        if self.walk.stopped():
             return
-        replay = self._replaying()
-        target = self._target() if replay else None
+        replay = self.walk.replaying()
+        target = self.walk.target() if replay else None
         if not replay:
             self.stats["block_states"] += 1
         if pending == 0 and (not replay or target < 0):
@@ -525,53 +227,18 @@ class Searcher:
         remaining = self.cfg.max_block_ops - (len(bs.ops) - len(self.consts))
         if remaining <= 0 or (replay and target < 0):
             return
-        pool = bool(self.consts)
-        for j, (key, kind, ins, attrs, akey, r) in enumerate(self._block_candidates(bs, not replay)):
+        for j, (key, kind, ins, attrs, akey, r) in enumerate(
+                self.proposer.block_candidates(bs, None if replay else self.stats)):
             if replay and j != target:
                 continue
-            if pool and all(bs.producer[i] == POOL for i in ins):
-                self.stats["pruned_constant"] += 1  # an op of constants alone is a constant
+            admitted = self.proposer.admit_block_op(bs, kind, ins, r, mp.forloop, pending, remaining, self.stats)
+            if admitted is None:
                 continue
-            acc = bs.accs[ins[0]]
-            if len(ins) > 1:  # a binary op's phase: the inputs' (None: loop-invariant) must agree
-                other = bs.accs[ins[1]]
-                if acc is None:
-                    acc = other
-                elif other is not None and other != acc:
-                    self.stats["pruned_phase"] += 1
-                    continue
-            if kind == ACC:
-                if acc != 0:
-                    continue
-                i = ins[0]
-                shape, lab = bs.shapes[i], bs.labs[i]
-                term = ex.accum_expr(bs.terms[i], mp.forloop)
-                if not self.oracle.is_sub(term):
-                    self.stats["pruned_abstract"] += 1
-                    continue
-                out = (shape, term, lab, 1, False, ACC)
-            else:
-                shape, term, lab = r
-                out = (shape, term, lab, acc, _scales(kind), kind)
-            dup = (out[0], out[1], out[2], out[3], out[4])
-            if dup in bs.seen:
-                self.stats["pruned_duplicate"] += 1
-                continue
-            consumed = sum(1 for i in set(ins) if bs.accs[i] == 0 and bs.uses[i] == 0)
-            new_pending = pending - consumed + (1 if out[3] == 0 else 0)
-            if new_pending > remaining - 1:
-                self.stats["pruned_obligation"] += 1
-                continue
-            nbytes = self.itemsize if out[3] != 1 or kind != ACC else 4
-            for s in shape:
-                nbytes *= s
-            if nbytes > self.cfg.smem_budget:
-                self.stats["pruned_smem"] += 1
-                continue
+            out, dup, new_pending = admitted
             spec = (kind, ins, tuple(sorted(attrs.items())))
             bs.push(spec, key, ins, [out])
             bs.seen[dup] = 1
-            self._descend(j, self.block_dfs, ks, inputs, mp, bs, new_pending)
+            self.walk.descend(j, self.block_dfs, ks, inputs, mp, bs, new_pending)
             del bs.seen[dup]
             bs.pop(ins)
             if replay:
@@ -589,9 +256,9 @@ class Searcher:
             return
         options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
         last = ks.last_key
-        replay = self._replaying()
-        target = self._target() + _CLOSE if replay else None
-        final = len(ks.ops) + 1 >= self._kops  # this block is the graph's last kernel op
+        replay = self.walk.replaying()
+        target = self.walk.target() + _CLOSE if replay else None
+        final = len(ks.ops) + 1 >= self.walk.kops  # this block is the graph's last kernel op
         ops, index = _without_unused_constants(bs, len(inputs))
         for c, choice in enumerate(itertools.product(*options)):
             if replay and c != target:
@@ -605,7 +272,7 @@ class Searcher:
             outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
             ks.push(("block", inputs, bspec), key, inputs, outs)
             try:
-                if final and (len(ks.ops) < self._emit_kops or self._outputs(ks, len(outs)) is None):
+                if final and (len(ks.ops) < self.walk.emit_kops or self._outputs(ks, len(outs)) is None):
                     # the kernel graph's last op, and what it leaves are not the program's
                     # outputs: a dead end, known before the costly validity check
                     if not replay:
@@ -616,7 +283,7 @@ class Searcher:
                     continue
                 if not replay:
                     self.stats["blocks_closed"] += 1
-                self._descend(c - _CLOSE, self.kernel_dfs, ks, len(outs))
+                self.walk.descend(c - _CLOSE, self.kernel_dfs, ks, len(outs))
             finally:
                 ks.pop(inputs)
 
@@ -684,10 +351,8 @@ class Searcher:
             return
         self.stats["fingerprint_matches"] += 1
         self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g),
-                             "path": list(self._path)})
+                             "path": list(self.walk.path)})
 
-    def _stopped(self) -> bool:
-        return self._deadline is not None and time.monotonic() > self._deadline
 
     # ------------------------------------------------------------------ tasks
     def root_tasks(self, kops: Optional[int] = None) -> list[Task]:
@@ -697,20 +362,20 @@ class Searcher:
         exactly ``kops`` kernel ops)."""
         ks = self.initial()
         out = []
-        saved = self._kops
+        saved = self.walk.kops
         if kops is not None:
-            self._kops = kops
+            self.walk.kops = kops
         try:
             for child in self.kernel_children(ks):
                 if child[0] == "op":
                     _, key, kind, inputs, attrs = child
-                    if isinstance(self._op_result(ks, kind, inputs, attrs), str):
+                    if isinstance(self.proposer.op_result(ks, kind, inputs, attrs), str):
                         continue
                     out.append(Task((("op", kind, inputs, tuple(sorted(attrs.items()))),), None, kops))
                 else:
                     out.append(Task((), (child[1], child[2]), kops))
         finally:
-            self._kops = saved
+            self.walk.kops = saved
         return out
 
     def run_task(self, task: Task, deadline: Optional[float] = None, split_after: Optional[float] = None) -> None:
@@ -718,11 +383,7 @@ class Searcher:
         entered when that time has passed are left unexplored and listed in
         ``self.deferred`` (paths for :meth:`Task.sub`), so a long task hands its
         frontier back to the driver to share among idle workers."""
-        self._deadline = deadline
-        self._guide, self._path, self.deferred = tuple(task.path), [], []
-        self._split_at = None if split_after is None else time.monotonic() + split_after
-        self._kops = self.cfg.max_kernel_ops if task.kops is None else task.kops
-        self._emit_kops = 0 if task.kops is None else task.kops
+        self.walk = Walk.for_task(task.path, task.kops, self.cfg.max_kernel_ops, deadline, split_after)
         ks = self.initial()
         for spec in task.prefix:
             self._replay(ks, spec)
@@ -740,7 +401,7 @@ class Searcher:
         _, kind, inputs, attrs = spec
         inputs = tuple(inputs)
         attrs_d = dict(attrs)
-        r = self._op_result(ks, kind, inputs, attrs_d)
+        r = self.proposer.op_result(ks, kind, inputs, attrs_d)
         if isinstance(r, str):
             raise ValueError(f"task prefix op {spec} is pruned ({r})")
         key = (max(inputs), inputs, self.rank[kind], _attr_key(tuple(sorted(attrs_d.items()))))
@@ -761,11 +422,6 @@ def _without_unused_constants(bs: _Level, n_iters: int) -> tuple[tuple, dict[int
         kind, ins, attrs = spec
         ops.append((kind, tuple(index[j] for j in ins), attrs))
     return tuple(ops), index
-
-
-def _scales(kind: str) -> bool:
-    """Is ``kind`` a constant factor (the search places one per reduction)?"""
-    return kind in CATALOG and CATALOG[kind].constant_factor
 
 
 # --------------------------------------------------------------- materialize
