@@ -84,21 +84,23 @@ def decode_scale(head_dim: int) -> Fraction:
 
 
 def decode_attention(b: int = 1, heads: int = 32, kv_heads: int = 8, kv: int = 4096, head_dim: int = 128,
-                     dtype: str = "float16") -> Program:
+                     dtype: str = "float16", safe: bool = False) -> Program:
     """One decoding step of grouped-query attention: one query row per head, ``kv`` cached keys.
 
     ``b`` sequences × ``kv_heads`` KV heads; the ``heads / kv_heads`` query heads that share a
     KV head are the rows of its Q (as :func:`gqa` puts a head's query rows): Q ``(b·kv_heads,
     heads/kv_heads, head_dim)``, K ``(b·kv_heads, head_dim, kv)`` (transposed, as in
     :func:`gqa`), V ``(b·kv_heads, kv, head_dim)``; softmax without the max subtraction, as
-    the benchmarks write it: ``exp(Q·K·scale) / Σ · V``."""
+    the benchmarks write it: ``exp(Q·K·scale) / Σ · V``. ``safe=True``: as real code writes
+    it, with the row max subtracted (``exp(S − max S)``, a free shift: docs/design.md §3.3)."""
     if heads % kv_heads:
         raise ValueError(f"decode_attention: heads={heads} is not a multiple of kv_heads={kv_heads}")
-    p = Program(f"decode_h{heads}_kv{kv_heads}_n{kv}_d{head_dim}")
+    p = Program(f"decode_h{heads}_kv{kv_heads}_n{kv}_d{head_dim}" + ("_safe" if safe else ""))
     Q = p.input("Q", (b * kv_heads, heads // kv_heads, head_dim), dtype)
     K = p.input("K", (b * kv_heads, head_dim, kv), dtype)
     V = p.input("V", (b * kv_heads, kv, head_dim), dtype)
-    E = mg.exp(mg.scale(Q @ K, decode_scale(head_dim)))
+    S = mg.scale(Q @ K, decode_scale(head_dim))
+    E = mg.exp(S - mg.max(S, 2) if safe else S)
     p.output((E / mg.sum(E, 2)) @ V)
     return p
 
