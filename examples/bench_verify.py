@@ -6,14 +6,19 @@
     python examples/bench_verify.py --fuzz --mutants 2000   # the soundness tables alone
 
 1. Mutation fuzz: mutants of the reference μGraphs, random Lax programs (plain, with
-   sqrt, and with a 2^40-times larger part next to the rest of an output), and random
-   μGraphs (small shapes), by every operator of ``verify.fuzz.MUTATIONS`` — those a
-   buggy search would make and those a hostile user builds around fixed primes —
+   sqrt, and with a 2^40-times larger part next to the rest of an output), random
+   μGraphs (small shapes) and random safe-softmax programs (a row max as a free shift,
+   plain and split into flash-decoding chunks), by every operator of
+   ``verify.fuzz.MUTATIONS`` — those a buggy search would make, those a hostile user
+   builds around fixed primes, and a safe softmax's mistakes (a max over the wrong dim,
+   an unshifted denominator, a missing or one-sided rescale, a chunk shifted by another
+   chunk's max) next to its one equivalent change (``shift_value``: another per-row shift) —
    are judged by ``verify.equivalent`` (random primes per test, error 2^-40, no
    float check) and by the float64 interpreter, element by element (the ground
    truth). Accepted-but-different must be 0; rejected-but-same (false rejections)
-   must be 0 too; undecided verdicts (a field mismatch through sqrt that float64 does
-   not confirm) are counted. For every different mutant one single field test with
+   must be 0 too; undecided verdicts (a field mismatch through sqrt or a max that float64
+   does not confirm) are counted; every mutation has a row in the per-mutation table, one
+   that found no site too. For every different mutant one single field test with
    fixed primes also runs — the largest safe-prime pair below 2^31 (the verifier's
    fixed pair before primes were drawn per test) and Mirage's p=167, q=83 — and the
    count each accepts is how often that fixed test would have been fooled. The fuzz
@@ -52,7 +57,7 @@ import verify  # noqa: E402
 from mugraph.core.benchmarks import REFERENCES, program, reference  # noqa: E402
 from verify.family import DEFAULT  # noqa: E402
 from verify.field import MIRAGE, Field  # noqa: E402
-from verify.fuzz import corpus_graph, differs, mutate  # noqa: E402
+from verify.fuzz import MUTATIONS, corpus_graph, differs, mutate  # noqa: E402
 
 #: the verifier's fixed pair before primes were drawn per test
 FORMER = Field(2147471759, 1073735879, "former fixed")
@@ -334,7 +339,8 @@ def soundness(n: int, seed: int) -> int:
     print(f"| same function, accepted | {c['accepted-same']} |")
     print(f"| **same function, rejected (false rejections)** | **{c['rejected-but-same']}** |")
     print(f"| undecided: float64 overflows (no ground truth) | {c['undecided (float64 not finite)']} |")
-    print(f"| undecided: verifier (field mismatch through sqrt, float64 agrees) | {c['undecided (verifier)']} |")
+    print(f"| undecided: verifier (field mismatch through sqrt or a max, float64 agrees) | "
+          f"{c['undecided (verifier)']} |")
     for k in sorted(k for k in c if k.startswith("argument: ")):  # how each verdict's bound was argued
         print(f"| bound by {k[len('argument: '):]} | {c[k]} |")
     for label, what in (("former", f"the former fixed pair p={FORMER.p}, q={FORMER.q}"),
@@ -347,7 +353,7 @@ def soundness(n: int, seed: int) -> int:
     print("| mutation | mutants | different | same | undecided (float64 / verifier) | former pair fooled "
           "| Mirage fooled |")
     print("|---|---|---|---|---|---|---|")
-    for name in sorted(per):
+    for name in sorted(set(MUTATIONS) | set(per)):  # every mutation, those that found no site too
         d = per[name]
         print(f"| {name} | {d['mutants']} | {d['different']} | {d['same']} | {d['float64 undecided']} / "
               f"{d['verifier undecided']} | {d['former fooled']} | {d['mirage fooled']} |")
