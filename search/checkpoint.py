@@ -3,7 +3,7 @@ without redoing work and ends with the same result.
 
 The file records the program (its name and a hash of its JSON), the result-relevant
 config fields (``SearchConfig.key()``) and, per finished unit of work (a root task,
-``"7"``, or a piece split off one, ``"7:3.0"``: see :func:`search.driver._unit_key`), its
+``"7"``, or a piece split off one, ``"7:3.0"``: see :func:`search.units.unit_key`), its
 fingerprint matches, statistics and the pieces it handed back (``deferred``), so a
 resume re-creates those pieces and redoes no finished one. It is rewritten atomically (a uniquely named temporary file in
 the same folder, then a rename), so a kill at any moment leaves either the old or the

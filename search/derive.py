@@ -224,7 +224,7 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
 
     ``best`` (when given) receives, per index of ``graphs``, the cheapest estimate among
     its variants that beat it: what the lowering, which splits a kernel's loop itself
-    (its split-K), can make of that graph (:meth:`search.driver._Run._split`)."""
+    (its split-K), can make of that graph (:func:`search.candidates.split_loops`)."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
         est = cost_key(g)[1]
