@@ -319,14 +319,13 @@ class Factor:
 @dataclass(frozen=True)
 class View:
     """A value each of whose elements is ``coef`` times one *atom* of ``source``, the atom
-    ``index`` picks. A source is an input (``"X"``: its elements; ``index`` is one
-    :class:`Support` over its dims with nothing reduced) or a contraction of two inputs
-    (``"mm:X.1:W.0"``: ``X``'s dim 1 summed against ``W``'s dim 0, over their whole length;
-    ``index`` is one :class:`Support` per input, over its other dims). The supports move
+    ``index`` picks. A source is an input's name (its elements; ``index`` is one
+    :class:`Support` over its dims with nothing reduced) or a :class:`Contraction` of two
+    inputs (``index`` is one :class:`Support` per input, over its other dims). The supports move
     through reshapes, permutes and broadcasts as the value does; an ``exp`` of such a value
     is an atom's power (:class:`AtomMode`)."""
 
-    source: str
+    source: "str | Contraction"
     coef: Fraction
     index: tuple[Support, ...]
 
@@ -337,8 +336,9 @@ class View:
 
 @dataclass(frozen=True)
 class Contraction:
-    """A contraction source ``mm:P.a:Q.b`` (:class:`View`): inputs ``P`` and ``Q`` and the
-    dims summed against each other."""
+    """A contraction source (:class:`View`): input ``left``'s dim ``a`` summed against
+    input ``right``'s dim ``b``, over their whole length (the inputs in name order: one
+    spelling per contraction)."""
 
     left: str
     a: int
@@ -346,15 +346,8 @@ class Contraction:
     b: int
 
     @property
-    def key(self) -> str:
-        return f"mm:{self.left}.{self.a}:{self.right}.{self.b}"
-
-    @staticmethod
-    def parse(source: str) -> "Contraction | None":
-        if not source.startswith("mm:"):
-            return None
-        (p, a), (q, b) = (x.rsplit(".", 1) for x in source[3:].split(":"))
-        return Contraction(p, int(a), q, int(b))
+    def inputs(self) -> tuple[str, str]:
+        return self.left, self.right
 
 
 def input_key(name: str) -> int:
@@ -390,7 +383,7 @@ class AtomMode:
     count is about 10^9 (over ``q``: no bound); ``silu(X@W1)@W2`` over 4,096 columns has
     ``du = 4096`` where the classic count is 2^4096."""
 
-    kappas: dict[str, Fraction]
+    kappas: dict["str | Contraction", Fraction]
     #: the probability that some contraction's conditioned input is rank-deficient mod q
     eta: float = 0.0
 
@@ -750,7 +743,7 @@ class DegreeAlgebra(Algebra):
         c = Contraction(va.source, pa, vb.source, qb)
         if vb.source < va.source:  # one spelling per contraction: the inputs in name order
             c, left, right = Contraction(vb.source, qb, va.source, pa), right, left
-        return (View(c.key, va.coef * vb.coef, (left, right)),)
+        return (View(c, va.coef * vb.coef, (left, right)),)
 
 
 
@@ -783,7 +776,7 @@ def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
     the summed length on both sides) whose other input enters no other atom."""
     if not args or any(v is None for v, _ in args):
         return None
-    kappas: dict[str, Fraction] = {}
+    kappas: dict[str | Contraction, Fraction] = {}
     for terms, _ in args:
         for v in terms:
             c = abs(v.coef)
@@ -792,11 +785,10 @@ def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
                                                             math.lcm(k.denominator, c.denominator))
     if not primes.avoids_constants and any(k != 1 for k in kappas.values()):
         return None
-    contractions = [c for c in map(Contraction.parse, kappas) if c is not None]
+    contractions = [c for c in kappas if isinstance(c, Contraction)]
     uses: dict[str, int] = {}  # how many sources each input enters
     for src in kappas:
-        c = Contraction.parse(src)
-        for name in ((c.left, c.right) if c else (src,)):
+        for name in (src.inputs if isinstance(src, Contraction) else (src,)):
             uses[name] = uses.get(name, 0) + 1
     eta, free, conditioned = 0.0, set(), set()
     for c in contractions:

@@ -64,7 +64,7 @@ from .bound import AtomMode, DegreeAlgebra, Primes, atom_kappas, bits, constants
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
 from .field import (Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, eval_threads,
                     random_omega, resolve_device, reuse_memory, uniform_residues)
-from .floatcheck import FloatReference, compare_float64, float_check as run_float_check
+from .floatcheck import FloatReference, compare_float64, differs, float_check as run_float_check
 from .verdict import Counterexample, Verdict
 
 DEFAULT_ERROR = 2.0 ** -40
@@ -643,10 +643,8 @@ class Reference:
             v.counterexample = Counterexample(out, idx, va, vb, part, trial.tests, fa, fb, p, q)
             v.equivalent = False
             v.checks["field tests"] = "failed"
-            if "sqrt" in lax_classes(plan.kinds):
-                _sqrt_fallback(v, a, c, seed)
-            elif "shift" in lax_classes(plan.kinds):
-                _shift_fallback(v, a, c, seed)
+            if lax_classes(plan.kinds) & {"sqrt", "shift"}:
+                _float64_fallback(v, a, c, seed, plan.kinds)
         if v.equivalent:
             v.checks["field tests"] = "passed"
             v.error_bound = per_test ** v.tests
@@ -769,44 +767,31 @@ def equivalent(a: KernelGraph, b: KernelGraph, *, error: float = DEFAULT_ERROR, 
                           max_failed_draws=max_failed_draws, float_kwargs=float_kwargs)
 
 
-def _sqrt_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> None:
-    """A field mismatch through sqrt: float64 decides whether it stands (module docstring)."""
-    truth = compare_float64(a, b, seed=seed % (1 << 31))
+def _float64_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int, kinds: set[str]) -> None:
+    """A field mismatch through an op whose field meaning can disagree with its real one —
+    ``sqrt`` (the multiplicative map) or ``max`` (a free shift: a fresh value per test, so a
+    mismatch proves only that the graphs differ for *some* values of their maxima) — stands
+    only if float64 confirms it (for a max :func:`verify.floatcheck.differs`, which also looks
+    at smaller inputs: a hard-max softmax of huge scores is blind at the first scale);
+    otherwise the verdict is undecided."""
+    sqrt = "sqrt" in lax_classes(kinds)
+    check = "sqrt fallback (float64)" if sqrt else "shift fallback (float64)"
+    truth = (compare_float64 if sqrt else differs)(a, b, seed=seed % (1 << 31))
     if truth:
-        v.checks["sqrt fallback (float64)"] = "differs"
+        v.checks[check] = "differs"
         v.checks["field tests"] = "failed"
-        v.notes.append("the field mismatch passes through sqrt; float64 confirms the difference")
+        v.notes.append("the field mismatch passes through sqrt; float64 confirms the difference" if sqrt else
+                       "the graphs have maxima (free shifts); float64 confirms the difference")
         return
     v.equivalent = None
     v.checks["field tests"] = "undecided"
-    v.checks["sqrt fallback (float64)"] = "agrees" if truth is False else "not finite"
-    v.notes.append("UNDECIDED: the field mismatch passes through sqrt, whose field meaning cannot decide this pair "
-                   "(an identity that needs a non-constant sqrt argument to be positive, e.g. sqrt(x)² = x); "
-                   + ("float64 agrees to 1e-7 per element" if truth is False else "float64 is not finite")
-                   + " — not a proof either way")
-
-
-def _shift_fallback(v: Verdict, a: KernelGraph, b: KernelGraph, seed: int) -> None:
-    """A field mismatch between graphs with a ``max``: each max is a free shift (a fresh value
-    per test), so a mismatch proves only that the graphs differ for *some* values of their
-    maxima. Where a max's value does not cancel (an output that is a max) the graphs may
-    still agree at the true maxima: float64 decides whether the difference stands."""
-    truth = compare_float64(a, b, seed=seed % (1 << 31))
-    if truth is False:  # exponents of huge magnitude (a constant near 2^31 in a score) widen float64's
-        # tolerance past the outputs: at smaller inputs they are of order one again, and a difference
-        # seen at any scale is real
-        truth = any(compare_float64(a, b, seed=seed % (1 << 31), scale=0.5 * s) for s in (2.0 ** -15, 2.0 ** -30))
-    if truth:
-        v.checks["shift fallback (float64)"] = "differs"
-        v.notes.append("the graphs have maxima (free shifts); float64 confirms the difference")
-        return
-    v.equivalent = None
-    v.checks["field tests"] = "undecided"
-    v.checks["shift fallback (float64)"] = "agrees" if truth is False else "not finite"
-    v.notes.append("UNDECIDED: a result depends on the value of a max, which the field tests treat as a free shift "
-                   "(proven only where it cancels, as in a softmax); "
-                   + ("float64 agrees to 1e-7 per element" if truth is False else "float64 is not finite")
-                   + " — not a proof either way")
+    v.checks[check] = "agrees" if truth is False else "not finite"
+    why = ("the field mismatch passes through sqrt, whose field meaning cannot decide this pair (an identity "
+           "that needs a non-constant sqrt argument to be positive, e.g. sqrt(x)² = x); " if sqrt else
+           "a result depends on the value of a max, which the field tests treat as a free shift (proven only "
+           "where it cancels, as in a softmax); ")
+    v.notes.append("UNDECIDED: " + why + ("float64 agrees to 1e-7 per element" if truth is False
+                                          else "float64 is not finite") + " — not a proof either way")
 
 
 # ----------------------------------------------------------------------------- fingerprints

@@ -507,6 +507,33 @@ def _judge(dtype: str, scale: float, base: float, slack: float, finite: list[boo
     return FloatCase(dtype, scale, cand[o][0], ref[o][0], limits[o], ok, note, o, list(cand[o][1]), errors)
 
 
+#: the further input scales of :func:`differs`, relative to the first: those at which a
+#: constant near a 31-bit prime times a product of two inputs, or times one input, is of
+#: order one
+SMALLER_SCALES = (2.0 ** -15, 2.0 ** -30)
+
+
+def differs(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
+            rtol: float = FLOAT64_RTOL) -> bool | None:
+    """Whether ``a`` and ``b`` compute different real functions: :func:`compare_float64`,
+    and where that finds no difference, the same comparison again at inputs
+    :data:`SMALLER_SCALES` times smaller (a difference there counts); None if the first
+    run is not finite (undecided).
+
+    Why the second look: an element's magnitude grows with the magnitude of its exponent
+    (``exp(a)`` has ``e·(1 + M_a)``), so an exponent scaled by a constant near 2^31 makes
+    the tolerance ``rtol·M`` larger than the element itself. Without a max such an exponent
+    overflows (undecided); in a safe softmax the shift keeps it finite — a softmax of
+    scores ×2^29 is a hard max — and at ``scale`` the comparison would call it the same as
+    the softmax it replaced. At a smaller scale its exponents are of order one again. A
+    difference seen at any scale is real (beyond the rounding ``rtol·M`` allows)."""
+    first = compare_float64(a, b, seed=seed, draws=draws, scale=scale, rtol=rtol)
+    if first is False and any(compare_float64(a, b, seed=seed, draws=draws, scale=scale * s, rtol=rtol)
+                              for s in SMALLER_SCALES):
+        return True
+    return first
+
+
 def compare_float64(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
                     rtol: float = FLOAT64_RTOL) -> bool | None:
     """Whether ``a`` and ``b`` compute different real functions, by float64 runs on

@@ -55,7 +55,7 @@ from mugraph.core.rewrite import GD, Rebuild, Site, live_graph, rebuild, splice
 from . import args
 from .analysis import check_compatible
 from .equivalence import fingerprint_field
-from .floatcheck import FLOAT64_RTOL, compare_float64
+from .floatcheck import FLOAT64_RTOL, SMALLER_SCALES, compare_float64, differs  # noqa: F401 - the fuzz's ground truth
 
 Rng = np.random.Generator
 
@@ -762,23 +762,23 @@ def _m_forget_rescale(g: KernelGraph, rng: Rng) -> dict | None:
     return _unscale(kop, sides["num"] + sides["den"])
 
 
-def _m_rescale_numerator_only(g: KernelGraph, rng: Rng) -> dict | None:
-    """A split combine that rescales one chunk's numerator by ``exp(m_c − M)`` but not
-    its denominator."""
-    s = [x for x in _rescale_sides(g) if x[2]["num"] and x[2]["den"]]
-    if not s:
-        return None
-    kop, _, sides = _choice(rng, s)
-    return _unscale(kop, sides["den"])
+def _rescale_only(side: str) -> Callable:
+    """The mutation of a split combine that rescales one chunk's ``side`` ("num" or "den") by
+    ``exp(m_c − M)`` but not the other side."""
+    other = {"num": "den", "den": "num"}[side]
+
+    def mutation(g: KernelGraph, rng: Rng) -> dict | None:
+        s = [x for x in _rescale_sides(g) if x[2]["num"] and x[2]["den"]]
+        if not s:
+            return None
+        kop, _, sides = _choice(rng, s)
+        return _unscale(kop, sides[other])
+    mutation.__doc__ = f"A split combine that rescales one chunk's {side} but not its {other}."
+    return mutation
 
 
-def _m_rescale_denominator_only(g: KernelGraph, rng: Rng) -> dict | None:
-    """A split combine that rescales one chunk's denominator but not its numerator."""
-    s = [x for x in _rescale_sides(g) if x[2]["num"] and x[2]["den"]]
-    if not s:
-        return None
-    kop, _, sides = _choice(rng, s)
-    return _unscale(kop, sides["num"])
+_m_rescale_numerator_only = _rescale_only("num")
+_m_rescale_denominator_only = _rescale_only("den")
 
 
 def _m_cross_chunk_max(g: KernelGraph, rng: Rng) -> dict | None:
@@ -1010,32 +1010,3 @@ def corpus_graph(i: int, rng: Rng, refs: list[KernelGraph]) -> KernelGraph:
     return with_large_part(refs[(j // 6) % len(refs)])
 
 
-#: the further input scales of :func:`differs`, relative to the first: those at which a
-#: constant near a 31-bit prime (:data:`FIXED_PRIMES`) times a product of two inputs, or
-#: times one input, is of order one
-SMALLER_SCALES = (2.0 ** -15, 2.0 ** -30)
-
-
-def differs(a: KernelGraph, b: KernelGraph, *, seed: int = 0, draws: int = 2, scale: float = 0.5,
-            rtol: float = FLOAT64_RTOL) -> bool | None:
-    """Whether ``a`` and ``b`` compute different real functions — the fuzz's ground
-    truth: :func:`verify.floatcheck.compare_float64` (float64 on ``draws`` random
-    normal inputs of std ``scale``; an element differs when it moves by more than
-    ``rtol`` times its own magnitude, so a wrong small part next to a large one is
-    seen, and an output that cancels to ~1e-17 is no difference); None if a run is
-    not finite (undecided).
-
-    Where that finds no difference, the same comparison runs again at inputs
-    :data:`SMALLER_SCALES` times smaller, and a difference there counts. Why: an
-    element's magnitude grows with the magnitude of its exponent (``exp(a)`` has
-    ``e·(1 + M_a)``), so an exponent scaled by a constant near 2^31 makes the tolerance
-    ``rtol·M`` larger than the element itself. Without a max such an exponent overflows
-    (undecided); in a safe softmax the shift keeps it finite — a softmax of scores ×2^29
-    is a hard max — and at ``scale`` the truth would call it the same as the softmax it
-    replaced. At a smaller scale its exponents are of order one again. A difference
-    seen at any scale is real (beyond the rounding ``rtol·M`` allows)."""
-    first = compare_float64(a, b, seed=seed, draws=draws, scale=scale, rtol=rtol)
-    if first is False and any(compare_float64(a, b, seed=seed, draws=draws, scale=scale * s, rtol=rtol)
-                              for s in SMALLER_SCALES):
-        return True
-    return first

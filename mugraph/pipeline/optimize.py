@@ -250,6 +250,9 @@ def _search(program: Program, scfg, own_checkpoint: bool):
         Path(scfg.checkpoint).unlink(missing_ok=True)
         return search.run(program, scfg, estimate=_lowered_estimate)
 
+#: why a searched candidate was not float-checked: the call's time ran out first (it is still
+#: listed as set aside when it is unproven)
+UNCHECKED = "not checked: the wall-time budget was spent"
 #: seconds ``superoptimize`` may run past ``time_limit + tune_s`` (the float check, the
 #: cost model, the GPU's float64 reference, compiling): the documented bound on its wall time
 SLACK_S = 30.0
@@ -342,7 +345,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
                 if c.origin == "search" and check_until is not None and phases.elapsed() > check_until:
-                    c.rejected = "not checked: the wall-time budget was spent"
+                    c.rejected = UNCHECKED
                     continue
                 if not cfg.allow_unproven and not _proven(c):
                     _price(c)  # it cannot ship: priced for the report, never float-checked
@@ -409,7 +412,7 @@ def _set_aside_unproven(cands: list[Candidate], cfg: OptimizeConfig) -> list[Can
         return []
     out = []
     for c in cands:
-        if c.rejected and not c.rejected.startswith("not checked: the wall-time budget"):
+        if c.rejected and c.rejected != UNCHECKED:
             continue
         if not _proven(c):
             v = _verdict(c)
