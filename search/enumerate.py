@@ -36,7 +36,7 @@ from fractions import Fraction
 from typing import Optional
 
 from mugraph.core.errors import MugraphError
-from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program
+from mugraph.core.ir import DTYPES, RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Program
 from mugraph.core.ops import is_contraction
 from mugraph.core.serialize import graph_to_json
 
@@ -231,7 +231,8 @@ class Searcher:
                 self.proposer.block_candidates(bs, None if replay else self.stats)):
             if replay and j != target:
                 continue
-            admitted = self.proposer.admit_block_op(bs, kind, ins, r, mp.forloop, pending, remaining, self.stats)
+            admitted = self.proposer.admit_block_op(bs, kind, ins, r, mp.forloop, pending, remaining, self.stats,
+                                                    akey)
             if admitted is None:
                 continue
             out, dup, new_pending = admitted
@@ -433,7 +434,9 @@ def build_block(bspec: tuple, sources: list) -> BlockGraph:
     for kind, ins, attrs in ops:
         args = [tiles[i] for i in ins]
         if kind == ACC:
-            tiles.append(bg.accum(args[0]))
+            monoid = dict(attrs).get("monoid", SUM)
+            tiles.append(bg.accum_max(args[0]) if monoid == RUNNING_MAX
+                         else bg.accum(args[0], args[1] if monoid == RESCALED else None))
         else:
             tiles.append(bg.add_op(kind, args, dict(attrs)))
     for i, om in savers:

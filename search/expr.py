@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
 
-from mugraph.core.ir import BlockGraph, KernelGraph, Tensor
+from mugraph.core.ir import RUNNING_MAX, BlockGraph, KernelGraph, Tensor, accum_monoid
 from mugraph.core.ops import CATALOG, CatalogError, Category
 
 Term = int
@@ -160,6 +160,10 @@ def unary(kind: str, a: Term) -> Term:
     if t[0] == CAT:
         return intern((CAT, t[1], tuple((n, unary(kind, p)) for n, p in t[2])))
     return intern((kind, a))
+
+
+#: the extent E gives every free shift (a ``max``): any, so the sizes never tell shifts apart
+SHIFT_EXTENT = 0
 
 
 def reduce(kind: str, n: int, a: Term) -> Term:
@@ -264,7 +268,11 @@ def _fold(kind: str, a: Term, shape: tuple, dim: int) -> Term:
     addition; any other fold of a concat is ``top``."""
     if CATALOG[kind].adds_up:
         return _sum(kind, a, shape, dim)
-    return reduce(kind, shape[dim], a) if not _is_cat(a) else TOP
+    if _is_cat(a):
+        return TOP
+    # a free shift's extent is erased (docs/design.md §3.4): the max of a loop step's tile
+    # and the max of the whole row are one shift to E, as the online softmax needs
+    return reduce(kind, SHIFT_EXTENT if CATALOG[kind].lax == "shift" and shape[dim] > 1 else shape[dim], a)
 
 
 def _concat(args: Sequence[Term], shapes: Sequence[tuple], dim: int) -> Term:
@@ -427,7 +435,8 @@ def block_expr(block: BlockGraph, sources: list[Term]) -> dict[Tensor, Term]:
         if op.kind == "iterator":
             env[out] = sources[op.attrs["source"]]
         elif op.kind == "accum":
-            env[out] = accum_expr(env[op.inputs[0]], block.forloop)
+            x = env[op.inputs[0]]  # a running max is its shift; a rescaled sum a sum (§3.4)
+            env[out] = x if accum_monoid(op) == RUNNING_MAX else accum_expr(x, block.forloop)
         else:
             env[out] = op_expr(op.kind, [env[t] for t in op.inputs], [t.shape for t in op.inputs], op.attrs)
     return env

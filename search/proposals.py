@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Optional
 
 from mugraph.core.errors import MugraphError
-from mugraph.core.ir import DTYPES, Program
+from mugraph.core.ir import DTYPES, RESCALED, RUNNING_MAX, Program, broadcasts_to
 from mugraph.core.ops import CATALOG, Category, adds_up, category
 
 from . import expr as ex
@@ -36,6 +36,11 @@ POOL = "constant pool"
 
 def _attr_key(attrs: tuple) -> str:
     return repr(tuple((k, str(v)) for k, v in attrs))
+
+
+def _shift(kind: str) -> bool:
+    """Is ``kind`` (a producer: an op, an input, an accumulator) a free shift (docs/design.md §3.3)?"""
+    return kind in CATALOG and CATALOG[kind].lax == "shift"
 
 
 def _scales(kind: str) -> bool:
@@ -101,6 +106,8 @@ class OpProposer:
         # each kind where the catalog lets it be (a slice is a kernel-level view only)
         self.kernel_kinds = tuple(k for k in (cfg.kernel_ops or sorted(set(kinds) | {"sum"})) if "K" in CATALOG[k].levels)
         self.block_kinds = tuple(k for k in (cfg.block_ops or kinds) if "B" in CATALOG[k].levels) + (ACC,)
+        #: the program has a free shift (``max``): offer the running max and rescaled sums
+        self.shifts = any(_shift(k) for k in self.block_kinds)
         self.rank = {k: i for i, k in enumerate(sorted(set(self.kernel_kinds) | set(self.block_kinds)))}
         self.rank[GD] = len(self.rank)
         self.attr_values = program_attr_values(program)
@@ -187,7 +194,7 @@ class OpProposer:
         """
         am = lv.accs[m]
         if info.accumulator:
-            return [((m,), {}, "()")] if am == 0 else []
+            return self._accumulators(lv, m) if am == 0 else []
         if info.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
             return []
         attr_sets = self._attr_sets(info, lv.shapes[m])
@@ -205,6 +212,23 @@ class OpProposer:
         if not info.commutative:
             combos += [((m, a), at, ak) for a in ok if a != m for at, ak in attr_sets]
         return combos
+
+    def _accumulators(self, lv: _Level, m: int) -> list[tuple]:
+        """The accumulators whose newest input is loop-body tile ``m``: its sum; where the
+        program has a ``max`` (a free shift), also the running max of a tile a ``max``
+        produced, and the sum of ``m`` rescaled to the running max of an earlier such
+        tile ``s`` it broadcasts against (docs/design.md §3.4: the online softmax's
+        accumulators, offered for any shift, never for a named pattern)."""
+        out = [((m,), {}, "()")]
+        if not self.shifts:
+            return out
+        if _shift(lv.producer[m]):
+            out.append(((m,), {"monoid": RUNNING_MAX}, RUNNING_MAX))
+        for s in range(m):
+            if (_shift(lv.producer[s]) and lv.accs[s] == 0
+                    and broadcasts_to(lv.shapes[s], lv.shapes[m])):
+                out.append(((m, s), {"monoid": RESCALED}, RESCALED))
+        return out
 
     def block_candidates(self, bs: _Level, stats: Optional[Counter]) -> list[tuple]:
         """The block ops that may follow ``bs``'s last op, in :meth:`candidates`' order,
@@ -285,7 +309,7 @@ class OpProposer:
         return lv.producer[i] == ACC or adds_up(lv.producer[i])
 
     def admit_block_op(self, bs: _Level, kind: str, ins: tuple, r: Optional[tuple], forloop: int, pending: int,
-                       remaining: int, stats: Counter) -> Optional[tuple[tuple, tuple, int]]:
+                       remaining: int, stats: Counter, akey: str = "()") -> Optional[tuple[tuple, tuple, int]]:
         """The prunes of a proposed block op (:meth:`block_candidates`' ``kind``, ``ins`` and
         result ``r``) that depend on the block state ``bs``: an op of constants alone, a mix
         of loop phases, an accumulator of a post-loop tile or of a term E cannot reach, a tile
@@ -310,7 +334,10 @@ class OpProposer:
                 return None
             i = ins[0]
             shape, lab = bs.shapes[i], bs.labs[i]
-            term = ex.accum_expr(bs.terms[i], forloop)
+            # a running max is the shift itself to E (a max's extent is erased); a rescaled
+            # sum is a sum to E (its factor exp(m_i − M) is a shift's, erased like a constant)
+            term = bs.terms[i] if akey == RUNNING_MAX \
+                else ex.accum_expr(bs.terms[i], forloop)
             if not self.oracle.is_sub(term):
                 stats["pruned_abstract"] += 1
                 return None

@@ -32,8 +32,8 @@ from __future__ import annotations
 import json
 from typing import Optional
 
-from mugraph.core.errors import MugraphError
-from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.core.errors import InvalidGraphError, MugraphError
+from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import CATALOG
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
@@ -49,8 +49,10 @@ def graph_key(g: KernelGraph) -> str:
 def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> None:
     """Block op ``op`` again in ``nb`` on the tiles ``m`` maps its inputs to."""
     if op.kind == "accum":
+        if drop_accum and accum_monoid(op) != SUM:  # a rescaled sum over one step is not its tile
+            raise InvalidGraphError(f"{op.label()}: a {accum_monoid(op)} accumulator cannot be dropped")
         x = m[op.inputs[0]]
-        m[op.outputs[0]] = x if drop_accum else nb.accum(x)
+        m[op.outputs[0]] = x if drop_accum else nb.accum_like(op, [m[t] for t in op.inputs])
     else:
         attrs = dict(op.attrs)
         if not op.inputs:

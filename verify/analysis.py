@@ -8,7 +8,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from mugraph.core.errors import InputError
-from mugraph.core.ir import KernelGraph, graph_ops, propagate
+from mugraph.core.ir import RESCALED, BlockGraph, KernelGraph, Op, accum_monoid, graph_ops, propagate
 from mugraph.core.ops import CATALOG, exp_like
 from mugraph.core.rewrite import live_graph
 
@@ -84,5 +84,10 @@ def inputs_needing_q(graph: KernelGraph) -> set[str]:
             return frozenset()  # the q-part is gone after an exponentiation
         return s
 
-    propagate(graph, lambda op: frozenset([op.attrs["name"]]), lambda op, ins, kernel: step(op.kind, ins))
+    def accum(op: Op, ins: list[frozenset[str]], block: BlockGraph) -> frozenset[str]:
+        if accum_monoid(op) == RESCALED:  # exp(m_i − M): the shift's q-parts are read
+            need.update(ins[1])
+        return ins[0]
+
+    propagate(graph, lambda op: frozenset([op.attrs["name"]]), lambda op, ins, kernel: step(op.kind, ins), accum)
     return need

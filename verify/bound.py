@@ -470,6 +470,8 @@ class DegreeAlgebra(Algebra):
         #: the inputs' shapes (a contraction must sum a whole dim)
         self.shapes: dict[str, tuple[int, ...]] = {}
 
+    _maxima = 0  # maxima named so far (:meth:`_max`)
+
     def fresh(self) -> int:
         self._fresh += 1
         return _h("fresh", self.salt, self._fresh)
@@ -678,7 +680,10 @@ class DegreeAlgebra(Algebra):
         atom source of its own, its elements independent and uniform."""
         (x,) = xs
         shape = tuple(1 if i == at["dim"] else s for i, s in enumerate(x.shape))
-        name = f"max#{self.fresh()}"
+        # named by its own count, not :meth:`fresh`: both passes of the atom mode (which
+        # draw fresh factors differently) must name each max alike
+        self._maxima += 1
+        name = f"max#{self.salt}#{self._maxima}"
         self.shapes[name] = shape
         return Deg(shape, ExpPoly(d=1), view=(View(name, Fraction(1), (Support.source(input_key(name), shape),)),),
                    heuristic=x.heuristic)

@@ -17,7 +17,7 @@ import torch
 
 from .algebra import Algebra, FloatAlgebra
 from .errors import ArgumentTypeError, InputError, ResourceError
-from .ir import BlockGraph, KernelGraph, Tensor, short
+from .ir import RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid, short
 from .limits import MAX_EVAL_ELEMENTS
 from .ops import OpDef, get_op
 
@@ -133,16 +133,13 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra, picks: Picks 
     (every loop iteration of each), and each saver's value holds only what they
     write, laid out as :func:`saved_positions` says."""
     env: dict[Tensor, Any] = {}
+    running: dict[Tensor, Any] = {}  # shift tile -> its running maximum over the loop (one per tile)
     for op in block.ops:
         out = op.outputs[0]
         if op.kind == "iterator":
             env[out] = _iterate(block, sources[op.attrs["source"]], op.attrs, alg, picks)
         elif op.kind == "accum":
-            v = env[op.inputs[0]]
-            s = alg.shape(v)
-            if s[NB - 1] != block.forloop:  # loop-invariant tile: Σ over F iterations is F copies
-                v = alg.expand(v, s[:NB - 1] + (block.forloop,) + s[NB:])
-            env[out] = alg.accumulate(v, NB - 1)
+            env[out] = _accumulate(block, op, env, running, alg)
         else:
             args = [env[t] for t in op.inputs]
             d = get_op(op.kind)
@@ -154,6 +151,34 @@ def evaluate_block(block: BlockGraph, sources: list, alg: Algebra, picks: Picks 
                 args = [alg.expand(a, batch + alg.shape(a)[NB:]) for a in args]
             env[out] = alg.block_apply(op.kind, args, _batched_attrs(d, op.attrs, args, alg))
     return [alg.to_memory(_save(block, env[sv.tensor], sv, alg, picks)) for sv in block.savers]
+
+
+def _accumulate(block: BlockGraph, op: Op, env: dict, running: dict, alg: Algebra):
+    """An accumulator over the loop axis, by its monoid: ``Σ_i x_i``; ``max_i m_i``; or the
+    rescaled ``Σ_i x_i·exp(m_i − M)`` with ``M = max_i m_i`` (docs/design.md §3.4). The
+    running maximum of a tile is computed once, so every accumulator rescaled by one shift
+    and that shift's :meth:`~mugraph.core.ir.BlockGraph.accum_max` see the same ``M`` —
+    in a field test, the same free value."""
+    monoid = accum_monoid(op)
+
+    def over_loop(t: Tensor):  # a loop-invariant tile: F copies
+        v = env[t]
+        s = alg.shape(v)
+        return v if s[NB - 1] == block.forloop else alg.expand(v, s[:NB - 1] + (block.forloop,) + s[NB:])
+
+    def maximum(t: Tensor):
+        if t not in running:
+            running[t] = alg.block_apply("max", [over_loop(t)], {"dim": NB - 1})
+        return running[t]
+
+    if monoid == RUNNING_MAX:
+        return maximum(op.inputs[0])
+    if monoid == SUM:
+        return alg.accumulate(over_loop(op.inputs[0]), NB - 1)
+    x, m = op.inputs
+    rescale = alg.block_apply("exp", [alg.block_apply("sub", [over_loop(m), maximum(m)], {})], {})
+    rescale = _align(alg, rescale, m.ndim, x.ndim)
+    return alg.accumulate(alg.block_apply("mul", [over_loop(x), rescale], {}), NB - 1)
 
 
 def _align(alg: Algebra, v, ndim: int, target: int):

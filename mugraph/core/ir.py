@@ -358,6 +358,23 @@ class Program(KernelGraph):
 # ---------------------------------------------------------------------------- block level
 
 
+def broadcasts_to(small: tuple, big: tuple) -> bool:
+    """Does ``small`` broadcast to ``big`` (right-aligned, each dim 1 or equal)?"""
+    if len(small) > len(big):
+        return False
+    return all(a in (1, b) for a, b in zip(reversed(small), reversed(big)))
+
+
+#: what an accumulator folds over the loop: a sum, a running max, a sum rescaled to the running max
+SUM, RUNNING_MAX, RESCALED = "sum", "max", "rescaled"
+ACCUM_MONOIDS = (SUM, RUNNING_MAX, RESCALED)
+
+
+def accum_monoid(op: Op) -> str:
+    """``"sum"``, ``"max"`` or ``"rescaled"``: what accumulator ``op`` folds over the loop."""
+    return op.attrs.get("monoid", SUM)
+
+
 def _norm_map(m, n_axes: int, what: str) -> tuple:
     """An imap/omap as one entry per grid axis: a dim (int) or None. Given as a
     sequence (missing trailing axes are None) or a dict keyed by axis name; an
@@ -477,17 +494,61 @@ class BlockGraph(Graph):
         return self._new_tensor(op, tile, source.dtype, acc=0)
 
     # -- accumulators
-    def accum(self, x: Tensor) -> Tensor:
-        """``Σ_{i<forloop} x_i``: closes the loop for every path through it."""
+    def accum(self, x: Tensor, shift: Tensor | None = None) -> Tensor:
+        """``Σ_{i<forloop} x_i``: closes the loop for every path through it.
+
+        With ``shift`` (a loop-body tile that broadcasts to ``x``, typically a per-row max
+        of the iteration's tile), the *rescaled* sum ``Σ_i x_i·exp(m_i − M)`` with
+        ``M = max_i m_i``: the accumulator of an online softmax, which keeps every
+        iteration's terms on the common scale of the running maximum (docs/design.md
+        §3.4). ``x_i`` was computed as if shifted by ``m_i``; the result is what a single
+        shift by ``M`` would have given. Two rescaled accumulators of one ``shift`` share
+        their ``M`` (:meth:`accum_max` of it)."""
         where = f"accum (op #{len(self.ops)})"
         self._check_open(where)
         self._own(x, where)
+        self._check_body(x, where)
+        if shift is None:
+            op = self._new_op("accum", [x], {})
+            return self._new_tensor(op, x.shape, x.dtype, acc=1)
+        self._own(shift, where)
+        self._check_body(shift, where)
+        if not broadcasts_to(shift.shape, x.shape):
+            raise InvalidGraphError(f"{where}: shift {shift.label()} {shift.shape} does not broadcast to "
+                                    f"{x.label()} {x.shape} (a rescale multiplies x by exp(m_i − M) element-wise)")
+        op = self._new_op("accum", [x, shift], {"monoid": RESCALED})
+        return self._new_tensor(op, x.shape, x.dtype, acc=1)
+
+    def accum_max(self, m: Tensor) -> Tensor:
+        """``max_{i<forloop} m_i``: the running maximum of a loop-body tile (the ``M`` a
+        rescaled :meth:`accum` of ``m`` scales to). To the verifier it is a max, a free
+        shift (docs/design.md §3.3)."""
+        where = f"accum_max (op #{len(self.ops)})"
+        self._check_open(where)
+        self._own(m, where)
+        self._check_body(m, where)
+        op = self._new_op("accum", [m], {"monoid": RUNNING_MAX})
+        return self._new_tensor(op, m.shape, m.dtype, acc=1)
+
+    def accum_like(self, op: Op, inputs: Sequence[Tensor]) -> Tensor:
+        """An accumulator of ``op``'s monoid over ``inputs`` (replaying or decoding a graph)."""
+        monoid = accum_monoid(op)
+        if monoid not in ACCUM_MONOIDS:
+            raise InvalidGraphError(f"accum (op #{len(self.ops)}): unknown monoid {short(monoid)}; "
+                                    f"one of {', '.join(ACCUM_MONOIDS)}")
+        want = 2 if monoid == RESCALED else 1
+        if len(inputs) != want:
+            raise InvalidGraphError(f"accum (op #{len(self.ops)}): a {monoid} accumulator takes {want} "
+                                    f"input{'s' if want > 1 else ''}, got {len(inputs)}")
+        if monoid == RUNNING_MAX:
+            return self.accum_max(inputs[0])
+        return self.accum(inputs[0], inputs[1] if monoid == RESCALED else None)
+
+    def _check_body(self, x: Tensor, where: str) -> None:
         if x.acc == 1:
             raise InvalidGraphError(
                 f"{where}: {x.label()} is already downstream of an accumulator; "
                 "a path from an input to an output must pass through exactly one accumulator")
-        op = self._new_op("accum", [x], {})
-        return self._new_tensor(op, x.shape, x.dtype, acc=1)
 
     def _acc_of(self, kind: str, inputs: Sequence[Tensor], where: str) -> int | None:
         accs = {t.acc for t in inputs if t.acc is not None}
@@ -643,14 +704,15 @@ def graph_ops(graph: KernelGraph) -> Iterable[tuple[Op, "BlockGraph | None"]]:
 
 def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
               on_op: Callable[[Op, list, "Op | None"], Any],
-              on_accum: Callable[[Any, BlockGraph], Any] = lambda v, block: v) -> dict[Tensor, Any]:
+              on_accum: Callable[[Op, list, BlockGraph], Any] = lambda op, vs, block: vs[0]) -> dict[Tensor, Any]:
     """Fold a value through ``graph`` in op order, graph-defined ops inlined.
 
     The one traversal the stages share (Lax check, the verifier's dependency
     analysis, …): an input gets ``on_input(op)``; a catalog op gets
     ``on_op(op, input values, enclosing graph-defined op or None)``; an input
-    iterator passes its source's value on, an accumulator ``on_accum(value,
-    block)``, and each kernel output of a graph-defined op its saver's value.
+    iterator passes its source's value on, an accumulator ``on_accum(op, input values,
+    block)`` (by default its first input's value: the summed or maximized tile), and
+    each kernel output of a graph-defined op its saver's value.
     Returns the value of every kernel tensor and every block tile.
     """
     env: dict[Tensor, Any] = {}
@@ -664,7 +726,7 @@ def propagate(graph: KernelGraph, on_input: Callable[[Op], Any],
                 if bop.kind == "iterator":
                     env[out] = env[block.sources[bop.attrs["source"]]]
                 elif bop.kind == "accum":
-                    env[out] = on_accum(env[bop.inputs[0]], block)
+                    env[out] = on_accum(bop, [env[t] for t in bop.inputs], block)
                 else:
                     env[out] = on_op(bop, [env[t] for t in bop.inputs], op)
             for t, sv in zip(op.outputs, block.savers):

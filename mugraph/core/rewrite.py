@@ -90,7 +90,7 @@ class Rebuild:
             source = self.block.sources[op.attrs["source"]]  # type: ignore[union-attr]
             return [self.graph.input(self.get(source), op.attrs["imap"], op.attrs["fmap"])]  # type: ignore[attr-defined]
         if op.kind == "accum":
-            return [self.graph.accum(self.get(op.inputs[0]))]  # type: ignore[attr-defined]
+            return [self.graph.accum_like(op, [self.get(t) for t in op.inputs])]  # type: ignore[attr-defined]
         return [self.add(op, self.inputs(op))]
 
     def kernel(self, op: Op, block: BlockGraph | None = None) -> list:

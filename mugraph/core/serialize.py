@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import ArgumentTypeError, MugraphError, SerializationError
 from .files import as_path, read_json, write_text_atomic
-from .ir import BlockGraph, KernelGraph, Program, Tensor, rational, short
+from .ir import ACCUM_MONOIDS, RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Program, Tensor, rational, short
 from .limits import MAX_CONSTANT_DIGITS
 from .ops import CATALOG
 
@@ -198,11 +198,20 @@ def _dec_block(d: dict, kernel_tensors: list[Tensor], where: str) -> BlockGraph:
             src = kernel_tensors[_index(od["source"], len(kernel_tensors), f"{w}.source")]
             block.input(src, _map_list(od["imap"], f"{w}.imap"), _opt_int(od["fmap"], f"{w}.fmap"))
         elif kind == "accum":
-            _obj(od, w, ("op", "inputs"))
+            _obj(od, w, ("op", "inputs"), ("attrs",))
             ins = _list(od["inputs"], f"{w}.inputs")
-            if len(ins) != 1:
-                raise _bad(f"{w}.inputs", f"an accumulator takes one input, got {len(ins)}")
-            block.accum(block.tensors[_index(ins[0], len(block.tensors), f"{w}.inputs[0]")])
+            attrs = _obj(od.get("attrs", {}), f"{w}.attrs", (), ("monoid",))
+            monoid = _str(attrs.get("monoid", SUM), f"{w}.attrs.monoid")
+            if monoid not in ACCUM_MONOIDS:
+                raise _bad(f"{w}.attrs.monoid", f"unknown accumulator {short(monoid, 30)}; one of {', '.join(ACCUM_MONOIDS)}")
+            want = 2 if monoid == RESCALED else 1
+            if len(ins) != want:
+                raise _bad(f"{w}.inputs", f"a {monoid} accumulator takes {want} input(s), got {len(ins)}")
+            tiles = [block.tensors[_index(x, len(block.tensors), f"{w}.inputs[{i}]")] for i, x in enumerate(ins)]
+            if monoid == RUNNING_MAX:
+                block.accum_max(tiles[0])
+            else:
+                block.accum(tiles[0], tiles[1] if monoid == RESCALED else None)
         else:
             _dec_op(block, od, block.tensors, w)
     for j, sv in enumerate(_list(d["savers"], f"{where}.savers")):

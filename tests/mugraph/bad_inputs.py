@@ -776,7 +776,7 @@ row(F, "forloop float", edited(ref_lora, _set("ops.4.block.forloop", 1.0)), "Ser
     "forloop: expected an integer")
 row(F, "accum with two inputs", edited(ref_lora, lambda d: next(
     o for o in d["ops"][4]["block"]["ops"] if o["op"] == "accum")["inputs"].append(0)), "SerializationError",
-    "an accumulator takes one input")
+    "a sum accumulator takes 1 input(s), got 2")
 row(F, "saver tensor 999", edited(ref_lora, _set("ops.4.block.savers.0.tensor", 999)), "SerializationError",
     "savers[0].tensor: tensor index 999")
 row(F, "saver omap missing axis", edited(ref_lora, _set("ops.4.block.savers.0.omap", [None, None, None])),
