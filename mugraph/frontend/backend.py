@@ -5,10 +5,11 @@ backend returns a callable that specializes on first use of each input
 signature (shapes, dtypes, devices, and the values of integer inputs): it traces
 the graph at ATen level, cuts it into Lax pieces, superoptimizes each (a new
 shape is a new program: a new search, cached on disk, announced in one log
-line), stitches the pieces in as torch operators and hands the result to
-Inductor, which compiles the rest. Specializing per signature is what lets
-dynamo's dynamic shapes through: a symbolic graph is traced again at each
-concrete shape it meets.
+line), keeps a piece's μGraph only where it times faster than the piece's own torch
+ops on the GPU (the never-slower rule, :mod:`.run`), stitches the kept pieces in as
+torch operators and hands the result to Inductor, which compiles the rest.
+Specializing per signature is what lets dynamo's dynamic shapes through: a
+symbolic graph is traced again at each concrete shape it meets.
 
 Inference only: a call that needs gradients runs the graph through Inductor
 without pieces (one log line says so) — the pieces have no backward.
@@ -57,7 +58,9 @@ def recent_graphs() -> list["MugraphCompiled"]:
 
     ``torch.compile`` hides what a backend returns, so this is how a user — or a benchmark
     script — sees what mugraph did with each dynamo graph: its captures
-    (``.captured``: pieces, library ops) and each piece's search (``bp.info``)."""
+    (``.captured``: pieces, library ops) and each piece's search and verdict (``bp.info``:
+    ``runs`` is ``"mugraph"`` or ``"torch"``, ``why`` says why, ``mugraph_s``/``torch_s`` are
+    the never-slower rule's times; ``captured[sig].report()`` prints them, a line a piece)."""
     return list(_RECENT)
 
 
@@ -87,8 +90,10 @@ class MugraphCompiled:
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
         stitched = cap.compile(opts, device_of(args))
-        log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized, %d library ops",
-                 len(cap.info), len(cap.kept), len(cap.pieces), len(cap.library))
+        slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
+        log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
+                 len(cap.info), len(cap.kept), len(cap.pieces),
+                 f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
         if not opts.inductor:
             return stitched
         return _inductor(stitched, list(args))

@@ -43,6 +43,19 @@ class Captured:
         lines.append("  library: " + ", ".join(f"{k}×{v}" for k, v in sorted(names.items())))
         return "\n".join(lines)
 
+    def report(self) -> str:
+        """One line per piece: what it runs (its μGraph or torch code) and why — the search's
+        outcome and the never-slower rule's times (``bp.info``), after :meth:`compile`."""
+        lines = []
+        for bp in self.pieces:
+            info = bp.info
+            if not info:
+                lines.append(f"{bp.name}: torch (not superoptimized: its search failed or did not start)")
+                continue
+            lines.append(f"{bp.name}: {info.get('runs', 'mugraph')} ({info.get('origin')}, "
+                         f"{info.get('kernels')} kernels) — {info.get('why', '')}")
+        return "\n".join(lines)
+
     def stitched(self, call_of: Callable[[BuiltPiece], Any], pieces: list[BuiltPiece] | None = None) -> fx.GraphModule:
         """The graph with each piece (of ``pieces``, default all) as one call of ``call_of(piece)``."""
         return rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of)
@@ -72,14 +85,16 @@ class Captured:
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
-        done = {}
+        # by piece, not by name: pieces of one name read inputs of other strides are other
+        # operators, and the never-slower rule may keep one and not the other
+        done: dict[int, Any] = {}
         for bp in self.pieces:
             r = optimize_piece(bp, opts, dev)
             if r is not None:
-                done[bp.name] = r[0]
+                done[id(bp)] = r[0]
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
-        self.kept = [bp for bp in self.pieces if bp.name in done]
-        return self.stitched(lambda bp: done[bp.name], self.kept)
+        self.kept = [bp for bp in self.pieces if id(bp) in done]
+        return self.stitched(lambda bp: done[id(bp)], self.kept)
 
     @property
     def example_devices(self) -> list:

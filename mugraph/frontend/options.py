@@ -7,7 +7,7 @@ import difflib
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..core.errors import ConfigError
 from ..core.ir import short
@@ -44,11 +44,23 @@ class FrontendOptions:
     ``unfused``: what a piece runs when its search found nothing better than the
     program itself, op by op — ``"torch"`` (default) leaves it to torch and
     Inductor, whose library kernels beat one generated kernel per op (measured on
-    the H100 at LLaMA-3-8B sizes: 3–10× slower op by op); ``"lower"`` runs the
-    lowered program anyway.
+    the H100 at LLaMA-3-8B sizes: 3–10× slower op by op); ``"lower"`` lowers the
+    program anyway (still judged by ``never_slower`` where pieces are timed).
     ``allow_unproven``: let a piece run a searched μGraph whose verification passed its
     field tests without reaching the target bound (``OptimizeConfig.allow_unproven``; a
     warning line each). Off by default: a piece runs only proven μGraphs.
+    ``never_slower``: a piece runs its μGraph only if it is faster than the piece's own torch
+    ops, timed side by side when the piece is compiled (the never-slower rule, docs/models.md);
+    otherwise it stays torch code, and ``bp.info`` records both times and why. On by default;
+    ``False`` runs every μGraph the search returns, untimed.
+    ``timer``: how the rule times a piece's two forms — ``timer(piece, launches) ->
+    {"mugraph": seconds, "torch": seconds}``, where ``piece`` is the
+    :class:`~mugraph.frontend.pieces.BuiltPiece` and ``launches`` maps each form to a
+    no-argument callable running it once on example inputs at the piece's shapes, strides,
+    dtypes and device. ``None`` (default): on a GPU, CUDA-graph medians timed side by side
+    (``lower.profile.measure_together``); on the CPU nothing is timed (the Triton interpreter
+    says nothing of a GPU's speed) and every μGraph runs. A timer given here is used on any
+    device — to time with other settings, or to decide on a CPU.
     """
 
     time_limit: float = 30.0
@@ -63,6 +75,8 @@ class FrontendOptions:
     deadline: float | None = None
     unfused: str = "torch"
     allow_unproven: bool = False
+    never_slower: bool = True
+    timer: Callable[..., dict] | None = None
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -77,13 +91,16 @@ class FrontendOptions:
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")
-        for name in ("inductor", "allow_unproven"):
+        for name in ("inductor", "allow_unproven", "never_slower"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
         if self.unfused not in ("torch", "lower"):
             raise ConfigError(f"unfused={short(self.unfused)}: use 'torch' or 'lower'")
+        if self.timer is not None and not callable(self.timer):
+            raise ConfigError(f"timer={short(self.timer)}: a callable timer(piece, launches) -> "
+                              "{'mugraph': s, 'torch': s}, or None")
         d = self.deadline
         if d is not None and (isinstance(d, bool) or not isinstance(d, (int, float))):
             raise ConfigError(f"deadline={short(d)}: a time.time() value or None")

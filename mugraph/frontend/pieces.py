@@ -182,6 +182,44 @@ def build_piece(piece: Piece) -> BuiltPiece:
                       output_strides=[st for _, st in out_tensors], output_index=index)
 
 
+def torch_module(bp: BuiltPiece) -> fx.GraphModule:
+    """The piece's own torch ops as a module: ``module(*inputs)`` (in :attr:`BuiltPiece.inputs`'
+    order) returns the tuple of its outputs (in :attr:`BuiltPiece.outputs`' order). What the
+    piece would run as torch code — the never-slower rule times it against the μGraph."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, a in enumerate(bp.inputs):
+        env[a] = g.placeholder(f"x{i}")
+        env[a].meta = dict(a.meta)
+    for n in bp.piece.nodes:
+        outside = [a.name for a in n.all_input_nodes if a not in env]
+        if outside:
+            raise ValueError(f"{bp.name}: node {n.name} reads {outside[0]}, neither in the piece nor one of its inputs")
+        env[n] = g.node_copy(n, lambda a: env[a])
+    g.output(tuple(env[n] for n in bp.outputs))
+    gm = fx.GraphModule(torch.nn.Module(), g)
+    gm.graph.lint()
+    return gm
+
+
+def example_inputs(bp: BuiltPiece, device: str, seed: int = 0) -> list[torch.Tensor]:
+    """Random tensors shaped, strided and typed like the piece's inputs as traced, on
+    ``device`` (a strided view — a transposed weight — is a view of the same kind here, so
+    both forms read it as they will in the model); then the piece's constants (which only
+    its Program reads: the torch ops build them themselves). Values are
+    standard normal (integers: zeros): timing does not depend on them."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    out = []
+    for a in bp.inputs:
+        v = _val(a)
+        shape, stride = tuple(int(s) for s in v.shape), tuple(int(s) for s in v.stride())
+        span = 1 + sum((n - 1) * st for n, st in zip(shape, stride)) if all(shape) else 0
+        base = (torch.randn(span, generator=gen).to(v.dtype) if v.dtype.is_floating_point
+                else torch.zeros(span, dtype=v.dtype))
+        out.append(base.to(device).as_strided(shape, stride))
+    return out + [c.to(device) for c in bp.constants]
+
+
 PieceCall = Callable[[list[torch.Tensor]], list[torch.Tensor]]
 
 

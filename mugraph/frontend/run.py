@@ -5,13 +5,21 @@ cached on disk by program — structure and shapes — configuration and device)
 and its lowered program becomes a torch operator (:mod:`.kernels`). A piece
 whose search raises a mugraph error stays torch code, with one log line saying
 why; nothing is silently dropped.
+
+The never-slower rule (``FrontendOptions.never_slower``, docs/models.md): where pieces
+can be timed — on a GPU, or with a ``timer`` option — a piece's compiled μGraph and its
+own torch ops are timed side by side on example inputs at its shapes, and the piece runs
+the μGraph only if it is faster. A search proves a μGraph equal to the piece and the cost
+model ranks candidates, but neither says it beats what Inductor makes of the same torch
+ops; only a measurement on the card does. The verdict, both times and why go into
+``bp.info`` (``runs``, ``mugraph_s``, ``torch_s``, ``why``) and one log line.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -23,7 +31,7 @@ from ..pipeline.optimize import make_config, superoptimize
 from ..core.files import as_path
 from .kernels import make_op
 from .options import FrontendOptions
-from .pieces import BuiltPiece
+from .pieces import BuiltPiece, example_inputs, torch_module
 
 log = logging.getLogger("mugraph")
 
@@ -37,6 +45,12 @@ _DONE: dict[tuple, tuple[Any, Any] | None] = {}
 #: process and piece, whatever the number of identical layers, without reading the disk cache
 #: again for each; empty when the search failed
 _INFO: dict[tuple, dict] = {}
+#: (piece name, options key, device, kernel op kind, layout key, timer) -> the never-slower
+#: verdict (:func:`_judge`). Why: a piece is timed once per process, kernels and timer, not
+#: once per identical layer; the timer is part of the key (held, so never confused with another)
+_VERDICTS: dict[tuple, dict] = {}
+#: the keys of ``_DONE`` whose lowering failed -> why (for ``bp.info`` of later captures)
+_LOWER_FAILED: dict[tuple, str] = {}
 
 
 def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
@@ -52,9 +66,10 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
 
 
 def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
-    """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code.
-    The search runs once per process and key; the operator is built only for a piece
-    that runs lowered (not for one that ``opts.unfused`` leaves to torch)."""
+    """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code;
+    ``bp.info`` says which (``runs``) and why. The search runs once per process and key;
+    the operator is built only for a piece that runs lowered (not for one that
+    ``opts.unfused`` leaves to torch), then judged by the never-slower rule (:func:`_judge`)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
     k = (bp.name, opts.key(), device, kind)
     if k not in _INFO:
@@ -67,7 +82,8 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     if opt.best.origin == "program" and opts.unfused == "torch":
         log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
                  "(option unfused='lower' runs it lowered)", bp.name)
-        bp.info["runs"] = "torch"
+        bp.info.update(runs="torch", mugraph_s=None, torch_s=None,
+                       why="the search found nothing better than the program op by op (unfused='torch')")
         return None
     kl = k + (bp.layout_key,)  # the same search, compiled for these input strides
     if kl not in _DONE:
@@ -82,9 +98,78 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
             suffix = f"_{bp.layout_key}" if bp.layout_key else ""
             _DONE[kl] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}", prog, kind), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
-            _stays_torch(bp, e)
+            _LOWER_FAILED[kl] = _stays_torch(bp, e)
             _DONE[kl] = None
-    return _DONE[kl]
+    if _DONE[kl] is None:
+        bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=f"its lowering failed: {_LOWER_FAILED[kl]}")
+        return None
+    bp.info.update(_judge(bp, _DONE[kl][0], opts, device, kl))
+    return _DONE[kl] if bp.info["runs"] == "mugraph" else None
+
+
+def gpu_timer(bp: BuiltPiece, launches: dict[str, Callable[[], object]]) -> dict[str, float]:
+    """The default timer on a GPU: each form's median over CUDA-graph replays
+    (``lower.profile.measure_together``: the forms timed in turns, so clock drift
+    between them does not decide)."""
+    from lower.profile import measure_together
+
+    return measure_together(launches, "graph", rounds=3)
+
+
+def _judge(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str, key: tuple) -> dict:
+    """The never-slower verdict for a piece whose μGraph is compiled as ``op``: ``runs``
+    ("mugraph" or "torch"), both times in seconds (None when not timed) and ``why``."""
+    timer = opts.timer or (gpu_timer if device == "cuda" else None)
+    if not opts.never_slower or timer is None:
+        why = "not timed (never_slower=False)" if not opts.never_slower else \
+            "not timed (no GPU to time on, and no timer option)"
+        return {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
+    k = key + (timer,)
+    if k not in _VERDICTS:
+        _VERDICTS[k] = _time_both(bp, op, opts, device, timer)
+    return dict(_VERDICTS[k])
+
+
+def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
+               timer: Callable[..., dict]) -> dict:
+    """Time the μGraph and the torch ops of ``bp`` with ``timer`` and decide (one log line).
+    Ties go to torch code, which Inductor may still fuse with its neighbours; a comparison
+    that fails keeps the piece torch code too (never slower, never broken)."""
+    try:
+        xs = example_inputs(bp, device, opts.seed)
+        torch_fn = _torch_form(bp, xs[:len(bp.inputs)], opts.inductor)
+        launches = {"mugraph": lambda: op(xs), "torch": lambda: torch_fn(*xs[:len(bp.inputs)])}
+        with torch.no_grad():
+            times = timer(bp, launches)
+        mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
+    except Exception as e:  # noqa: BLE001 - the model still runs, as torch code
+        why = f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        log.warning("mugraph: %s stays torch code: %s", bp.name, why)
+        return {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": why}
+    faster = mu < tt
+    why = (f"its μGraph takes {mu * 1e6:.3g} μs, its torch ops {tt * 1e6:.3g} μs: "
+           + ("the μGraph is faster" if faster else "the μGraph is not faster (never-slower rule)"))
+    log.info("mugraph: %s %s: %s", bp.name, "runs its μGraph" if faster else "stays torch code", why)
+    return {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
+
+
+def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
+    """The piece's torch ops as they would run in the model: compiled by Inductor (when the
+    backend uses it), else eagerly."""
+    gm = torch_module(bp)
+    if not inductor:
+        return gm
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(gm, xs)
+
+
+def _seconds(times: Any, form: str) -> float:
+    """``times[form]`` as positive seconds, or a one-line error naming what the timer returned."""
+    v = times.get(form) if isinstance(times, dict) else None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+        raise ValueError(f"timer returned {str(times)[:80]}: want {{'mugraph': s, 'torch': s}}, seconds > 0")
+    return float(v)
 
 
 def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> bool:
@@ -109,10 +194,12 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
     return True
 
 
-def _stays_torch(bp: BuiltPiece, e: Exception) -> None:
+def _stays_torch(bp: BuiltPiece, e: Exception) -> str:
+    """Log why ``bp`` stays torch code (one warning line); returns that why."""
     what = str(e).splitlines()[0][:300] if str(e) else ""
-    log.warning("mugraph: %s stays torch code: %s%s", bp.name,
-                "" if isinstance(e, MugraphError) else f"{type(e).__name__}: ", what)
+    why = ("" if isinstance(e, MugraphError) else f"{type(e).__name__}: ") + what
+    log.warning("mugraph: %s stays torch code: %s", bp.name, why)
+    return why
 
 
 def device_of(example_inputs) -> str:

@@ -1,0 +1,120 @@
+"""The never-slower rule (``FrontendOptions.never_slower``, docs/models.md): a piece runs its
+μGraph only if it times faster than the piece's own torch ops. On a GPU the backend times
+both forms itself; on the CPU nothing is timed unless a ``timer`` option is given, which is
+how these tests reach the decision: a timer that calls both forms (so the launches it is
+handed are real and agree) and reports the times the test wants."""
+
+import logging
+
+import pytest
+import torch
+
+import mugraph as mg
+import mugraph.frontend  # noqa: F401 - registers the backend
+from mugraph.frontend import FrontendOptions, recent_graphs
+
+g = torch.Generator().manual_seed(5)
+W = torch.randn(8, 8, generator=g)
+
+#: a search that cannot fuse anything, and the program lowered op by op anyway: every piece
+#: runs lowered kernels (under the Triton interpreter) unless the rule says otherwise
+QUICK = {"time_limit": 3.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower"}
+
+
+def block(x):
+    return torch.exp(x @ W) * 2
+
+
+def two_blocks(x):
+    """Two pieces of one structure and shape (a cosine has no row: torch code between them)."""
+    return block(torch.cos(block(x)))
+
+
+class FixedTimer:
+    """Runs each form once, checks they agree, and reports fixed times; counts its calls."""
+
+    def __init__(self, mugraph_s: float, torch_s: float) -> None:
+        self.times = {"mugraph": mugraph_s, "torch": torch_s}
+        self.calls: list[str] = []
+
+    def __call__(self, piece, launches):
+        outs = {form: launch() for form, launch in launches.items()}
+        mine, theirs = outs["mugraph"], outs["torch"]
+        for k, t in zip(piece.output_index, theirs):  # the μGraph writes each distinct output once
+            torch.testing.assert_close(mine[k], t, rtol=1e-5, atol=1e-5)
+        self.calls.append(piece.name)
+        return dict(self.times)
+
+
+def compiled_pieces(fn, x, piece_cache, **options):
+    torch._dynamo.reset()
+    f = torch.compile(fn, backend="mugraph", options={**QUICK, "cache_dir": piece_cache, **options})
+    with torch.no_grad():
+        y = f(x)
+    (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
+    return y, cap
+
+
+def test_a_piece_whose_mugraph_is_slower_stays_torch_code(piece_cache, mugraph_log):
+    timer = FixedTimer(mugraph_s=2e-6, torch_s=1e-6)
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(two_blocks, x, piece_cache, inductor=False, timer=timer)
+    torch.testing.assert_close(y, two_blocks(x))
+    assert len(cap.pieces) == 2 and cap.pieces[0].name == cap.pieces[1].name
+    assert cap.kept == []
+    for bp in cap.pieces:
+        assert bp.info["runs"] == "torch"
+        assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (2e-6, 1e-6)
+        assert "not faster" in bp.info["why"] and "2 μs" in bp.info["why"], bp.info["why"]
+    assert timer.calls == [cap.pieces[0].name]  # identical pieces: timed once
+    said = [m for m in mugraph_log.messages if "stays torch code" in m and "never-slower" in m]
+    assert len(said) == 1 and cap.pieces[0].name in said[0]
+    assert "torch (program, " in cap.report() and "not faster" in cap.report()
+
+
+def test_a_faster_mugraph_runs_and_the_torch_form_is_what_inductor_makes(piece_cache, mugraph_log):
+    timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6)
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(block, x, piece_cache, timer=timer)  # inductor on: the torch form compiled
+    torch.testing.assert_close(y, block(x))
+    (bp,) = cap.pieces
+    assert cap.kept == [bp] and bp.info["runs"] == "mugraph"
+    assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (1e-6, 3e-6)
+    assert "the μGraph is faster" in bp.info["why"]
+    assert any("runs its μGraph" in m for m in mugraph_log.messages)
+
+
+def test_without_a_gpu_or_a_timer_nothing_is_timed(piece_cache):
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(block, x, piece_cache, inductor=False)
+    torch.testing.assert_close(y, block(x))
+    (bp,) = cap.pieces
+    assert cap.kept == [bp] and bp.info["runs"] == "mugraph"
+    assert bp.info["mugraph_s"] is None and "not timed" in bp.info["why"]
+    _, cap = compiled_pieces(block, x, piece_cache, inductor=False, never_slower=False,
+                             timer=FixedTimer(2e-6, 1e-6))
+    assert cap.kept == cap.pieces and "never_slower=False" in cap.pieces[0].info["why"]
+
+
+def test_a_timer_that_fails_leaves_the_piece_to_torch(piece_cache, caplog):
+    caplog.set_level(logging.WARNING, logger="mugraph")
+
+    def broken(piece, launches):
+        return {"mugraph": 1e-6}  # no torch time
+
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(block, x, piece_cache, inductor=False, timer=broken)
+    torch.testing.assert_close(y, block(x))
+    (bp,) = cap.pieces
+    assert cap.kept == [] and bp.info["runs"] == "torch"
+    assert bp.info["why"].startswith("timing failed: ValueError: timer returned"), bp.info["why"]
+    assert any("timing failed" in m for m in caplog.messages)
+
+
+def test_the_options_are_checked():
+    with pytest.raises(mg.ConfigError, match="timer=.*callable"):
+        FrontendOptions.of({"timer": 3})
+    with pytest.raises(mg.ConfigError, match="never_slower"):
+        FrontendOptions.of({"never_slower": "yes"})
+    with pytest.raises(mg.ConfigError, match="did you mean 'never_slower'"):
+        FrontendOptions.of({"never_slowr": True})
