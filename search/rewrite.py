@@ -30,10 +30,10 @@ the IR checks the result again (an illegal rewrite gives None).
 from __future__ import annotations
 
 import json
-from typing import Optional
+from typing import Optional, Sequence
 
 from mugraph.core.errors import InvalidGraphError, MugraphError
-from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
+from mugraph.core.ir import RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import CATALOG
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
@@ -233,9 +233,14 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
     c = bg.grid.index(1)  # the new grid axis: one block per chunk of the loop
     grid1 = tuple(chunks if k == c else s for k, s in enumerate(bg.grid))
     accs = [o for o in bg.ops if o.kind == "accum"]
-    lay = _partial_dims(bg, base, lay_first)
+    online = any(accum_monoid(o) != SUM for o in accs)
+    if online and combine_tiles > 1:
+        return None  # a re-gridded combine of running maxima: not offered
+    shifts = _shift_tiles(accs)
+    lay = _partial_dims(bg, base, lay_first, [s.shape for s in shifts])
     if lay is None:
         return None
+    lay, shift_lay = lay[:len(accs)], lay[len(accs):]
     # a post-loop op reading a loop-free input tile directly: the combining kernel has no such tile
     if any(t.op.kind == "iterator" for o in bg.ops if o.outputs[0].acc == 1 for t in o.inputs):
         return None
@@ -266,15 +271,27 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
                 tm[o.outputs[0]] = k1.input(rb.get(bg.sources[o.attrs["source"]]), tuple(imap), fmap)
             elif o.kind == "accum" or o.outputs[0].acc != 1:
                 _replay_op(k1, o, tm)
-        for o, d in zip(accs, lay):
+        # each chunk's partials, and the running max of every shift its rescaled sums used
+        saved = [tm[o.outputs[0]] for o in accs] + [k1.accum_max(tm[t]) for t in shifts]
+        for t, d in zip(saved, lay + shift_lay):
             om = list(base)
             om[c] = d
-            k1.output(tm[o.outputs[0]], tuple(om))
+            k1.output(t, tuple(om))
         partials = rb.graph.kernel(k1)
         k2 = BlockGraph(grid2, chunks)
         cm: dict[Tensor, Tensor] = {}
+        maxima = {t: k2.input(p, base, d) for t, p, d in zip(shifts, partials[len(accs):], shift_lay)}
         for o, d, p, im in zip(accs, lay, partials, imaps2):
-            cm[o.outputs[0]] = k2.accum(k2.input(p, im, d))
+            # the combine folds the partials with the accumulator's own monoid: sums add up,
+            # running maxima take the max, rescaled sums rescale to the chunks' common max
+            tile = k2.input(p, im, d)
+            monoid = accum_monoid(o)
+            if monoid == RUNNING_MAX:
+                cm[o.outputs[0]] = k2.accum_max(tile)
+            elif monoid == RESCALED:
+                cm[o.outputs[0]] = k2.accum(tile, maxima[o.inputs[1]])
+            else:
+                cm[o.outputs[0]] = k2.accum(tile)
         for o in bg.ops:
             if o.kind not in ("iterator", "accum") and (o.outputs[0].acc == 1 or o.outputs[0] in consts):
                 _replay_op(k2, o, cm)
@@ -288,18 +305,28 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
         return None
 
 
-def _partial_dims(bg: BlockGraph, base: tuple, first: bool = False) -> Optional[list[int]]:
-    """Per accumulator, the dim along which the chunks' partials lie side by side: the last
-    (``first``: the first) dim no grid axis of the output splits (None when an accumulator
-    has none)."""
+def _shift_tiles(accs: list[Op]) -> list[Tensor]:
+    """The shift tiles of the rescaled accumulators, in order, once each: a split's chunks
+    save each one's running max, which the combine rescales their partial sums by."""
+    out: list[Tensor] = []
+    for o in accs:
+        if accum_monoid(o) == RESCALED and o.inputs[1] not in out:
+            out.append(o.inputs[1])
+    return out
+
+
+def _partial_dims(bg: BlockGraph, base: tuple, first: bool = False,
+                  extra: Sequence[tuple] = ()) -> Optional[list[int]]:
+    """Per accumulator (then per ``extra`` tile shape), the dim along which the chunks'
+    partials lie side by side: the last (``first``: the first) dim no grid axis of the
+    output splits (None when one has none)."""
     used = {d for d in base if d is not None}
     lay = []
-    for o in bg.ops:
-        if o.kind == "accum":
-            free = [d for d in range(len(o.outputs[0].shape)) if d not in used]
-            if not free:
-                return None
-            lay.append(free[0] if first else free[-1])
+    for shape in [o.outputs[0].shape for o in bg.ops if o.kind == "accum"] + list(extra):
+        free = [d for d in range(len(shape)) if d not in used]
+        if not free:
+            return None
+        lay.append(free[0] if first else free[-1])
     return lay
 
 
