@@ -1,25 +1,36 @@
 """Attention written with a safe softmax (``exp(S − max S)``), superoptimized end to end:
-the proven μGraph the search finds, its time against SDPA (flash) and the memory floor, and
-its accuracy where the program without the max overflows (logits ×30).
+the proven μGraph the search finds, its time against SDPA (flash) and the memory or
+compute floor, and its accuracy where the program without the max overflows (logits ×30).
 
-    python examples/safe_attention.py --time-limit 60 --tune-s 30      # a GPU machine
+    python examples/safe_attention.py --time-limit 60 --tune-s 30          # a GPU machine
+    python examples/safe_attention.py --only prefill_h16_q1024_n1024_d64 --unsafe
 
-Prints a Markdown table, one row per decode shape (``mugraph.core.benchmarks.DECODE``, b=1).
+Prints a Markdown table, one row per shape: the decode shapes
+(``mugraph.core.benchmarks.DECODE``, b=1, one query row per head over grouped KV heads)
+and the prompt shapes (``PREFILL``: causal ones read their mask as a 0/1 input).
+``--unsafe`` also superoptimizes the same program without the max and times its answer.
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from typing import Callable
 
 import torch
+import torch.nn.functional as F
 
 import mugraph as mg
 from lower.profile import measure
-from mugraph.core.benchmarks import DECODE, decode_attention
+from mugraph.core.benchmarks import DECODE, PREFILL, decode_attention, prefill_attention
 from mugraph.core.benchmarks.programs import decode_scale
 from mugraph.core.benchmarks.torch_versions import sdpa_call
 from mugraph.pipeline.bench import copy_bandwidth
+
+#: dense fp16 tensor-core peak of an H100 SXM (FLOP/s), for the compute floor of a prompt row
+H100_FP16_PEAK = 989e12
+CASES: dict[str, dict] = {**{k: dict(v, kind="decode") for k, v in DECODE.items()},
+                          **{k: dict(v, kind="prefill") for k, v in PREFILL.items()}}
 
 
 def _kernels(g) -> str:
@@ -27,49 +38,104 @@ def _kernels(g) -> str:
                       for op in g.ops if op.kind == "graph_defined") or "library ops"
 
 
-def reference(Q, K, V) -> torch.Tensor:
+def _program(name: str, safe: bool) -> mg.Program:
+    sizes = {k: v for k, v in CASES[name].items() if k != "kind"}
+    if CASES[name]["kind"] == "decode":
+        return decode_attention(**sizes, safe=safe)
+    return prefill_attention(**sizes, safe=safe)
+
+
+def _inputs(p: mg.Program) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device="cuda").manual_seed(0)
+    out = {}
+    for t in p.inputs:
+        if t.name == "mask":  # bottom-right aligned causal mask, as torch's is_causal
+            q, n = t.shape
+            out[t.name] = torch.ones(q, n, device="cuda").tril(n - q).to(torch.float16)
+        else:
+            out[t.name] = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.5
+    return out
+
+
+def reference(x: dict[str, torch.Tensor]) -> torch.Tensor:
     """float64 attention with torch's softmax (it subtracts the max)."""
-    s = (Q.double() @ K.double()) * float(decode_scale(Q.shape[-1]))
-    return torch.softmax(s, -1) @ V.double()
+    s = (x["Q"].double() @ x["K"].double()) * float(decode_scale(x["Q"].shape[-1]))
+    if "mask" in x:
+        s = s.masked_fill(x["mask"] == 0, float("-inf"))
+    return torch.softmax(s, -1) @ x["V"].double()
+
+
+def _sdpa(name: str, x: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
+    """SDPA's flash kernel on the same data, K already in rows (as a KV cache keeps it)."""
+    if CASES[name]["kind"] == "decode":
+        return sdpa_call(name, x["Q"], x["K"], x["V"])
+    q, k, v = x["Q"][None], x["K"].transpose(1, 2).contiguous()[None], x["V"][None]
+    scale, causal = float(decode_scale(q.shape[-1])), "mask" in x
+
+    def call() -> torch.Tensor:
+        with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return call
+
+
+def _floor_us(p: mg.Program, bw: float) -> float:
+    """The larger of the memory floor (inputs and output moved once) and, for a prompt,
+    the compute floor (4·heads·q·kv·d FLOPs, half of it under a causal mask)."""
+    nbytes = sum(t.nbytes for t in p.inputs) + sum(t.nbytes for t in p.outputs)
+    mem = nbytes / bw
+    Q, V = p.inputs[0], p.inputs[2]
+    flops = 4 * Q.shape[0] * Q.shape[1] * V.shape[1] * Q.shape[2]
+    if any(t.name == "mask" for t in p.inputs):
+        flops //= 2
+    return max(mem, flops / H100_FP16_PEAK) * 1e6
+
+
+def _optimize(p: mg.Program, args) -> tuple[mg.Optimized, float]:
+    t0 = time.perf_counter()
+    opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s},
+                           device="cuda", cache_dir=False, progress=False)
+    return opt, time.perf_counter() - t0
+
+
+def _call(fn, x: dict[str, torch.Tensor]):
+    y = fn(*x.values())
+    return y[0] if isinstance(y, (tuple, list)) else y
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--tune-s", type=float, default=30.0)
-    ap.add_argument("--only", nargs="*", default=None, choices=sorted(DECODE))
+    ap.add_argument("--only", nargs="*", default=None, choices=sorted(CASES))
+    ap.add_argument("--unsafe", action="store_true", help="also superoptimize and time the program without the max")
     args = ap.parse_args()
     bw = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}; μs, median, CUDA-graph replay")
-    print("| program | wall s | shipped | proven | found by; structure | ours μs | SDPA μs | × SDPA | floor μs | "
-          "rel. err (×1) | rel. err (logits ×30) | unsafe program at ×30 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for name in args.only or DECODE:
-        p = decode_attention(**DECODE[name], safe=True)
-        t0 = time.perf_counter()
-        opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s},
-                               device="cuda", cache_dir=False, progress=False)
-        wall = time.perf_counter() - t0
-        g = torch.Generator(device="cuda").manual_seed(0)
-        Q, K, V = (torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.5 for t in p.inputs)
+    print("| program | wall s | shipped | proven | found by; structure | ours μs | SDPA μs | × SDPA | unsafe μs | "
+          "floor μs | rel. err (×1) | rel. err (logits ×30) | unsafe program at ×30 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in args.only or CASES:
+        p = _program(name, safe=True)
+        opt, wall = _optimize(p, args)
+        x = _inputs(p)
         fn = opt.compiled("cuda")
-        ours = measure(fn.launcher(Q, K, V))
-        sd = measure(sdpa_call(name.replace("_safe", ""), Q, K, V))
-        floor = sum(t.nbytes for t in p.inputs) / bw
+        ours = measure(fn.launcher(*x.values()))
+        sd = measure(_sdpa(name, x))
+        unsafe = "-"
+        if args.unsafe:
+            u, _ = _optimize(_program(name, safe=False), args)
+            unsafe = f"{measure(u.compiled('cuda').launcher(*x.values())) * 1e6:.1f}"
         errs = []
         for mult in (1, 30):
-            q = Q * mult  # larger logits: exp(S) alone overflows fp16 past ~11
-            y = fn(q, K, V)
-            y = y[0] if isinstance(y, (tuple, list)) else y
-            ref = reference(q, K, V)
-            errs.append(float((y.double() - ref).norm() / ref.norm()))
-        s = (Q * 30 @ K) * float(decode_scale(Q.shape[-1]))
-        e = torch.exp(s)  # the program without the max, in fp16 as written
-        yu = (e / e.sum(-1, keepdim=True)) @ V
-        finite = bool(torch.isfinite(yu).all())
+            xm = dict(x, Q=x["Q"] * mult)  # larger logits: exp(S) alone overflows fp16 past ~11
+            ref = reference(xm)
+            errs.append(float((_call(fn, xm).double() - ref).norm() / ref.norm()))
+        s = (x["Q"] * 30 @ x["K"]) * float(decode_scale(x["Q"].shape[-1]))
+        e = torch.exp(s) * x["mask"] if "mask" in x else torch.exp(s)  # without the max, in fp16 as written
+        finite = bool(torch.isfinite((e / e.sum(-1, keepdim=True)) @ x["V"]).all())
         print(f"| {name} | {wall:.0f} | {opt.best.origin} | {'yes' if opt.best.proven else 'NO'} | "
               f"{opt.best.found_by or '-'}; {_kernels(opt.graph)} | {ours * 1e6:.1f} | {sd * 1e6:.1f} | "
-              f"{sd / ours:.2f} | {floor * 1e6:.1f} | {errs[0]:.1e} | {errs[1]:.1e} | "
+              f"{sd / ours:.2f} | {unsafe} | {_floor_us(p, bw):.1f} | {errs[0]:.1e} | {errs[1]:.1e} | "
               f"{'finite' if finite else 'inf/nan'} |", flush=True)
 
 

@@ -6,7 +6,8 @@ Every builder takes the batch ``b`` and optional sizes so tests can use reduced
 shapes; the defaults are Mirage's full fp16 shapes.
 """
 
-from .programs import DECODE, PROGRAMS, SMALL, decode_attention, program
+from .programs import DECODE, PREFILL, PROGRAMS, SMALL, decode_attention, prefill_attention, program
 from .handwritten import REFERENCES, reference
 
-__all__ = ["DECODE", "PROGRAMS", "REFERENCES", "SMALL", "decode_attention", "program", "reference"]
+__all__ = ["DECODE", "PREFILL", "PROGRAMS", "REFERENCES", "SMALL", "decode_attention", "prefill_attention", "program",
+           "reference"]

@@ -105,6 +105,34 @@ def decode_attention(b: int = 1, heads: int = 32, kv_heads: int = 8, kv: int = 4
     return p
 
 
+def prefill_attention(heads: int = 16, q: int = 1024, kv: int = 1024, head_dim: int = 64, causal: bool = False,
+                      dtype: str = "float16", safe: bool = True) -> Program:
+    """Attention over a prompt: ``q`` query rows per head against ``kv`` keys, the layouts of
+    :func:`decode_attention` (Q ``(heads, q, head_dim)``, K ``(heads, head_dim, kv)``, V
+    ``(heads, kv, head_dim)``), with the row max subtracted unless ``safe=False``.
+    ``causal``: a 0/1 input ``mask`` ``(q, kv)`` multiplies the exponentials (query ``i``
+    sees the keys ``j ≤ i + kv − q``, torch's bottom-right alignment) — the fragment has no
+    comparison, so the mask is data the kernel reads."""
+    p = Program(f"prefill_h{heads}_q{q}_n{kv}_d{head_dim}" + ("_causal" if causal else "") + ("_safe" if safe else ""))
+    Q = p.input("Q", (heads, q, head_dim), dtype)
+    K = p.input("K", (heads, head_dim, kv), dtype)
+    V = p.input("V", (heads, kv, head_dim), dtype)
+    S = mg.scale(Q @ K, decode_scale(head_dim))
+    E = mg.exp(S - mg.max(S, 2) if safe else S)
+    if causal:
+        E = E * p.input("mask", (q, kv), dtype)
+    p.output((E @ V) / mg.sum(E, 2))
+    return p
+
+
+#: prompt-shaped attention programs (:func:`prefill_attention`), name -> sizes
+PREFILL: dict[str, dict] = {
+    "prefill_h16_q1024_n1024_d64": dict(heads=16, q=1024, kv=1024, head_dim=64),
+    "prefill_h32_q2048_n2048_d128": dict(heads=32, q=2048, kv=2048, head_dim=128),
+    "prefill_h16_q1024_n1024_d64_causal": dict(heads=16, q=1024, kv=1024, head_dim=64, causal=True),
+}
+
+
 #: decode-shaped attention programs (not among the six benchmarks: no hand-written reference),
 #: name -> :func:`decode_attention` sizes: LLaMA-3-8B-like (32 heads over 8 KV heads, d 128),
 #: a 2k-token MHA-ish cache at d 64, an 8k-token cache with 16 heads over 4 KV heads
