@@ -7,6 +7,7 @@ equivalent pairs nor accepts different ones. This module produces that evidence
 * :func:`random_program` — a seeded random Lax program over small shapes;
   :func:`random_softmax` — a seeded random safe softmax (a row max as a free shift,
   docs/design.md §3.3), plain or in the split flash-decoding form;
+  :func:`random_online_softmax` — its online μGraph (a loop with rescaled accumulators, §3.4);
 * :data:`MUTATIONS` — operators that change a graph's meaning the ways a buggy
   search or a buggy hand-written kernel would (swapped operands of sub/div/matmul,
   a changed imap/fmap/omap, a dropped or doubled accumulator, a wrong scale
@@ -19,7 +20,8 @@ equivalent pairs nor accepts different ones. This module produces that evidence
   output (``hidden_part``, on graphs from :func:`with_large_part`), and the mistakes
   of a safe softmax (:data:`SOFTMAX_MUTATIONS`: a max over the wrong dim, an unshifted
   denominator, a split combine that forgets a chunk's rescale or applies it to one side
-  only, a chunk shifted by another chunk's max) next to its one equivalent change
+  only, a chunk shifted by another chunk's max; an online accumulator left unrescaled or
+  rescaled by another tile) next to its one equivalent change
   (``shift_value``: another per-row shift, which the verifier must accept);
 * :data:`REWRITES` — operators that keep the meaning (commuted operands,
   ``square → mul``, ``sub → add ∘ scale(−1)``, ``scale → mul const``,
@@ -46,7 +48,7 @@ import numpy as np
 from mugraph.core import builder as mg
 from mugraph.core import randgraph
 from mugraph.core.errors import ConfigError, InputError, MugraphError
-from mugraph.core.ir import BlockGraph, KernelGraph, Op, Program, Tensor
+from mugraph.core.ir import RESCALED, BlockGraph, KernelGraph, Op, Program, Tensor, accum_monoid
 from mugraph.core.lax import check_lax
 from mugraph.core.ops import broadcast_shapes
 from mugraph.core.randgraph import fuzz_profile
@@ -267,6 +269,33 @@ def random_softmax(rng: Rng | int, *, name: str = "softmax") -> Program:
     v = p.input("v", (n, int(_choice(rng, (2, 3)))), "float32") if rng.random() < 0.7 else None
     p.output(_split_softmax(s, v, chunks) if chunks > 1 else _safe_softmax(s, v, rng))
     return p
+
+
+def random_online_softmax(rng: Rng | int, *, name: str = "online_softmax") -> KernelGraph:
+    """A random online softmax μGraph (docs/design.md §3.4): one kernel whose loop walks
+    the row in 2–4 steps — each step's scores shifted by their own max ``m``, the numerator
+    ``e @ v`` and the denominator ``Σ e`` accumulated rescaled to the running max — over
+    6 or 8 rows in one block or two; the output divides them after the loop. The prey of
+    the online mutations (``unrescaled_accum``, ``rescale_by_other``) and of ``shift_value``
+    (which must be accepted: any per-step shift serves). Deterministic in ``rng``."""
+    rng = _rng("random_online_softmax", rng)
+    g = KernelGraph(name)
+    rows, steps = int(_choice(rng, SOFTMAX_ROWS)), int(rng.integers(2, 5))
+    n, d = steps * int(_choice(rng, (2, 3, 4))), int(_choice(rng, (2, 3)))
+    s, v = g.input("s", (rows, n), "float32"), g.input("v", (n, d), "float32")
+    blocks = 2 if rng.random() < 0.5 else 1
+    bg = BlockGraph((blocks, 1, 1), steps)
+    st = bg.input(s, (0 if blocks > 1 else None, None, None), 1)
+    vt = bg.input(v, (None, None, None), 0)
+    if rng.random() < 0.5:
+        st = bg.add_op("scale", [st], {"c": _choice(rng, SOFTMAX_SCALES)})
+    m = mg.max(st, 1)
+    e = mg.exp(mg.sub(st, m))
+    bg.output(mg.div(bg.accum(mg.matmul(e, vt), m), bg.accum(mg.sum(e, 1), m)),
+              (0 if blocks > 1 else None, None, None))
+    (o,) = g.kernel(bg)
+    g.output(o)
+    return g
 
 
 # ============================================================================ sites and edits
@@ -836,6 +865,32 @@ def _m_shift_value(g: KernelGraph, rng: Rng) -> dict | None:
     return _replace(site, build)
 
 
+def _rescaled(s: _Site) -> bool:
+    return s.op.kind == "accum" and accum_monoid(s.op) == RESCALED
+
+
+def _m_unrescaled_accum(g: KernelGraph, rng: Rng) -> dict | None:
+    """A rescaled accumulator made a plain sum: the steps' terms, each on its own step's
+    scale, added as if they shared one (an online softmax that forgets a rescale)."""
+    s = _sites(g, _rescaled)
+    if not s:
+        return None
+    return _replace(_choice(rng, s), lambda rb, op: [rb.graph.accum(rb.get(op.inputs[0]))])
+
+
+def _m_rescale_by_other(g: KernelGraph, rng: Rng) -> dict | None:
+    """A rescaled accumulator rescaled by another per-row tile (twice its shift) than the
+    one its terms were shifted by: the result then depends on every step's max."""
+    s = _sites(g, _rescaled)
+    if not s:
+        return None
+
+    def build(rb: Rebuild, op: Op) -> list:
+        x, m = rb.inputs(op)
+        return [rb.graph.accum(x, _scale(rb, m, Fraction(2)))]
+    return _replace(_choice(rng, s), build)
+
+
 MUTATIONS: dict[str, Callable] = {
     "swap_operands": _m_swap_operands, "change_kind": _m_change_kind, "imap": _m_imap, "fmap": _m_fmap,
     "omap": _m_omap, "double_accum": _m_double_accum, "drop_accum": _m_redirect_accum, "scale": _m_scale,
@@ -845,7 +900,7 @@ MUTATIONS: dict[str, Callable] = {
     "max_dim": _m_max_dim, "unshifted_denominator": _m_unshifted_denominator,
     "forget_rescale": _m_forget_rescale, "rescale_numerator_only": _m_rescale_numerator_only,
     "rescale_denominator_only": _m_rescale_denominator_only, "cross_chunk_max": _m_cross_chunk_max,
-    "shift_value": _m_shift_value,
+    "shift_value": _m_shift_value, "unrescaled_accum": _m_unrescaled_accum, "rescale_by_other": _m_rescale_by_other,
 }
 """name → fn(graph, rng) returning the edits of :func:`mugraph.core.rewrite.rebuild` that
 make the mutant, or None when the graph has no site for it."""
@@ -854,7 +909,7 @@ make the mutant, or None when the graph has no site for it."""
 #: those of :func:`random_softmax`); ``shift_value`` among them makes equivalent mutants
 SOFTMAX_MUTATIONS: tuple[str, ...] = ("max_dim", "unshifted_denominator", "forget_rescale",
                                       "rescale_numerator_only", "rescale_denominator_only",
-                                      "cross_chunk_max", "shift_value")
+                                      "cross_chunk_max", "shift_value", "unrescaled_accum", "rescale_by_other")
 #: mutations whose mutants are equivalent by construction on the corpus (the float64 truth: "same")
 EQUIVALENT_MUTATIONS: tuple[str, ...] = ("shift_value",)
 
@@ -983,8 +1038,9 @@ def corpus_graph(i: int, rng: Rng, refs: list[KernelGraph]) -> KernelGraph:
     """The ``i``-th graph of the mutation fuzz's corpus: in each period of 21, three rounds
     of six kinds — a reference μGraph of ``refs``, a random program, a random μGraph, a
     random program with sqrt, and a random program or a reference with a 2^40-times
-    larger part — then three safe-softmax programs (:func:`random_softmax`), a seventh
-    of the corpus like each other kind.
+    larger part — then three safe softmaxes, a seventh of the corpus like each other kind:
+    two programs (:func:`random_softmax`) and an online μGraph
+    (:func:`random_online_softmax`).
 
     The softmax programs come last in their period, not every seventh graph, so that the
     first 18 graphs have no ``max``: a ``max`` has a field meaning only with the free
@@ -993,6 +1049,8 @@ def corpus_graph(i: int, rng: Rng, refs: list[KernelGraph]) -> KernelGraph:
     keeps working. The six older kinds appear in the same order as before the softmax
     programs joined."""
     period, k = divmod(i, CORPUS_PERIOD)
+    if k == CORPUS_PERIOD - 1:  # the last softmax of a period: its online μGraph (§3.4)
+        return random_online_softmax(rng)
     if k >= CORPUS_PERIOD - CORPUS_SOFTMAX:
         return random_softmax(rng)
     j = (CORPUS_PERIOD - CORPUS_SOFTMAX) * period + k  # the index among the older kinds' graphs
