@@ -55,6 +55,7 @@ therefore arrive at the oracle in one spelling per A_eq-trivial variant.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Callable, Sequence
@@ -453,6 +454,22 @@ def leaves(i: Term) -> list[Term]:
     if t[0] != CAT:
         return [i]
     return [x for _, p in t[2] for x in leaves(p)]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def contains(i: Term, sub: Term) -> bool:
+    """Does term ``i`` have ``sub`` among its subterms (itself included)? Terms are
+    hash-consed, so this is a walk over ids, memoized."""
+    if i == sub:
+        return True
+    t = _TERMS[i]
+    if t[0] in (VAR, CONST, TOP_KIND):
+        return False
+    if sized(t[0]):
+        return contains(t[2], sub)
+    if t[0] == CAT:
+        return any(contains(p, sub) for _, p in t[2])
+    return any(contains(c, sub) for c in t[1:])
 
 
 def size(i: Term) -> int:

@@ -217,16 +217,16 @@ class OpProposer:
         """The accumulators whose newest input is loop-body tile ``m``: its sum; where the
         program has a ``max`` (a free shift), also the running max of a tile a ``max``
         produced, and the sum of ``m`` rescaled to the running max of an earlier such
-        tile ``s`` it broadcasts against (docs/design.md §3.4: the online softmax's
+        tile ``s`` it broadcasts against and whose term it contains (docs/design.md §3.4: the online softmax's
         accumulators, offered for any shift, never for a named pattern)."""
         out = [((m,), {}, "()")]
         if not self.shifts:
             return out
         if _shift(lv.producer[m]):
             out.append(((m,), {"monoid": RUNNING_MAX}, RUNNING_MAX))
-        for s in range(m):
+        for s in range(m):  # only a tile computed from that shift can be on its scale
             if (_shift(lv.producer[s]) and lv.accs[s] == 0
-                    and broadcasts_to(lv.shapes[s], lv.shapes[m])):
+                    and broadcasts_to(lv.shapes[s], lv.shapes[m]) and ex.contains(lv.terms[m], lv.terms[s])):
                 out.append(((m, s), {"monoid": RESCALED}, RESCALED))
         return out
 
