@@ -10,12 +10,18 @@ its own beyond translating ATen's conventions (negative dims, ``keepdim``, lists
 of dims) into the catalog's (one dim, kept with size 1).
 
 ATen ops not in the table stay torch calls; so do ops whose IR form is outside the
-Lax fragment (``amax`` maps to the catalog's ``max``, which the partition keeps
-outside every piece).
+Lax fragment. (``amax`` maps to the catalog's ``max``, a free shift: a safe softmax's
+max is inside its piece, docs/design.md §3.3.)
+
+Attention has an operator of the front end's own, ``torch.ops.mugraph.attention``
+(:func:`sdpa`): the capture calls it in place of every
+``F.scaled_dot_product_attention``, before the dispatcher picks one of ATen's
+backend kernels, and its row writes the attention as a safe softmax.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
@@ -324,6 +330,139 @@ def _gelu(ctx, x, approximate="none"):
     return B.gelu_tanh(x)
 
 
+# ---------------------------------------------------------------------------- attention
+# ``F.scaled_dot_product_attention`` reaches ATen as one of several backend kernels
+# (flash, efficient, cuDNN, math — chosen by device, dtype and mask) whose outputs are
+# tuples, with a boolean mask already turned into a float one on some. The capture
+# therefore replaces the call itself (capture.py, the SDPA mode) by :func:`sdpa`: torch code
+# that brings the mask into the form a piece can read, and one call of the operator
+# ``mugraph::attention`` (keys given transposed, so that transpose is a torch view at the
+# piece's boundary, read in place). Unmapped, the operator runs SDPA itself.
+
+_ATTENTION_SCHEMA = ("(Tensor q, Tensor kt, Tensor v, Tensor? bias, Tensor? keep, float dropout_p, bool is_causal, "
+                     "float? scale, bool enable_gqa) -> Tensor")
+
+
+def _attention_torch(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
+                     keep: torch.Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
+                     enable_gqa: bool) -> torch.Tensor:
+    """``mugraph::attention`` as torch code (also its fake implementation: the same call on
+    fake tensors gives SDPA's own output strides). ``bias``: an additive mask; ``keep``: a
+    0/1 mask of the queries' dtype (SDPA's boolean mask, as :func:`sdpa` made it)."""
+    mask = bias if bias is not None else None if keep is None else keep != 0
+    return torch.nn.functional.scaled_dot_product_attention(
+        q, kt.transpose(-2, -1), v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        enable_gqa=enable_gqa)
+
+
+def _define_attention() -> torch._ops.OpOverload:
+    """``torch.ops.mugraph.attention`` (defined once per process)."""
+    if not hasattr(torch.ops.mugraph, "attention"):
+        op = torch.library.custom_op("mugraph::attention", _attention_torch, mutates_args=(),
+                                     schema=_ATTENTION_SCHEMA)
+        op.register_fake(_attention_torch)
+    return torch.ops.mugraph.attention.default
+
+
+attention = _define_attention()
+
+
+def _full_rank(m: torch.Tensor, ndim: int) -> torch.Tensor:
+    """``m`` with leading dims of size 1 up to rank ``ndim`` (a torch view)."""
+    return m if m.ndim >= ndim else m.view((1,) * (ndim - m.ndim) + tuple(m.shape))
+
+
+def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None = None,
+         dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+         enable_gqa: bool = False) -> torch.Tensor:
+    """``F.scaled_dot_product_attention`` as the capture records it: equal in value (a row
+    no key may see is 0, as in SDPA), written so that its row can map it.
+
+    A mask enters the piece finite, whatever candidate the search finds — a split-KV
+    μGraph shifts each chunk by its own max, and a chunk all ``-inf`` would give
+    ``exp(-inf + inf)``. So a boolean mask becomes a 0/1 mask applied after the exp, and
+    ``-inf`` in a float mask becomes the dtype's lowest finite value (``exp`` still
+    gives 0). A row with no visible key is given all its keys (its softmax stays finite:
+    a denominator of 0 would give NaN) and zeroed after the call, by ``rows``; the row
+    masks are computed by torch, outside the piece (comparisons are not catalog ops)."""
+    bias = keep = rows = None
+    if attn_mask is not None:
+        m = _full_rank(attn_mask, query.ndim)
+        if m.dtype == torch.bool:
+            empty = ~m.any(-1, keepdim=True)
+            keep, rows = (m | empty).to(query.dtype), (~empty).to(query.dtype)
+        elif m.dtype == query.dtype and m.is_floating_point():
+            rows = (~m.isneginf().all(-1, keepdim=True)).to(query.dtype)
+            bias = m.clamp_min(torch.finfo(m.dtype).min)
+        else:
+            bias = m  # SDPA refuses it (the fake call raises while tracing, as eager would)
+    out = attention(query, key.transpose(-2, -1), value, bias, keep, float(dropout_p), bool(is_causal),
+                    None if scale is None else float(scale), bool(enable_gqa))
+    return out if rows is None else out * rows
+
+
+def causal_matrix(queries: int, keys: int, groups: int, ndim: int, dtype: torch.dtype) -> torch.Tensor:
+    """SDPA's ``is_causal`` mask as 0/1: query ``i`` sees key ``j`` iff ``j <= i`` (the
+    upper-left alignment torch uses when ``queries != keys``), its rows tiled ``groups``
+    times (the grouped-query layout of :func:`_attention`), shaped to rank ``ndim``."""
+    m = torch.ones(queries, keys, dtype=dtype).tril().repeat(groups, 1)
+    return m.view((1,) * (ndim - 2) + tuple(m.shape))
+
+
+def _grouped_mask(m, heads: int, groups: int, queries: int):
+    """A mask over ``(…, heads, queries, keys)`` in the grouped-query layout
+    ``(…, heads // groups, groups · queries, keys)``: a mask shared by the heads repeats
+    its query rows ``groups`` times; a per-head mask regroups its heads into rows."""
+    if groups == 1:
+        return m
+    h, rows = m.shape[-3], m.shape[-2]
+    if h == 1:
+        return m if rows == 1 else B.repeat(m, (1,) * (m.ndim - 2) + (groups, 1))
+    if h != heads:
+        raise Unmapped(f"a mask over {h} heads for {heads} query heads")
+    if rows == 1 and queries > 1:
+        m = B.repeat(m, (1,) * (m.ndim - 2) + (queries, 1))
+    return B.reshape(m, tuple(m.shape[:-3]) + (heads // groups, groups * queries, m.shape[-1]))
+
+
+def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """``mugraph::attention`` as a safe softmax: ``S = (Q @ Kᵀ) · scale (+ bias)``,
+    ``P = exp(S − max S) (· keep) (· causal)``, ``out = (P @ V) / Σ P``. The max is a free
+    shift (docs/design.md §3.3), so the piece stays provable; masks multiply after the exp
+    (0/1: no ``-inf`` in a finite field). Grouped-query heads are read without repeating
+    K and V: Q's ``groups`` heads per KV head become rows, ``(…, Hkv, groups · L, D)``."""
+    if dropout_p != 0:
+        raise Unmapped(f"attention with dropout_p={dropout_p}: random, no Lax form")
+    if not 2 <= q.ndim == kt.ndim == v.ndim or (bias is not None and keep is not None):
+        raise Unmapped(f"attention of ranks {q.ndim}, {kt.ndim}, {v.ndim}")
+    for name, m in (("bias", bias), ("keep", keep)):
+        if m is not None and (m.dtype != q.dtype or m.ndim != q.ndim):
+            raise Unmapped(f"attention mask ({name}) {m.dtype} {tuple(m.shape)} for queries {q.dtype} {tuple(q.shape)}")
+    queries, d = q.shape[-2:]
+    heads, kv_heads = (q.shape[-3], kt.shape[-3]) if q.ndim > 2 else (1, 1)
+    groups = 1
+    if heads != kv_heads:
+        if not enable_gqa or kv_heads < 1 or heads % kv_heads or v.shape[-3] != kv_heads:
+            raise Unmapped(f"attention of {heads} query heads over {kv_heads} key heads (enable_gqa={enable_gqa})")
+        groups = heads // kv_heads
+        q = B.reshape(q, tuple(q.shape[:-3]) + (kv_heads, groups * queries, d))
+    c = 1 / math.sqrt(d) if scale is None else scale
+    s = B.matmul(q, kt)
+    s = s if c == 1 else B.scale(s, c)
+    if bias is not None:
+        s = B.add(s, _grouped_mask(bias, heads, groups, queries))
+    p = B.exp(B.sub(s, B.max(s, -1)))
+    if keep is not None:
+        p = B.mul(p, _grouped_mask(keep, heads, groups, queries))
+    if is_causal:
+        p = B.mul(p, ctx.constant(causal_matrix(queries, kt.shape[-1], groups, q.ndim, getattr(torch, q.dtype))))
+    out = B.div(B.matmul(p, v), B.sum(p, -1))
+    if groups > 1:
+        out = B.reshape(out, tuple(out.shape[:-3]) + (heads, queries, out.shape[-1]))
+    return out
+
+
 #: ATen overload -> row. Ops a row can refuse are refused per use (``Unmapped``).
 ROWS: dict[Any, Callable] = {
     aten.mm.default: lambda ctx, a, b: B.matmul(a, b),
@@ -376,6 +515,7 @@ ROWS: dict[Any, Callable] = {
     aten.slice.Tensor: _slice,
     aten.select.int: _select,
     rotate_half: _rotate_half,
+    attention: _attention,
 }
 
 
@@ -399,12 +539,14 @@ SELECT_OPS = frozenset({aten.slice.Tensor, aten.select.int})
 
 
 def decompositions() -> dict:
-    """ATen decompositions applied while tracing: softmax into ``amax`` (a library op),
-    ``x - m``, ``exp``, ``sum`` and ``div`` — so the exp/sum/div land in a Lax piece —
+    """ATen decompositions applied while tracing: softmax into ``amax`` (the catalog's
+    ``max``, a free shift), ``x - m``, ``exp``, ``sum`` and ``div`` — so the whole softmax
+    lands in a Lax piece; ``_safe_softmax`` (SDPA's math kernel) into that softmax and a
+    ``where`` that zeroes the rows all ``-inf`` (torch code reading the piece's result) —
     and the other composite ops a block uses into the rows above (``split``, ``chunk``
     and ``unbind`` into slices)."""
     from torch._decomp import get_decompositions
 
-    return {**get_decompositions([aten._softmax, aten._log_softmax, aten.silu_backward, aten.addcmul,
-                                  aten.t, aten.linear, aten.unbind.int]),
+    return {**get_decompositions([aten._softmax, aten._safe_softmax, aten._log_softmax, aten.silu_backward,
+                                  aten.addcmul, aten.t, aten.linear, aten.unbind.int]),
             aten.split.Tensor: _split, aten.split_with_sizes.default: _split_with_sizes}

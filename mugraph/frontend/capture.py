@@ -5,8 +5,11 @@ Tracing uses ``make_fx`` (the proxy-tensor tracer under ``torch.export`` and
 AOTAutograd) with fake tensors at the example inputs' shapes, so nothing is
 computed and every node carries its result's shape and dtype (``meta["val"]``).
 The softmax and ``linear`` decompositions of :func:`.aten.decompositions` run
-while tracing. RoPE's rotate-half (two slices, a negation, a cat) is then
-recognized and replaced by one call of :func:`.aten.rotate_half`.
+while tracing, and every ``F.scaled_dot_product_attention`` call is routed to
+:func:`.aten.sdpa` (one ``mugraph::attention`` node; :class:`SdpaMode`). RoPE's
+rotate-half (two slices, a negation, a cat) is then recognized and replaced by one
+call of :func:`.aten.rotate_half`, and the Hugging Face ``repeat_kv`` of an
+attention's keys and values by grouped-query heads (:func:`fold_repeat_kv`).
 
 Each call node is then *probed*: its row of :data:`.aten.ROWS` is run on fresh
 inputs of its argument shapes in a scratch Program; the node maps if the row
@@ -28,7 +31,7 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..core.errors import ArgumentTypeError, MugraphError
 from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
-from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, decompositions, rotate_half
+from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, decompositions, rotate_half, sdpa
 from .hoist import hoist_views, sink_views
 
 aten = torch.ops.aten
@@ -67,6 +70,11 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
 
         def fn(*xs):  # noqa: F811 - the module's call with its state passed in
             return torch.func.functional_call(module, dict(zip(names, xs[:len(names)])), xs[len(names):])
+    inner = fn
+
+    def fn(*xs):  # noqa: F811 - SDPA calls become mugraph::attention while tracing
+        with SdpaMode():
+            return inner(*xs)
     try:
         gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
                      tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
@@ -82,6 +90,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             if isinstance(v, torch.Tensor):
                 n.meta["val"] = v
     fold_rotate_half(gm)
+    fold_repeat_kv(gm)
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
     # the graph is functional: values nothing reads (the unused parts of a split, an
@@ -89,6 +98,21 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
     if gm.graph.eliminate_dead_code():
         gm.recompile()
     return gm
+
+
+class SdpaMode(torch.overrides.TorchFunctionMode):
+    """While tracing: ``F.scaled_dot_product_attention`` runs as :func:`.aten.sdpa`.
+
+    Caught at the torch-function level, the call still has its own arguments — a
+    boolean mask, ``enable_gqa``, ``is_causal`` — before the dispatcher picks a backend
+    kernel for the device (flash, efficient, cuDNN, math: different ATen ops, tuple
+    results, a boolean mask already turned into ``-inf``) or decomposes it. Every other
+    call passes through unchanged."""
+
+    def __torch_function__(self, func: Callable, types: tuple, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if func is torch._C._nn.scaled_dot_product_attention:
+            return sdpa(*args, **(kwargs or {}))
+        return func(*args, **(kwargs or {}))
 
 
 def _lift_constants(gm: fx.GraphModule, values: list[torch.Tensor]) -> None:
@@ -152,6 +176,65 @@ def fold_rotate_half(gm: fx.GraphModule) -> int:
                 gm.graph.erase_node(dead)
         count += 1
     if count:
+        gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def _arg(n: fx.Node, i: int, default: Any = None) -> Any:
+    return n.args[i] if len(n.args) > i else default
+
+
+def _repeated_heads(n: Any) -> tuple[fx.Node, int] | None:
+    """``(x, g)`` if ``n`` is Hugging Face's ``repeat_kv(x, g)``: ``x[:, :, None]``
+    expanded to ``g`` copies and reshaped to ``(…, heads · g, seq, dim)`` (each head
+    repeated ``g`` times in place: ``repeat_interleave`` on the head dim), traced as
+    ``unsqueeze``, ``expand``, an optional ``clone`` and a ``view``/``_unsafe_view``."""
+    if not (isinstance(n, fx.Node) and n.op == "call_function"
+            and n.target in (aten.view.default, aten._unsafe_view.default, aten.reshape.default)):
+        return None
+    e = n.args[0]
+    if isinstance(e, fx.Node) and e.target == aten.clone.default:
+        e = e.args[0]
+    if not (isinstance(e, fx.Node) and e.target == aten.expand.default):
+        return None
+    u = e.args[0]
+    if not (isinstance(u, fx.Node) and u.target == aten.unsqueeze.default):
+        return None
+    x, vx, ve, vn = u.args[0], _val(u.args[0]), _val(e), _val(n)
+    if any(v is None for v in (vx, ve, vn)) or vx.ndim < 3 or _arg(u, 1) % (vx.ndim + 1) != vx.ndim - 2:
+        return None
+    g = ve.shape[-3]
+    lead, (h, seq, dim) = tuple(vx.shape[:-3]), tuple(vx.shape[-3:])
+    if tuple(ve.shape) != lead + (h, g, seq, dim) or tuple(vn.shape) != lead + (h * g, seq, dim):
+        return None
+    return x, g
+
+
+def fold_repeat_kv(gm: fx.GraphModule) -> int:
+    """An attention whose keys and values are ``repeat_kv(k, g)``, ``repeat_kv(v, g)`` reads
+    ``k`` and ``v`` themselves with grouped-query heads (``enable_gqa``; its row reads K
+    and V once per KV head, as SDPA's own GQA does); the repeats go if nothing else
+    reads them. Returns how many attentions changed."""
+    count = 0
+    for n in list(gm.graph.nodes):
+        if not (n.op == "call_function" and n.target == attention):
+            continue
+        kt, v = n.args[1], n.args[2]
+        rank = getattr(_val(kt), "ndim", 0)
+        if not (isinstance(kt, fx.Node) and kt.target == aten.transpose.int and rank >= 2
+                and sorted(d % rank for d in kt.args[1:3]) == [rank - 2, rank - 1]):
+            continue
+        rk, rv = _repeated_heads(kt.args[0]), _repeated_heads(v)
+        if rk is None or rv is None or rk[1] != rv[1]:
+            continue
+        with gm.graph.inserting_before(n):
+            new_kt = gm.graph.call_function(aten.transpose.int, (rk[0], -2, -1))
+        new_kt.meta["val"] = _val(rk[0]).transpose(-2, -1)
+        n.args = (n.args[0], new_kt, rv[0], *n.args[3:8], True)
+        count += 1
+    if count:
+        gm.graph.eliminate_dead_code()
         gm.graph.lint()
         gm.recompile()
     return count

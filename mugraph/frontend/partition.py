@@ -7,10 +7,12 @@ as one call: contracting every piece to a single node leaves the graph acyclic.
 The algorithm is Mirage's greedy growth of Lax subprograms, made safe for
 stitching: visit the nodes in topological order; a Lax node joins the union of the
 pieces of its Lax producers if the union still satisfies (1)–(3), else the largest
-one of them that does, else it starts a piece. Non-Lax and unmapped nodes (the
-``amax`` of a safe softmax, indexing, casts, slices) are library ops between
-pieces. Pieces with fewer than ``min_ops`` catalog ops, or only data movement
-(reshapes, concats), are not worth a search and go back to torch.
+one of them that does, else it starts a piece. Non-Lax and unmapped nodes
+(indexing, comparisons, casts to integers) are library ops between pieces; a safe
+softmax's ``amax`` is a free shift (design §3.3), inside its piece. Pieces larger
+than the size limits are cut on their cheapest edges, never inside a softmax's core
+(:func:`softmax_cores`). Pieces with fewer than ``min_ops`` catalog ops, or only
+data movement (reshapes, concats), are not worth a search and go back to torch.
 
 What it optimizes: the size of each piece — the μGraph search can only fuse what
 one piece holds — subject to the Lax rule the verifier needs. It is local and
@@ -27,7 +29,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from ..core.ops import Category, category, is_rearrangement
+from ..core.ops import Category, category, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES
 from .capture import NodeInfo
 
@@ -133,6 +135,44 @@ def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
     return len(kinds), kinds.count("matmul")
 
 
+def _free_shift(i: NodeInfo) -> bool:
+    """A node that computes a free shift (design §3.3) — a softmax's ``amax`` — and
+    nothing else but rearrangements."""
+    ops = [k for k in i.kinds if not is_rearrangement(k)]
+    return bool(ops) and lax_classes(ops) == {"shift"}
+
+
+def _contracts(i: NodeInfo) -> bool:
+    return any(category(k) is Category.CONTRACTION for k in i.kinds)
+
+
+def softmax_cores(piece: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.Node]:
+    """The nodes of ``piece`` between each free shift and the contractions around it: up
+    from the shift through its scores' ops to the matmul that makes them, down through
+    the exp, sum and division to the matmul that reads the probabilities (each walk stops
+    at a contraction, which it includes). The size cut never cuts inside (:func:`_cut`):
+    a cut there leaves a piece whose output depends on the max's value — ``exp(s − m)``,
+    its sum — which the verifier cannot prove (design §3.3), and a written-out attention
+    (matmul, softmax, matmul) stays one piece as an SDPA call does."""
+    core: set[fx.Node] = set()
+    for n in piece:
+        if not _free_shift(info[n]):
+            continue
+        core.add(n)
+        for step in (lambda m: m.all_input_nodes, lambda m: m.users):  # up, then down
+            seen: set[fx.Node] = set()
+            todo = [m for m in step(n) if m in piece]
+            while todo:
+                m = todo.pop()
+                if m in seen:
+                    continue
+                seen.add(m)
+                if not _contracts(info[m]):
+                    todo += [x for x in step(m) if x in piece]
+            core |= seen
+    return core
+
+
 def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], info: dict[fx.Node, NodeInfo],
          max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
     """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
@@ -154,22 +194,25 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
     for n in piece:
         group[n] = index[n]
         part[index[n]] = {n}
-    edges = sorted(((a, n) for n in piece for a in n.all_input_nodes if a in piece),
-                   key=lambda e: (-_bytes(e[0]), index[e[0]], index[e[1]]))
     d = piece_dtype(piece)
-    if d is not None and d != "float32":
-        # a float32 region between an upcast and its downcast is never cut: a cut inside it
-        # would move a float32 value between parts and break the cast rule
-        wide = [(a, n) for a, n in edges if _dtype(a) == "float32"]
-        edges = wide + [e for e in edges if _dtype(e[0]) != "float32"]
+    core = softmax_cores(piece, info)
+
+    def atomic(a: fx.Node, n: fx.Node) -> bool:
+        """Never cut: a float32 region between an upcast and its downcast (a cut inside it
+        would move a float32 value between parts and break the cast rule), and a softmax's
+        core (:func:`softmax_cores`). Such edges merge first, whatever the limits."""
+        return (d is not None and d != "float32" and _dtype(a) == "float32") or (a in core and n in core)
+
+    edges = sorted(((a, n) for n in piece for a in n.all_input_nodes if a in piece),
+                   key=lambda e: (not atomic(*e), -_bytes(e[0]), index[e[0]], index[e[1]]))
     for a, n in edges:
-        atomic = d is not None and d != "float32" and _dtype(a) == "float32"
         ga, gn = group[a], group[n]
         if ga == gn:
             continue
         merged = part[ga] | part[gn]
         o, mm = _size(merged, info)
-        if not atomic and ((max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)):
+        over = (max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
+        if over and not atomic(a, n):
             continue
         trial = dict(group)
         for m in part[gn]:
