@@ -49,9 +49,8 @@ def _inputs(p: mg.Program) -> dict[str, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(0)
     out = {}
     for t in p.inputs:
-        if t.name == "mask":  # bottom-right aligned causal mask, as torch's is_causal
-            q, n = t.shape
-            out[t.name] = torch.ones(q, n, device="cuda").tril(n - q).to(torch.float16)
+        if t.name == "mask":  # the causal mask of SDPA's is_causal: query i sees keys j <= i
+            out[t.name] = torch.ones(t.shape, device="cuda").tril().to(torch.float16)
         else:
             out[t.name] = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.5
     return out

@@ -110,9 +110,9 @@ def prefill_attention(heads: int = 16, q: int = 1024, kv: int = 1024, head_dim: 
     """Attention over a prompt: ``q`` query rows per head against ``kv`` keys, the layouts of
     :func:`decode_attention` (Q ``(heads, q, head_dim)``, K ``(heads, head_dim, kv)``, V
     ``(heads, kv, head_dim)``), with the row max subtracted unless ``safe=False``.
-    ``causal``: a 0/1 input ``mask`` ``(q, kv)`` multiplies the exponentials (query ``i``
-    sees the keys ``j ≤ i + kv − q``, torch's bottom-right alignment) — the fragment has no
-    comparison, so the mask is data the kernel reads."""
+    ``causal``: a 0/1 input ``mask`` ``(q, kv)`` multiplies the exponentials (the caller
+    fills it: SDPA's ``is_causal`` lets query ``i`` see the keys ``j ≤ i``) — the fragment
+    has no comparison, so the mask is data the kernel reads."""
     p = Program(f"prefill_h{heads}_q{q}_n{kv}_d{head_dim}" + ("_causal" if causal else "") + ("_safe" if safe else ""))
     Q = p.input("Q", (heads, q, head_dim), dtype)
     K = p.input("K", (heads, head_dim, kv), dtype)
