@@ -34,19 +34,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-
-class PastKV:
-    """A read-only KV cache for one layer: ``update`` returns past + new (no write-back)."""
-
-    def __init__(self, k, v):
-        self.k, self.v = k, v
-
-    def update(self, key_states, value_states, layer_idx=0, cache_kwargs=None, **_):  # (transformers >= 5.2x: kwargs=)
-        import torch
-
-        return torch.cat([self.k, key_states], dim=2), torch.cat([self.v, value_states], dim=2)
+from _layers import PastKV, cache_keyword  # noqa: E402 - a read-only KV cache; the layer's name for it
 
 
 def build(args, torch, device, dtype):
@@ -140,10 +131,11 @@ def main() -> int:
     t_start = time.time()
     cfg, layer, rope = build(args, torch, device, dtype)
 
+    key = cache_keyword(layer)  # cache= (transformers 5.2x), past_key_values= or past_key_value=
+
     def step(x, cos, sin, mask, pk, pv):
         cache = PastKV(pk, pv)
-        r = layer(x, attention_mask=mask, position_embeddings=(cos, sin), past_key_values=cache,
-                  past_key_value=cache, use_cache=True)
+        r = layer(x, attention_mask=mask, position_embeddings=(cos, sin), use_cache=True, **{key: cache})
         return r[0] if isinstance(r, tuple) else r
 
     opts = {"time_limit": args.time_limit, "cache_dir": args.cache, "deadline": t_start + args.budget,

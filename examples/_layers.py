@@ -1,0 +1,272 @@
+"""Shared helpers of the decoder-layer examples (``torch_llama_layer.py``, ``hf_decoder_layers.py``).
+
+Hugging Face decoder layers of five families built from hand-written configs (random
+weights, nothing downloaded), a read-only KV cache, the inputs of one decode step as a
+model passes them, timers (CUDA graphs on a GPU, a wall-clock median on the CPU), the
+memory floor of a step, and a way to forget what the mugraph backend memoized in this
+process (so a second compile reads its result cache from disk, as a fresh process would).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import statistics
+import time
+from dataclasses import dataclass, field
+
+
+class PastKV:
+    """A read-only KV cache for one layer: ``update`` returns past + new (``torch.cat``) and
+    writes nothing back, so every timed step sees the same past. ``calls`` counts updates
+    (a layer that never called it did not attend over the cache)."""
+
+    def __init__(self, k, v):
+        self.k, self.v = k, v
+        self.calls = 0
+
+    def update(self, key_states, value_states, layer_idx=0, cache_kwargs=None, **_):  # (transformers >= 5.2x: kwargs=)
+        import torch
+
+        self.calls += 1
+        return torch.cat([self.k, key_states], dim=2), torch.cat([self.v, value_states], dim=2)
+
+
+def cache_keyword(layer) -> str:
+    """The keyword under which ``layer.forward`` takes the KV cache: ``cache`` (transformers
+    5.2x), ``past_key_values`` (4.56 on) or ``past_key_value`` (before). A cache passed under
+    another name lands in ``**kwargs`` and is silently ignored."""
+    params = inspect.signature(layer.forward).parameters
+    for name in ("cache", "past_key_values", "past_key_value"):
+        if name in params:
+            return name
+    return "past_key_values"
+
+
+@dataclass
+class Family:
+    """One decoder layer: its public sizes, and the tiny ones of ``--small``."""
+
+    name: str            # the column's label
+    module: str          # transformers.models.<module>.modeling_<module>
+    prefix: str          # <prefix>Config, <prefix>DecoderLayer, <prefix>RotaryEmbedding
+    dims: dict           # public sizes
+    small: dict          # tiny sizes (same structure: GQA ratio, explicit head_dim, ...)
+    extra: dict = field(default_factory=dict)  # config fields of the family (both sizes)
+    note: str = ""
+
+
+FAMILIES = {
+    "llama": Family("LLaMA-3-8B", "llama", "Llama",
+                    dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336),
+                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+                    dict(rope_theta=500000.0, rms_norm_eps=1e-5)),
+    "qwen2": Family("Qwen2-7B", "qwen2", "Qwen2",
+                    dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944),
+                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+                    dict(rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=False),
+                    "biased q, k, v projections"),
+    "mistral": Family("Mistral-7B", "mistral", "Mistral",
+                      dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336),
+                      dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+                      dict(rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None),
+                      "v0.3 config: no sliding window"),
+    "phi3": Family("Phi-3-mini", "phi3", "Phi3",
+                   dict(hidden_size=3072, num_attention_heads=32, num_key_value_heads=32, intermediate_size=8192),
+                   dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128),
+                   dict(rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=None),
+                   "fused qkv_proj and gate_up_proj; plain RoPE"),
+    "gemma": Family("Gemma-2B", "gemma", "Gemma",
+                    dict(hidden_size=2048, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
+                         intermediate_size=16384),
+                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
+                         intermediate_size=128),
+                    dict(rope_theta=10000.0, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh"),
+                    "GeLU-tanh MLP, head_dim 256, one KV head"),
+}
+
+
+def head_dim(cfg) -> int:
+    return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+
+
+def build_layer(family: str, small: bool, device: str, dtype, attn: str, max_positions: int, seed: int = 0):
+    """``(config, layer, rotary embedding)`` of ``family`` at its public (or ``small``) sizes,
+    random weights (linear weights N(0, 0.02)); raises (ImportError, AttributeError, ...)
+    when this transformers lacks the family."""
+    import torch
+    import transformers
+
+    fam = FAMILIES[family]
+    mod = importlib.import_module(f"transformers.models.{fam.module}.modeling_{fam.module}")
+    cfg_cls = getattr(transformers, f"{fam.prefix}Config")
+    cfg = cfg_cls(**(fam.small if small else fam.dims), **fam.extra, num_hidden_layers=1, vocab_size=128,
+                  max_position_embeddings=max_positions, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg._attn_implementation = attn
+    torch.manual_seed(seed)
+    layer = getattr(mod, f"{fam.prefix}DecoderLayer")(cfg, layer_idx=0).to(device=device, dtype=dtype).eval()
+    with torch.no_grad():
+        for p in layer.parameters():
+            if p.ndim == 2:
+                p.normal_(0, 0.02)
+    rope = getattr(mod, f"{fam.prefix}RotaryEmbedding")(cfg).to(device)
+    return cfg, layer, rope
+
+
+def model_mask(cfg, x, past_k, past_v, pos):
+    """The attention mask the model would pass its layers for ``x`` (the new tokens) after a
+    past of ``past_k``/``past_v``: transformers' own ``create_causal_mask`` on a dynamic cache
+    holding that past. ``None`` where the model passes none (SDPA, one new token)."""
+    from transformers.cache_utils import DynamicCache
+    from transformers.masking_utils import create_causal_mask
+
+    dc = DynamicCache()
+    dc.update(past_k, past_v, 0)
+    params = inspect.signature(create_causal_mask).parameters
+    kw = dict(config=cfg, attention_mask=None, position_ids=pos)
+    kw["inputs_embeds" if "inputs_embeds" in params else "input_embeds"] = x
+    if "cache" in params:
+        kw["cache"] = dc
+    else:  # older transformers
+        kw["past_key_values"] = dc
+        kw["cache_position"] = pos[0]
+    return create_causal_mask(**kw)
+
+
+def additive_mask(tokens: int, kv: int, device, dtype):
+    """A causal additive mask: the new tokens see the whole past and the new ones up to themselves."""
+    import torch
+
+    mask = torch.zeros(tokens, kv + tokens, device=device, dtype=dtype)
+    mask[:, kv:] = torch.full((tokens, tokens), torch.finfo(dtype).min, device=device, dtype=dtype).triu(1)
+    return mask[None, None]
+
+
+def decode_inputs(cfg, rope, tokens: int, kv: int, device, dtype, mask: str = "model"):
+    """``(args, how)``: the arguments of one decode step — new hidden states ``x``, the rotary
+    ``cos``/``sin`` at positions ``kv .. kv+tokens-1``, the past keys and values and, unless
+    the model passes none, the mask — and how the mask was made (``mask="model"``:
+    transformers' ``create_causal_mask``, falling back to :func:`additive_mask`)."""
+    import torch
+
+    hd = head_dim(cfg)
+    g = torch.Generator(device=device).manual_seed(tokens)
+    x = torch.randn(1, tokens, cfg.hidden_size, generator=g, device=device, dtype=dtype)
+    past_k = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
+    past_v = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
+    pos = torch.arange(kv, kv + tokens, device=device)[None]
+    cos, sin = rope(x, pos)
+    how = "additive causal mask"
+    m = None
+    if mask == "model":
+        try:
+            m = model_mask(cfg, x, past_k, past_v, pos)
+            how = "transformers' create_causal_mask" + (" (none passed)" if m is None else f" ({m.dtype})")
+        except Exception as e:  # noqa: BLE001 - another transformers: the hand-built mask
+            how = f"additive causal mask (create_causal_mask failed: {type(e).__name__})"
+            m = additive_mask(tokens, kv, device, dtype)
+    else:
+        m = additive_mask(tokens, kv, device, dtype)
+    args = (x, cos, sin, past_k, past_v) + (() if m is None else (m,))
+    return args, how
+
+
+def make_step(layer):
+    """``step(x, cos, sin, past_k, past_v[, mask]) -> hidden``: one decode step of ``layer``
+    over a :class:`PastKV` of the given past. ``step.last_cache`` is the last cache made."""
+    key = cache_keyword(layer)
+
+    def step(x, cos, sin, pk, pv, mask=None):
+        cache = PastKV(pk, pv)
+        step.last_cache = cache
+        r = layer(x, attention_mask=mask, position_embeddings=(cos, sin), use_cache=True, **{key: cache})
+        return r[0] if isinstance(r, tuple) else r
+
+    step.last_cache = None
+    return step
+
+
+def wall_median(fn, seconds: float = 0.5, min_reps: int = 3, max_reps: int = 200) -> float:
+    """Median wall-clock seconds of ``fn()`` (one warm-up call first); at least ``min_reps``
+    calls, unless the warm-up alone took longer than ``seconds`` (then one)."""
+    t0 = time.perf_counter()
+    fn()
+    if time.perf_counter() - t0 > seconds:
+        min_reps = 1
+    ts = []
+    t_end = time.perf_counter() + seconds
+    while len(ts) < min_reps or (time.perf_counter() < t_end and len(ts) < max_reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def time_steps(launches: dict, device: str) -> dict:
+    """Seconds per call of each launch (name -> no-argument callable), or the one-line error
+    (a string) of the launch that could not be timed. GPU: medians over CUDA-graph replays,
+    the launches timed in turns (``lower.profile.measure_together``); CPU: wall-clock medians."""
+    if device == "cuda":
+        from lower.profile import measure, measure_together
+
+        try:
+            return measure_together(launches, "graph", rounds=3)
+        except Exception:  # noqa: BLE001 - one at a time, so one failure does not void the others
+            out = {}
+            for name, fn in launches.items():
+                try:
+                    out[name] = measure(fn, "graph")
+                except Exception as e:  # noqa: BLE001
+                    out[name] = one_line(e)
+            return out
+    out = {}
+    for name, fn in launches.items():
+        try:
+            out[name] = wall_median(fn)
+        except Exception as e:  # noqa: BLE001
+            out[name] = one_line(e)
+    return out
+
+
+def copy_bandwidth(device: str) -> float:
+    """Bytes/s of a large copy (read + write): ``mugraph.pipeline.bench.copy_bandwidth`` on a
+    GPU; on the CPU a 256 MiB ``copy_``'s wall-clock median."""
+    import torch
+
+    if device == "cuda":
+        from mugraph.pipeline.bench import copy_bandwidth as gpu_copy_bandwidth
+
+        return gpu_copy_bandwidth()
+    n = 1 << 28
+    a = torch.empty(n, dtype=torch.uint8)
+    b = torch.empty_like(a)
+    return 2 * n / wall_median(lambda: b.copy_(a), seconds=0.3)
+
+
+def floor_bytes(cfg, layer, tokens: int, kv: int, dtype) -> dict:
+    """Bytes a decode step must move at least: every weight once, the past keys and values
+    once, and the activations (the hidden states in and out, the new keys and values)."""
+    import torch
+
+    es = torch.empty((), dtype=dtype).element_size()
+    weights = sum(p.numel() * p.element_size() for p in layer.parameters())
+    kv_bytes = 2 * kv * cfg.num_key_value_heads * head_dim(cfg) * es
+    act = tokens * (2 * cfg.hidden_size + 2 * cfg.num_key_value_heads * head_dim(cfg)) * es
+    return {"weights": weights, "kv": kv_bytes, "activations": act, "total": weights + kv_bytes + act}
+
+
+def forget_backend_memo() -> None:
+    """Forget the mugraph backend's per-process memo of searched, compiled and timed pieces,
+    so the next compile finds its pieces as a fresh process would: in the result cache on
+    disk (Triton's and Inductor's caches stay, as they do across processes)."""
+    from mugraph.frontend import run
+
+    for name in ("_INFO", "_DONE", "_VERDICTS", "_LOWER_FAILED"):
+        memo = getattr(run, name, None)
+        if isinstance(memo, dict):
+            memo.clear()
+
+
+def one_line(e: BaseException, n: int = 160) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:n]

@@ -1,0 +1,342 @@
+"""Hugging Face decoder layers of five families under torch.compile(backend="mugraph"), decode steps
+timed against eager, Inductor and the memory floor (docs/models.md, "Measuring").
+
+One decoder layer per family at its public sizes, random weights, nothing downloaded
+(configs written here, ``examples/_layers.py``):
+
+    LLaMA-3-8B   LlamaDecoderLayer    hidden 4096, 32 heads, 8 KV heads, intermediate 14336
+    Qwen2-7B     Qwen2DecoderLayer    hidden 3584, 28 heads, 4 KV heads, intermediate 18944, biased q/k/v
+    Mistral-7B   MistralDecoderLayer  hidden 4096, 32 heads, 8 KV heads, intermediate 14336 (v0.3: no window)
+    Phi-3-mini   Phi3DecoderLayer     hidden 3072, 32 heads, 32 KV heads, intermediate 8192, fused qkv, gate_up
+    Gemma-2B     GemmaDecoderLayer    hidden 2048, 8 heads, 1 KV head, head_dim 256, intermediate 16384, GeLU-tanh
+
+For each layer, each count of new tokens (``--tokens``) and each count of cached tokens
+(``--kv``), one decode step — the new tokens attending over the cache — is timed eagerly,
+under ``torch.compile`` (Inductor defaults) and under ``torch.compile(backend="mugraph")``:
+on a GPU as medians over CUDA-graph replays, the three timed in turns
+(``lower.profile.measure_together``); on the CPU as wall-clock medians (the header says so;
+mugraph's kernels then run under Triton's interpreter, and the times say nothing of a GPU).
+
+The step: the rotary cos/sin of positions kv .. kv+T-1 and the attention mask are what the
+model would pass its layers — the mask is transformers' own ``create_causal_mask`` over a
+cache holding the past (SDPA gets none for one new token, a boolean one for several). The
+KV cache is a fixed past (``_layers.PastKV``): the layer's ``update`` returns past + new
+(``torch.cat``) without writing back, so every timed step is the same step; the cache write
+of T rows a real step makes is left out (transformers' StaticCache would add an in-place
+``index_copy_`` of T rows, a torch call either way).
+
+Beside the times: the memory floor — bytes of the weights, of the past keys and values
+and of the activations (hidden states in and out, the new keys and values), over the copy
+bandwidth measured here (``mugraph.pipeline.bench.copy_bandwidth()`` on a GPU) — mugraph's
+time over it, ``× compile`` (torch.compile's time over mugraph's: above 1, mugraph is
+faster) and the backend's compile times: cold (the first call, its result cache directory
+empty: ``--cache``/<family>/t<T>-kv<K>) and warm (a fresh ``torch.compile`` of a fresh layer
+object with the same directory, after forgetting the backend's in-process memo: what a
+new process pays, the pieces coming from the result cache). The table ends with the
+geomean of ``× compile``.
+
+Bounded: each search gets ``--time-limit`` s (default: the backend's), no search starts
+after ``--row-budget`` s of a row, and a row is stopped after ``--row-timeout`` s. A family
+this transformers lacks, or a compile that fails, gives a row with the one-line error.
+Writes ``layers.json`` and ``table.md`` under ``--out``.
+
+    python examples/hf_decoder_layers.py --out out/layers --cache out/layers-cache          # GPU
+    python examples/hf_decoder_layers.py --small --device cpu --out /tmp/layers --kv 64 --tokens 1 --time-limit 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import _layers as L  # noqa: E402
+
+
+class RowTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def hard_limit(seconds: float | None):
+    """Raise :class:`RowTimeout` in this (main) thread after ``seconds`` (None: no limit)."""
+    if not seconds or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def fire(signum, frame):
+        raise RowTimeout(f"stopped after {seconds:.0f} s (--row-timeout)")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", nargs="+", choices=list(L.FAMILIES), default=list(L.FAMILIES))
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1, 8], help="new tokens per decode step")
+    ap.add_argument("--kv", type=int, nargs="+", default=[2048, 8192], help="cached (past) tokens")
+    ap.add_argument("--time-limit", type=float, default=None,
+                    help="search seconds per piece (default: the backend's)")
+    ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache); one "
+                    "folder per row under it, so each row's first compile is cold")
+    ap.add_argument("--out", required=True, help="folder for layers.json and table.md")
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--small", action="store_true", help="tiny configs (a CPU smoke run of about a minute)")
+    ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="the layers' attention")
+    ap.add_argument("--mask", choices=["model", "additive"], default="model",
+                    help="model: transformers' create_causal_mask; additive: a hand-built float mask")
+    ap.add_argument("--row-budget", type=float, default=1200.0, help="no search starts after this many s of a row")
+    ap.add_argument("--row-timeout", type=float, default=None,
+                    help="stop a row after this many s (default: row budget + 4 × time limit + 600)")
+    ap.add_argument("--workers", type=int, default=None, help="search workers per piece (default: the backend's)")
+    ap.add_argument("--max-kernel-ops", type=int, default=None,
+                    help="search limit: kernels in a μGraph (default: the search's; --small: 1)")
+    ap.add_argument("--max-block-ops", type=int, default=None,
+                    help="search limit: ops in a block graph (default: the search's; --small: 4)")
+    ap.add_argument("--mugraph-inductor", choices=["auto", "on", "off"], default="auto",
+                    help="Inductor for the code around the pieces (auto: on a GPU only; on the CPU its "
+                         "C++ compile would be most of the smoke run)")
+    ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines (searches, verdicts)")
+    args = ap.parse_args()
+    if args.device == "cpu" or (args.device == "auto" and not L_cuda()):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
+    import transformers
+
+    import mugraph.frontend  # noqa: F401 - registers the backend
+    from mugraph.frontend.options import FrontendOptions
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_root = Path(args.cache) if args.cache else out / "cache"
+    time_limit = args.time_limit if args.time_limit is not None else FrontendOptions().time_limit
+    row_timeout = args.row_timeout or args.row_budget + 4 * time_limit + 600
+    inductor = args.mugraph_inductor == "on" or (args.mugraph_inductor == "auto" and device == "cuda")
+    t_start = time.time()
+
+    bw = L.copy_bandwidth(device)
+    dev_name = torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)"
+    timing = ("medians over CUDA-graph replays (lower.profile.measure_together)" if device == "cuda" else
+              "wall-clock medians on the CPU, no CUDA graphs; mugraph's kernels run under Triton's "
+              "interpreter, so its times say nothing of a GPU")
+    header = {"device": dev_name, "dtype": str(dtype).replace("torch.", ""), "timing": timing,
+              "copy_bandwidth_GBps": bw / 1e9, "attention": args.attn, "kv_cache": "fixed past (PastKV: cat, no write-back)",
+              "sizes": "tiny (--small)" if args.small else "public", "time_limit_s": time_limit,
+              "row_budget_s": args.row_budget, "mugraph_inductor": inductor,
+              "transformers": transformers.__version__, "torch": torch.__version__}
+    print(f"# decoder layers on {dev_name}, {header['dtype']}, {header['sizes']} sizes; {timing}; "
+          f"copy bandwidth {bw / 1e9:.0f} GB/s; attention {args.attn}; search ≤ {time_limit:g} s a piece")
+
+    rows = []
+    for fam in args.families:
+        rows += run_family(fam, args, torch, device, dtype, bw, cache_root, time_limit, row_timeout, inductor)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    header["masks"] = sorted({r["mask"] for r in rows if r.get("mask")})
+    speedups = [r["x_compile"] for r in rows if isinstance(r.get("x_compile"), float)]
+    geo = math.exp(sum(map(math.log, speedups)) / len(speedups)) if speedups else None
+    table = format_table(rows, header, geo)
+    print()
+    print(table)
+    (out / "table.md").write_text(table + "\n")
+    (out / "layers.json").write_text(json.dumps({"header": header, "rows": rows, "geomean_x_compile": geo},
+                                                indent=1, default=str) + "\n")
+    print(f"\nwrote {out / 'layers.json'} and {out / 'table.md'} in {time.time() - t_start:.0f} s")
+    return 0
+
+
+def L_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def run_family(fam, args, torch, device, dtype, bw, cache_root, time_limit, row_timeout, inductor) -> list[dict]:
+    spec = L.FAMILIES[fam]
+    max_pos = max(args.kv) + max(args.tokens) + 16
+    base = {"family": fam, "layer": spec.name}
+    try:
+        cfg, layer, rope = L.build_layer(fam, args.small, device, dtype, args.attn, max_pos)
+    except Exception as e:  # noqa: BLE001 - this transformers lacks the family, or its config
+        err = f"build: {L.one_line(e)}"
+        print(f"{spec.name}: {err}")
+        return [{**base, "tokens": t, "kv": k, "error": err} for t in args.tokens for k in args.kv]
+    rows = []
+    for T in args.tokens:
+        for kv in args.kv:
+            row = {**base, "tokens": T, "kv": kv}
+            t0 = time.time()
+            try:
+                with hard_limit(row_timeout), torch.no_grad():
+                    run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_root, time_limit,
+                            inductor)
+            except Exception as e:  # noqa: BLE001 - a row that fails says why; the table goes on
+                row["error"] = L.one_line(e)
+            finally:
+                torch._dynamo.reset()
+            print(f"{spec.name} T={T} kv={kv}: " + summary(row) + f" ({time.time() - t0:.0f} s)", flush=True)
+            rows.append(row)
+    del layer
+    return rows
+
+
+def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_root, time_limit, inductor):
+    from mugraph.frontend import recent_graphs
+
+    T, kv = row["tokens"], row["kv"]
+    ins, row["mask"] = L.decode_inputs(cfg, rope, T, kv, device, dtype, args.mask)
+    step = L.make_step(layer)
+    want = step(*ins)
+    if not step.last_cache or not step.last_cache.calls:
+        raise RuntimeError(f"the layer did not read the KV cache (passed as {L.cache_keyword(layer)}=)")
+    fb = L.floor_bytes(cfg, layer, T, kv, dtype)
+    row["floor_bytes"] = fb["total"]
+    row["floor_us"] = fb["total"] / bw * 1e6
+
+    torch._dynamo.reset()
+    t0 = time.perf_counter()
+    default = torch.compile(step)
+    default(*ins)
+    row["inductor_compile_s"] = time.perf_counter() - t0
+
+    # cold: an empty result-cache folder of the row's own, and nothing memoized in the process
+    rowdir = cache_root / fam / f"t{T}-kv{kv}"
+    row["cold_cache_empty"] = not (rowdir.exists() and any(rowdir.iterdir()))
+    rowdir.mkdir(parents=True, exist_ok=True)
+    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "deadline": time.time() + args.row_budget,
+            "inductor": inductor}
+    search = {"workers": args.workers, "max_kernel_ops": args.max_kernel_ops, "max_block_ops": args.max_block_ops}
+    if args.small:  # a smoke run: searches small enough to end well within the time limit
+        search["max_kernel_ops"] = search["max_kernel_ops"] or 1
+        search["max_block_ops"] = search["max_block_ops"] or 4
+    if any(v is not None for v in search.values()):
+        opts["search"] = {k: v for k, v in search.items() if v is not None}
+    ours = None
+    L.forget_backend_memo()
+    torch._dynamo.reset()
+    try:
+        t0 = time.perf_counter()
+        ours = torch.compile(step, backend="mugraph", options=opts)
+        got = ours(*ins)
+        row["cold_s"] = time.perf_counter() - t0
+        row["max_abs_err"] = float((got.float() - want.float()).abs().max())
+        row["rel_err"] = float((got.float() - want.float()).norm() / want.float().norm())
+        comp = [c for c in recent_graphs() if c.captured]
+        pieces = [bp for cap in comp[-1].captured.values() for bp in cap.pieces] if comp else []
+        row["pieces"] = len(pieces)
+        row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+    except RowTimeout:
+        raise
+    except Exception as e:  # noqa: BLE001 - eager and Inductor are still timed
+        row["mugraph_error"] = L.one_line(e)
+        ours = None
+
+    launches = {"eager": lambda: step(*ins), "compile": lambda: default(*ins)}
+    if ours is not None:
+        launches["mugraph"] = lambda: ours(*ins)
+    times = L.time_steps(launches, device)
+    for name, v in times.items():
+        if isinstance(v, float):
+            row[f"{name}_us"] = v * 1e6
+        else:
+            row[f"{name}_error"] = v
+    if isinstance(row.get("mugraph_us"), float):
+        if isinstance(row.get("compile_us"), float):
+            row["x_compile"] = row["compile_us"] / row["mugraph_us"]
+        row["x_floor"] = row["mugraph_us"] / row["floor_us"]
+
+    # warm: a fresh layer object, a fresh torch.compile, the same result-cache folder
+    if ours is not None:
+        del ours
+        torch._dynamo.reset()
+        L.forget_backend_memo()
+        _, layer2, _ = L.build_layer(fam, args.small, device, dtype, args.attn, max(args.kv) + max(args.tokens) + 16)
+        step2 = L.make_step(layer2)
+        try:
+            t0 = time.perf_counter()
+            again = torch.compile(step2, backend="mugraph", options={**opts, "deadline": time.time() + args.row_budget})
+            got2 = again(*ins)
+            row["warm_s"] = time.perf_counter() - t0
+            row["warm_matches_cold"] = bool(torch.allclose(got2.float(), got.float(), rtol=1e-3, atol=1e-3))
+        except RowTimeout:
+            raise
+        except Exception as e:  # noqa: BLE001
+            row["warm_error"] = L.one_line(e)
+        del layer2
+
+
+def summary(row: dict) -> str:
+    if "error" in row:
+        return f"error: {row['error']}"
+    parts = [f"{k.replace('_us', '')} {row[k]:.1f} μs" for k in ("eager_us", "compile_us", "mugraph_us")
+             if isinstance(row.get(k), float)]
+    if "x_compile" in row:
+        parts.append(f"× compile {row['x_compile']:.2f}")
+    if "cold_s" in row:
+        parts.append(f"cold {row['cold_s']:.1f} s, warm {row.get('warm_s', float('nan')):.1f} s")
+    for k in ("mugraph_error", "warm_error", "eager_error", "compile_error"):
+        if k in row:
+            parts.append(f"{k}: {row[k]}")
+    return "; ".join(parts)
+
+
+def _f(v, fmt):
+    return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+
+def format_table(rows, header, geo) -> str:
+    lines = [f"Decoder layers ({header['sizes']} sizes), one decode step on {header['device']}, "
+             f"{header['dtype']}, attention {header['attention']}; {header['timing']}. KV cache: "
+             f"{header['kv_cache']}; masks: {', '.join(header.get('masks', [])) or '—'}. Memory floor at "
+             f"{header['copy_bandwidth_GBps']:.0f} GB/s (copy bandwidth measured here). "
+             f"Search ≤ {header['time_limit_s']:g} s a piece; compile times: cold = first call with an empty "
+             "result cache, warm = a fresh compile of a fresh layer with the same cache.", "",
+             "| layer | new tokens | cached tokens | eager μs | torch.compile μs | mugraph μs | × compile "
+             "| floor μs | mugraph / floor | cold compile s | warm compile s | pieces (mugraph / all) "
+             "| max abs err vs eager | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        notes = [r[k] for k in ("error", "mugraph_error", "warm_error", "eager_error", "compile_error")
+                 if k in r]
+        if r.get("cold_cache_empty") is False:
+            notes.append("cache not empty before: cold is not cold")
+        if r.get("warm_matches_cold") is False:
+            notes.append("warm result differs from cold")
+        pieces = f"{r['pieces_mugraph']} / {r['pieces']}" if "pieces" in r else "—"
+        lines.append(
+            f"| {r['layer']} | {r['tokens']} | {r['kv']} | {_f(r.get('eager_us'), '.1f')} "
+            f"| {_f(r.get('compile_us'), '.1f')} | {_f(r.get('mugraph_us'), '.1f')} "
+            f"| {_f(r.get('x_compile'), '.2f')}{'×' if 'x_compile' in r else ''} | {_f(r.get('floor_us'), '.1f')} "
+            f"| {_f(r.get('x_floor'), '.2f')}{'×' if 'x_floor' in r else ''} | {_f(r.get('cold_s'), '.1f')} "
+            f"| {_f(r.get('warm_s'), '.1f')} | {pieces} | {_f(r.get('max_abs_err'), '.1e')} "
+            f"| {'; '.join(dict.fromkeys(notes))} |")
+    lines += ["", f"Geomean of × compile (torch.compile μs / mugraph μs) over {sum('x_compile' in r for r in rows)} "
+              f"rows: {_f(geo, '.3f')}{'×' if geo else ''}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

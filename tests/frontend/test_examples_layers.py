@@ -1,0 +1,44 @@
+"""The decoder-layer examples' helpers (examples/_layers.py, examples/hf_decoder_layers.py):
+each family's tiny layer builds, a decode step reads the KV cache, the floor counts its
+bytes, and a row that failed still prints in the table. No compile: the smoke run itself
+(``python examples/hf_decoder_layers.py --small --device cpu ...``) takes minutes."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import _layers as L  # noqa: E402
+import hf_decoder_layers as H  # noqa: E402
+
+
+@pytest.mark.parametrize("family", list(L.FAMILIES))
+def test_decode_step_reads_the_cache(family):
+    cfg, layer, rope = L.build_layer(family, True, "cpu", torch.float32, "sdpa", 64)
+    with torch.no_grad():
+        for tokens in (1, 3):
+            args, how = L.decode_inputs(cfg, rope, tokens, 16, "cpu", torch.float32)
+            assert "create_causal_mask" in how, how
+            step = L.make_step(layer)
+            y = step(*args)
+            assert step.last_cache.calls == 1 and y.shape == (1, tokens, cfg.hidden_size)
+            # another past gives another output: the new tokens attend over it
+            other = (args[0], args[1], args[2], args[3] * 2, args[4] + 1) + args[5:]
+            assert not torch.allclose(step(*other), y)
+    fb = L.floor_bytes(cfg, layer, 1, 16, torch.float32)
+    assert fb["kv"] == 2 * 16 * cfg.num_key_value_heads * L.head_dim(cfg) * 4
+    assert fb["total"] > fb["weights"] > 0
+
+
+def test_a_failed_row_prints():
+    header = {"sizes": "tiny", "device": "cpu", "dtype": "float32", "attention": "sdpa", "timing": "wall",
+              "kv_cache": "PastKV", "copy_bandwidth_GBps": 10.0, "time_limit_s": 1.0}
+    rows = [{"family": "llama", "layer": "LLaMA-3-8B", "tokens": 1, "kv": 64, "error": "build: ImportError: x"},
+            {"family": "qwen2", "layer": "Qwen2-7B", "tokens": 1, "kv": 64, "eager_us": 3.0, "compile_us": 2.0,
+             "mugraph_us": 1.0, "x_compile": 2.0, "floor_us": 0.5, "x_floor": 2.0}]
+    text = H.format_table(rows, header, 2.0)
+    assert "build: ImportError: x" in text and "| 2.00× |" in text and "2.000×" in text
