@@ -19,7 +19,11 @@ Mapping (docs/design.md §7.6, paper §6):
 * ``concat``/``reshape``/``repeat`` that rearrange elements go through a small
   per-program scratch area (the block's "shared memory"), with barriers; a
   matmul of two matching concats is split into a sum of matmuls instead;
-* savers are masked stores at the omap offsets.
+* savers are masked stores at the omap offsets;
+* a running max and the sums rescaled to it (the online softmax's state) keep the max
+  in fp32 registers, each step rescaling what was accumulated; split-K programs hand
+  over their maxima with their partials and the combine rescales each onto the
+  common maximum (:meth:`_Kernels.combine_maxima`).
 
 Values are computed in fp32 in registers; a tile is rounded to its dtype only where
 it leaves registers (stores) or enters a tensor-core ``tl.dot``. Every decision is
@@ -30,13 +34,15 @@ them (:class:`_Kernels`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
-from mugraph.core.ir import AXES, BlockGraph
+from mugraph.core.ir import AXES, RUNNING_MAX, SUM, BlockGraph
 
 from .config import KernelConfig, KernelConfigError, parse_sub
 from .emit import EMITTERS, TL_DTYPE, Emitter, Val, emit_block
-from .plan import KernelPlan, plan
+from .emit.loads import scale_to
+from .plan import KernelPlan, RunningMax, plan
 from .tiles import TileInfo
 
 __all__ = ["BlockKernel", "DevArg", "EMITTERS", "KernelConfig", "Launch", "generate", "parse_sub", "render"]
@@ -126,6 +132,9 @@ class _Kernels:
         self.scratch_buf = [f"{name}_scratch"] if p.scratch else []
         self.part_args = [f"part{j}_ptr" for j in range(len(p.accumulators))]
         self.part_bufs = [f"{name}_part{j}" for j in range(len(p.accumulators))]
+        # running maxima handed over beside the accumulators (no accum_max hands them over)
+        self.part_args += [f"max{g}_ptr" for g in range(len(p.max_partials))]
+        self.part_bufs += [f"{name}_max{g}" for g in range(len(p.max_partials))]
 
     # -- the three shapes of a kernel
     def single(self) -> None:
@@ -199,7 +208,12 @@ class _Kernels:
         once-after-the-loop reductions of deferred sums and products."""
         p, em = self.p, self.em
         body, post = [], []
+        for rm in p.running_maxes:
+            body.append(f"{rm.name} = tl.full({em.vals[rm.shift.id].pshape}, float('-inf'), tl.float32)  "
+                        f"# running max of {rm.shift.label()}")
         for op in p.loop_accumulators:
+            if p.folds_as(op) == RUNNING_MAX:
+                continue  # its value is the running max
             v = em.vals[op.outputs[0].id]
             x = em.vals[op.inputs[0].id]
             src = op.inputs[0].op.id
@@ -281,7 +295,26 @@ class _Kernels:
             mk = f", mask={m}" if m else ""
             body.append(f"tl.store(part{j}_ptr + (split * {p.programs} + blk) * {p.partial_elements(op)} + {idx}, "
                         f"{v.name}{mk})")
+        for g, rm in enumerate(p.max_partials):
+            mv = self.max_val(rm)
+            idx, m = self.part_index(mv)
+            mk = f", mask={m}" if m else ""
+            body.append(f"tl.store(max{g}_ptr + (split * {p.programs} + blk) * {math.prod(mv.rshape)} + {idx}, "
+                        f"{rm.name}{mk})  # the scale of this split's rescaled partials")
         return h, body
+
+    def max_val(self, rm: RunningMax) -> Val:
+        """The register value of running maximum ``rm`` (shaped like its shift tile)."""
+        m = self.em.vals[rm.shift.id]
+        return Val(rm.name, m.pshape, m.rshape, True, m.clean, m.finite)
+
+    def max_partial(self, rm: RunningMax) -> tuple[str, int]:
+        """The pointer and elements per tile of the partials of running maximum ``rm``: its
+        ``accum_max``'s, or a buffer of its own."""
+        p = self.p
+        if rm.maximum is not None:
+            return f"part{p.accumulators.index(rm.maximum)}_ptr", p.partial_elements(rm.maximum)
+        return f"max{p.max_partials.index(rm)}_ptr", math.prod(self.max_val(rm).rshape)
 
     def combine_lines(self, blk: str, pro: list[str], last: bool) -> list[str]:
         """Sum the ``split`` partials of output tile ``blk``, then the epilogue and savers."""
@@ -289,6 +322,8 @@ class _Kernels:
         body = list(pro)
         body.append(f"# sum the {split} partial accumulators")
         for j, op in enumerate(p.accumulators):
+            if p.folds_as(op) != SUM:
+                continue  # a running max or a rescaled sum: combined below
             v = em.vals[op.outputs[0].id]
             idx, m = self.part_index(v)
             mk = f", mask={m}, other=0.0" if m else ""
@@ -299,7 +334,53 @@ class _Kernels:
             body.append(f"for k in {'tl.static_range' if last else 'range'}({split}):")
             body.append(f"    {v.name} += tl.load(part{j}_ptr + (k * {p.programs} + {blk}) * "
                         f"{p.partial_elements(op)} + {idx}{mk}{cm})")
+        body += self.combine_maxima(blk, last)
         return body + em.lines_of(p.schedule.epilogue) + self.savers()
+
+    def combine_maxima(self, blk: str, last: bool) -> list[str]:
+        """Combine the split-K partials of running maxima and of the sums rescaled to them
+        (flash-decoding's combine): ``M = max_k M_k`` and ``acc = Σ_k acc_k·exp(M_k − M)``
+        — each partial was kept on the scale of its own split's ``M_k`` — with the safe
+        shift of the loop (0 where ``M`` is −inf: such a row's partials are all zero). A max
+        of a loop-invariant tile is the max of its copies."""
+        p, em, split = self.p, self.em, self.p.config.split
+        rng = "tl.static_range" if last else "range"
+        cm = ', cache_modifier=".cg"' if last else ""
+        body: list[str] = []
+
+        def load(ptr: str, elements: int, v: Val) -> str:
+            idx, m = self.part_index(v)
+            mk = f", mask={m}, other=0.0" if m else ""
+            return f"tl.load({ptr} + (k * {p.programs} + {blk}) * {elements} + {idx}{mk}{cm})"
+
+        for j, op in enumerate(p.accumulators):
+            if p.folds_as(op) == RUNNING_MAX and p.running_max(op) is None:
+                v = em.vals[op.outputs[0].id]
+                body.append(f"{v.name} = tl.full({v.pshape}, float('-inf'), tl.float32)  # max of the splits' copies")
+                body.append(f"for k in {rng}({split}):")
+                body.append(f"    {v.name} = tl.maximum({v.name}, {load(f'part{j}_ptr', p.partial_elements(op), v)})")
+        for rm in p.running_maxes:
+            mv, (ptr, n) = self.max_val(rm), self.max_partial(rm)
+            body.append(f"# the running max of {rm.shift.label()} over the {split} splits"
+                        + (", and its rescaled sums" if rm.sums else ""))
+            body.append(f"{rm.name} = tl.full({mv.pshape}, float('-inf'), tl.float32)")
+            body.append(f"for k in {rng}({split}):")
+            body.append(f"    {rm.name} = tl.maximum({rm.name}, {load(ptr, n, mv)})")
+            if not rm.sums:
+                continue
+            body.append(f"{rm.name}_safe = tl.where({rm.name} == float('-inf'), 0.0, {rm.name})")
+            for op in rm.sums:
+                v = em.vals[op.outputs[0].id]
+                body.append(f"{v.name} = tl.zeros({v.pshape}, dtype=tl.float32)")
+            body.append(f"for k in {rng}({split}):")
+            body.append(f"    {rm.name}_alpha = tl.exp({load(ptr, n, mv)} - {rm.name}_safe)  # split k onto the "
+                        "common scale")
+            for op in rm.sums:
+                v = em.vals[op.outputs[0].id]
+                j = p.accumulators.index(op)
+                alpha = scale_to(em, f"{rm.name}_alpha", mv, op.outputs[0].ndim, False)
+                body.append(f"    {v.name} += {load(f'part{j}_ptr', p.partial_elements(op), v)} * {alpha}")
+        return body
 
     def module(self) -> str:
         """The kernels' source: a comment naming the block, config and tensors, then each

@@ -17,8 +17,9 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   L2 bandwidth, with the same occupancy factor;
 * ``t_compute`` — ``tl.dot`` flops (at padded tile sizes: padding costs tensor-core
   work) over the tensor-core rate, plus element-wise flops — CUDA-core matmuls
-  (``KernelConfig.small_mm``) included, and the element-wise ops that make a
-  ``tl.dot`` operand counted once per warp that replicates them — over the
+  (``KernelConfig.small_mm``) included, the element-wise ops that make a
+  ``tl.dot`` operand counted once per warp that replicates them, and an online
+  softmax's running max and rescales per step (:func:`_online_work`) — over the
   CUDA-core rate;
 * ``t_fma`` — the CUDA-core matmuls' flops over the CUDA-core rate once more, *added*:
   each step's multiply-adds wait for the step's tiles and keep the program from
@@ -42,7 +43,8 @@ Residency (programs per SM) is bounded by shared memory at *padded* extents
 (:func:`lower.memory.padded_shared_memory` of the kernel's plan), warps, and registers (accumulators —
 the un-reduced products of ``small_mm="va"`` included).
 
-Split-K adds the partials' bytes and either a combine launch or (``combine="last"``)
+Split-K adds the partials' bytes (running maxima handed over with rescaled partials
+included) and either a combine launch or (``combine="last"``)
 a chain of round trips for the last program of each tile (store, atomic, loads); either
 way one program per tile reads the partials back, so they come at most ``sm_bw`` a tile.
 
@@ -199,6 +201,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     t_cone = _cone_reduced(p) * steps * math.ceil(total / dev.sms) / dev.cone_reduce
     if split > 1:
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
+        part += sum(math.prod(info.shape(rm.shift)) * 4 for rm in p.max_partials) * nprog * split
         d_in = dram - sum(t.nbytes for t in op.outputs) + part
         costs.append(LaunchCost(f"k{op.id}_partial", total, d_in, l2 + part, tc + ew,
                                 d_in / bw / eff * quant, (l2 + part) / dev.l2_bw / busy, t_c, serial,
@@ -277,7 +280,36 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
             acc_regs += math.prod(info.padded(src.inputs[0] if src.id in p.deferred_sums else out))
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
-    return tc, ew, fma, acc_regs
+    online_ew, online_regs = _online_work(p)
+    return tc, ew + online_ew * total * steps, fma, acc_regs + online_regs
+
+
+#: element-wise ops per element of a shift tile, per loop step, to keep its running max: the new
+#: max, the safe shift, two differences, two exponentials (:class:`lower.plan.RunningMax`)
+RUNNING_MAX_OPS = 6
+#: element-wise ops per element of a rescaled accumulator per loop step: acc·alpha + x·beta
+RESCALE_OPS = 3
+
+
+def _online_work(p: KernelPlan) -> tuple[float, float]:
+    """Element-wise ops one program adds per loop step for its running maxima and the
+    sums rescaled to them (at padded sizes; a plain sum's add is not counted, as before),
+    and the fp32 registers of running maxima no ``accum_max`` holds already."""
+    info, ew, regs = p.info, 0.0, 0.0
+    for rm in p.running_maxes:
+        m = math.prod(info.padded(rm.shift))
+        ew += RUNNING_MAX_OPS * m
+        if rm.maximum is None:
+            regs += m
+        for op in rm.ops:
+            if op is not rm.maximum:
+                src = op.inputs[0].op
+                held = src.inputs[0] if src.id in p.deferred_sums else op.outputs[0]
+                n = math.prod(info.padded(held))
+                if src.id in info.deferred:        # "va": the un-reduced product (.., m, k, n)
+                    n *= info.padded(src.inputs[0])[-1]
+                ew += RESCALE_OPS * n
+    return ew, regs
 
 
 def _cone_reduced(p: KernelPlan) -> float:

@@ -13,6 +13,8 @@
   storage dtype because only tensor-core dots read them;
 * deferred sums (:attr:`KernelPlan.deferred_sums`) and the concat ∘ matmul peephole
   (split matmuls, concats never materialized);
+* the running maxima of an online softmax (:attr:`KernelPlan.running_maxes`): one per
+  loop-varying shift tile, shared by every sum rescaled to it and by its ``accum_max``;
 * the per-program scratch area of the rearranging ops (:attr:`KernelPlan.staged`);
 * the launch geometry: grid axes, programs, the accumulators split-K programs hand
   over, workspace buffers and tile counters (:meth:`KernelPlan.buffers`,
@@ -29,17 +31,41 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from mugraph.core.ir import AXES, BlockGraph, Op, Tensor
+from mugraph.core.ir import AXES, RESCALED, RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
 
 from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
-from .tiles import TileInfo, analyze
+from .tiles import TileInfo, analyze, sums_up
 
 DEFER_SUM_REGS = 32
 """Most fp32 registers per thread an un-reduced sum accumulator may take
 (:attr:`KernelPlan.deferred_sums`)."""
 
+
+
+@dataclass(eq=False)
+class RunningMax:
+    """The running maximum ``M`` of one loop-varying shift tile ``m`` (an online softmax's
+    row max), kept in fp32 registers across the loop: the scale every sum rescaled by ``m``
+    is kept on, and the value of ``accum_max(m)``. Each step computes the new maximum and
+    two factors once — ``alpha = exp(M_old − M_new)`` for what was accumulated so far,
+    ``beta = exp(m_i − M_new)`` for the step's terms — and every accumulator of the group
+    updates as ``acc·alpha + x·beta``."""
+
+    shift: Tensor                            # the loop tile m_i
+    ops: list[Op]                            # its accumulators, in emission order (the first writes the step)
+    name: str                                # the register variable holding M
+
+    @property
+    def sums(self) -> list[Op]:
+        """The sums rescaled to this maximum."""
+        return [op for op in self.ops if accum_monoid(op) == RESCALED]
+
+    @property
+    def maximum(self) -> Op | None:
+        """The ``accum_max`` of the shift, if the block reads ``M`` itself."""
+        return next((op for op in self.ops if accum_monoid(op) == RUNNING_MAX), None)
 
 
 @dataclass(eq=False)
@@ -74,6 +100,7 @@ class KernelPlan:
     programs: int = 1                        # programs per split (grid blocks × sub-tiles)
     accumulators: list[Op] = field(default_factory=list)            # handed over by split-K programs
     loop_accumulators: list[Op] = field(default_factory=list)       # updated every loop step
+    running_maxes: list[RunningMax] = field(default_factory=list)   # one per loop-varying shift tile
 
     # -- derived views
     @property
@@ -94,6 +121,26 @@ class KernelPlan:
         """Prologue ops a separate combine kernel recomputes (those not downstream of an accumulator)."""
         return [o for o in self.schedule.prologue if o.outputs[0].acc is None]
 
+    def folds_as(self, acc: Op) -> str:
+        """How accumulator ``acc`` folds the loop here: ``"sum"``, ``"max"`` or ``"rescaled"``
+        (:func:`mugraph.core.ir.accum_monoid`), except that a sum rescaled by a loop-invariant
+        shift is a plain sum — every ``exp(m_i − M)`` is 1."""
+        monoid = accum_monoid(acc)
+        if monoid == RESCALED and acc.inputs[1].op.id not in self.loop_ops:
+            return SUM
+        return monoid
+
+    def running_max(self, acc: Op) -> RunningMax | None:
+        """The running maximum accumulator ``acc`` belongs to (``None``: a plain sum, or a
+        max or rescale of a loop-invariant tile)."""
+        return next((rm for rm in self.running_maxes if acc in rm.ops), None)
+
+    @property
+    def max_partials(self) -> list[RunningMax]:
+        """Running maxima split-K programs hand over beside their accumulators: those no
+        ``accum_max`` hands over already (the combine rescales each partial by its own)."""
+        return [rm for rm in self.running_maxes if rm.maximum is None]
+
     def partial_elements(self, acc: Op) -> int:
         """Elements of one program's partial of accumulator ``acc`` (real extents, compact)."""
         return math.prod(self.info.shape(acc.outputs[0]))
@@ -106,6 +153,8 @@ class KernelPlan:
         if self.config.split > 1:
             for j, acc in enumerate(self.accumulators):
                 out[f"{name}_part{j}"] = self.config.split * self.programs * self.partial_elements(acc) * 4
+            for g, rm in enumerate(self.max_partials):
+                out[f"{name}_max{g}"] = self.config.split * self.programs * math.prod(self.info.shape(rm.shift)) * 4
         return out
 
     def locks(self, name: str) -> dict[str, int]:
@@ -144,6 +193,7 @@ def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
     p.programs = math.prod(g for _, g in p.axes)
     p.accumulators = [op for op in sch.loop + sch.invariant_accums if op.kind == "accum"]
     p.loop_accumulators = [op for op in sch.loop if op.kind == "accum"]
+    p.running_maxes = _running_maxes(p)
     return p
 
 
@@ -156,9 +206,29 @@ def _check(block: BlockGraph, cfg: KernelConfig) -> None:
         raise KernelConfigError(f"combine must be 'kernel' or 'last', got {cfg.combine!r}")
 
 
+def _running_maxes(p: KernelPlan) -> list[RunningMax]:
+    """The loop's running maxima: one per loop-varying shift tile, with the accumulators
+    that rescale by it or read its maximum, in emission order. Two rescaled sums of one
+    shift share one ``M`` (the IR's meaning), so they share one register and one pair of
+    factors per step."""
+    groups: dict[int, RunningMax] = {}
+    for op in p.loop_accumulators:
+        monoid = p.folds_as(op)
+        if monoid == SUM:
+            continue
+        m = op.inputs[0] if monoid == RUNNING_MAX else op.inputs[1]
+        if m.op.id not in p.loop_ops:
+            continue  # the max of an invariant tile is that tile
+        rm = groups.setdefault(m.id, RunningMax(m, [], f"run_{m.label()}"))
+        rm.ops.append(op)
+    return list(groups.values())
+
+
 def _deferred_sums(p: KernelPlan) -> dict[int, int]:
     """Sums (reductions whose combine is addition) of the loop body whose only use is an
-    accumulator (op id -> dim).
+    accumulator that adds them up (op id -> dim): a sum, or the summed side of a rescaled
+    sum — its per-row scale broadcasts over the summed dim, so the un-reduced tile rescales
+    as the sum would (:func:`lower.tiles.sums_up`).
 
     Σ_steps Σ_dim x = Σ_dim Σ_steps x: such a sum can add up the un-reduced tile and
     reduce once after the loop. Reducing every step costs a cross-warp exchange and a
@@ -176,7 +246,7 @@ def _deferred_sums(p: KernelPlan) -> dict[int, int]:
         x, t = op.inputs[0], op.outputs[0]
         users = p.consumers.get(t, [])
         d = op.attrs["dim"]
-        if (len(users) != 1 or users[0].kind != "accum" or users[0].id not in p.loop_ops
+        if (len(users) != 1 or not sums_up(users[0], t) or users[0].id not in p.loop_ops
                 or info.shape(x)[d] == 1 or t in saved):
             continue
         if math.prod(info.padded(x)) <= DEFER_SUM_REGS * 32 * p.config.num_warps:

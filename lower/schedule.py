@@ -28,7 +28,7 @@ class BlockSchedule:
     prologue: list[Op]
     loop: list[Op]
     epilogue: list[Op]
-    invariant_accums: list[Op]   # accumulators of loop-invariant values: acc = F · x
+    invariant_accums: list[Op]   # accumulators of loop-invariant values: acc = F · x (a max: x)
 
 
 def depths(ops: list[Op]) -> dict[int, int]:
@@ -45,8 +45,8 @@ def schedule_block(block: BlockGraph) -> BlockSchedule:
     for op in block.ops:
         out = op.outputs[0]
         if op.kind == "accum":
-            (x,) = op.inputs
-            if x.id in invariant:
+            # a running max or a rescaled sum is invariant when everything it folds is
+            if all(x.id in invariant for x in op.inputs):
                 inv_acc.append(op)
             else:
                 loop.append(op)

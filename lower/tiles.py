@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mugraph.core.ir import BlockGraph, Tensor
+from mugraph.core.ir import RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.core.unionfind import UnionFind
 
@@ -125,6 +125,11 @@ def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | Non
     size = {c: s // split.get(c, 1) for c, s in size0.items()}
     lc = None
     if chunk > 1:
+        odd = non_sum_accumulator(block)
+        if odd is not None:
+            what = "a running max" if accum_monoid(odd) == RUNNING_MAX else "a sum rescaled to a running max"
+            raise KernelConfigError(f"the loop cannot be re-chunked by {chunk}: accumulator {odd.outputs[0].label()} "
+                                    f"(block op {odd.id}) is {what}, and a chunk's max is not each iteration's")
         lc = _loop_class(block, cls, size0)
         if lc is None or block.forloop % chunk:
             raise KernelConfigError(f"the loop cannot be re-chunked by {chunk} (forloop {block.forloop}, "
@@ -168,8 +173,13 @@ def _join(uf: UnionFind, op) -> set:
         return set()
     out = op.outputs[0]
     if op.kind == "accum":
+        x = op.inputs[0]
         for d in range(out.ndim):
-            uf.union((op.inputs[0].id, d), (out.id, d))
+            uf.union((x.id, d), (out.id, d))
+        for m in op.inputs[1:]:  # a rescale's shift: its per-row scale lines up with x's rows
+            for d in range(1, m.ndim + 1):
+                if m.shape[-d] == x.shape[-d]:
+                    uf.union((m.id, m.ndim - d), (x.id, x.ndim - d))
         return set()
     ins = op.inputs
     dm = dim_map(op.kind, [t.shape for t in ins], op.attrs, out.shape)
@@ -226,7 +236,7 @@ def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list, loop: frozense
         t = op.outputs[0]
         users = cons.get(t, [])
         if (op.id in info.dot_ops or op.id not in loop or t.ndim > 3 or len(users) != 1
-                or users[0].kind != "accum" or users[0].id not in loop):
+                or not sums_up(users[0], t) or users[0].id not in loop):
             continue
         n = math.prod(info.padded(t)) * info.padded(op.inputs[0])[-1]
         if total + n > DEFER_MAX:
@@ -234,6 +244,23 @@ def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list, loop: frozense
         total += n
         out.add(op.id)
     return out
+
+
+def sums_up(acc: Op, t: Tensor) -> bool:
+    """Does accumulator ``acc`` add ``t`` up over the loop — a sum, or the summed side of a
+    rescaled sum (each step's term times a per-row scale)? Then ``t`` may be accumulated
+    un-reduced and reduced once after the loop: a sum over the reduced dim commutes with
+    both. Not a running max, and not the shift of a rescale (its values, not their sum,
+    are folded)."""
+    return (acc.kind == "accum" and accum_monoid(acc) != RUNNING_MAX and acc.inputs[0] is t
+            and all(m is not t for m in acc.inputs[1:]))
+
+
+def non_sum_accumulator(block: BlockGraph) -> Op | None:
+    """The first accumulator of ``block`` that is not a plain sum (a running max or a
+    rescaled sum), if any: re-chunking the loop would fold a chunk's max, not each
+    iteration's."""
+    return next((op for op in block.ops if op.kind == "accum" and accum_monoid(op) != SUM), None)
 
 
 def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:
@@ -246,9 +273,10 @@ def _loop_class(block: BlockGraph, cls: dict, size0: dict) -> int | None:
     contracting it) whose results go straight into accumulators: a sum over the
     ``R``-chunk is the sum of ``R`` per-iteration sums. Anything else (``max`` over
     ``C``, ``C`` reaching an accumulator, concat/reshape/repeat along ``C``, a
-    ``C``-sum used by another op) keeps ``R = 1``.
+    ``C``-sum used by another op) keeps ``R = 1`` — as does a running max or a rescaled
+    sum anywhere in the block: a chunk would fold one shift for ``R`` iterations.
     """
-    if block.forloop <= 1:
+    if block.forloop <= 1 or non_sum_accumulator(block) is not None:
         return None
     fm = [(op.outputs[0], op.attrs["fmap"]) for op in block.ops
           if op.kind == "iterator" and op.attrs["fmap"] is not None]

@@ -1,10 +1,12 @@
 """Emission of the ops that move data in and across the loop: input iterators
-(masked loads at the imap/fmap offsets) and accumulators (``acc += x``)."""
+(masked loads at the imap/fmap offsets) and accumulators (``acc += x``; a running max
+and the sums rescaled to it, ``acc = acc·alpha + x·beta``)."""
 
 from __future__ import annotations
 
-from mugraph.core.ir import AXES, Op
+from mugraph.core.ir import AXES, RUNNING_MAX, SUM, Op, accum_monoid
 
+from ..plan import RunningMax
 from .core import Emitter, Val
 
 
@@ -68,9 +70,18 @@ def emit_iterator(em: Emitter, op: Op) -> None:
 
 def emit_accum(em: Emitter, op: Op) -> None:
     """``acc += x`` each loop step (fp32); ``acc = F·x`` once for a loop-invariant ``x``; the
-    un-reduced ``acc_k += x`` for a deferred sum or product (reduced after the loop)."""
+    un-reduced ``acc_k += x`` for a deferred sum or product (reduced after the loop). A
+    running max or a rescaled sum goes through its running maximum (:func:`_emit_online`);
+    of an invariant tile, a max is the tile."""
     t = op.outputs[0]
     x = em.vals[op.inputs[0].id]
+    if em.p.folds_as(op) != SUM:
+        if op in em.p.schedule.invariant_accums:
+            v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
+            em.emit(f"{v.name} = {em.f32(x)}  # the max of a loop-invariant tile is the tile")
+        else:
+            _emit_online(em, op, em.p.running_max(op))
+        return
     v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
     if op in em.p.schedule.invariant_accums:
         n = em.p.iterations
@@ -79,3 +90,50 @@ def emit_accum(em: Emitter, op: Op) -> None:
         em.emit(f"{v.name}_k += {x.name}")
     else:
         em.emit(f"{v.name} += {em.f32(x)}")
+
+
+def _emit_online(em: Emitter, op: Op, rm: RunningMax) -> None:
+    """A running max or a rescaled sum in the loop. The group's first accumulator writes the
+    step of its running maximum ``M`` (:class:`lower.plan.RunningMax`): the new maximum, a
+    safe shift (0 where the maximum is still −inf — a row with nothing but −inf so far
+    scales by ``exp(−inf) = 0``, never by ``exp(−inf + inf) = NaN``), the factors
+    ``alpha`` (what was accumulated, onto the new scale) and ``beta`` (this step's terms).
+    A rescaled sum is then ``acc·alpha + x·beta``; a running max's value is ``M``.
+
+    Padding: ``M``'s padding is the running max of ``m``'s, finite and zero where ``m``'s
+    is; the factors are finite where ``m`` is, so a rescaled sum keeps ``x``'s clean dims."""
+    t, m = op.outputs[0], em.vals[rm.shift.id]
+    if op is rm.ops[0]:
+        n = rm.name
+        if not rm.sums:
+            em.emit(f"{n} = tl.maximum({n}, {em.f32(m)})  # running max of {rm.shift.label()} over the loop")
+        else:
+            em.emit(f"# running max of {rm.shift.label()} over the loop: the scale its rescaled sums are kept on")
+            em.emit(f"{n}_new = tl.maximum({n}, {em.f32(m)})")
+            em.emit(f"{n}_safe = tl.where({n}_new == float('-inf'), 0.0, {n}_new)  # all -inf so far: no NaN")
+            em.emit(f"{n}_alpha = tl.exp({n} - {n}_safe)  # what was accumulated, onto the new scale")
+            em.emit(f"{n}_beta = tl.exp({em.f32(m)} - {n}_safe)  # this step's terms")
+            em.emit(f"{n} = {n}_new")
+    if accum_monoid(op) == RUNNING_MAX:
+        v = em.val(t, f32=True, clean=m.clean, finite=m.finite)
+        v.name = rm.name
+        return
+    x = em.vals[op.inputs[0].id]
+    v = em.val(t, f32=True, clean=x.clean if m.finite else frozenset(), finite=x.finite and m.finite)
+    xt = op.inputs[0]
+    deferred = xt.op.id in em.info.deferred or xt.op.id in em.p.deferred_sums
+    alpha, beta = (scale_to(em, f"{rm.name}_{f}", m, xt.ndim, xt.op.id in em.info.deferred)
+                   for f in ("alpha", "beta"))
+    acc = f"{v.name}_k" if deferred else v.name
+    em.emit(f"{acc} = {acc} * {alpha} + {em.f32(x)} * {beta}")
+
+
+def scale_to(em: Emitter, expr: str, m: Val, rank: int, unreduced_product: bool) -> str:
+    """A per-row scale ``expr`` shaped like shift ``m`` (which broadcasts to ``x``, rank
+    ``rank``), as an operand of ``x``'s accumulator: leading unit dims up to ``x``'s rank,
+    and a unit k dim before the last when the accumulator holds a matmul's un-reduced
+    product (.., m, k, n)."""
+    e = em.align(expr, len(m.pshape), rank)
+    if unreduced_product:
+        e = f"{e}[{', '.join([':'] * (rank - 1) + ['None', ':'])}]"
+    return e

@@ -1,0 +1,238 @@
+"""Online softmax lowered: accumulators over a monoid (docs/design.md §7.14).
+
+A running max (``BlockGraph.accum_max``) and the sums rescaled to it
+(``BlockGraph.accum(x, shift=m)``) become an fp32 running maximum in registers with one
+``acc·alpha + x·beta`` update per accumulator and step. Checked against the float64
+interpreter at logits large enough (scores ×30) that an exponential without the shift
+overflows fp16, in fp16 and fp32: the one-kernel form, the
+split (flash-decoding) form of two kernels, and an attention-shaped μGraph (Q per block,
+Kᵀ and V walked by the loop); split-K across programs (a rescaled combine), both
+combines, deferred sums and un-reduced products; re-chunking refused by name. CPU only
+(Triton interpreter)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import lower
+import mugraph as mg
+from lower import cost_model
+from lower.config import KernelConfig, KernelConfigError
+from lower.plan import plan
+from lower.profile import layout_choices
+from lower.testing import check
+from lower.tiles import loop_chunks
+
+TOL = {"float32": 1e-4, "float16": 2e-2}
+LOGIT_SCALE = 30.0
+
+
+def _online(rows: int, keys: int, d: int, steps: int, dtype: str, post_max: bool = False) -> mg.KernelGraph:
+    """One kernel (as ``tests/verify/test_online.py``'s): the loop walks the keys; per step
+    m = max(s_i), e = exp(s_i − m); Σe and e @ v accumulated rescaled by m."""
+    g = mg.KernelGraph("online")
+    s, v = g.input("s", (rows, keys), dtype), g.input("v", (keys, d), dtype)
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=steps)
+    st, vt = bg.input(s, (None, None, None), 1), bg.input(v, (None, None, None), 0)
+    m = mg.max(st, 1)
+    e = mg.exp(st - m)
+    out = bg.accum(e @ vt, m) / bg.accum(mg.sum(e, 1), m)
+    if post_max:  # the running max read after the loop
+        out = out + bg.accum_max(m)
+    bg.output(out, (None, None, None))
+    (o,) = g.kernel(bg)
+    g.output(o)
+    return g
+
+
+def _split(rows: int, keys: int, d: int, chunks: int, steps: int, dtype: str) -> mg.KernelGraph:
+    """Two kernels (flash-decoding): per chunk of the keys the online kernel writes its
+    partial numerator, denominator and running max; the combine loops over the chunks
+    with the same rescaled accumulators."""
+    g = mg.KernelGraph("split")
+    s, v = g.input("s", (rows, keys), dtype), g.input("v", (keys, d), dtype)
+    b1 = mg.BlockGraph(grid=(chunks, 1, 1), forloop=steps)
+    loop = steps > 1
+    st = b1.input(s, (1, None, None), 1 if loop else None)
+    vt = b1.input(v, (0, None, None), 0 if loop else None)
+    m = mg.max(st, 1)
+    e = mg.exp(st - m)
+    b1.output(b1.accum(e @ vt, m), (1, None, None))
+    b1.output(b1.accum(mg.sum(e, 1), m), (1, None, None))
+    b1.output(b1.accum_max(m), (1, None, None))
+    num, den, mx = g.kernel(b1)
+    b2 = mg.BlockGraph(grid=(1, 1, 1), forloop=chunks)
+    nt, dt, mt = (b2.input(t, (None, None, None), 1) for t in (num, den, mx))
+    b2.output(b2.accum(nt, mt) / b2.accum(dt, mt), (None, None, None))
+    (o,) = g.kernel(b2)
+    g.output(o)
+    return g
+
+
+def _attention(blocks: int, rows: int, keys: int, d: int, steps: int, dtype: str) -> mg.KernelGraph:
+    """Attention: a Q tile (rows × d) per block, Kᵀ and V walked over the keys; S = Q@Kᵀ
+    scaled, m = max(S), e = exp(S − m), e@V and Σe accumulated rescaled by m, divided
+    after the loop."""
+    g = mg.KernelGraph("attention")
+    q = g.input("q", (blocks * rows, d), dtype)
+    kt, v = g.input("kt", (d, keys), dtype), g.input("v", (keys, d), dtype)
+    bg = mg.BlockGraph(grid=(blocks, 1, 1), forloop=steps)
+    qt = bg.input(q, (0, None, None), None)
+    kk, vv = bg.input(kt, (None, None, None), 1), bg.input(v, (None, None, None), 0)
+    s = mg.scale(qt @ kk, 1 / math.sqrt(d))
+    m = mg.max(s, 1)
+    e = mg.exp(s - m)
+    bg.output(bg.accum(e @ vv, m) / bg.accum(mg.sum(e, 1), m), (0, None, None))
+    (o,) = g.kernel(bg)
+    g.output(o)
+    return g
+
+
+def _inputs(g: mg.KernelGraph, seed: int, large: tuple[str, ...] = ("s", "q")) -> dict[str, torch.Tensor]:
+    """Standard normal inputs in the graph's dtypes, the logits' side ×30."""
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for t in g.inputs:
+        x = torch.randn(t.shape, generator=gen, dtype=torch.float64)
+        out[t.name] = (x * (LOGIT_SCALE if t.name in large else 1.0)).to(getattr(torch, t.dtype))
+    return out
+
+
+def _kernels(g: mg.KernelGraph) -> list:
+    return [op for op in g.ops if op.kind == "graph_defined"]
+
+
+def _run(g: mg.KernelGraph, labels, seed: int = 0) -> list[float]:
+    """Lower ``g`` with a config per kernel (a label, or one label for every kernel), run
+    it on inputs whose logits overflow an unshifted exp, compare with float64."""
+    ops = _kernels(g)
+    labels = [labels] * len(ops) if isinstance(labels, str) else labels
+    configs = {op.id: KernelConfig.from_label(lab) for op, lab in zip(ops, labels)}
+    prog = lower.compile(g, device="cpu", configs=configs, poison=True)
+    return check(prog, g, _inputs(g, seed))
+
+
+def test_the_logits_overflow_an_unshifted_exp():
+    s = _inputs(_online(4, 64, 8, 4, "float16"), 0)["s"].double()
+    assert s.max().item() > 12  # exp overflows fp16 above 11.1
+    assert (s.amax(1) > 12).all()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("shape", [(4, 64, 8, 4), (12, 96, 16, 4)], ids=["4x64", "12x96"])
+@pytest.mark.parametrize("label", ["w4s2", "w4s2r", "w2s2v", "w4s3k2", "w4s3k2Lva"])
+def test_the_online_form_matches_float64(shape, dtype, label):
+    rows, keys, d, steps = shape
+    errs = _run(_online(rows, keys, d, steps, dtype, post_max=label == "w4s3k2"), label)
+    assert max(errs) <= TOL[dtype], (shape, dtype, label, errs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("chunks, steps, labels", [(2, 2, "w4s2"), (3, 2, ("w4s2", "w4s2k3L")),
+                                                   (4, 1, ("w4s2", "w4s2k2"))],
+                         ids=["2x2", "3x2-combine-split", "4x1-invariant"])
+def test_the_split_form_matches_float64(chunks, steps, labels, dtype):
+    """Per-chunk partials saved with their running max (a max of a loop-invariant tile
+    where a chunk is one step), combined by a second kernel — itself split-K below."""
+    g = _split(12, 96, 8, chunks, steps, dtype)
+    errs = _run(g, labels)
+    assert max(errs) <= TOL[dtype], (chunks, steps, labels, dtype, errs)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+@pytest.mark.parametrize("label, sub", [("w4s2", False), ("w4s2k3L", False), ("w4s3", True)],
+                         ids=["default", "splitK-last", "sub-tiles"])
+def test_attention_matches_float64(dtype, label, sub):
+    """Rows not a power of two (24 per block, padded to 32), keys in 3 steps of 32;
+    ``sub``: the output's first parallel class cut in two sub-tiles."""
+    g = _attention(2, 24, 96, 16, 3, dtype)
+    cfg = KernelConfig.from_label(label)
+    if sub:
+        info = plan(_kernels(g)[0].attrs["block"]).info
+        cfg = KernelConfig(num_warps=cfg.num_warps, num_stages=cfg.num_stages, sub=((info.parallel[0], 2),))
+    errs = _run(g, cfg.label())
+    assert max(errs) <= TOL[dtype], (dtype, cfg.label(), errs)
+
+
+def test_a_row_of_minus_inf_shifts_gives_zero_not_nan():
+    """The safe shift: a row whose shift is −inf in every step accumulates nothing (0);
+    a row −inf in some steps only rescales those to 0, as the interpreter does."""
+    g = mg.KernelGraph("masked")
+    s, x = g.input("s", (6, 48), "float32"), g.input("x", (6, 48), "float32")
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=3)
+    st, xt = bg.input(s, (None, None, None), 1), bg.input(x, (None, None, None), 1)
+    bg.output(bg.accum(xt, mg.max(st, 1)), (None, None, None))
+    (o,) = g.kernel(bg)
+    g.output(o)
+    inputs = _inputs(g, 1, large=("s",))
+    inputs["s"][0] = -math.inf          # every step
+    inputs["s"][1, :16] = -math.inf     # the first step only
+    inputs["s"][2, 16:32] = -math.inf   # a middle step
+    for label in ("w4s2", "w4s2k3", "w4s2k3L"):
+        prog = lower.compile(g, device="cpu", configs={_kernels(g)[0].id: KernelConfig.from_label(label)})
+        got = prog(**inputs)
+        assert torch.isfinite(got).all() and (got[0] == 0).all(), label
+        (ref,) = mg.evaluate(g, {k: v.double() for k, v in inputs.items()})
+        ref = torch.as_tensor(ref)
+        assert torch.allclose(got[1:].double(), ref[1:], rtol=1e-5, atol=1e-6), label
+
+
+@pytest.mark.parametrize("label", ["w4s2", "w4s2k2", "w4s2k2L"])
+def test_running_maxima_alone_and_of_invariant_tiles(label):
+    """A running max saved as it is (10 rows, padded to 16); the max of a loop-invariant
+    tile (the tile: split-K programs' copies combined by max, not summed); a sum rescaled by
+    an invariant shift (every factor 1: a plain sum)."""
+    g = mg.KernelGraph("maxima")
+    s, q = g.input("s", (10, 64), "float32"), g.input("q", (10, 3), "float32")
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=4)
+    st, qt = bg.input(s, (None, None, None), 1), bg.input(q, (None, None, None), None)
+    qm = mg.max(qt, 1)
+    bg.output(bg.accum_max(mg.max(st, 1)), (None, None, None))
+    bg.output(bg.accum_max(qm) + bg.accum(mg.sum(st, 1), qm), (None, None, None))
+    running, invariant = g.kernel(bg)
+    g.output(running)
+    g.output(invariant)
+    errs = _run(g, label)
+    assert max(errs) <= TOL["float32"], (label, errs)
+
+
+def test_rechunking_is_refused_by_name_and_not_offered():
+    b = _kernels(_online(4, 64, 8, 8, "float32"))[0].attrs["block"]
+    assert loop_chunks(plan(b).info) == [1]
+    with pytest.raises(KernelConfigError, match=r"re-chunked by 2: accumulator \w+ \(block op \d+\) is a sum "
+                                                r"rescaled to a running max"):
+        plan(b, KernelConfig(chunk=2))
+    layouts = layout_choices(b, small_mm=("dot", "v", "va"))
+    assert {ch for _, _, ch, _, _ in layouts} == {1}
+    assert {s for s, *_ in layouts} == {1, 2, 4, 8} and {mm for *_, mm in layouts} == {"dot", "v", "va"}
+
+
+def test_the_cost_model_prices_the_rescale():
+    """A rescaled sum costs its sum plus the running max's exp/max work per step; the
+    split form's partial maxima are partials too."""
+    rescaled = _online(16, 256, 16, 8, "float16")
+    plain = mg.KernelGraph("plain")
+    s, v = plain.input("s", (16, 256), "float16"), plain.input("v", (256, 16), "float16")
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=8)
+    st, vt = bg.input(s, (None, None, None), 1), bg.input(v, (None, None, None), 0)
+    e = mg.exp(st - mg.max(st, 1))
+    bg.output(bg.accum(e @ vt) / bg.accum(mg.sum(e, 1)), (None, None, None))
+    (o,) = plain.kernel(bg)
+    plain.output(o)
+    for cfg in (KernelConfig(), KernelConfig(split=4), KernelConfig(split=4, combine="last", small_mm="va")):
+        a = cost_model.breakdown(rescaled, configs={_kernels(rescaled)[0].id: cfg})
+        b = cost_model.breakdown(plain, configs={_kernels(plain)[0].id: cfg})
+        assert math.isfinite(a.total) and a.launches[0].flops > b.launches[0].flops, cfg.label()
+    split = _split(12, 96, 8, 2, 2, "float16")
+    assert math.isfinite(cost_model.estimate(split, configs={op.id: KernelConfig(split=2) for op in _kernels(split)}))
+
+
+def test_the_tuners_choice_runs():
+    """Without a GPU the tuner returns the cost model's choice among the layouts it offers."""
+    g = _attention(2, 24, 96, 16, 3, "float16")
+    best = lower.profile(g)
+    prog = lower.compile(g, device="cpu", configs=best.configs, poison=True)
+    assert max(check(prog, g, _inputs(g, 2))) <= TOL["float16"]
