@@ -7,7 +7,7 @@ compute floor, and its accuracy where the program without the max overflows (log
 
 Prints a Markdown table, one row per shape: the decode shapes
 (``mugraph.core.benchmarks.DECODE``, b=1, one query row per head over grouped KV heads)
-and the prompt shapes (``PREFILL``: causal ones read their mask as a 0/1 input).
+and the prompt shapes (``PREFILL``: causal ones read their mask as an additive input).
 ``--unsafe`` also superoptimizes the same program without the max and times its answer.
 """
 
@@ -49,8 +49,9 @@ def _inputs(p: mg.Program) -> dict[str, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(0)
     out = {}
     for t in p.inputs:
-        if t.name == "mask":  # the causal mask of SDPA's is_causal: query i sees keys j <= i
-            out[t.name] = torch.ones(t.shape, device="cuda").tril().to(torch.float16)
+        if t.name == "bias":  # the causal mask of SDPA's is_causal (query i sees keys j <= i), additive
+            low = torch.finfo(torch.float16).min
+            out[t.name] = torch.full(t.shape, low, device="cuda").triu(1).to(torch.float16)
         else:
             out[t.name] = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.5
     return out
@@ -59,8 +60,8 @@ def _inputs(p: mg.Program) -> dict[str, torch.Tensor]:
 def reference(x: dict[str, torch.Tensor]) -> torch.Tensor:
     """float64 attention with torch's softmax (it subtracts the max)."""
     s = (x["Q"].double() @ x["K"].double()) * float(decode_scale(x["Q"].shape[-1]))
-    if "mask" in x:
-        s = s.masked_fill(x["mask"] == 0, float("-inf"))
+    if "bias" in x:
+        s = s.masked_fill(x["bias"] != 0, float("-inf"))
     return torch.softmax(s, -1) @ x["V"].double()
 
 
@@ -69,7 +70,7 @@ def _sdpa(name: str, x: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
     if CASES[name]["kind"] == "decode":
         return sdpa_call(name, x["Q"], x["K"], x["V"])
     q, k, v = x["Q"][None], x["K"].transpose(1, 2).contiguous()[None], x["V"][None]
-    scale, causal = float(decode_scale(q.shape[-1])), "mask" in x
+    scale, causal = float(decode_scale(q.shape[-1])), "bias" in x
 
     def call() -> torch.Tensor:
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
@@ -84,7 +85,7 @@ def _floor_us(p: mg.Program, bw: float) -> float:
     mem = nbytes / bw
     Q, V = p.inputs[0], p.inputs[2]
     flops = 4 * Q.shape[0] * Q.shape[1] * V.shape[1] * Q.shape[2]
-    if any(t.name == "mask" for t in p.inputs):
+    if any(t.name == "bias" for t in p.inputs):
         flops //= 2
     return max(mem, flops / H100_FP16_PEAK) * 1e6
 
@@ -130,7 +131,7 @@ def main() -> None:
             ref = reference(xm)
             errs.append(float((_call(fn, xm).double() - ref).norm() / ref.norm()))
         s = (x["Q"] * 30 @ x["K"]) * float(decode_scale(x["Q"].shape[-1]))
-        e = torch.exp(s) * x["mask"] if "mask" in x else torch.exp(s)  # without the max, in fp16 as written
+        e = torch.exp(s + x["bias"]) if "bias" in x else torch.exp(s)  # without the max, in fp16 as written
         finite = bool(torch.isfinite((e / e.sum(-1, keepdim=True)) @ x["V"]).all())
         print(f"| {name} | {wall:.0f} | {opt.best.origin} | {'yes' if opt.best.proven else 'NO'} | "
               f"{opt.best.found_by or '-'}; {_kernels(opt.graph)} | {ours * 1e6:.1f} | {sd * 1e6:.1f} | "

@@ -110,17 +110,20 @@ def prefill_attention(heads: int = 16, q: int = 1024, kv: int = 1024, head_dim: 
     """Attention over a prompt: ``q`` query rows per head against ``kv`` keys, the layouts of
     :func:`decode_attention` (Q ``(heads, q, head_dim)``, K ``(heads, head_dim, kv)``, V
     ``(heads, kv, head_dim)``), with the row max subtracted unless ``safe=False``.
-    ``causal``: a 0/1 input ``mask`` ``(q, kv)`` multiplies the exponentials (the caller
-    fills it: SDPA's ``is_causal`` lets query ``i`` see the keys ``j ≤ i``) — the fragment
-    has no comparison, so the mask is data the kernel reads."""
+    ``causal``: an additive input ``bias`` ``(q, kv)`` joins the scores before the max (the
+    caller fills it with 0 where query ``i`` sees key ``j`` — SDPA's ``is_causal``: ``j ≤
+    i`` — and the dtype's lowest value elsewhere) — the fragment has no comparison, so the
+    mask is data the kernel reads. Added before the max, not multiplied after the exp: a
+    max over masked scores far above the visible ones would leave the visible exponentials
+    underflowing (measured: 4.5e-2 relative error at logits ×30 with a 0/1 factor)."""
     p = Program(f"prefill_h{heads}_q{q}_n{kv}_d{head_dim}" + ("_causal" if causal else "") + ("_safe" if safe else ""))
     Q = p.input("Q", (heads, q, head_dim), dtype)
     K = p.input("K", (heads, head_dim, kv), dtype)
     V = p.input("V", (heads, kv, head_dim), dtype)
     S = mg.scale(Q @ K, decode_scale(head_dim))
-    E = mg.exp(S - mg.max(S, 2) if safe else S)
     if causal:
-        E = E * p.input("mask", (q, kv), dtype)
+        S = S + p.input("bias", (q, kv), dtype)
+    E = mg.exp(S - mg.max(S, 2) if safe else S)
     p.output((E @ V) / mg.sum(E, 2))
     return p
 
