@@ -88,7 +88,7 @@ from .config import KernelConfig, KernelConfigError
 from .memory import padded_shared_memory
 from .plan import KernelPlan, plan
 from .schedule import kernel_order
-from .torch_ops import TORCH_OPS
+from .torch_ops import TORCH_OPS, matmul_adds
 
 
 @dataclass(frozen=True)
@@ -403,7 +403,10 @@ def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
     configs = configs or {}
     out = Breakdown()
     in_l2 = footprint_bytes(graph) <= device_params.l2_bytes
+    fused = matmul_adds(graph)  # an add run by its matmul's cuBLAS call costs no launch of its own
     for op in kernel_order(graph):
+        if op.id in fused:
+            continue
         if op.kind == "graph_defined":
             try:
                 out.launches += _block_cost(op, configs.get(op.id, KernelConfig()), device_params, in_l2)

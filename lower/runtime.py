@@ -35,7 +35,7 @@ from .config import KernelConfigError, configs_for
 from .cost_model import H100, estimate
 from .memory import Buffer, MemoryPlan, check_shared_memory, nbytes, plan
 from .schedule import kernel_order
-from .torch_ops import TORCH_OPS, source_line
+from .torch_ops import TORCH_OPS, matmul_adds, source_line
 
 TORCH_DTYPE = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -49,6 +49,9 @@ class Step:
     name: str = ""
     fns: list[Callable] = field(default_factory=list)
     options: list[dict] = field(default_factory=list)   # per launch: num_warps, num_stages, launch_pdl
+    #: a library ``add`` whose one operand is a library ``matmul`` read by nothing else: the
+    #: step runs both as one cuBLAS call (``addmm``/``baddbmm``) and the matmul's step is gone
+    fused_matmul: Op | None = None
 
 
 @contextlib.contextmanager
@@ -321,8 +324,11 @@ class CompiledProgram:
                 op = step.op
                 if step.kernel is None:
                     t = op.outputs[0]
-                    r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
-                                           TORCH_DTYPE[t.dtype], device).to(TORCH_DTYPE[t.dtype])
+                    if step.fused_matmul is not None:
+                        r = _matmul_add(step, env).to(TORCH_DTYPE[t.dtype])
+                    else:
+                        r = TORCH_OPS[op.kind]([env[x.label()] for x in op.inputs], op.attrs,
+                                               TORCH_DTYPE[t.dtype], device).to(TORCH_DTYPE[t.dtype])
                     if t in self.graph.outputs:
                         env[t.label()].copy_(r)
                     else:  # a permute or slice stays a strided view: lower.layout gave its readers its strides
@@ -332,6 +338,21 @@ class CompiledProgram:
                     if wrap is not None:
                         fn, opts = wrap(fn), {k: v for k, v in opts.items() if k != "launch_pdl"}
                     fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)
+
+
+def _residual(add: Op, mm: Op) -> Tensor:
+    return add.inputs[1] if add.inputs[0] is mm.outputs[0] else add.inputs[0]
+
+
+def _matmul_add(step: Step, env: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The fused step's ``residual + a @ b`` as one cuBLAS call."""
+    mm = step.fused_matmul
+    assert mm is not None
+    a, b = (env[t.label()] for t in mm.inputs)
+    r = env[_residual(step.op, mm).label()]
+    if a.dim() == 2:
+        return torch.addmm(r, a, b)
+    return torch.baddbmm(r, a, b)
 
 
 def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig | dict | str] | None = None,
@@ -391,6 +412,8 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     def devarg(t: Tensor) -> DevArg:
         return DevArg(t.label(), t.shape, lay.strides[t.id], t.dtype)
 
+    adds = matmul_adds(graph)
+    fused = {mm.id for mm in adds.values()}
     steps: list[Step] = []
     parts = ["import triton", "import triton.language as tl"]
     if use_pdl:
@@ -417,10 +440,16 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
                 schedule_lines.append(f"#   {i}: {ln.fn}[({ln.grid},)]({', '.join(ln.args)}) "
                                       f"num_warps={ln.num_warps} num_stages={ln.num_stages}"
                                       + (" launch_pdl=True" if ln.pdl else ""))
+        elif op.id in fused:
+            continue  # its one reader, an add, runs it (below)
         else:
-            steps.append(Step(op, None, op.kind))
-            schedule_lines.append("#   " + f"{i}: " + source_line(op.kind, op.outputs[0].label(),
-                                                                     [x.label() for x in op.inputs], op.attrs))
+            mm = adds.get(op.id)
+            steps.append(Step(op, None, op.kind, fused_matmul=mm))
+            line = source_line(op.kind, op.outputs[0].label(), [x.label() for x in op.inputs], op.attrs)
+            if mm is not None:
+                line = (f"{op.outputs[0].label()} = addmm({_residual(op, mm).label()}, "
+                        f"{mm.inputs[0].label()}, {mm.inputs[1].label()})  # {mm.outputs[0].label()} fused")
+            schedule_lines.append("#   " + f"{i}: " + line)
     parts.append("# launch schedule")
     parts += schedule_lines
     source = "\n".join(parts) + "\n"
@@ -429,7 +458,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
     step_of = {s.op.id: i for i, s in enumerate(steps)}
     last_use: dict[int, int] = {}
     for i, s in enumerate(steps):
-        for t in s.op.inputs:
+        for t in list(s.op.inputs) + (list(s.fused_matmul.inputs) if s.fused_matmul is not None else []):
             last_use[t.id] = i
     outs = {t.id for t in graph.outputs}
     bufs: list[Buffer] = []

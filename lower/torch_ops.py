@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from mugraph.core.algebra import window
+from mugraph.core.ir import KernelGraph, Op, broadcasts_to
+from mugraph.core.ops import CATALOG, Category, is_contraction
 
 TorchFn = Callable[[list[torch.Tensor], dict, torch.dtype, torch.device], torch.Tensor]
 
@@ -67,3 +69,38 @@ def source_line(kind: str, out: str, args: list[str], attrs: dict) -> str:
     """A readable line for the generated listing (what the torch call computes)."""
     extra = {k: v for k, v in attrs.items() if k != "dtype"}
     return f"{out} = torch:{kind}({', '.join(args)}{''.join(f', {k}={v}' for k, v in extra.items())})"
+
+
+def _is_addition(kind: str) -> bool:
+    """A commutative, linear element-wise binary op: the catalog's addition."""
+    d = CATALOG.get(kind)
+    return d is not None and d.category is Category.BINARY and d.commutative and d.lax == "linear"
+
+
+def matmul_adds(graph: KernelGraph) -> dict[int, Op]:
+    """Library ``add`` op id -> the library ``matmul`` it adds to a residual or bias, where
+    one cuBLAS call computes both (``addmm`` for 2-D operands, ``baddbmm`` for 3-D ones with
+    equal batches): the matmul's output is read by that add alone and is no graph output,
+    and the other operand broadcasts to the result. A decode step's projection plus its
+    residual is then one kernel, as cuBLAS runs it, instead of a product and an add."""
+    readers: dict[int, list[Op]] = {}
+    for op in graph.ops:
+        for t in op.inputs:
+            readers.setdefault(t.id, []).append(op)
+    outs = {t.id for t in graph.outputs}
+    found: dict[int, Op] = {}
+    for op in graph.ops:
+        if not _is_addition(op.kind):
+            continue
+        for mm_out, other in (op.inputs, op.inputs[::-1]):
+            mm = mm_out.op
+            if (not is_contraction(mm.kind) or mm in found.values() or mm_out.id in outs
+                    or [r.id for r in readers.get(mm_out.id, [])] != [op.id]
+                    or mm_out.shape != op.outputs[0].shape or mm_out.dtype != op.outputs[0].dtype):
+                continue
+            a, b = mm.inputs
+            if a.ndim == b.ndim == 2 or (a.ndim == b.ndim == 3 and a.shape[0] == b.shape[0]):
+                if broadcasts_to(other.shape, mm_out.shape):
+                    found[op.id] = mm
+                    break
+    return found
