@@ -340,19 +340,44 @@ def _gelu(ctx, x, approximate="none"):
 # piece's boundary, read in place). Unmapped, the operator runs SDPA itself.
 
 _ATTENTION_SCHEMA = ("(Tensor q, Tensor kt, Tensor v, Tensor? bias, Tensor? keep, float dropout_p, bool is_causal, "
-                     "float? scale, bool enable_gqa) -> Tensor")
+                     "float? scale, bool enable_gqa, int groups=1) -> Tensor")
 
 
 def _attention_torch(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
                      keep: torch.Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
-                     enable_gqa: bool) -> torch.Tensor:
+                     enable_gqa: bool, groups: int = 1) -> torch.Tensor:
     """``mugraph::attention`` as torch code (also its fake implementation: the same call on
     fake tensors gives SDPA's own output strides). ``bias``: an additive mask; ``keep``: a
-    0/1 mask of the queries' dtype (SDPA's boolean mask, as :func:`sdpa` made it)."""
+    0/1 mask of the queries' dtype (SDPA's boolean mask, as :func:`sdpa` made it).
+
+    ``groups > 1``: the grouped-query form (:func:`group_query_rows`): ``q`` is
+    ``(…, Hkv, groups · L, D)`` — the ``groups`` query heads of each KV head as rows — and
+    so is the result; a mask with ``groups · L`` rows is grouped alike (others broadcast
+    over the query heads as SDPA's own)."""
+    if groups > 1:
+        rows = q.shape[-2]
+        queries = rows // groups
+
+        def heads(t: torch.Tensor | None) -> torch.Tensor | None:
+            if t is None or t.ndim < 3 or t.shape[-2] != rows:
+                return t
+            return t.reshape(*t.shape[:-3], t.shape[-3] * groups, queries, t.shape[-1])
+        out = _attention_torch(heads(q), kt, v, heads(bias), heads(keep), dropout_p, is_causal, scale, True)
+        return out.reshape(*out.shape[:-3], q.shape[-3], rows, out.shape[-1])
     mask = bias if bias is not None else None if keep is None else keep != 0
     return torch.nn.functional.scaled_dot_product_attention(
         q, kt.transpose(-2, -1), v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa)
+
+
+def regroup(x: torch.Tensor, shape: tuple, strides: tuple | None = None) -> torch.Tensor:
+    """``x.reshape(shape)``, laid out with ``strides`` when given: the copy a grouped-query
+    attention's Q or output takes (torch code between pieces, :func:`group_query_rows`)
+    where the strides allow no view."""
+    y = x.reshape(shape)
+    if strides is not None and tuple(y.stride()) != tuple(strides):
+        y = y.new_empty_strided(tuple(shape), tuple(strides)).copy_(y)
+    return y
 
 
 def _define_attention() -> torch._ops.OpOverload:
@@ -416,6 +441,8 @@ def _grouped_mask(m, heads: int, groups: int, queries: int):
     if groups == 1:
         return m
     h, rows = m.shape[-3], m.shape[-2]
+    if rows == groups * queries and h in (1, heads // groups):
+        return m  # already grouped (a per-head mask regrouped by a view outside the piece)
     if h == 1:
         return m if rows == 1 else B.repeat(m, (1,) * (m.ndim - 2) + (groups, 1))
     if h != heads:
@@ -426,12 +453,15 @@ def _grouped_mask(m, heads: int, groups: int, queries: int):
 
 
 def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_causal=False, scale=None,
-               enable_gqa=False):
+               enable_gqa=False, groups=1):
     """``mugraph::attention`` as a safe softmax: ``S = (Q @ Kᵀ) · scale (+ bias)``,
     ``P = exp(S − max S) (· keep) (· causal)``, ``out = (P @ V) / Σ P``. The max is a free
     shift (docs/design.md §3.3), so the piece stays provable; masks multiply after the exp
     (0/1: no ``-inf`` in a finite field). Grouped-query heads are read without repeating
-    K and V: Q's ``groups`` heads per KV head become rows, ``(…, Hkv, groups · L, D)``."""
+    K and V: Q's ``groups`` heads per KV head become rows, ``(…, Hkv, groups · L, D)``. Given
+    ``groups > 1``, Q arrives in that form and the result stays in it (the capture's
+    :func:`.capture.group_query_rows` regroups them by torch views outside the piece), so
+    the piece holds no ``reshape``."""
     if dropout_p != 0:
         raise Unmapped(f"attention with dropout_p={dropout_p}: random, no Lax form")
     if not 2 <= q.ndim == kt.ndim == v.ndim or (bias is not None and keep is not None):
@@ -441,8 +471,15 @@ def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_c
             raise Unmapped(f"attention mask ({name}) {m.dtype} {tuple(m.shape)} for queries {q.dtype} {tuple(q.shape)}")
     queries, d = q.shape[-2:]
     heads, kv_heads = (q.shape[-3], kt.shape[-3]) if q.ndim > 2 else (1, 1)
-    groups = 1
-    if heads != kv_heads:
+    grouped = type(groups) is int and groups > 1
+    if grouped:
+        if q.ndim < 3 or heads != kv_heads or queries % groups or v.shape[-3] != kv_heads:
+            raise Unmapped(f"grouped-query attention of queries {tuple(q.shape)} in {groups} groups over "
+                           f"keys {tuple(kt.shape)}")
+        queries, heads = queries // groups, kv_heads * groups
+    elif groups != 1:
+        raise Unmapped(f"attention with groups={groups!r}")
+    if heads != kv_heads and not grouped:
         if not enable_gqa or kv_heads < 1 or heads % kv_heads or v.shape[-3] != kv_heads:
             raise Unmapped(f"attention of {heads} query heads over {kv_heads} key heads (enable_gqa={enable_gqa})")
         groups = heads // kv_heads
@@ -458,7 +495,7 @@ def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_c
     if is_causal:
         p = B.mul(p, ctx.constant(causal_matrix(queries, kt.shape[-1], groups, q.ndim, getattr(torch, q.dtype))))
     out = B.div(B.matmul(p, v), B.sum(p, -1))
-    if groups > 1:
+    if groups > 1 and not grouped:
         out = B.reshape(out, tuple(out.shape[:-3]) + (heads, queries, out.shape[-1]))
     return out
 

@@ -9,7 +9,9 @@ while tracing, and every ``F.scaled_dot_product_attention`` call is routed to
 :func:`.aten.sdpa` (one ``mugraph::attention`` node; :class:`SdpaMode`). RoPE's
 rotate-half (two slices, a negation, a cat) is then recognized and replaced by one
 call of :func:`.aten.rotate_half`, and the Hugging Face ``repeat_kv`` of an
-attention's keys and values by grouped-query heads (:func:`fold_repeat_kv`).
+attention's keys and values by grouped-query heads (:func:`fold_repeat_kv`); a
+grouped-query attention then takes its queries already grouped, the regroupings torch
+views around it (:func:`group_query_rows`).
 
 Each call node is then *probed*: its row of :data:`.aten.ROWS` is run on fresh
 inputs of its argument shapes in a scratch Program; the node maps if the row
@@ -31,7 +33,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..core.errors import ArgumentTypeError, MugraphError
 from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
-from .aten import ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, decompositions, rotate_half, sdpa
+from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, decompositions, regroup, rotate_half,
+                   sdpa)
 from .hoist import hoist_views, sink_views
 
 aten = torch.ops.aten
@@ -93,6 +96,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
     fold_repeat_kv(gm)
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
+    group_query_rows(gm)  # a grouped-query attention's regrouping of Q and of its result: views outside it
     # the graph is functional: values nothing reads (the unused parts of a split, an
     # unbind's other rows) are dropped rather than computed by a piece
     if gm.graph.eliminate_dead_code():
@@ -236,6 +240,75 @@ def fold_repeat_kv(gm: fx.GraphModule) -> int:
     if count:
         gm.graph.eliminate_dead_code()
         gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def _regrouped(g: fx.Graph, x: fx.Node, shape: tuple, strides: tuple | None = None,
+               copy: bool = True) -> fx.Node | None:
+    """A node for ``x`` in ``shape``: a torch ``view`` where ``x``'s strides allow one (and it
+    gives ``strides``, when asked) — at a piece's boundary the partition leaves it to torch
+    (:func:`.partition.fold_views`), read or written in place — else, with ``copy``, a copy by
+    :func:`.aten.regroup` (torch code between pieces), else None."""
+    v = _val(x)
+    try:
+        val = v.view(shape)
+        target, args = aten.view.default, (x, list(shape))
+        if strides is not None and tuple(val.stride()) != tuple(strides):
+            raise ValueError("other strides")
+    except (RuntimeError, ValueError):  # (fake tensors raise the latter)
+        if not copy:
+            return None
+        val = regroup(v, shape, strides)
+        target, args = regroup, (x, tuple(shape)) + ((tuple(strides),) if strides is not None else ())
+    n = g.call_function(target, args)
+    n.meta["val"] = val
+    return n
+
+
+def group_query_rows(gm: fx.GraphModule) -> int:
+    """Each grouped-query attention (``enable_gqa``, ``H = groups · Hkv`` query heads) as
+    its grouped form: Q regrouped to ``(…, Hkv, groups · L, D)`` before the call (the query
+    heads of each KV head as rows), the result regrouped back after it, a per-head mask
+    regrouped as Q where a view can do it (a shared mask stays: the row tiles it).
+
+    The regroupings are views of the operands and the result (a copy by torch only where
+    Q's strides allow none), so the partition leaves them at the piece's boundary and its
+    Program is the attention alone: ``matmul``, ``scale``, the softmax, ``matmul``, ``div``
+    — no ``reshape`` for the search to place. Returns how many attentions changed."""
+    count = 0
+    g = gm.graph
+    for n in list(g.nodes):
+        if not (n.op == "call_function" and n.target == attention) or len(n.args) != 9:
+            continue
+        q, kt, v = n.args[:3]
+        vq, vk, vo = _val(q), _val(kt), _val(n)
+        if not all(isinstance(t, torch.Tensor) for t in (vq, vk, vo)) or not (vq.ndim == vk.ndim >= 3):
+            continue
+        heads, kv_heads = vq.shape[-3], vk.shape[-3]
+        if not n.args[8] or kv_heads < 1 or heads == kv_heads or heads % kv_heads:
+            continue
+        groups, lead, queries = heads // kv_heads, tuple(vq.shape[:-3]), vq.shape[-2]
+        with g.inserting_before(n):
+            qg = _regrouped(g, q, lead + (kv_heads, groups * queries, vq.shape[-1]))
+            masks = []
+            for m in n.args[3:5]:
+                vm = _val(m)
+                if isinstance(m, fx.Node) and vm is not None and vm.ndim >= 3 and vm.shape[-3] == heads \
+                        and vm.shape[-2] == queries:
+                    m = _regrouped(g, m, tuple(vm.shape[:-3]) + (kv_heads, groups * queries, vm.shape[-1]),
+                                   copy=False) or m
+                masks.append(m)
+            att = g.call_function(attention, (qg, kt, v, *masks, *n.args[5:9], groups))
+        att.meta = dict(n.meta)
+        att.meta["val"] = attention(_val(qg), vk, _val(v), *[_val(m) for m in masks], *n.args[5:9], groups)
+        with g.inserting_after(att):
+            out = _regrouped(g, att, tuple(vo.shape), tuple(vo.stride()))
+        n.replace_all_uses_with(out)
+        g.erase_node(n)
+        count += 1
+    if count:
+        g.lint()
         gm.recompile()
     return count
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 import mugraph as mg
 import mugraph.frontend  # noqa: F401 - registers the backend
 from mugraph.frontend import from_torch
-from mugraph.frontend.aten import attention
+from mugraph.frontend.aten import attention, regroup
 from mugraph.frontend.backend import recent_graphs
 
 aten = torch.ops.aten
@@ -169,6 +169,7 @@ def test_hugging_face_sdpa_attention_is_one_piece(mask):
     cap = from_torch(run, *xs)
     bp = attention_piece(cap)
     assert bp.program.inputs[1].shape[1] == 2  # K read at its 2 KV heads
+    assert "reshape" not in [op.kind for op in bp.program.ops]  # Q's regrouping is torch code outside it
     with torch.no_grad():
         att.double()
         want = run(*[t.double() if t.is_floating_point() else t for t in xs])
@@ -219,3 +220,46 @@ def test_causal_gqa_attention_under_the_backend(piece_cache, caplog):
     bp = attention_piece(cap)
     assert bp.info.get("origin") in ("search", "program") and bp.info.get("runs") == "mugraph", bp.info
     assert bp.info["kernels"] >= 1
+
+
+def _repeat_kv(x, n):
+    b, h, s, d = x.shape
+    return x[:, :, None, :, :].expand(b, h, n, s, d).reshape(b, h * n, s, d)
+
+
+@pytest.mark.parametrize("layout", ["decode", "strided"])
+@pytest.mark.parametrize("form", ["enable_gqa", "repeat_kv"])
+def test_grouped_query_regrouping_is_outside_the_piece(form, layout):
+    """A grouped-query attention (a LLaMA decode step: one query row, an additive mask over
+    the keys): Q's regrouping to ``(b, Hkv, groups·L, d)`` and the result's back are torch
+    views at the piece's boundary (a copy by torch where Q's strides allow no view), so the
+    piece is the attention alone — no ``reshape`` — and still equals eager."""
+    queries = 1 if layout == "decode" else 3
+    q = r(1, 8, queries, 16) if layout == "decode" else r(1, queries, 8, 16).transpose(1, 2)
+    k, v, m = r(1, 2, 6, 16), r(1, 2, 6, 16), r(1, 1, 1, 6)
+    if form == "enable_gqa":
+        fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    else:
+        fn = lambda q, k, v, m: F.scaled_dot_product_attention(  # noqa: E731
+            q, _repeat_kv(k, 4), _repeat_kv(v, 4), attn_mask=m)
+    cap, bp = check(fn, q, k, v, m)
+    kinds = sorted(op.kind for op in bp.program.ops if op.kind != "input")
+    assert kinds == sorted(["matmul", "scale", "add", "max", "sub", "exp", "matmul", "sum", "div"]), kinds
+    assert [t.shape for t in bp.program.inputs] == [(1, 2, 4 * queries, 16), (1, 2, 16, 6), (1, 2, 6, 16),
+                                                    (1, 1, 1, 6)]
+    regroups = [n for n in cap.library if n.target in (aten.view.default, regroup)]
+    assert len(regroups) == 2 and (layout == "strided") == any(n.target == regroup for n in regroups)
+
+
+@pytest.mark.parametrize("mask", ["causal", "per_head_bool", "none"])
+def test_grouped_query_form_runs_as_torch_where_unmapped(mask):
+    """The grouped form the capture writes is the same attention as torch code too: in float64
+    (no piece) the captured graph runs ``mugraph::attention`` with its groups, equal to SDPA."""
+    kw = {"causal": {"is_causal": True}, "none": {},
+          "per_head_bool": {"attn_mask": torch.rand(2, 6, 4, 5, generator=g) > 0.3}}[mask]
+    fn = sdpa(enable_gqa=True, **kw)
+    xs = (r(2, 6, 4, 8).double(), r(2, 2, 5, 8).double(), r(2, 2, 5, 8).double())
+    cap = from_torch(fn, *xs)
+    (n,) = [n for n in cap.library if n.target == attention]
+    assert n.args[-1] == 3 and not cap.pieces
+    torch.testing.assert_close(cap.reference()(*xs), fn(*xs))
