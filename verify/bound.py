@@ -462,6 +462,7 @@ class DegreeAlgebra(Algebra):
         self.z = 0.0
         self.heuristic = False
         self._fresh = 0
+        self._maxima = 0  # maxima named so far (:meth:`_max`)
         #: exponent-atom mode (:class:`AtomMode`), or None: the classic exponent analysis
         self.atoms = atoms
         #: every exp/silu argument's view (None where it is not one): what decides whether
@@ -469,8 +470,6 @@ class DegreeAlgebra(Algebra):
         self.exp_args: list[tuple[View | None, int]] = []
         #: the inputs' shapes (a contraction must sum a whole dim)
         self.shapes: dict[str, tuple[int, ...]] = {}
-
-    _maxima = 0  # maxima named so far (:meth:`_max`)
 
     def fresh(self) -> int:
         self._fresh += 1

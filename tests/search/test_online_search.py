@@ -6,7 +6,6 @@ whole row cannot sit in one block's shared memory, so only a loop over it can ma
 
 import pytest
 
-import mugraph as mg
 import verify
 from mugraph.core.benchmarks.programs import decode_attention
 from mugraph.core.ir import RESCALED, accum_monoid
@@ -14,30 +13,8 @@ from search import driver
 from search.config import SearchConfig
 from search.rewrite import split_loop
 
-R, N, D = 4, 64, 8
-
-
-def _program():
-    p = mg.Program("safe")
-    s, v = p.input("s", (R, N), "float32"), p.input("v", (N, D), "float32")
-    e = mg.exp(s - mg.max(s, 1))
-    p.output((e @ v) / mg.sum(e, 1))
-    return p
-
-
-def _online(steps=4):
-    """The online form written by hand: per step its tile's max, both sums rescaled to the
-    running max (tests/verify/test_online.py checks its near-misses)."""
-    g = mg.KernelGraph("online")
-    s, v = g.input("s", (R, N), "float32"), g.input("v", (N, D), "float32")
-    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=steps)
-    st, vt = bg.input(s, (None, None, None), 1), bg.input(v, (None, None, None), 0)
-    m = mg.max(st, 1)
-    e = mg.exp(st - m)
-    bg.output(bg.accum(e @ vt, m) / bg.accum(mg.sum(e, 1), m), (None, None, None))
-    (o,) = g.kernel(bg)
-    g.output(o)
-    return g
+from online_graphs import online_softmax as _online
+from online_graphs import whole_softmax as _program
 
 
 def _monoids(g):
