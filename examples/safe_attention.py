@@ -7,7 +7,8 @@ compute floor, and its accuracy where the program without the max overflows (log
 
 Prints a Markdown table, one row per shape: the decode shapes
 (``mugraph.core.benchmarks.DECODE``, b=1, one query row per head over grouped KV heads)
-and the prompt shapes (``PREFILL``: causal ones read their mask as an additive input).
+and the prompt shapes (``PREFILL``: causal ones add a mask the kernels make from positions,
+``mugraph.causal_mask``).
 ``--unsafe`` also superoptimizes the same program without the max and times its answer.
 """
 
@@ -49,28 +50,30 @@ def _inputs(p: mg.Program) -> dict[str, torch.Tensor]:
     g = torch.Generator(device="cuda").manual_seed(0)
     out = {}
     for t in p.inputs:
-        if t.name == "bias":  # the causal mask of SDPA's is_causal (query i sees keys j <= i), additive
-            low = torch.finfo(torch.float16).min
-            out[t.name] = torch.full(t.shape, low, device="cuda").triu(1).to(torch.float16)
-        else:
+        if t.fill is None:  # a filled input (the causal mask) is made by the kernels
             out[t.name] = torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.5
     return out
 
 
-def reference(x: dict[str, torch.Tensor]) -> torch.Tensor:
+def _hidden(s: torch.Tensor) -> torch.Tensor:
+    """SDPA's ``is_causal``: key ``j`` is hidden from query ``i`` when ``j > i``."""
+    return torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1)
+
+
+def reference(x: dict[str, torch.Tensor], causal: bool) -> torch.Tensor:
     """float64 attention with torch's softmax (it subtracts the max)."""
     s = (x["Q"].double() @ x["K"].double()) * float(decode_scale(x["Q"].shape[-1]))
-    if "bias" in x:
-        s = s.masked_fill(x["bias"] != 0, float("-inf"))
+    if causal:
+        s = s.masked_fill(_hidden(s), float("-inf"))
     return torch.softmax(s, -1) @ x["V"].double()
 
 
-def _sdpa(name: str, x: dict[str, torch.Tensor]) -> Callable[[], torch.Tensor]:
+def _sdpa(name: str, x: dict[str, torch.Tensor], causal: bool) -> Callable[[], torch.Tensor]:
     """SDPA's flash kernel on the same data, K already in rows (as a KV cache keeps it)."""
     if CASES[name]["kind"] == "decode":
         return sdpa_call(name, x["Q"], x["K"], x["V"])
     q, k, v = x["Q"][None], x["K"].transpose(1, 2).contiguous()[None], x["V"][None]
-    scale, causal = float(decode_scale(q.shape[-1])), "bias" in x
+    scale = float(decode_scale(q.shape[-1]))
 
     def call() -> torch.Tensor:
         with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.FLASH_ATTENTION):
@@ -85,7 +88,7 @@ def _floor_us(p: mg.Program, bw: float) -> float:
     mem = nbytes / bw
     Q, V = p.inputs[0], p.inputs[2]
     flops = 4 * Q.shape[0] * Q.shape[1] * V.shape[1] * Q.shape[2]
-    if any(t.name == "bias" for t in p.inputs):
+    if any(t.fill is not None for t in p.inputs):
         flops //= 2
     return max(mem, flops / H100_FP16_PEAK) * 1e6
 
@@ -98,7 +101,7 @@ def _optimize(p: mg.Program, args) -> tuple[mg.Optimized, float]:
 
 
 def _call(fn, x: dict[str, torch.Tensor]):
-    y = fn(*x.values())
+    y = fn(**x)
     return y[0] if isinstance(y, (tuple, list)) else y
 
 
@@ -118,20 +121,21 @@ def main() -> None:
         p = _program(name, safe=True)
         opt, wall = _optimize(p, args)
         x = _inputs(p)
+        causal = any(t.fill is not None for t in p.inputs)
         fn = opt.compiled("cuda")
-        ours = measure(fn.launcher(*x.values()))
-        sd = measure(_sdpa(name, x))
+        ours = measure(fn.launcher(**x))
+        sd = measure(_sdpa(name, x, causal))
         unsafe = "-"
         if args.unsafe:
             u, _ = _optimize(_program(name, safe=False), args)
-            unsafe = f"{measure(u.compiled('cuda').launcher(*x.values())) * 1e6:.1f}"
+            unsafe = f"{measure(u.compiled('cuda').launcher(**x)) * 1e6:.1f}"
         errs = []
         for mult in (1, 30):
             xm = dict(x, Q=x["Q"] * mult)  # larger logits: exp(S) alone overflows fp16 past ~11
-            ref = reference(xm)
+            ref = reference(xm, causal)
             errs.append(float((_call(fn, xm).double() - ref).norm() / ref.norm()))
         s = (x["Q"] * 30 @ x["K"]) * float(decode_scale(x["Q"].shape[-1]))
-        e = torch.exp(s + x["bias"]) if "bias" in x else torch.exp(s)  # without the max, in fp16 as written
+        e = torch.exp(s.masked_fill(_hidden(s), float("-inf")) if causal else s)  # without the max, fp16 as written
         finite = bool(torch.isfinite((e / e.sum(-1, keepdim=True)) @ x["V"]).all())
         print(f"| {name} | {wall:.0f} | {opt.best.origin} | {'yes' if opt.best.proven else 'NO'} | "
               f"{opt.best.found_by or '-'}; {_kernels(opt.graph)} | {ours * 1e6:.1f} | {sd * 1e6:.1f} | "

@@ -387,7 +387,9 @@ class _Kernels:
         kernel with the ``tl.arange`` vectors it uses declared first."""
         p = self.p
         lines = [f"# ---- {self.name}: grid={p.block.grid} forloop={p.block.forloop} config={p.config.label()}"]
-        lines += [f"#   reads  {s.name}: {s.shape} {s.dtype} strides {s.strides}" for s in self.sources]
+        for s, t in zip(self.sources, p.block.sources):
+            lines.append(f"#   makes  {s.name}: {s.shape} {s.dtype}, {t.fill} (its pointer is not read)"
+                         if t.fill is not None else f"#   reads  {s.name}: {s.shape} {s.dtype} strides {s.strides}")
         lines += [f"#   writes {o.name}: {o.shape} {o.dtype} strides {o.strides}" for o in self.outputs]
         ar_lines = [f"r{n} = tl.arange(0, {n})" for n in sorted(self.em.aranges)]
         for h, body in self.kernels:

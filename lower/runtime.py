@@ -150,6 +150,16 @@ def conform(v: torch.Tensor, strides: tuple[int, ...]) -> torch.Tensor:
     return out
 
 
+def _fill_tensor(t: Tensor, steps: list["Step"], device: torch.device) -> torch.Tensor:
+    """The tensor of filled input ``t`` (:mod:`mugraph.core.fills`), made once: its values
+    when a library op reads it, else one element — a kernel makes its tiles from indices
+    and never reads the pointer it is passed."""
+    if any(s.kernel is None and (t in s.op.inputs or (s.fused_matmul is not None and t in s.fused_matmul.inputs))
+           for s in steps):
+        return torch.from_numpy(t.fill.values(t.shape, t.dtype)).to(device=device, dtype=TORCH_DTYPE[t.dtype])
+    return torch.zeros(1, dtype=TORCH_DTYPE[t.dtype], device=device)
+
+
 class CompiledProgram:
     """A lowered kernel graph, callable with torch tensors.
 
@@ -186,6 +196,7 @@ class CompiledProgram:
         self.output_strides: list[tuple[int, ...]] = [layout.strides[t.id] for t in graph.outputs]
         self.outputs = [torch.empty_strided(t.shape, st, dtype=TORCH_DTYPE[t.dtype], device=dev)
                         for t, st in zip(graph.outputs, self.output_strides)]
+        self.fills = {t.name: _fill_tensor(t, steps, dev) for t in graph.inputs if t.fill is not None}
         # split-K tile counters ("last" combine): zero now, and every run leaves them zero;
         # outside the arena, so poisoning never touches them
         for s in steps:
@@ -217,7 +228,10 @@ class CompiledProgram:
     # ------------------------------------------------------------------ calls
     def _bind(self, args: tuple, kwargs: Mapping[str, Any]) -> list[torch.Tensor]:
         g = self.graph
-        names = [t.name for t in g.inputs]
+        names = [t.name for t in g.inputs if t.fill is None]
+        for t in g.inputs:
+            if t.fill is not None and t.name in kwargs:
+                raise InputError(f"{g.name}: input {t.name!r} is made by the program ({t.fill}); leave it out")
         if len(args) > len(names):
             raise InputError(f"{g.name}: takes {len(names)} inputs {names}, got {len(args)} positional")
         given = dict(zip(names, args))
@@ -232,6 +246,9 @@ class CompiledProgram:
             raise InputError(f"{g.name}: missing inputs {missing}")
         out = []
         for t in g.inputs:
+            if t.fill is not None:
+                out.append(self.fills[t.name])
+                continue
             v = given[t.name]
             if not isinstance(v, torch.Tensor):
                 raise InputError(f"{g.name}: input {t.name!r} must be a torch.Tensor, got {type(v).__name__}")

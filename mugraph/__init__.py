@@ -22,7 +22,7 @@ time) — and Triton is first imported where the lowering chooses its interprete
 from .core import (CATALOG, DTYPES, Algebra, ArgumentTypeError, BlockGraph, CacheError, ConfigError, ConstantError,
                    DTypeError, FloatAlgebra, InputError, InvalidGraphError, KernelGraph, MugraphError, NotLaxError,
                    Program, ResourceError, SerializationError, ShapeError, Tensor, ThreadGraph, UnsupportedOpError,
-                   add, build_thread_graphs, check_lax, concat, constant, div, errors, evaluate, exp, gelu_tanh, is_lax,
+                   add, build_thread_graphs, causal_mask, check_lax, concat, constant, div, errors, evaluate, exp, gelu_tanh, is_lax,
                    limits, matmul, max, mean, mul, permute, render, repeat, reshape, rms_norm, scale, sigmoid, silu,
                    slice, sqrt, square, sub, sum, tanh, to_dot, transpose)
 from .core.version import __version__  # noqa: F401 - the package version
@@ -57,7 +57,7 @@ __all__ = [
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
     "sigmoid", "tanh", "gelu_tanh",
     "concat", "reshape", "repeat", "permute", "transpose", "slice", "scale", "constant",
-    "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
+    "causal_mask", "check_lax", "is_lax", "evaluate", "Algebra", "FloatAlgebra", "save", "load", "render", "to_dot", "errors",
     "limits", "MugraphError", "ShapeError", "DTypeError", "NotLaxError", "InvalidGraphError", "ResourceError",
     "UnsupportedOpError", "SerializationError", "InputError", "ConfigError", "CacheError", "ArgumentTypeError",
     "ConstantError",

@@ -135,7 +135,7 @@ def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
         op = program.ops[i]
         for t in op.inputs:
             if t not in made and t not in m:
-                m[t] = p.input(_piece_input_name(t), t.shape, t.dtype)
+                m[t] = p.input(_piece_input_name(t), t.shape, t.dtype, fill=t.fill)
                 inputs.append(t)
         attrs = dict(op.attrs)
         if not op.inputs:  # a constant keeps its dtype (add_op takes it from the attrs)
@@ -155,7 +155,7 @@ def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
 def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) -> KernelGraph:
     """One graph of the whole program: each piece's μGraph spliced in on the tensors its inputs name."""
     g = KernelGraph(program.name)
-    m: dict[Tensor, Tensor] = {t: g.input(t.name, t.shape, t.dtype) for t in program.inputs}
+    m: dict[Tensor, Tensor] = {t: g.input(t.name, t.shape, t.dtype, fill=t.fill) for t in program.inputs}
     for piece, pg in zip(pieces, graphs):
         by_name = {_piece_input_name(t): m[t] for t in piece.inputs}
         pm = splice(g, pg, {t: by_name[t.name] for t in pg.inputs})

@@ -447,7 +447,7 @@ def build_block(bspec: tuple, sources: list) -> BlockGraph:
 def materialize(program: Program, ops: list[tuple], outputs: tuple) -> KernelGraph:
     """Build the IR graph of a kernel-op list (every validity rule is re-checked)."""
     kg = KernelGraph(program.name)
-    tensors = [kg.input(t.name, t.shape, t.dtype) for t in program.inputs]
+    tensors = [kg.input(t.name, t.shape, t.dtype, fill=t.fill) for t in program.inputs]
     for spec in ops:
         if spec[0] == "op":
             _, kind, inputs, attrs = spec
@@ -519,6 +519,8 @@ def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:
                 if bop.kind != "iterator":
                     continue
                 src = b.sources[bop.attrs["source"]]
+                if src.fill is not None:  # made in registers (mugraph.core.fills): no bytes move
+                    continue
                 rep = 1
                 for a, d in enumerate(bop.attrs["imap"]):
                     if d is None:

@@ -36,6 +36,13 @@ def check_compatible(a: KernelGraph, b: KernelGraph) -> None:
         if sa[n] != sb[n]:
             raise InputError(f"{a.name} vs {b.name}: input {n!r} has shape {sa[n]} in the reference "
                              f"but {sb[n]} in the candidate")
+    # a filled input (mugraph.core.fills) is proven for every value, and each side's kernels
+    # make their own fill's: the proof speaks of the compiled code only when the fills agree
+    fa, fb = ({t.name: t.fill for t in g.inputs} for g in (a, b))
+    for n in sorted(sa):
+        if fa[n] != fb[n]:
+            raise InputError(f"{a.name} vs {b.name}: input {n!r} is filled with {fa[n]} in the reference "
+                             f"but {fb[n]} in the candidate")
     if len(a.outputs) != len(b.outputs):
         raise InputError(f"{a.name} vs {b.name}: the reference has {len(a.outputs)} outputs, "
                          f"the candidate {len(b.outputs)}")

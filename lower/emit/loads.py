@@ -10,18 +10,18 @@ from ..plan import RunningMax
 from .core import Emitter, Val
 
 
-def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
-    """The ``tl.load`` arguments of iterator ``op``'s tile at the grid block's, loop
-    step's and sub-tile's offsets, masked to the real extents (padding reads as zero).
-    ``order``: the source dim each dim of the loaded tile reads (a permute folded into
-    the load: the same elements through permuted strides; default: the tile's own)."""
+def tile_indices(em: Emitter, op: Op, order: list[int] | None = None) -> tuple[list[str], list[str]]:
+    """Per source dim, the global indices of iterator ``op``'s tile at the grid block's,
+    loop step's and sub-tile's offsets (shaped to broadcast in the tile's rank), and the
+    masks of the dims padded past their real extent. ``order``: the source dim each dim of
+    the tile reads (a permute folded into the load; default: the tile's own)."""
     t = op.outputs[0]
     src = em.src[op.attrs["source"]]
     imap, fmap = op.attrs["imap"], op.attrs["fmap"]
     pshape, rshape = em.info.padded(t), em.info.shape(t)
     rank = t.ndim
     order = list(range(rank)) if order is None else order
-    terms, masks = [], []
+    idxs, masks = [""] * rank, []
     for o, d in enumerate(order):
         offs = []
         for a in range(3):
@@ -32,12 +32,34 @@ def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
         if em.info.factor(t, d) > 1:
             offs.append(f"s{em.info.key(t, d)} * {rshape[d]}")
         ar = em.r(pshape[d])
-        idx = f"({' + '.join(offs)} + {ar})" if offs else ar
-        stride = src.strides[d]
-        terms.append(em.ex(idx, o, rank) + ("" if stride == 1 else f" * {stride}"))
+        idxs[d] = em.ex(f"({' + '.join(offs)} + {ar})" if offs else ar, o, rank)
         if rshape[d] < pshape[d]:
             masks.append(em.ex(f"({ar} < {rshape[d]})", o, rank))
+    return idxs, masks
+
+
+def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
+    """The ``tl.load`` arguments of iterator ``op``'s tile (:func:`tile_indices`), masked
+    to the real extents (padding reads as zero)."""
+    src = em.src[op.attrs["source"]]
+    idxs, masks = tile_indices(em, op, order)
+    terms = [i + ("" if src.strides[d] == 1 else f" * {src.strides[d]}") for d, i in enumerate(idxs)]
     return f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
+
+
+def filled_tile(em: Emitter, op: Op, order: list[int] | None = None) -> str | None:
+    """The expression that makes iterator ``op``'s tile from its indices when its source
+    is a filled input (:mod:`mugraph.core.fills`; fp32, zero in padding), else ``None``."""
+    fill = em.b.sources[op.attrs["source"]].fill
+    if fill is None:
+        return None
+    idxs, masks = tile_indices(em, op, order)
+    pad = em.info.padded(op.outputs[0])
+    shape = [pad[d] for d in (range(len(pad)) if order is None else order)]
+    # the band's expression of rows and keys alone lacks the tile's leading dims: the zeros add them
+    v = (f"({fill.triton(idxs[-2], idxs[-1], em.b.sources[op.attrs['source']].dtype)}"
+         f" + tl.zeros({shape}, tl.float32))")
+    return f"tl.where({' & '.join(masks)}, {v}, 0.0)" if masks else v
 
 
 def emit_iterator(em: Emitter, op: Op) -> None:
@@ -47,6 +69,11 @@ def emit_iterator(em: Emitter, op: Op) -> None:
     tile only a permute reads is loaded by the permute (:attr:`lower.plan.KernelPlan.load_permutes`)."""
     t = op.outputs[0]
     if op.id in em.p.load_permutes.values():
+        return
+    made = filled_tile(em, op)
+    if made is not None:
+        v = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
+        em.emit(f"{v.name} = {made}  # {em.b.sources[op.attrs['source']].fill}, made from positions")
         return
     src = em.src[op.attrs["source"]]
     args = load_args(em, op)

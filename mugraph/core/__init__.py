@@ -12,6 +12,7 @@ from .builder import (add, concat, constant, div, exp, gelu_tanh, matmul, max, m
                       reshape, rms_norm, scale, sigmoid, silu, slice, sqrt, square, sub, sum, tanh, transpose)
 from .errors import (ArgumentTypeError, CacheError, ConfigError, ConstantError, DTypeError, InputError, InvalidGraphError,
                      MugraphError, NotLaxError, ResourceError, SerializationError, ShapeError, UnsupportedOpError)
+from .fills import causal_mask
 from .interpreter import evaluate
 from .ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor, ThreadGraph, build_thread_graphs
 from .lax import check_lax, is_lax
@@ -20,6 +21,7 @@ from .render import render, to_dot
 from .version import __version__  # noqa: F401 - the package version
 
 __all__ = [
+    "causal_mask",
     "Program", "KernelGraph", "BlockGraph", "Tensor", "ThreadGraph", "build_thread_graphs", "DTYPES", "CATALOG",
     "matmul", "add", "sub", "mul", "div", "exp", "sqrt", "square", "silu", "sum", "max", "mean", "rms_norm",
     "sigmoid", "tanh", "gelu_tanh",

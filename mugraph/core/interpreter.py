@@ -73,8 +73,12 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
 
 
 def bind_inputs(graph: KernelGraph, inputs: Mapping[str, Any], alg: Algebra) -> dict[Tensor, Any]:
-    """Check names and shapes of ``inputs`` against the graph's and convert them."""
+    """Check names and shapes of ``inputs`` against the graph's and convert them. An input
+    with a fill (:mod:`mugraph.core.fills`) the caller leaves out gets its fill's values."""
     names = [t.name for t in graph.inputs]
+    filled = {t.name: t.fill.values(t.shape, t.dtype) for t in graph.inputs
+              if t.fill is not None and t.name not in inputs}
+    inputs = {**inputs, **filled} if filled else inputs
     missing = [n for n in names if n not in inputs]
     extra = [n if isinstance(n, str) and len(n) <= 40 else short(n, 40) for n in inputs if n not in names]
     if missing or extra:

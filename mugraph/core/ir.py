@@ -41,6 +41,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from .builder import TensorOps
 from .checks import DTYPES, _is_sequence, check_dtype, check_name, check_shape, rational, short, strict_int
+from .fills import BandMask
 from .errors import ArgumentTypeError, DTypeError, InvalidGraphError, ResourceError, ShapeError, UnsupportedOpError
 from .limits import MAX_DIM, MAX_NAME_CHARS
 from .ops import CATALOG, get_op
@@ -90,6 +91,12 @@ class Tensor(TensorOps):
 
     def label(self) -> str:
         return self.name if self.name else f"{self.graph.tensor_prefix}{self.id}"
+
+    @property
+    def fill(self) -> "BandMask | None":
+        """The position-dependent constant a kernel-graph input is filled with, if any
+        (:mod:`mugraph.core.fills`)."""
+        return self.op.attrs.get("fill") if self.op.kind == "input" else None
 
     def __repr__(self) -> str:
         return f"<{self.label()} {self.shape} {self.dtype}>"
@@ -285,7 +292,9 @@ class KernelGraph(Graph):
         self.inputs: list[Tensor] = []
         self.outputs: list[Tensor] = []
 
-    def input(self, name: str, shape, dtype: str = "float16") -> Tensor:
+    def input(self, name: str, shape, dtype: str = "float16", fill: "BandMask | None" = None) -> Tensor:
+        """A graph input. ``fill``: a position-dependent constant (:mod:`mugraph.core.fills`)
+        the kernels make from indices instead of reading; callers may leave it out."""
         what = f"input {short(name)}"
         if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
             raise InvalidGraphError(f"{what}: input names must be Python identifiers (not keywords): they name "
@@ -298,7 +307,14 @@ class KernelGraph(Graph):
             raise InvalidGraphError(f"{what}: an input of that name already exists")
         shape = check_shape(shape, what)
         check_dtype(dtype, what)
-        op = self._new_op("input", [], {"name": name})
+        attrs: dict = {"name": name}
+        if fill is not None:
+            if not isinstance(fill, BandMask):
+                raise ArgumentTypeError(f"{what}: fill must be a mugraph fill (mg.causal_mask(...)), got "
+                                        f"{type(fill).__name__}")
+            fill.check(shape, what)
+            attrs["fill"] = fill
+        op = self._new_op("input", [], attrs)
         t = self._new_tensor(op, shape, dtype, name=name)
         self.inputs.append(t)
         return t
@@ -762,7 +778,7 @@ def dataflow_key(graph: KernelGraph) -> str:
     for op in graph.ops:
         if op.kind == "input":
             t = op.outputs[0]
-            key[t] = digest("input", t.name, t.shape, t.dtype)
+            key[t] = digest("input", t.name, t.shape, t.dtype, repr(t.fill))
         elif op.kind == "graph_defined":
             block: BlockGraph = op.attrs["block"]
             for bop in block.ops:

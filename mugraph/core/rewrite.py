@@ -140,7 +140,7 @@ def splice(ng: KernelGraph, g: KernelGraph, m: dict[Tensor, Tensor], *,
         if op.kind == "input":
             t = op.outputs[0]
             if t not in m:
-                m[t] = ng.input(t.name, t.shape, t.dtype)
+                m[t] = ng.input(t.name, t.shape, t.dtype, fill=t.fill)
             continue
         rb._map(op, rb.op(site, op))
     return m

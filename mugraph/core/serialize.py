@@ -16,6 +16,7 @@ from typing import Any
 
 from .errors import ArgumentTypeError, MugraphError, SerializationError
 from .files import as_path, read_json, write_text_atomic
+from .fills import fill_from_json
 from .ir import ACCUM_MONOIDS, RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Program, Tensor, rational, short
 from .limits import MAX_CONSTANT_DIGITS
 from .ops import CATALOG
@@ -59,7 +60,10 @@ def graph_to_json(graph: KernelGraph) -> dict:
     for op in graph.ops:
         if op.kind == "input":
             t = op.outputs[0]
-            ops.append({"op": "input", "name": t.name, "shape": list(t.shape), "dtype": t.dtype})
+            d_in: dict[str, Any] = {"op": "input", "name": t.name, "shape": list(t.shape), "dtype": t.dtype}
+            if t.fill is not None:
+                d_in["fill"] = t.fill.to_json()
+            ops.append(d_in)
         elif op.kind == "graph_defined":
             ops.append({"op": "graph_defined", "block": _enc_block(op.attrs["block"], ids)})
         else:
@@ -240,12 +244,13 @@ def graph_from_json(d: dict) -> KernelGraph:
         g = kinds[d["kind"]](_str(d.get("name", "graph"), "name"))
         for i, od in enumerate(_list(d["ops"], "ops")):
             where = f"ops[{i}]"
-            kind = _str(_obj(od, where, ("op",), ("inputs", "attrs", "dtype", "name", "shape", "block"))["op"],
+            kind = _str(_obj(od, where, ("op",), ("inputs", "attrs", "dtype", "name", "shape", "block", "fill"))["op"],
                         f"{where}.op")
             if kind == "input":
-                _obj(od, where, ("op", "name", "shape", "dtype"))
+                _obj(od, where, ("op", "name", "shape", "dtype"), ("fill",))
                 g.input(_str(od["name"], f"{where}.name"), _list(od["shape"], f"{where}.shape"),
-                        _str(od["dtype"], f"{where}.dtype"))
+                        _str(od["dtype"], f"{where}.dtype"),
+                        fill_from_json(od["fill"], f"{where}.fill") if "fill" in od else None)
             elif kind == "graph_defined":
                 _obj(od, where, ("op", "block"))
                 g.kernel(_dec_block(od["block"], g.tensors, f"{where}.block"))

@@ -52,7 +52,8 @@ def format_graph(graph: KernelGraph) -> str:
     for op in graph.ops:
         outs = ", ".join(_t(t) for t in op.outputs)
         if op.kind == "input":
-            lines.append(f"  {outs} = input {op.attrs['name']!r}")
+            fill = op.attrs.get("fill")
+            lines.append(f"  {outs} = input {op.attrs['name']!r}" + (f" filled {fill}" if fill is not None else ""))
         elif op.kind == "graph_defined":
             lines.append(f"  {outs} = kernel#{op.id}({', '.join(t.label() for t in op.inputs)})")
             lines.extend(format_block(op.attrs["block"], "    "))

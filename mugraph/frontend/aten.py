@@ -30,6 +30,7 @@ import torch
 
 from ..core import builder as B
 from ..core.errors import MugraphError
+from ..core.fills import BandMask, causal_mask
 
 aten = torch.ops.aten
 
@@ -43,13 +44,15 @@ class Context:
     """What a row may ask of the piece being built: constant tensors (RoPE's
     rotation matrix) become extra inputs of the piece, fed by the runtime."""
 
-    make_input: Callable[[int, torch.Tensor], Any]
+    make_input: Callable[[int, torch.Tensor, BandMask | None], Any]
     constants: list = field(default_factory=list)
 
-    def constant(self, t: torch.Tensor):
-        """``t`` as a new input of the piece (its value is kept in ``constants``)."""
+    def constant(self, t: torch.Tensor, fill: BandMask | None = None):
+        """``t`` as a new input of the piece (its value is kept in ``constants``). ``fill``:
+        ``t`` is that position-dependent constant, which the kernels make instead of
+        reading (:mod:`mugraph.core.fills`)."""
         self.constants.append(t)
-        return self.make_input(len(self.constants) - 1, t)
+        return self.make_input(len(self.constants) - 1, t, fill)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -403,19 +406,23 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     """``F.scaled_dot_product_attention`` as the capture records it: equal in value (a row
     no key may see is 0, as in SDPA), written so that its row can map it.
 
-    A mask enters the piece finite, whatever candidate the search finds — a split-KV
-    μGraph shifts each chunk by its own max, and a chunk all ``-inf`` would give
-    ``exp(-inf + inf)``. So a boolean mask becomes a 0/1 mask applied after the exp, and
-    ``-inf`` in a float mask becomes the dtype's lowest finite value (``exp`` still
-    gives 0). A row with no visible key is given all its keys (its softmax stays finite:
-    a denominator of 0 would give NaN) and zeroed after the call, by ``rows``; the row
-    masks are computed by torch, outside the piece (comparisons are not catalog ops)."""
+    A mask enters the piece finite and additive, whatever candidate the search finds — a
+    split-KV μGraph shifts each chunk by its own max, and a chunk all ``-inf`` would give
+    ``exp(-inf + inf)``. So ``-inf`` in a float mask, and a boolean mask's hidden keys,
+    become the dtype's lowest finite value (``exp`` still gives 0), added before the max:
+    a 0/1 factor after the exp would let hidden scores far above the visible ones set the
+    max and underflow every visible exponential. A row with no visible key is given all
+    its keys (its softmax stays finite: a denominator of 0 would give NaN) and zeroed
+    after the call, by ``rows``; the row masks are computed by torch, outside the piece
+    (comparisons are not catalog ops)."""
     bias = keep = rows = None
     if attn_mask is not None:
         m = _full_rank(attn_mask, query.ndim)
         if m.dtype == torch.bool:
             empty = ~m.any(-1, keepdim=True)
-            keep, rows = (m | empty).to(query.dtype), (~empty).to(query.dtype)
+            hidden = torch.zeros(m.shape, dtype=query.dtype, device=m.device)
+            bias = hidden.masked_fill(~(m | empty), torch.finfo(query.dtype).min)
+            rows = (~empty).to(query.dtype)
         elif m.dtype == query.dtype and m.is_floating_point():
             rows = (~m.isneginf().all(-1, keepdim=True)).to(query.dtype)
             bias = m.clamp_min(torch.finfo(m.dtype).min)
@@ -426,12 +433,14 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     return out if rows is None else out * rows
 
 
-def causal_matrix(queries: int, keys: int, groups: int, ndim: int, dtype: torch.dtype) -> torch.Tensor:
-    """SDPA's ``is_causal`` mask as 0/1: query ``i`` sees key ``j`` iff ``j <= i`` (the
+def causal_bias(queries: int, keys: int, groups: int, ndim: int, dtype: str) -> tuple[torch.Tensor, BandMask]:
+    """SDPA's ``is_causal`` mask, additive: query ``i`` sees key ``j`` iff ``j <= i`` (the
     upper-left alignment torch uses when ``queries != keys``), its rows tiled ``groups``
-    times (the grouped-query layout of :func:`_attention`), shaped to rank ``ndim``."""
-    m = torch.ones(queries, keys, dtype=dtype).tril().repeat(groups, 1)
-    return m.view((1,) * (ndim - 2) + tuple(m.shape))
+    times (the grouped-query layout of :func:`_attention`), shaped to rank ``ndim``; with
+    the fill that makes it (:func:`mugraph.causal_mask`), so kernels never read it."""
+    fill = causal_mask(0, period=queries if groups > 1 else None)
+    shape = (1,) * (ndim - 2) + (groups * queries, keys)
+    return torch.from_numpy(fill.values(shape, dtype)).to(getattr(torch, dtype)), fill
 
 
 def _grouped_mask(m, heads: int, groups: int, queries: int):
@@ -455,9 +464,10 @@ def _grouped_mask(m, heads: int, groups: int, queries: int):
 def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_causal=False, scale=None,
                enable_gqa=False, groups=1):
     """``mugraph::attention`` as a safe softmax: ``S = (Q @ Kᵀ) · scale (+ bias)``,
-    ``P = exp(S − max S) (· keep) (· causal)``, ``out = (P @ V) / Σ P``. The max is a free
-    shift (docs/design.md §3.3), so the piece stays provable; masks multiply after the exp
-    (0/1: no ``-inf`` in a finite field). Grouped-query heads are read without repeating
+    ``P = exp(S − max S) (· keep)``, ``out = (P @ V) / Σ P``. The max is a free shift
+    (docs/design.md §3.3), so the piece stays provable; masks are finite (no ``-inf`` in a
+    finite field), and ``is_causal``'s is a fill the kernels make from positions.
+    Grouped-query heads are read without repeating
     K and V: Q's ``groups`` heads per KV head become rows, ``(…, Hkv, groups · L, D)``. Given
     ``groups > 1``, Q arrives in that form and the result stays in it (the capture's
     :func:`.capture.group_query_rows` regroups them by torch views outside the piece), so
@@ -489,11 +499,11 @@ def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_c
     s = s if c == 1 else B.scale(s, c)
     if bias is not None:
         s = B.add(s, _grouped_mask(bias, heads, groups, queries))
+    if is_causal:
+        s = B.add(s, ctx.constant(*causal_bias(queries, kt.shape[-1], groups, q.ndim, q.dtype)))
     p = B.exp(B.sub(s, B.max(s, -1)))
     if keep is not None:
         p = B.mul(p, _grouped_mask(keep, heads, groups, queries))
-    if is_causal:
-        p = B.mul(p, ctx.constant(causal_matrix(queries, kt.shape[-1], groups, q.ndim, getattr(torch, q.dtype))))
     out = B.div(B.matmul(p, v), B.sum(p, -1))
     if groups > 1 and not grouped:
         out = B.reshape(out, tuple(out.shape[:-3]) + (heads, queries, out.shape[-1]))

@@ -364,7 +364,7 @@ def probe(node: fx.Node) -> NodeInfo:
             if dtype_name(v.dtype) not in DTYPES:
                 return NodeInfo(False, f"input dtype {v.dtype}")
             env[a] = p.input(f"a{i}", tuple(int(s) for s in v.shape), dtype_name(v.dtype))
-        ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
+        ctx = Context(lambda i, t, fill=None: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype), fill=fill))
         y = build_node(node, env, ctx)
     except MugraphError as e:
         return NodeInfo(False, str(e)[:200])

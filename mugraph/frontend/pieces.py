@@ -144,7 +144,7 @@ def build_piece(piece: Piece) -> BuiltPiece:
                 v = _val(a)
                 env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype or dtype_name(v.dtype))
                 inputs.append(a)
-    ctx = Context(lambda i, t: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype)))
+    ctx = Context(lambda i, t, fill=None: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype), fill=fill))
     outputs = [n for n in piece.nodes if any(u not in members for u in n.users)]
     views: dict[tuple, Any] = {}
     for n in piece.nodes:

@@ -1,6 +1,6 @@
 """Attention through the front end: ``F.scaled_dot_product_attention`` captured as one
 ``mugraph::attention`` node whose row writes a safe softmax — the max a free shift
-(design §3.3), masks 0/1 after the exp or additive before it, grouped-query heads read
+(design §3.3), masks additive before it (a causal one made from positions), grouped-query heads read
 without repeating K and V — compared, through mugraph's float64 interpreter, with
 eager torch in float64; what cannot be mapped stays a torch call and says why."""
 
@@ -51,15 +51,36 @@ def check(fn, *xs, atol=1e-6):
 
 
 @pytest.mark.parametrize("queries,keys", [(6, 6), (4, 7), (7, 4)])
-def test_causal_is_a_01_mask_after_the_exp(queries, keys):
-    """``is_causal``: a 0/1 lower-triangular constant, aligned upper-left as torch aligns it
-    (query i sees keys j <= i), fed to the piece as a constant input."""
+def test_causal_is_an_additive_fill_before_the_max(queries, keys):
+    """``is_causal``: an additive band (0 where key j <= query i, aligned upper-left as torch
+    aligns it, the lowest finite value elsewhere) added before the max, as a piece input
+    with a fill — the kernels make it from positions instead of reading it."""
     cap, bp = check(sdpa(is_causal=True), r(2, 3, queries, 8), r(2, 3, keys, 8), r(2, 3, keys, 8))
     (m,) = bp.constants
-    assert torch.equal(m[0, 0], torch.ones(queries, keys).tril())
-    (mul,) = [op for op in bp.program.ops if op.kind == "mul"]
-    assert {t.op.kind for t in mul.inputs} == {"exp", "input"}  # exp(S − max S) · M
+    visible = torch.ones(queries, keys, dtype=torch.bool).tril()
+    assert torch.equal(m[0, 0] == 0, visible) and (m[0, 0][~visible] == torch.finfo(torch.float32).min).all()
+    (filled,) = [t for t in bp.program.inputs if t.fill is not None]
+    assert filled.fill == mg.causal_mask()
+    (add,) = [op for op in bp.program.ops if op.kind == "add"]
+    assert filled in add.inputs  # S + M, then the max
+    assert "mul" not in [op.kind for op in bp.program.ops]
     assert not cap.library or all(n.target == aten.transpose.int for n in cap.library)
+
+
+def test_causal_grouped_rows_repeat_the_band_per_query_head():
+    """Grouped-query heads stacked as rows: row r is query r mod L, so the fill has a period."""
+    _, bp = check(sdpa(is_causal=True, enable_gqa=True), r(1, 4, 3, 8), r(1, 2, 5, 8), r(1, 2, 5, 8))
+    (filled,) = [t for t in bp.program.inputs if t.fill is not None]
+    assert filled.fill == mg.causal_mask(period=3) and filled.shape[-2:] == (6, 5)
+
+
+def test_causal_is_exact_where_a_01_factor_underflows():
+    """Hidden scores far above the visible ones: the additive band keeps them out of the max
+    (a 0/1 factor after the exp would take their max and leave every visible term 0)."""
+    q, k, v = r(1, 1, 4, 8), r(1, 1, 4, 8), r(1, 1, 4, 8)
+    q[..., 0, :] = 1.0
+    k[..., 1:, :] = 400.0  # the first query scores ~1,100 on keys it may not see: exp(−1,100) is 0 even in float64
+    check(sdpa(is_causal=True), q, k, v)
 
 
 def test_scale_default_and_explicit():
@@ -71,7 +92,7 @@ def test_scale_default_and_explicit():
 
 
 def test_boolean_mask_with_a_row_that_sees_nothing():
-    """A boolean mask multiplies after the exp; a query row with no visible key is 0, as
+    """A boolean mask becomes an additive one (torch code before the piece); a query row with no visible key is 0, as
     in SDPA (not 0/0): torch gives it every key and zeroes it after the piece."""
     m = torch.rand(2, 1, 5, 6, generator=g) > 0.4
     m[:, :, :, 0] = True

@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Callable
 
 from .. import builder as mg
+from ..fills import causal_mask
 from ..ir import Program
 
 
@@ -110,19 +111,20 @@ def prefill_attention(heads: int = 16, q: int = 1024, kv: int = 1024, head_dim: 
     """Attention over a prompt: ``q`` query rows per head against ``kv`` keys, the layouts of
     :func:`decode_attention` (Q ``(heads, q, head_dim)``, K ``(heads, head_dim, kv)``, V
     ``(heads, kv, head_dim)``), with the row max subtracted unless ``safe=False``.
-    ``causal``: an additive input ``bias`` ``(q, kv)`` joins the scores before the max (the
-    caller fills it with 0 where query ``i`` sees key ``j`` — SDPA's ``is_causal``: ``j ≤
-    i`` — and the dtype's lowest value elsewhere) — the fragment has no comparison, so the
-    mask is data the kernel reads. Added before the max, not multiplied after the exp: a
-    max over masked scores far above the visible ones would leave the visible exponentials
-    underflowing (measured: 4.5e-2 relative error at logits ×30 with a 0/1 factor)."""
+    ``causal``: an additive input ``bias`` ``(q, kv)`` joins the scores before the max, 0
+    where query ``i`` sees key ``j`` (SDPA's ``is_causal``: ``j ≤ i``) and the dtype's
+    lowest value elsewhere: a fill (:func:`mugraph.causal_mask`), so kernels make it from
+    positions and the caller passes nothing. Added before the max, not multiplied after the
+    exp: a max over masked scores far above the visible ones would leave the visible
+    exponentials underflowing (measured: 4.5e-2 relative error at logits ×30 with a 0/1
+    factor)."""
     p = Program(f"prefill_h{heads}_q{q}_n{kv}_d{head_dim}" + ("_causal" if causal else "") + ("_safe" if safe else ""))
     Q = p.input("Q", (heads, q, head_dim), dtype)
     K = p.input("K", (heads, head_dim, kv), dtype)
     V = p.input("V", (heads, kv, head_dim), dtype)
     S = mg.scale(Q @ K, decode_scale(head_dim))
     if causal:
-        S = S + p.input("bias", (q, kv), dtype)
+        S = S + p.input("bias", (q, kv), dtype, fill=causal_mask())
     E = mg.exp(S - mg.max(S, 2) if safe else S)
     p.output((E @ V) / mg.sum(E, 2))
     return p

@@ -1,0 +1,123 @@
+"""Position-dependent constants: inputs whose values a kernel computes from the element's
+position instead of reading them from memory.
+
+A causal attention adds a bias that is 0 where query ``i`` sees key ``j`` and very
+negative elsewhere. As data that bias is a ``q × kv`` tensor every attention kernel reads
+once per head: at 1k × 1k, d 64 the read made a prompt attention 2.3× slower than the
+same kernel without it. The values depend on ``(i, j)`` only, so a kernel can make them
+in registers from the indices it already has.
+
+A program says so by giving an input a *fill* (``p.input("bias", (q, kv), fill=
+mg.causal_mask())``). Everything above the lowering treats that input as an input like
+any other: the search tiles it, the field test draws it at random and the float check
+draws it like data, so a verdict holds for *every* value of it — in particular for the
+fill's. Only three places read the fill itself: the interpreter and the runtime (which
+make the tensor when the caller does not pass it) and the lowering (which generates a
+tile instead of loading it; see ``lower.emit.loads``).
+
+The catalog has one fill, a band of visible keys; causal masks, offset causal masks
+(a query block at the end of a longer key sequence) and sliding windows are all bands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidGraphError
+
+#: the value a masked position gets, per dtype: the dtype's lowest finite value, so the sum
+#: with a score stays finite (no ``-inf - -inf = NaN`` in a max-subtracted row) and its
+#: exponential is 0 once the row's max is a visible score
+MASKED_VALUE: dict[str, float] = {
+    "float16": float(np.finfo(np.float16).min),
+    "bfloat16": -3.3895313892515355e38,
+    "float32": float(np.finfo(np.float32).min),
+    "float64": float(np.finfo(np.float32).min),
+}
+
+
+@dataclass(frozen=True)
+class BandMask:
+    """An additive attention mask over the last two dims (rows ``i``, columns ``j``): 0
+    where ``j − i ≤ offset`` (and, with a ``window``, ``j − i > offset − window``), the
+    dtype's lowest finite value elsewhere; leading dims repeat it.
+
+    ``offset=0``: SDPA's ``is_causal`` (key ``j`` is visible to query ``i`` when
+    ``j ≤ i``). ``offset=kv − q``: the same for ``q`` queries that are the last of ``kv``
+    positions. ``window=w``: each query sees its ``w`` latest keys (a sliding window).
+    ``period=q``: row ``r`` is query ``r mod q`` — the grouped-query layout, where the
+    query heads sharing a KV head are stacked as rows."""
+
+    offset: int = 0
+    window: int | None = None
+    period: int | None = None
+
+    kind = "band_mask"
+
+    def check(self, shape: tuple[int, ...], what: str) -> None:
+        """A one-line error when ``shape`` cannot hold this fill."""
+        if len(shape) < 2:
+            raise InvalidGraphError(f"{what}: a band mask fills a tensor of at least 2 dims (rows, keys), "
+                                    f"got shape {shape}")
+        for k in ("window", "period"):
+            v = getattr(self, k)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise InvalidGraphError(f"{what}: a band mask's {k} must be a positive int or None, got {v!r}")
+
+    def values(self, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+        """The filled tensor (float64, values exactly representable in ``dtype``)."""
+        i = np.arange(shape[-2])[:, None]
+        if self.period is not None:
+            i = i % self.period
+        j = np.arange(shape[-1])[None, :]
+        d = j - i
+        visible = d <= self.offset
+        if self.window is not None:
+            visible &= d > self.offset - self.window
+        band = np.where(visible, 0.0, MASKED_VALUE[dtype])
+        return np.broadcast_to(band, shape).copy()
+
+    def triton(self, rows: str, cols: str, dtype: str) -> str:
+        """The Triton expression of the tile at row indices ``rows`` and column indices
+        ``cols`` (expressions already shaped to broadcast against each other)."""
+        if self.period is not None:
+            rows = f"({rows}) % {self.period}"
+        d = f"({cols}) - ({rows})"
+        cond = f"({d} <= {self.offset})"
+        if self.window is not None:
+            cond = f"{cond} & ({d} > {self.offset - self.window})"
+        return f"tl.where({cond}, 0.0, {MASKED_VALUE[dtype]!r})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "offset": self.offset, "window": self.window, "period": self.period}
+
+    def __str__(self) -> str:
+        extra = "".join(f", {k}={getattr(self, k)}" for k in ("window", "period") if getattr(self, k) is not None)
+        return f"band_mask(offset={self.offset}{extra})"
+
+
+#: every fill, by its JSON ``kind``
+FILLS = {BandMask.kind: BandMask}
+
+
+def causal_mask(offset: int = 0, window: int | None = None, period: int | None = None) -> BandMask:
+    """The additive mask of a causal attention (see :class:`BandMask`): give it to an
+    input as ``fill=`` and the kernels make it from positions instead of reading it."""
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise InvalidGraphError(f"causal_mask: offset must be an int, got {offset!r}")
+    m = BandMask(offset, window, period)
+    m.check((1, 1), "causal_mask")
+    return m
+
+
+def fill_from_json(d: Any, where: str) -> BandMask:
+    """The fill a JSON document describes; a one-line error naming ``where`` otherwise."""
+    if not isinstance(d, dict) or d.get("kind") not in FILLS:
+        raise InvalidGraphError(f"{where}: a fill is an object with kind one of {sorted(FILLS)}, got {d!r}")
+    try:
+        return causal_mask(d.get("offset", 0), d.get("window"), d.get("period"))
+    except InvalidGraphError as e:
+        raise InvalidGraphError(f"{where}: {e}") from None
