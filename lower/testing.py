@@ -28,8 +28,9 @@ def random_graph(seed: int, dtype: str = "float32", max_tries: int = 50) -> Kern
 
 def random_inputs(graph: KernelGraph, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
+    """Uniform [−1, 1) inputs, but none for a filled input (the program makes it)."""
     return {t.name: (torch.rand(t.shape, generator=g, dtype=torch.float64) * 2 - 1)
-            .to(getattr(torch, t.dtype)).to(device) for t in graph.inputs}
+            .to(getattr(torch, t.dtype)).to(device) for t in graph.inputs if t.fill is None}
 
 
 def bench_inputs(graph: KernelGraph, seed: int = 0, device: str = "cuda") -> dict[str, torch.Tensor]:
@@ -37,7 +38,7 @@ def bench_inputs(graph: KernelGraph, seed: int = 0, device: str = "cuda") -> dic
     (``examples/bench_kernels.py``, ``examples/sweep_configs.py``) time."""
     gen = torch.Generator(device=device).manual_seed(seed)
     return {t.name: ((torch.rand(t.shape, generator=gen, device=device) * 2 - 1) * 0.5).half()
-            for t in graph.inputs}
+            for t in graph.inputs if t.fill is None}
 
 
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:

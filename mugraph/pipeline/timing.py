@@ -236,7 +236,9 @@ def _check_inputs(program: KernelGraph) -> tuple[dict[str, torch.Tensor], list[t
     exponentials) nearly cancels at a normal draw, and no fp16 candidate could match it
     there (the float check falls back the same way, §4.10)."""
     dtype = program.inputs[0].dtype
-    inputs = float_inputs(program, dtype, 0.25, 0)
+    # a filled input (mugraph.core.fills) is made by the kernels: the interpreter makes it too
+    inputs = {k: v for k, v in float_inputs(program, dtype, 0.25, 0).items()
+              if all(t.fill is None for t in program.inputs if t.name == k)}
     ref = evaluate(program, inputs)
     largest = max((float(v.abs().max()) for v in inputs.values() if v.numel()), default=1.0)
 
@@ -271,7 +273,8 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
         # without a max subtraction overflows fp16 for inputs of std ≳ 0.5 — the program itself does)
         inputs, ref = _check_inputs(program)
         ref = [r.to("cuda") for r in ref]
-        inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs}
+        inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs
+                  if t.name in inputs}
     tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
     if phases is not None:
         total_s = max(MIN_TUNE_S, min(total_s, phases.left() - RETIME_RESERVE_S))

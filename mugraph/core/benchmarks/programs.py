@@ -135,16 +135,20 @@ PREFILL: dict[str, dict] = {
     "prefill_h16_q1024_n1024_d64": dict(heads=16, q=1024, kv=1024, head_dim=64),
     "prefill_h32_q2048_n2048_d128": dict(heads=32, q=2048, kv=2048, head_dim=128),
     "prefill_h16_q1024_n1024_d64_causal": dict(heads=16, q=1024, kv=1024, head_dim=64, causal=True),
+    "prefill_h32_q2048_n2048_d128_causal": dict(heads=32, q=2048, kv=2048, head_dim=128, causal=True),
 }
 
 
 #: decode-shaped attention programs (not among the six benchmarks: no hand-written reference),
 #: name -> :func:`decode_attention` sizes: LLaMA-3-8B-like (32 heads over 8 KV heads, d 128),
-#: a 2k-token MHA-ish cache at d 64, an 8k-token cache with 16 heads over 4 KV heads
+#: a 2k-token MHA-ish cache at d 64, an 8k-token cache with 16 heads over 4 KV heads, one
+#: query row per KV head over 32k keys, eight per KV head over 16k
 DECODE: dict[str, dict] = {
     "decode_h32_kv8_n4096_d128": dict(heads=32, kv_heads=8, kv=4096, head_dim=128),
     "decode_h8_kv2_n2048_d64": dict(heads=8, kv_heads=2, kv=2048, head_dim=64),
     "decode_h16_kv4_n8192_d128": dict(heads=16, kv_heads=4, kv=8192, head_dim=128),
+    "decode_h8_kv8_n32768_d128": dict(heads=8, kv_heads=8, kv=32768, head_dim=128),
+    "decode_h64_kv8_n16384_d128": dict(heads=64, kv_heads=8, kv=16384, head_dim=128),
 }
 
 
