@@ -7,7 +7,8 @@ the graph at ATen level, cuts it into Lax pieces, superoptimizes each (a new
 shape is a new program: a new search, cached on disk, announced in one log
 line), keeps a piece's μGraph only where it times faster than the piece's own torch
 ops on the GPU (the never-slower rule, :mod:`.run`), stitches the kept pieces in as
-torch operators and hands the result to Inductor, which compiles the rest.
+torch operators and hands the result to Inductor, which compiles the rest — and runs that
+only if it beats the graph compiled by Inductor alone (the same rule for the whole graph).
 Specializing per signature is what lets dynamo's dynamic shapes through: a
 symbolic graph is traced again at each concrete shape it meets.
 
@@ -28,7 +29,7 @@ import torch.fx as fx
 from .capture import trace
 from .graph import Captured
 from .options import FrontendOptions
-from .run import device_of
+from .run import device_of, judge_graph
 
 log = logging.getLogger("mugraph")
 
@@ -94,9 +95,9 @@ class MugraphCompiled:
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
                  len(cap.info), len(cap.kept), len(cap.pieces),
                  f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
-        if not opts.inductor:
-            return stitched
-        return _inductor(stitched, list(args))
+        fn = _inductor(stitched, list(args)) if opts.inductor else stitched
+        return judge_graph(cap, fn, lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm,
+                           args, opts, device_of(args))
 
 
 def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:

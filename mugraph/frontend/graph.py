@@ -30,6 +30,9 @@ class Captured:
         #: call nodes that stay torch calls
         self.library: list[fx.Node] = [n for n in self.info if n not in inside]
         self.kept: list[BuiltPiece] = []
+        #: the never-slower verdict for the whole graph (``runs``, ``mugraph_s``, ``torch_s``,
+        #: ``why``: :func:`.run.judge_graph`), set by the backend; empty before
+        self.whole: dict = {}
 
     def summary(self) -> str:
         views = {n for bp in self.pieces for n in bp.piece.views}
@@ -54,6 +57,9 @@ class Captured:
                 continue
             lines.append(f"{bp.name}: {info.get('runs', 'mugraph')} ({info.get('origin')}, "
                          f"{info.get('kernels')} kernels) — {info.get('why', '')}")
+        if self.whole:
+            lines.append(f"the graph: {'with' if self.whole['runs'] == 'mugraph' else 'without'} its μGraph pieces "
+                         f"— {self.whole['why']}")
         return "\n".join(lines)
 
     def stitched(self, call_of: Callable[[BuiltPiece], Any], pieces: list[BuiltPiece] | None = None) -> fx.GraphModule:

@@ -51,11 +51,13 @@ class FrontendOptions:
     warning line each). Off by default: a piece runs only proven μGraphs.
     ``never_slower``: a piece runs its μGraph only if it is faster than the piece's own torch
     ops, timed side by side when the piece is compiled (the never-slower rule, docs/models.md);
-    otherwise it stays torch code, and ``bp.info`` records both times and why. On by default;
-    ``False`` runs every μGraph the search returns, untimed.
+    otherwise it stays torch code, and ``bp.info`` records both times and why. The whole graph
+    then runs with its μGraph pieces only if that is faster than without them
+    (``Captured.whole``). On by default; ``False`` runs every μGraph the search returns, untimed.
     ``timer``: how the rule times a piece's two forms — ``timer(piece, launches) ->
     {"mugraph": seconds, "torch": seconds}``, where ``piece`` is the
-    :class:`~mugraph.frontend.pieces.BuiltPiece` and ``launches`` maps each form to a
+    :class:`~mugraph.frontend.pieces.BuiltPiece` (the :class:`~mugraph.frontend.graph.Captured`
+    graph for the whole-graph comparison) and ``launches`` maps each form to a
     no-argument callable running it once on example inputs at the piece's shapes, strides,
     dtypes and device. ``None`` (default): on a GPU, CUDA-graph medians timed side by side
     (``lower.profile.measure_together``); on the CPU nothing is timed (the Triton interpreter

@@ -1,5 +1,6 @@
 """The never-slower rule (``FrontendOptions.never_slower``, docs/models.md): a piece runs its
-μGraph only if it times faster than the piece's own torch ops. On a GPU the backend times
+μGraph only if it times faster than the piece's own torch ops, and a graph runs with its
+μGraph pieces only if it times faster than without them. On a GPU the backend times
 both forms itself; on the CPU nothing is timed unless a ``timer`` option is given, which is
 how these tests reach the decision: a timer that calls both forms (so the launches it is
 handed are real and agree) and reports the times the test wants."""
@@ -12,6 +13,7 @@ import torch
 import mugraph as mg
 import mugraph.frontend  # noqa: F401 - registers the backend
 from mugraph.frontend import FrontendOptions, recent_graphs
+from mugraph.frontend.graph import Captured
 
 g = torch.Generator().manual_seed(5)
 W = torch.randn(8, 8, generator=g)
@@ -31,15 +33,21 @@ def two_blocks(x):
 
 
 class FixedTimer:
-    """Runs each form once, checks they agree, and reports fixed times; counts its calls."""
+    """Runs each form once, checks they agree, and reports fixed times — ``graph_s`` (the
+    μGraph form's, the torch form's) for the whole graph, when given; counts its calls."""
 
-    def __init__(self, mugraph_s: float, torch_s: float) -> None:
+    def __init__(self, mugraph_s: float, torch_s: float, graph_s: tuple[float, float] | None = None) -> None:
         self.times = {"mugraph": mugraph_s, "torch": torch_s}
+        self.graph_times = dict(zip(("mugraph", "torch"), graph_s)) if graph_s else self.times
         self.calls: list[str] = []
 
     def __call__(self, piece, launches):
         outs = {form: launch() for form, launch in launches.items()}
         mine, theirs = outs["mugraph"], outs["torch"]
+        if isinstance(piece, Captured):  # the whole graph, with and without its μGraph pieces
+            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+            self.calls.append("graph")
+            return dict(self.graph_times)
         for k, t in zip(piece.output_index, theirs):  # the μGraph writes each distinct output once
             torch.testing.assert_close(mine[k], t, rtol=1e-5, atol=1e-5)
         self.calls.append(piece.name)
@@ -66,7 +74,7 @@ def test_a_piece_whose_mugraph_is_slower_stays_torch_code(piece_cache, mugraph_l
         assert bp.info["runs"] == "torch"
         assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (2e-6, 1e-6)
         assert "not faster" in bp.info["why"] and "2 μs" in bp.info["why"], bp.info["why"]
-    assert timer.calls == [cap.pieces[0].name]  # identical pieces: timed once
+    assert timer.calls == [cap.pieces[0].name]  # identical pieces: timed once; no piece kept: no graph timing
     said = [m for m in mugraph_log.messages if "stays torch code" in m and "never-slower" in m]
     assert len(said) == 1 and cap.pieces[0].name in said[0]
     assert "torch (program, " in cap.report() and "not faster" in cap.report()
@@ -82,6 +90,39 @@ def test_a_faster_mugraph_runs_and_the_torch_form_is_what_inductor_makes(piece_c
     assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (1e-6, 3e-6)
     assert "the μGraph is faster" in bp.info["why"]
     assert any("runs its μGraph" in m for m in mugraph_log.messages)
+    assert timer.calls == [bp.name, "graph"] and cap.whole["runs"] == "mugraph"
+    assert "the graph: with its μGraph pieces" in cap.report()
+
+
+@pytest.mark.parametrize("inductor", [False, True])
+def test_a_graph_slower_with_its_pieces_runs_without_them(piece_cache, mugraph_log, inductor):
+    """Each piece beats its torch ops, the graph with them loses to the graph without them
+    (the fusions the cuts cost): the graph runs as torch.compile would run it."""
+    timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=inductor)
+    torch.testing.assert_close(y, two_blocks(x))
+    assert cap.kept == cap.pieces and timer.calls[-1] == "graph"
+    assert cap.whole == {"runs": "torch", "mugraph_s": 5e-6, "torch_s": 4e-6, "why": cap.whole["why"]}
+    assert "runs without them (never-slower rule)" in cap.whole["why"]
+    assert any("graph runs without its μGraph pieces: with its 2 μGraph pieces it takes 5 μs, without them 4 μs" in m for m in mugraph_log.messages)
+
+
+def test_a_graph_that_writes_its_inputs_is_not_run_again_to_time_it(piece_cache):
+    def grows(x, acc):
+        acc.add_(block(x))  # an in-place update of an input, as a KV cache's
+        return acc * 2
+
+    timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
+    x, acc = torch.randn(4, 8, generator=g), torch.zeros(4, 8)
+    torch._dynamo.reset()
+    f = torch.compile(grows, backend="mugraph", options={**QUICK, "cache_dir": piece_cache, "timer": timer})
+    with torch.no_grad():
+        y = f(x, acc)
+    torch.testing.assert_close(acc, block(x))  # written once, not once per timing run
+    torch.testing.assert_close(y, 2 * block(x))
+    (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
+    assert "graph" not in timer.calls and cap.whole["why"] == "not timed (the graph writes into its inputs)"
 
 
 def test_without_a_gpu_or_a_timer_nothing_is_timed(piece_cache):
