@@ -113,47 +113,71 @@ def _apply_imaps(inputs, axes, imap_choice):
     return shapes, labs
 
 
+#: how far past ``config.forloop_ranges``'s largest range a loop may go, in doublings, for a
+#: class whose tiles fit shared memory at none of the listed ranges
+MAX_LOOP_DOUBLINGS = 4
+
+
 def _loops(inputs, grid, axes, imap_choice, shapes, labs, itemsize, cfg, reduced):
+    """The mappings of one grid choice: no loop, or a loop of each listed range over each
+    class the inputs have (one the program reduces, when ``reduced`` is given). A class
+    whose tiles fit shared memory at none of the listed ranges — a 32k-key row at head dim
+    128: 512 keys a step of 64 hold 256 KB of K and V — gets the first doubling of the
+    largest range (up to :data:`MAX_LOOP_DOUBLINGS`) at which they fit, so long rows still
+    have a loop (which the split-loop rewrite then spreads over blocks)."""
     imaps = tuple(tuple(list(dims) + [None] * (3 - len(dims))) for dims in imap_choice)
     classes = tuple([c for c, _ in axes] + [None] * (3 - len(axes)))
-    loop_opts: list[tuple[int, Optional[int]]] = [(1, None)]
+    yield from _loop_mappings(1, None, grid, imaps, classes, shapes, labs, itemsize, cfg)
     present = sorted({c for sh, lab in zip(shapes, labs) for _, c, _ in _majors(lab, sh)})
     for c in present:
         if reduced is not None and c not in reduced:
             continue  # accumulators sum over the loop: it must walk a class the program reduces
+        fitted = False
         for F in cfg.forloop_ranges:
-            loop_opts.append((F, c))
-    for F, c in loop_opts:
-        if F == 1:
-            fm_choices = [[None] for _ in shapes]
-        else:
-            fm_choices = [_choices([d for d, cc, s in _majors(lab, sh) if cc == c]) for sh, lab in zip(shapes, labs)]
-        for fmaps in itertools.product(*fm_choices):
-            if F > 1 and all(f is None for f in fmaps):
-                continue
-            tiles, tlabs, ok = [], [], True
-            for sh, lab, f in zip(shapes, labs, fmaps):
-                sh, lab = list(sh), list(lab)
-                if f is not None:
-                    r = lb.split(lab[f], F)
-                    if r is None or sh[f] % F:
-                        ok = False
-                        break
-                    sh[f] //= F
-                    lab[f] = r[1]
-                tiles.append(tuple(sh))
-                tlabs.append(tuple(lab))
-            if not ok:
-                continue
-            total = 0
-            for t in tiles:
-                n = itemsize
-                for s in t:
-                    n *= s
-                total += n
-            if total > cfg.smem_budget:
-                continue
-            yield Mapping(grid, F, imaps, tuple(fmaps), classes, tuple(tiles), tuple(tlabs))
+            for m in _loop_mappings(F, c, grid, imaps, classes, shapes, labs, itemsize, cfg):
+                fitted = True
+                yield m
+        longest = max(cfg.forloop_ranges, default=0)
+        for k in range(1, MAX_LOOP_DOUBLINGS + 1 if longest and not fitted else 1):
+            found = list(_loop_mappings(longest << k, c, grid, imaps, classes, shapes, labs, itemsize, cfg))
+            yield from found
+            if found:
+                break
+
+
+def _loop_mappings(F, c, grid, imaps, classes, shapes, labs, itemsize, cfg):
+    """The mappings with a loop of ``F`` steps over class ``c`` (``F == 1``: no loop) whose
+    tiles fit shared memory together."""
+    if F == 1:
+        fm_choices = [[None] for _ in shapes]
+    else:
+        fm_choices = [_choices([d for d, cc, s in _majors(lab, sh) if cc == c]) for sh, lab in zip(shapes, labs)]
+    for fmaps in itertools.product(*fm_choices):
+        if F > 1 and all(f is None for f in fmaps):
+            continue
+        tiles, tlabs, ok = [], [], True
+        for sh, lab, f in zip(shapes, labs, fmaps):
+            sh, lab = list(sh), list(lab)
+            if f is not None:
+                r = lb.split(lab[f], F)
+                if r is None or sh[f] % F:
+                    ok = False
+                    break
+                sh[f] //= F
+                lab[f] = r[1]
+            tiles.append(tuple(sh))
+            tlabs.append(tuple(lab))
+        if not ok:
+            continue
+        total = 0
+        for t in tiles:
+            n = itemsize
+            for s in t:
+                n *= s
+            total += n
+        if total > cfg.smem_budget:
+            continue
+        yield Mapping(grid, F, imaps, tuple(fmaps), classes, tuple(tiles), tuple(tlabs))
 
 
 def omaps(tile: tuple, lab: lb.Labels, grid: tuple, classes: tuple) -> Iterator[tuple[tuple, tuple, lb.Labels]]:

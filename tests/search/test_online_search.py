@@ -44,3 +44,18 @@ def test_a_split_online_loop_combines_with_rescaled_accumulators(chunks):
     assert _monoids(h).count(RESCALED) == 4  # two per kernel: numerator and denominator
     v = verify.equivalent(_program(), h, seed=3, float_check=False)
     assert v.equivalent and v.bound_met, v
+
+
+def test_a_row_too_long_for_the_listed_loop_ranges_gets_a_longer_loop():
+    """4,096 keys at head dim 32 under an 8 KB budget: 64 steps of 64 keys hold 8.5 KB of
+    tiles, so no listed loop range fits; the mapping doubles the longest (128 steps of 32
+    keys) and the search still finds the online softmax."""
+    p = decode_attention(b=1, heads=8, kv_heads=1, kv=4096, head_dim=32, safe=True, dtype="float16")
+    cfg = SearchConfig(time_limit=90, workers=1, progress=False, smem_budget=8 * 1024,
+                       compose=False, split_loops=False, max_results=1, verify_per_kernels=1)
+    r = driver.run(p, cfg)
+    assert r.graphs, r.stats
+    g = r.graphs[0]
+    loops = [op.attrs["block"].forloop for op in g.ops if op.kind == "graph_defined"]
+    assert max(loops) > max(cfg.forloop_ranges) and RESCALED in _monoids(g)
+    assert r.verdicts[0]["equivalent"] and r.verdicts[0]["bound_met"]
