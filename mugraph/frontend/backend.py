@@ -95,8 +95,8 @@ class MugraphCompiled:
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
                  len(cap.info), len(cap.kept), len(cap.pieces),
                  f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
-        fn = _inductor(stitched, list(args)) if opts.inductor else stitched
-        return judge_graph(cap, fn, lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm,
+        return judge_graph(cap, lambda: _inductor(stitched, list(args)) if opts.inductor else stitched,
+                           lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm,
                            args, opts, device_of(args))
 
 

@@ -153,44 +153,51 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
     return {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
 
 
-def judge_graph(cap: Any, stitched: Callable, plain: Callable[[], Callable], args: tuple,
+def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], Callable], args: tuple,
                 opts: FrontendOptions, device: str) -> Callable:
-    """The never-slower rule for a whole graph: ``stitched`` (its kept pieces as μGraphs, the
-    rest as the backend compiles it) against ``plain()`` (the graph as torch.compile would run
-    it without mugraph), timed side by side on the call's own ``args``; the faster runs.
+    """The never-slower rule for a whole graph: ``stitched()`` (its kept pieces as μGraphs,
+    the rest as the backend compiles it) against ``plain()`` (the graph as torch.compile
+    would run it without mugraph), timed side by side on the call's own ``args``; the
+    faster runs. Both are made only when needed.
 
     Why a second rule above the pieces': a piece is timed against its own torch ops, but
     cutting it out costs the fusions Inductor would have made across its boundary, and a
-    kept piece can win alone while the graph loses (measured: Phi-3-mini's decode step at
-    0.96× torch.compile with two RMSNorm pieces each faster than their torch ops). Ties go to
-    ``plain``; so does a comparison that fails (``stitched`` if ``plain`` fails to compile). Not timed — ``stitched`` runs — when no piece
-    is kept, when nothing can time (no GPU and no ``timer``), and when the graph writes into
-    its inputs (timing runs it many times on them). The verdict is ``cap.whole`` (``runs``,
-    ``mugraph_s``, ``torch_s``, ``why``) and one log line."""
+    kept piece can win alone while the graph loses. With no piece kept, the graph is
+    ``plain()`` untimed: the capture's rewriting (SDPA as an operator, the cuts) gains
+    nothing then and can lose (measured: Phi-3-mini's decode step at 0.96–0.97×
+    torch.compile with no μGraph running). Ties go to ``plain``; so does a comparison that
+    fails (``stitched`` if ``plain`` fails to compile). Not timed — ``stitched`` runs — when
+    nothing can time (no GPU and no ``timer``), when ``never_slower`` is off, and when the
+    graph writes into its inputs (timing runs it many times on them). The verdict is
+    ``cap.whole`` (``runs``, ``mugraph_s``, ``torch_s``, ``why``) and one log line."""
+    if not cap.kept:
+        cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None,
+                     "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
+        return plain()
     timer = opts.timer or (gpu_timer if device == "cuda" else None)
-    why = ("no piece runs a μGraph" if not cap.kept else "never_slower=False" if not opts.never_slower
-           else "no GPU to time on, and no timer option" if timer is None
-           else "the graph writes into its inputs" if writes_inputs(cap.graph_module) else None)
+    why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
+           if timer is None else "the graph writes into its inputs" if writes_inputs(cap.graph_module) else None)
+    mine = stitched()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
-        return stitched
+        return mine
     base = None
     try:
         base = plain()
         with torch.no_grad():
-            times = timer(cap, {"mugraph": lambda: stitched(*args), "torch": lambda: base(*args)})
+            times = timer(cap, {"mugraph": lambda: mine(*args), "torch": lambda: base(*args)})
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
     except Exception as e:  # noqa: BLE001 - the model still runs: without the pieces where that compiled
         why = f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         log.warning("mugraph: the graph runs %s: %s", "without its μGraph pieces" if base else "untimed", why)
         cap.whole = {"runs": "torch" if base else "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
-        return base or stitched
+        return base or mine
     faster = mu < tt
     why = (f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs"
            + ("" if faster else ": it runs without them (never-slower rule)"))
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
     cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
-    return stitched if faster else base
+    return mine if faster else base
 
 
 def writes_inputs(gm: torch.fx.GraphModule) -> bool:
