@@ -25,6 +25,8 @@ from mugraph.core.interpreter import evaluate
 from mugraph.core.ir import dataflow_key
 from mugraph.core.serialize import graph_from_json, graph_to_json
 
+from online_graphs import attention_ugraph
+
 TOL = {"float32": 1e-5, "float16": 2e-3}
 LOW16 = float(np.finfo(np.float16).min)
 
@@ -69,26 +71,11 @@ def _program(dtype: str = "float32", fill=None) -> mg.Program:
 
 
 def _ugraph(dtype: str = "float32", fill=None, steps: int = 3, transposed: bool = False) -> mg.KernelGraph:
-    """The online form: a block per 24 query rows (padded to 32), the keys walked in
-    ``steps`` (3: 32 keys a step; 4: 24, padded); the band's tile is read at the block's rows and the step's keys.
-    ``transposed``: the band is stored keys-major and read through a permute."""
-    g = mg.KernelGraph("causal")
-    q, kt, v = g.input("q", (48, 16), dtype), g.input("kt", (16, 96), dtype), g.input("v", (96, 16), dtype)
-    shape = (96, 48) if transposed else (48, 96)
-    bias = g.input("bias", shape, dtype, fill=fill or mg.causal_mask())
-    bg = mg.BlockGraph(grid=(2, 1, 1), forloop=steps)
-    qt = bg.input(q, (0, None, None), None)
-    kk, vv = bg.input(kt, (None, None, None), 1), bg.input(v, (None, None, None), 0)
-    bt = bg.input(bias, (1, None, None), 0) if transposed else bg.input(bias, (0, None, None), 1)
-    if transposed:
-        bt = mg.permute(bt, (1, 0))
-    s = mg.scale(qt @ kk, 1 / math.sqrt(16)) + bt
-    m = mg.max(s, 1)
-    e = mg.exp(s - m)
-    bg.output(bg.accum(e @ vv, m) / bg.accum(mg.sum(e, 1), m), (0, None, None))
-    (o,) = g.kernel(bg)
-    g.output(o)
-    return g
+    """The online form (``tests/online_graphs.py``): a block per 24 query rows (padded to
+    32), the keys walked in ``steps`` (3: 32 keys a step; 4: 24, padded); the band's tile is
+    read at the block's rows and the step's keys (``transposed``: stored keys-major, read
+    through a permute)."""
+    return attention_ugraph(2, 24, 96, 16, steps, dtype, fill or mg.causal_mask(), transposed)
 
 
 def test_text_json_and_fingerprint_keep_the_fill():

@@ -26,6 +26,8 @@ from lower.profile import layout_choices
 from lower.testing import check
 from lower.tiles import loop_chunks
 
+from online_graphs import attention_ugraph
+
 TOL = {"float32": 1e-4, "float16": 2e-2}
 LOGIT_SCALE = 30.0
 
@@ -68,25 +70,6 @@ def _split(rows: int, keys: int, d: int, chunks: int, steps: int, dtype: str) ->
     nt, dt, mt = (b2.input(t, (None, None, None), 1) for t in (num, den, mx))
     b2.output(b2.accum(nt, mt) / b2.accum(dt, mt), (None, None, None))
     (o,) = g.kernel(b2)
-    g.output(o)
-    return g
-
-
-def _attention(blocks: int, rows: int, keys: int, d: int, steps: int, dtype: str) -> mg.KernelGraph:
-    """Attention: a Q tile (rows × d) per block, Kᵀ and V walked over the keys; S = Q@Kᵀ
-    scaled, m = max(S), e = exp(S − m), e@V and Σe accumulated rescaled by m, divided
-    after the loop."""
-    g = mg.KernelGraph("attention")
-    q = g.input("q", (blocks * rows, d), dtype)
-    kt, v = g.input("kt", (d, keys), dtype), g.input("v", (keys, d), dtype)
-    bg = mg.BlockGraph(grid=(blocks, 1, 1), forloop=steps)
-    qt = bg.input(q, (0, None, None), None)
-    kk, vv = bg.input(kt, (None, None, None), 1), bg.input(v, (None, None, None), 0)
-    s = mg.scale(qt @ kk, 1 / math.sqrt(d))
-    m = mg.max(s, 1)
-    e = mg.exp(s - m)
-    bg.output(bg.accum(e @ vv, m) / bg.accum(mg.sum(e, 1), m), (0, None, None))
-    (o,) = g.kernel(bg)
     g.output(o)
     return g
 
@@ -148,7 +131,7 @@ def test_the_split_form_matches_float64(chunks, steps, labels, dtype):
 def test_attention_matches_float64(dtype, label, sub):
     """Rows not a power of two (24 per block, padded to 32), keys in 3 steps of 32;
     ``sub``: the output's first parallel class cut in two sub-tiles."""
-    g = _attention(2, 24, 96, 16, 3, dtype)
+    g = attention_ugraph(2, 24, 96, 16, 3, dtype)
     cfg = KernelConfig.from_label(label)
     if sub:
         info = plan(_kernels(g)[0].attrs["block"]).info
@@ -232,7 +215,7 @@ def test_the_cost_model_prices_the_rescale():
 
 def test_the_tuners_choice_runs():
     """Without a GPU the tuner returns the cost model's choice among the layouts it offers."""
-    g = _attention(2, 24, 96, 16, 3, "float16")
+    g = attention_ugraph(2, 24, 96, 16, 3, "float16")
     best = lower.profile(g)
     prog = lower.compile(g, device="cpu", configs=best.configs, poison=True)
     assert max(check(prog, g, _inputs(g, 2))) <= TOL["float16"]

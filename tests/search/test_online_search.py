@@ -22,17 +22,23 @@ def _monoids(g):
             if o.kind == "accum"]
 
 
-def test_the_search_finds_a_proven_online_softmax():
-    """8 query rows against 1,024 keys of head dim 32 with a 16 KB shared-memory budget: a
-    block can hold a fraction of the keys only, so every match loops over them."""
-    p = decode_attention(b=1, heads=8, kv_heads=1, kv=1024, head_dim=32, safe=True, dtype="float16")
-    cfg = SearchConfig(time_limit=60, workers=1, progress=False, smem_budget=16 * 1024,
+def _first_proven(p, smem_kb: int, time_limit: float):
+    """The first μGraph one worker's search verifies for ``p`` under ``smem_kb`` KB of shared
+    memory (no composition, no split loops), asserted proven; with the search's config."""
+    cfg = SearchConfig(time_limit=time_limit, workers=1, progress=False, smem_budget=smem_kb * 1024,
                        compose=False, split_loops=False, max_results=1, verify_per_kernels=1)
     r = driver.run(p, cfg)
     assert r.graphs, r.stats
-    g = r.graphs[0]
-    assert RESCALED in _monoids(g)
     assert r.verdicts[0]["equivalent"] and r.verdicts[0]["bound_met"]
+    return r.graphs[0], cfg
+
+
+def test_the_search_finds_a_proven_online_softmax():
+    """8 query rows against 1,024 keys of head dim 32 with a 16 KB shared-memory budget: a
+    block can hold a fraction of the keys only, so every match loops over them."""
+    g, _ = _first_proven(decode_attention(b=1, heads=8, kv_heads=1, kv=1024, head_dim=32, safe=True,
+                                          dtype="float16"), smem_kb=16, time_limit=60)
+    assert RESCALED in _monoids(g)
 
 
 @pytest.mark.parametrize("chunks", [2, 4])
@@ -50,12 +56,7 @@ def test_a_row_too_long_for_the_listed_loop_ranges_gets_a_longer_loop():
     """4,096 keys at head dim 32 under an 8 KB budget: 64 steps of 64 keys hold 8.5 KB of
     tiles, so no listed loop range fits; the mapping doubles the longest (128 steps of 32
     keys) and the search still finds the online softmax."""
-    p = decode_attention(b=1, heads=8, kv_heads=1, kv=4096, head_dim=32, safe=True, dtype="float16")
-    cfg = SearchConfig(time_limit=90, workers=1, progress=False, smem_budget=8 * 1024,
-                       compose=False, split_loops=False, max_results=1, verify_per_kernels=1)
-    r = driver.run(p, cfg)
-    assert r.graphs, r.stats
-    g = r.graphs[0]
+    g, cfg = _first_proven(decode_attention(b=1, heads=8, kv_heads=1, kv=4096, head_dim=32, safe=True,
+                                            dtype="float16"), smem_kb=8, time_limit=90)
     loops = [op.attrs["block"].forloop for op in g.ops if op.kind == "graph_defined"]
     assert max(loops) > max(cfg.forloop_ranges) and RESCALED in _monoids(g)
-    assert r.verdicts[0]["equivalent"] and r.verdicts[0]["bound_met"]
