@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from _layers import PastKV, cache_keyword  # noqa: E402 - a read-only KV cache; the layer's name for it
+from _layers import PastKV, cache_keyword, decode_inputs  # noqa: E402 - a read-only KV cache; the layer's name for it; a step's inputs
 
 
 def build(args, torch, device, dtype):
@@ -62,16 +62,10 @@ def build(args, torch, device, dtype):
 
 
 def inputs_for(cfg, rope, tokens, kv, torch, device, dtype):
-    hd = cfg.hidden_size // cfg.num_attention_heads
-    g = torch.Generator(device=device).manual_seed(tokens)
-    x = torch.randn(1, tokens, cfg.hidden_size, generator=g, device=device, dtype=dtype)
-    past_k = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
-    past_v = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
-    pos = torch.arange(kv, kv + tokens, device=device)[None]
-    cos, sin = rope(x, pos)
-    mask = torch.zeros(tokens, kv + tokens, device=device, dtype=dtype)
-    mask[:, kv:] = torch.full((tokens, tokens), float("-inf"), device=device, dtype=dtype).triu(1)
-    return x, cos, sin, mask[None, None], past_k, past_v
+    """One decode step's arguments in ``step``'s order — new hidden states, rotary cos/sin,
+    the additive causal mask, past keys and values — as ``_layers.decode_inputs`` draws them."""
+    (x, cos, sin, past_k, past_v, mask), _ = decode_inputs(cfg, rope, tokens, kv, device, dtype, mask="additive")
+    return x, cos, sin, mask, past_k, past_v
 
 
 def bench(fn, device, torch):
