@@ -32,7 +32,7 @@ from typing import Optional
 
 from . import builder as B
 from .errors import MugraphError
-from .ir import BlockGraph, KernelGraph, Tensor
+from .ir import BlockGraph, KernelGraph, Tensor, broadcasts_to
 from .lax import check_lax
 from .ops import broadcast_shapes
 
@@ -80,6 +80,10 @@ class Profile:
     post_ops: tuple[int, int] = (0, 3)
     #: raw tiles may be accumulated (False: only the results of block ops, when there are any)
     acc_tiles: bool = True
+    #: the chance that an accumulated tile is summed rescaled to the running max of a body
+    #: tile that broadcasts to it (an online accumulator, docs/design.md §3.4) instead of
+    #: plainly, and that a kernel also keeps the running max of a body tile (0: never)
+    online: float = 0.0
     #: how many tensors each kernel saves (at most), and whether the latest post-loop
     #: tensors (those that depend on the most ops) are saved first instead of random ones
     savers: tuple[int, int] = (1, 3)
@@ -97,6 +101,8 @@ class Profile:
 
 #: the lowering's tests: everything the lowering must handle, with tame numerics
 LOWERING = Profile()
+#: the same with online accumulators (rescaled sums and running maxima) drawn often
+ONLINE_LOWERING = Profile(online=0.5, name="random_online")
 
 
 def fuzz_profile(n: int = 4, max_ops: int = 5) -> Profile:
@@ -390,7 +396,10 @@ class _Gen:
         if not body:
             return []
         r.shuffle(body)
-        accs = [self._accum(bg, x, F) for x in sorted(body[: r.randint(1, 3)], key=lambda x: x.t.id)]
+        accs = [self._accum(bg, x, F, body) for x in sorted(body[: r.randint(1, 3)], key=lambda x: x.t.id)]
+        if p.online and r.random() < p.online:
+            m = r.choice(body)
+            accs.append(_T(bg.accum_max(m.t), m.mag, m.pos, m.nonneg))
         post = list(accs)
         self.grow(post, r.randint(*p.post_ops))
         post = [x for x in post if x.t.acc == 1]
@@ -433,7 +442,15 @@ class _Gen:
         fmap = r.randrange(2) if F > 1 else None
         return imap, fmap, [n, n]
 
-    def _accum(self, bg: BlockGraph, x: _T, F: int) -> _T:
+    def _accum(self, bg: BlockGraph, x: _T, F: int, body: list[_T]) -> _T:
+        """``x`` summed over the loop — or, under :attr:`Profile.online`, summed rescaled to
+        the running max of a body tile that broadcasts to it (each term's factor
+        ``exp(m_i − M)`` is at most 1, so the bound is a plain sum's; positivity is lost)."""
+        if self.p.online and self.rng.random() < self.p.online:
+            shifts = [m for m in body if broadcasts_to(m.t.shape, x.t.shape)]
+            if shifts:
+                m = self.rng.choice(shifts)
+                return _T(bg.accum(x.t, shift=m.t), x.mag * F, 0.0, x.nonneg)
         return _T(bg.accum(x.t), x.mag * F, x.pos * F, x.nonneg)
 
     def _iter_maps(self, shape, grid, F):

@@ -7,7 +7,8 @@ interpreter at logits large enough (scores ×30) that an exponential without the
 overflows fp16, in fp16 and fp32: the one-kernel form, the
 split (flash-decoding) form of two kernels, and an attention-shaped μGraph (Q per block,
 Kᵀ and V walked by the loop); split-K across programs (a rescaled combine), both
-combines, deferred sums and un-reduced products; re-chunking refused by name. CPU only
+combines, deferred sums and un-reduced products; re-chunking refused by name; random
+μGraphs with online accumulators at random split-K and sub-tile configs. CPU only
 (Triton interpreter)."""
 
 from __future__ import annotations
@@ -219,3 +220,29 @@ def test_the_tuners_choice_runs():
     best = lower.profile(g)
     prog = lower.compile(g, device="cpu", configs=best.configs, poison=True)
     assert max(check(prog, g, _inputs(g, 2))) <= TOL["float16"]
+
+
+def test_random_online_ugraphs_with_random_configs():
+    """Random μGraphs of the lowering's profile with online accumulators drawn often
+    (``mugraph.core.randgraph.ONLINE_LOWERING``: sums rescaled to the running max of any
+    body tile that broadcasts to them, running maxima kept), at the default config and at a
+    random split-K / sub-tile one, against float64."""
+    import random
+
+    from lower.profile import grid_choices
+    from lower.testing import random_inputs
+    from mugraph.core.ir import RESCALED, RUNNING_MAX, accum_monoid
+    from mugraph.core.randgraph import ONLINE_LOWERING, random_ugraph
+
+    monoids = set()
+    for seed in range(20):
+        g = random_ugraph(seed, ONLINE_LOWERING)
+        monoids |= {accum_monoid(o) for op in _kernels(g) for o in op.attrs["block"].ops if o.kind == "accum"}
+        rng = random.Random(seed)
+        cfgs = {op.id: KernelConfig(split=s, sub=sub) for op in _kernels(g)
+                for s, sub in [rng.choice(grid_choices(op.attrs["block"], max_programs=64, min_tile=1))]}
+        for configs in ({}, cfgs):
+            prog = lower.compile(g, device="cpu", configs=configs, poison=True)
+            errs = check(prog, g, random_inputs(g, seed))
+            assert max(errs) <= 1e-4, (seed, {k: c.label() for k, c in configs.items()}, errs, str(g))
+    assert {RESCALED, RUNNING_MAX} <= monoids
