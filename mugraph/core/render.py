@@ -67,7 +67,9 @@ def to_dot(graph: KernelGraph) -> "graphviz.Digraph":
         if op.kind == "input":
             t = op.outputs[0]
             kid[t] = f"t{t.id}"
-            dot.node(kid[t], f"{t.name}\n{_shape(t)} {t.dtype}", shape="ellipse")
+            filled = f"\nmade: {t.fill}" if t.fill is not None else ""  # computed in-kernel, never read
+            dot.node(kid[t], f"{t.name}\n{_shape(t)} {t.dtype}{filled}", shape="ellipse",
+                     style="dashed" if t.fill is not None else "solid")
         elif op.kind == "graph_defined":
             _block_cluster(dot, op, kid)
         else:

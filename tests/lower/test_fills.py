@@ -81,6 +81,7 @@ def _ugraph(dtype: str = "float32", fill=None, steps: int = 3, transposed: bool 
 def test_text_json_and_fingerprint_keep_the_fill():
     g = _ugraph(fill=mg.causal_mask(2, window=5, period=24))
     assert "filled band_mask(offset=2, window=5, period=24)" in str(g)
+    assert "made: band_mask(offset=2, window=5, period=24)" in mg.to_dot(g).source
     h = graph_from_json(graph_to_json(g))
     assert h.inputs[3].fill == g.inputs[3].fill
     assert dataflow_key(_program()) != dataflow_key(_program(fill=mg.causal_mask(1)))
