@@ -53,10 +53,10 @@ def test_a_split_online_loop_combines_with_rescaled_accumulators(chunks):
 
 
 def test_a_row_too_long_for_the_listed_loop_ranges_gets_a_longer_loop():
-    """4,096 keys at head dim 32 under an 8 KB budget: 64 steps of 64 keys hold 8.5 KB of
-    tiles, so no listed loop range fits; the mapping doubles the longest (128 steps of 32
+    """2,048 keys at head dim 16 under a 2 KB budget: 64 steps of 32 keys hold 2.25 KB of
+    tiles, so no listed loop range fits; the mapping doubles the longest (128 steps of 16
     keys) and the search still finds the online softmax."""
-    g, cfg = _first_proven(decode_attention(b=1, heads=8, kv_heads=1, kv=4096, head_dim=32, safe=True,
-                                            dtype="float16"), smem_kb=8, time_limit=90)
+    g, cfg = _first_proven(decode_attention(b=1, heads=8, kv_heads=1, kv=2048, head_dim=16, safe=True,
+                                            dtype="float16"), smem_kb=2, time_limit=40)
     loops = [op.attrs["block"].forloop for op in g.ops if op.kind == "graph_defined"]
     assert max(loops) > max(cfg.forloop_ranges) and RESCALED in _monoids(g)
