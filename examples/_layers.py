@@ -56,19 +56,20 @@ class Family:
     note: str = ""
 
 
+#: LLaMA-3-8B's and Mistral-7B's shared sizes, and the tiny grouped-query sizes of ``--small``
+#: (two query heads per KV head) most families share
+_8B_GQA = dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336)
+_TINY_GQA = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
+
 FAMILIES = {
-    "llama": Family("LLaMA-3-8B", "llama", "Llama",
-                    dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336),
-                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+    "llama": Family("LLaMA-3-8B", "llama", "Llama", _8B_GQA, _TINY_GQA,
                     dict(rope_theta=500000.0, rms_norm_eps=1e-5)),
     "qwen2": Family("Qwen2-7B", "qwen2", "Qwen2",
                     dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944),
-                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+                    _TINY_GQA,
                     dict(rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=False),
                     "biased q, k, v projections"),
-    "mistral": Family("Mistral-7B", "mistral", "Mistral",
-                      dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336),
-                      dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128),
+    "mistral": Family("Mistral-7B", "mistral", "Mistral", _8B_GQA, _TINY_GQA,
                       dict(rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None),
                       "v0.3 config: no sliding window"),
     "phi3": Family("Phi-3-mini", "phi3", "Phi3",

@@ -239,15 +239,14 @@ def _traffic(op: Op, p: KernelPlan) -> tuple[float, float, float]:
     dram = sum(t.nbytes for t in op.inputs if t.fill is None) + sum(t.nbytes for t in op.outputs)
     l2 = 0.0
     step_bytes = 0.0
-    for t in bg.tensors:
-        if t.op.kind == "iterator" and bg.sources[t.op.attrs["source"]].fill is None:
-            per = math.prod(info.shape(t)) * DTYPES[t.dtype]
-            looped = t.op.attrs["fmap"] is not None and F > 1
-            l2 += per * nprog * split * (steps if looped else 1)
-            step_bytes += per if looped else 0.0
+    loaded = [t for t in bg.tensors if t.op.kind == "iterator" and bg.sources[t.op.attrs["source"]].fill is None]
+    for t in loaded:
+        per = math.prod(info.shape(t)) * DTYPES[t.dtype]
+        looped = t.op.attrs["fmap"] is not None and F > 1
+        l2 += per * nprog * split * (steps if looped else 1)
+        step_bytes += per if looped else 0.0
     if step_bytes == 0.0:  # no loop (or nothing loaded in it): the prologue's loads are the one step
-        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in bg.tensors
-                         if t.op.kind == "iterator" and bg.sources[t.op.attrs["source"]].fill is None)
+        step_bytes = sum(math.prod(info.shape(t)) * DTYPES[t.dtype] for t in loaded)
     l2 += sum(t.nbytes for t in op.outputs)
     return dram, l2, step_bytes
 

@@ -464,7 +464,8 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
             steps.append(Step(op, None, op.kind, fused_matmul=mm))
             line = source_line(op.kind, op.outputs[0].label(), [x.label() for x in op.inputs], op.attrs)
             if mm is not None:
-                line = (f"{op.outputs[0].label()} = addmm({_residual(op, mm).label()}, "
+                call = "addmm" if mm.inputs[0].ndim == 2 else "baddbmm"
+                line = (f"{op.outputs[0].label()} = {call}({_residual(op, mm).label()}, "
                         f"{mm.inputs[0].label()}, {mm.inputs[1].label()})  # {mm.outputs[0].label()} fused")
             schedule_lines.append("#   " + f"{i}: " + line)
     parts.append("# launch schedule")

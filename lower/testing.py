@@ -27,8 +27,8 @@ def random_graph(seed: int, dtype: str = "float32", max_tries: int = 50) -> Kern
 
 
 def random_inputs(graph: KernelGraph, seed: int, device: str = "cpu") -> dict[str, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
     """Uniform [−1, 1) inputs, but none for a filled input (the program makes it)."""
+    g = torch.Generator().manual_seed(seed)
     return {t.name: (torch.rand(t.shape, generator=g, dtype=torch.float64) * 2 - 1)
             .to(getattr(torch, t.dtype)).to(device) for t in graph.inputs if t.fill is None}
 

@@ -4,7 +4,7 @@ and the sums rescaled to it, ``acc = acc·alpha + x·beta``)."""
 
 from __future__ import annotations
 
-from mugraph.core.ir import AXES, RUNNING_MAX, SUM, Op, accum_monoid
+from mugraph.core.ir import AXES, RUNNING_MAX, SUM, Op, Tensor, accum_monoid
 
 from ..plan import RunningMax
 from .core import Emitter, Val
@@ -47,19 +47,24 @@ def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
     return f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
 
 
-def filled_tile(em: Emitter, op: Op, order: list[int] | None = None) -> str | None:
-    """The expression that makes iterator ``op``'s tile from its indices when its source
-    is a filled input (:mod:`mugraph.core.fills`; fp32, zero in padding), else ``None``."""
-    fill = em.b.sources[op.attrs["source"]].fill
-    if fill is None:
-        return None
+def emit_filled(em: Emitter, out: Tensor, op: Op, order: list[int] | None = None) -> bool:
+    """When iterator ``op``'s source is a filled input (:mod:`mugraph.core.fills`), make
+    its tile — or ``out``, the tile read in ``order`` (a folded permute) — from its indices
+    (fp32, zero in padding) and return True; else emit nothing and return False."""
+    src = em.b.sources[op.attrs["source"]]
+    if src.fill is None:
+        return False
     idxs, masks = tile_indices(em, op, order)
     pad = em.info.padded(op.outputs[0])
     shape = [pad[d] for d in (range(len(pad)) if order is None else order)]
     # the band's expression of rows and keys alone lacks the tile's leading dims: the zeros add them
-    v = (f"({fill.triton(idxs[-2], idxs[-1], em.b.sources[op.attrs['source']].dtype)}"
-         f" + tl.zeros({shape}, tl.float32))")
-    return f"tl.where({' & '.join(masks)}, {v}, 0.0)" if masks else v
+    made = f"({src.fill.triton(idxs[-2], idxs[-1], src.dtype)} + tl.zeros({shape}, tl.float32))"
+    if masks:
+        made = f"tl.where({' & '.join(masks)}, {made}, 0.0)"
+    v = em.val(out, f32=True, clean=frozenset(range(out.ndim)), finite=True)
+    how = "" if order is None else f"permute {tuple(order)} of "
+    em.emit(f"{v.name} = {made}  # {how}{src.fill}, made from positions")
+    return True
 
 
 def emit_iterator(em: Emitter, op: Op) -> None:
@@ -70,10 +75,7 @@ def emit_iterator(em: Emitter, op: Op) -> None:
     t = op.outputs[0]
     if op.id in em.p.load_permutes.values():
         return
-    made = filled_tile(em, op)
-    if made is not None:
-        v = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
-        em.emit(f"{v.name} = {made}  # {em.b.sources[op.attrs['source']].fill}, made from positions")
+    if emit_filled(em, t, op):
         return
     src = em.src[op.attrs["source"]]
     args = load_args(em, op)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from mugraph.core.ir import Op
 
 from .core import Emitter, Val, row_major_strides
-from .loads import filled_tile, load_args
+from .loads import emit_filled, load_args
 
 
 def _through_scratch(em: Emitter, op: Op, pieces: list[tuple[Val, list[str]]], out: Val,
@@ -88,10 +88,7 @@ def emit_permute(em: Emitter, op: Op) -> None:
     it = em.p.load_permutes.get(op.id)
     if it is not None:   # folded into the load of the iterator tile it reads
         iop = op.inputs[0].op
-        made = filled_tile(em, iop, perm)
-        if made is not None:
-            v = em.val(t, f32=True, clean=frozenset(range(t.ndim)), finite=True)
-            em.emit(f"{v.name} = {made}  # permute {tuple(perm)} of a fill, made from positions")
+        if emit_filled(em, t, iop, perm):
             return
         src = em.src[iop.attrs["source"]]
         f32 = src.dtype == "float32" or op.inputs[0].id not in em.p.dot_only

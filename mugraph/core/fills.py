@@ -35,7 +35,6 @@ MASKED_VALUE: dict[str, float] = {
     "float16": float(np.finfo(np.float16).min),
     "bfloat16": -3.3895313892515355e38,
     "float32": float(np.finfo(np.float32).min),
-    "float64": float(np.finfo(np.float32).min),
 }
 
 
@@ -62,6 +61,8 @@ class BandMask:
         if len(shape) < 2:
             raise InvalidGraphError(f"{what}: a band mask fills a tensor of at least 2 dims (rows, keys), "
                                     f"got shape {shape}")
+        if isinstance(self.offset, bool) or not isinstance(self.offset, int):
+            raise InvalidGraphError(f"{what}: a band mask's offset must be an int, got {self.offset!r}")
         for k in ("window", "period"):
             v = getattr(self, k)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
@@ -106,8 +107,6 @@ FILLS = {BandMask.kind: BandMask}
 def causal_mask(offset: int = 0, window: int | None = None, period: int | None = None) -> BandMask:
     """The additive mask of a causal attention (see :class:`BandMask`): give it to an
     input as ``fill=`` and the kernels make it from positions instead of reading it."""
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise InvalidGraphError(f"causal_mask: offset must be an int, got {offset!r}")
     m = BandMask(offset, window, period)
     m.check((1, 1), "causal_mask")
     return m

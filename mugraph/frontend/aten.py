@@ -342,16 +342,16 @@ def _gelu(ctx, x, approximate="none"):
 # ``mugraph::attention`` (keys given transposed, so that transpose is a torch view at the
 # piece's boundary, read in place). Unmapped, the operator runs SDPA itself.
 
-_ATTENTION_SCHEMA = ("(Tensor q, Tensor kt, Tensor v, Tensor? bias, Tensor? keep, float dropout_p, bool is_causal, "
+_ATTENTION_SCHEMA = ("(Tensor q, Tensor kt, Tensor v, Tensor? bias, float dropout_p, bool is_causal, "
                      "float? scale, bool enable_gqa, int groups=1) -> Tensor")
 
 
 def _attention_torch(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, bias: torch.Tensor | None,
-                     keep: torch.Tensor | None, dropout_p: float, is_causal: bool, scale: float | None,
+                     dropout_p: float, is_causal: bool, scale: float | None,
                      enable_gqa: bool, groups: int = 1) -> torch.Tensor:
     """``mugraph::attention`` as torch code (also its fake implementation: the same call on
-    fake tensors gives SDPA's own output strides). ``bias``: an additive mask; ``keep``: a
-    0/1 mask of the queries' dtype (SDPA's boolean mask, as :func:`sdpa` made it).
+    fake tensors gives SDPA's own output strides). ``bias``: an additive mask (a boolean
+    one, as :func:`sdpa` made it additive).
 
     ``groups > 1``: the grouped-query form (:func:`group_query_rows`): ``q`` is
     ``(…, Hkv, groups · L, D)`` — the ``groups`` query heads of each KV head as rows — and
@@ -365,11 +365,10 @@ def _attention_torch(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, bias: t
             if t is None or t.ndim < 3 or t.shape[-2] != rows:
                 return t
             return t.reshape(*t.shape[:-3], t.shape[-3] * groups, queries, t.shape[-1])
-        out = _attention_torch(heads(q), kt, v, heads(bias), heads(keep), dropout_p, is_causal, scale, True)
+        out = _attention_torch(heads(q), kt, v, heads(bias), dropout_p, is_causal, scale, True)
         return out.reshape(*out.shape[:-3], q.shape[-3], rows, out.shape[-1])
-    mask = bias if bias is not None else None if keep is None else keep != 0
     return torch.nn.functional.scaled_dot_product_attention(
-        q, kt.transpose(-2, -1), v, attn_mask=mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+        q, kt.transpose(-2, -1), v, attn_mask=bias, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
         enable_gqa=enable_gqa)
 
 
@@ -415,7 +414,7 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
     its keys (its softmax stays finite: a denominator of 0 would give NaN) and zeroed
     after the call, by ``rows``; the row masks are computed by torch, outside the piece
     (comparisons are not catalog ops)."""
-    bias = keep = rows = None
+    bias = rows = None
     if attn_mask is not None:
         m = _full_rank(attn_mask, query.ndim)
         if m.dtype == torch.bool:
@@ -428,7 +427,7 @@ def sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask:
             bias = m.clamp_min(torch.finfo(m.dtype).min)
         else:
             bias = m  # SDPA refuses it (the fake call raises while tracing, as eager would)
-    out = attention(query, key.transpose(-2, -1), value, bias, keep, float(dropout_p), bool(is_causal),
+    out = attention(query, key.transpose(-2, -1), value, bias, float(dropout_p), bool(is_causal),
                     None if scale is None else float(scale), bool(enable_gqa))
     return out if rows is None else out * rows
 
@@ -461,10 +460,10 @@ def _grouped_mask(m, heads: int, groups: int, queries: int):
     return B.reshape(m, tuple(m.shape[:-3]) + (heads // groups, groups * queries, m.shape[-1]))
 
 
-def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_causal=False, scale=None,
+def _attention(ctx: Context, q, kt, v, bias=None, dropout_p=0.0, is_causal=False, scale=None,
                enable_gqa=False, groups=1):
     """``mugraph::attention`` as a safe softmax: ``S = (Q @ Kᵀ) · scale (+ bias)``,
-    ``P = exp(S − max S) (· keep)``, ``out = (P @ V) / Σ P``. The max is a free shift
+    ``P = exp(S − max S)``, ``out = (P @ V) / Σ P``. The max is a free shift
     (docs/design.md §3.3), so the piece stays provable; masks are finite (no ``-inf`` in a
     finite field), and ``is_causal``'s is a fill the kernels make from positions.
     Grouped-query heads are read without repeating
@@ -474,11 +473,10 @@ def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_c
     the piece holds no ``reshape``."""
     if dropout_p != 0:
         raise Unmapped(f"attention with dropout_p={dropout_p}: random, no Lax form")
-    if not 2 <= q.ndim == kt.ndim == v.ndim or (bias is not None and keep is not None):
+    if not 2 <= q.ndim == kt.ndim == v.ndim:
         raise Unmapped(f"attention of ranks {q.ndim}, {kt.ndim}, {v.ndim}")
-    for name, m in (("bias", bias), ("keep", keep)):
-        if m is not None and (m.dtype != q.dtype or m.ndim != q.ndim):
-            raise Unmapped(f"attention mask ({name}) {m.dtype} {tuple(m.shape)} for queries {q.dtype} {tuple(q.shape)}")
+    if bias is not None and (bias.dtype != q.dtype or bias.ndim != q.ndim):
+        raise Unmapped(f"attention mask {bias.dtype} {tuple(bias.shape)} for queries {q.dtype} {tuple(q.shape)}")
     queries, d = q.shape[-2:]
     heads, kv_heads = (q.shape[-3], kt.shape[-3]) if q.ndim > 2 else (1, 1)
     grouped = type(groups) is int and groups > 1
@@ -502,8 +500,6 @@ def _attention(ctx: Context, q, kt, v, bias=None, keep=None, dropout_p=0.0, is_c
     if is_causal:
         s = B.add(s, ctx.constant(*causal_bias(queries, kt.shape[-1], groups, q.ndim, q.dtype)))
     p = B.exp(B.sub(s, B.max(s, -1)))
-    if keep is not None:
-        p = B.mul(p, _grouped_mask(keep, heads, groups, queries))
     out = B.div(B.matmul(p, v), B.sum(p, -1))
     if groups > 1 and not grouped:
         out = B.reshape(out, tuple(out.shape[:-3]) + (heads, queries, out.shape[-1]))

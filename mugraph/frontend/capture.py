@@ -235,7 +235,7 @@ def fold_repeat_kv(gm: fx.GraphModule) -> int:
         with gm.graph.inserting_before(n):
             new_kt = gm.graph.call_function(aten.transpose.int, (rk[0], -2, -1))
         new_kt.meta["val"] = _val(rk[0]).transpose(-2, -1)
-        n.args = (n.args[0], new_kt, rv[0], *n.args[3:8], True)
+        n.args = (n.args[0], new_kt, rv[0], *n.args[3:7], True)  # bias … scale, then enable_gqa
         count += 1
     if count:
         gm.graph.eliminate_dead_code()
@@ -279,29 +279,26 @@ def group_query_rows(gm: fx.GraphModule) -> int:
     count = 0
     g = gm.graph
     for n in list(g.nodes):
-        if not (n.op == "call_function" and n.target == attention) or len(n.args) != 9:
+        if not (n.op == "call_function" and n.target == attention) or len(n.args) != 8:
             continue
         q, kt, v = n.args[:3]
         vq, vk, vo = _val(q), _val(kt), _val(n)
         if not all(isinstance(t, torch.Tensor) for t in (vq, vk, vo)) or not (vq.ndim == vk.ndim >= 3):
             continue
         heads, kv_heads = vq.shape[-3], vk.shape[-3]
-        if not n.args[8] or kv_heads < 1 or heads == kv_heads or heads % kv_heads:
+        if not n.args[7] or kv_heads < 1 or heads == kv_heads or heads % kv_heads:
             continue
         groups, lead, queries = heads // kv_heads, tuple(vq.shape[:-3]), vq.shape[-2]
         with g.inserting_before(n):
             qg = _regrouped(g, q, lead + (kv_heads, groups * queries, vq.shape[-1]))
-            masks = []
-            for m in n.args[3:5]:
-                vm = _val(m)
-                if isinstance(m, fx.Node) and vm is not None and vm.ndim >= 3 and vm.shape[-3] == heads \
-                        and vm.shape[-2] == queries:
-                    m = _regrouped(g, m, tuple(vm.shape[:-3]) + (kv_heads, groups * queries, vm.shape[-1]),
-                                   copy=False) or m
-                masks.append(m)
-            att = g.call_function(attention, (qg, kt, v, *masks, *n.args[5:9], groups))
+            m, vm = n.args[3], _val(n.args[3])
+            if isinstance(m, fx.Node) and vm is not None and vm.ndim >= 3 and vm.shape[-3] == heads \
+                    and vm.shape[-2] == queries:
+                m = _regrouped(g, m, tuple(vm.shape[:-3]) + (kv_heads, groups * queries, vm.shape[-1]),
+                               copy=False) or m
+            att = g.call_function(attention, (qg, kt, v, m, *n.args[4:8], groups))
         att.meta = dict(n.meta)
-        att.meta["val"] = attention(_val(qg), vk, _val(v), *[_val(m) for m in masks], *n.args[5:9], groups)
+        att.meta["val"] = attention(_val(qg), vk, _val(v), _val(m), *n.args[4:8], groups)
         with g.inserting_after(att):
             out = _regrouped(g, att, tuple(vo.shape), tuple(vo.stride()))
         n.replace_all_uses_with(out)

@@ -237,8 +237,8 @@ def _check_inputs(program: KernelGraph) -> tuple[dict[str, torch.Tensor], list[t
     there (the float check falls back the same way, §4.10)."""
     dtype = program.inputs[0].dtype
     # a filled input (mugraph.core.fills) is made by the kernels: the interpreter makes it too
-    inputs = {k: v for k, v in float_inputs(program, dtype, 0.25, 0).items()
-              if all(t.fill is None for t in program.inputs if t.name == k)}
+    filled = {t.name for t in program.inputs if t.fill is not None}
+    inputs = {k: v for k, v in float_inputs(program, dtype, 0.25, 0).items() if k not in filled}
     ref = evaluate(program, inputs)
     largest = max((float(v.abs().max()) for v in inputs.values() if v.numel()), default=1.0)
 
