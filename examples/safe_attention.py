@@ -4,23 +4,33 @@ compute floor, and its accuracy where the program without the max overflows (log
 
     python examples/safe_attention.py --time-limit 60 --tune-s 30          # a GPU machine
     python examples/safe_attention.py --only prefill_h16_q1024_n1024_d64 --unsafe
+    python examples/safe_attention.py --search-only --save results/       # search on a CPU machine …
+    python examples/safe_attention.py --load results/                      # … time on a GPU machine
 
 Prints a Markdown table, one row per shape: the decode shapes
 (``mugraph.core.benchmarks.DECODE``, b=1, one query row per head over grouped KV heads)
 and the prompt shapes (``PREFILL``: causal ones add a mask the kernels make from positions,
 ``mugraph.causal_mask``).
 ``--unsafe`` also superoptimizes the same program without the max and times its answer.
+``--save DIR`` writes each result as ``DIR/<program>.json``; ``--search-only`` stops there
+(no GPU needed: the search ranks by the cost model); ``--load DIR`` reads them and re-ranks
+their candidates on this GPU (``Optimized.profile_on_gpu``) instead of searching. A causal
+row also times the chosen kernels running every loop step (``full loop μs``: the steps the
+band mask hides are not skipped, ``KernelConfig.skip_masked``).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+import lower
 import mugraph as mg
 from lower.profile import measure
 from mugraph.core.benchmarks import DECODE, PREFILL, decode_attention, prefill_attention
@@ -93,11 +103,29 @@ def _floor_us(p: mg.Program, bw: float) -> float:
     return max(mem, flops / H100_FP16_PEAK) * 1e6
 
 
-def _optimize(p: mg.Program, args) -> tuple[mg.Optimized, float]:
+def _optimize(p: mg.Program, args, device: str = "cuda") -> tuple[mg.Optimized, float]:
+    """Superoptimized here, or read from ``--load`` and re-ranked on this GPU (its wall time
+    is then the saved search's)."""
     t0 = time.perf_counter()
+    saved = Path(args.load or "") / f"{p.name}.json"
+    if args.load and saved.exists():
+        opt = mg.load(saved)
+        wall = float(opt.report.get("wall_s", 0.0))
+        return opt.profile_on_gpu(tune_total_s=args.tune_s), wall
     opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s},
-                           device="cuda", cache_dir=False, progress=False)
-    return opt, time.perf_counter() - t0
+                           device=device, cache_dir=False, progress=False)
+    wall = time.perf_counter() - t0
+    opt.report = {**opt.report, "wall_s": wall}
+    if args.save:
+        opt.save(Path(args.save) / f"{p.name}.json")
+    return opt, wall
+
+
+def _full_loop(opt: mg.Optimized):
+    """The chosen μGraph and configs with every loop step run (no band-mask skipping)."""
+    configs = {k: dataclasses.replace(lower.KernelConfig.from_dict(v), skip_masked=False)
+               for k, v in opt.best.configs.items()}
+    return lower.compile(opt.graph, device="cuda", configs=configs)
 
 
 def _call(fn, x: dict[str, torch.Tensor]):
@@ -111,12 +139,22 @@ def main() -> None:
     ap.add_argument("--tune-s", type=float, default=30.0)
     ap.add_argument("--only", nargs="*", default=None, choices=sorted(CASES))
     ap.add_argument("--unsafe", action="store_true", help="also superoptimize and time the program without the max")
+    ap.add_argument("--save", default=None, help="write each result to DIR/<program>.json")
+    ap.add_argument("--load", default=None, help="read results from DIR instead of searching (re-ranked here)")
+    ap.add_argument("--search-only", action="store_true", help="search (on this CPU) and --save, time nothing")
     args = ap.parse_args()
+    if args.search_only:
+        for name in args.only or CASES:
+            for safe in (True, False) if args.unsafe else (True,):
+                opt, wall = _optimize(_program(name, safe), args, device="cpu")
+                print(f"{name}{'' if safe else ' (unsafe)'}: {wall:.0f} s, {opt.best.origin}, "
+                      f"proven {opt.best.proven}, {_kernels(opt.graph)}", flush=True)
+        return
     bw = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}; μs, median, CUDA-graph replay")
-    print("| program | wall s | shipped | proven | found by; structure | ours μs | SDPA μs | × SDPA | unsafe μs | "
-          "floor μs | rel. err (×1) | rel. err (logits ×30) | unsafe program at ×30 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| program | wall s | shipped | proven | found by; structure | ours μs | SDPA μs | × SDPA | full loop μs | "
+          "unsafe μs | floor μs | rel. err (×1) | rel. err (logits ×30) | unsafe program at ×30 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name in args.only or CASES:
         p = _program(name, safe=True)
         opt, wall = _optimize(p, args)
@@ -125,6 +163,7 @@ def main() -> None:
         fn = opt.compiled("cuda")
         ours = measure(fn.launcher(**x))
         sd = measure(_sdpa(name, x, causal))
+        full = f"{measure(_full_loop(opt).launcher(**x)) * 1e6:.1f}" if causal and opt.best.origin != "program" else "-"
         unsafe = "-"
         if args.unsafe:
             u, _ = _optimize(_program(name, safe=False), args)
@@ -139,7 +178,7 @@ def main() -> None:
         finite = bool(torch.isfinite((e / e.sum(-1, keepdim=True)) @ x["V"]).all())
         print(f"| {name} | {wall:.0f} | {opt.best.origin} | {'yes' if opt.best.proven else 'NO'} | "
               f"{opt.best.found_by or '-'}; {_kernels(opt.graph)} | {ours * 1e6:.1f} | {sd * 1e6:.1f} | "
-              f"{sd / ours:.2f} | {unsafe} | {_floor_us(p, bw):.1f} | {errs[0]:.1e} | {errs[1]:.1e} | "
+              f"{sd / ours:.2f} | {full} | {unsafe} | {_floor_us(p, bw):.1f} | {errs[0]:.1e} | {errs[1]:.1e} | "
               f"{'finite' if finite else 'inf/nan'} |", flush=True)
 
 

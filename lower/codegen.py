@@ -234,6 +234,8 @@ class _Kernels:
         lines = em.lines_of(loop_ops + p.loop_accumulators)
         if p.block.forloop > 1 and loop_ops:
             hi = f"{lo} + {p.steps}" if lo != "0" else f"{p.steps}"
+            if p.masked is not None:
+                lo, hi = self.masked_range(lo, hi, body)
             if p.asks_staging:
                 body.append("# stage every load of this loop num_stages - 1 steps ahead (unasked, Triton stages "
                             "only the loads that feed a tl.dot)")
@@ -244,6 +246,18 @@ class _Kernels:
         else:
             body += lines
         return body + post
+
+    def masked_range(self, lo: str, hi: str, body: list[str]) -> tuple[str, str]:
+        """The loop's bounds narrowed to the steps the band mask leaves visible to this
+        program's rows (:mod:`lower.skipping`); their lines go to ``body``."""
+        first, end = self.p.masked.bounds(self.p)
+        body.append(f"# steps where {self.p.masked.band} hides every key from this program's rows add nothing "
+                    "(lower.skipping): skipped")
+        if first != "0":
+            body.append(f"i_first = {first}" if lo == "0" else f"i_first = tl.maximum({lo}, {first})")
+            lo = "i_first"
+        body.append(f"i_end = tl.minimum({hi}, {end})")
+        return lo, "i_end"
 
     def savers(self) -> list[str]:
         """Masked stores of the saved tiles at their omap (and sub-tile) offsets."""

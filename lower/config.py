@@ -40,7 +40,7 @@ COMBINES = ("kernel", "last")
 #: (:data:`lower.tiles.SMALL_MM` describes each mode)
 SMALL_MM = ("dot", "v", "va")
 #: the label grammar, for messages
-LABEL_FORM = "w<warps>s<stages>[c<chunk>][k<split>[L]][p<class>:<r>x…][v|va][r][u][A], e.g. 'w4s3' or 'w4s3c2k4Lp1:2v'"
+LABEL_FORM = "w<warps>s<stages>[c<chunk>][k<split>[L]][p<class>:<r>x…][v|va][r][u][A][F], e.g. 'w4s3' or 'w4s3c2k4Lp1:2v'"
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,9 @@ class KernelConfig:
     ``tl.dot`` operand, so a loop that also loads a tile for other ops (rmsnorm_matmul's
     X for Σx²) waits for that load every step (:attr:`lower.plan.KernelPlan.unpipelined_loads`;
     H100 rmsnorm_matmul b=8, no split-K, chunk 4: 28.8 → 20.2 μs; label suffix ``A``).
+    ``skip_masked``: loop steps whose band-mask tile hides every key from the program's
+    rows are not run where :mod:`lower.skipping` shows they add nothing (a causal
+    prompt's upper triangle); ``False`` runs every step (label suffix ``F``).
     """
 
     num_warps: int = 4
@@ -84,6 +87,7 @@ class KernelConfig:
     defer_sums: bool = True
     split_loads: bool = True
     stage_all_loads: bool = False
+    skip_masked: bool = True
 
     def __post_init__(self) -> None:
         """Every field checked at construction — type, then range — so a bad config is one
@@ -110,7 +114,7 @@ class KernelConfig:
                                         f"got {type(v).__name__}")
             if v not in allowed:
                 raise KernelConfigError(f"KernelConfig: {name}={short(v)}: must be one of {allowed}")
-        for name in ("defer_sums", "split_loads", "stage_all_loads"):
+        for name in ("defer_sums", "split_loads", "stage_all_loads", "skip_masked"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise ArgumentTypeError(f"KernelConfig: {name}={short(v)}: must be True or False, "
@@ -134,15 +138,15 @@ class KernelConfig:
         (a ``ValueError``) naming the label and the grammar if it names none."""
         if not isinstance(label, str):
             raise ArgumentTypeError(f"KernelConfig.from_label: expected a label string, got {type(label).__name__}")
-        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p(\d+:\d+(?:x\d+:\d+)*))?(va|v)?(r)?(u)?(A)?",
+        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p(\d+:\d+(?:x\d+:\d+)*))?(va|v)?(r)?(u)?(A)?(F)?",
                          label)
         if not m:
             raise KernelConfigError(f"not a KernelConfig label: {short(label, 40)}; labels read {LABEL_FORM}")
-        w, st, c, k, last, sub, mm, r, u, a = m.groups()
+        w, st, c, k, last, sub, mm, r, u, a, f = m.groups()
         try:
             return cls(num_warps=int(w), num_stages=int(st), chunk=int(c or 1), split=int(k or 1),
                        combine="last" if last else "kernel", sub=parse_sub(sub or ""), small_mm=mm or "dot",
-                       defer_sums=not r, split_loads=not u, stage_all_loads=bool(a))
+                       defer_sums=not r, split_loads=not u, stage_all_loads=bool(a), skip_masked=not f)
         except KernelConfigError as e:
             raise KernelConfigError(f"label {short(label, 40)}: {e}") from None
 
@@ -176,6 +180,8 @@ class KernelConfig:
             s += "u"
         if self.stage_all_loads:
             s += "A"
+        if not self.skip_masked:
+            s += "F"
         return s
 
 

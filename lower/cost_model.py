@@ -198,7 +198,7 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     # cone) is reduced across threads in the operand's layout and converted through shared memory
     # before the dot can start: on an H200 such kernels measured 1.8-3.0x the model without this
     # term, about 5e9 reduced elements a second per SM (lower/data/h200_candidates.jsonl.gz)
-    t_cone = _cone_reduced(p) * steps * math.ceil(total / dev.sms) / dev.cone_reduce
+    t_cone = _cone_reduced(p) * p.mean_steps * math.ceil(total / dev.sms) / dev.cone_reduce
     if split > 1:
         part = sum(math.prod(info.shape(t)) * 4 for t in bg.tensors if t.op.kind == "accum") * nprog * split
         part += sum(math.prod(info.shape(rm.shift)) * 4 for rm in p.max_partials) * nprog * split
@@ -234,7 +234,8 @@ def _traffic(op: Op, p: KernelPlan) -> tuple[float, float, float]:
     outputs; bytes one program loads per loop step — the prologue's loads for a kernel
     without a loop)."""
     bg, info = p.block, p.info
-    nprog, split, steps, F = p.programs, p.config.split, p.steps, bg.forloop
+    # the steps a program runs on average: a band mask's hidden steps are skipped (lower.skipping)
+    nprog, split, steps, F = p.programs, p.config.split, p.mean_steps, bg.forloop
     # a filled input (mugraph.core.fills) is made in registers: no bytes move
     dram = sum(t.nbytes for t in op.inputs if t.fill is None) + sum(t.nbytes for t in op.outputs)
     l2 = 0.0
@@ -256,7 +257,7 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
     matmuls included, ops of a dot operand's cone once per warp that replicates them —,
     CUDA-core matmuls alone), and the fp32 accumulator elements one program holds (the
     un-reduced tiles of deferred sums and products included)."""
-    info, total, steps = p.info, p.programs * p.config.split, p.steps
+    info, total, steps = p.info, p.programs * p.config.split, p.mean_steps
     tc, ew, fma = 0.0, 0.0, 0.0
     rep = _dot_operand_replication(p)
     acc_regs = 0.0

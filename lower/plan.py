@@ -36,6 +36,7 @@ from mugraph.core.ops import adds_up, is_contraction, is_pointwise, is_rearrange
 
 from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
+from .skipping import MaskedSteps, masked_steps
 from .tiles import TileInfo, analyze, sums_up
 
 DEFER_SUM_REGS = 32
@@ -101,6 +102,7 @@ class KernelPlan:
     accumulators: list[Op] = field(default_factory=list)            # handed over by split-K programs
     loop_accumulators: list[Op] = field(default_factory=list)       # updated every loop step
     running_maxes: list[RunningMax] = field(default_factory=list)   # one per loop-varying shift tile
+    masked: MaskedSteps | None = None        # loop steps a band mask hides, skipped (lower.skipping)
 
     # -- derived views
     @property
@@ -140,6 +142,25 @@ class KernelPlan:
         """Running maxima split-K programs hand over beside their accumulators: those no
         ``accum_max`` hands over already (the combine rescales each partial by its own)."""
         return [rm for rm in self.running_maxes if rm.maximum is None]
+
+    def offset_terms(self, op: Op, d: int) -> list[tuple[str, int]]:
+        """Where iterator ``op``'s tile starts along dim ``d`` of its source: ``(index,
+        stride)`` terms summing to the offset — the grid axes (``bx``…), the loop step
+        (``i``) and the sub-tile index (``s<class>``), each times the elements it moves."""
+        t, src = op.outputs[0], self.block.sources[op.attrs["source"]]
+        imap, fmap = op.attrs["imap"], op.attrs["fmap"]
+        terms = [(f"b{AXES[a]}", src.shape[d] // self.block.grid[a]) for a in range(3) if imap[a] == d]
+        if fmap == d and self.block.forloop > 1:
+            terms.append(("i", t.shape[d] * self.info.chunk))
+        if self.info.factor(t, d) > 1:
+            terms.append((f"s{self.info.key(t, d)}", self.info.shape(t)[d]))
+        return terms
+
+    @property
+    def mean_steps(self) -> float:
+        """Loop steps a program runs, on average over the programs and splits: :attr:`steps`
+        less those a band mask hides from the whole program (:mod:`lower.skipping`)."""
+        return self.masked.mean_steps(self) if self.masked is not None else float(self.steps)
 
     def partial_elements(self, acc: Op) -> int:
         """Elements of one program's partial of accumulator ``acc`` (real extents, compact)."""
@@ -194,6 +215,7 @@ def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
     p.accumulators = [op for op in sch.loop + sch.invariant_accums if op.kind == "accum"]
     p.loop_accumulators = [op for op in sch.loop if op.kind == "accum"]
     p.running_maxes = _running_maxes(p)
+    p.masked = masked_steps(p) if cfg.skip_masked else None
     return p
 
 

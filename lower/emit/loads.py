@@ -16,21 +16,12 @@ def tile_indices(em: Emitter, op: Op, order: list[int] | None = None) -> tuple[l
     masks of the dims padded past their real extent. ``order``: the source dim each dim of
     the tile reads (a permute folded into the load; default: the tile's own)."""
     t = op.outputs[0]
-    src = em.src[op.attrs["source"]]
-    imap, fmap = op.attrs["imap"], op.attrs["fmap"]
     pshape, rshape = em.info.padded(t), em.info.shape(t)
     rank = t.ndim
     order = list(range(rank)) if order is None else order
     idxs, masks = [""] * rank, []
     for o, d in enumerate(order):
-        offs = []
-        for a in range(3):
-            if imap[a] == d:
-                offs.append(f"b{AXES[a]} * {src.shape[d] // em.b.grid[a]}")
-        if fmap == d and em.b.forloop > 1:
-            offs.append(f"i * {t.shape[d] * em.info.chunk}")
-        if em.info.factor(t, d) > 1:
-            offs.append(f"s{em.info.key(t, d)} * {rshape[d]}")
+        offs = [f"{v} * {n}" for v, n in em.p.offset_terms(op, d)]
         ar = em.r(pshape[d])
         idxs[d] = em.ex(f"({' + '.join(offs)} + {ar})" if offs else ar, o, rank)
         if rshape[d] < pshape[d]:

@@ -92,12 +92,60 @@ class BandMask:
             cond = f"{cond} & ({d} > {self.offset - self.window})"
         return f"tl.where({cond}, 0.0, {MASKED_VALUE[dtype]!r})"
 
+    def every_row_sees(self, rows: int, keys: int) -> bool:
+        """Whether each of ``rows`` rows has a visible key among ``keys``: the first query
+        sees key 0 or later, the last one's window starts before the end."""
+        last = min(rows, self.period or rows) - 1
+        if self.offset < 0:
+            return False
+        return self.window is None or last + self.offset - self.window + 1 <= keys - 1
+
+    def step_bounds(self, row0: str, rows: int, key0: str, width: int, keys: int) -> tuple[str, str]:
+        """The loop steps that see a visible position, as Triton expressions ``(first,
+        end)``: a program holds rows ``row0 … row0 + rows − 1``, and step ``i`` keys
+        ``key0 + i·width`` … ``+ keys − 1`` (``row0`` and ``key0`` non-negative). Step
+        ``i`` sees one iff the keys minus the queries, an interval, meets the band's
+        ``(offset − window, offset]``; with a ``period`` the queries are bounded by the
+        rows' span modulo it. The same expressions evaluate on Python ints
+        (:func:`eval_bounds`)."""
+        if self.period is None:
+            q_lo, q_hi = f"({row0})", f"({row0} + {rows - 1})"
+        else:
+            p = self.period
+            wraps = f"(({row0}) // {p} != ({row0} + {rows - 1}) // {p})"
+            q_lo = f"tl.where({wraps}, 0, ({row0}) % {p})"
+            q_hi = f"tl.where({wraps}, {p - 1}, ({row0} + {rows - 1}) % {p})"
+        # the last step: its first key minus the highest query is at most the offset
+        less_key0 = "" if key0 == "0" else f" - ({key0})"
+        end = f"tl.maximum({self.offset + width} + {q_hi}{less_key0}, 0) // {width}"
+        if self.window is None:
+            return "0", end
+        # the first step: its last key minus the lowest query is above offset − window
+        first = f"tl.maximum({self.offset - self.window - keys + 1 + width} + {q_lo}{less_key0}, 0) // {width}"
+        return first, end
+
     def to_json(self) -> dict[str, Any]:
         return {"kind": self.kind, "offset": self.offset, "window": self.window, "period": self.period}
 
     def __str__(self) -> str:
         extra = "".join(f", {k}={getattr(self, k)}" for k in ("window", "period") if getattr(self, k) is not None)
         return f"band_mask(offset={self.offset}{extra})"
+
+
+class _Scalars:
+    """``tl``'s element-wise functions on Python ints, to evaluate a :meth:`BandMask.step_bounds`
+    expression for given indices (the cost model's count of the steps programs run)."""
+
+    maximum, minimum = staticmethod(max), staticmethod(min)
+
+    @staticmethod
+    def where(c: bool, a: int, b: int) -> int:
+        return a if c else b
+
+
+def eval_bounds(expr: str, env: dict[str, int]) -> int:
+    """The value of a :meth:`BandMask.step_bounds` expression at the indices ``env``."""
+    return int(eval(expr, {"__builtins__": {}, "tl": _Scalars}, dict(env)))
 
 
 #: every fill, by its JSON ``kind``

@@ -1,0 +1,231 @@
+"""Loop steps a band mask hides from a whole program, and why skipping them changes nothing
+(docs/design.md §7.16).
+
+A causal prompt attention loops over key tiles; for the query rows of one program, every
+key tile past the diagonal is masked entirely. Such a step still costs its loads, its
+``tl.dot`` and its exponentials, and adds nothing a float can hold: the band's masked
+value ``L`` (:data:`mugraph.core.fills.MASKED_VALUE`, −65504 for fp16) drives each score
+to ``exp(L + s − M) = 0``. Skipping those steps halves a causal prompt's work.
+
+Whether a step "adds nothing" is a property of the block graph, not of attention, and is
+decided by an abstract evaluation of the loop body at a step whose filled tile is ``L``
+everywhere. Every loop tile gets one of these kinds:
+
+* ``ZERO`` — exactly 0;
+* ``DATA`` — a value computed from the data alone (the masked value cancelled, or never
+  entered);
+* ``NEG(c)`` — ``c·L + d`` with ``c > 0`` and ``d`` computed from the data: below any
+  score by far;
+* ``ANY`` — anything else (the step's effect is unknown: no skipping).
+
+The filled tile is ``NEG(1)``, other tiles and loop-invariant values ``DATA``. Sums and
+differences add the coefficients (``NEG − NEG`` of equal ``c`` is ``DATA``), a positive
+constant factor scales them, ``exp(NEG(c ≥ 1))`` is ``ZERO``, products and contractions
+with a ``ZERO`` are ``ZERO``, reductions and rearrangements keep the kind (a sum of ``n``
+elements multiplies ``c`` by ``n``). A step adds nothing when every accumulator the loop
+updates is left as it was: a sum of ``ZERO``, a running max of ``NEG(c ≥ 1)``, a sum
+rescaled to the running max of ``NEG(c ≥ 1)`` (each of its terms is multiplied by
+``exp(m_i − M) = 0``) or of ``ZERO`` terms.
+
+The bound: "below any score by far" means the data's magnitudes stay under ``c·|L|``
+minus the 104 at which an fp32 exponential flushes to 0 — 65,400 for an fp16 band, about
+3.4e38 for bf16 or fp32. It also needs each row to see a key somewhere
+(:meth:`~mugraph.core.fills.BandMask.every_row_sees`), so that the running max ``M`` is a
+visible score; a band that hides a whole row is never skipped. Within that bound the
+skipping kernel computes what the full loop computes (the tests compare both with float64
+at logits ×30), and is closer to the masked softmax a ``-inf`` mask means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import product
+from typing import TYPE_CHECKING
+
+from mugraph.core.fills import BandMask, eval_bounds
+from mugraph.core.ir import RESCALED, RUNNING_MAX, SUM, Op
+
+if TYPE_CHECKING:
+    from .plan import KernelPlan
+
+#: the abstract kinds of a loop tile at a fully masked step (module docstring); NEG(c) is a Fraction c > 0
+ZERO, DATA, ANY = "zero", "data", "any"
+Kind = "str | Fraction"
+
+#: ops whose output is a rearrangement or selection of their input's elements
+_KEEPS = ("reshape", "repeat", "permute", "slice", "max")
+
+
+@dataclass(frozen=True)
+class MaskedSteps:
+    """The loop steps of one plan that a band mask hides from every row of a program: the
+    filled iterator ``op`` (its rows dim ``-2`` fixed per program, its keys dim ``-1``
+    iterated), and the band."""
+
+    op: Op
+    band: BandMask
+
+    def bounds(self, p: "KernelPlan") -> tuple[str, str]:
+        """``(first, end)``: the Triton expressions of the steps a program runs (before
+        the split's own range is intersected)."""
+        t = self.op.outputs[0]
+        rows, keys = p.info.shape(t)[-2], p.info.shape(t)[-1]
+        row0 = " + ".join(f"{v} * {n}" for v, n in p.offset_terms(self.op, t.ndim - 2)) or "0"
+        key_terms = p.offset_terms(self.op, t.ndim - 1)
+        width = next(n for v, n in key_terms if v == "i")
+        key0 = " + ".join(f"{v} * {n}" for v, n in key_terms if v != "i") or "0"
+        first, end = self.band.step_bounds(row0, rows, key0, width, keys)
+        return _literal(first), _literal(end)
+
+    def mean_steps(self, p: "KernelPlan") -> float:
+        """Steps a program runs, on average over every program and split."""
+        first, end = self.bounds(p)
+        names = [n for n, _ in p.axes]
+        runs = []
+        for values in product(*(range(g) for _, g in p.axes)):
+            env = dict(zip(names, values))
+            lo_all, hi_all = eval_bounds(first, env), eval_bounds(end, env)
+            for s in range(p.config.split):
+                lo, hi = s * p.steps, (s + 1) * p.steps
+                runs.append(max(0, min(hi, hi_all) - max(lo, lo_all)))
+        return sum(runs) / len(runs)
+
+
+def _literal(expr: str) -> str:
+    """``expr`` as a number where it names no index (one program along the rows)."""
+    try:
+        return str(eval_bounds(expr, {}))
+    except NameError:
+        return expr
+
+
+def masked_steps(p: "KernelPlan") -> MaskedSteps | None:
+    """The plan's skippable steps: the first loop-varying band-mask iterator, iterated
+    along its keys, under which a fully masked step adds nothing (module docstring);
+    ``None`` where there is none."""
+    block = p.block
+    if block.forloop <= 1:
+        return None
+    for op in p.schedule.loop:
+        if op.kind != "iterator":
+            continue
+        src = block.sources[op.attrs["source"]]
+        band = src.fill
+        if not isinstance(band, BandMask) or op.attrs["fmap"] != src.ndim - 1:
+            continue
+        if not band.every_row_sees(src.shape[-2], src.shape[-1]):
+            continue
+        if _adds_nothing(p, op):
+            return MaskedSteps(op, band)
+    return None
+
+
+def step_kinds(p: "KernelPlan", fill_op: Op) -> dict[int, "Kind"]:
+    """The abstract kind of every loop tile (tensor id -> kind) at a step where
+    ``fill_op``'s tile is the masked value everywhere."""
+    kinds: dict[int, Kind] = {}
+
+    def kind(t) -> "Kind":
+        return kinds.get(t.id, DATA)  # loop-invariant tiles are data
+
+    for op in p.schedule.loop:
+        if op.kind == "accum":
+            continue
+        ins = [kind(t) for t in op.inputs]
+        kinds[op.outputs[0].id] = _transfer(op, ins, fill_op)
+    return kinds
+
+
+def _adds_nothing(p: "KernelPlan", fill_op: Op) -> bool:
+    """Whether every loop accumulator is left as it was by a fully masked step."""
+    kinds = step_kinds(p, fill_op)
+
+    def kind(t) -> "Kind":
+        return kinds.get(t.id, DATA)
+
+    for acc in p.loop_accumulators:
+        monoid = p.folds_as(acc)
+        x = kind(acc.inputs[0])
+        if monoid == SUM:
+            ok = x == ZERO
+        elif monoid == RUNNING_MAX:
+            ok = _below(x)
+        else:
+            assert monoid == RESCALED
+            ok = x == ZERO or (_below(kind(acc.inputs[1])) and x in (ZERO, DATA))
+        if not ok:
+            return False
+    return bool(p.loop_accumulators)
+
+
+def _below(k: "Kind") -> bool:
+    """``NEG(c)`` with ``c ≥ 1``: at least the masked value's own distance below the data."""
+    return isinstance(k, Fraction) and k >= 1
+
+
+def _affine(k: "Kind") -> Fraction | None:
+    """``k``'s coefficient of the masked value (``DATA``: 0); ``None`` for ``ZERO``/``ANY``."""
+    if isinstance(k, Fraction):
+        return k
+    return Fraction(0) if k == DATA else None
+
+
+def _of(c: Fraction) -> "Kind":
+    return DATA if c == 0 else (c if c > 0 else ANY)  # c < 0: far above the data
+
+
+def _transfer(op: Op, ins: list["Kind"], fill_op: Op) -> "Kind":
+    """The kind of ``op``'s output from its inputs' kinds (module docstring)."""
+    k = op.kind
+    if k == "iterator":
+        return Fraction(1) if op is fill_op else DATA
+    if ANY in ins:
+        return ANY
+    if k == "const":
+        return ZERO if Fraction(op.attrs["value"]) == 0 else DATA
+    if k in ("add", "sub"):
+        a, b = ins
+        if b == ZERO:
+            return a
+        if a == ZERO:
+            return b if k == "add" else _of(-_affine(b))
+        ca, cb = _affine(a), _affine(b)
+        return _of(ca + cb if k == "add" else ca - cb)
+    if k == "scale":
+        c = Fraction(op.attrs["c"])
+        x = ins[0]
+        if x == ZERO or c == 0:
+            return ZERO
+        return _of(_affine(x) * c)
+    if k in ("mul", "matmul"):
+        if ZERO in ins:
+            return ZERO
+        if k == "mul":  # a constant factor scales the masked value's coefficient, as scale does
+            for x, other in ((ins[0], op.inputs[1]), (ins[1], op.inputs[0])):
+                if isinstance(x, Fraction) and other.op.kind == "const":
+                    return _of(x * Fraction(other.op.attrs["value"]))
+        return DATA if all(x == DATA for x in ins) else ANY
+    if k == "div":
+        a, b = ins
+        if b == ZERO:
+            return ANY
+        if a == ZERO and b == DATA:
+            return ZERO
+        return DATA if a == b == DATA else ANY
+    if k == "exp":
+        x = ins[0]
+        return ZERO if _below(x) else (DATA if x in (DATA, ZERO) else ANY)
+    if k in ("sqrt", "square", "silu"):
+        x = ins[0]
+        return ZERO if x == ZERO else (DATA if x == DATA else ANY)
+    if k == "sum":
+        x = ins[0]
+        if isinstance(x, Fraction):
+            return x * op.inputs[0].shape[op.attrs["dim"]]
+        return x
+    if k in _KEEPS:
+        return ins[0]
+    if k == "concat":
+        return ins[0] if all(x == ins[0] for x in ins) else ANY
+    return ANY
