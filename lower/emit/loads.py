@@ -4,7 +4,7 @@ and the sums rescaled to it, ``acc = acc·alpha + x·beta``)."""
 
 from __future__ import annotations
 
-from mugraph.core.ir import AXES, RUNNING_MAX, SUM, Op, Tensor, accum_monoid
+from mugraph.core.ir import RUNNING_MAX, SUM, Op, Tensor, accum_monoid
 
 from ..plan import RunningMax
 from .core import Emitter, Val
