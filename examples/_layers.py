@@ -32,6 +32,42 @@ class PastKV:
         return torch.cat([self.k, key_states], dim=2), torch.cat([self.v, value_states], dim=2)
 
 
+class StaticKV:
+    """A static KV cache, the layout transformers recommends under ``torch.compile``: key and
+    value buffers of a fixed capacity; ``update`` writes the new rows at their positions
+    (``index_copy_``, in place) and returns the whole buffers. The attention reads every
+    slot and the mask hides those not yet written, so the shapes do not change from step to
+    step (no recompilation, no search per cache length). Writing the same rows again leaves
+    the buffers as they were: every timed step is the same step."""
+
+    def __init__(self, k, v, positions):
+        self.k, self.v, self.positions = k, v, positions
+        self.calls = 0
+
+    def update(self, key_states, value_states, layer_idx=0, cache_kwargs=None, **_):
+        self.calls += 1
+        self.k.index_copy_(2, self.positions, key_states)
+        self.v.index_copy_(2, self.positions, value_states)
+        return self.k, self.v
+
+
+def static_capacity(kv: int, tokens: int, multiple: int = 256) -> int:
+    """The static cache's capacity for ``kv`` past and ``tokens`` new positions: their sum
+    rounded up to ``multiple`` slots (a cache sized for a longer generation reads more)."""
+    return -(-(kv + tokens) // multiple) * multiple
+
+
+def static_mask(tokens: int, kv: int, capacity: int, device, dtype):
+    """The additive mask over a static cache: new token ``t`` (position ``kv + t``) sees the
+    slots up to its own position; later slots, written or not, are hidden."""
+    import torch
+
+    j = torch.arange(capacity, device=device)[None]
+    t = torch.arange(tokens, device=device)[:, None]
+    mask = torch.zeros(tokens, capacity, device=device, dtype=dtype)
+    return mask.masked_fill(j > kv + t, torch.finfo(dtype).min)[None, None]
+
+
 def cache_keyword(layer) -> str:
     """The keyword under which ``layer.forward`` takes the KV cache: ``cache`` (transformers
     5.2x), ``past_key_values`` (4.56 on) or ``past_key_value`` (before). A cache passed under
@@ -170,6 +206,42 @@ def decode_inputs(cfg, rope, tokens: int, kv: int, device, dtype, mask: str = "m
         m = additive_mask(tokens, kv, device, dtype)
     args = (x, cos, sin, past_k, past_v) + (() if m is None else (m,))
     return args, how
+
+
+def static_inputs(cfg, rope, tokens: int, kv: int, device, dtype):
+    """``(args, how)`` of one decode step over a :class:`StaticKV`: new hidden states ``x``,
+    the rotary ``cos``/``sin`` at positions ``kv .. kv+tokens-1``, the key and value buffers
+    (:func:`static_capacity` slots, the past in the first ``kv``), the positions written and
+    the additive mask over the buffers (:func:`static_mask`)."""
+    import torch
+
+    hd = head_dim(cfg)
+    cap = static_capacity(kv, tokens)
+    g = torch.Generator(device=device).manual_seed(tokens)
+    x = torch.randn(1, tokens, cfg.hidden_size, generator=g, device=device, dtype=dtype)
+    k = torch.zeros(1, cfg.num_key_value_heads, cap, hd, device=device, dtype=dtype)
+    v = torch.zeros_like(k)
+    k[:, :, :kv] = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
+    v[:, :, :kv] = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
+    pos = torch.arange(kv, kv + tokens, device=device)
+    cos, sin = rope(x, pos[None])
+    args = (x, cos, sin, k, v, pos, static_mask(tokens, kv, cap, device, dtype))
+    return args, f"additive mask over a static cache of {cap} slots"
+
+
+def make_static_step(layer):
+    """``step(x, cos, sin, k, v, positions, mask) -> hidden``: one decode step of ``layer``
+    over a :class:`StaticKV` of the given buffers. ``step.last_cache`` is the last cache made."""
+    key = cache_keyword(layer)
+
+    def step(x, cos, sin, k, v, positions, mask):
+        cache = StaticKV(k, v, positions)
+        step.last_cache = cache
+        r = layer(x, attention_mask=mask, position_embeddings=(cos, sin), use_cache=True, **{key: cache})
+        return r[0] if isinstance(r, tuple) else r
+
+    step.last_cache = None
+    return step
 
 
 def make_step(layer):

@@ -17,13 +17,15 @@ on a GPU as medians over CUDA-graph replays, the three timed in turns
 (``lower.profile.measure_together``); on the CPU as wall-clock medians (the header says so;
 mugraph's kernels then run under Triton's interpreter, and the times say nothing of a GPU).
 
-The step: the rotary cos/sin of positions kv .. kv+T-1 and the attention mask are what the
-model would pass its layers — the mask is transformers' own ``create_causal_mask`` over a
-cache holding the past (SDPA gets none for one new token, a boolean one for several). The
-KV cache is a fixed past (``_layers.PastKV``): the layer's ``update`` returns past + new
-(``torch.cat``) without writing back, so every timed step is the same step; the cache write
-of T rows a real step makes is left out (transformers' StaticCache would add an in-place
-``index_copy_`` of T rows, a torch call either way).
+The step: the rotary cos/sin of positions kv .. kv+T-1, the KV cache and the mask. By default
+(``--kv-cache static``) the cache is transformers' layout for ``torch.compile``
+(``_layers.StaticKV``): key and value buffers of a fixed capacity (kv + T rounded up to 256
+slots), the step writing its T rows in place (``index_copy_``) and attending over every
+slot, an additive mask hiding the slots after each token's position — the shapes stay the
+same from step to step. ``--kv-cache cat``: a fixed past concatenated with the new keys
+(``_layers.PastKV``, ``torch.cat``, nothing written back; the key length kv + T changes
+every step), the mask transformers' own ``create_causal_mask`` (SDPA gets none for one new
+token, a boolean one for several). Either way every timed step is the same step.
 
 Beside the times: the memory floor — bytes of the weights, of the past keys and values
 and of the activations (hidden states in and out, the new keys and values), over the copy
@@ -101,6 +103,9 @@ def main() -> int:
     ap.add_argument("--attn", choices=["sdpa", "eager"], default="sdpa", help="the layers' attention")
     ap.add_argument("--mask", choices=["model", "additive"], default="model",
                     help="model: transformers' create_causal_mask; additive: a hand-built float mask")
+    ap.add_argument("--kv-cache", choices=["static", "cat"], default="static",
+                    help="static: transformers' layout for torch.compile (fixed-capacity buffers written in place, "
+                         "an additive mask); cat: a fixed past concatenated with the new keys (odd lengths)")
     ap.add_argument("--row-budget", type=float, default=1200.0, help="no search starts after this many s of a row")
     ap.add_argument("--row-timeout", type=float, default=None,
                     help="stop a row after this many s (default: row budget + 4 × time limit + 600)")
@@ -140,7 +145,8 @@ def main() -> int:
               "wall-clock medians on the CPU, no CUDA graphs; mugraph's kernels run under Triton's "
               "interpreter, so its times say nothing of a GPU")
     header = {"device": dev_name, "dtype": str(dtype).replace("torch.", ""), "timing": timing,
-              "copy_bandwidth_GBps": bw / 1e9, "attention": args.attn, "kv_cache": "fixed past (PastKV: cat, no write-back)",
+              "copy_bandwidth_GBps": bw / 1e9, "attention": args.attn, "kv_cache": ("static (StaticKV: capacity kv + T rounded up to 256, written in place)"
+                             if args.kv_cache == "static" else "fixed past (PastKV: cat, no write-back)"),
               "sizes": "tiny (--small)" if args.small else "public", "time_limit_s": time_limit,
               "row_budget_s": args.row_budget, "mugraph_inductor": inductor,
               "transformers": transformers.__version__, "torch": torch.__version__}
@@ -207,8 +213,12 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
     from mugraph.frontend import recent_graphs
 
     T, kv = row["tokens"], row["kv"]
-    ins, row["mask"] = L.decode_inputs(cfg, rope, T, kv, device, dtype, args.mask)
-    step = L.make_step(layer)
+    if args.kv_cache == "static":
+        ins, row["mask"] = L.static_inputs(cfg, rope, T, kv, device, dtype)
+        step = L.make_static_step(layer)
+    else:
+        ins, row["mask"] = L.decode_inputs(cfg, rope, T, kv, device, dtype, args.mask)
+        step = L.make_step(layer)
     want = step(*ins)
     if not step.last_cache or not step.last_cache.calls:
         raise RuntimeError(f"the layer did not read the KV cache (passed as {L.cache_keyword(layer)}=)")
@@ -274,7 +284,7 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         torch._dynamo.reset()
         L.forget_backend_memo()
         _, layer2, _ = L.build_layer(fam, args.small, device, dtype, args.attn, max(args.kv) + max(args.tokens) + 16)
-        step2 = L.make_step(layer2)
+        step2 = L.make_static_step(layer2) if args.kv_cache == "static" else L.make_step(layer2)
         try:
             t0 = time.perf_counter()
             again = torch.compile(step2, backend="mugraph", options={**opts, "deadline": time.time() + args.row_budget})
