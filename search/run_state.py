@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from mugraph.core.errors import ConfigError
 from mugraph.core.ir import KernelGraph, Program
@@ -29,6 +29,9 @@ from .checkpoint import Checkpoint
 from .config import SearchConfig
 from .enumerate import Searcher
 from .executors import EXECUTORS, Executor, make_executor
+
+if TYPE_CHECKING:
+    from .dispatch import FairTodo
 from .records import Proposal, TaskDone
 from .worker import WorkerState, shared_state
 
@@ -140,7 +143,7 @@ class RunState:
     warming: Optional[threading.Thread] = None
     # --- enumerate
     #: units still to dispatch (None outside the enumeration: nothing is queued then)
-    todo: Optional[deque] = None
+    todo: Optional["FairTodo"] = None   # the units waiting for a worker (search.dispatch.FairTodo)
     #: units left per iterative-deepening phase (kernel ops)
     phase_left: Counter = field(default_factory=Counter)
     done: dict[int, TaskDone] = field(default_factory=dict)

@@ -45,6 +45,8 @@ def record_unit(state: RunState, u: int, res: list, st: dict, ost: dict, deferre
     i, _ = state.units[u]
     ph = state.tasks[i].kops or 0
     new: list[int] = []
+    if save and state.todo is not None:
+        state.todo.credit(u, st.get("blocks_closed", 0))
     if not ost.get("timed_out"):
         new = [add_unit(state, i, tuple(p)) for p in sorted(deferred, key=len)]
         if save and new and state.todo is not None:
