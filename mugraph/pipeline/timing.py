@@ -193,6 +193,10 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
         why += f"; {tune_seconds:g} s of tuning each (tune_seconds)"
     else:
         want = [min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * space(c.graph))) for c in chosen]
+        # the unfused program is timed too, at the minimum share: inside the total, not beside it
+        # (a 20 s tuning timed two candidates and the program, 30 s, and ran 45–54 s past the
+        # call's wall-time budget on an H100, 2026-11-28)
+        total_s = max(MIN_TUNE_S, total_s - MIN_TUNE_S * len(program))
         while len(chosen) > 1 and MIN_TUNE_S * len(chosen) > total_s:
             chosen, want = chosen[:-1], want[:-1]
         f = min(1.0, total_s / sum(want))

@@ -118,6 +118,17 @@ def test_overrides_and_the_unfused_program():
     assert plan.to_json()["timed"][0]["tune_s"] == 7.0
 
 
+def test_the_unfused_programs_tuning_is_inside_the_total():
+    """A 20 s tuning with the unfused program to time leaves 10 s for the search's
+    candidates: one of them at the minimum share, not two beside the program's."""
+    cs = [_cand(10, tag="a"), _cand(11, kernels=2, tag="b")]
+    prog = _cand(500, origin="program", tag="p")
+    plan = plan_rerank([prog, *cs], space=_space(10), total_s=2 * MIN_TUNE_S)
+    assert sum(s for _, s in plan.timed) <= 2 * MIN_TUNE_S
+    assert [c for c, _ in plan.timed] == [cs[0], prog]
+    assert len(plan_rerank(cs, space=_space(10), total_s=2 * MIN_TUNE_S).timed) == 2  # no program: both
+
+
 class _Clock:
     def __init__(self):
         self.t = 0.0
