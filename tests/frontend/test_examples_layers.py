@@ -42,3 +42,24 @@ def test_a_failed_row_prints():
              "mugraph_us": 1.0, "x_compile": 2.0, "floor_us": 0.5, "x_floor": 2.0}]
     text = H.format_table(rows, header, 2.0)
     assert "build: ImportError: x" in text and "| 2.00× |" in text and "2.000×" in text
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma"])
+def test_a_static_cache_step_matches_the_concatenated_past(family):
+    """The static cache (fixed-capacity buffers written in place, an additive mask over the
+    slots) gives the step the concatenated past gives, and writing the same rows again
+    leaves the buffers as they were."""
+    cfg, layer, rope = L.build_layer(family, True, "cpu", torch.float32, "sdpa", 64)
+    with torch.no_grad():
+        for tokens in (1, 3):
+            cat_args, _ = L.decode_inputs(cfg, rope, tokens, 16, "cpu", torch.float32)
+            args, how = L.static_inputs(cfg, rope, tokens, 16, "cpu", torch.float32)
+            assert args[3].shape[2] == L.static_capacity(16, tokens) == 256 and "256 slots" in how
+            step = L.make_static_step(layer)
+            y = step(*args)
+            k_after = args[3].clone()
+            torch.testing.assert_close(y, L.make_step(layer)(*cat_args), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(step(*args), y)
+            assert torch.equal(args[3], k_after) and step.last_cache.calls == 1
+    mask = L.static_mask(2, 5, 8, "cpu", torch.float32)[0, 0]
+    assert (mask == 0).tolist() == [[j <= 5 + t for j in range(8)] for t in range(2)]
