@@ -40,8 +40,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import product
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
 
 from mugraph.core.fills import BandMask, eval_bounds
 from mugraph.core.ir import RESCALED, RUNNING_MAX, SUM, Op
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
 
 #: the abstract kinds of a loop tile at a fully masked step (module docstring); NEG(c) is a Fraction c > 0
 ZERO, DATA, ANY = "zero", "data", "any"
-Kind = "str | Fraction"
+Kind = Union[str, Fraction]
 
 #: ops whose output is a rearrangement or selection of their input's elements
 _KEEPS = ("reshape", "repeat", "permute", "slice", "max")
@@ -79,17 +80,17 @@ class MaskedSteps:
         return _literal(first), _literal(end)
 
     def mean_steps(self, p: "KernelPlan") -> float:
-        """Steps a program runs, on average over every program and split."""
+        """Steps a program runs, on average over every program and split (the bounds
+        evaluated once over all programs' indices at once)."""
         first, end = self.bounds(p)
         names = [n for n, _ in p.axes]
-        runs = []
-        for values in product(*(range(g) for _, g in p.axes)):
-            env = dict(zip(names, values))
-            lo_all, hi_all = eval_bounds(first, env), eval_bounds(end, env)
-            for s in range(p.config.split):
-                lo, hi = s * p.steps, (s + 1) * p.steps
-                runs.append(max(0, min(hi, hi_all) - max(lo, lo_all)))
-        return sum(runs) / len(runs)
+        grids = np.meshgrid(*(np.arange(g) for _, g in p.axes), indexing="ij") if p.axes else []
+        env = {n: g.ravel() for n, g in zip(names, grids)}
+        lo_all = np.broadcast_to(eval_bounds(first, env, np), (p.programs,))
+        hi_all = np.broadcast_to(eval_bounds(end, env, np), (p.programs,))
+        runs = [np.clip(np.minimum((s + 1) * p.steps, hi_all) - np.maximum(s * p.steps, lo_all), 0, None)
+                for s in range(p.config.split)]
+        return float(np.mean(runs))
 
 
 def _literal(expr: str) -> str:
@@ -121,12 +122,12 @@ def masked_steps(p: "KernelPlan") -> MaskedSteps | None:
     return None
 
 
-def step_kinds(p: "KernelPlan", fill_op: Op) -> dict[int, "Kind"]:
+def step_kinds(p: "KernelPlan", fill_op: Op) -> dict[int, Kind]:
     """The abstract kind of every loop tile (tensor id -> kind) at a step where
     ``fill_op``'s tile is the masked value everywhere."""
     kinds: dict[int, Kind] = {}
 
-    def kind(t) -> "Kind":
+    def kind(t) -> Kind:
         return kinds.get(t.id, DATA)  # loop-invariant tiles are data
 
     for op in p.schedule.loop:
@@ -141,7 +142,7 @@ def _adds_nothing(p: "KernelPlan", fill_op: Op) -> bool:
     """Whether every loop accumulator is left as it was by a fully masked step."""
     kinds = step_kinds(p, fill_op)
 
-    def kind(t) -> "Kind":
+    def kind(t) -> Kind:
         return kinds.get(t.id, DATA)
 
     for acc in p.loop_accumulators:
@@ -159,23 +160,23 @@ def _adds_nothing(p: "KernelPlan", fill_op: Op) -> bool:
     return bool(p.loop_accumulators)
 
 
-def _below(k: "Kind") -> bool:
+def _below(k: Kind) -> bool:
     """``NEG(c)`` with ``c ≥ 1``: at least the masked value's own distance below the data."""
     return isinstance(k, Fraction) and k >= 1
 
 
-def _affine(k: "Kind") -> Fraction | None:
+def _affine(k: Kind) -> Fraction | None:
     """``k``'s coefficient of the masked value (``DATA``: 0); ``None`` for ``ZERO``/``ANY``."""
     if isinstance(k, Fraction):
         return k
     return Fraction(0) if k == DATA else None
 
 
-def _of(c: Fraction) -> "Kind":
+def _of(c: Fraction) -> Kind:
     return DATA if c == 0 else (c if c > 0 else ANY)  # c < 0: far above the data
 
 
-def _transfer(op: Op, ins: list["Kind"], fill_op: Op) -> "Kind":
+def _transfer(op: Op, ins: list[Kind], fill_op: Op) -> Kind:
     """The kind of ``op``'s output from its inputs' kinds (module docstring)."""
     k = op.kind
     if k == "iterator":

@@ -134,7 +134,7 @@ class BandMask:
 
 class _Scalars:
     """``tl``'s element-wise functions on Python ints, to evaluate a :meth:`BandMask.step_bounds`
-    expression for given indices (the cost model's count of the steps programs run)."""
+    expression for given indices."""
 
     maximum, minimum = staticmethod(max), staticmethod(min)
 
@@ -143,9 +143,13 @@ class _Scalars:
         return a if c else b
 
 
-def eval_bounds(expr: str, env: dict[str, int]) -> int:
-    """The value of a :meth:`BandMask.step_bounds` expression at the indices ``env``."""
-    return int(eval(expr, {"__builtins__": {}, "tl": _Scalars}, dict(env)))
+def eval_bounds(expr: str, env: dict[str, Any], np_module: Any = None) -> Any:
+    """The value of a :meth:`BandMask.step_bounds` expression at the indices ``env``: ints,
+    or — with ``np_module`` (numpy) — integer arrays, every program's bounds at once (the
+    cost model's count of the steps programs run)."""
+    tl = _Scalars if np_module is None else np_module
+    value = eval(expr, {"__builtins__": {}, "tl": tl}, dict(env))
+    return int(value) if np_module is None else value
 
 
 #: every fill, by its JSON ``kind``
