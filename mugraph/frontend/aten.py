@@ -393,6 +393,23 @@ def _define_attention() -> torch._ops.OpOverload:
 
 attention = _define_attention()
 
+#: ``mugraph::attention``'s arguments in schema order, and their defaults (where the schema has one)
+ATTENTION_ARGS = tuple(a.name for a in attention._schema.arguments)
+_ATTENTION_DEFAULTS = {a.name: a.default_value for a in attention._schema.arguments if a.has_default_value()}
+
+
+def attention_args(node: Any) -> dict[str, Any]:
+    """The arguments of a ``mugraph::attention`` FX node by name (defaults filled in), so a
+    rewrite reads and changes them without counting positions."""
+    named = dict(zip(ATTENTION_ARGS, node.args))
+    named.update(node.kwargs)
+    return {k: named[k] if k in named else _ATTENTION_DEFAULTS[k] for k in ATTENTION_ARGS}
+
+
+def attention_call(named: dict[str, Any]) -> tuple:
+    """Positional arguments of a ``mugraph::attention`` call from :func:`attention_args`'s form."""
+    return tuple(named[k] for k in ATTENTION_ARGS)
+
 
 def _full_rank(m: torch.Tensor, ndim: int) -> torch.Tensor:
     """``m`` with leading dims of size 1 up to rank ``ndim`` (a torch view)."""

@@ -33,8 +33,8 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from ..core.errors import ArgumentTypeError, MugraphError
 from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
-from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, decompositions, regroup, rotate_half,
-                   sdpa)
+from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, attention_args, attention_call,
+                   decompositions, regroup, rotate_half, sdpa)
 from .hoist import hoist_views, sink_views
 
 aten = torch.ops.aten
@@ -235,7 +235,7 @@ def fold_repeat_kv(gm: fx.GraphModule) -> int:
         with gm.graph.inserting_before(n):
             new_kt = gm.graph.call_function(aten.transpose.int, (rk[0], -2, -1))
         new_kt.meta["val"] = _val(rk[0]).transpose(-2, -1)
-        n.args = (n.args[0], new_kt, rv[0], *n.args[3:7], True)  # bias … scale, then enable_gqa
+        n.args, n.kwargs = attention_call({**attention_args(n), "kt": new_kt, "v": rv[0], "enable_gqa": True}), {}
         count += 1
     if count:
         gm.graph.eliminate_dead_code()
@@ -279,26 +279,31 @@ def group_query_rows(gm: fx.GraphModule) -> int:
     count = 0
     g = gm.graph
     for n in list(g.nodes):
-        if not (n.op == "call_function" and n.target == attention) or len(n.args) != 8:
+        if not (n.op == "call_function" and n.target == attention):
             continue
-        q, kt, v = n.args[:3]
+        a = attention_args(n)
+        if a["groups"] != 1:  # grouped already
+            continue
+        q, kt, v = a["q"], a["kt"], a["v"]
         vq, vk, vo = _val(q), _val(kt), _val(n)
         if not all(isinstance(t, torch.Tensor) for t in (vq, vk, vo)) or not (vq.ndim == vk.ndim >= 3):
             continue
         heads, kv_heads = vq.shape[-3], vk.shape[-3]
-        if not n.args[7] or kv_heads < 1 or heads == kv_heads or heads % kv_heads:
+        if not a["enable_gqa"] or kv_heads < 1 or heads == kv_heads or heads % kv_heads:
             continue
         groups, lead, queries = heads // kv_heads, tuple(vq.shape[:-3]), vq.shape[-2]
         with g.inserting_before(n):
             qg = _regrouped(g, q, lead + (kv_heads, groups * queries, vq.shape[-1]))
-            m, vm = n.args[3], _val(n.args[3])
+            m, vm = a["bias"], _val(a["bias"])
             if isinstance(m, fx.Node) and vm is not None and vm.ndim >= 3 and vm.shape[-3] == heads \
                     and vm.shape[-2] == queries:
                 m = _regrouped(g, m, tuple(vm.shape[:-3]) + (kv_heads, groups * queries, vm.shape[-1]),
                                copy=False) or m
-            att = g.call_function(attention, (qg, kt, v, m, *n.args[4:8], groups))
+            grouped = {**a, "q": qg, "bias": m, "groups": groups}
+            att = g.call_function(attention, attention_call(grouped))
         att.meta = dict(n.meta)
-        att.meta["val"] = attention(_val(qg), vk, _val(v), _val(m), *n.args[4:8], groups)
+        att.meta["val"] = attention(*attention_call({**grouped, "q": _val(qg), "kt": vk, "v": _val(v),
+                                                     "bias": _val(m)}))
         with g.inserting_after(att):
             out = _regrouped(g, att, tuple(vo.shape), tuple(vo.stride()))
         n.replace_all_uses_with(out)
