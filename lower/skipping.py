@@ -46,6 +46,7 @@ import numpy as np
 
 from mugraph.core.fills import BandMask, eval_bounds
 from mugraph.core.ir import RESCALED, RUNNING_MAX, SUM, Op
+from mugraph.core.ops import CATALOG, Category, category
 
 if TYPE_CHECKING:
     from .plan import KernelPlan
@@ -53,10 +54,6 @@ if TYPE_CHECKING:
 #: the abstract kinds of a loop tile at a fully masked step (module docstring); NEG(c) is a Fraction c > 0
 ZERO, DATA, ANY = "zero", "data", "any"
 Kind = Union[str, Fraction]
-
-#: ops whose output is a rearrangement or selection of their input's elements
-_KEEPS = ("reshape", "repeat", "permute", "slice", "max")
-
 
 @dataclass(frozen=True)
 class MaskedSteps:
@@ -177,56 +174,46 @@ def _of(c: Fraction) -> Kind:
 
 
 def _transfer(op: Op, ins: list[Kind], fill_op: Op) -> Kind:
-    """The kind of ``op``'s output from its inputs' kinds (module docstring)."""
-    k = op.kind
-    if k == "iterator":
+    """The kind of ``op``'s output from its inputs' kinds (module docstring), from the op's
+    catalog entry: its category, Lax class, ``signs``, constant factor, reduction and zero
+    padding rule."""
+    if op.kind == "iterator":
         return Fraction(1) if op is fill_op else DATA
-    if ANY in ins:
+    if ANY in ins or op.kind not in CATALOG:
         return ANY
-    if k == "const":
-        return ZERO if Fraction(op.attrs["value"]) == 0 else DATA
-    if k in ("add", "sub"):
+    d = CATALOG[op.kind]
+    rational = [op.attrs[a.name] for a in d.attrs if a.type == "rational"]
+    if d.category is Category.CONSTANT:
+        return ZERO if Fraction(rational[0]) == 0 else DATA
+    if d.constant_factor:                       # x·c
+        c = Fraction(rational[0])
+        return ZERO if ins[0] == ZERO or c == 0 else _of(_affine(ins[0]) * c)
+    if d.signs is not None:                     # ±a ± b
+        terms = [(sg, k) for sg, k in zip(d.signs, ins) if k != ZERO]
+        if not terms:
+            return ZERO
+        return _of(sum((sg * _affine(k) for sg, k in terms), Fraction(0)))
+    if d.category is Category.CONTRACTION or (d.category is Category.BINARY and d.lax == "multilinear"):
+        if ZERO in ins:                         # a product with a zero factor
+            return ZERO
+        if d.category is Category.BINARY:       # a constant factor scales the masked value's coefficient
+            for k, other in ((ins[0], op.inputs[1]), (ins[1], op.inputs[0])):
+                if isinstance(k, Fraction) and category(other.op.kind) is Category.CONSTANT:
+                    return _of(k * Fraction(other.op.attrs[CATALOG[other.op.kind].attrs[0].name]))
+        return DATA if all(k == DATA for k in ins) else ANY
+    if d.lax == "division":
         a, b = ins
-        if b == ZERO:
-            return a
-        if a == ZERO:
-            return b if k == "add" else _of(-_affine(b))
-        ca, cb = _affine(a), _affine(b)
-        return _of(ca + cb if k == "add" else ca - cb)
-    if k == "scale":
-        c = Fraction(op.attrs["c"])
+        return ZERO if a == ZERO and b == DATA else (DATA if a == b == DATA else ANY)
+    if d.lax == "exponentiation":               # exp(NEG) underflows to 0
+        return ZERO if _below(ins[0]) else (DATA if ins[0] in (DATA, ZERO) else ANY)
+    if d.category is Category.UNARY:
         x = ins[0]
-        if x == ZERO or c == 0:
-            return ZERO
-        return _of(_affine(x) * c)
-    if k in ("mul", "matmul"):
-        if ZERO in ins:
-            return ZERO
-        if k == "mul":  # a constant factor scales the masked value's coefficient, as scale does
-            for x, other in ((ins[0], op.inputs[1]), (ins[1], op.inputs[0])):
-                if isinstance(x, Fraction) and other.op.kind == "const":
-                    return _of(x * Fraction(other.op.attrs["value"]))
-        return DATA if all(x == DATA for x in ins) else ANY
-    if k == "div":
-        a, b = ins
-        if b == ZERO:
-            return ANY
-        if a == ZERO and b == DATA:
-            return ZERO
-        return DATA if a == b == DATA else ANY
-    if k == "exp":
+        return ZERO if x == ZERO and d.padding.zero == "keeps" else (DATA if x in (DATA, ZERO) else ANY)
+    if d.reduction is not None:                 # a sum of n NEG(c) is NEG(n·c); a max keeps the kind
         x = ins[0]
-        return ZERO if _below(x) else (DATA if x in (DATA, ZERO) else ANY)
-    if k in ("sqrt", "square", "silu"):
-        x = ins[0]
-        return ZERO if x == ZERO else (DATA if x == DATA else ANY)
-    if k == "sum":
-        x = ins[0]
-        if isinstance(x, Fraction):
+        if isinstance(x, Fraction) and d.reduction.combine == "add":
             return x * op.inputs[0].shape[op.attrs["dim"]]
         return x
-    if k in _KEEPS:
-        return ins[0]
-    if k == "concat":
-        return ins[0] if all(x == ins[0] for x in ins) else ANY
+    if d.category is Category.REARRANGEMENT:
+        return ins[0] if all(k == ins[0] for k in ins) else ANY
     return ANY

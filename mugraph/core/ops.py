@@ -158,6 +158,8 @@ class OpDef:
     ``selects``: the output is the window ``start:end:step`` of the input along ``dim``
     (slice: lowering reads it through the input's strides from an offset).
     ``exp_like``: counts as one exponentiation for the Lax path rule.
+    ``signs``: the output is the sum of the inputs with these signs (add ``(1, 1)``, sub
+    ``(1, -1)``): how a value far below the data passes through it (:mod:`lower.skipping`).
     """
 
     name: str
@@ -178,6 +180,7 @@ class OpDef:
     joins: bool = False
     reorders: bool = False
     selects: bool = False
+    signs: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         where = f"catalog entry {self.name!r}"
@@ -234,6 +237,9 @@ class OpDef:
                              or self.attr_names != ("dim", "start", "end", "step")):
             raise CatalogError(f"{where}: an op that selects a window is a rearrangement with attributes "
                                "'dim', 'start', 'end', 'step'")
+        if self.signs is not None and (self.category is not Category.BINARY or len(self.signs) != 2
+                                       or set(self.signs) - {1, -1}):
+            raise CatalogError(f"{where}: signs {self.signs!r}: a binary op's two signs, each 1 or -1")
         if self.squares is not None and self.category is not Category.UNARY:
             raise CatalogError(f"{where}: only a unary op can square a binary one")
 
@@ -296,8 +302,8 @@ _KEEPS = Padding(zero="keeps")
 for _d in [
     OpDef("matmul", Category.CONTRACTION, "multilinear", "(…,m,k)@(…,k,n) -> (…,m,n); leading dims broadcast"),
     OpDef("add", _B, "linear", "element-wise a+b; size-1 dims broadcast", commutative=True,
-          padding=Padding(zero="all")),
-    OpDef("sub", _B, "linear", "element-wise a-b", padding=Padding(zero="all")),
+          padding=Padding(zero="all"), signs=(1, 1)),
+    OpDef("sub", _B, "linear", "element-wise a-b", padding=Padding(zero="all"), signs=(1, -1)),
     OpDef("mul", _B, "multilinear", "element-wise a*b", commutative=True, padding=Padding(zero="any")),
     OpDef("div", _B, "division", "element-wise a/b", padding=Padding(finite="never")),
     OpDef("exp", _U, "exponentiation", "e**x; at most one per path", exp_like=True,

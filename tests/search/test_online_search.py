@@ -22,11 +22,12 @@ def _monoids(g):
             if o.kind == "accum"]
 
 
-def _first_proven(p, smem_kb: int, time_limit: float):
+def _first_proven(p, smem_kb: int, time_limit: float, **more):
     """The first μGraph one worker's search verifies for ``p`` under ``smem_kb`` KB of shared
-    memory (no composition, no split loops), asserted proven; with the search's config."""
+    memory (no composition, no split loops), asserted proven; with the search's config
+    (``more``: other config fields)."""
     cfg = SearchConfig(time_limit=time_limit, workers=1, progress=False, smem_budget=smem_kb * 1024,
-                       compose=False, split_loops=False, max_results=1, verify_per_kernels=1)
+                       compose=False, split_loops=False, max_results=1, verify_per_kernels=1, **more)
     r = driver.run(p, cfg)
     assert r.graphs, r.stats
     assert r.verdicts[0]["equivalent"] and r.verdicts[0]["bound_met"]
@@ -53,10 +54,10 @@ def test_a_split_online_loop_combines_with_rescaled_accumulators(chunks):
 
 
 def test_a_row_too_long_for_the_listed_loop_ranges_gets_a_longer_loop():
-    """2,048 keys at head dim 16 under a 2 KB budget: 64 steps of 32 keys hold 2.25 KB of
-    tiles, so no listed loop range fits; the mapping doubles the longest (128 steps of 16
-    keys) and the search still finds the online softmax."""
+    """2,048 keys at head dim 16 under a 2 KB budget, loop ranges listed up to 16: 16 steps
+    of 128 keys hold 8 KB of K and V tiles at any grid, so no listed range fits; the mapping
+    doubles the longest (up to 256 steps) and the search still finds the online softmax."""
     g, cfg = _first_proven(decode_attention(b=1, heads=8, kv_heads=1, kv=2048, head_dim=16, safe=True,
-                                            dtype="float16"), smem_kb=2, time_limit=40)
+                                            dtype="float16"), smem_kb=2, time_limit=40, forloop_ranges=(8, 16))
     loops = [op.attrs["block"].forloop for op in g.ops if op.kind == "graph_defined"]
     assert max(loops) > max(cfg.forloop_ranges) and RESCALED in _monoids(g)
