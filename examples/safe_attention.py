@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -142,6 +143,8 @@ def main() -> None:
     ap.add_argument("--save", default=None, help="write each result to DIR/<program>.json")
     ap.add_argument("--load", default=None, help="read results from DIR instead of searching (re-ranked here)")
     ap.add_argument("--search-only", action="store_true", help="search (on this CPU) and --save, time nothing")
+    ap.add_argument("-v", "--verbose", action="store_true",
+                    help="each result's summary (its candidates, predicted and measured) on stderr")
     args = ap.parse_args()
     if args.search_only:
         for name in args.only or CASES:
@@ -158,6 +161,8 @@ def main() -> None:
     for name in args.only or CASES:
         p = _program(name, safe=True)
         opt, wall = _optimize(p, args)
+        if args.verbose:
+            print(opt.summary(), file=sys.stderr, flush=True)
         x = _inputs(p)
         causal = any(t.fill is not None for t in p.inputs)
         fn = opt.compiled("cuda")
