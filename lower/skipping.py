@@ -27,13 +27,14 @@ updates is left as it was: a sum of ``ZERO``, a running max of ``NEG(c ≥ 1)``,
 rescaled to the running max of ``NEG(c ≥ 1)`` (each of its terms is multiplied by
 ``exp(m_i − M) = 0``) or of ``ZERO`` terms.
 
-The bound: "below any score by far" means the data's magnitudes stay under ``c·|L|``
-minus the 104 at which an fp32 exponential flushes to 0 — 65,400 for an fp16 band, about
-3.4e38 for bf16 or fp32. It also needs each row to see a key somewhere
-(:meth:`~mugraph.core.fills.BandMask.every_row_sees`), so that the running max ``M`` is a
-visible score; a band that hides a whole row is never skipped. Within that bound the
-skipping kernel computes what the full loop computes (the tests compare both with float64
-at logits ×30), and is closer to the masked softmax a ``-inf`` mask means.
+The bound: a skipped term is ``exp(s + L − M)`` with ``s`` a masked score and ``M`` a
+visible one, exactly 0 in fp32 when ``s − M < |L| − 104``; so the skipping kernel computes
+what the full loop computes whenever the scores' magnitudes stay under ``(|L| − 104)/2`` —
+32,700 for an fp16 band, about 1.7e38 for bf16 or fp32 (beyond that the full loop lets
+masked keys through, which a ``-inf`` mask would not). It also needs each row to see a key
+somewhere (:meth:`~mugraph.core.fills.BandMask.every_row_sees`), so that the running max
+``M`` is a visible score; a band that hides a whole row is never skipped. The tests compare
+both kernels with float64 at logits ×30.
 """
 
 from __future__ import annotations
