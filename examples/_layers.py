@@ -179,11 +179,11 @@ def additive_mask(tokens: int, kv: int, device, dtype):
     return mask[None, None]
 
 
-def decode_inputs(cfg, rope, tokens: int, kv: int, device, dtype, mask: str = "model"):
-    """``(args, how)``: the arguments of one decode step — new hidden states ``x``, the rotary
-    ``cos``/``sin`` at positions ``kv .. kv+tokens-1``, the past keys and values and, unless
-    the model passes none, the mask — and how the mask was made (``mask="model"``:
-    transformers' ``create_causal_mask``, falling back to :func:`additive_mask`)."""
+def _step_draws(cfg, rope, tokens: int, kv: int, device, dtype):
+    """``(x, past_k, past_v, positions, cos, sin)`` of one decode step: the new hidden
+    states and the past keys and values drawn from a generator seeded with ``tokens`` (so
+    every cache layout of a step sees the same values), the new tokens' positions
+    ``kv .. kv+tokens-1`` and their rotary cos/sin."""
     import torch
 
     hd = head_dim(cfg)
@@ -191,8 +191,18 @@ def decode_inputs(cfg, rope, tokens: int, kv: int, device, dtype, mask: str = "m
     x = torch.randn(1, tokens, cfg.hidden_size, generator=g, device=device, dtype=dtype)
     past_k = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
     past_v = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
-    pos = torch.arange(kv, kv + tokens, device=device)[None]
-    cos, sin = rope(x, pos)
+    pos = torch.arange(kv, kv + tokens, device=device)
+    cos, sin = rope(x, pos[None])
+    return x, past_k, past_v, pos, cos, sin
+
+
+def decode_inputs(cfg, rope, tokens: int, kv: int, device, dtype, mask: str = "model"):
+    """``(args, how)``: the arguments of one decode step — new hidden states ``x``, the rotary
+    ``cos``/``sin`` at positions ``kv .. kv+tokens-1``, the past keys and values and, unless
+    the model passes none, the mask — and how the mask was made (``mask="model"``:
+    transformers' ``create_causal_mask``, falling back to :func:`additive_mask`)."""
+    x, past_k, past_v, pos, cos, sin = _step_draws(cfg, rope, tokens, kv, device, dtype)
+    pos = pos[None]
     how = "additive causal mask"
     m = None
     if mask == "model":
@@ -215,16 +225,10 @@ def static_inputs(cfg, rope, tokens: int, kv: int, device, dtype):
     the additive mask over the buffers (:func:`static_mask`)."""
     import torch
 
-    hd = head_dim(cfg)
+    x, past_k, past_v, pos, cos, sin = _step_draws(cfg, rope, tokens, kv, device, dtype)
     cap = static_capacity(kv, tokens)
-    g = torch.Generator(device=device).manual_seed(tokens)
-    x = torch.randn(1, tokens, cfg.hidden_size, generator=g, device=device, dtype=dtype)
-    k = torch.zeros(1, cfg.num_key_value_heads, cap, hd, device=device, dtype=dtype)
-    v = torch.zeros_like(k)
-    k[:, :, :kv] = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
-    v[:, :, :kv] = torch.randn(1, cfg.num_key_value_heads, kv, hd, generator=g, device=device, dtype=dtype)
-    pos = torch.arange(kv, kv + tokens, device=device)
-    cos, sin = rope(x, pos[None])
+    slots = (0, 0, 0, cap - kv)  # the past in the first kv slots, zeros after it
+    k, v = torch.nn.functional.pad(past_k, slots), torch.nn.functional.pad(past_v, slots)
     args = (x, cos, sin, k, v, pos, static_mask(tokens, kv, cap, device, dtype))
     return args, f"additive mask over a static cache of {cap} slots"
 

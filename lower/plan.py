@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Callable
 
 from mugraph.core.ir import AXES, RESCALED, RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
@@ -156,10 +157,11 @@ class KernelPlan:
             terms.append((f"s{self.info.key(t, d)}", self.info.shape(t)[d]))
         return terms
 
-    @property
+    @cached_property
     def mean_steps(self) -> float:
         """Loop steps a program runs, on average over the programs and splits: :attr:`steps`
-        less those a band mask hides from the whole program (:mod:`lower.skipping`)."""
+        less those a band mask hides from the whole program (:mod:`lower.skipping`). Read
+        three times per pricing by the cost model: computed once."""
         return self.masked.mean_steps(self) if self.masked is not None else float(self.steps)
 
     def partial_elements(self, acc: Op) -> int:

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 ZERO, DATA, ANY = "zero", "data", "any"
 Kind = Union[str, Fraction]
 
+
 @dataclass(frozen=True)
 class MaskedSteps:
     """The loop steps of one plan that a band mask hides from every row of a program: the
@@ -84,8 +85,8 @@ class MaskedSteps:
         names = [n for n, _ in p.axes]
         grids = np.meshgrid(*(np.arange(g) for _, g in p.axes), indexing="ij") if p.axes else []
         env = {n: g.ravel() for n, g in zip(names, grids)}
-        lo_all = np.broadcast_to(eval_bounds(first, env, np), (p.programs,))
-        hi_all = np.broadcast_to(eval_bounds(end, env, np), (p.programs,))
+        lo_all = np.broadcast_to(eval_bounds(first, env), (p.programs,))
+        hi_all = np.broadcast_to(eval_bounds(end, env), (p.programs,))
         runs = [np.clip(np.minimum((s + 1) * p.steps, hi_all) - np.maximum(s * p.steps, lo_all), 0, None)
                 for s in range(p.config.split)]
         return float(np.mean(runs))
@@ -124,35 +125,30 @@ def step_kinds(p: "KernelPlan", fill_op: Op) -> dict[int, Kind]:
     """The abstract kind of every loop tile (tensor id -> kind) at a step where
     ``fill_op``'s tile is the masked value everywhere."""
     kinds: dict[int, Kind] = {}
-
-    def kind(t) -> Kind:
-        return kinds.get(t.id, DATA)  # loop-invariant tiles are data
-
     for op in p.schedule.loop:
-        if op.kind == "accum":
-            continue
-        ins = [kind(t) for t in op.inputs]
-        kinds[op.outputs[0].id] = _transfer(op, ins, fill_op)
+        if op.kind != "accum":
+            kinds[op.outputs[0].id] = _transfer(op, [_kind(kinds, t) for t in op.inputs], fill_op)
     return kinds
+
+
+def _kind(kinds: dict[int, Kind], t) -> Kind:
+    """Tile ``t``'s kind; loop-invariant tiles (not in ``kinds``) are data."""
+    return kinds.get(t.id, DATA)
 
 
 def _adds_nothing(p: "KernelPlan", fill_op: Op) -> bool:
     """Whether every loop accumulator is left as it was by a fully masked step."""
     kinds = step_kinds(p, fill_op)
-
-    def kind(t) -> Kind:
-        return kinds.get(t.id, DATA)
-
     for acc in p.loop_accumulators:
         monoid = p.folds_as(acc)
-        x = kind(acc.inputs[0])
+        x = _kind(kinds, acc.inputs[0])
         if monoid == SUM:
             ok = x == ZERO
         elif monoid == RUNNING_MAX:
             ok = _below(x)
         else:
             assert monoid == RESCALED
-            ok = x == ZERO or (_below(kind(acc.inputs[1])) and x in (ZERO, DATA))
+            ok = x == ZERO or (_below(_kind(kinds, acc.inputs[1])) and x in (ZERO, DATA))
         if not ok:
             return False
     return bool(p.loop_accumulators)
@@ -174,6 +170,11 @@ def _of(c: Fraction) -> Kind:
     return DATA if c == 0 else (c if c > 0 else ANY)  # c < 0: far above the data
 
 
+def _rational(op: Op) -> Fraction:
+    """The rational attribute of a constant or a constant factor (its value, its factor)."""
+    return Fraction(next(op.attrs[a.name] for a in CATALOG[op.kind].attrs if a.type == "rational"))
+
+
 def _transfer(op: Op, ins: list[Kind], fill_op: Op) -> Kind:
     """The kind of ``op``'s output from its inputs' kinds (module docstring), from the op's
     catalog entry: its category, Lax class, ``signs``, constant factor, reduction and zero
@@ -183,11 +184,10 @@ def _transfer(op: Op, ins: list[Kind], fill_op: Op) -> Kind:
     if ANY in ins or op.kind not in CATALOG:
         return ANY
     d = CATALOG[op.kind]
-    rational = [op.attrs[a.name] for a in d.attrs if a.type == "rational"]
     if d.category is Category.CONSTANT:
-        return ZERO if Fraction(rational[0]) == 0 else DATA
+        return ZERO if _rational(op) == 0 else DATA
     if d.constant_factor:                       # x·c
-        c = Fraction(rational[0])
+        c = _rational(op)
         return ZERO if ins[0] == ZERO or c == 0 else _of(_affine(ins[0]) * c)
     if d.signs is not None:                     # ±a ± b
         terms = [(sg, k) for sg, k in zip(d.signs, ins) if k != ZERO]
@@ -200,7 +200,7 @@ def _transfer(op: Op, ins: list[Kind], fill_op: Op) -> Kind:
         if d.category is Category.BINARY:       # a constant factor scales the masked value's coefficient
             for k, other in ((ins[0], op.inputs[1]), (ins[1], op.inputs[0])):
                 if isinstance(k, Fraction) and category(other.op.kind) is Category.CONSTANT:
-                    return _of(k * Fraction(other.op.attrs[CATALOG[other.op.kind].attrs[0].name]))
+                    return _of(k * _rational(other.op))
         return DATA if all(k == DATA for k in ins) else ANY
     if d.lax == "division":
         a, b = ins

@@ -37,10 +37,12 @@ class FairTodo:
         self.served: Counter = Counter()
         self.closed: Counter = Counter()
         self.retry: deque = deque()
+        self.waiting = 0                       # units queued, all queues together
         for u in todo:
             self._put(u)
 
     def _put(self, u: int, front: bool = False) -> None:
+        self.waiting += 1
         root, path = self.units[u]
         if not path:
             (self.fresh.appendleft if front else self.fresh.append)(u)
@@ -55,6 +57,7 @@ class FairTodo:
 
     def appendleft(self, u: int) -> None:
         """A unit to run again first (its worker died)."""
+        self.waiting += 1
         self.retry.appendleft(u)
 
     def credit(self, u: int, closed: int) -> None:
@@ -65,22 +68,25 @@ class FairTodo:
         return ((self.served[r] + 1) * (r + 1) / (1 + self.closed[r]), r)
 
     def popleft(self) -> int:
+        self.waiting -= 1
         if self.retry:
             return self.retry.popleft()
-        best = min((r for r, q in self.pieces.items() if q), key=self._priority, default=None)
+        # roots with pieces waiting (a root's queue is dropped once empty)
+        best = min(self.pieces, key=self._priority, default=None)
         if self.fresh:
             r0 = self.units[self.fresh[0]][0]
             if best is None or self._priority(r0) < self._priority(best):
                 self.served[r0] += 1
                 return self.fresh.popleft()
         self.served[best] += 1
-        return self.pieces[best].popleft()
+        q = self.pieces[best]
+        u = q.popleft()
+        if not q:
+            del self.pieces[best]
+        return u
 
     def __len__(self) -> int:
-        return len(self.fresh) + len(self.retry) + sum(len(q) for q in self.pieces.values())
-
-    def __bool__(self) -> bool:
-        return len(self) > 0
+        return self.waiting
 
     def __iter__(self):
         yield from self.retry

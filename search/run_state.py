@@ -29,11 +29,11 @@ from .checkpoint import Checkpoint
 from .config import SearchConfig
 from .enumerate import Searcher
 from .executors import EXECUTORS, Executor, make_executor
+from .records import Proposal, TaskDone
+from .worker import WorkerState, shared_state
 
 if TYPE_CHECKING:
     from .dispatch import FairTodo
-from .records import Proposal, TaskDone
-from .worker import WorkerState, shared_state
 
 #: seconds past ``time_limit`` after which running workers are terminated
 GRACE = 4.0
@@ -143,7 +143,7 @@ class RunState:
     warming: Optional[threading.Thread] = None
     # --- enumerate
     #: units still to dispatch (None outside the enumeration: nothing is queued then)
-    todo: Optional["FairTodo"] = None   # the units waiting for a worker (search.dispatch.FairTodo)
+    todo: Optional["FairTodo"] = None
     #: units left per iterative-deepening phase (kernel ops)
     phase_left: Counter = field(default_factory=Counter)
     done: dict[int, TaskDone] = field(default_factory=dict)

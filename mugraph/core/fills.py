@@ -132,24 +132,12 @@ class BandMask:
         return f"band_mask(offset={self.offset}{extra})"
 
 
-class _Scalars:
-    """``tl``'s element-wise functions on Python ints, to evaluate a :meth:`BandMask.step_bounds`
-    expression for given indices."""
-
-    maximum, minimum = staticmethod(max), staticmethod(min)
-
-    @staticmethod
-    def where(c: bool, a: int, b: int) -> int:
-        return a if c else b
-
-
-def eval_bounds(expr: str, env: dict[str, Any], np_module: Any = None) -> Any:
-    """The value of a :meth:`BandMask.step_bounds` expression at the indices ``env``: ints,
-    or — with ``np_module`` (numpy) — integer arrays, every program's bounds at once (the
-    cost model's count of the steps programs run)."""
-    tl = _Scalars if np_module is None else np_module
-    value = eval(expr, {"__builtins__": {}, "tl": tl}, dict(env))
-    return int(value) if np_module is None else value
+def eval_bounds(expr: str, env: dict[str, Any]) -> Any:
+    """The value of a :meth:`BandMask.step_bounds` expression at the indices ``env``, with
+    numpy standing in for ``tl``: an int for int indices, an array for index arrays (every
+    program's bounds at once, the cost model's count of the steps programs run)."""
+    value = eval(expr, {"__builtins__": {}, "tl": np}, dict(env))
+    return int(value) if np.ndim(value) == 0 else value
 
 
 #: every fill, by its JSON ``kind``
