@@ -7,7 +7,9 @@ torch calls, with the copy floor of the weight.
     python examples/skinny_matmul.py --rows 1 8 --shapes 4096x4096 --plain
 
 Two programs per shape: ``plain`` is ``X @ W + R``; ``fused`` is ``rms_norm(X)·g @ W + R``
-(the norm of the activation the projection reads, its weight ``g`` one row). Prints a
+(the norm of the activation the projection reads, its weight ``g`` one row). ``W`` is handed
+in as a model holds it (``--weight-layout linear``, the default: ``nn.Linear``'s (N, K)
+weight, transposed — ``OptimizeConfig.input_strides`` tunes for that layout) or row-major. Prints a
 Markdown table, one row per (program, rows, K×N): ours, cuBLAS's addmm on the plain
 product, the program op by op in torch, the floor (W, X, R and the output moved once) and
 the ratios; JSON with ``--json``.
@@ -55,11 +57,13 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true", help="only X @ W + R (no RMSNorm prologue)")
     ap.add_argument("--time-limit", type=float, default=20.0)
     ap.add_argument("--tune-s", type=float, default=10.0)
+    ap.add_argument("--weight-layout", choices=("linear", "row"), default="linear",
+                    help="W as nn.Linear stores it (transposed, the default) or row-major")
     ap.add_argument("--json", default=None, help="write the rows here")
     args = ap.parse_args()
     bw = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}; μs, median, CUDA-graph replay; "
-          f"copy bandwidth {bw / 1e12:.2f} TB/s")
+          f"copy bandwidth {bw / 1e12:.2f} TB/s; W {args.weight_layout} layout (cuBLAS on the same)")
     print("| program | rows | K×N | ours μs | structure | cuBLAS addmm μs | torch ops μs | floor μs | "
           "× cuBLAS | × torch ops | ours / floor |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
@@ -69,11 +73,14 @@ def main() -> None:
             k, n = (int(v) for v in shape.split("x"))
             for rows in args.rows:
                 p = program(rows, k, n, fused)
-                opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s},
-                                       device="cuda", cache_dir=False, progress=False)
+                strided = {"W": (1, k)} if args.weight_layout == "linear" else None
+                opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s,
+                                           "input_strides": strided}, device="cuda", cache_dir=False, progress=False)
                 g = torch.Generator(device="cuda").manual_seed(0)
                 x = {t.name: torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.1
                      for t in p.inputs}
+                if strided:
+                    x["W"] = x["W"].t().contiguous().t()  # the same values, stored as nn.Linear's (N, K)
                 fn = opt.compiled("cuda")
                 ours = measure(fn.launcher(*x.values()))
                 cublas = measure(lambda: torch.addmm(x["R"], x["X"], x["W"]))

@@ -283,10 +283,17 @@ def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps
     return statistics.median(a.elapsed_time(b) for a, b in zip(starts, ends)) * 1e-3
 
 
+def strides_of(inputs: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
+    """The strides of the inputs that are not row-major (``lower.compile(input_strides=)``)."""
+    return {k: tuple(v.stride()) for k, v in inputs.items() if not v.is_contiguous()}
+
+
 def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "graph") -> tuple[float, object, float]:
     """Compile with ``configs``, check against ``ref`` (float64 outputs; poisoned
-    output buffers), time. Returns (seconds, program, worst relative error)."""
-    prog = lower_compile(graph, device="cuda", configs=configs, use_z3=True)
+    output buffers), time. Returns (seconds, program, worst relative error). An input handed in
+    as a strided view (a transposed weight) is read in place (:func:`strides_of`): the time is
+    that of the layout the caller runs, not of a copy into row-major order."""
+    prog = lower_compile(graph, device="cuda", configs=configs, use_z3=True, input_strides=strides_of(inputs))
     err = 0.0
     if ref is not None:
         outs = [torch.full(t.shape, float("nan"), dtype=o.dtype, device="cuda")

@@ -40,10 +40,11 @@ log = logging.getLogger("mugraph")
 #: and every identical layer of a model captures the same piece — each reuses the first's
 #: registration (``None``: its lowering failed)
 _DONE: dict[tuple, tuple[Any, Any] | None] = {}
-#: (piece name, options key, device, kernel op kind) -> each searched piece's result and what
-#: ``bp.info`` says of it (a later capture of the same piece gets a copy). Why: one search per
-#: process and piece, whatever the number of identical layers, without reading the disk cache
-#: again for each; empty when the search failed
+#: (piece name, options key, device, kernel op kind, layout key) -> each searched piece's result
+#: and what ``bp.info`` says of it (a later capture of the same piece gets a copy). Why: one search
+#: per process, piece and input layout, whatever the number of identical layers, without reading
+#: the disk cache again for each; empty when the search failed. The layout is in the key because
+#: the GPU re-ranking tunes on it (``OptimizeConfig.input_strides``)
 _INFO: dict[tuple, dict] = {}
 #: (piece name, options key, device, kernel op kind, layout key, timer) -> the never-slower
 #: verdict (:func:`_judge`). Why: a piece is timed once per process, kernels and timer, not
@@ -61,7 +62,7 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
     if opts.cache_dir is False:
         return False
     root = default_cache_dir() if opts.cache_dir is None else as_path(opts.cache_dir, "cache_dir")
-    path, doc = locate(root, bp.program, make_config(opts.optimize_config()), opts.seed, device)
+    path, doc = locate(root, bp.program, make_config(optimize_config(bp, opts)), opts.seed, device)
     return cached(path, bp.program, doc, quiet=True) is not None
 
 
@@ -71,7 +72,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     the operator is built only for a piece that runs lowered (not for one that
     ``opts.unfused`` leaves to torch), then judged by the never-slower rule (:func:`_judge`)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
-    k = (bp.name, opts.key(), device, kind)
+    k = (bp.name, opts.key(), device, kind, bp.layout_key)
     if k not in _INFO:
         if not _search(bp, opts, device, k):
             return None
@@ -85,8 +86,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
         bp.info.update(runs="torch", mugraph_s=None, torch_s=None,
                        why="the search found nothing better than the program op by op (unfused='torch')")
         return None
-    kl = k + (bp.layout_key,)  # the same search, compiled for these input strides
-    if kl not in _DONE:
+    if k not in _DONE:
         try:
             # no CUDA graph of its own (the caller may capture one around it) and no PDL launch
             # option (wrap_triton passes launch options through only for warps and stages);
@@ -96,15 +96,15 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
             prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False,
                                  input_strides=bp.strided, output_strides=bp.strided_outputs)
             suffix = f"_{bp.layout_key}" if bp.layout_key else ""
-            _DONE[kl] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}", prog, kind), opt)
+            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}", prog, kind), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
-            _LOWER_FAILED[kl] = _stays_torch(bp, e)
-            _DONE[kl] = None
-    if _DONE[kl] is None:
-        bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=f"its lowering failed: {_LOWER_FAILED[kl]}")
+            _LOWER_FAILED[k] = _stays_torch(bp, e)
+            _DONE[k] = None
+    if _DONE[k] is None:
+        bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=f"its lowering failed: {_LOWER_FAILED[k]}")
         return None
-    bp.info.update(_judge(bp, _DONE[kl][0], opts, device, kl))
-    return _DONE[kl] if bp.info["runs"] == "mugraph" else None
+    bp.info.update(_judge(bp, _DONE[k][0], opts, device, k))
+    return _DONE[k] if bp.info["runs"] == "mugraph" else None
 
 
 def gpu_timer(bp: BuiltPiece, launches: dict[str, Callable[[], object]]) -> dict[str, float]:
@@ -227,6 +227,13 @@ def _seconds(times: Any, form: str) -> float:
     return float(v)
 
 
+def optimize_config(bp: BuiltPiece, opts: FrontendOptions) -> dict:
+    """The piece's ``superoptimize`` config: the options', with the strides its inputs arrive
+    in (a transposed ``nn.Linear`` weight), so the GPU re-ranking tunes each candidate on the
+    layout the model passes — a GEMV over ``W.T`` wants other tiles than over ``W``."""
+    return {**opts.optimize_config(), "input_strides": bp.strided or None}
+
+
 def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> bool:
     """Superoptimize the piece into ``_INFO[k]``; False (and one log line) when it stays torch code."""
     cached = _is_cached(bp, opts, device)
@@ -237,7 +244,7 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
         log.info("mugraph: new search for %s, ≤ %g s", bp.describe(), opts.time_limit)
     t0 = time.perf_counter()
     try:
-        opt = superoptimize(bp.program, opts.optimize_config(), device=device, cache_dir=opts.cache_dir,
+        opt = superoptimize(bp.program, optimize_config(bp, opts), device=device, cache_dir=opts.cache_dir,
                             progress=False, seed=opts.seed)
     except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
         _stays_torch(bp, e)

@@ -77,6 +77,12 @@ class OptimizeConfig:
     default: a superoptimizer's answer must equal what came in, so an unproven μGraph is
     set aside (``report["set_aside"]`` lists those faster than the answer, with their
     bounds) and the best proven candidate — or the program itself — ships.
+    ``input_strides``: input name -> strides (in elements) for inputs the caller will pass as
+    strided views — a weight handed in transposed, as ``nn.Linear`` stores it. The GPU
+    re-ranking tunes and times every candidate on inputs laid out so, and the answer is
+    compiled to read them in place: the tile shapes and split that stream a row-major weight
+    at full bandwidth are not those that stream its transpose (a GEMV's best layouts differ),
+    so tuning on another layout ships the wrong configs. Part of the cache key.
     """
 
     search: dict = field(default_factory=dict)
@@ -86,6 +92,7 @@ class OptimizeConfig:
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
     allow_unproven: bool = False
+    input_strides: dict[str, tuple[int, ...]] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -113,6 +120,7 @@ class OptimizeConfig:
                     raise ConfigError(f"float_dtypes={short(fd)}: {short(d)} is not a dtype the float check runs "
                                       f"({', '.join(sorted(DTYPES))})")
             self.float_dtypes = tuple(fd)
+        self.input_strides = _check_strides(self.input_strides)
         if not isinstance(self.search, dict):
             raise ConfigError(f"search={short(self.search)}: must be a dict of search.SearchConfig fields")
         for k, arg in _SET_BY_SUPEROPTIMIZE.items():
@@ -127,7 +135,46 @@ class OptimizeConfig:
     def to_json(self) -> dict:
         d = asdict(self)
         d["search"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.search.items()}
+        if self.input_strides is not None:
+            d["input_strides"] = {k: list(v) for k, v in sorted(self.input_strides.items())}
         return d
+
+
+def _check_strides(strides: Any) -> dict[str, tuple[int, ...]] | None:
+    """``OptimizeConfig.input_strides`` as a dict of input names to int tuples (``None`` or
+    an empty dict: every input row-major). The names and ranks are checked against the
+    program by :func:`check_strides_for`."""
+    if strides is None or strides == {}:
+        return None
+    if not isinstance(strides, dict):
+        raise ConfigError(f"input_strides={short(strides)}: must be None or a dict of input name -> strides")
+    out = {}
+    for k, v in strides.items():
+        if not isinstance(k, str) or isinstance(v, (str, bytes)) or not isinstance(v, (tuple, list)) \
+                or not all(type(x) is int and x >= 0 for x in v):
+            raise ConfigError(f"input_strides[{short(k, 30)}]={short(v)}: must be a tuple of ints >= 0 "
+                              "(strides in elements)")
+        out[k] = tuple(v)
+    return out
+
+
+def check_strides_for(program: KernelGraph, strides: dict[str, tuple[int, ...]] | None) -> None:
+    """Each name of ``strides`` is an input of ``program`` with one stride per dim, and the
+    strides lay it out without overlap (the check ``lower.compile`` makes, said before the search)."""
+    if not strides:
+        return
+    shapes = {t.name: t.shape for t in program.inputs}
+    for k, st in strides.items():
+        if k not in shapes:
+            raise ConfigError(f"input_strides: {short(k, 30)} is not an input of {program.name!r} "
+                              f"(inputs: {', '.join(shapes)})")
+        if len(st) != len(shapes[k]):
+            raise ConfigError(f"input_strides[{k!r}]={st}: {k} has {len(shapes[k])} dims {shapes[k]}")
+        span = 1
+        for stride, size in sorted((s, z) for z, s in zip(shapes[k], st) if z > 1):
+            if stride < span:
+                raise ConfigError(f"input_strides[{k!r}]={st}: elements of {k} {shapes[k]} would overlap")
+            span = stride * size
 
 #: SearchConfig fields superoptimize sets from its own arguments (a value in ``search``
 #: would be overwritten silently, so it is refused)
@@ -198,6 +245,7 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         raise ConfigError(f"superoptimize: {program.name!r} has no outputs")
     check_lax(program)
     cfg = make_config(config)
+    check_strides_for(program, cfg.input_strides)
     if not isinstance(progress, bool):
         raise ArgumentTypeError(f"superoptimize: progress={short(progress)} must be True or False")
     if type(seed) is not int or seed < 0:
@@ -372,7 +420,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     if device == "cuda" and not interrupted:
         tune_s = TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=tune_s, phases=phases)
+            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=tune_s, phases=phases,
+                                    input_strides=cfg.input_strides)
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"
@@ -390,6 +439,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "set_aside": [_set_aside_entry(c, best) for c in set_aside],
               "phases": phases.to_json(), "budget_s": phases.budget_s, "overran": phases.overran,
               "total_s": phases.elapsed(), "versions": versions()}
+    if cfg.input_strides:
+        report["input_strides"] = {k: list(v) for k, v in cfg.input_strides.items()}
     return Optimized(program, best, cands, report, device)
 
 def _verdict(c: Candidate) -> "verify.Verdict | None":

@@ -153,11 +153,17 @@ class Optimized:
         dev = device or self.device
         if self._compiled is None or self._compiled.device != dev:
             configs = {k: lower.KernelConfig.from_dict(v) for k, v in self.best.configs.items()}
-            self._compiled = lower.compile(self.graph, device=dev, configs=configs)
+            self._compiled = lower.compile(self.graph, device=dev, configs=configs, input_strides=self.input_strides)
         return self._compiled
 
     def __call__(self, *args, **kwargs):
         return self.compiled()(*args, **kwargs)
+
+    @property
+    def input_strides(self) -> dict[str, tuple[int, ...]] | None:
+        """The layout it was tuned for and is compiled to read (``OptimizeConfig.input_strides``)."""
+        st = self.report.get("input_strides")
+        return {k: tuple(v) for k, v in st.items()} if st else None
 
     def profile_on_gpu(self, top_k: int | None = None, tune_seconds: float | None = None,
                        timing: str = "graph", tune_total_s: float | None = None,
@@ -186,7 +192,8 @@ class Optimized:
             raise MugraphError(f"profile_on_gpu: {self.program.name!r} has no proven candidate to time "
                                "(allow_unproven=True times the unproven ones)")
         self.best, why = time_on_gpu(self.program, alive, top_k, tune_seconds, timing,
-                                     TOTAL_TUNE_S if tune_total_s is None else tune_total_s)
+                                     TOTAL_TUNE_S if tune_total_s is None else tune_total_s,
+                                     input_strides=self.input_strides)
         self.device = "cuda"
         self.report = {**self.report, "why": why, "device": device_name("cuda")}
         self._compiled = None

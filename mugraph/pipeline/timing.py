@@ -65,6 +65,7 @@ import torch
 import lower
 from lower.cost_model import H100
 from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space
+from lower.runtime import conform
 from search.derive import kernel_shape
 from verify.floatcheck import float_inputs
 
@@ -260,8 +261,13 @@ def _check_inputs(program: KernelGraph) -> tuple[dict[str, torch.Tensor], list[t
 
 def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None = None,
                 tune_seconds: float | None = None, timing: str = "graph",
-                total_s: float = TOTAL_TUNE_S, phases: "Phases | None" = None) -> tuple[Candidate, str]:
+                total_s: float = TOTAL_TUNE_S, phases: "Phases | None" = None,
+                input_strides: dict[str, tuple[int, ...]] | None = None) -> tuple[Candidate, str]:
     """Autotune and time the candidates :func:`plan_rerank` chooses on the GPU; the fastest wins.
+
+    ``input_strides`` (``OptimizeConfig.input_strides``): the inputs are laid out so for every
+    timed configuration — each candidate is compiled to read them in place and tuned on that
+    layout, the one the caller will run it on.
 
     Every timed configuration must match the program evaluated in float64 on the same
     inputs (rel. error ≤ 2e-2 for fp16/bf16, 1e-4 for fp32): a candidate that is wrong on
@@ -279,6 +285,9 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
         ref = [r.to("cuda") for r in ref]
         inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs
                   if t.name in inputs}
+        for name, strides in (input_strides or {}).items():
+            if name in inputs:  # a strided copy: the kernels are compiled to read this layout
+                inputs[name] = conform(inputs[name], strides)
     tol = 1e-4 if program.inputs[0].dtype == "float32" else 2e-2
     if phases is not None:
         total_s = max(MIN_TUNE_S, min(total_s, phases.left() - RETIME_RESERVE_S))
