@@ -169,10 +169,14 @@ class _Kernels:
         self.add(h, body, Launch(f"{name}_partial", p.programs * p.config.split,
                                  [s.name for s in self.sources] + self.part_bufs + self.scratch_buf,
                                  p.config.num_warps, p.config.num_stages))
-        h, body = self.header(f"{name}_combine", self.part_args + self.out_args + self.scratch_args, False)
+        # the combine reads a source only for a loop-invariant tile the epilogue adds (a residual)
+        reads = [(a, s.name) for a, s, t in zip(self.src_args, self.sources, p.block.sources)
+                 if any(o.kind == "iterator" and p.block.sources[o.attrs["source"]] is t for o in p.combine_prologue)]
+        h, body = self.header(f"{name}_combine", [a for a, _ in reads] + self.part_args + self.out_args
+                              + self.scratch_args, False)
         body += self.scratch_base() + self.combine_lines("pid", self.em.lines_of(p.combine_prologue), last=False)
-        self.add(h, body, Launch(f"{name}_combine", p.programs, self.part_bufs + [o.name for o in self.outputs]
-                                 + self.scratch_buf, 4, 1))
+        self.add(h, body, Launch(f"{name}_combine", p.programs, [n for _, n in reads] + self.part_bufs
+                                 + [o.name for o in self.outputs] + self.scratch_buf, 4, 1))
 
     def add(self, header: list[str], body: list[str], launch: Launch) -> None:
         self.kernels.append((header, body))

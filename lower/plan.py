@@ -121,8 +121,18 @@ class KernelPlan:
 
     @property
     def combine_prologue(self) -> list[Op]:
-        """Prologue ops a separate combine kernel recomputes (those not downstream of an accumulator)."""
-        return [o for o in self.schedule.prologue if o.outputs[0].acc is None]
+        """Prologue ops a separate combine kernel recomputes: the constants, and the
+        loop-invariant tiles the epilogue reads (a residual's iterator and what is made of
+        it; it loads them itself)."""
+        made = {o.outputs[0].id: o for o in self.schedule.prologue}
+        need: set[int] = set()
+        todo = [t for o in self.schedule.epilogue for t in o.inputs if t.id in made]
+        while todo:
+            t = todo.pop()
+            if t.id not in need:
+                need.add(t.id)
+                todo += [x for x in made[t.id].inputs if x.id in made]
+        return [o for o in self.schedule.prologue if o.outputs[0].acc is None or o.outputs[0].id in need]
 
     def folds_as(self, acc: Op) -> str:
         """How accumulator ``acc`` folds the loop here: ``"sum"``, ``"max"`` or ``"rescaled"``

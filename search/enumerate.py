@@ -208,8 +208,11 @@ class Searcher:
             self.stats["block_starts"] += 1
         bs = _Level(self._interned)
         for j, i in enumerate(inputs):
-            bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=0)
-            bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], 0, False)] = 1
+            # a tile the loop does not walk is the same every iteration (phase None, as a
+            # constant's): it may feed the loop body or, after the loop, an accumulator's result
+            acc = None if mp.fmaps[j] is None or mp.forloop == 1 else 0
+            bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=acc)
+            bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc, False)] = 1
         bs.iters = len(inputs)  # type: ignore[attr-defined]
         for spec in self.consts:  # the program's constants, as operands (acc None: either phase)
             bs.push(spec, (-1,), (), [((1,), ex.const(dict(spec[2])["value"]), ((),), None, False, POOL)])

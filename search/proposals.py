@@ -194,7 +194,7 @@ class OpProposer:
         """
         am = lv.accs[m]
         if info.accumulator:
-            return self._accumulators(lv, m) if am == 0 else []
+            return self._accumulators(lv, m) if am != 1 else []
         if info.constant_factor and (lv.scaled[m] or not self._after_reduction(lv, m)):
             return []
         attr_sets = self._attr_sets(info, lv.shapes[m])
@@ -225,7 +225,7 @@ class OpProposer:
         if _shift(lv.producer[m]):
             out.append(((m,), {"monoid": RUNNING_MAX}, RUNNING_MAX))
         for s in range(m):  # only a tile computed from that shift can be on its scale
-            if (_shift(lv.producer[s]) and lv.accs[s] == 0
+            if (_shift(lv.producer[s]) and lv.accs[s] != 1
                     and broadcasts_to(lv.shapes[s], lv.shapes[m]) and ex.contains(lv.terms[m], lv.terms[s])):
                 out.append(((m, s), {"monoid": RESCALED}, RESCALED))
         return out
@@ -330,7 +330,7 @@ class OpProposer:
                 stats["pruned_phase"] += 1
                 return None
         if kind == ACC:
-            if acc != 0:
+            if acc == 1:
                 return None
             i = ins[0]
             shape, lab = bs.shapes[i], bs.labs[i]
@@ -349,8 +349,10 @@ class OpProposer:
         if dup in bs.seen:
             stats["pruned_duplicate"] += 1
             return None
-        consumed = sum(1 for i in set(ins) if bs.accs[i] == 0 and bs.uses[i] == 0)
-        new_pending = pending - consumed + (1 if out[3] == 0 else 0)
+        # obligations: every unconsumed tile not after the loop (loop-body or loop-invariant,
+        # constants aside) must still reach an accumulator or a post-loop op
+        consumed = sum(1 for i in set(ins) if bs.accs[i] != 1 and bs.producer[i] != POOL and bs.uses[i] == 0)
+        new_pending = pending - consumed + (1 if out[3] != 1 else 0)
         if new_pending > remaining - 1:
             stats["pruned_obligation"] += 1
             return None

@@ -241,8 +241,9 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
     if lay is None:
         return None
     lay, shift_lay = lay[:len(accs)], lay[len(accs):]
-    # a post-loop op reading a loop-free input tile directly: the combining kernel has no such tile
-    if any(t.op.kind == "iterator" for o in bg.ops if o.outputs[0].acc == 1 for t in o.inputs):
+    # a post-loop op reading a loop-invariant tile (a residual's iterator, or made of one):
+    # the combining kernel has no such tile
+    if any(t.acc == 0 for o in bg.ops if o.outputs[0].acc == 1 and o.kind != "accum" for t in o.inputs):
         return None
     imaps2 = [base] * len(accs)
     omap2, grid2 = base, bg.grid

@@ -566,14 +566,27 @@ class BlockGraph(Graph):
                 f"{where}: {x.label()} is already downstream of an accumulator; "
                 "a path from an input to an output must pass through exactly one accumulator")
 
+    def loop_invariant(self, t: Tensor) -> bool:
+        """Whether loop-body tile ``t`` is the same at every iteration: made of iterators
+        without an fmap (or of a loop of one step) and constants only. Such a tile may also
+        be read after the loop (a residual or bias added to an accumulator: §2.4)."""
+        if t.acc == 1:
+            return False
+        if t.op.kind == "iterator":
+            return t.op.attrs["fmap"] is None or self.forloop == 1
+        return all(self.loop_invariant(x) for x in t.op.inputs)
+
     def _acc_of(self, kind: str, inputs: Sequence[Tensor], where: str) -> int | None:
         accs = {t.acc for t in inputs if t.acc is not None}
+        if accs == {0, 1} and all(self.loop_invariant(t) for t in inputs if t.acc == 0):
+            return 1  # a loop-invariant tile read after the loop: the same tile as in it
         if len(accs) > 1:
             inside = [t.label() for t in inputs if t.acc == 0]
             after = [t.label() for t in inputs if t.acc == 1]
             raise InvalidGraphError(
                 f"{where}: mixes loop-body tiles {inside} with post-loop tiles {after}; "
-                "a path from an input iterator to an output saver would have no accumulator")
+                "a path from an input iterator to an output saver would have no accumulator "
+                "(only a loop-invariant tile — iterators without an fmap — may be read after the loop)")
         return accs.pop() if accs else None
 
     # -- output savers

@@ -33,7 +33,8 @@ def format_block(block: BlockGraph, indent: str = "  ") -> list[str]:
     tg_of = {op.id: i for i, tg in enumerate(block.thread_graphs) for op in tg.ops}
     for op in block.ops:
         out = op.outputs[0]
-        phase = "loop" if out.acc == 0 else ("post" if out.acc == 1 else "const")
+        phase = ("post" if out.acc == 1 else "const" if out.acc is None
+                 else "invariant" if block.loop_invariant(out) and block.forloop > 1 else "loop")
         tg = f"  [thread graph {tg_of[op.id]}]" if op.id in tg_of else ""
         if op.kind == "iterator":
             src = sources[op.attrs["source"]].label()
