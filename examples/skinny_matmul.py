@@ -24,6 +24,7 @@ import time
 import torch
 
 import mugraph as mg
+from lower import KernelConfig
 from lower.profile import measure
 from mugraph.pipeline.bench import copy_bandwidth
 
@@ -86,7 +87,8 @@ def main() -> None:
                 cublas = measure(lambda: torch.addmm(x["R"], x["X"], x["W"]))
                 ops = measure(lambda: torch_version(x, fused))
                 floor = (sum(t.nbytes for t in p.inputs) + rows * n * 2) / bw
-                kernels = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop}"
+                labels = {int(i): KernelConfig.of(c).label() for i, c in opt.best.configs.items()}
+                kernels = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop} {labels.get(op.id, '')}"
                                      for op in opt.graph.ops if op.kind == "graph_defined") or "library ops"
                 row = dict(program="rmsnorm+proj+res" if fused else "proj+res", rows=rows, k=k, n=n,
                            ours_us=ours * 1e6, cublas_us=cublas * 1e6, torch_us=ops * 1e6, floor_us=floor * 1e6,
