@@ -208,9 +208,11 @@ class Searcher:
             self.stats["block_starts"] += 1
         bs = _Level(self._interned)
         for j, i in enumerate(inputs):
-            # a tile the loop does not walk is the same every iteration (phase None, as a
-            # constant's): it may feed the loop body or, after the loop, an accumulator's result
-            acc = None if mp.fmaps[j] is None or mp.forloop == 1 else 0
+            # a tile a loop of several steps does not walk is the same every iteration (phase
+            # None, as a constant's): it may feed the loop body or, after the loop, an
+            # accumulator's result. With one step an accumulator is its input, so reading a
+            # tile after it adds no graph the loop body cannot spell: those stay loop-body tiles
+            acc = None if mp.fmaps[j] is None and mp.forloop > 1 else 0
             bs.add_tensor(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc=acc)
             bs.seen[(mp.tiles[j], ks.terms[i], mp.tile_labels[j], acc, False)] = 1
         bs.iters = len(inputs)  # type: ignore[attr-defined]
