@@ -35,7 +35,7 @@ from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
 from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, attention_args, attention_call,
                    decompositions, regroup, rotate_half, sdpa)
-from .hoist import hoist_views, sink_views
+from .hoist import hoist_views, sink_views, respell_views
 
 aten = torch.ops.aten
 
@@ -94,6 +94,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
                 n.meta["val"] = v
     fold_rotate_half(gm)
     fold_repeat_kv(gm)
+    respell_views(gm)  # a transpose of a one-token dim is the view it is
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
     group_query_rows(gm)  # a grouped-query attention's regrouping of Q and of its result: views outside it

@@ -225,6 +225,93 @@ def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] 
     return [] if tuple(_val(src).shape) == s_out else [nv]
 
 
+def _unit_moves_only(perm: list[int], shape: tuple) -> bool:
+    """Whether permuting ``shape`` by ``perm`` keeps every dim longer than 1 in its order —
+    it only moves dims of size 1, so the elements keep their row-major order."""
+    big = [d for d in perm if shape[d] != 1]
+    return big == sorted(big)
+
+
+def _as_view(g: fx.Graph, n: fx.Node, src: fx.Node, shape: list[int]) -> fx.Node | None:
+    """A ``view`` of ``src`` to ``shape`` inserted before ``n`` (its fake value computed), or
+    None when ``src``'s strides do not allow it."""
+    try:
+        val = aten.view.default(_val(src), list(shape))
+    except Exception:  # noqa: BLE001 - the strides do not allow the view
+        return None
+    with g.inserting_before(n):
+        v = g.call_function(aten.view.default, (src, list(shape)))
+    v.meta["val"] = val
+    return v
+
+
+def _spelled_view(g: fx.Graph, n: fx.Node) -> fx.Node | None:
+    """The view ``n`` is, spelled as a view (inserted before it), or None: a permute or
+    transpose that only moves dims of size 1, an ``expand`` that adds only leading dims of
+    size 1 (or none), a ``bmm`` of a batch of one (a ``view`` of an ``mm`` of views)."""
+    src, val = (n.args[0] if n.args else None), _val(n)
+    if not isinstance(src, fx.Node) or not isinstance(_val(src), torch.Tensor) or val is None:
+        return None
+    shape = tuple(_val(src).shape)
+    if n.target in (aten.permute.default, aten.transpose.int):
+        if n.target == aten.permute.default:
+            perm = [d % len(shape) for d in n.args[1]]
+        else:
+            perm = list(range(len(shape)))
+            i, j = (d % len(shape) for d in n.args[1:3])
+            perm[i], perm[j] = perm[j], perm[i]
+        return _as_view(g, n, src, list(val.shape)) if _unit_moves_only(perm, shape) else None
+    if n.target == aten.expand.default:
+        new = len(val.shape) - len(shape)
+        if new < 0 or any(d != 1 for d in val.shape[:new]) or tuple(val.shape[new:]) != shape:
+            return None
+        return _as_view(g, n, src, list(val.shape))
+    if n.target == aten.bmm.default:
+        other = n.args[1]
+        if not isinstance(other, fx.Node) or _val(other) is None or shape[0] != 1:
+            return None
+        (_, m, k), (_, _, w) = shape, tuple(_val(other).shape)
+        a, b = _as_view(g, n, src, [m, k]), _as_view(g, n, other, [k, w])
+        if a is None or b is None:
+            return None
+        with g.inserting_before(n):
+            mm = g.call_function(aten.mm.default, (a, b))
+        mm.meta["val"] = aten.mm.default(_val(a), _val(b))
+        return _as_view(g, n, mm, list(val.shape))
+    return None
+
+
+def respell_views(gm: fx.GraphModule) -> int:
+    """Spell the views traced as other ops as views (:func:`_spelled_view`), chiefly a
+    ``permute``/``transpose`` that only moves dims of size 1.
+
+    A decode step's attention output ``(b, heads, 1, d)`` is transposed to ``(b, 1, heads, d)``
+    before the output projection's reshape to ``(b, heads·d)``: with one token that transpose
+    moves nothing in memory, but as a ``permute`` it stopped the views at a piece's edge —
+    the projection's piece read ``reshape(permute(reshape(attn)))`` and its search found no
+    kernel through it. As a view it composes with the reshapes around it, moves up through
+    element-wise ops (:func:`hoist_views`) and leaves the piece, which then reads the
+    ``(b, heads·d)`` activation a fused projection + residual kernel takes. Likewise a
+    ``linear`` of such a view, traced as ``expand`` and a ``bmm`` of one batch, becomes the
+    views of an ``mm`` it is. Only where the input's strides allow each view; returns how
+    many nodes were rewritten."""
+    g = gm.graph
+    n_done = 0
+    for n in list(g.nodes):
+        if n.op != "call_function":
+            continue
+        v = _spelled_view(g, n)
+        if v is None:
+            continue
+        n.replace_all_uses_with(v)
+        g.erase_node(n)
+        n_done += 1
+    if n_done:
+        g.lint()
+        gm.recompile()
+    return n_done
+
+
 def hoist_views(gm: fx.GraphModule) -> int:
     """Move every row-major regrouping view above the element-wise ops it may pass (the
     module doc), then merge equal views; returns how many moves were made."""

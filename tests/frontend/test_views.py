@@ -265,3 +265,32 @@ def test_two_regrouping_views_in_a_row_are_one():
     (bp,) = cap.pieces
     assert kinds(bp) == ["matmul", "scale", "matmul"]
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
+@pytest.mark.parametrize("contiguous", [True, False])
+def test_a_one_token_head_merge_is_a_view_and_the_projection_reads_the_activation(contiguous):
+    """A decode step's ``attn.transpose(1, 2).reshape(b, 1, heads·d)`` moves only a dim of size
+    1: spelled as the view it is (design §10.1), it leaves the piece with the reshapes, and the
+    output projection + residual is ``X @ W + R`` — the Program a fused GEMV kernel is found
+    for — whether the linear traced as ``mm`` or, on the transposed strides, as a ``bmm`` of
+    one batch of expanded views."""
+    def fn(attn, res, w):
+        a = attn.transpose(1, 2)
+        a = a.contiguous().reshape(1, 1, -1).contiguous() if contiguous else a.reshape(1, 1, -1)
+        return res + F.linear(a, w)
+    xs = r(1, 4, 1, 16), r(1, 1, 64), r(64, 64)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_ops=None)
+    (bp,) = cap.pieces
+    assert kinds(bp) == ["matmul", "add"] and [tuple(t.shape) for t in bp.program.inputs] == [(1, 64), (64, 64),
+                                                                                          (1, 64)]
+    assert bp.strided == {"x1": (1, 64)}  # the weight, read transposed in place
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
+def test_a_transpose_of_two_long_dims_stays_a_permute():
+    def fn(x, w):
+        return torch.exp(x.transpose(1, 2).reshape(2, 12) @ w)
+    xs = r(2, 3, 4), r(12, 5)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_ops=None)
+    assert any("permute" in kinds(bp) for bp in cap.pieces) or cap.library
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
