@@ -84,6 +84,10 @@ class Profile:
     #: tile that broadcasts to it (an online accumulator, docs/design.md §3.4) instead of
     #: plainly, and that a kernel also keeps the running max of a body tile (0: never)
     online: float = 0.0
+    #: the chance that a kernel's post-loop ops may also read its loop-invariant body tiles
+    #: (iterators without an fmap and what is made of them: a residual or bias added after
+    #: the loop, docs/design.md §2.4; 0: post-loop ops read only accumulators' results)
+    invariant_post: float = 0.0
     #: how many tensors each kernel saves (at most), and whether the latest post-loop
     #: tensors (those that depend on the most ops) are saved first instead of random ones
     savers: tuple[int, int] = (1, 3)
@@ -103,6 +107,8 @@ class Profile:
 LOWERING = Profile()
 #: the same with online accumulators (rescaled sums and running maxima) drawn often
 ONLINE_LOWERING = Profile(online=0.5, name="random_online")
+#: the same with post-loop ops reading loop-invariant tiles drawn often (residual epilogues)
+EPILOGUE_LOWERING = Profile(invariant_post=0.7, post_ops=(1, 4), name="random_epilogue")
 
 
 def fuzz_profile(n: int = 4, max_ops: int = 5) -> Profile:
@@ -401,6 +407,8 @@ class _Gen:
             m = r.choice(body)
             accs.append(_T(bg.accum_max(m.t), m.mag, m.pos, m.nonneg))
         post = list(accs)
+        if p.invariant_post and r.random() < p.invariant_post:
+            post += [x for x in pool if x.t.acc == 0 and bg.loop_invariant(x.t)]
         self.grow(post, r.randint(*p.post_ops))
         post = [x for x in post if x.t.acc == 1]
         if p.save_latest:

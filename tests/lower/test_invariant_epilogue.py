@@ -154,3 +154,34 @@ def test_the_search_finds_the_loop_with_the_residual_in_its_epilogue(tmp_path):
     blk = next(o for o in looped[0].graph.ops if o.kind == "graph_defined").attrs["block"]
     post = [o for o in blk.ops if o.outputs[0].acc == 1 and o.kind != "accum"]
     assert any(blk.loop_invariant(t) for o in post for t in o.inputs)
+
+
+def test_random_ugraphs_reading_invariant_tiles_after_the_loop():
+    """Random μGraphs whose post-loop ops also read loop-invariant tiles
+    (``mugraph.core.randgraph.EPILOGUE_LOWERING``), lowered with random split-K (both
+    combines) and sub-tilings, against the float64 interpreter."""
+    import random
+
+    from lower.profile import grid_choices
+    from lower.testing import check, random_inputs
+    from mugraph.core.randgraph import EPILOGUE_LOWERING, random_ugraph
+
+    seen = 0
+    for seed in range(40):
+        g = random_ugraph(seed, EPILOGUE_LOWERING)
+        blocks = [op for op in g.ops if op.kind == "graph_defined"]
+        reads = [blk for blk in (op.attrs["block"] for op in blocks)
+                 if any(blk.loop_invariant(t) for o in blk.ops
+                        if o.outputs[0].acc == 1 and o.kind != "accum" for t in o.inputs)]
+        if not reads:
+            continue
+        seen += 1
+        rng = random.Random(seed)
+        cfgs = {}
+        for op in blocks:
+            s, sub = rng.choice(grid_choices(op.attrs["block"], max_programs=64, min_tile=1))
+            cfgs[op.id] = KernelConfig(split=s, sub=sub, combine=rng.choice(["kernel", "last"]) if s > 1 else "kernel")
+        prog = lower_compile(g, device="cpu", configs=cfgs, poison=True)
+        errs = check(prog, g, random_inputs(g, seed))
+        assert max(errs) <= 1e-4, (seed, {k: c.label() for k, c in cfgs.items()}, errs, str(g))
+    assert seen >= 8, seen
