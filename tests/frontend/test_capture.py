@@ -159,7 +159,10 @@ def test_attention_transposes_stay_inside_one_piece():
     # a transpose between two computed values stays inside
     cap = check(lambda q, k: torch.exp((q * 2).transpose(1, 2) @ k) * 2, r(1, 4, 2, 8), r(1, 2, 8, 3),
                 mapped=[aten.transpose.int])
-    assert [n.target for n in cap.library] == [aten.view.default]  # the bmm's view back to 4-d, at the output
+    # k's batch flattening (its expand to its own shape is the view it is) read in place at the
+    # input, and the bmm's view back to 4-d at the output
+    assert [n.target for n in cap.library] == [aten.view.default, aten.view.default]
+    assert [tuple(n.meta["val"].shape) for n in cap.library] == [(2, 8, 3), (1, 2, 4, 3)]
     assert any(op.kind == "permute" for op in cap.pieces[0].program.ops)
 
 
