@@ -94,6 +94,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
                 n.meta["val"] = v
     fold_rotate_half(gm)
     fold_repeat_kv(gm)
+    fold_column_slices(gm)  # a fused projection's q/k/v (gate/up) columns: projections by weight slices
     respell_views(gm)  # a transpose of a one-token dim is the view it is
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
@@ -182,6 +183,64 @@ def fold_rotate_half(gm: fx.GraphModule) -> int:
         count += 1
     if count:
         gm.graph.lint()
+        gm.recompile()
+    return count
+
+
+def fold_column_slices(gm: fx.GraphModule) -> int:
+    """Slices of a projection's output columns become projections by slices of its weight:
+    ``(x @ W)[..., a:b]`` is ``x @ W[:, a:b]``, where every reader of the product is such a
+    slice (through views that keep its last dim).
+
+    A fused projection — Phi-3's ``qkv_proj`` and ``gate_up_proj`` — is one ``mm`` whose
+    output is cut into q, k, v (or gate and up) by slices. As slices of a computed value they
+    sat inside the piece, between the matmul and what reads each part, and no block graph
+    spells them: the gate/up piece of Phi-3 found nothing. Sliced weights are views of an
+    input (read in place through their strides, §10.3), and the piece is the separate
+    projections' — the form the search fuses. Only slices that do not overlap move, so each
+    weight byte is still read once. Returns how many slices moved."""
+    g = gm.graph
+    count = 0
+    for m in list(g.nodes):
+        if not (m.op == "call_function" and m.target == aten.mm.default):
+            continue
+        a, w = m.args
+        vm = _val(m)
+        if vm is None or not isinstance(w, fx.Node) or _val(w) is None:
+            continue
+        n_cols = vm.shape[-1]
+        # the product, read through views that keep its last dim, then only by column slices
+        views, readers = [], list(m.users)
+        if len(readers) == 1 and readers[0].target in (aten.view.default, aten._unsafe_view.default) \
+                and _val(readers[0]) is not None and _val(readers[0]).shape[-1] == n_cols:
+            views = [readers[0]]
+            readers = list(readers[0].users)
+        top = views[-1] if views else m
+        slices = [(u, _slice_of(u, n_cols)) for u in readers]
+        if not readers or any(sl is None or sl[0] is not top for _, sl in slices):
+            continue
+        spans = sorted(sl[1:] for _, sl in slices)
+        if any(e0 > s1 for (_, e0), (s1, _) in zip(spans, spans[1:])):
+            continue  # overlapping slices would read those weight columns twice
+        for u, (_, start, end) in slices:
+            with g.inserting_before(u):
+                ws = g.call_function(aten.slice.Tensor, (w, 1, start, end))
+                ws.meta["val"] = aten.slice.Tensor(_val(w), 1, start, end)
+                mm = g.call_function(aten.mm.default, (a, ws))
+                mm.meta["val"] = aten.mm.default(_val(a), ws.meta["val"])
+                out = mm
+                for v in views:
+                    shape = list(_val(v).shape[:-1]) + [end - start]
+                    out = g.call_function(aten.view.default, (out, shape))
+                    out.meta["val"] = aten.view.default(_val(out.args[0]), shape)
+            u.replace_all_uses_with(out)
+            g.erase_node(u)
+            count += 1
+        for v in reversed(views):
+            g.erase_node(v)
+        g.erase_node(m)
+    if count:
+        g.lint()
         gm.recompile()
     return count
 

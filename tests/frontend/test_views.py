@@ -294,3 +294,29 @@ def test_a_transpose_of_two_long_dims_stays_a_permute():
     cap = from_torch(fn, *xs, min_ops=0, max_piece_ops=None)
     assert any("permute" in kinds(bp) for bp in cap.pieces) or cap.library
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
+def test_slices_of_a_fused_projection_become_projections_by_weight_slices():
+    """Phi-3's ``gate_up_proj``: one ``linear`` whose columns are cut into gate and up. As
+    projections by slices of the weight (views of an input, read in place) the piece is the
+    separate projections' — no slice of a computed value is left in it."""
+    def fn(x, w, w2):
+        y = F.linear(x, w)
+        gate, up = y[..., :16], y[..., 16:]
+        return F.linear(F.silu(gate) * up, w2) + x
+    xs = r(1, 1, 8), r(32, 8), r(8, 16)
+    cap = from_torch(fn, *xs, min_ops=0, max_piece_ops=None, max_piece_matmuls=None)
+    (bp,) = cap.pieces
+    assert "slice" not in kinds(bp) and kinds(bp).count("matmul") == 3
+    assert [tuple(t.shape) for t in bp.program.inputs][:3] == [(1, 8), (8, 16), (8, 16)]
+    assert [n.target for n in cap.library].count(aten.slice.Tensor) == 2  # the weight's halves, in place
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    # a product read whole as well keeps its slices (moving them would read those columns twice)
+    def both(x, w):
+        y = F.linear(x, w)
+        return y[..., :16] * 2, y + 1
+    xs = r(1, 1, 8), r(32, 8)
+    cap = from_torch(both, *xs, min_ops=0, max_piece_ops=None)
+    assert any("slice" in kinds(bp) for bp in cap.pieces) or aten.slice.Tensor in [n.target for n in cap.library]
+    for a, b in zip(cap.reference()(*[x.double() for x in xs]), both(*[x.double() for x in xs])):
+        torch.testing.assert_close(a, b)
