@@ -78,9 +78,11 @@ def input_shapes(cap) -> set[tuple]:
 FEATURES = {
     # the k and v projections' biases are read inside pieces
     "qwen2": lambda cap: (KV_HEADS * HEAD_DIM,) in input_shapes(cap),
-    # the fused projections' weights are read whole, their outputs sliced inside the pieces
-    "phi3": lambda cap: {(HIDDEN, HIDDEN + 2 * KV_HEADS * HEAD_DIM), (HIDDEN, 2 * INTERMEDIATE)} <= input_shapes(cap)
-    and any(op.kind == "slice" for bp in cap.pieces for op in bp.program.ops),
+    # the fused projections' outputs are cut by slices of their weights (design §10.1), read
+    # in place at the pieces' boundary: gate and up are two projections, as in LLaMA
+    "phi3": lambda cap: (HIDDEN, INTERMEDIATE) in input_shapes(cap)
+    and sum(n.target == torch.ops.aten.slice.Tensor for n in cap.library) >= 5
+    and not any(op.kind == "slice" for bp in cap.pieces for op in bp.program.ops),
     # the GeLU-tanh is inside a piece, not a library call
     "gemma": lambda cap: not any("gelu" in t or "tanh" in t for t in library_targets(cap)),
 }

@@ -21,14 +21,32 @@ def fused_qkv(x, w):
     return torch.exp(q * 0.25) * k + v
 
 
+def split_exp(x, w):
+    """Slices of a computed value that is not a projection's product: they stay in the piece."""
+    q, k, v = torch.exp((x @ w) * 0.25).split(16, dim=-1)
+    return q * k + v
+
+
 def test_slices_of_a_computed_value_stay_inside_the_piece():
     xs = r(4, 16), r(16, 48)
-    cap = from_torch(fused_qkv, *xs)
+    cap = from_torch(split_exp, *xs)
     (bp,) = cap.pieces
     kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
     assert kinds.count("slice") == 3 and kinds.count("matmul") == 1
     assert not cap.library  # nothing cut out: the slices are in the piece
     mg.check_lax(bp.program)
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), split_exp(*[x.double() for x in xs]))
+
+
+def test_slices_of_a_projection_are_projections_by_weight_slices():
+    """``(x @ W)[..., a:b]`` is ``x @ W[:, a:b]`` (design §10.1): the fused QKV's three parts
+    are three projections, each reading its columns of W in place."""
+    xs = r(4, 16), r(16, 48)
+    cap = from_torch(fused_qkv, *xs, max_piece_matmuls=None)
+    (bp,) = cap.pieces
+    kinds = [op.kind for op in bp.program.ops if op.kind != "input"]
+    assert "slice" not in kinds and kinds.count("matmul") == 3
+    assert [n.target for n in cap.library] == [aten.slice.Tensor] * 3 and set(bp.strided.values()) == {(48, 1)}
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fused_qkv(*[x.double() for x in xs]))
 
 
@@ -49,7 +67,7 @@ def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
     from mugraph.frontend.backend import recent_graphs
 
     def fn(x, w):
-        return fused_qkv(x[:, 1:], w)
+        return split_exp(x[:, 1:], w)
     x, w = r(4, 17), r(16, 48)
     torch._dynamo.reset()
     with torch.no_grad():
