@@ -80,8 +80,10 @@ def test_undecided_exits_1(tmp_path):
     f = write_pair(tmp_path, "mirage")
     code, out, err = run_cli(f, f, "--seed", "0", "--mirage-primes")
     assert code == 1 and "UNDECIDED" in out and "field tests (undecided)" in err
-    code, out, err = run_cli(f, f, "--seed", "0")  # random primes decide it: (X/167)·167 = X
-    assert code == 0
+    # random primes decide it: (X/167)·167 = X. (The float check is left out: X/167 rounds
+    # through float16's subnormals, which a draw with small elements shows as a real error.)
+    code, out, err = run_cli(f, f, "--seed", "0", "--no-float")
+    assert code == 0 and "EQUIVALENT" in out
 
 
 def test_weak_bound_exits_1(tmp_path):

@@ -168,7 +168,8 @@ def test_float_reference_draws_once_per_scale_and_keeps_case_results_without_dra
 
     drawn = []
     orig = FC.normal_inputs
-    monkeypatch.setattr(FC, "normal_inputs", lambda g, scale, seed: drawn.append(scale) or orig(g, scale, seed))
+    monkeypatch.setattr(FC, "normal_inputs",
+                        lambda g, scale, seed, *dt: drawn.append(scale) or orig(g, scale, seed, *dt))
     fresh = [(c.rel_error, c.passed) for c in verify.float_check(GQA_P, GQA_G, seed=4).cases]
     assert drawn == [0.25, 1.0, 16.0]  # one draw per scale, rounded per dtype
     fr = FloatReference(GQA_P, seed=4)
