@@ -222,6 +222,14 @@ def test_entry_of_another_torch_says_so(tmp_path, runs, caplog):
     assert "other code" not in line
 
 
+def _row_major(shape) -> tuple[int, ...]:
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc)
+        acc *= n
+    return tuple(reversed(st))
+
+
 def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog, monkeypatch):
     """torch.compile's pieces: whether a piece is served from the cache (no 'new search'
     line, no deadline) is decided by the same lookup and checks as ``superoptimize`` — an
@@ -229,16 +237,19 @@ def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog
     from types import SimpleNamespace
 
     from mugraph.frontend.options import FrontendOptions
-    from mugraph.frontend.run import _is_cached
+    from mugraph.frontend.run import _is_cached, optimize_config
     from mugraph.pipeline import cache as cache_mod
 
     p = _prog()
     opts = FrontendOptions(cache_dir=str(tmp_path), time_limit=2.0, seed=3)
-    piece = SimpleNamespace(program=p)
+    piece = SimpleNamespace(program=p, strided={})
     assert not _is_cached(piece, opts, "cpu")
-    mg.superoptimize(p, opts.optimize_config(), device="cpu", cache_dir=str(tmp_path), progress=False,
+    mg.superoptimize(p, optimize_config(piece, opts), device="cpu", cache_dir=str(tmp_path), progress=False,
                      seed=opts.seed)
     assert _is_cached(piece, opts, "cpu")
+    # the same Program arriving with a transposed input is another question (tuned on its layout)
+    strided = SimpleNamespace(program=p, strided={p.inputs[0].name: tuple(reversed(_row_major(p.inputs[0].shape)))})
+    assert not _is_cached(strided, opts, "cpu")
     monkeypatch.setattr(cache_mod, "code_fingerprint", lambda: "f" * 64)
     with caplog.at_level(logging.INFO, logger="mugraph"):
         assert not _is_cached(piece, opts, "cpu")
