@@ -222,14 +222,6 @@ def test_entry_of_another_torch_says_so(tmp_path, runs, caplog):
     assert "other code" not in line
 
 
-def _row_major(shape) -> tuple[int, ...]:
-    st, acc = [], 1
-    for n in reversed(shape):
-        st.append(acc)
-        acc *= n
-    return tuple(reversed(st))
-
-
 def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog, monkeypatch):
     """torch.compile's pieces: whether a piece is served from the cache (no 'new search'
     line, no deadline) is decided by the same lookup and checks as ``superoptimize`` — an
@@ -237,6 +229,7 @@ def test_the_backend_asks_the_cache_as_superoptimize_does(tmp_path, runs, caplog
     from types import SimpleNamespace
 
     from mugraph.frontend.options import FrontendOptions
+    from mugraph.frontend.pieces import _row_major
     from mugraph.frontend.run import _is_cached, optimize_config
     from mugraph.pipeline import cache as cache_mod
 
