@@ -94,8 +94,8 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
                 n.meta["val"] = v
     fold_rotate_half(gm)
     fold_repeat_kv(gm)
+    respell_views(gm)  # a transpose of a one-token dim is the view it is; a bmm of one batch an mm
     fold_column_slices(gm)  # a fused projection's q/k/v (gate/up) columns: projections by weight slices
-    respell_views(gm)  # a transpose of a one-token dim is the view it is
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
     group_query_rows(gm)  # a grouped-query attention's regrouping of Q and of its result: views outside it
