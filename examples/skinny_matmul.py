@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
 import time
 
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-import mugraph as mg
-from lower import KernelConfig
-from lower.profile import measure
-from mugraph.pipeline.bench import copy_bandwidth
+import torch  # noqa: E402
+
+import mugraph as mg  # noqa: E402
+from lower import KernelConfig  # noqa: E402
+from lower.profile import measure  # noqa: E402
+from mugraph.pipeline.bench import copy_bandwidth  # noqa: E402
 
 #: (K, N) of the projections of LLaMA-3-8B (q/o, gate/up, down), Qwen2-7B (gate/up) and Phi-3 (qkv)
 SHAPES = ("4096x4096", "4096x14336", "14336x4096", "3584x18944", "3072x9216")
