@@ -170,8 +170,8 @@ class _Kernels:
                                  [s.name for s in self.sources] + self.part_bufs + self.scratch_buf,
                                  p.config.num_warps, p.config.num_stages))
         # the combine reads a source only for a loop-invariant tile the epilogue adds (a residual)
-        reads = [(a, s.name) for a, s, t in zip(self.src_args, self.sources, p.block.sources)
-                 if any(o.kind == "iterator" and p.block.sources[o.attrs["source"]] is t for o in p.combine_prologue)]
+        used = {o.attrs["source"] for o in p.combine_prologue if o.kind == "iterator"}
+        reads = [(a, s.name) for i, (a, s) in enumerate(zip(self.src_args, self.sources)) if i in used]
         h, body = self.header(f"{name}_combine", [a for a, _ in reads] + self.part_args + self.out_args
                               + self.scratch_args, False)
         body += self.scratch_base() + self.combine_lines("pid", self.em.lines_of(p.combine_prologue), last=False)

@@ -119,7 +119,7 @@ class KernelPlan:
         return (sch.prologue + [o for o in sch.loop if o.kind != "accum"] + sch.invariant_accums
                 + [o for o in sch.loop if o.kind == "accum"] + sch.epilogue)
 
-    @property
+    @cached_property
     def combine_prologue(self) -> list[Op]:
         """Prologue ops a separate combine kernel recomputes: the constants, and the
         loop-invariant tiles the epilogue reads (a residual's iterator and what is made of

@@ -35,7 +35,7 @@ from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
 from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, attention_args, attention_call,
                    decompositions, regroup, rotate_half, sdpa)
-from .hoist import hoist_views, sink_views, respell_views
+from .hoist import hoist_views, respell_views, sink_views, view_node
 
 aten = torch.ops.aten
 
@@ -226,13 +226,10 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
             with g.inserting_before(u):
                 ws = g.call_function(aten.slice.Tensor, (w, 1, start, end))
                 ws.meta["val"] = aten.slice.Tensor(_val(w), 1, start, end)
-                mm = g.call_function(aten.mm.default, (a, ws))
-                mm.meta["val"] = aten.mm.default(_val(a), ws.meta["val"])
-                out = mm
-                for v in views:
-                    shape = list(_val(v).shape[:-1]) + [end - start]
-                    out = g.call_function(aten.view.default, (out, shape))
-                    out.meta["val"] = aten.view.default(_val(out.args[0]), shape)
+                out = g.call_function(aten.mm.default, (a, ws))
+                out.meta["val"] = aten.mm.default(_val(a), ws.meta["val"])
+            for v in views:  # a fresh product is row-major: its view always exists
+                out = view_node(g, u, out, list(_val(v).shape[:-1]) + [end - start])
             u.replace_all_uses_with(out)
             g.erase_node(u)
             count += 1

@@ -198,6 +198,19 @@ def merge_equal_views(g: fx.Graph) -> int:
     return merged
 
 
+def view_node(g: fx.Graph, n: fx.Node, src: fx.Node, shape: list[int]) -> fx.Node | None:
+    """A ``view`` of ``src`` to ``shape`` inserted before ``n`` (its fake value computed), or
+    None when ``src``'s strides do not allow it."""
+    try:
+        val = aten.view.default(_val(src), list(shape))
+    except Exception:  # noqa: BLE001 - the strides do not allow the view
+        return None
+    with g.inserting_before(n):
+        v = g.call_function(aten.view.default, (src, list(shape)))
+    v.meta["val"] = val
+    return v
+
+
 def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] | None:
     """A regrouping view of a regrouping view is one view of the first one's input (row-major
     regroupings compose), or that input itself when the shapes agree — a ``linear``'s view
@@ -209,13 +222,9 @@ def _compose(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> list[fx.Node] 
     if tuple(_val(src).shape) == s_out:
         v.replace_all_uses_with(src)
     else:
-        try:
-            val = aten.view.default(_val(src), list(s_out))
-        except Exception:  # noqa: BLE001 - the source's strides do not allow it: keep both views
+        nv = view_node(g, v, src, list(s_out))
+        if nv is None:  # the source's strides do not allow it: keep both views
             return None
-        with g.inserting_before(v):
-            nv = g.call_function(aten.view.default, (src, list(s_out)))
-        nv.meta["val"] = val
         v.replace_all_uses_with(nv)
     g.erase_node(v)
     erased.add(v)
@@ -230,19 +239,6 @@ def _unit_moves_only(perm: list[int], shape: tuple) -> bool:
     it only moves dims of size 1, so the elements keep their row-major order."""
     big = [d for d in perm if shape[d] != 1]
     return big == sorted(big)
-
-
-def _as_view(g: fx.Graph, n: fx.Node, src: fx.Node, shape: list[int]) -> fx.Node | None:
-    """A ``view`` of ``src`` to ``shape`` inserted before ``n`` (its fake value computed), or
-    None when ``src``'s strides do not allow it."""
-    try:
-        val = aten.view.default(_val(src), list(shape))
-    except Exception:  # noqa: BLE001 - the strides do not allow the view
-        return None
-    with g.inserting_before(n):
-        v = g.call_function(aten.view.default, (src, list(shape)))
-    v.meta["val"] = val
-    return v
 
 
 def _spelled_view(g: fx.Graph, n: fx.Node) -> fx.Node | None:
@@ -260,24 +256,24 @@ def _spelled_view(g: fx.Graph, n: fx.Node) -> fx.Node | None:
             perm = list(range(len(shape)))
             i, j = (d % len(shape) for d in n.args[1:3])
             perm[i], perm[j] = perm[j], perm[i]
-        return _as_view(g, n, src, list(val.shape)) if _unit_moves_only(perm, shape) else None
+        return view_node(g, n, src, list(val.shape)) if _unit_moves_only(perm, shape) else None
     if n.target == aten.expand.default:
         new = len(val.shape) - len(shape)
         if new < 0 or any(d != 1 for d in val.shape[:new]) or tuple(val.shape[new:]) != shape:
             return None
-        return _as_view(g, n, src, list(val.shape))
+        return view_node(g, n, src, list(val.shape))
     if n.target == aten.bmm.default:
         other = n.args[1]
         if not isinstance(other, fx.Node) or _val(other) is None or shape[0] != 1:
             return None
         (_, m, k), (_, _, w) = shape, tuple(_val(other).shape)
-        a, b = _as_view(g, n, src, [m, k]), _as_view(g, n, other, [k, w])
+        a, b = view_node(g, n, src, [m, k]), view_node(g, n, other, [k, w])
         if a is None or b is None:
             return None
         with g.inserting_before(n):
             mm = g.call_function(aten.mm.default, (a, b))
         mm.meta["val"] = aten.mm.default(_val(a), _val(b))
-        return _as_view(g, n, mm, list(val.shape))
+        return view_node(g, n, mm, list(val.shape))
     return None
 
 

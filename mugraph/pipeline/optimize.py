@@ -25,12 +25,13 @@ import torch
 
 import search
 from lower.cost_model import estimate
+from lower.layout import check_strides
 import verify
 from search.checkpoint import fingerprint_of
 from search.config import check_fields, check_keys
 from verify.floatcheck import FloatReference
 
-from ..core.errors import ArgumentTypeError, ConfigError, MugraphError, ResourceError
+from ..core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from ..core.files import as_path, safe_name
 from ..core.interpreter import largest_value
 from ..core.ir import DTYPES, KernelGraph, Program, short
@@ -160,21 +161,22 @@ def _check_strides(strides: Any) -> dict[str, tuple[int, ...]] | None:
 
 def check_strides_for(program: KernelGraph, strides: dict[str, tuple[int, ...]] | None) -> None:
     """Each name of ``strides`` is an input of ``program`` with one stride per dim, and the
-    strides lay it out without overlap (the check ``lower.compile`` makes, said before the search)."""
+    strides lay it out without overlap — ``lower.layout.check_strides``, the check
+    ``lower.compile`` makes, said before the search."""
     if not strides:
         return
-    shapes = {t.name: t.shape for t in program.inputs}
+    inputs = {t.name: t for t in program.inputs}
     for k, st in strides.items():
-        if k not in shapes:
+        t = inputs.get(k)
+        if t is None:
             raise ConfigError(f"input_strides: {short(k, 30)} is not an input of {program.name!r} "
-                              f"(inputs: {', '.join(shapes)})")
-        if len(st) != len(shapes[k]):
-            raise ConfigError(f"input_strides[{k!r}]={st}: {k} has {len(shapes[k])} dims {shapes[k]}")
-        span = 1
-        for stride, size in sorted((s, z) for z, s in zip(shapes[k], st) if z > 1):
-            if stride < span:
-                raise ConfigError(f"input_strides[{k!r}]={st}: elements of {k} {shapes[k]} would overlap")
-            span = stride * size
+                              f"(inputs: {', '.join(inputs)})")
+        if len(st) != t.ndim:
+            raise ConfigError(f"input_strides[{k!r}]={st}: {k} has {t.ndim} dims {t.shape}")
+        try:
+            check_strides(t, st)
+        except InputError as e:
+            raise ConfigError(str(e)) from None
 
 #: SearchConfig fields superoptimize sets from its own arguments (a value in ``search``
 #: would be overwritten silently, so it is refused)
