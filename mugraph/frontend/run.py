@@ -81,10 +81,9 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     opt = _INFO[k]["optimized"]
     bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
     if opt.best.origin == "program" and opts.unfused == "torch":
-        log.info("mugraph: %s stays torch code: the search found nothing better than the program op by op "
-                 "(option unfused='lower' runs it lowered)", bp.name)
-        bp.info.update(runs="torch", mugraph_s=None, torch_s=None,
-                       why="the search found nothing better than the program op by op (unfused='torch')")
+        why = f"the search found nothing better than the program op by op ({program_won(opt)})"
+        log.info("mugraph: %s stays torch code: %s; option unfused='lower' runs it lowered", bp.name, why)
+        bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=why)
         return None
     if k not in _DONE:
         try:
@@ -105,6 +104,28 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
         return None
     bp.info.update(_judge(bp, _DONE[k][0], opts, device, k))
     return _DONE[k] if bp.info["runs"] == "mugraph" else None
+
+
+def program_won(opt: Any) -> str:
+    """Why the program op by op is ``opt``'s best, in a few words for the log: how many
+    μGraphs the search proved in how long, and — when they were timed — the fastest one's
+    time against the program's. A user reading "stays torch code" needs to know whether a
+    longer search (nothing proven yet) or a better kernel (proven but slower) would help."""
+    stats = (opt.report.get("search") or {}).get("stats") or {}
+    others = [c for c in opt.candidates if c.origin != "program" and not c.rejected and c.float_ok is not False]
+    secs = stats.get("wall_seconds", stats.get("search_seconds"))
+    took = f" in {secs:.0f} s" if isinstance(secs, (int, float)) else ""
+    if not others:
+        first = stats.get("first_match_seconds")
+        seen = f"; its first fingerprint match came at {first:.0f} s" if isinstance(first, (int, float)) else \
+            "; no candidate matched the program's fingerprint"
+        return f"no μGraph proven{took}{seen}"
+    timed = [c for c in others if c.measured_s is not None]
+    if timed and opt.best.measured_s is not None:
+        fastest = min(timed, key=lambda c: c.measured_s)
+        return (f"{len(others)} μGraph(s) proven{took}; the fastest timed {fastest.measured_s * 1e6:.3g} μs, "
+                f"the program {opt.best.measured_s * 1e6:.3g} μs")
+    return f"{len(others)} μGraph(s) proven{took}; the program ranked first"
 
 
 def gpu_timer(bp: BuiltPiece, launches: dict[str, Callable[[], object]]) -> dict[str, float]:

@@ -67,8 +67,9 @@ class OptimizeConfig:
     None (default): as many as the cost model cannot tell apart, with tuning time sized
     by each one's configuration space (``mugraph.pipeline.timing.plan_rerank``).
     ``tune_s``: seconds the GPU re-ranking may spend tuning and timing in all (None:
-    ``mugraph.pipeline.timing.TOTAL_TUNE_S``, 240 s; each timed candidate gets at least
-    ``MIN_TUNE_S``, so fewer are timed under a small bound).
+    ``mugraph.pipeline.timing.TOTAL_TUNE_S``, 240 s; the unfused program's share is
+    ``MIN_TUNE_S`` of it, and each timed candidate gets at least ``SCOUT_S``, so fewer are
+    timed under a small bound).
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
     compete, so the answer is never slower than what came in.

@@ -25,13 +25,20 @@ themselves (:func:`plan_rerank`), not a fixed top-k and a fixed 10 s:
   (``lower.profile.config_space``: first-round picks and sweeps, every kernel) times
   ``lower.profile.SECONDS_PER_CONFIG``, within [:data:`MIN_TUNE_S`, :data:`MAX_TUNE_S`];
   when the sum exceeds :data:`TOTAL_TUNE_S` every share is scaled down (not below
-  :data:`MIN_TUNE_S`; if even that does not fit, candidates are dropped from the last turn
+  :data:`SCOUT_S`; if even that does not fit, candidates are dropped from the last turn
   back, the best of each structure last: a row that can tune only two times a split-KV pair
-  next to the best single kernel, not two variants of that kernel).
+  next to the best single kernel, not two variants of that kernel). ``SCOUT_S`` is a first
+  look — the predicted configuration compiled and timed, and a few next to it — not a
+  tuning: under the small budgets a model's pieces get, a floor of :data:`MIN_TUNE_S` a
+  candidate timed one or two of them, and the cost model's favourite at decode could be a
+  kernel of 4 blocks that ran 247 μs while a split-KV pair it ranked second was never
+  timed (a grouped-query decode attention of 2,304 keys, 12 s of tuning, H200,
+  2026-11-28). Scouting more structures is how the model's blind spots get caught; the
+  leaders' phase below then tunes the ones that can win.
 
 * **in two installments** — the shares above, planned with the whole budget (which
   candidates are timed does not change), are scaled to :data:`FIRST_PASS` of it (none below
-  :data:`MIN_TUNE_S`); what is left when every chosen candidate has had its share goes to
+  :data:`SCOUT_S`); what is left when every chosen candidate has had its share goes to
   the *leaders*: those whose
   tuning the share cut short and that measured within :data:`LEADER_SPREAD` of the fastest,
   each resuming its tuning where it stopped (``lower.profile.tune``'s ``history``: nothing
@@ -87,8 +94,19 @@ SPREAD = 1.3
 STRUCTURE_SPREAD = 3.0
 #: fewest and most candidates timed (the unfused program not counted)
 MIN_TIMED, MAX_TIMED = 2, 6
-#: tuning seconds one candidate gets, at least and at most
+#: tuning seconds one candidate is planned (and the unfused program gets), at least and at most
 MIN_TUNE_S, MAX_TUNE_S = 10.0, 120.0
+#: the least a planned candidate's share is cut to when the budget cannot give each
+#: MIN_TUNE_S: enough to compile its predicted configuration and time it (module docstring)
+SCOUT_S = 2.0
+
+
+def program_share(total_s: float) -> float:
+    """The unfused program's tuning share of a re-ranking of ``total_s`` seconds:
+    :data:`MIN_TUNE_S`, but at most a third of the total (at least :data:`SCOUT_S`) — the
+    program is the safety net, and under a short budget its full share would leave room
+    for scouting only one candidate."""
+    return max(SCOUT_S, min(MIN_TUNE_S, total_s / 3))
 #: tuning seconds of one re-ranking, all candidates together (see the module docstring)
 TOTAL_TUNE_S = 240.0
 #: seconds of a call's budget kept back from the tuning for the final re-timing of each
@@ -154,6 +172,7 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
     program = [c for c in alive if c.origin == "program"]
     if not cands:
         return RerankPlan([(c, tune_seconds) for c in program], "only the unfused program")
+    prog_s = MIN_TUNE_S if tune_seconds is not None else program_share(total_s)
     p0 = cands[0].predicted_s or 0.0
     if top_k is not None:
         chosen = cands[:top_k]
@@ -197,20 +216,21 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
         # the unfused program is timed too, at the minimum share: inside the total, not beside it
         # (a 20 s tuning timed two candidates and the program, 30 s, and ran 45–54 s past the
         # call's wall-time budget on an H100, 2026-11-28)
-        total_s = max(MIN_TUNE_S, total_s - MIN_TUNE_S * len(program))
-        while len(chosen) > 1 and MIN_TUNE_S * len(chosen) > total_s:
+        total_s = max(SCOUT_S, total_s - prog_s * len(program))
+        while len(chosen) > 1 and SCOUT_S * len(chosen) > total_s:
             chosen, want = chosen[:-1], want[:-1]
         f = min(1.0, total_s / sum(want))
-        secs = [max(MIN_TUNE_S, w * f) for w in want]
+        secs = [max(SCOUT_S, w * f) for w in want]
         while sum(secs) > total_s + 1e-9:  # the floors pushed it over: take it from the largest shares
             i = max(range(len(secs)), key=lambda k: secs[k])
-            secs[i] = max(MIN_TUNE_S, secs[i] - (sum(secs) - total_s))
-            if all(s <= MIN_TUNE_S for s in secs):
+            secs[i] = max(SCOUT_S, secs[i] - (sum(secs) - total_s))
+            if all(s <= SCOUT_S for s in secs):
                 break
         why += (f"; tuning sized by each configuration space ({SECONDS_PER_CONFIG:g} s a configuration, "
-                f"{MIN_TUNE_S:g}..{MAX_TUNE_S:g} s each, {sum(secs):.0f} of at most {total_s:g} s in all)")
+                f"{MIN_TUNE_S:g}..{MAX_TUNE_S:g} s each, at least {SCOUT_S:g} s when the total is short; "
+                f"{sum(secs):.0f} of at most {total_s:g} s in all)")
     timed = sorted(zip(chosen, secs), key=lambda cs: cs[0].predicted_s or 0.0)
-    return RerankPlan([*timed, *((c, MIN_TUNE_S) for c in program)], why)
+    return RerankPlan([*timed, *((c, prog_s) for c in program)], why)
 
 
 def _among(c: "Candidate", xs: list["Candidate"]) -> bool:
@@ -220,12 +240,12 @@ def _among(c: "Candidate", xs: list["Candidate"]) -> bool:
 
 def first_installment(timed: list[tuple["Candidate", float | None]], budget: float
                       ) -> list[tuple["Candidate", float | None]]:
-    """The plan's shares scaled to ``budget`` in all, none below :data:`MIN_TUNE_S` — the
+    """The plan's shares scaled to ``budget`` in all, none below :data:`SCOUT_S` — the
     plan (made with the whole budget) decides which candidates are timed, so a tight budget
     keeps its breadth; the unfused program's share and unbounded ones stay as they are."""
     total = sum(s for c, s in timed if s is not None and c.origin != "program")
     f = min(1.0, budget / total) if total > 0 else 1.0
-    return [(c, s if s is None or c.origin == "program" else max(MIN_TUNE_S, s * f)) for c, s in timed]
+    return [(c, s if s is None or c.origin == "program" else max(SCOUT_S, s * f)) for c, s in timed]
 
 
 #: outputs this many times larger than every input mean a near-cancelling denominator at the

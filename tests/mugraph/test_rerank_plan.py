@@ -7,7 +7,7 @@ import pytest
 import mugraph as mg
 from mugraph.pipeline import timing
 from mugraph.pipeline.results import Candidate
-from mugraph.pipeline.timing import (MAX_TIMED, MAX_TUNE_S, MIN_TIMED, MIN_TUNE_S, SPREAD, STRUCTURE_SPREAD,
+from mugraph.pipeline.timing import (MAX_TIMED, MAX_TUNE_S, MIN_TIMED, MIN_TUNE_S, SCOUT_S, SPREAD, STRUCTURE_SPREAD,
                                      plan_rerank)
 
 
@@ -63,12 +63,12 @@ def test_a_tight_budget_keeps_the_best_of_each_kernel_count():
     # with room for two, the pair is timed beside the best single kernel, not the variant
     single, variant = _cand(6.6, tag="s"), _cand(6.6, tag="v")
     pair = _cand(9.2, kernels=2, tag="pair")
-    plan = plan_rerank([variant, pair, single], space=_space(10), total_s=2 * MIN_TUNE_S)
+    plan = plan_rerank([variant, pair, single], space=_space(10), total_s=2 * SCOUT_S)
     chosen = [c for c, _ in plan.timed]
     assert len(chosen) == 2 and pair in chosen
     assert [c.predicted_s for c in chosen] == sorted(c.predicted_s for c in chosen)  # best predicted first
     # with room for all three, all are timed
-    assert len(plan_rerank([variant, pair, single], space=_space(10), total_s=3 * MIN_TUNE_S).timed) == 3
+    assert len(plan_rerank([variant, pair, single], space=_space(10), total_s=3 * SCOUT_S).timed) == 3
 
 
 def test_tuning_time_follows_the_configuration_space_within_the_total():
@@ -83,8 +83,11 @@ def test_tuning_time_follows_the_configuration_space_within_the_total():
     plan = plan_rerank(big, space=_space(10_000), total_s=200)
     assert sum(s for _, s in plan.timed) <= 200 + 1e-9
     assert all(s >= MIN_TUNE_S for _, s in plan.timed)
-    # a total below MIN_TUNE_S per candidate drops the worst predicted
-    plan = plan_rerank(big, space=_space(10_000), total_s=3 * MIN_TUNE_S)
+    # a short total cuts every share down to SCOUT_S before it drops a candidate …
+    plan = plan_rerank(big, space=_space(10_000), total_s=MAX_TIMED * SCOUT_S)
+    assert [c for c, _ in plan.timed] == big and all(s == pytest.approx(SCOUT_S) for _, s in plan.timed)
+    # … and a total below SCOUT_S per candidate drops the worst predicted
+    plan = plan_rerank(big, space=_space(10_000), total_s=3 * SCOUT_S)
     assert [c for c, _ in plan.timed] == big[:3]
 
 
@@ -119,14 +122,22 @@ def test_overrides_and_the_unfused_program():
 
 
 def test_the_unfused_programs_tuning_is_inside_the_total():
-    """A 20 s tuning with the unfused program to time leaves 10 s for the search's
-    candidates: one of them at the minimum share, not two beside the program's."""
+    """The unfused program's share is inside the total: MIN_TUNE_S, but at most a third of
+    a short total, so a short re-ranking still scouts several candidates; a total with
+    room for the program and one scout times one candidate beside it, not two."""
+    assert timing.program_share(timing.TOTAL_TUNE_S) == MIN_TUNE_S
+    assert timing.program_share(12.0) == pytest.approx(4.0)
+    assert timing.program_share(1.0) == SCOUT_S
     cs = [_cand(10, tag="a"), _cand(11, kernels=2, tag="b")]
     prog = _cand(500, origin="program", tag="p")
-    plan = plan_rerank([prog, *cs], space=_space(10), total_s=2 * MIN_TUNE_S)
-    assert sum(s for _, s in plan.timed) <= 2 * MIN_TUNE_S
+    total = 2 * SCOUT_S + 1
+    plan = plan_rerank([prog, *cs], space=_space(10), total_s=total)
+    assert sum(s for _, s in plan.timed) <= total + 1e-9
     assert [c for c, _ in plan.timed] == [cs[0], prog]
-    assert len(plan_rerank(cs, space=_space(10), total_s=2 * MIN_TUNE_S).timed) == 2  # no program: both
+    assert len(plan_rerank(cs, space=_space(10), total_s=2 * SCOUT_S).timed) == 2  # no program: both
+    # a piece's 12 s: the program at 4 s and both candidates scouted in the other 8
+    plan = plan_rerank([prog, *cs], space=_space(10), total_s=12.0)
+    assert [c for c, _ in plan.timed] == [*cs, prog] and sum(s for _, s in plan.timed) <= 12.0 + 1e-9
 
 
 class _Clock:
@@ -249,17 +260,17 @@ def test_orderings_of_one_dataflow_are_timed_once():
 
 
 def test_a_tight_budget_keeps_the_plans_breadth_in_the_first_installment(monkeypatch):
-    """The plan is made with the whole budget: with room for two candidates at the minimum
-    share, both kernel counts are timed, each at the minimum (not one of them at twice it)."""
+    """The plan is made with the whole budget: with room for two candidates at the scouts'
+    share, both kernel counts are timed, each at that share (not one of them at twice it)."""
     clock = _Clock()
     monkeypatch.setattr(timing, "time", clock)
     single, pair = _cand(10, 1, tag="s"), _cand(12, 2, tag="p")
     land = {"s": [1.0 - 0.01 * i for i in range(100)], "p": [0.9 - 0.01 * i for i in range(100)]}
     tune, calls = _fake_tuning(clock, land)
     monkeypatch.setattr(timing, "config_space", lambda g: {1: 100})
-    timing.rerank([single, pair], tune, total_s=2 * MIN_TUNE_S)
+    timing.rerank([single, pair], tune, total_s=2 * SCOUT_S)
     assert {name for name, start, _ in calls if start == 0} == {"s", "p"}
-    assert all(n == MIN_TUNE_S for name, start, n in calls if start == 0)
+    assert all(n == SCOUT_S for name, start, n in calls if start == 0)
 
 
 def test_near_ties_are_timed_in_turns_across_structures():
