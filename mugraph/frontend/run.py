@@ -188,16 +188,18 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     nothing then and can lose (measured: Phi-3-mini's decode step at 0.96–0.97×
     torch.compile with no μGraph running). Ties go to ``plain``; so does a comparison that
     fails (``stitched`` if ``plain`` fails to compile). Not timed — ``stitched`` runs — when
-    nothing can time (no GPU and no ``timer``), when ``never_slower`` is off, and when the
-    graph writes into its inputs (timing runs it many times on them). The verdict is
+    nothing can time (no GPU and no ``timer``) and when ``never_slower`` is off. A graph that
+    writes into its inputs (a static KV cache updated in place) is timed on copies of those
+    inputs, one set per form: the caller's tensors see only the call's own write. The verdict is
     ``cap.whole`` (``runs``, ``mugraph_s``, ``torch_s``, ``why``) and one log line."""
     if not cap.kept:
         cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None,
                      "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
         return plain()
     timer = opts.timer or (gpu_timer if device == "cuda" else None)
+    written = written_inputs(cap.graph_module, len(args))
     why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
-           if timer is None else "the graph writes into its inputs" if writes_inputs(cap.graph_module) else None)
+           if timer is None else "the graph writes into inputs it cannot tell apart" if written is None else None)
     mine = stitched()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
@@ -205,8 +207,12 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     base = None
     try:
         base = plain()
+        # each form runs on its own copies of the inputs the graph writes into (a static KV
+        # cache's in-place update): timing runs it many times, and the caller's tensors must
+        # see the one write of the one call; the copies keep the inputs' strides
+        mine_args, base_args = _copies(args, written), _copies(args, written)
         with torch.no_grad():
-            times = timer(cap, {"mugraph": lambda: mine(*args), "torch": lambda: base(*args)})
+            times = timer(cap, {"mugraph": lambda: mine(*mine_args), "torch": lambda: base(*base_args)})
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
     except Exception as e:  # noqa: BLE001 - the model still runs: without the pieces where that compiled
         why = f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
@@ -221,12 +227,21 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     return mine if faster else base
 
 
-def writes_inputs(gm: torch.fx.GraphModule) -> bool:
-    """Whether the traced (functionalized) graph copies results back into its inputs — a
-    KV cache's in-place update, say: such a graph is not run again and again to time it."""
-    return any(n.op == "call_function" and n.target is torch.ops.aten.copy_.default
-               and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"
-               for n in gm.graph.nodes)
+def written_inputs(gm: torch.fx.GraphModule, n_args: int) -> frozenset[int] | None:
+    """The positions of the call's arguments the traced (functionalized) graph copies results
+    back into — a KV cache's in-place update — or None when its placeholders do not line up
+    with the ``n_args`` arguments (then which argument is written cannot be told)."""
+    places = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    hit = {n.args[0] for n in gm.graph.nodes if n.op == "call_function" and n.target is torch.ops.aten.copy_.default
+           and isinstance(n.args[0], torch.fx.Node) and n.args[0].op == "placeholder"}
+    if hit and len(places) != n_args:
+        return None
+    return frozenset(i for i, n in enumerate(places) if n in hit)
+
+
+def _copies(args: tuple, written: frozenset[int]) -> tuple:
+    """``args`` with a copy (same strides) of each tensor at a position in ``written``."""
+    return tuple(a.clone() if i in written and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
 
 
 def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
