@@ -4,6 +4,8 @@ k for the accumulator to add up); a matmul of two matching concats is a sum of d
 
 from __future__ import annotations
 
+import math
+
 from mugraph.core.ir import Op
 
 from .core import TL_DTYPE, Emitter, Val
@@ -25,28 +27,35 @@ def dot_operand(em: Emitter, x: Val, contract: int, kind: str) -> str:
 
 
 def _dot(em: Emitter, op: Op, ta, tb, a: Val, b: Val) -> str:
-    """``tl.dot`` of one pair of operands (rank 2 or 3; a batch of one as a 2-D dot)."""
+    """``tl.dot`` of one pair of operands. Rank 2 as is; rank 3 and more as one batched
+    3-D dot over the batch dims flattened (a grouped-query attention's block holds several
+    heads: its tiles are (1, heads, rows, d)) — a batch of one as a 2-D dot."""
     t = op.outputs[0]
     r = t.ndim
     pt = em.info.padded(t)
     ka, kb = len(a.pshape) - 1, len(b.pshape) - 2
     ea, eb = dot_operand(em, a, ka, op.kind), dot_operand(em, b, kb, op.kind)
     ea, eb = em.align(ea, len(a.pshape), r), em.align(eb, len(b.pshape), r)
-    if r == 3:
-        pa = (pt[0],) + tuple(em.info.padded(ta)[-2:])
-        pb = (pt[0],) + tuple(em.info.padded(tb)[-2:])
-        if len(a.pshape) < 3 or a.pshape[0] != pt[0]:
-            ea = f"tl.broadcast_to({ea}, {pa})"
-        if len(b.pshape) < 3 or b.pshape[0] != pt[0]:
-            eb = f"tl.broadcast_to({eb}, {pb})"
     exact32 = em.dtype == "float32" or (em.dtype == "bfloat16" and em.interpret)
     prec = f", input_precision=\"{em.cfg.fp32_dot}\"" if exact32 else ""
-    if r == 3 and pt[0] == 1:
+    if r == 2:
+        return f"tl.dot({ea}, {eb}, out_dtype=tl.float32{prec})"
+    batch = tuple(pt[:-2])
+    pa = batch + tuple(em.info.padded(ta)[-2:])
+    pb = batch + tuple(em.info.padded(tb)[-2:])
+    if len(a.pshape) < r or tuple(a.pshape[:-2]) != batch:
+        ea = f"tl.broadcast_to({ea}, {pa})"
+    if len(b.pshape) < r or tuple(b.pshape[:-2]) != batch:
+        eb = f"tl.broadcast_to({eb}, {pb})"
+    n = math.prod(batch)
+    if n == 1:
         # a batch of one: a 2-D dot (Triton's 3-D dot takes a slower path on GPU)
-        pa2, pb2 = tuple(em.info.padded(ta)[-2:]), tuple(em.info.padded(tb)[-2:])
-        ea, eb = f"tl.reshape({ea}, {pa2})", f"tl.reshape({eb}, {pb2})"
+        ea, eb = f"tl.reshape({ea}, {pa[-2:]})", f"tl.reshape({eb}, {pb[-2:]})"
         return f"tl.reshape(tl.dot({ea}, {eb}, out_dtype=tl.float32{prec}), {pt})"
-    return f"tl.dot({ea}, {eb}, out_dtype=tl.float32{prec})"
+    if r == 3:
+        return f"tl.dot({ea}, {eb}, out_dtype=tl.float32{prec})"
+    ea, eb = f"tl.reshape({ea}, {(n,) + pa[-2:]})", f"tl.reshape({eb}, {(n,) + pb[-2:]})"
+    return f"tl.reshape(tl.dot({ea}, {eb}, out_dtype=tl.float32{prec}), {pt})"
 
 
 def _cuda_core(em: Emitter, op: Op, a: Val, b: Val) -> str:
