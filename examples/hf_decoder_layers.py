@@ -37,7 +37,8 @@ object with the same directory, after forgetting the backend's in-process memo: 
 new process pays, the pieces coming from the result cache). The table ends with the
 geomean of ``× compile``.
 
-Bounded: each search gets ``--time-limit`` s (default: the backend's), no search starts
+Bounded: each search gets ``--time-limit`` s (default: the backend's), cut to the graph's share
+of ``--graph-budget`` (the backend's ``graph_budget``), no search starts
 after ``--row-budget`` s of a row, and a row is stopped after ``--row-timeout`` s. A family
 this transformers lacks, or a compile that fails, gives a row with the one-line error.
 Writes ``layers.json`` and ``table.md`` under ``--out``.
@@ -95,6 +96,9 @@ def main() -> int:
     ap.add_argument("--kv", type=int, nargs="+", default=[2048, 8192], help="cached (past) tokens")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="search seconds per piece (default: the backend's)")
+    ap.add_argument("--graph-budget", type=float, default=None,
+                    help="search and tuning seconds for a graph's pieces in all (default: the backend's; "
+                         "0: none, --time-limit for every piece)")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache); one "
                     "folder per row under it, so each row's first compile is cold")
     ap.add_argument("--out", required=True, help="folder for layers.json and table.md")
@@ -238,6 +242,8 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
     rowdir.mkdir(parents=True, exist_ok=True)
     opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "deadline": time.time() + args.row_budget,
             "inductor": inductor}
+    if args.graph_budget is not None:
+        opts["graph_budget"] = args.graph_budget or None
     search = {"workers": args.workers, "max_kernel_ops": args.max_kernel_ops, "max_block_ops": args.max_block_ops}
     if args.small:  # a smoke run: searches small enough to end well within the time limit
         search["max_kernel_ops"] = search["max_kernel_ops"] or 1

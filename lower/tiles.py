@@ -216,7 +216,6 @@ def _pick_dots(info: TileInfo, matmuls: list) -> None:
     cls, size, ext, pairs = info.cls, info.size, info.ext, info.pairs
     for op in matmuls:
         a, b = op.inputs
-        r = op.outputs[0].ndim
         mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
         mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
         if info.small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:

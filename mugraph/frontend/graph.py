@@ -91,6 +91,8 @@ class Captured:
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
+        # one search per piece name and input layout (run.optimize_piece): the graph's budget is shared among those
+        opts = opts.for_pieces(len({(bp.name, bp.layout_key) for bp in self.pieces}))
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}

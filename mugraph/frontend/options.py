@@ -13,6 +13,9 @@ from ..core.errors import ConfigError
 from ..core.ir import short
 
 
+#: the least search time a piece gets when ``graph_budget`` is shared among many (seconds)
+MIN_PIECE_S = 2.0
+
 #: default size limits of a piece (docs/design.md §10.3; measured in
 #: examples/piece_search_size.py): larger pieces are cut before their search
 MAX_PIECE_OPS = 8
@@ -26,6 +29,12 @@ class FrontendOptions:
     ``time_limit``: seconds of search per piece (the search's ``time_limit``); on a GPU the
     re-ranking's tuning gets as many again (``OptimizeConfig.tune_s``), so a piece's search
     takes about twice this, not the 240 s of tuning a lone ``superoptimize`` may spend.
+    ``graph_budget``: seconds of search and tuning for one compiled graph's pieces in all:
+    each of its distinct pieces (one search per name) gets the smaller of ``time_limit`` and
+    ``graph_budget / (2 · distinct pieces)`` (at least :data:`MIN_PIECE_S`) — a decode step of
+    eight distinct pieces 10 s each at the default 160, a graph of two the full 30 — so a
+    model's cold compile is bounded whatever its size (identical layers share their pieces).
+    ``None``: ``time_limit`` for every piece.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -66,6 +75,7 @@ class FrontendOptions:
     """
 
     time_limit: float = 30.0
+    graph_budget: float | None = 160.0
     min_ops: int = 2
     max_piece_ops: int | None = MAX_PIECE_OPS
     max_piece_matmuls: int | None = MAX_PIECE_MATMULS
@@ -84,6 +94,10 @@ class FrontendOptions:
         t = self.time_limit
         if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < 1e6:
             raise ConfigError(f"time_limit={short(t)}: seconds of search per piece, > 0")
+        g = self.graph_budget
+        if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1e7):
+            raise ConfigError(f"graph_budget={short(g)}: seconds of search and tuning for a graph's pieces, "
+                              "> 0, or None (time_limit for every piece)")
         if type(self.min_ops) is not int or self.min_ops < 0:
             raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 0 (0: search every piece)")
         for name in ("max_piece_ops", "max_piece_matmuls"):
@@ -124,6 +138,15 @@ class FrontendOptions:
                 raise ConfigError(f"mugraph backend: unknown option {short(k, 40)}"
                                   + (f"; did you mean {close[0]!r}?" if close else "") + f" (options: {', '.join(names)})")
         return cls(**options)
+
+    def for_pieces(self, distinct: int) -> "FrontendOptions":
+        """These options for a graph of ``distinct`` pieces: ``time_limit`` cut to the graph's
+        share (``graph_budget``), the rest as is. The share depends only on the graph, so a
+        warm compile asks the result cache for the same keys the cold one stored."""
+        if self.graph_budget is None or distinct < 1:
+            return self
+        share = max(MIN_PIECE_S, self.graph_budget / (2 * distinct))
+        return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
 
     def optimize_config(self) -> dict:
         return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit),

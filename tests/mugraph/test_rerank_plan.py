@@ -152,7 +152,6 @@ def _fake_tuning(clock, landscape: dict):
     """A pretend card: candidate tag -> its configurations' times, best last; a tuning runs
     configurations in that order, one pretend second each, until its budget ends; it goes
     on from a history's length."""
-    from lower.config import KernelConfig
     from lower.profile import ProfileResult
 
     calls = []

@@ -1,11 +1,9 @@
 """The subexpression oracle: Theorem 1 on the reference μGraphs, Z3 agreement."""
 
-import time
 
 import pytest
 
 from mugraph.core.benchmarks import REFERENCES, program, reference
-from mugraph.core.ir import graph_ops
 from search import expr as ex
 from search import labels as lb
 from search.config import SearchConfig

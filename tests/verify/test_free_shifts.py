@@ -4,7 +4,6 @@ max a fresh value per element, so a comparison holds for every value the maxima 
 shifted by any per-row value; a split (flash-decoding) form that rescales its partial sums
 equals it; every mistake that makes the result depend on the shift's value is rejected."""
 
-from fractions import Fraction
 
 import pytest
 
