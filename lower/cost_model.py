@@ -276,6 +276,10 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
                 fma += fl
             if b.id in info.deferred:            # "va": the un-reduced product is the accumulator
                 acc_regs += math.prod(p_out) * k - math.prod(p_out)
+            elif b.id not in info.dot_ops and math.prod(p_out[:-2]) > 1:
+                # a batched broadcast product on the CUDA cores (a block of several heads with one
+                # query row each) holds its (batch, m, k, n) values at once before the sum over k
+                acc_regs += math.prod(p_out) * k
         elif b.kind == "accum":
             src = b.inputs[0].op
             # a deferred sum's accumulator holds the un-reduced tile

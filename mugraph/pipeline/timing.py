@@ -99,14 +99,6 @@ MIN_TUNE_S, MAX_TUNE_S = 10.0, 120.0
 #: the least a planned candidate's share is cut to when the budget cannot give each
 #: MIN_TUNE_S: enough to compile its predicted configuration and time it (module docstring)
 SCOUT_S = 2.0
-
-
-def program_share(total_s: float) -> float:
-    """The unfused program's tuning share of a re-ranking of ``total_s`` seconds:
-    :data:`MIN_TUNE_S`, but at most a third of the total (at least :data:`SCOUT_S`) — the
-    program is the safety net, and under a short budget its full share would leave room
-    for scouting only one candidate."""
-    return max(SCOUT_S, min(MIN_TUNE_S, total_s / 3))
 #: tuning seconds of one re-ranking, all candidates together (see the module docstring)
 TOTAL_TUNE_S = 240.0
 #: seconds of a call's budget kept back from the tuning for the final re-timing of each
@@ -116,6 +108,14 @@ RETIME_RESERVE_S = 10.0
 FIRST_PASS = 0.5
 #: candidates measured within this factor of the fastest after the first installment resume tuning
 LEADER_SPREAD = 1.15
+
+
+def program_share(total_s: float) -> float:
+    """The unfused program's tuning share of a re-ranking of ``total_s`` seconds:
+    :data:`MIN_TUNE_S`, but at most a third of the total (at least :data:`SCOUT_S`) — the
+    program is the safety net, and under a short budget its full share would leave room
+    for scouting only one candidate."""
+    return max(SCOUT_S, min(MIN_TUNE_S, total_s / 3))
 
 
 def device_name(device: str) -> str:
@@ -213,7 +213,7 @@ def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds
         why += f"; {tune_seconds:g} s of tuning each (tune_seconds)"
     else:
         want = [min(MAX_TUNE_S, max(MIN_TUNE_S, SECONDS_PER_CONFIG * space(c.graph))) for c in chosen]
-        # the unfused program is timed too, at the minimum share: inside the total, not beside it
+        # the unfused program is timed too, at its share (program_share): inside the total, not beside it
         # (a 20 s tuning timed two candidates and the program, 30 s, and ran 45–54 s past the
         # call's wall-time budget on an H100, 2026-11-28)
         total_s = max(SCOUT_S, total_s - prog_s * len(program))
