@@ -61,9 +61,11 @@ the next best predicted are tried, :data:`MIN_TUNE_S` each, until one does. ``to
 
 from __future__ import annotations
 
+import logging
 import math
+import threading
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -116,6 +118,38 @@ def program_share(total_s: float) -> float:
     program is the safety net, and under a short budget its full share would leave room
     for scouting only one candidate."""
     return max(SCOUT_S, min(MIN_TUNE_S, total_s / 3))
+
+
+log = logging.getLogger("mugraph")
+
+#: seconds past its share after which a tuning that has not returned says so, and again every as many
+OVERRUN_LOG_S = 60.0
+
+
+@contextmanager
+def overrun_log(what: str, share_s: float | None, every_s: float = OVERRUN_LOG_S):
+    """While the block runs, one warning line each ``every_s`` seconds once it has run that long
+    past ``share_s`` (None: past 0). A tuning ends within its share plus the configuration
+    running when the share ends — a compile and a timing, seconds — but neither a Triton
+    compile nor a kernel has a bound of its own: a re-ranking that ran minutes past its
+    budget left no trace of which candidate held it (a decode layer on an H200,
+    2026-11-28). The line names it; the work is not interrupted."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def watch() -> None:
+        wait = (share_s or 0.0) + every_s
+        while not done.wait(wait):
+            log.warning("mugraph: %s has run %.0f s (its share: %s)", what, time.monotonic() - t0,
+                        "none" if share_s is None else f"{share_s:.0f} s")
+            wait = every_s
+
+    th = threading.Thread(target=watch, name="mugraph-overrun-log", daemon=True)
+    th.start()
+    try:
+        yield
+    finally:
+        done.set()
 
 
 def device_name(device: str) -> str:
@@ -347,7 +381,8 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
     def time_one(c: "Candidate", secs: float | None) -> None:
         before = tuned.get(id(c))
         try:
-            res = tune(c, secs, None if before is None else before.timings)
+            with overrun_log(f"the tuning of {c.origin} candidate {kernel_shape(c.graph)}", secs):
+                res = tune(c, secs, None if before is None else before.timings)
         except Exception as e:  # the compiler or the card rejects it (resources): never ship it
             if before is None:
                 c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"

@@ -301,3 +301,21 @@ def test_each_grid_family_is_timed_before_a_second_loop_length_of_one():
     assert {id(pair_b), id(pairs_a[0]), id(singles_f[0]), id(singles_g[0])} <= ids
     assert id(pairs_a[2]) not in ids  # a third spelling of one family waits for the others
     assert timing.grids(pairs_a[0]) == timing.grids(pairs_a[1]) != timing.grids(pair_b)
+
+
+def test_a_tuning_past_its_share_says_which_candidate_holds_the_rerank(caplog):
+    """Neither a Triton compile nor a kernel has a bound of its own: a tuning that runs long
+    past its share logs a line naming the candidate (and goes on), one per interval."""
+    import logging
+    import time as real_time
+
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        with timing.overrun_log("the tuning of search candidate X", 0.05, every_s=0.1):
+            real_time.sleep(0.42)
+        with timing.overrun_log("the tuning of search candidate Y", 5.0, every_s=0.1):
+            real_time.sleep(0.2)  # within its share: nothing said
+    lines = [r.getMessage() for r in caplog.records if "candidate X" in r.getMessage()]
+    assert 2 <= len(lines) <= 4 and "its share: 0 s" in lines[0]
+    assert not [r for r in caplog.records if "candidate Y" in r.getMessage()]
+    real_time.sleep(0.25)  # the watcher stopped with its block
+    assert len([r for r in caplog.records if "candidate X" in r.getMessage()]) == len(lines)
