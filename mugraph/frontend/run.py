@@ -112,7 +112,7 @@ def program_won(opt: Any) -> str:
     time against the program's. A user reading "stays torch code" needs to know whether a
     longer search (nothing proven yet) or a better kernel (proven but slower) would help."""
     stats = (opt.report.get("search") or {}).get("stats") or {}
-    others = [c for c in opt.candidates if c.origin != "program" and not c.rejected and c.float_ok is not False]
+    others = [c for c in opt.candidates if c.origin != "program" and c.contending]
     secs = stats.get("wall_seconds", stats.get("search_seconds"))
     took = f" in {secs:.0f} s" if isinstance(secs, (int, float)) else ""
     if not others:

@@ -56,6 +56,11 @@ class Candidate:
         return self.graph.num_kernels
 
     @property
+    def contending(self) -> bool:
+        """Still in the running: not rejected, and its float check (if any) did not fail."""
+        return not self.rejected and self.float_ok is not False
+
+    @property
     def proven(self) -> bool:
         """Whether it may ship by default: the program itself or a hand-written reference
         (the input and the benchmark's own), or a μGraph whose verification reached its
@@ -186,8 +191,8 @@ class Optimized:
         if tune_total_s is not None and (isinstance(tune_total_s, bool) or not isinstance(tune_total_s, (int, float))
                                          or not 0 < tune_total_s < float("inf")):
             raise ConfigError(f"profile_on_gpu: tune_total_s={short(tune_total_s)} must be seconds > 0 or None")
-        alive = sorted((c for c in self.candidates if not c.rejected and c.float_ok is not False
-                        and (allow_unproven or c.proven)), key=lambda c: c.predicted_s or 0.0)
+        alive = sorted((c for c in self.candidates if c.contending and (allow_unproven or c.proven)),
+                       key=lambda c: c.predicted_s or 0.0)
         if not alive:
             raise MugraphError(f"profile_on_gpu: {self.program.name!r} has no proven candidate to time "
                                "(allow_unproven=True times the unproven ones)")

@@ -86,6 +86,8 @@ if TYPE_CHECKING:
     from .optimize import Phases
     from .results import Candidate
 
+log = logging.getLogger("mugraph")
+
 #: candidates predicted within this factor of the best are all timed
 SPREAD = 1.3
 #: the best candidate of another structure (:func:`structure`) is timed while predicted within this factor of
@@ -119,8 +121,6 @@ def program_share(total_s: float) -> float:
     for scouting only one candidate."""
     return max(SCOUT_S, min(MIN_TUNE_S, total_s / 3))
 
-
-log = logging.getLogger("mugraph")
 
 #: seconds past its share after which a tuning that has not returned says so, and again every as many
 OVERRUN_LOG_S = 60.0

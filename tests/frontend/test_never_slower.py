@@ -187,6 +187,10 @@ def test_the_options_are_checked():
         FrontendOptions.of({"never_slowr": True})
 
 
+#: any graph: program_won reads a candidate's origin, verdicts and times, not its graph
+W_GRAPH = mg.KernelGraph("any")
+
+
 def _fake_result(candidates, stats):
     from types import SimpleNamespace as NS
     best = next(c for c in candidates if c.origin == "program")
@@ -196,17 +200,17 @@ def _fake_result(candidates, stats):
 def test_program_won_says_whether_anything_was_proven():
     """The log line of a piece that stays torch code says why the program won: nothing
     proven in the time (a longer search may help), or proven μGraphs that timed slower."""
-    from types import SimpleNamespace as NS
     from mugraph.frontend.run import program_won
+    from mugraph.pipeline.results import Candidate
 
-    prog = NS(origin="program", rejected="", float_ok=True, measured_s=34.3e-6)
+    prog = Candidate(W_GRAPH, "program", float_ok=True, measured_s=34.3e-6)
     nothing = program_won(_fake_result([prog], {"wall_seconds": 12.4, "first_match_seconds": 9.8}))
     assert nothing == "no μGraph proven in 12 s; its first fingerprint match came at 10 s"
     assert "no candidate matched" in program_won(_fake_result([prog], {"wall_seconds": 12.0}))
-    slow = NS(origin="search", rejected="", float_ok=True, measured_s=35.3e-6)
-    bad = NS(origin="search", rejected="float check failed", float_ok=False, measured_s=1e-6)
+    slow = Candidate(W_GRAPH, "search", float_ok=True, measured_s=35.3e-6)
+    bad = Candidate(W_GRAPH, "search", rejected="float check failed", float_ok=False, measured_s=1e-6)
     said = program_won(_fake_result([prog, slow, bad], {"wall_seconds": 12.0}))
     assert said == "1 μGraph(s) proven in 12 s; the fastest timed 35.3 μs, the program 34.3 μs"
-    untimed = NS(origin="search", rejected="", float_ok=True, measured_s=None)
+    untimed = Candidate(W_GRAPH, "search", float_ok=True, measured_s=None)
     prog.measured_s = None
     assert program_won(_fake_result([prog, untimed], {})) == "1 μGraph(s) proven; the program ranked first"
