@@ -133,7 +133,8 @@ def _loops(inputs, grid, axes, imap_choice, shapes, labs, itemsize, cfg, reduced
         if reduced is not None and c not in reduced:
             continue  # accumulators sum over the loop: it must walk a class the program reduces
         fitted = False
-        for F in cfg.forloop_ranges:
+        sizes = {sh[d] for sh, lab in zip(shapes, labs) for d, cc, _ in _majors(lab, sh) if cc == c}
+        for F in (loop_ranges(sizes.pop(), cfg.forloop_ranges) if len(sizes) == 1 else cfg.forloop_ranges):
             for m in _loop_mappings(F, c, grid, imaps, classes, shapes, labs, itemsize, cfg):
                 fitted = True
                 yield m
@@ -143,6 +144,37 @@ def _loops(inputs, grid, axes, imap_choice, shapes, labs, itemsize, cfg, reduced
             yield from found
             if found:
                 break
+
+
+#: loop steps :func:`loop_ranges` may pick, as powers of two: 16 … 1024 elements
+POW2_STEPS = tuple(1 << j for j in range(4, 11))
+
+
+def loop_ranges(size: int, listed: Sequence[int]) -> list[int]:
+    """The loop ranges offered for a dim of ``size`` elements: ``listed``
+    (``config.forloop_ranges``), each one whose step ``size / F`` is not a power of two
+    replaced by the nearest range (in ratio, not used yet) whose step is one — from
+    :data:`POW2_STEPS` — where such a range exists.
+
+    Why: Triton's register tiles have power-of-two extents, so a step of 296 elements
+    (18,944 / 64) is padded to 512 with its last 216 lanes masked, and its loads start at
+    offsets that are not a multiple of 128 bytes; 18,944 / 74 steps of 256 load the same
+    bytes in full, aligned tiles. A dim that is a power of two keeps ``listed`` as it is."""
+    steps = [size // t for t in POW2_STEPS if size % t == 0 and size // t > 1]
+    out: list[int] = []
+    for F in listed:
+        pick = F
+        if not (size % F == 0 and _is_pow2(size // F)):
+            free = [f for f in steps if f not in out]
+            if free:
+                pick = min(free, key=lambda f: max(f, F) / min(f, F))
+        if pick not in out:
+            out.append(pick)
+    return out
+
+
+def _is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
 
 
 def _loop_mappings(F, c, grid, imaps, classes, shapes, labs, itemsize, cfg):
