@@ -364,6 +364,11 @@ def _attention_torch(q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, bias: t
         def heads(t: torch.Tensor | None) -> torch.Tensor | None:
             if t is None or t.ndim < 3 or t.shape[-2] != rows:
                 return t
+            if t.shape[-3] == 1 < q.shape[-3]:  # grouped rows shared by the KV heads (tile_rows)
+                lead = t.shape[:-3]
+                t = t.reshape(*lead, 1, groups, queries, t.shape[-1]).expand(
+                    *lead, q.shape[-3], groups, queries, t.shape[-1])
+                return t.reshape(*lead, q.shape[-3] * groups, queries, t.shape[-1])
             return t.reshape(*t.shape[:-3], t.shape[-3] * groups, queries, t.shape[-1])
         out = _attention_torch(heads(q), kt, v, heads(bias), dropout_p, is_causal, scale, True)
         return out.reshape(*out.shape[:-3], q.shape[-3], rows, out.shape[-1])
@@ -380,6 +385,14 @@ def regroup(x: torch.Tensor, shape: tuple, strides: tuple | None = None) -> torc
     if strides is not None and tuple(y.stride()) != tuple(strides):
         y = y.new_empty_strided(tuple(shape), tuple(strides)).copy_(y)
     return y
+
+
+def tile_rows(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """``x``'s rows (its second-to-last dim) tiled ``groups`` times: a mask shared by the
+    query heads, in the grouped-query layout — row ``g · L + i`` is row ``i`` — made by
+    torch code before the attention's piece (:func:`.capture.group_query_rows`), so the
+    piece reads a mask of its own row count instead of tiling one inside."""
+    return x.repeat(*(1,) * (x.ndim - 2), groups, 1)
 
 
 def _define_attention() -> torch._ops.OpOverload:

@@ -34,7 +34,7 @@ from ..core.errors import ArgumentTypeError, MugraphError
 from ..core.ir import DTYPES, Program, Tensor
 from ..core.ops import CATALOG, exp_like
 from .aten import (ROWS, SELECT_OPS, VIEW_OPS, Context, Unmapped, attention, attention_args, attention_call,
-                   decompositions, regroup, rotate_half, sdpa)
+                   decompositions, regroup, rotate_half, sdpa, tile_rows)
 from .hoist import hoist_views, respell_views, sink_views, view_node
 
 aten = torch.ops.aten
@@ -327,7 +327,13 @@ def group_query_rows(gm: fx.GraphModule) -> int:
     """Each grouped-query attention (``enable_gqa``, ``H = groups · Hkv`` query heads) as
     its grouped form: Q regrouped to ``(…, Hkv, groups · L, D)`` before the call (the query
     heads of each KV head as rows), the result regrouped back after it, a per-head mask
-    regrouped as Q where a view can do it (a shared mask stays: the row tiles it).
+    regrouped as Q where a view can do it, a mask shared by the heads over several query
+    rows tiled to the grouped rows by torch (:func:`.aten.tile_rows`; one row broadcasts).
+
+    Why the shared mask's tiling is torch code, not the piece's: a ``repeat`` in the
+    piece's Program leaves the search a rearrangement to place inside a block, and it
+    found no μGraph for such decode steps (8 new tokens over a static cache, 6–8 s); the
+    copy is a few hundred KB, made once per step.
 
     The regroupings are views of the operands and the result (a copy by torch only where
     Q's strides allow none), so the partition leaves them at the piece's boundary and its
@@ -356,6 +362,10 @@ def group_query_rows(gm: fx.GraphModule) -> int:
                     and vm.shape[-2] == queries:
                 m = _regrouped(g, m, tuple(vm.shape[:-3]) + (kv_heads, groups * queries, vm.shape[-1]),
                                copy=False) or m
+            elif isinstance(m, fx.Node) and vm is not None and vm.ndim >= 3 and vm.shape[-3] == 1 \
+                    and vm.shape[-2] == queries > 1:
+                m = g.call_function(tile_rows, (m, groups))
+                m.meta["val"] = tile_rows(vm, groups)
             grouped = {**a, "q": qg, "bias": m, "groups": groups}
             att = g.call_function(attention, attention_call(grouped))
         att.meta = dict(n.meta)

@@ -119,7 +119,19 @@ def test_grouped_query_heads(mask):
           "per_head_float": {"attn_mask": r(2, 6, 4, 5)}}[mask]
     _, bp = check(sdpa(enable_gqa=True, **kw), q, k, v)
     assert [t.shape for t in bp.program.inputs[1:3]] == [(2, 2, 8, 5), (2, 2, 5, 8)]
-    assert "repeat" not in [op.kind for op in bp.program.ops] or mask == "bool"  # (a shared mask's rows tile)
+    assert "repeat" not in [op.kind for op in bp.program.ops]  # (a shared mask's rows are tiled by torch)
+
+
+def test_shared_mask_over_several_rows_is_tiled_outside_the_piece():
+    """Eight new tokens over a cache, the mask shared by the query heads (a static cache's
+    decode step): torch tiles its rows to the grouped layout before the piece, so the piece's
+    mask input has groups · L rows and its Program holds no ``repeat`` — the same Program as
+    one new token, more rows — and the captured graph still equals eager."""
+    q, k, v, m = r(1, 8, 3, 16), r(1, 2, 6, 16), r(1, 2, 6, 16), r(1, 1, 3, 6)
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)  # noqa: E731
+    cap, bp = check(fn, q, k, v, m)
+    assert "repeat" not in [op.kind for op in bp.program.ops]
+    assert bp.program.inputs[-1].shape == (1, 1, 4 * 3, 6)
 
 
 def test_hugging_face_repeat_kv_becomes_grouped_heads():
