@@ -37,6 +37,7 @@ from mugraph.core.checks import _is_sequence, short, strict_int
 from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from mugraph.core.ir import BlockGraph, KernelGraph
 
+from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, configs_for
 from .cost_model import H100, DeviceParams, estimate
 from .plan import plan
@@ -140,6 +141,11 @@ def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
         return (False,)
     p = plan(block, cfg)
     return (False, True) if p.loop_has_dot and p.unpipelined_loads else (False,)
+
+
+#: seconds past a kernel's budget share after which, if none of its configurations has run,
+#: it stops trying more (:meth:`_KernelTuning.hopeless`)
+NONE_RAN_GRACE_S = 30.0
 
 
 def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]:
@@ -497,9 +503,15 @@ class _KernelTuning:
             call.log(f"  k{op.id} {c.label():24s} {t * 1e6:8.2f} us  (pred {pred * 1e6:.2f}, err {err:.1e})")
         return t
 
+    def hopeless(self) -> bool:
+        """Nothing has run and this kernel's share was spent :data:`NONE_RAN_GRACE_S` ago: its
+        configurations fail or take minutes to compile (:mod:`lower.compile_guard`), and
+        trying the rest one by one would hold the tuning for as long again each."""
+        return self.end is not None and not self.timed and time.monotonic() > self.end + NONE_RAN_GRACE_S
+
     def time_one(self, pred: float, c: KernelConfig) -> None:
-        """Time ``c`` unless it was tried already."""
-        if c in self.seen:
+        """Time ``c`` unless it was tried already (or the kernel is :meth:`hopeless`)."""
+        if c in self.seen or self.hopeless():
             return
         self.seen.add(c)
         t = self.run(c, pred)
@@ -659,18 +671,20 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     ends = {}
     if budget_s is not None and gpu:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
-    for op in blocks:
-        space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
-        if not gpu:
+    if not gpu:
+        for op in blocks:
+            space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
             call.configs[op.id] = space.cands[0][1]
             call.trials += [(c.label(), None, p) for p, c in space.cands]
-            continue
-        call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
-    pred = estimate(graph, device_params, call.configs)
-    if not gpu:
-        return ProfileResult(graph, call.configs, None, pred, False, call.trials)
-    # re-time the final program (the spread between this and the search's time is the noise)
-    t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing)
+        return ProfileResult(graph, call.configs, None, estimate(graph, device_params, call.configs), False,
+                             call.trials)
+    with bounded_compiles():  # a configuration whose assembly runs minutes counts as not compiling
+        for op in blocks:
+            space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
+            call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
+        pred = estimate(graph, device_params, call.configs)
+        # re-time the final program (the spread between this and the search's time is the noise)
+        t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing)
     return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
 
 
