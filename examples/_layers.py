@@ -305,6 +305,34 @@ def time_steps(launches: dict, device: str) -> dict:
     return out
 
 
+def kernel_profile(launches: dict, reps: int = 20, top: int = 12) -> dict:
+    """Where each launch's time goes on the GPU, kernel by kernel: ``reps`` calls under
+    ``torch.profiler`` (no CUDA graph, so launches are eager's), per launch the kernels'
+    summed device time per call, their count per call and the ``top`` kernels by time.
+    Beside a CUDA-graph replay's median, the sum says how much of a step is gaps between
+    kernels rather than kernels; the list says which kernels a fusion would remove."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    out = {}
+    for name, fn in launches.items():
+        try:
+            fn()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(reps):
+                    fn()
+                torch.cuda.synchronize()
+            kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA" and e.count >= reps]
+            kernels.sort(key=lambda e: -e.device_time_total)
+            out[name] = {"kernel_us": sum(e.device_time_total for e in kernels) / reps,
+                         "kernels": sum(e.count for e in kernels) / reps,
+                         "top": [(e.key[:90], e.device_time_total / reps, e.count / reps) for e in kernels[:top]]}
+        except Exception as e:  # noqa: BLE001 - a launch that cannot be profiled says why
+            out[name] = {"error": one_line(e)}
+    return out
+
+
 def copy_bandwidth(device: str) -> float:
     """Bytes/s of a large copy (read + write): ``mugraph.pipeline.bench.copy_bandwidth`` on a
     GPU; on the CPU a 256 MiB ``copy_``'s wall-clock median."""

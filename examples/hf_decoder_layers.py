@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import faulthandler
 import json
 import logging
 import math
@@ -72,10 +73,14 @@ class RowTimeout(Exception):
 
 @contextlib.contextmanager
 def hard_limit(seconds: float | None):
-    """Raise :class:`RowTimeout` in this (main) thread after ``seconds`` (None: no limit)."""
+    """Raise :class:`RowTimeout` in this (main) thread after ``seconds`` (None: no limit).
+    A little before that, every thread's stack goes to stderr (``faulthandler``'s watchdog,
+    which needs no Python code to run): a row stuck inside a C call — a compile, a CUDA
+    synchronize — never reaches the signal handler, and the dump says where it was."""
     if not seconds or not hasattr(signal, "setitimer"):
         yield
         return
+    faulthandler.dump_traceback_later(max(1.0, 0.95 * seconds), exit=False)
 
     def fire(signum, frame):
         raise RowTimeout(f"stopped after {seconds:.0f} s (--row-timeout)")
@@ -85,6 +90,7 @@ def hard_limit(seconds: float | None):
     try:
         yield
     finally:
+        faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
 
@@ -121,6 +127,9 @@ def main() -> int:
     ap.add_argument("--mugraph-inductor", choices=["auto", "on", "off"], default="auto",
                     help="Inductor for the code around the pieces (auto: on a GPU only; on the CPU its "
                          "C++ compile would be most of the smoke run)")
+    ap.add_argument("--profile", action="store_true",
+                    help="GPU: also profile each variant kernel by kernel (torch.profiler, no CUDA graph): "
+                         "kernels per step, their summed time and the largest, into layers.json and the log")
     ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines (searches, verdicts)")
     args = ap.parse_args()
     if args.device == "cpu" or (args.device == "auto" and not L_cuda()):
@@ -250,6 +259,9 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         search["max_block_ops"] = search["max_block_ops"] or 4
     if any(v is not None for v in search.values()):
         opts["search"] = {k: v for k, v in search.items() if v is not None}
+    graph_profiles = []
+    if args.profile and device == "cuda":
+        opts["timer"] = _profiling_timer(graph_profiles)
     ours = None
     L.forget_backend_memo()
     torch._dynamo.reset()
@@ -279,6 +291,26 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
             row[f"{name}_us"] = v * 1e6
         else:
             row[f"{name}_error"] = v
+    if args.profile and device == "cuda":
+        row["profile"] = L.kernel_profile(launches)
+        for name, p in row["profile"].items():
+            if "error" in p:
+                print(f"  profile {name}: {p['error']}", flush=True)
+                continue
+            print(f"  profile {name} T={T} kv={kv}: {p['kernels']:.0f} kernels, {p['kernel_us']:.1f} μs of kernels "
+                  f"(CUDA-graph replay {row.get(name + '_us', float('nan')):.1f} μs)", flush=True)
+            for k, us, n in p["top"]:
+                print(f"    {us:7.1f} μs  ×{n:.0f}  {k}", flush=True)
+    for i, prof in enumerate(graph_profiles):  # the whole-graph rule's two forms, kernel by kernel
+        row.setdefault("graph_profiles", []).append(prof)
+        for name, p in prof.items():
+            if "error" in p:
+                continue
+            print(f"  graph rule {i} {name} (with its μGraph pieces)" if name == "mugraph" else
+                  f"  graph rule {i} {name} (without them)", f"{p['kernels']:.0f} kernels, "
+                  f"{p['kernel_us']:.1f} μs of kernels", flush=True)
+            for k, us, n in p["top"]:
+                print(f"    {us:7.1f} μs  ×{n:.0f}  {k}", flush=True)
     if isinstance(row.get("mugraph_us"), float):
         if isinstance(row.get("compile_us"), float):
             row["x_compile"] = row["compile_us"] / row["mugraph_us"]
@@ -302,6 +334,21 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         except Exception as e:  # noqa: BLE001
             row["warm_error"] = L.one_line(e)
         del layer2
+
+
+def _profiling_timer(out: list):
+    """The backend's GPU timer, and for the whole-graph never-slower rule (its ``piece`` a
+    captured graph, not one piece) a kernel-by-kernel profile of both forms appended to
+    ``out``: where a graph whose pieces each win loses as a whole (``--profile``)."""
+    from mugraph.frontend.pieces import BuiltPiece
+    from mugraph.frontend.run import gpu_timer
+
+    def timer(piece, launches):
+        times = gpu_timer(piece, launches)
+        if not isinstance(piece, BuiltPiece):
+            out.append(L.kernel_profile(launches, top=16))
+        return times
+    return timer
 
 
 def summary(row: dict) -> str:
