@@ -9,8 +9,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .capture import NodeInfo, probe, trace
-from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions
+from .capture import NodeInfo, probe, trace, unfold_column_slices
+from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, piece_weight
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
@@ -63,8 +63,12 @@ class Captured:
         return "\n".join(lines)
 
     def stitched(self, call_of: Callable[[BuiltPiece], Any], pieces: list[BuiltPiece] | None = None) -> fx.GraphModule:
-        """The graph with each piece (of ``pieces``, default all) as one call of ``call_of(piece)``."""
-        return rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of)
+        """The graph with each piece (of ``pieces``, default all) as one call of ``call_of(piece)``;
+        the projections the capture split by weight columns join again where torch runs them all
+        (:func:`.capture.unfold_column_slices`)."""
+        gm = rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of)
+        unfold_column_slices(gm)
+        return gm
 
     def reference(self) -> fx.GraphModule:
         """The pieces run by mugraph's float64 interpreter, the rest by torch: what the
@@ -91,13 +95,15 @@ class Captured:
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
-        # one search per piece name and input layout (run.optimize_piece): the graph's budget is shared among those
-        opts = opts.for_pieces(len({(bp.name, bp.layout_key) for bp in self.pieces}))
+        # one search per piece name and input layout (run.optimize_piece): the graph's budget is
+        # shared among those, by weight (options.piece_weight)
+        weights = {(bp.name, bp.layout_key): piece_weight([op.kind for op in bp.program.ops]) for bp in self.pieces}
+        total = sum(weights.values())
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
         for bp in self.pieces:
-            r = optimize_piece(bp, opts, dev)
+            r = optimize_piece(bp, opts.for_piece(weights[(bp.name, bp.layout_key)], total), dev)
             if r is not None:
                 done[id(bp)] = r[0]
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)

@@ -79,3 +79,35 @@ def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
     cap = list(recent_graphs()[-1].captured.values())[0]
     (bp,) = cap.kept
     assert sum(op.kind == "slice" for op in bp.program.ops) == 3 and bp.strided == {"x0": (17, 1)}
+
+
+def _three_parts(x, w):
+    """A fused projection whose three parts each feed their own piece-sized computation."""
+    q, k, v = (x @ w).split(16, dim=-1)
+    return torch.exp(q * 0.25) * 2 + 1, torch.sigmoid(k) * 3 - 1, torch.tanh(v) * 0.5 + 2
+
+
+def _mms(gm):
+    return [n for n in gm.graph.nodes if n.op == "call_function" and n.target == aten.mm.default]
+
+
+def test_projections_left_to_torch_join_again():
+    """Where no piece reading a weight slice runs a μGraph, the stitched graph runs the fused
+    projection once and cuts its product (one library matmul, not one per slice); where a
+    kept piece reads the middle slice, the two outer ones are not joined (a gap: joined, they
+    would read the middle columns again). Both equal the function."""
+    xs = r(4, 16), r(16, 48)
+    cap = from_torch(_three_parts, *xs)
+    assert len(_mms(cap.graph_module)) == 3  # the capture's fold: one projection per slice
+    plain = cap.stitched(lambda bp: None, [])
+    (mm,) = _mms(plain)
+    assert mm.args[1].op == "placeholder"  # the whole weight, not a slice of it
+    want = _three_parts(*xs)
+    for got, w in zip(plain(*xs), want):
+        torch.testing.assert_close(got, w)
+    middle = [bp for bp in cap.pieces if any(n.target == aten.sigmoid.default for n in bp.piece.nodes)]
+    assert len(middle) == 1
+    kept = cap.stitched(lambda bp: lambda xs: [torch.sigmoid(xs[0] @ xs[1]) * 3 - 1], middle)
+    assert len(_mms(kept)) == 2  # q's and v's projections stay apart
+    for got, w in zip(kept(*xs), want):
+        torch.testing.assert_close(got, w)
