@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from ..core.errors import ConfigError
 from ..core.ir import short
+from ..core.ops import folds
 
 
 #: the least search time a piece gets when ``graph_budget`` is shared among many (seconds)
@@ -22,6 +23,17 @@ MAX_PIECE_OPS = 8
 MAX_PIECE_MATMULS = 2
 
 
+def piece_weight(kinds: list[str]) -> int:
+    """How much of a graph's budget a piece of these op kinds gets: 1 and one more for each
+    op that folds a dim (a matmul, a reduction). Why: the search's space grows with the
+    loops and accumulators a μGraph needs, one per folded dim — a decode attention (two
+    matmuls, a max, a sum) found its first match after 6–10 s where a projection's came
+    within 1 s (H200, 15 workers) — while element-wise ops fuse at no cost to the search.
+    Equal shares left attention pieces of 8 new tokens unverified at 11 s while element-wise
+    pieces used theirs in full."""
+    return 1 + sum(folds(k) for k in kinds)
+
+
 @dataclass
 class FrontendOptions:
     """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
@@ -31,10 +43,11 @@ class FrontendOptions:
     takes about twice this, not the 240 s of tuning a lone ``superoptimize`` may spend.
     ``graph_budget``: seconds of search and tuning for one compiled graph's pieces in all:
     each of its distinct pieces (one search per name) gets the smaller of ``time_limit`` and
-    ``graph_budget / (2 · distinct pieces)`` (at least :data:`MIN_PIECE_S`) — a decode step of
-    eight distinct pieces 10 s each at the default 160, a graph of two the full 30 — so a
-    model's cold compile is bounded whatever its size (identical layers share their pieces).
-    ``None``: ``time_limit`` for every piece.
+    its share of ``graph_budget / 2`` in proportion to its :func:`piece_weight` (at least
+    :data:`MIN_PIECE_S`) — in a LLaMA decode step the attention (two matmuls, a max and a
+    sum: weight 5 of 20) 20 s, a projection with its residual (weight 2) 8 s, at the default
+    160; a graph of two pieces the full 30 — so a model's cold compile is bounded whatever
+    its size (identical layers share their pieces). ``None``: ``time_limit`` for every piece.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -139,13 +152,15 @@ class FrontendOptions:
                                   + (f"; did you mean {close[0]!r}?" if close else "") + f" (options: {', '.join(names)})")
         return cls(**options)
 
-    def for_pieces(self, distinct: int) -> "FrontendOptions":
-        """These options for a graph of ``distinct`` pieces: ``time_limit`` cut to the graph's
-        share (``graph_budget``), the rest as is. The share depends only on the graph, so a
-        warm compile asks the result cache for the same keys the cold one stored."""
-        if self.graph_budget is None or distinct < 1:
+    def for_piece(self, weight: float, total: float) -> "FrontendOptions":
+        """These options for a piece of ``weight`` in a graph whose distinct pieces weigh
+        ``total`` (:func:`piece_weight`): ``time_limit`` cut to the piece's share of half the
+        ``graph_budget`` (the other half is the re-ranking's tuning), the rest as is. The
+        share depends only on the graph, so a warm compile asks the result cache for the
+        same keys the cold one stored."""
+        if self.graph_budget is None or total <= 0:
             return self
-        share = max(MIN_PIECE_S, self.graph_budget / (2 * distinct))
+        share = max(MIN_PIECE_S, self.graph_budget / 2 * weight / total)
         return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
 
     def optimize_config(self) -> dict:
