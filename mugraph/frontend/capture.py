@@ -22,6 +22,7 @@ node became, whether they are Lax, and how many exponentiations lie on it.
 
 from __future__ import annotations
 
+import math
 import operator
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -242,6 +243,10 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
     return count
 
 
+#: the ``meta`` key :func:`.pieces.rewrite` marks each piece's call node with (the piece's name)
+PIECE_CALL = "mugraph_piece"
+
+
 def unfold_column_slices(gm: fx.GraphModule) -> int:
     """:func:`fold_column_slices` undone where torch runs the parts: projections ``x @ W[:, a:b]``
     of one ``x`` by adjacent column slices of one ``W`` that are all still torch code (no
@@ -254,8 +259,10 @@ def unfold_column_slices(gm: fx.GraphModule) -> int:
     three 3072-wide GEMVs (22.5 μs) where its ``qkv_proj`` is one (16.8 μs), gate and up as
     two (29.0 μs) against one (25.9), and its step with its kept pieces lost 14 μs of kernel
     time to torch.compile (H200). Slices separated by a gap (a kept piece reads those
-    columns) stay apart: joined, they would read the gap's weight columns twice. Returns how
-    many projections were joined."""
+    columns) stay apart: joined, they would read the gap's weight columns twice; so do parts
+    of several rows a kept piece reads (:func:`_read_by_piece`) — a column slice of a joined
+    product is not laid out as the part the piece was compiled for, and would be copied
+    before each call. Returns how many projections were joined."""
     g = gm.graph
     index = {n: i for i, n in enumerate(g.nodes)}
     groups: dict[tuple, list] = {}
@@ -271,6 +278,8 @@ def unfold_column_slices(gm: fx.GraphModule) -> int:
     for (a, w), parts in groups.items():
         parts.sort(key=lambda p: p[0])
         if len(parts) < 2 or any(p[1] != q[0] for p, q in zip(parts, parts[1:])):
+            continue
+        if math.prod(_val(parts[0][2]).shape[:-1]) > 1 and any(_read_by_piece(p[2]) for p in parts):
             continue
         lo, hi, vw = parts[0][0], parts[-1][1], _val(w)
         first = min((p[2] for p in parts), key=index.__getitem__)
@@ -296,6 +305,20 @@ def unfold_column_slices(gm: fx.GraphModule) -> int:
         g.lint()
         gm.recompile()
     return count
+
+
+def _read_by_piece(n: fx.Node) -> bool:
+    """Whether a piece's call (:data:`PIECE_CALL`) reads ``n``, directly or through views."""
+    todo, seen = [n], set()
+    while todo:
+        m = todo.pop()
+        for u in m.users:
+            if u.meta.get(PIECE_CALL) is not None:
+                return True
+            if u.op == "call_function" and u.target in VIEW_OPS and u not in seen:
+                seen.add(u)
+                todo.append(u)
+    return False
 
 
 def _arg(n: fx.Node, i: int, default: Any = None) -> Any:

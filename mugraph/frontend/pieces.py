@@ -30,7 +30,7 @@ from ..core.ir import Program
 from ..core.lax import check_lax
 from ..core.serialize import graph_to_json
 from .aten import VIEW_OPS, Context
-from .capture import _val, build_node, dtype_name, tensor_args
+from .capture import PIECE_CALL, _val, build_node, dtype_name, tensor_args
 from .partition import Piece, piece_dtype
 from .simplify import fold_reciprocals
 
@@ -294,6 +294,7 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
                     gm.register_buffer(name, c if device is None else c.to(device))
                 cnodes.append(g.get_attr(name))
             call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
+            call.meta[PIECE_CALL] = u.name  # what later passes on the stitched graph tell from torch code
             for k, o in zip(u.output_index, u.outputs):
                 new[o] = g.call_function(operator.getitem, (call, k))
                 new[o].meta = dict(o.meta)

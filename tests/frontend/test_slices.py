@@ -111,3 +111,37 @@ def test_projections_left_to_torch_join_again():
     assert len(_mms(kept)) == 2  # q's and v's projections stay apart
     for got, w in zip(kept(*xs), want):
         torch.testing.assert_close(got, w)
+
+
+def _two_parts_read_by_a_piece(rows):
+    """x @ W[:, :16] and x @ W[:, 16:] as torch code, both read by a piece's call."""
+    from mugraph.frontend.capture import PIECE_CALL
+
+    x, w = r(rows, 8), r(8, 32)
+    gr = torch.fx.Graph()
+    px, pw = gr.placeholder("x"), gr.placeholder("w")
+    px.meta["val"], pw.meta["val"] = x, w
+    parts = []
+    for a, b in ((0, 16), (16, 32)):
+        ws = gr.call_function(aten.slice.Tensor, (pw, 1, a, b))
+        ws.meta["val"] = w[:, a:b]
+        m = gr.call_function(aten.mm.default, (px, ws))
+        m.meta["val"] = x @ w[:, a:b]
+        parts.append(m)
+    call = gr.call_function(torch.add, tuple(parts))
+    call.meta[PIECE_CALL] = "piece_test"
+    gr.output(call)
+    return torch.fx.GraphModule(torch.nn.Module(), gr), x, w
+
+
+def test_parts_a_kept_piece_reads_stay_apart_unless_one_row():
+    """A kept piece reading the parts of a product of several rows would get column slices
+    of the joined product — not the layout it was compiled for, copied before each call —
+    so those projections stay apart; with one row a slice is laid out as the part was."""
+    from mugraph.frontend.capture import unfold_column_slices
+
+    gm, x, w = _two_parts_read_by_a_piece(8)
+    assert unfold_column_slices(gm) == 0 and len(_mms(gm)) == 2
+    gm, x, w = _two_parts_read_by_a_piece(1)
+    assert unfold_column_slices(gm) == 2 and len(_mms(gm)) == 1
+    torch.testing.assert_close(gm(x, w), x @ w[:, :16] + x @ w[:, 16:])
