@@ -179,7 +179,6 @@ class CompiledProgram:
         self.copy_outputs = copy_outputs
         self.use_cuda_graphs = cuda_graphs and device == "cuda"
         self._graphs: dict[tuple, Callable[[], None]] = {}  # inputs' and outputs' addresses -> replay
-        self._warm = False
         dev = torch.device(device)
         self.arena = torch.empty(max(memory.size, 1), dtype=torch.uint8, device=dev)
         self.views: dict[str, torch.Tensor] = {}
@@ -314,9 +313,12 @@ class CompiledProgram:
         key = self._key(inputs, outs)
         replay = self._graphs.get(key)
         if replay is None:
-            # the first capture runs the program once outside it (every kernel compiles there)
-            replay = capture_graph(lambda: self._run(inputs, outs), warmups=0 if self._warm else 1)
-            self._warm = True
+            # every new binding runs once outside the capture: Triton specializes a kernel on
+            # its arguments (a pointer's 16-byte alignment, an int equal to 1), so new inputs
+            # can compile a new variant, and loading its module inside a capture fails it
+            # ("operation failed due to a previous error during capture": a decode layer's
+            # first piece on an H200, every cold compile) — or, assembling, holds it for minutes
+            replay = capture_graph(lambda: self._run(inputs, outs), warmups=1)
             if len(self._graphs) >= 8:
                 self._graphs.pop(next(iter(self._graphs)))
             self._graphs[key] = replay
