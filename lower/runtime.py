@@ -315,9 +315,9 @@ class CompiledProgram:
         if replay is None:
             # every new binding runs once outside the capture: Triton specializes a kernel on
             # its arguments (a pointer's 16-byte alignment, an int equal to 1), so new inputs
-            # can compile a new variant, and loading its module inside a capture fails it
-            # ("operation failed due to a previous error during capture": a decode layer's
-            # first piece on an H200, every cold compile) — or, assembling, holds it for minutes
+            # can compile a new variant inside the capture — seen holding one for minutes in
+            # ptxas; loading a module there is the likely cause of "operation failed due to a
+            # previous error during capture" (a decode layer's first piece on an H200)
             replay = capture_graph(lambda: self._run(inputs, outs), warmups=1)
             if len(self._graphs) >= 8:
                 self._graphs.pop(next(iter(self._graphs)))
