@@ -294,23 +294,13 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
     if args.profile and device == "cuda":
         row["profile"] = L.kernel_profile(launches)
         for name, p in row["profile"].items():
-            if "error" in p:
-                print(f"  profile {name}: {p['error']}", flush=True)
-                continue
-            print(f"  profile {name} T={T} kv={kv}: {p['kernels']:.0f} kernels, {p['kernel_us']:.1f} μs of kernels "
-                  f"(CUDA-graph replay {row.get(name + '_us', float('nan')):.1f} μs)", flush=True)
-            for k, us, n in p["top"]:
-                print(f"    {us:7.1f} μs  ×{n:.0f}  {k}", flush=True)
+            _print_profile(f"profile {name} T={T} kv={kv}", p,
+                           f" (CUDA-graph replay {row.get(name + '_us', float('nan')):.1f} μs)")
     for i, prof in enumerate(graph_profiles):  # the whole-graph rule's two forms, kernel by kernel
         row.setdefault("graph_profiles", []).append(prof)
         for name, p in prof.items():
-            if "error" in p:
-                continue
-            print(f"  graph rule {i} {name} (with its μGraph pieces)" if name == "mugraph" else
-                  f"  graph rule {i} {name} (without them)", f"{p['kernels']:.0f} kernels, "
-                  f"{p['kernel_us']:.1f} μs of kernels", flush=True)
-            for k, us, n in p["top"]:
-                print(f"    {us:7.1f} μs  ×{n:.0f}  {k}", flush=True)
+            _print_profile(f"graph rule {i} {name} " + ("(with its μGraph pieces)" if name == "mugraph"
+                                                       else "(without them)"), p)
     if isinstance(row.get("mugraph_us"), float):
         if isinstance(row.get("compile_us"), float):
             row["x_compile"] = row["compile_us"] / row["mugraph_us"]
@@ -334,6 +324,16 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         except Exception as e:  # noqa: BLE001
             row["warm_error"] = L.one_line(e)
         del layer2
+
+
+def _print_profile(label: str, p: dict, tail: str = "") -> None:
+    """One :func:`_layers.kernel_profile` entry on the log: kernels per step, their time, the largest."""
+    if "error" in p:
+        print(f"  {label}: {p['error']}", flush=True)
+        return
+    print(f"  {label}: {p['kernels']:.0f} kernels, {p['kernel_us']:.1f} μs of kernels{tail}", flush=True)
+    for k, us, n in p["top"]:
+        print(f"    {us:7.1f} μs  ×{n:.0f}  {k}", flush=True)
 
 
 def _profiling_timer(out: list):

@@ -28,6 +28,7 @@ import math
 import numbers
 import time
 from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -671,18 +672,18 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     ends = {}
     if budget_s is not None and gpu:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
-    if not gpu:
+    # on the GPU, a configuration whose assembly runs minutes counts as not compiling
+    with bounded_compiles() if gpu else nullcontext():
         for op in blocks:
             space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
-            call.configs[op.id] = space.cands[0][1]
-            call.trials += [(c.label(), None, p) for p, c in space.cands]
-        return ProfileResult(graph, call.configs, None, estimate(graph, device_params, call.configs), False,
-                             call.trials)
-    with bounded_compiles():  # a configuration whose assembly runs minutes counts as not compiling
-        for op in blocks:
-            space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
+            if not gpu:
+                call.configs[op.id] = space.cands[0][1]
+                call.trials += [(c.label(), None, p) for p, c in space.cands]
+                continue
             call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
         pred = estimate(graph, device_params, call.configs)
+        if not gpu:
+            return ProfileResult(graph, call.configs, None, pred, False, call.trials)
         # re-time the final program (the spread between this and the search's time is the noise)
         t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing)
     return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
