@@ -58,7 +58,7 @@ from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match
 from .run_state import GRACE, Outer, RunState
-from .verification import after_warm_up, split_and_verify, start_warm_up, verify_after_interrupt
+from .verification import after_warm_up, settle_warm_up, split_and_verify, start_warm_up, verify_after_interrupt
 
 __all__ = ["GRACE", "SearchResult", "run"]
 
@@ -161,6 +161,7 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
             return SearchResult(program.name, *_collect(state, matches, found, vstats))
     finally:
         state.stop_executor()
+        settle_warm_up(state)
         state.save()
         if state.bar is not None:
             state.bar.close(counts=state.shown_counts())
@@ -237,6 +238,13 @@ def _collect(state: RunState, matches: list[Match], found: list[Found],
         "verification": state.checker.method if cfg.verify else "fingerprint only (sub-search)",
         #: median seconds of one full verification in this run (what the budget scaled with)
         "verify_seconds_median": None if median is None else round(median, 3),
+        #: seconds of each full verification, in the order they ran
+        "verify_seconds": [round(s, 3) for s in state.verify_cost.seconds],
+        #: seconds the program's side of the verification took to prepare (GPU: beside the
+        #: enumeration); None when none was prepared or it had not finished by the time limit
+        "warm_up_seconds": state.warm_up_seconds,
+        #: seconds from the start at which each phase began: where a short limit went
+        "phase_started": dict(state.phase_started),
         "num_graphs": len(found),
         "derived": state.dstats,
         "kernels": sorted(Counter(sum(1 for op in f.graph["ops"] if op["op"] != "input")

@@ -141,6 +141,10 @@ class RunState:
     dstats: dict[str, Any] = field(default_factory=dict)
     #: the thread preparing the program's side of the verification (GPU only)
     warming: Optional[threading.Thread] = None
+    #: seconds the warm-up took (None: none ran, or it had not finished when the time ran out)
+    warm_up_seconds: Optional[float] = None
+    #: seconds from the start at which each phase began (the stats' ``phase_started``)
+    phase_started: dict[str, float] = field(default_factory=dict)
     # --- enumerate
     #: units still to dispatch (None outside the enumeration: nothing is queued then)
     todo: Optional["FairTodo"] = None
@@ -208,6 +212,7 @@ class RunState:
 
     # ------------------------------------------------------------- progress
     def set_phase(self, phase: str) -> None:
+        self.phase_started.setdefault(phase, self.clock.since_start())
         if self.bar is not None:
             self.bar.phase(phase, counts=self.shown_counts())
 

@@ -50,8 +50,12 @@ def start_warm_up(state: RunState) -> None:
     # Checker.verdict turns any failure into a warning and no verdict: a failed
     # warm-up costs only the time it took
     spare = max(1, usable_cores() - state.cfg.workers)
-    state.warming = threading.Thread(target=on_threads, args=(spare, state.checker.warm),
-                                     name="mugraph-verify-warm-up", daemon=True)
+
+    def warm() -> None:
+        t0 = time.monotonic()
+        on_threads(spare, state.checker.warm)
+        state.warm_up_seconds = round(time.monotonic() - t0, 3)
+    state.warming = threading.Thread(target=warm, name="mugraph-verify-warm-up", daemon=True)
     state.warming.start()
 
 
@@ -68,7 +72,7 @@ def warmed(state: RunState) -> bool:
     """Wait for the warm-up, which holds the checker the split phase and the
     verification use, at most until the time limit (in short waits, so Ctrl-C still
     interrupts). False when it is still running then: there is no time left to verify
-    anyway, and the thread finishes on its own (a daemon, it holds nothing else)."""
+    anyway (:func:`settle_warm_up` waits for it before the search returns)."""
     t = state.warming
     t_end = state.clock.t_end
     while t is not None and t.is_alive():
@@ -77,6 +81,21 @@ def warmed(state: RunState) -> bool:
         t.join(0.5)
     state.warming = None
     return True
+
+
+def settle_warm_up(state: RunState) -> None:
+    """Wait (in short waits, so Ctrl-C still interrupts) until the warm-up thread has ended.
+    A search must not return while it runs: its GPU work would overlap the caller's, and
+    the GPU re-ranking captures CUDA graphs — an allocation or synchronization on another
+    thread during a capture invalidates it ("operation not permitted when stream is
+    capturing", then "operation failed due to a previous error during capture"). Seen on
+    the first piece of every cold compile of a Gemma layer: its 5 s search ended while the
+    warm-up still paid for the process's first CUDA and numba work, and the piece stayed
+    torch code. The wait is that first warm-up's remainder, seconds at most."""
+    t = state.warming
+    while t is not None and t.is_alive():
+        t.join(0.5)
+    state.warming = None
 
 
 # ------------------------------------------------------------------ phases

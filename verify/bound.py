@@ -338,12 +338,16 @@ class View:
 class Contraction:
     """A contraction source (:class:`View`): input ``left``'s dim ``a`` summed against
     input ``right``'s dim ``b``, over their whole length (the inputs in name order: one
-    spelling per contraction)."""
+    spelling per contraction). ``batch``: pairs ``(dl, dr)`` of a dim of ``left`` and one of
+    ``right``, of one length, that a batched matmul walks together — its atoms pair row
+    ``i`` of ``left``'s slice ``s`` with column ``j`` of ``right``'s slice ``s`` only, never
+    slices of two batch indices (:class:`AtomMode`: what the rank condition is taken over)."""
 
     left: str
     a: int
     right: str
     b: int
+    batch: tuple[tuple[int, int], ...] = ()
 
     @property
     def inputs(self) -> tuple[str, str]:
@@ -744,10 +748,29 @@ class DegreeAlgebra(Algebra):
             return None
         left = Support(sa.key, sa.dims[:-1] + ((),)).broadcast(a.shape[:-1] + (1,), shape)
         right = Support(sb.key, sb.dims[:-2] + ((),) + sb.dims[-1:]).broadcast(b.shape[:-2] + (1, b.shape[-1]), shape)
-        c = Contraction(va.source, pa, vb.source, qb)
+        batch = self._batch_pairs(left, right, va.source, vb.source, len(shape) - 2)
+        c = Contraction(va.source, pa, vb.source, qb, batch)
         if vb.source < va.source:  # one spelling per contraction: the inputs in name order
-            c, left, right = Contraction(vb.source, qb, va.source, pa), right, left
+            c = Contraction(vb.source, qb, va.source, pa, tuple((dr, dl) for dl, dr in batch))
+            left, right = right, left
         return (View(c, va.coef * vb.coef, (left, right)),)
+
+    def _batch_pairs(self, left: Support, right: Support, a: str, b: str, lead: int) -> tuple[tuple[int, int], ...]:
+        """The dims of inputs ``a`` and ``b`` a batched matmul walks together: at each of the
+        product's ``lead`` (batch) dims, the index of one whole dim of ``a`` on the left and
+        of one whole dim of ``b`` on the right, of one length. A batch dim indexed in any
+        other way is left out: the contraction then counts as pairing every slice with
+        every other, a superset of its atoms (sound, only looser)."""
+        pairs = []
+        for i in range(lead):
+            la, rb = left.dims[i], right.dims[i]
+            if len(la) != 1 or len(rb) != 1:
+                continue
+            (dl, nl, tl), (dr, nr, tr) = la[0], rb[0]
+            if (dl >= 0 and dr >= 0 and tl == 1 and tr == 1 and nl == nr
+                    and nl == self.shapes[a][dl] and nr == self.shapes[b][dr]):
+                pairs.append((dl, dr))
+        return tuple(pairs)
 
 
 
@@ -797,7 +820,10 @@ def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
     eta, free, conditioned = 0.0, set(), set()
     for c in contractions:
         K = shapes[c.left][c.a]
-        rows = {c.left: math.prod(shapes[c.left]) // K, c.right: math.prod(shapes[c.right]) // K}
+        # a batched contraction pairs each slice of one input with the same slice of the
+        # other only: its atoms are uniform once each slice's conditioned rows are independent
+        slices = math.prod(shapes[c.left][dl] for dl, _ in c.batch)
+        rows = {c.left: math.prod(shapes[c.left]) // K // slices, c.right: math.prod(shapes[c.right]) // K // slices}
         for cond, fr in ((c.left, c.right), (c.right, c.left)):
             if rows[cond] <= K and uses[fr] == 1 and fr not in conditioned:
                 break
@@ -805,8 +831,9 @@ def atom_kappas(args: Sequence[tuple[View | None, int]], primes: Primes,
             return None
         free.add(fr)
         conditioned.add(cond)
-        # R uniform vectors of Z_q^K are dependent with probability ≤ Σ_{i<R} q^i/q^K ≤ q^(R−K)/(q−1)
-        eta += primes.q_min ** (rows[cond] - K) / (primes.q_min - 1)
+        # R uniform vectors of Z_q^K are dependent with probability ≤ Σ_{i<R} q^i/q^K ≤ q^(R−K)/(q−1),
+        # for each of the slices
+        eta += slices * primes.q_min ** (rows[cond] - K) / (primes.q_min - 1)
     if free & conditioned:
         return None
     return AtomMode(kappas, eta)

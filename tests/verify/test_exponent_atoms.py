@@ -169,3 +169,61 @@ def test_a_fixed_pair_takes_no_scaled_atoms():
     assert _bound(a, b, make_plan(a, b, fld))[4] != "exponent atoms"
     a, b = _pair(mg.exp, mg.exp)
     assert _bound(a, b, make_plan(a, b, fld))[4] == "exponent atoms"
+
+
+def _batched_scores(H: int, R: int, K: int, N: int, name: str = "heads", flat: bool = False, roll: bool = False):
+    """``Σ_j exp(q_h·k_h)`` per row of each of ``H`` heads: ``q`` (H, R, K) against ``k``
+    (H, K, N), a batched contraction (``flat``: the heads' rows stacked into one 2-D matmul
+    against one key block, so every row meets every column; ``roll``: each head's rows
+    against the next head's keys — a near-miss)."""
+    p = mg.Program(name)
+    q = p.input("q", (H, R, K), "float32")
+    k = p.input("k", (H, K, N), "float32")
+    v = p.input("v", (H, N, 4), "float32")
+    if flat:
+        s = mg.reshape(q, (H * R, K)) @ mg.reshape(mg.permute(k, (1, 0, 2)), (K, H * N))
+        p.output(mg.sum(mg.exp(s), 1))
+        return p
+    if roll:
+        k = mg.concat([mg.slice(k, 0, 1, H), mg.slice(k, 0, 0, 1)], 0)
+    e = mg.exp(q @ k)
+    p.output((e @ v) / mg.sum(e, 2))
+    return p
+
+
+def test_a_batched_contraction_is_conditioned_per_batch_slice():
+    """Heads of R ≤ K rows each, H·R > K in all: a batched matmul pairs each head's rows with
+    its own keys only, so each head's rows need to be independent, not all H·R of them
+    (grouped-query attention over 8 tokens: 4 KV heads × 56 rows against d = 128). Stacked
+    into one 2-D matmul every row meets every key: the classic bound applies there."""
+    p = _batched_scores(4, 8, 16, 32)
+    eps, argument = _argument(p, p)
+    assert argument == "exponent atoms" and eps < 1e-6
+    flat = _batched_scores(4, 8, 16, 32, flat=True)
+    assert _argument(flat, flat)[1] == "Li–Wu conjecture"
+    # a single head of more rows than K is still no atom
+    tall = _batched_scores(1, 32, 16, 32)
+    assert _argument(tall, tall)[1] == "Li–Wu conjecture"
+
+
+def test_batched_attention_rewrites_are_proven_and_a_head_mismatch_is_rejected():
+    """The scale moved onto q, and the softmax's division moved after the value matmul, are
+    proven by atoms; pairing each head with the next head's keys is rejected."""
+    H, R, K, N = 4, 8, 16, 32
+
+    def attention(name, scale_first=False):
+        p = mg.Program(name)
+        q = p.input("q", (H, R, K), "float32")
+        k = p.input("k", (H, K, N), "float32")
+        v = p.input("v", (H, N, 4), "float32")
+        mask = p.input("mask", (1, R, N), "float32")
+        s = (mg.scale(q, 0.25) @ k) if scale_first else mg.scale(q @ k, 0.25)
+        s = s + mask
+        e = mg.exp(s - mg.max(s, 2))
+        p.output((e / mg.sum(e, 2)) @ v if scale_first else (e @ v) / mg.sum(e, 2))
+        return p
+
+    v = verify.equivalent(attention("a"), attention("b", scale_first=True), seed=3, float_check=False)
+    assert v.equivalent and v.bound_met and v.argument == "exponent atoms", str(v)
+    bad = _batched_scores(H, R, K, N, roll=True)
+    assert not verify.equivalent(_batched_scores(H, R, K, N), bad, seed=3, float_check=False).equivalent
