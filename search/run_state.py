@@ -54,11 +54,16 @@ class Clock:
     """The run's time points. ``t0``: :func:`time.perf_counter` at the start (the stats'
     seconds count from it); ``t_end``: when the whole call must be done; ``deadline``:
     when dispatching stops, ``verify_reserve`` (at most 30 %) before ``t_end`` — the
-    verifications left get the rest (both monotonic; None: no limit)."""
+    verifications left get the rest (both monotonic; None: no limit) — or ``late_deadline``
+    when nothing has matched by then."""
 
     t0: float
     t_end: Optional[float]
     deadline: Optional[float]
+    #: how far dispatching goes on while the enumeration has matched nothing: a third of the
+    #: reserve before ``t_end`` — the reserve is for verifying matches, and with none found
+    #: yet it would be spent on nothing (:func:`search.dispatch.enumerate_units`)
+    late_deadline: Optional[float] = None
 
     @classmethod
     def start(cls, cfg: SearchConfig, outer: Optional[Outer]) -> "Clock":
@@ -67,8 +72,10 @@ class Clock:
         t_end = None if cfg.time_limit is None else now + cfg.time_limit
         if outer is not None and outer.t_end is not None:  # a piece search never outlives the search it serves
             t_end = outer.t_end if t_end is None else min(t_end, outer.t_end)
-        deadline = None if t_end is None else t_end - min(cfg.verify_reserve, 0.3 * (t_end - now))
-        return cls(t0, t_end, deadline)
+        reserve = None if t_end is None else min(cfg.verify_reserve, 0.3 * (t_end - now))
+        deadline = None if t_end is None else t_end - reserve
+        late = None if t_end is None else t_end - reserve / 3
+        return cls(t0, t_end, deadline, late)
 
     def since_start(self) -> float:
         """Seconds since the start, rounded as the stats show them."""

@@ -284,3 +284,24 @@ def test_a_warm_up_past_the_time_limit_verifies_nothing_and_ends_before_the_sear
     assert 7.0 <= time.monotonic() - t0 < 7.0 + 3.0
     assert not any(t.name == "mugraph-verify-warm-up" for t in threading.enumerate())
     assert not r.graphs and r.stats["search"]["verify_skipped_warm_up"] >= 1
+
+
+def test_a_deadline_with_nothing_matched_moves_to_the_late_deadline(monkeypatch):
+    """The verification's reserve is for matches: with none by the dispatch deadline the
+    enumeration goes on until a third of the reserve before the end (the units the first
+    deadline stopped run again whole), and finds what the full search finds."""
+    import time
+
+    from search.run_state import Clock
+
+    real_start = Clock.start
+
+    def start_at_once(cfg, outer):  # the dispatch deadline has passed before any unit runs
+        c = real_start(cfg, outer)
+        return Clock(c.t0, c.t_end, time.monotonic() - 1.0, c.late_deadline)
+
+    monkeypatch.setattr(Clock, "start", staticmethod(start_at_once))
+    r = search.run(_program(), _cfg(time_limit=120.0))
+    assert r.stats["search"]["enumeration_extended"] == 1
+    assert r.graphs and r.stats["complete"]
+    assert r.graph_json == search.run(_program(), _cfg()).graph_json
