@@ -32,6 +32,12 @@ def two_blocks(x):
     return block(torch.cos(block(x)))
 
 
+def close(a, b) -> None:
+    """Equal up to float32 rounding through an ``exp``: ``exp(x @ W)`` reaches ~30 here, where the
+    lowered kernel's and Inductor's sums in another order differ by ~1e-5 relative."""
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 class FixedTimer:
     """Runs each form once, checks they agree, and reports fixed times — ``graph_s`` (the
     μGraph form's, the torch form's) for the whole graph, when given; counts its calls."""
@@ -45,11 +51,11 @@ class FixedTimer:
         outs = {form: launch() for form, launch in launches.items()}
         mine, theirs = outs["mugraph"], outs["torch"]
         if isinstance(piece, Captured):  # the whole graph, with and without its μGraph pieces
-            torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
+            close(mine, theirs)
             self.calls.append("graph")
             return dict(self.graph_times)
         for k, t in zip(piece.output_index, theirs):  # the μGraph writes each distinct output once
-            torch.testing.assert_close(mine[k], t, rtol=1e-5, atol=1e-5)
+            close(mine[k], t)
         self.calls.append(piece.name)
         return dict(self.times)
 
@@ -67,7 +73,7 @@ def test_a_piece_whose_mugraph_is_slower_stays_torch_code(piece_cache, mugraph_l
     timer = FixedTimer(mugraph_s=2e-6, torch_s=1e-6)
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(two_blocks, x, piece_cache, inductor=False, timer=timer)
-    torch.testing.assert_close(y, two_blocks(x))
+    close(y, two_blocks(x))
     assert len(cap.pieces) == 2 and cap.pieces[0].name == cap.pieces[1].name
     assert cap.kept == []
     for bp in cap.pieces:
@@ -85,7 +91,7 @@ def test_a_faster_mugraph_runs_and_the_torch_form_is_what_inductor_makes(piece_c
     timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6)
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(block, x, piece_cache, timer=timer)  # inductor on: the torch form compiled
-    torch.testing.assert_close(y, block(x))
+    close(y, block(x))
     (bp,) = cap.pieces
     assert cap.kept == [bp] and bp.info["runs"] == "mugraph"
     assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (1e-6, 3e-6)
@@ -102,7 +108,7 @@ def test_a_graph_slower_with_its_pieces_runs_without_them(piece_cache, mugraph_l
     timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=inductor)
-    torch.testing.assert_close(y, two_blocks(x))
+    close(y, two_blocks(x))
     assert cap.kept == cap.pieces and timer.calls[-1] == "graph"
     assert cap.whole == {"runs": "torch", "mugraph_s": 5e-6, "torch_s": 4e-6, "why": cap.whole["why"]}
     assert "runs without them (never-slower rule)" in cap.whole["why"]
@@ -123,13 +129,13 @@ def test_a_graph_that_writes_its_inputs_is_timed_on_copies_of_them(piece_cache):
     f = torch.compile(grows, backend="mugraph", options={**QUICK, "cache_dir": piece_cache, "timer": timer})
     with torch.no_grad():
         y = f(x, acc)
-    torch.testing.assert_close(acc, block(x))  # written once, not once per timing run
-    torch.testing.assert_close(y, 2 * block(x))
+    close(acc, block(x))  # written once, not once per timing run
+    close(y, 2 * block(x))
     (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
     assert timer.calls[-1] == "graph" and cap.whole["runs"] == "torch"  # 5 μs with the pieces, 4 without
     with torch.no_grad():  # the graph chosen runs on: the next call writes the cache once more
         f(x, acc)
-    torch.testing.assert_close(acc, 2 * block(x))
+    close(acc, 2 * block(x))
 
 
 def test_written_inputs_are_found_by_position():
@@ -154,7 +160,7 @@ def test_written_inputs_are_found_by_position():
 def test_without_a_gpu_or_a_timer_nothing_is_timed(piece_cache):
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(block, x, piece_cache, inductor=False)
-    torch.testing.assert_close(y, block(x))
+    close(y, block(x))
     (bp,) = cap.pieces
     assert cap.kept == [bp] and bp.info["runs"] == "mugraph"
     assert bp.info["mugraph_s"] is None and "not timed" in bp.info["why"]
@@ -171,7 +177,7 @@ def test_a_timer_that_fails_leaves_the_piece_to_torch(piece_cache, caplog):
 
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(block, x, piece_cache, inductor=False, timer=broken)
-    torch.testing.assert_close(y, block(x))
+    close(y, block(x))
     (bp,) = cap.pieces
     assert cap.kept == [] and bp.info["runs"] == "torch"
     assert bp.info["why"].startswith("timing failed: ValueError: timer returned"), bp.info["why"]
@@ -214,3 +220,14 @@ def test_program_won_says_whether_anything_was_proven():
     untimed = Candidate(W_GRAPH, "search", float_ok=True, measured_s=None)
     prog.measured_s = None
     assert program_won(_fake_result([prog, untimed], {})) == "1 μGraph(s) proven; the program ranked first"
+
+
+def test_a_near_tie_stays_torch_code(piece_cache, mugraph_log):
+    """A μGraph 1 % faster is within the replays' noise (run.TIE_MARGIN): the piece stays torch
+    code, so a cold and a warm compile cannot decide it differently."""
+    timer = FixedTimer(mugraph_s=0.99e-6, torch_s=1e-6)
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(block, x, piece_cache, inductor=False, timer=timer)
+    close(y, block(x))
+    assert not cap.kept and all(bp.info["runs"] == "torch" for bp in cap.pieces)
+    assert any("not faster by more than 2% (never-slower rule)" in m for m in mugraph_log.messages)
