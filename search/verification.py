@@ -5,6 +5,7 @@ during the enumeration) or on the executor's workers."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -20,6 +21,11 @@ from .run_state import GRACE, RunState, VerifyCost
 from .worker import usable_cores
 
 Verified = tuple[list[Found], Counter]
+
+log = logging.getLogger("mugraph")
+
+#: the longest a search waits past its end for its verification warm-up (:func:`settle_warm_up`)
+SETTLE_MAX_S = 60.0
 
 
 # ----------------------------------------------------------------- warm-up
@@ -83,17 +89,26 @@ def warmed(state: RunState) -> bool:
     return True
 
 
-def settle_warm_up(state: RunState) -> None:
-    """Wait (in short waits, so Ctrl-C still interrupts) until the warm-up thread has ended.
-    A search must not return while it runs: its GPU work would overlap the caller's, and
-    the GPU re-ranking captures CUDA graphs — an allocation or synchronization on another
-    thread during a capture invalidates it ("operation not permitted when stream is
-    capturing", then "operation failed due to a previous error during capture"). Seen on
-    the first piece of every cold compile of a Gemma layer: its 5 s search ended while the
-    warm-up still paid for the process's first CUDA and numba work, and the piece stayed
-    torch code. The wait is that first warm-up's remainder, seconds at most."""
+def settle_warm_up(state: RunState, at_most: Optional[float] = None) -> None:
+    """Wait (in short waits, so Ctrl-C still interrupts) until the warm-up thread has ended,
+    at most ``at_most`` seconds (default :data:`SETTLE_MAX_S`). A search must not return while it runs: its GPU work would
+    overlap the caller's, and the GPU re-ranking captures CUDA graphs — an allocation or
+    synchronization on another thread during a capture invalidates it ("operation not
+    permitted when stream is capturing", then "operation failed due to a previous error
+    during capture"). Seen on the first piece of every cold compile of a Gemma layer: its
+    5 s search ended while the warm-up still paid for the process's first CUDA and numba
+    work, and the piece stayed torch code. The wait is that first warm-up's remainder,
+    seconds; one still running after ``at_most`` is left to finish on its own (a daemon),
+    with one warning line, so a stuck warm-up cannot hang the caller."""
+    at_most = SETTLE_MAX_S if at_most is None else at_most
     t = state.warming
+    give_up = time.monotonic() + at_most
     while t is not None and t.is_alive():
+        if time.monotonic() > give_up:
+            log.warning("mugraph search: the verification warm-up of %r still runs %.0f s after the search "
+                        "ended; returning without it (GPU work may overlap the caller's)", state.program.name,
+                        at_most)
+            return
         t.join(0.5)
     state.warming = None
 

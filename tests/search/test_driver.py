@@ -305,3 +305,21 @@ def test_a_deadline_with_nothing_matched_moves_to_the_late_deadline(monkeypatch)
     assert r.stats["search"]["enumeration_extended"] == 1
     assert r.graphs and r.stats["complete"]
     assert r.graph_json == search.run(_program(), _cfg()).graph_json
+
+
+def test_a_stuck_warm_up_does_not_hang_the_search(monkeypatch, caplog):
+    """The wait for the warm-up is bounded (verification.SETTLE_MAX_S): past it the search
+    returns with one warning line and the thread finishes on its own."""
+    import logging
+    import time
+
+    from search.check import Checker
+
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
+    monkeypatch.setattr(Checker, "warm", lambda self: time.sleep(20))
+    monkeypatch.setattr(verification_mod, "SETTLE_MAX_S", 2.0)
+    t0 = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        r = search.run(_program(), _cfg(executor="processes", workers=2, time_limit=4.0))
+    assert time.monotonic() - t0 < 4.0 + 2.0 + 3.0
+    assert not r.graphs and any("warm-up" in m and "still runs" in m for m in caplog.messages)
