@@ -119,7 +119,7 @@ def program_won(opt: Any) -> str:
         first = stats.get("first_match_seconds")
         seen = f"; its first fingerprint match came at {first:.0f} s" if isinstance(first, (int, float)) else \
             "; no candidate matched the program's fingerprint"
-        return f"no μGraph proven{took}{seen}"
+        return f"no μGraph proven{took}{seen}{_why_unproven(opt, stats.get('search') or {})}"
     timed = [c for c in others if c.measured_s is not None]
     if timed and opt.best.measured_s is not None:
         fastest = min(timed, key=lambda c: c.measured_s)
@@ -276,6 +276,31 @@ def _seconds(times: Any, form: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
         raise ValueError(f"timer returned {str(times)[:80]}: want {{'mugraph': s, 'torch': s}}, seconds > 0")
     return float(v)
+
+
+def _why_unproven(opt: Any, counts: dict) -> str:
+    """What became of the fingerprint matches of a search that shipped none, for the log
+    line (empty when there were none): not verified (the verification's preparation or
+    the time ran out), verified but not proven (every field test passed, the bound stayed
+    above the target), or set aside later (float check, lowering). Without it, a piece
+    whose matches all passed their field tests with a bound of 1 read the same as one
+    whose search found nothing."""
+    parts = []
+    if counts.get("verify_skipped_warm_up"):
+        parts.append(f"{counts['verify_skipped_warm_up']} not verified: the program's side of the verification "
+                     "was not ready by the limit")
+    if counts.get("verify_skipped_time"):
+        parts.append(f"{counts['verify_skipped_time']} not verified for lack of time")
+    if counts.get("verify_failed"):
+        parts.append(f"{counts['verify_failed']} failed verification")
+    rejected = [c.rejected for c in opt.candidates if c.origin != "program" and c.rejected]
+    unproven = [r for r in rejected if r.startswith("not proven")]
+    if unproven:
+        parts.append(f"{len(unproven)} passed every field test but were not proven ({unproven[0].split('; OptimizeConfig')[0]})")
+    other = [r for r in rejected if not r.startswith("not proven")]
+    if other:
+        parts.append(f"{len(other)} set aside ({other[0][:120]})")
+    return "; of the matches, " + ", ".join(parts) if parts else ""
 
 
 def optimize_config(bp: BuiltPiece, opts: FrontendOptions) -> dict:

@@ -222,6 +222,27 @@ def test_program_won_says_whether_anything_was_proven():
     assert program_won(_fake_result([prog, untimed], {})) == "1 μGraph(s) proven; the program ranked first"
 
 
+def test_program_won_says_what_became_of_the_matches():
+    """Matches that were not verified (the verification's preparation or the time ran out),
+    or passed every field test with a bound above the target, are named: a search that
+    found nothing and one whose matches were all unproven must not read alike."""
+    from mugraph.frontend.run import program_won
+    from mugraph.pipeline.results import Candidate
+
+    prog = Candidate(W_GRAPH, "program", float_ok=True, measured_s=34.3e-6)
+    unproven = Candidate(W_GRAPH, "search", rejected="not proven: bound 1 after 16 passing field tests (target "
+                         "9.09e-13; per-test bound 1); OptimizeConfig(allow_unproven=True) would ship it")
+    said = program_won(_fake_result([prog, unproven], {"wall_seconds": 18.0, "first_match_seconds": 9.1,
+                                                        "search": {"verifications": 1, "verified": 1}}))
+    assert said == ("no μGraph proven in 18 s; its first fingerprint match came at 9 s; of the matches, 1 passed "
+                    "every field test but were not proven (not proven: bound 1 after 16 passing field tests "
+                    "(target 9.09e-13; per-test bound 1))")
+    late = program_won(_fake_result([prog], {"wall_seconds": 21.0, "first_match_seconds": 12.0,
+                                             "search": {"verify_skipped_warm_up": 3}}))
+    assert late.endswith("of the matches, 3 not verified: the program's side of the verification was not "
+                         "ready by the limit")
+
+
 def test_a_near_tie_stays_torch_code(piece_cache, mugraph_log):
     """A μGraph 1 % faster is within the replays' noise (run.TIE_MARGIN): the piece stays torch
     code, so a cold and a warm compile cannot decide it differently."""
