@@ -71,6 +71,35 @@ class _KindInfo:
         return cls(kind, rank, d, d.arity, d.commutative, d.constant_factor, kind in squared, False)
 
 
+#: the attribute types the search draws values for (:meth:`OpProposer._attr_choices`)
+ENUMERATED_ATTRS = ("dim", "rational", "perm", "index")
+
+
+def generated(kind: str) -> bool:
+    """Whether the search ever generates an op of ``kind``: not one with an attribute it does
+    not enumerate (a ``reshape``'s shape, a ``repeat``'s counts), nor one of more than two
+    operands (``concat``) — :meth:`OpProposer.combos`."""
+    d = CATALOG[kind]
+    return d.arity in (0, 1, 2) and all(a.type in ENUMERATED_ATTRS for a in d.attrs)
+
+
+def ungenerated_on_computed(program: Program) -> Optional[str]:
+    """The first op of ``program`` the search never generates (:func:`generated`) that reads
+    a value an op computed — not an input, which a μGraph's iterators may reshape — as
+    ``"kind of producer"``; None when there is none. Such a program has no μGraph in the
+    search's space other than itself, in practice: every block op keeps its operand's rank
+    and elements in place, so the program's layout change has to come from iterators over the
+    inputs alone. Measured: ``reshape(x @ W) * c`` matched nothing in 108 s on 2 workers where
+    ``(x @ W) * c`` matched in 0.2 s, and no such piece of five decoder layers ever matched."""
+    made = {id(t): op.kind for op in program.ops if op.kind != "input" for t in op.outputs}
+    for op in program.ops:
+        if op.kind in CATALOG and not generated(op.kind):
+            for t in op.inputs:
+                if id(t) in made:
+                    return f"{op.kind} of {made[id(t)]}"
+    return None
+
+
 def program_attr_values(program: Program) -> dict[tuple[str, str], list]:
     """(kind, attribute) -> the values the search tries: rational, permutation and index
     attributes take the program's own values of that attribute of that op."""

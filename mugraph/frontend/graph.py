@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 
 from .capture import NodeInfo, probe, trace, unfold_column_slices
-from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, piece_weight
+from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, search_weight
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
@@ -96,8 +96,8 @@ class Captured:
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
         # one search per piece name and input layout (run.optimize_piece): the graph's budget is
-        # shared among those, by weight (options.piece_weight)
-        weights = {(bp.name, bp.layout_key): piece_weight([op.kind for op in bp.program.ops]) for bp in self.pieces}
+        # shared among those, by weight (options.search_weight)
+        weights = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in self.pieces}
         total = sum(weights.values())
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other

@@ -48,3 +48,40 @@ def test_the_graph_passes_the_share_to_its_pieces(monkeypatch):
     total = sum(w.values())
     assert len(w) >= 1 and seen == [pytest.approx(max(MIN_PIECE_S, min(30, 20 / 2 * w[(bp.name, bp.layout_key)] / total)))
                                     for bp in cap.pieces]
+
+
+def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
+    """A piece whose program reshapes a computed value (a projection's head split before its
+    RoPE) has no μGraph in the search's space but itself: weight 0, the least share, and the
+    budget goes to the pieces that can match (search.proposals.ungenerated_on_computed)."""
+    import mugraph as mg
+    from mugraph.frontend.options import search_weight
+    from search.proposals import ungenerated_on_computed
+
+    p = mg.Program("head_split")
+    x, w, c = p.input("x", (1, 64)), p.input("w", (64, 32)), p.input("c", (1, 2, 1, 16))
+    p.output(mg.reshape(x @ w, (1, 2, 1, 16)) * c)
+    assert ungenerated_on_computed(p) == "reshape of matmul" and search_weight(p) == 0
+    q = mg.Program("input_view")                      # a reshape of an input is an iterator's view
+    x, w = q.input("x", (1, 64)), q.input("w", (32, 64))
+    q.output(w @ mg.reshape(x, (64, 1)))
+    assert ungenerated_on_computed(q) is None and search_weight(q) == 2
+
+    c = torch.randn(2, 1, 4)
+
+    def f(x, w1, w2):
+        a = torch.exp(x @ w1) * 2                     # a piece that can match
+        h = (x @ w2).view(4, 2, 4).transpose(0, 1)  # heads split, then moved: RoPE's layout
+        return a, torch.exp(h) * c                    # (a piece that holds the split cannot match)
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
+                     torch.randn(8, 8, generator=g))
+    seen = {}
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.__setitem__(bp.name, opts.time_limit))
+    cap.compile(time_limit=30, graph_budget=20, device="cpu")
+    weights = {bp.name: search_weight(bp.program) for bp in cap.pieces}
+    assert sorted(weights.values()) == [0, 2], weights
+    for bp in cap.pieces:
+        want = MIN_PIECE_S if weights[bp.name] == 0 else min(30, 20 / 2)  # the matchable piece takes all
+        assert seen[bp.name] == pytest.approx(want), (bp.describe(), seen)
