@@ -276,6 +276,11 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         pieces = [bp for cap in comp[-1].captured.values() for bp in cap.pieces] if comp else []
         row["pieces"] = len(pieces)
         row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+        # each piece's outcome (what it runs and why, its search's share, first match and
+        # proofs): what a row's ratio is made of, without rerunning it
+        row["piece_info"] = [{"piece": bp.describe(), **{k: v for k, v in bp.info.items()
+                                                         if isinstance(v, (bool, int, float, str, type(None)))}}
+                             for bp in pieces]
     except RowTimeout:
         raise
     except Exception as e:  # noqa: BLE001 - eager and Inductor are still timed

@@ -326,9 +326,16 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
         _stays_torch(bp, e)
         _INFO[k] = {}
         return False
+    stats = (opt.report.get("search") or {}).get("stats") or {}
+    counts = stats.get("search") or {}
     _INFO[k] = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
                 "origin": opt.best.origin, "found_by": opt.best.found_by,
-                "predicted_s": opt.best.predicted_s, "optimized": opt}
+                "predicted_s": opt.best.predicted_s,
+                # what the search did in its share, for a piece that ships nothing as much as for one
+                # that ships: when its first match came, how many matched and were proven
+                "first_match_s": stats.get("first_match_seconds"),
+                "matches": counts.get("fingerprint_matches", 0), "verified": counts.get("verified", 0),
+                "optimized": opt}
     return True
 
 

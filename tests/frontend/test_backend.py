@@ -42,6 +42,10 @@ def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
     (cap,) = _backend_results()[0].captured.values()
     assert any(bp.info.get("origin") == "search" and bp.info["kernels"] >= 1 for bp in cap.pieces), \
         [bp.info for bp in cap.pieces]
+    # and says what its search did: when its first match came, how many matched and were proven
+    shipped = next(bp for bp in cap.pieces if bp.info.get("origin") == "search")
+    assert shipped.info["matches"] >= 1 and shipped.info["verified"] >= 1
+    assert shipped.info["first_match_s"] is None or shipped.info["first_match_s"] >= 0
     # a new shape: a new program, a new search, said in one line each
     mugraph_log.clear()
     with torch.no_grad():
