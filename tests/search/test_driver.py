@@ -323,3 +323,22 @@ def test_a_stuck_warm_up_does_not_hang_the_search(monkeypatch, caplog):
         r = search.run(_program(), _cfg(executor="processes", workers=2, time_limit=4.0))
     assert time.monotonic() - t0 < 4.0 + 2.0 + 3.0
     assert not r.graphs and any("warm-up" in m and "still runs" in m for m in caplog.messages)
+
+
+def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
+    """On worker processes the units running when the dispatch deadline passes with nothing
+    matched stop on their own deadline; they are queued again whole, not recorded as cut, and
+    the search still completes with what it finds unhurried."""
+    import time
+
+    from search.run_state import Clock
+
+    real_start = Clock.start
+
+    def early(cfg, outer):
+        c = real_start(cfg, outer)
+        return Clock(c.t0, c.t_end, time.monotonic() + 0.3, c.late_deadline)
+
+    monkeypatch.setattr(Clock, "start", staticmethod(early))
+    r = search.run(_program(), _cfg(time_limit=60.0, executor="processes", workers=2, max_block_ops=6))
+    assert r.stats["search"]["enumeration_extended"] == 1 and r.stats["complete"] and r.graphs
