@@ -17,6 +17,7 @@ ops; only a measurement on the card does. The verdict, both times and why go int
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from typing import Any, Callable
@@ -30,6 +31,7 @@ from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
 from ..core.files import as_path
 from .kernels import make_op
+from . import verdicts
 from .options import FrontendOptions
 from .pieces import BuiltPiece, example_inputs, torch_module
 
@@ -150,6 +152,10 @@ def gpu_timer(bp: BuiltPiece, launches: dict[str, Callable[[], object]]) -> dict
     return measure_together(launches, "graph", rounds=3)
 
 
+#: what the default timer measures: its verdicts are kept on disk (:mod:`.verdicts`)
+gpu_timer.cache_key = "CUDA-graph replays, medians of the forms timed in turns, 3 rounds"
+
+
 def _judge(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str, key: tuple) -> dict:
     """The never-slower verdict for a piece whose μGraph is compiled as ``op``: ``runs``
     ("mugraph" or "torch"), both times in seconds (None when not timed) and ``why``."""
@@ -160,7 +166,19 @@ def _judge(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str, key: tup
         return {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
     k = key + (timer,)
     if k not in _VERDICTS:
-        _VERDICTS[k] = _time_both(bp, op, opts, device, timer)
+        subject = {"piece": bp.name, "layout": bp.layout_key, "kernel_op": key[3], "inductor": opts.inductor,
+                   "margin": TIE_MARGIN}
+        doc = verdicts.question("piece", subject, opts.key(), device, timer)
+        path = verdicts.path_of(opts.cache_dir, bp.name, doc) if doc is not None else None
+        v = verdicts.load(path, doc)
+        if v is None:
+            v = _time_both(bp, op, opts, device, timer)
+            if v["mugraph_s"] is not None:  # a comparison that failed is tried again next time
+                verdicts.save(path, doc, v)
+        else:
+            log.info("mugraph: %s %s: %s (timed at an earlier compile)", bp.name,
+                     "runs its μGraph" if v["runs"] == "mugraph" else "stays torch code", v["why"])
+        _VERDICTS[k] = v
     return dict(_VERDICTS[k])
 
 
@@ -215,6 +233,14 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     written = written_inputs(cap.graph_module, len(args))
     why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
            if timer is None else "the graph writes into inputs it cannot tell apart" if written is None else None)
+    doc = None if why is not None else verdicts.question("graph", _graph_subject(cap, args), opts.key(), device, timer)
+    path = verdicts.path_of(opts.cache_dir, "graph", doc) if doc is not None else None
+    known = verdicts.load(path, doc)
+    if known is not None:  # timed at an earlier compile: only the form that runs is compiled
+        cap.whole = known
+        log.info("mugraph: the graph runs %s its μGraph pieces: %s (timed at an earlier compile)",
+                 "with" if known["runs"] == "mugraph" else "without", known["why"])
+        return stitched() if known["runs"] == "mugraph" else plain()
     mine = stitched()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
@@ -239,7 +265,18 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
            + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}, it runs without them (never-slower rule)"))
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
     cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
+    verdicts.save(path, doc, cap.whole)
     return mine if faster else base
+
+
+def _graph_subject(cap: Any, args: tuple) -> dict:
+    """What the whole-graph rule timed: the traced graph's code, the call's tensors (shapes,
+    strides, dtypes) and the pieces kept as μGraphs (by name and layout)."""
+    code = hashlib.sha256(cap.graph_module.code.encode()).hexdigest()[:24]
+    tensors = [[list(a.shape), list(a.stride()), str(a.dtype)] if isinstance(a, torch.Tensor) else repr(a)[:40]
+               for a in args]
+    return {"graph": code, "args": tensors, "kept": sorted(f"{bp.name}:{bp.layout_key}" for bp in cap.kept),
+            "margin": TIE_MARGIN}
 
 
 def written_inputs(gm: torch.fx.GraphModule, n_args: int) -> frozenset[int] | None:

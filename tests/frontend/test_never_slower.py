@@ -252,3 +252,39 @@ def test_a_near_tie_stays_torch_code(piece_cache, mugraph_log):
     close(y, block(x))
     assert not cap.kept and all(bp.info["runs"] == "torch" for bp in cap.pieces)
     assert any("not faster by more than 2% (never-slower rule)" in m for m in mugraph_log.messages)
+
+
+class KeptTimer(FixedTimer):
+    """A timer that says what it measures (``cache_key``), as the default GPU timer does: its
+    verdicts are kept on disk beside the result cache."""
+
+    cache_key = "fixed times for the tests"
+
+
+def _forget_memo():
+    from mugraph.frontend import run
+    for memo in (run._INFO, run._DONE, run._VERDICTS, run._LOWER_FAILED):
+        memo.clear()
+
+
+def test_a_warm_compile_reuses_the_verdicts_its_cold_compile_timed(piece_cache, mugraph_log):
+    """The verdicts of the pieces and of the whole graph are kept in the cache directory
+    (frontend.verdicts): a fresh process (the memo forgotten) compiling the same graph on the
+    same device decides as the cold compile did without timing anything, and compiles only
+    the graph form that runs. A timer without a ``cache_key`` is asked every time."""
+    timer = KeptTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=False)
+    assert timer.calls and cap.whole["runs"] == "torch"
+    first = [bp.info["runs"] for bp in cap.pieces], dict(cap.whole)
+    _forget_memo()
+    mugraph_log.clear()
+    again = KeptTimer(mugraph_s=9e-6, torch_s=1e-6, graph_s=(1e-6, 9e-6))  # would decide otherwise
+    y2, cap2 = compiled_pieces(two_blocks, x, piece_cache, timer=again, inductor=False)
+    close(y2, two_blocks(x))
+    assert again.calls == [] and ([bp.info["runs"] for bp in cap2.pieces], cap2.whole) == first
+    assert any("timed at an earlier compile" in m for m in mugraph_log.messages)
+    _forget_memo()
+    plain = FixedTimer(mugraph_s=9e-6, torch_s=1e-6, graph_s=(1e-6, 9e-6))  # no cache_key: timed again
+    compiled_pieces(two_blocks, x, piece_cache, timer=plain, inductor=False)
+    assert plain.calls

@@ -1,0 +1,88 @@
+"""Never-slower verdicts kept on disk beside the result cache, so a warm compile does not
+time again what its cold compile timed (docs/models.md, "The never-slower rule").
+
+A verdict — a piece's μGraph against its torch ops, or a graph with its μGraph pieces
+against the graph without them — depends on what was timed (the piece's program and input
+layout, or the graph's code and the call's shapes and strides), the options that made the
+μGraph, the GPU and the code that ran. All of it is the entry's question, stored in the
+entry and compared on read, as the result cache compares its own (``pipeline.cache``); an
+entry that answers another question, or was written by other code or versions, is timed
+again and replaced. Only timers that say what they measure (a ``cache_key`` attribute, as
+the default GPU timer's) are cached: a caller's own timer is asked every time.
+
+Why: a warm compile of a decoder layer timed every piece both ways again (the torch form
+compiled by Inductor for each) and compiled the whole graph twice for its rule: 2.8–8.3 s
+on an H200, most of a warm compile."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import MugraphError, SerializationError
+from ..core.files import as_path, read_json, safe_name, write_text_atomic
+from ..pipeline.cache import default_cache_dir, versions
+from ..pipeline.timing import device_name
+
+log = logging.getLogger("mugraph")
+
+#: the folder under the cache directory that holds the verdicts
+FOLDER = "verdicts"
+
+
+def timer_key(timer: Callable) -> str | None:
+    """What ``timer`` measures, when it says (its ``cache_key``); None: not cacheable."""
+    key = getattr(timer, "cache_key", None)
+    return key if isinstance(key, str) and key else None
+
+
+def question(what: str, subject: Any, options_key: str, device: str, timer: Callable) -> dict | None:
+    """The question a verdict answers (JSON-ready), or None when it must not be cached (a
+    timer that does not say what it measures)."""
+    tk = timer_key(timer)
+    if tk is None:
+        return None
+    doc = {"what": what, "subject": subject, "options": options_key, "device": device_name(device),
+           "timer": tk, "versions": versions()}
+    return json.loads(json.dumps(doc, sort_keys=True, default=str))
+
+
+def path_of(cache_dir: Any, name: str, doc: dict) -> Path | None:
+    """The entry's file for question ``doc`` under the options' cache directory (None: the
+    cache is off). Named by ``name`` and a hash of the question without the versions, so an
+    entry written by other code is found, and replaced, under the same name."""
+    if cache_dir is False:
+        return None
+    root = default_cache_dir() if cache_dir is None else as_path(cache_dir, "cache_dir")
+    asked = {k: v for k, v in doc.items() if k != "versions"}
+    key = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
+    return root / FOLDER / f"{safe_name(name, 48)}-{key}.json"
+
+
+def load(path: Path | None, doc: dict | None) -> dict | None:
+    """The stored verdict for ``doc``, or None (no entry, another question or other code:
+    timed again)."""
+    if path is None or doc is None or not path.exists():
+        return None
+    try:
+        entry = read_json(path, "verdict")
+    except MugraphError:
+        return None
+    if not isinstance(entry, dict) or entry.get("question") != doc or not isinstance(entry.get("verdict"), dict):
+        return None
+    return entry["verdict"]
+
+
+def save(path: Path | None, doc: dict | None, verdict: dict) -> None:
+    """Keep ``verdict`` for ``doc`` (atomically); a verdict that cannot be written costs a
+    warning line, never the compile."""
+    if path is None or doc is None:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps({"question": doc, "verdict": verdict}, indent=1), "verdict")
+    except (OSError, SerializationError) as e:
+        log.warning("mugraph: never-slower verdict not saved in %s: %s", path.parent, str(e).splitlines()[0][:200])
