@@ -11,8 +11,8 @@ again and replaced. Only timers that say what they measure (a ``cache_key`` attr
 the default GPU timer's) are cached: a caller's own timer is asked every time.
 
 Why: a warm compile of a decoder layer timed every piece both ways again (the torch form
-compiled by Inductor for each) and compiled the whole graph twice for its rule: 2.8–8.3 s
-on an H200, most of a warm compile."""
+compiled by Inductor for each) and compiled the whole graph twice for its rule; warm
+compiles took 2.8–8.3 s on an H200 (how much of that was the timing is not measured)."""
 
 from __future__ import annotations
 
