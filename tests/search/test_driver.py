@@ -327,11 +327,20 @@ def test_a_stuck_warm_up_does_not_hang_the_search(monkeypatch, caplog):
 
 def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
     """On worker processes the units running when the dispatch deadline passes with nothing
-    matched stop on their own deadline; they are queued again whole, not recorded as cut, and
-    the search still completes with what it finds unhurried."""
+    matched stop on their own deadline; they are queued again whole, not recorded as cut
+    (dispatch._stopped_early), so whether or not the first match beat that deadline, the
+    search completes with the graphs the unhurried serial search finds."""
     import time
 
+    from search.dispatch import _stopped_early
+    from search.executors import Outcome
     from search.run_state import Clock
+
+    stopped = Outcome(3, {"results": [], "stats": {}, "oracle": {"timed_out": True}})
+    finished = Outcome(3, {"results": [], "stats": {}, "oracle": {"timed_out": False}})
+    assert _stopped_early(stopped, given=10.0, deadline=20.0)
+    assert not _stopped_early(stopped, given=20.0, deadline=20.0)   # stopped by the deadline in force
+    assert not _stopped_early(finished, given=10.0, deadline=20.0)
 
     real_start = Clock.start
 
@@ -341,4 +350,6 @@ def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
 
     monkeypatch.setattr(Clock, "start", staticmethod(early))
     r = search.run(_program(), _cfg(time_limit=60.0, executor="processes", workers=2, max_block_ops=6))
-    assert r.stats["search"]["enumeration_extended"] == 1 and r.stats["complete"] and r.graphs
+    monkeypatch.undo()
+    assert r.stats["complete"] and r.graphs
+    assert r.graph_json == search.run(_program(), _cfg(max_block_ops=6)).graph_json
