@@ -328,8 +328,7 @@ def test_a_stuck_warm_up_does_not_hang_the_search(monkeypatch, caplog):
 def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
     """On worker processes the units running when the dispatch deadline passes with nothing
     matched stop on their own deadline; they are queued again whole, not recorded as cut
-    (dispatch._stopped_early), so whether or not the first match beat that deadline, the
-    search completes with the graphs the unhurried serial search finds."""
+    (dispatch._stopped_early), and the search still runs its space to the end."""
     import time
 
     from search.dispatch import _stopped_early
@@ -342,14 +341,19 @@ def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
     assert not _stopped_early(stopped, given=20.0, deadline=20.0)   # stopped by the deadline in force
     assert not _stopped_early(finished, given=10.0, deadline=20.0)
 
+    # a program with no μGraph in the space but itself: nothing ever matches, so the first
+    # deadline (50 ms in: the workers' start alone takes longer) always moves, and every unit
+    # dispatched before it stops on it and must run again for the search to complete
+    p = mg.Program("head_split")
+    x, w, c = p.input("x", (2, 16)), p.input("w", (16, 8)), p.input("c", (2, 2, 4))
+    p.output(mg.reshape(x @ w, (2, 2, 4)) * c)
     real_start = Clock.start
 
     def early(cfg, outer):
         c = real_start(cfg, outer)
-        return Clock(c.t0, c.t_end, time.monotonic() + 0.3, c.late_deadline)
+        return Clock(c.t0, c.t_end, time.monotonic() + 0.05, c.late_deadline)
 
     monkeypatch.setattr(Clock, "start", staticmethod(early))
-    r = search.run(_program(), _cfg(time_limit=60.0, executor="processes", workers=2, max_block_ops=6))
-    monkeypatch.undo()
-    assert r.stats["complete"] and r.graphs
-    assert r.graph_json == search.run(_program(), _cfg(max_block_ops=6)).graph_json
+    r = search.run(p, _cfg(time_limit=60.0, executor="processes", workers=2, max_block_ops=3))
+    assert r.stats["search"]["enumeration_extended"] == 1 and r.stats["complete"] and r.stats["tasks_cut"] == 0
+    assert r.stats["tasks_done"] == r.stats["tasks"]
