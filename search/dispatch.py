@@ -116,10 +116,7 @@ def enumerate_units(state: RunState) -> None:
     given: dict[int, Optional[float]] = {}
     try:
         while todo or (state.executor is not None and state.executor.busy()):
-            if (deadline is not None and time.monotonic() > deadline and state.first_match is None
-                    and state.clock.late_deadline is not None and deadline < state.clock.late_deadline):
-                deadline = state.clock.late_deadline
-                state.counts["enumeration_extended"] += 1
+            deadline = _moved(state, deadline)
             open_ = deadline is None or time.monotonic() <= deadline
             if not open_ and state.executor is None:
                 break
@@ -138,6 +135,11 @@ def enumerate_units(state: RunState) -> None:
                 ex.submit(i, {"kind": "search", "task": state.unit_json[i], "deadline": state.clock.wall(deadline),
                               "split": state.cfg.split_seconds})
             for out in ex.wait(state.clock.tick()):
+                # a unit its deadline stopped may answer before the loop comes round again (one
+                # that brings a match is recorded first: the deadline then stays)
+                if not (out.value and out.value.get("results")):
+                    deadline = _moved(state, deadline)
+                    open_ = deadline is None or time.monotonic() <= deadline
                 if open_ and _stopped_early(out, given.get(out.index), deadline):
                     attempts[out.index] -= 1
                     todo.appendleft(out.index)  # its deadline moved on since it was dispatched
@@ -146,6 +148,17 @@ def enumerate_units(state: RunState) -> None:
             state.refresh()
     finally:
         state.search_seconds = time.perf_counter() - t_start
+
+
+def _moved(state: RunState, deadline: Optional[float]) -> Optional[float]:
+    """``deadline``, or the clock's late deadline once ``deadline`` has passed with no
+    fingerprint match yet (counted once in ``enumeration_extended``)."""
+    late = state.clock.late_deadline
+    if (deadline is not None and late is not None and deadline < late and time.monotonic() > deadline
+            and state.first_match is None):
+        state.counts["enumeration_extended"] += 1
+        return late
+    return deadline
 
 
 def _stopped_early(out: Outcome, given: Optional[float], deadline: Optional[float]) -> bool:
