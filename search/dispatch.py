@@ -117,7 +117,7 @@ def enumerate_units(state: RunState) -> None:
     try:
         while todo or (state.executor is not None and state.executor.busy()):
             deadline = _moved(state, deadline)
-            open_ = deadline is None or time.monotonic() <= deadline
+            open_ = _open(deadline)
             if not open_ and state.executor is None:
                 break
             ex = state.running_executor()
@@ -139,7 +139,7 @@ def enumerate_units(state: RunState) -> None:
                 # that brings a match is recorded first: the deadline then stays)
                 if not (out.value and out.value.get("results")):
                     deadline = _moved(state, deadline)
-                    open_ = deadline is None or time.monotonic() <= deadline
+                    open_ = _open(deadline)
                 if open_ and _stopped_early(out, given.get(out.index), deadline):
                     attempts[out.index] -= 1
                     todo.appendleft(out.index)  # its deadline moved on since it was dispatched
@@ -148,6 +148,11 @@ def enumerate_units(state: RunState) -> None:
             state.refresh()
     finally:
         state.search_seconds = time.perf_counter() - t_start
+
+
+def _open(deadline: Optional[float]) -> bool:
+    """Whether units may still be dispatched."""
+    return deadline is None or time.monotonic() <= deadline
 
 
 def _moved(state: RunState, deadline: Optional[float]) -> Optional[float]:

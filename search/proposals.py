@@ -319,6 +319,8 @@ class OpProposer:
         """Every attribute assignment the search tries for op ``d`` on an input of
         ``shape`` (one empty one for an op without attributes), or None when an
         attribute is not one the search enumerates."""
+        if any(a.type not in ENUMERATED_ATTRS for a in d.attrs):
+            return None
         out: list[dict] = [{}]
         for a in d.attrs:
             if a.type == "dim":
@@ -327,10 +329,8 @@ class OpProposer:
                 values = self.attr_values.get((d.name, a.name), [])
             elif a.type == "perm":
                 values = [v for v in self.attr_values.get((d.name, a.name), []) if len(v) == len(shape)]
-            elif a.type == "index":  # (a window the input's dim cannot hold is refused by the shape rule)
+            else:  # "index" (a window the input's dim cannot hold is refused by the shape rule)
                 values = self.attr_values.get((d.name, a.name), [])
-            else:
-                return None
             out = [{**at, a.name: v} for at in out for v in values]
         return out
 

@@ -76,22 +76,15 @@ def after_warm_up(state: RunState, matches: list[Match],
 
 def warmed(state: RunState) -> bool:
     """Wait for the warm-up, which holds the checker the split phase and the
-    verification use, at most until the time limit (in short waits, so Ctrl-C still
-    interrupts). False when it is still running then: there is no time left to verify
-    anyway (:func:`settle_warm_up` waits for it before the search returns)."""
-    t = state.warming
-    t_end = state.clock.t_end
-    while t is not None and t.is_alive():
-        if t_end is not None and time.monotonic() > t_end:
-            return False
-        t.join(0.5)
-    state.warming = None
-    return True
+    verification use, at most until the time limit. False when it is still running then:
+    there is no time left to verify anyway (:func:`settle_warm_up` waits for it before the
+    search returns)."""
+    return _join_warm_up(state, state.clock.t_end)
 
 
 def settle_warm_up(state: RunState, at_most: Optional[float] = None) -> None:
-    """Wait (in short waits, so Ctrl-C still interrupts) until the warm-up thread has ended,
-    at most ``at_most`` seconds (default :data:`SETTLE_MAX_S`). A search must not return while it runs: its GPU work would
+    """Wait until the warm-up thread has ended, at most ``at_most`` seconds (default
+    :data:`SETTLE_MAX_S`). A search must not return while it runs: its GPU work would
     overlap the caller's, and the GPU re-ranking captures CUDA graphs — an allocation or
     synchronization on another thread during a capture invalidates it ("operation not
     permitted when stream is capturing", then "operation failed due to a previous error
@@ -101,16 +94,22 @@ def settle_warm_up(state: RunState, at_most: Optional[float] = None) -> None:
     seconds; one still running after ``at_most`` is left to finish on its own (a daemon),
     with one warning line, so a stuck warm-up cannot hang the caller."""
     at_most = SETTLE_MAX_S if at_most is None else at_most
+    if not _join_warm_up(state, time.monotonic() + at_most):
+        log.warning("mugraph search: the verification warm-up of %r still runs %.0f s after the search "
+                    "ended; returning without it (GPU work may overlap the caller's)", state.program.name, at_most)
+
+
+def _join_warm_up(state: RunState, until: Optional[float]) -> bool:
+    """Wait for the warm-up thread until monotonic time ``until`` (None: as long as it
+    runs), in short waits so Ctrl-C still interrupts; True (and the thread forgotten) once
+    it has ended, False when it still runs at ``until``."""
     t = state.warming
-    give_up = time.monotonic() + at_most
     while t is not None and t.is_alive():
-        if time.monotonic() > give_up:
-            log.warning("mugraph search: the verification warm-up of %r still runs %.0f s after the search "
-                        "ended; returning without it (GPU work may overlap the caller's)", state.program.name,
-                        at_most)
-            return
+        if until is not None and time.monotonic() > until:
+            return False
         t.join(0.5)
     state.warming = None
+    return True
 
 
 # ------------------------------------------------------------------ phases

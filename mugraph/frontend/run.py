@@ -168,13 +168,12 @@ def _judge(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str, key: tup
     if k not in _VERDICTS:
         subject = {"piece": bp.name, "layout": bp.layout_key, "kernel_op": key[3], "inductor": opts.inductor,
                    "margin": TIE_MARGIN}
-        doc = verdicts.question("piece", subject, opts.key(), device, timer)
-        path = verdicts.path_of(opts.cache_dir, bp.name, doc) if doc is not None else None
-        v = verdicts.load(path, doc)
+        kept = verdicts.entry(opts.cache_dir, "piece", bp.name, subject, opts.key(), device, timer)
+        v = kept.load()
         if v is None:
             v = _time_both(bp, op, opts, device, timer)
             if v["mugraph_s"] is not None:  # a comparison that failed is tried again next time
-                verdicts.save(path, doc, v)
+                kept.save(v)
         else:
             log.info("mugraph: %s %s: %s (timed at an earlier compile)", bp.name,
                      "runs its μGraph" if v["runs"] == "mugraph" else "stays torch code", v["why"])
@@ -233,9 +232,9 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     written = written_inputs(cap.graph_module, len(args))
     why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
            if timer is None else "the graph writes into inputs it cannot tell apart" if written is None else None)
-    doc = None if why is not None else verdicts.question("graph", _graph_subject(cap, args), opts.key(), device, timer)
-    path = verdicts.path_of(opts.cache_dir, "graph", doc) if doc is not None else None
-    known = verdicts.load(path, doc)
+    kept = verdicts.Entry(None, None) if why is not None else \
+        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args), opts.key(), device, timer)
+    known = kept.load()
     if known is not None:  # timed at an earlier compile: only the form that runs is compiled
         cap.whole = known
         log.info("mugraph: the graph runs %s its μGraph pieces: %s (timed at an earlier compile)",
@@ -265,7 +264,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
            + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}, it runs without them (never-slower rule)"))
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
     cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
-    verdicts.save(path, doc, cap.whole)
+    kept.save(cap.whole)
     return mine if faster else base
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,50 +40,53 @@ def timer_key(timer: Callable) -> str | None:
     return key if isinstance(key, str) and key else None
 
 
-def question(what: str, subject: Any, options_key: str, device: str, timer: Callable) -> dict | None:
-    """The question a verdict answers (JSON-ready), or None when it must not be cached (a
-    timer that does not say what it measures)."""
+@dataclass
+class Entry:
+    """One verdict's place on disk: its file (None: not kept — the cache is off, or the
+    timer does not say what it measures) and the question it answers."""
+
+    path: Path | None
+    question: dict | None
+
+    def load(self) -> dict | None:
+        """The stored verdict, or None (no entry, another question, other code: timed again)."""
+        if self.path is None or not self.path.exists():
+            return None
+        try:
+            doc = read_json(self.path, "verdict")
+        except MugraphError:
+            return None
+        if not isinstance(doc, dict) or doc.get("question") != self.question or not isinstance(doc.get("verdict"), dict):
+            return None
+        return doc["verdict"]
+
+    def save(self, verdict: dict) -> None:
+        """Keep ``verdict`` (atomically); one that cannot be written costs a warning line,
+        never the compile."""
+        if self.path is None:
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(self.path, json.dumps({"question": self.question, "verdict": verdict}, indent=1),
+                              "verdict")
+        except (OSError, SerializationError) as e:
+            log.warning("mugraph: never-slower verdict not saved in %s: %s", self.path.parent,
+                        str(e).splitlines()[0][:200])
+
+
+def entry(cache_dir: Any, what: str, name: str, subject: Any, options_key: str, device: str,
+          timer: Callable) -> Entry:
+    """The entry of the verdict on ``subject`` (``what``: "piece" or "graph") under the
+    options' cache directory. Its file is named by ``name`` and a hash of the question
+    without the versions, so an entry written by other code is found, and replaced, under
+    the same name."""
     tk = timer_key(timer)
-    if tk is None:
-        return None
+    if cache_dir is False or tk is None:
+        return Entry(None, None)
     doc = {"what": what, "subject": subject, "options": options_key, "device": device_name(device),
            "timer": tk, "versions": versions()}
-    return json.loads(json.dumps(doc, sort_keys=True, default=str))
-
-
-def path_of(cache_dir: Any, name: str, doc: dict) -> Path | None:
-    """The entry's file for question ``doc`` under the options' cache directory (None: the
-    cache is off). Named by ``name`` and a hash of the question without the versions, so an
-    entry written by other code is found, and replaced, under the same name."""
-    if cache_dir is False:
-        return None
+    doc = json.loads(json.dumps(doc, sort_keys=True, default=str))  # as it reads back from JSON
     root = default_cache_dir() if cache_dir is None else as_path(cache_dir, "cache_dir")
     asked = {k: v for k, v in doc.items() if k != "versions"}
     key = hashlib.sha256(json.dumps(asked, sort_keys=True).encode()).hexdigest()[:24]
-    return root / FOLDER / f"{safe_name(name, 48)}-{key}.json"
-
-
-def load(path: Path | None, doc: dict | None) -> dict | None:
-    """The stored verdict for ``doc``, or None (no entry, another question or other code:
-    timed again)."""
-    if path is None or doc is None or not path.exists():
-        return None
-    try:
-        entry = read_json(path, "verdict")
-    except MugraphError:
-        return None
-    if not isinstance(entry, dict) or entry.get("question") != doc or not isinstance(entry.get("verdict"), dict):
-        return None
-    return entry["verdict"]
-
-
-def save(path: Path | None, doc: dict | None, verdict: dict) -> None:
-    """Keep ``verdict`` for ``doc`` (atomically); a verdict that cannot be written costs a
-    warning line, never the compile."""
-    if path is None or doc is None:
-        return
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps({"question": doc, "verdict": verdict}, indent=1), "verdict")
-    except (OSError, SerializationError) as e:
-        log.warning("mugraph: never-slower verdict not saved in %s: %s", path.parent, str(e).splitlines()[0][:200])
+    return Entry(root / FOLDER / f"{safe_name(name, 48)}-{key}.json", doc)
