@@ -24,7 +24,7 @@ are forced by the Lax rule, not chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -54,40 +54,40 @@ class Piece:
         return sum(not is_rearrangement(k) for n in self.nodes for k in info[n].kinds) >= min_ops
 
 
-def _exp_ok(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
+def _exp_ok(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
+    """At most one exponentiation on any path inside ``members`` (walked in graph order:
+    fx nodes sort topologically)."""
     depth: dict[fx.Node, int] = {}
-    for n in order:
-        if n in members:
-            d = info[n].exps + max((depth[a] for a in n.all_input_nodes if a in depth), default=0)
-            if d > 1:
-                return False
-            depth[n] = d
+    for n in sorted(members):
+        d = info[n].exps + max((depth[a] for a in n.all_input_nodes if a in depth), default=0)
+        if d > 1:
+            return False
+        depth[n] = d
     return True
 
 
-def _acyclic(group: dict[fx.Node, Any], order: list[fx.Node]) -> bool:
-    """Whether contracting each group (piece) to one node leaves a DAG."""
-    index = {n: i for i, n in enumerate(order)}
-    succ: dict[int, set[int]] = {}
-    indeg: dict[int, int] = {}
-    for n in order:
-        g = group.get(n, -1 - index[n])
-        indeg.setdefault(g, 0)
-        for u in n.users:
-            h = group.get(u, -1 - index[u])
-            if h != g and h not in succ.setdefault(g, set()):
-                succ[g].add(h)
-                indeg[h] = indeg.get(h, 0) + 1
-    ready = [g for g, d in indeg.items() if d == 0]
-    seen = 0
-    while ready:
-        g = ready.pop()
-        seen += 1
-        for h in succ.get(g, ()):
-            indeg[h] -= 1
-            if indeg[h] == 0:
-                ready.append(h)
-    return seen == len(indeg)
+def _closes_cycle(merged: set[fx.Node], group: dict[fx.Node, Any], members: dict[Any, set[fx.Node]],
+                  walk: Callable[[fx.Node], bool]) -> bool:
+    """Whether contracting ``merged`` to one node would close a cycle in a graph whose
+    groups (``group`` maps a node to its group, ``members`` a group to its nodes) are
+    already contracted — that graph being acyclic, a new cycle leaves ``merged`` and comes
+    back. Walked forward from ``merged``'s users; a group reached is entered at all its
+    members (contracted, they are one node). Only nodes ``walk`` admits are walked: its
+    caller knows that no path through the others returns (:func:`_grow`, :func:`_cut`), so
+    the walk stays local and the partition of a deep model does not pay its depth per node."""
+    todo = [u for m in merged for u in m.users if u not in merged]
+    seen: set[fx.Node] = set()
+    while todo:
+        v = todo.pop()
+        if v in merged:
+            return True
+        if v in seen or not walk(v):
+            continue
+        g = group.get(v)
+        same = members[g] if g is not None else (v,)
+        seen.update(same)
+        todo += [u for w in same for u in w.users if u not in seen]
+    return False
 
 
 def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.Node]) -> list[set[fx.Node]]:
@@ -104,20 +104,19 @@ def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.N
         choices = ([producers] if len(producers) > 1 else []) + [[g] for g in producers] + [[]]
         for gs in choices:
             merged = set().union(*(members[g] for g in gs)) | {n}
-            if not _exp_ok(merged, order, info):
+            if not _exp_ok(merged, info):
+                continue
+            # nothing after n is in a piece yet: a path past n never jumps back and never returns
+            if len(merged) > 1 and _closes_cycle(merged, group, members, lambda v: v < n):
                 continue
             target = gs[0] if gs else next_id
-            trial = dict(group)
-            for m in merged:
-                trial[m] = target
-            if gs and not _acyclic(trial, order):
-                continue
             if not gs:
                 next_id += 1
             for g in gs:
                 members.pop(g, None)
             members[target] = merged
-            group = trial
+            for m in merged:
+                group[m] = target
             break
     return [m for _, m in sorted(members.items())]
 
@@ -173,7 +172,7 @@ def softmax_cores(piece: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.
     return core
 
 
-def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], info: dict[fx.Node, NodeInfo],
+def _cut(piece: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo],
          max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
     """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
     matmuls (§10.3): every node starts alone; the piece's internal edges, heaviest
@@ -186,10 +185,7 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
     if (max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls):
         return [piece]
     index = {n: k for k, n in enumerate(order)}
-    group: dict[fx.Node, Any] = {}
-    for k, m in enumerate(others):  # (ids apart from _acyclic's negative ones for single nodes)
-        for n in m:
-            group[n] = ("other", k)
+    group: dict[fx.Node, int] = {}
     part: dict[int, set[fx.Node]] = {}
     for n in piece:
         group[n] = index[n]
@@ -214,18 +210,18 @@ def _cut(piece: set[fx.Node], others: list[set[fx.Node]], order: list[fx.Node], 
         over = (max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
         if over and not atomic(a, n):
             continue
-        trial = dict(group)
-        for m in part[gn]:
-            trial[m] = ga
-        if not _acyclic(trial, order):
+        # the piece contracted whole is acyclic with every other piece: a path
+        # leaving it never comes back, so only the piece's own nodes are walked
+        if _closes_cycle(merged, group, part, lambda v: v in piece):
             continue
-        group = trial
+        for m in part[gn]:
+            group[m] = ga
         part[ga] = merged
         del part[gn]
     return [part[k] for k in sorted(part)]
 
 
-def fold_views(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo]
+def fold_views(members: set[fx.Node], info: dict[fx.Node, NodeInfo]
                ) -> tuple[set[fx.Node], set[fx.Node]]:
     """``members`` without the views at the piece's boundary, and those views.
 
@@ -247,8 +243,8 @@ def fold_views(members: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, 
     changed = True
     while changed:
         changed = False
-        for n in order:
-            if n not in members or not info[n].view:
+        for n in sorted(members):
+            if not info[n].view:
                 continue
             if (all(a not in members for a in n.all_input_nodes)
                     or (info[n].view == "view" and all(u not in members for u in n.users))):
@@ -336,12 +332,12 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
     while True:
         # views at a grown piece's boundary are folded off before the size limits count
         # its ops, and again after the cut (a view next to a cut edge is at a boundary now)
-        grown = [fold_views(m, order, info)[0] for m in _grow(order, info, refused)]
+        grown = [fold_views(m, info)[0] for m in _grow(order, info, refused)]
         grown = [m for m in grown if m]
         parts: list[set[fx.Node]] = []
-        for k, m in enumerate(grown):
-            parts += _cut(m, parts + grown[k + 1:], order, info, max_ops, max_matmuls)
-        parts = [c for m in parts for c in _components(fold_views(m, order, info)[0])]
+        for m in grown:
+            parts += _cut(m, order, info, max_ops, max_matmuls)
+        parts = [c for m in parts for c in _components(fold_views(m, info)[0])]
         bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
             break
