@@ -9,8 +9,11 @@ process (so a second compile reads its result cache from disk, as a fresh proces
 
 from __future__ import annotations
 
+import contextlib
+import faulthandler
 import importlib
 import inspect
+import signal
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -90,6 +93,7 @@ class Family:
     small: dict          # tiny sizes (same structure: GQA ratio, explicit head_dim, ...)
     extra: dict = field(default_factory=dict)  # config fields of the family (both sizes)
     note: str = ""
+    model: dict = field(default_factory=dict)  # the whole model's public sizes: layers, vocabulary
 
 
 #: LLaMA-3-8B's and Mistral-7B's shared sizes, and the tiny grouped-query sizes of ``--small``
@@ -99,27 +103,29 @@ _TINY_GQA = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, i
 
 FAMILIES = {
     "llama": Family("LLaMA-3-8B", "llama", "Llama", _8B_GQA, _TINY_GQA,
-                    dict(rope_theta=500000.0, rms_norm_eps=1e-5)),
+                    dict(rope_theta=500000.0, rms_norm_eps=1e-5),
+                    model=dict(num_hidden_layers=32, vocab_size=128256)),
     "qwen2": Family("Qwen2-7B", "qwen2", "Qwen2",
                     dict(hidden_size=3584, num_attention_heads=28, num_key_value_heads=4, intermediate_size=18944),
                     _TINY_GQA,
                     dict(rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=False),
-                    "biased q, k, v projections"),
+                    "biased q, k, v projections", dict(num_hidden_layers=28, vocab_size=152064)),
     "mistral": Family("Mistral-7B", "mistral", "Mistral", _8B_GQA, _TINY_GQA,
                       dict(rope_theta=1000000.0, rms_norm_eps=1e-5, sliding_window=None),
-                      "v0.3 config: no sliding window"),
+                      "v0.3 config: no sliding window", dict(num_hidden_layers=32, vocab_size=32768)),
     "phi3": Family("Phi-3-mini", "phi3", "Phi3",
                    dict(hidden_size=3072, num_attention_heads=32, num_key_value_heads=32, intermediate_size=8192),
                    dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=4, intermediate_size=128),
                    dict(rope_theta=10000.0, rms_norm_eps=1e-5, sliding_window=None),
-                   "fused qkv_proj and gate_up_proj; plain RoPE"),
+                   "fused qkv_proj and gate_up_proj; plain RoPE", dict(num_hidden_layers=32, vocab_size=32064)),
     "gemma": Family("Gemma-2B", "gemma", "Gemma",
                     dict(hidden_size=2048, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
                          intermediate_size=16384),
                     dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=1, head_dim=32,
                          intermediate_size=128),
                     dict(rope_theta=10000.0, rms_norm_eps=1e-6, hidden_activation="gelu_pytorch_tanh"),
-                    "GeLU-tanh MLP, head_dim 256, one KV head"),
+                    "GeLU-tanh MLP, head_dim 256, one KV head",
+                    dict(num_hidden_layers=18, vocab_size=256000, tie_word_embeddings=True)),
 }
 
 
@@ -375,3 +381,31 @@ def forget_backend_memo() -> None:
 def one_line(e: BaseException, n: int = 160) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:n]
+
+
+class RowTimeout(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def hard_limit(seconds: float | None):
+    """Raise :class:`RowTimeout` in this (main) thread after ``seconds`` (None: no limit).
+    A little before that, every thread's stack goes to stderr (``faulthandler``'s watchdog,
+    which needs no Python code to run): a row stuck inside a C call — a compile, a CUDA
+    synchronize — never reaches the signal handler, and the dump says where it was."""
+    if not seconds or not hasattr(signal, "setitimer"):
+        yield
+        return
+    faulthandler.dump_traceback_later(max(1.0, 0.95 * seconds), exit=False)
+
+    def fire(signum, frame):
+        raise RowTimeout(f"stopped after {seconds:.0f} s (--row-timeout)")
+
+    old = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        faulthandler.cancel_dump_traceback_later()
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)

@@ -50,13 +50,10 @@ Writes ``layers.json`` and ``table.md`` under ``--out``.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import faulthandler
 import json
 import logging
 import math
 import os
-import signal
 import sys
 import time
 from pathlib import Path
@@ -65,34 +62,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import _layers as L  # noqa: E402
-
-
-class RowTimeout(Exception):
-    pass
-
-
-@contextlib.contextmanager
-def hard_limit(seconds: float | None):
-    """Raise :class:`RowTimeout` in this (main) thread after ``seconds`` (None: no limit).
-    A little before that, every thread's stack goes to stderr (``faulthandler``'s watchdog,
-    which needs no Python code to run): a row stuck inside a C call — a compile, a CUDA
-    synchronize — never reaches the signal handler, and the dump says where it was."""
-    if not seconds or not hasattr(signal, "setitimer"):
-        yield
-        return
-    faulthandler.dump_traceback_later(max(1.0, 0.95 * seconds), exit=False)
-
-    def fire(signum, frame):
-        raise RowTimeout(f"stopped after {seconds:.0f} s (--row-timeout)")
-
-    old = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+from _layers import RowTimeout, hard_limit  # noqa: E402
 
 
 def main() -> int:

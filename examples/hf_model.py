@@ -1,0 +1,306 @@
+"""Whole Hugging Face models under torch.compile(backend="mugraph"): the compile time of a
+model and its decode step against eager, Inductor and the memory floor (docs/models.md,
+"Measuring").
+
+Where ``hf_decoder_layers.py`` times one decoder layer, this builds the whole causal LM of
+each family (``examples/_layers.py``: LLaMA-3-8B 32 layers, Qwen2-7B 28, Mistral-7B 32,
+Phi-3-mini 32, Gemma-2B 18, at their public vocabularies; random weights, nothing
+downloaded), fills transformers' ``StaticCache`` with a prompt of ``--kv`` tokens (an eager
+prefill), then compiles and times one decode step of ``--tokens`` new tokens — the
+embedding, every layer, the final norm and the LM head, as ``generate`` runs them with
+``cache_implementation="static"``.
+
+What a whole model adds to a layer: its layers' pieces are the same pieces (structure and
+shapes) with other weights, so the backend searches each distinct piece once and shares the
+answer (``cold`` is the cost of a model, not of a layer times its depth); the graph is
+``depth`` times longer for the partition, Inductor and the whole-graph never-slower rule;
+and the LM head is a projection of its own (128k–256k columns).
+
+The cache is rewound before each step (its write position set back to ``--kv``), so every
+timed step writes the same slots and sees the same keys: the same step, replayed. Compile
+times: cold (first call, an empty result-cache folder), warm (a fresh ``torch.compile``
+after ``torch._dynamo.reset()`` and forgetting the backend's in-process memo: what a new
+process pays with the cache on disk). Logits are compared with eager's (relative error,
+agreement of each position's argmax).
+
+    python examples/hf_model.py --families llama --out out/model                 # GPU, public sizes
+    python examples/hf_model.py --small --layers 2 --device cpu --out /tmp/model --kv 16 --time-limit 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import json
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import _layers as L  # noqa: E402
+from _layers import RowTimeout, hard_limit  # noqa: E402
+
+
+def build_model(family: str, small: bool, layers: int | None, device: str, dtype, capacity: int, seed: int = 0):
+    """``(config, model)``: ``family``'s causal LM at its public (or ``small``) sizes, all its
+    layers (or ``layers``), random weights made on ``device`` in ``dtype`` directly (an 8B
+    model never exists in float32 or on the CPU)."""
+    import torch
+    import transformers
+
+    fam = L.FAMILIES[family]
+    mod = importlib.import_module(f"transformers.models.{fam.module}.modeling_{fam.module}")
+    sizes = {"num_hidden_layers": 2, "vocab_size": 128} if small else dict(fam.model)
+    if layers:
+        sizes["num_hidden_layers"] = layers
+    cfg = getattr(transformers, f"{fam.prefix}Config")(
+        **(fam.small if small else fam.dims), **fam.extra, **sizes, max_position_embeddings=capacity,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(seed)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = getattr(mod, f"{fam.prefix}ForCausalLM")(cfg).eval()
+    finally:
+        torch.set_default_dtype(old)
+    return cfg, model
+
+
+class Decode:
+    """One decode step of ``model`` over a filled ``StaticCache``: ``step(fn)`` rewinds the
+    cache's write position to the prompt's end and calls ``fn`` (the model's forward, eager
+    or compiled) on the step's tokens; the logits come back."""
+
+    def __init__(self, model, cfg, tokens: int, kv: int, capacity: int, device: str) -> None:
+        import torch
+        import transformers
+
+        self.kv = kv
+        params = inspect.signature(model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.with_cache_position = "cache_position" in params
+        self.cache = transformers.StaticCache(config=cfg, max_cache_len=capacity)
+        g = torch.Generator(device=device).manual_seed(tokens)
+        prompt = torch.randint(3, cfg.vocab_size, (1, kv), generator=g, device=device)
+        self.ids = torch.randint(3, cfg.vocab_size, (1, tokens), generator=g, device=device)
+        self.positions = torch.arange(kv, kv + tokens, device=device)[None]
+        with torch.no_grad():
+            model(**self._kwargs(prompt, torch.arange(kv, device=device)[None]))
+        self.counters = [t for layer in getattr(self.cache, "layers", [])
+                         for t in [getattr(layer, "cumulative_length", None)] if isinstance(t, torch.Tensor)]
+
+    def _kwargs(self, ids, positions) -> dict:
+        kw = {"input_ids": ids, "position_ids": positions, self.cache_kw: self.cache, "use_cache": True}
+        if self.with_cache_position:
+            kw["cache_position"] = positions[0]
+        return kw
+
+    def step(self, fn):
+        """The logits of one step by ``fn``, its cache rewound first (transformers releases
+        whose static cache counts the tokens written keep that count in a tensor per layer)."""
+        for t in self.counters:
+            t.fill_(self.kv)
+        out = fn(**self._kwargs(self.ids, self.positions))
+        return out.logits if hasattr(out, "logits") else out[0]
+
+
+def floor_bytes(cfg, model, tokens: int, kv: int, dtype) -> int:
+    """Bytes a decode step must move at least: every weight once — of an untied embedding only
+    the ``tokens`` rows it looks up — and every layer's past keys and values once."""
+    import torch
+
+    es = torch.empty((), dtype=dtype).element_size()
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    emb = model.get_input_embeddings().weight
+    head = model.get_output_embeddings().weight
+    if emb.data_ptr() != head.data_ptr():
+        total -= (emb.shape[0] - tokens) * emb.shape[1] * emb.element_size()
+    return total + 2 * cfg.num_hidden_layers * kv * cfg.num_key_value_heads * L.head_dim(cfg) * es
+
+
+def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, cache_root: Path,
+            time_limit: float) -> None:
+    from mugraph.frontend import recent_graphs
+
+    T, kv = row["tokens"], row["kv"]
+    cap = L.static_capacity(kv, T)
+    d = Decode(model, cfg, T, kv, cap, device)
+    want = d.step(model.forward).float()
+    row["floor_us"] = floor_bytes(cfg, model, T, kv, dtype) / bw * 1e6
+
+    rowdir = cache_root / row["family"] / f"t{T}-kv{kv}"
+    row["cold_cache_empty"] = not (rowdir.exists() and any(rowdir.iterdir()))
+    rowdir.mkdir(parents=True, exist_ok=True)
+    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda"}
+    if args.graph_budget is not None:
+        opts["graph_budget"] = args.graph_budget or None
+    if args.workers:
+        opts["search"] = {"workers": args.workers}
+    if args.small:
+        opts["search"] = {**opts.get("search", {}), "max_kernel_ops": 1, "max_block_ops": 4}
+
+    L.forget_backend_memo()
+    torch._dynamo.reset()
+    before = {id(c) for c in recent_graphs()}
+    t0 = time.perf_counter()
+    cold = torch.compile(model.forward, backend="mugraph", options=opts)
+    got = d.step(cold).float()
+    row["cold_s"] = time.perf_counter() - t0
+    graphs = [c for c in recent_graphs() if c.captured and id(c) not in before]
+    pieces = [bp for c in graphs for cap_ in c.captured.values() for bp in cap_.pieces]
+    row["graphs"] = len(graphs)
+    row["pieces"] = len(pieces)
+    row["distinct_pieces"] = len({bp.name for bp in pieces})
+    row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+    row["rel_err"] = float((got - want).norm() / want.norm())
+    row["argmax_agrees"] = float((got.argmax(-1) == want.argmax(-1)).float().mean())
+    del cold
+
+    torch._dynamo.reset()
+    L.forget_backend_memo()
+    t0 = time.perf_counter()
+    ours = torch.compile(model.forward, backend="mugraph", options=opts)
+    again = d.step(ours).float()
+    row["warm_s"] = time.perf_counter() - t0
+    row["warm_matches_cold"] = bool(torch.allclose(again, got, rtol=1e-3, atol=1e-3 * got.abs().max().item()))
+
+    t0 = time.perf_counter()
+    default = torch.compile(model.forward)
+    d.step(default)
+    row["inductor_compile_s"] = time.perf_counter() - t0
+
+    launches = {"eager": lambda: d.step(model.forward), "compile": lambda: d.step(default),
+                "mugraph": lambda: d.step(ours)}
+    for name, v in L.time_steps(launches, device).items():
+        row[f"{name}_us" if isinstance(v, float) else f"{name}_error"] = v * 1e6 if isinstance(v, float) else v
+    if isinstance(row.get("mugraph_us"), float):
+        if isinstance(row.get("compile_us"), float):
+            row["x_compile"] = row["compile_us"] / row["mugraph_us"]
+        row["x_floor"] = row["mugraph_us"] / row["floor_us"]
+
+
+def _f(v, fmt: str) -> str:
+    return format(v, fmt) if isinstance(v, (int, float)) else "—"
+
+
+def format_table(rows: list[dict], header: dict) -> str:
+    lines = [f"Whole models ({header['sizes']} sizes), one decode step on {header['device']}, {header['dtype']}, "
+             f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
+             f"{header['copy_bandwidth_GBps']:.0f} GB/s. Search ≤ {header['time_limit_s']:g} s a piece; cold = first "
+             "call with an empty result cache, warm = a fresh compile with the same cache.", "",
+             "| model | layers | new tokens | cached | eager μs | torch.compile μs | mugraph μs | × compile | floor μs "
+             "| mugraph / floor | Inductor compile s | cold s | warm s | pieces: μGraph / all (distinct) "
+             "| logits rel. err | argmax agrees | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        notes = [r[k] for k in ("error", "eager_error", "compile_error", "mugraph_error") if k in r]
+        if r.get("cold_cache_empty") is False:
+            notes.append("cache not empty before: cold is not cold")
+        if r.get("warm_matches_cold") is False:
+            notes.append("warm logits differ from cold")
+        pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
+        lines.append(
+            f"| {r['model']} | {r.get('layers', '—')} | {r['tokens']} | {r['kv']} | {_f(r.get('eager_us'), '.1f')} "
+            f"| {_f(r.get('compile_us'), '.1f')} | {_f(r.get('mugraph_us'), '.1f')} | {_f(r.get('x_compile'), '.2f')} "
+            f"| {_f(r.get('floor_us'), '.1f')} | {_f(r.get('x_floor'), '.2f')} | {_f(r.get('inductor_compile_s'), '.1f')} "
+            f"| {_f(r.get('cold_s'), '.1f')} | {_f(r.get('warm_s'), '.1f')} | {pieces} | {_f(r.get('rel_err'), '.1e')} "
+            f"| {_f(r.get('argmax_agrees'), '.2f')} | {'; '.join(dict.fromkeys(notes))} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", nargs="+", choices=list(L.FAMILIES), default=["llama"])
+    ap.add_argument("--tokens", type=int, nargs="+", default=[1], help="new tokens per decode step")
+    ap.add_argument("--kv", type=int, nargs="+", default=[2048], help="prompt (cached) tokens")
+    ap.add_argument("--layers", type=int, default=None, help="decoder layers (default: the model's own)")
+    ap.add_argument("--time-limit", type=float, default=None, help="search s a piece (default: the backend's)")
+    ap.add_argument("--graph-budget", type=float, default=None, help="the backend's graph_budget (0: none)")
+    ap.add_argument("--workers", type=int, default=None, help="search workers per piece (default: the backend's)")
+    ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache)")
+    ap.add_argument("--out", required=True, help="folder for model.json and table.md")
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--small", action="store_true", help="tiny configs, two layers (a CPU smoke run)")
+    ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
+    ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines")
+    args = ap.parse_args()
+    if args.device == "cpu" or (args.device == "auto" and not L_cuda()):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
+    import transformers
+
+    import mugraph.frontend  # noqa: F401 - registers the backend
+    from mugraph.frontend.options import FrontendOptions
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cache_root = Path(args.cache) if args.cache else out / "cache"
+    time_limit = args.time_limit if args.time_limit is not None else FrontendOptions().time_limit
+    bw = L.copy_bandwidth(device)
+    header = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)",
+              "dtype": str(dtype).replace("torch.", ""), "sizes": "tiny (--small)" if args.small else "public",
+              "timing": ("medians over CUDA-graph replays" if device == "cuda" else
+                         "wall-clock medians on the CPU (Triton's interpreter: nothing about a GPU)"),
+              "copy_bandwidth_GBps": bw / 1e9, "time_limit_s": time_limit,
+              "transformers": transformers.__version__, "torch": torch.__version__}
+    print(f"# whole models on {header['device']}, {header['dtype']}, {header['sizes']} sizes; {header['timing']}")
+    rows = []
+    for fam in args.families:
+        spec = L.FAMILIES[fam]
+        base = {"family": fam, "model": spec.name}
+        try:
+            cap = max(L.static_capacity(k, t) for k in args.kv for t in args.tokens)
+            cfg, model = build_model(fam, args.small, args.layers, device, dtype, cap)
+            base["layers"] = cfg.num_hidden_layers
+        except Exception as e:  # noqa: BLE001 - this transformers lacks the family, or memory
+            rows += [{**base, "tokens": t, "kv": k, "error": f"build: {L.one_line(e)}"} for t in args.tokens
+                     for k in args.kv]
+            continue
+        for T in args.tokens:
+            for kv in args.kv:
+                row = {**base, "tokens": T, "kv": kv}
+                t0 = time.time()
+                try:
+                    with hard_limit(args.row_timeout), torch.no_grad():
+                        run_row(row, args, cfg, model, torch, device, dtype, bw, cache_root, time_limit)
+                except (RowTimeout, Exception) as e:  # noqa: BLE001 - a row that fails says why
+                    row["error"] = L.one_line(e)
+                finally:
+                    torch._dynamo.reset()
+                print(f"{spec.name} T={T} kv={kv}: " + json.dumps({k: v for k, v in row.items()
+                                                                    if k not in base}, default=str)
+                      + f" ({time.time() - t0:.0f} s)", flush=True)
+                rows.append(row)
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
+    table = format_table(rows, header)
+    print("\n" + table)
+    (out / "table.md").write_text(table + "\n")
+    (out / "model.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str) + "\n")
+    return 0
+
+
+def L_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+if __name__ == "__main__":
+    sys.exit(main())
