@@ -63,3 +63,29 @@ def test_a_static_cache_step_matches_the_concatenated_past(family):
             assert torch.equal(args[3], k_after) and step.last_cache.calls == 1
     mask = L.static_mask(2, 5, 8, "cpu", torch.float32)[0, 0]
     assert (mask == 0).tolist() == [[j <= 5 + t for j in range(8)] for t in range(2)]
+
+
+@pytest.mark.parametrize("family", list(L.FAMILIES))
+def test_a_whole_model_decode_step_is_the_same_step_each_time(family):
+    """``hf_model.py``: each family's tiny causal LM builds with its layers, a prompt fills
+    transformers' static cache, and a decode step rewound to the prompt's end gives the same
+    logits every time (the timed step is one step, replayed) — and other logits than a step
+    that sees another prompt. The floor counts an untied embedding's looked-up rows only."""
+    import hf_model as M
+
+    cfg, model = M.build_model(family, True, None, "cpu", torch.float32, 64)
+    assert cfg.num_hidden_layers == 2 and len(model.model.layers) == 2
+    d = M.Decode(model, cfg, 2, 16, 64, "cpu")
+    with torch.no_grad():
+        a = d.step(model.forward)
+        b = d.step(model.forward)
+        assert a.shape == (1, 2, cfg.vocab_size) and torch.equal(a, b)
+        other = M.Decode(model, cfg, 2, 24, 64, "cpu")
+        assert not torch.allclose(other.step(model.forward), a)
+    es = 4
+    weights = sum(p.numel() for p in model.parameters()) * es
+    kv = 2 * cfg.num_hidden_layers * 16 * cfg.num_key_value_heads * L.head_dim(cfg) * es
+    emb = model.get_input_embeddings().weight
+    tied = emb.data_ptr() == model.get_output_embeddings().weight.data_ptr()
+    unread = 0 if tied else (emb.shape[0] - 2) * emb.shape[1] * es
+    assert M.floor_bytes(cfg, model, 2, 16, torch.float32) == weights - unread + kv
