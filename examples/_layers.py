@@ -378,6 +378,21 @@ def forget_backend_memo() -> None:
             memo.clear()
 
 
+def compile_phases(graphs) -> dict:
+    """Where a compile's seconds went, summed over the backend's graphs (``recent_graphs()``
+    entries): its captures' ``timings`` (capture, pieces, Inductor with and without the
+    pieces, the whole-graph rule, total) and the searches' seconds."""
+    out: dict = {}
+    for c in graphs:
+        for cap in c.captured.values():
+            for k, v in cap.timings.items():
+                out[k] = out.get(k, 0.0) + v
+            searched, new = cap.search_seconds()
+            out["searches_s"] = out.get("searches_s", 0.0) + searched
+            out["new_searches"] = out.get("new_searches", 0) + new
+    return out
+
+
 def one_line(e: BaseException, n: int = 160) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:n]

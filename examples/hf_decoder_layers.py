@@ -245,6 +245,7 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         comp = [c for c in recent_graphs() if c.captured]
         pieces = [bp for cap in comp[-1].captured.values() for bp in cap.pieces] if comp else []
         row["pieces"] = len(pieces)
+        row["cold_phases"] = L.compile_phases(comp[-1:])
         row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
         # each piece's outcome (what it runs and why, its search's share, first match and
         # proofs): what a row's ratio is made of, without rerunning it

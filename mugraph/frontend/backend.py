@@ -18,9 +18,9 @@ without pieces (one log line says so) — the pieces have no backward.
 
 from __future__ import annotations
 
-from collections import deque
-
 import logging
+import time
+from collections import deque
 from typing import Any, Callable
 
 import torch
@@ -87,17 +87,37 @@ class MugraphCompiled:
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
             return _inductor(self.gm, list(args)) if opts.inductor else self.gm
+        t0 = time.perf_counter()
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
+        cap.timings["capture_s"] = time.perf_counter() - t0
         stitched = cap.compile(opts, device_of(args))
+        cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
         slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
                  len(cap.info), len(cap.kept), len(cap.pieces),
                  f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
-        return judge_graph(cap, lambda: _inductor(stitched, list(args)) if opts.inductor else stitched,
-                           lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm,
-                           args, opts, device_of(args))
+
+        def timed(name: str, make: Callable[[], Callable]) -> Callable[[], Callable]:
+            def run() -> Callable:
+                t = time.perf_counter()
+                try:
+                    return make()
+                finally:
+                    cap.timings[name] = time.perf_counter() - t
+            return run
+
+        t1 = time.perf_counter()
+        fn = judge_graph(cap, timed("inductor_with_pieces_s",
+                                    lambda: _inductor(stitched, list(args)) if opts.inductor else stitched),
+                         timed("inductor_without_s", lambda: _inductor(self.gm, list(args)) if opts.inductor
+                               else self.gm),
+                         args, opts, device_of(args))
+        cap.timings["graph_rule_s"] = time.perf_counter() - t1
+        cap.timings["total_s"] = time.perf_counter() - t0
+        log.info("mugraph: graph compiled in %s", cap.timing_summary())
+        return fn
 
 
 def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:

@@ -33,6 +33,34 @@ class Captured:
         #: the never-slower verdict for the whole graph (``runs``, ``mugraph_s``, ``torch_s``,
         #: ``why``: :func:`.run.judge_graph`), set by the backend; empty before
         self.whole: dict = {}
+        #: where the backend's compile of this graph went, in seconds (set by the backend):
+        #: ``capture_s`` (ATen trace, partition), ``pieces_s`` (searches, lowering, the pieces'
+        #: timings), ``inductor_with_pieces_s``/``inductor_without_s`` (the forms the whole-graph
+        #: rule compiles), ``graph_rule_s`` (those and its timing), ``total_s``
+        self.timings: dict[str, float] = {}
+
+    def search_seconds(self) -> tuple[float, int]:
+        """Seconds the searches of this compile took (each distinct piece once: identical
+        layers share one) and how many of them were new, not served by the result cache."""
+        seen: dict[tuple, dict] = {}
+        for bp in self.pieces:
+            seen.setdefault((bp.name, bp.layout_key), bp.info)
+        return (sum(i.get("search_s") or 0.0 for i in seen.values()),
+                sum(i.get("cached") is False for i in seen.values()))
+
+    def timing_summary(self) -> str:
+        """One line: where the compile's seconds went (:attr:`timings`)."""
+        t = self.timings
+        searched, new = self.search_seconds()
+        parts = [f"{t.get('total_s', 0.0):.1f} s: capture {t.get('capture_s', 0.0):.1f} s",
+                 f"pieces {t.get('pieces_s', 0.0):.1f} s (searches {searched:.1f} s, {new} new)"]
+        if "inductor_with_pieces_s" in t or "inductor_without_s" in t:
+            parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "
+                         f"{t.get('inductor_without_s', 0.0):.1f} s without")
+        if "graph_rule_s" in t:
+            rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) - t.get("inductor_without_s", 0.0)
+            parts.append(f"whole-graph timing {rest:.1f} s")
+        return ", ".join(parts)
 
     def summary(self) -> str:
         views = {n for bp in self.pieces for n in bp.piece.views}
@@ -98,6 +126,8 @@ class Captured:
         # one search per piece name and input layout (run.optimize_piece): the graph's budget is
         # shared among those, by weight (options.search_weight)
         weights = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in self.pieces}
+        if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
+            weights = dict.fromkeys(weights, 1)
         total = sum(weights.values())
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other

@@ -34,6 +34,12 @@ def piece_weight(kinds: list[str]) -> int:
     return 1 + sum(folds(k) for k in kinds)
 
 
+#: a piece that reads and writes fewer bytes than this (256 KB: under 0.1 μs at a GPU's copy
+#: bandwidth) is bound by its kernel launches, not by memory: a μGraph can save it a launch
+#: or two, about a microsecond, so its search gets the least share (:func:`search_weight`)
+SMALL_PIECE_BYTES = 1 << 18
+
+
 def search_weight(program) -> int:
     """:func:`piece_weight` of ``program``'s op kinds — or 0 when the search's space holds no
     μGraph of it but itself (``search.proposals.ungenerated_on_computed``: a ``reshape`` of a
@@ -42,10 +48,19 @@ def search_weight(program) -> int:
     and the rest of the graph's budget goes to pieces that can match. Measured (H200, 15
     workers, default options): a LLaMA-3-8B 8-token step gave its two projection+RoPE pieces
     and its output projection 32 s of the 80 s of search, none of which ever matched, while
-    its attention, whose first match comes at 12–30 s, had 20 s."""
+    its attention, whose first match comes at 12–30 s, had 20 s.
+
+    A piece that moves fewer than :data:`SMALL_PIECE_BYTES` (inputs and outputs) weighs 0
+    as well: what it can gain is bounded by its launches. Measured (H200, a whole
+    LLaMA-3-8B, default options): its two RoPE pieces (a 32- and an 8-head slice of one
+    token) had 9 s of search and 9 of tuning each for μGraphs of 1.6–1.8 μs against 1.1–1.2
+    for torch's ops, while the attention had 22 s."""
     from search.proposals import ungenerated_on_computed
 
-    return 0 if ungenerated_on_computed(program) else piece_weight([op.kind for op in program.ops])
+    if ungenerated_on_computed(program):
+        return 0
+    moved = sum(t.nbytes for t in program.inputs) + sum(t.nbytes for t in program.outputs)
+    return 0 if moved < SMALL_PIECE_BYTES else piece_weight([op.kind for op in program.ops])
 
 
 @dataclass

@@ -81,10 +81,11 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     elif not _INFO[k]:  # failed before
         return None
     opt = _INFO[k]["optimized"]
-    bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
+    bp.info = {n: v for n, v in _INFO[k].items() if n not in ("optimized", "announce")}
     if opt.best.origin == "program" and opts.unfused == "torch":
         why = f"the search found nothing better than the program op by op ({program_won(opt)})"
-        log.info("mugraph: %s stays torch code: %s; option unfused='lower' runs it lowered", bp.name, why)
+        if _INFO[k].pop("announce", False):  # once per search, not once per identical layer
+            log.info("mugraph: %s stays torch code: %s; option unfused='lower' runs it lowered", bp.name, why)
         bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=why)
         return None
     if k not in _DONE:
@@ -371,7 +372,7 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
                 # that ships: when its first match came, how many matched and were proven
                 "first_match_s": stats.get("first_match_seconds"),
                 "matches": counts.get("fingerprint_matches", 0), "verified": counts.get("verified", 0),
-                "optimized": opt}
+                "optimized": opt, "announce": True}
     return True
 
 

@@ -9,7 +9,7 @@ import torch
 import mugraph.frontend.run as run
 from mugraph.core.errors import ConfigError
 from mugraph.frontend import FrontendOptions, from_torch
-from mugraph.frontend.options import MIN_PIECE_S, piece_weight
+from mugraph.frontend.options import MIN_PIECE_S, piece_weight, search_weight
 
 
 def test_each_distinct_piece_gets_its_share_of_the_budget():
@@ -35,16 +35,17 @@ def test_a_piece_weighs_one_and_one_per_folded_dim():
 def test_the_graph_passes_the_share_to_its_pieces(monkeypatch):
     def f(x, w1, w2):
         a = torch.exp(x @ w1) * 2                     # two pieces of different shapes,
-        b = torch.exp(a[:, :4] @ w2) * 3              # a cosine between them
+        b = torch.exp(a[:, :256] @ w2) * 3            # a cosine between them (each moves ≥ 256 KB)
         return torch.cos(b)
 
     g = torch.Generator().manual_seed(0)
-    cap = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
-                     torch.randn(4, 8, generator=g))
+    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                     torch.randn(256, 512, generator=g))
     seen = []
     monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.append(opts.time_limit))
     cap.compile(time_limit=30, graph_budget=20, device="cpu")
-    w = {(bp.name, bp.layout_key): piece_weight([op.kind for op in bp.program.ops]) for bp in cap.pieces}
+    w = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in cap.pieces}
+    assert sorted(w.values()) == [0, 3]  # the cosine alone moves 16 KB: a small piece
     total = sum(w.values())
     assert len(w) >= 1 and seen == [pytest.approx(max(MIN_PIECE_S, min(30, 20 / 2 * w[(bp.name, bp.layout_key)] / total)))
                                     for bp in cap.pieces]
@@ -55,7 +56,6 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
     RoPE) has no μGraph in the search's space but itself: weight 0, the least share, and the
     budget goes to the pieces that can match (search.proposals.ungenerated_on_computed)."""
     import mugraph as mg
-    from mugraph.frontend.options import search_weight
     from search.proposals import ungenerated_on_computed
 
     p = mg.Program("head_split")
@@ -63,20 +63,20 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
     p.output(mg.reshape(x @ w, (1, 2, 1, 16)) * c)
     assert ungenerated_on_computed(p) == "reshape of matmul" and search_weight(p) == 0
     q = mg.Program("input_view")                      # a reshape of an input is an iterator's view
-    x, w = q.input("x", (1, 64)), q.input("w", (32, 64))
-    q.output(w @ mg.reshape(x, (64, 1)))
+    x, w = q.input("x", (1, 1024)), q.input("w", (256, 1024))
+    q.output(w @ mg.reshape(x, (1024, 1)))
     assert ungenerated_on_computed(q) is None and search_weight(q) == 2
 
-    c = torch.randn(2, 1, 4)
+    c = torch.randn(2, 1, 128)
 
     def f(x, w1, w2):
         a = torch.exp(x @ w1) * 2                     # a piece that can match
-        h = (x @ w2).view(4, 2, 4).transpose(0, 1)  # heads split, then moved: RoPE's layout
+        h = (x @ w2).view(4, 2, 128).transpose(0, 1)  # heads split, then moved: RoPE's layout
         return a, torch.exp(h) * c                    # (a piece that holds the split cannot match)
 
     g = torch.Generator().manual_seed(0)
-    cap = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
-                     torch.randn(8, 8, generator=g))
+    cap = from_torch(f, torch.randn(4, 256, generator=g), torch.randn(256, 256, generator=g),
+                     torch.randn(256, 256, generator=g))
     seen = {}
     monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.__setitem__(bp.name, opts.time_limit))
     cap.compile(time_limit=30, graph_budget=20, device="cpu")
@@ -85,3 +85,30 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
     for bp in cap.pieces:
         want = MIN_PIECE_S if weights[bp.name] == 0 else min(30, 20 / 2)  # the matchable piece takes all
         assert seen[bp.name] == pytest.approx(want), (bp.describe(), seen)
+
+
+def test_a_small_piece_gets_the_least_share(monkeypatch):
+    """A piece that moves less than ``SMALL_PIECE_BYTES`` is bound by its launches: weight 0,
+    the least share, the budget to the pieces that move data; a graph of small pieces only
+    shares its budget equally."""
+    from mugraph.frontend.options import SMALL_PIECE_BYTES
+
+    def f(x, w, y):
+        return torch.exp(x @ w) * 2, torch.exp(y * 3) + 1  # a projection of 1 MB, a small element-wise piece
+
+    g = torch.Generator().manual_seed(0)
+    big = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                     torch.randn(4, 8, generator=g))
+    moved = {bp.name: sum(t.nbytes for t in (*bp.program.inputs, *bp.program.outputs)) for bp in big.pieces}
+    weights = {bp.name: search_weight(bp.program) for bp in big.pieces}
+    assert sorted(weights.values()) == [0, 2] and all((weights[n] == 0) == (moved[n] < SMALL_PIECE_BYTES)
+                                                      for n in weights), (weights, moved)
+    seen = {}
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.__setitem__(bp.name, opts.time_limit))
+    big.compile(time_limit=30, graph_budget=20, device="cpu")
+    assert sorted(seen.values()) == [MIN_PIECE_S, 10.0], seen
+    small = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
+                       torch.randn(4, 8, generator=g))
+    seen.clear()
+    small.compile(time_limit=30, graph_budget=20, device="cpu")
+    assert len(seen) == 2 and set(seen.values()) == {5.0}, seen
