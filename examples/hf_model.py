@@ -159,6 +159,13 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
     row["pieces"] = len(pieces)
     row["distinct_pieces"] = len({bp.name for bp in pieces})
     row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+    # each distinct piece once: what it runs and why, its search's share and seconds, and
+    # where superoptimize's seconds went (``phases``)
+    distinct = {bp.name: bp for bp in pieces}
+    row["piece_info"] = [{"piece": bp.describe(), "instances": sum(p.name == n for p in pieces),
+                          **{k: v for k, v in bp.info.items()
+                             if isinstance(v, (bool, int, float, str, dict, type(None)))}}
+                         for n, bp in distinct.items()]
     row["rel_err"] = float((got - want).norm() / want.norm())
     row["argmax_agrees"] = float((got.argmax(-1) == want.argmax(-1)).float().mean())
     row["cold_phases"] = L.compile_phases(graphs)

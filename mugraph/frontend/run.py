@@ -372,6 +372,8 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
                 # that ships: when its first match came, how many matched and were proven
                 "first_match_s": stats.get("first_match_seconds"),
                 "matches": counts.get("fingerprint_matches", 0), "verified": counts.get("verified", 0),
+                # where superoptimize's seconds went (search, check, gpu_reference, gpu_tuning, ...)
+                "phases": dict(opt.report.get("phases") or {}),
                 "optimized": opt, "announce": True}
     return True
 
