@@ -306,12 +306,25 @@ def _search(program: Program, scfg, own_checkpoint: bool):
 UNCHECKED = "not checked: the wall-time budget was spent"
 #: seconds ``superoptimize`` may run past ``time_limit + tune_s`` (the float check, the
 #: cost model, the GPU's float64 reference, compiling): the documented bound on its wall time
+#: — for a short call, less (:func:`slack_s`)
 SLACK_S = 30.0
+#: the least slack of a call, however short its limits
+MIN_SLACK_S = 5.0
+
+
+def slack_s(time_limit: float, tune: float) -> float:
+    """Seconds a call with these limits may run past them: :data:`SLACK_S`, or for a short
+    call half its limits (at least :data:`MIN_SLACK_S`). Why in proportion: the backend cuts
+    a model's pieces to shares of one graph budget, and a fixed 30 s past each share added up
+    — measured on whole models (H200, 9–12 distinct pieces), searches and tuning took
+    200–238 s against a 160 s budget, a gated MLP's piece spending 20 s float-checking
+    candidates after a 13 s search."""
+    return min(SLACK_S, max(MIN_SLACK_S, (time_limit + tune) / 2))
 
 
 class Phases:
     """Seconds spent per phase of one ``superoptimize`` call (``report["phases"]``), and the
-    wall-time budget the call keeps: ``time_limit + tune_s + SLACK_S`` from its start. A
+    wall-time budget the call keeps: ``time_limit + tune_s`` + :func:`slack_s` from its start. A
     phase that finds the budget spent says so in one warning line (which phase, by how much)
     and the phases after it do only what the answer needs (no more candidates checked, no
     tuning)."""
@@ -342,7 +355,7 @@ class Phases:
             if self.overran is None and self.left() < 0:
                 self.overran = name
                 log.warning("mugraph: the %s phase overran the wall-time budget (%.0f s = time_limit + tune_s + "
-                            "%.0f s) by %.0f s: %s", name, self.budget_s, SLACK_S, -self.left(),
+                            "slack) by %.0f s: %s", name, self.budget_s, -self.left(),
                             _WHY_SLOW.get(name, "see report['phases']"))
 
     def to_json(self) -> dict:
@@ -359,11 +372,16 @@ _WHY_SLOW = {
 
 
 def _budget(cfg: OptimizeConfig, device: str, scfg) -> float | None:
-    """The wall-time budget of one call: search time limit + GPU tuning + :data:`SLACK_S`."""
+    """The wall-time budget of one call: search time limit + GPU tuning + :func:`slack_s`."""
     if scfg.time_limit is None:
         return None
-    tune = (TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)) if device == "cuda" else 0.0
-    return float(scfg.time_limit) + tune + SLACK_S
+    tune = _tune_s(cfg, device)
+    return float(scfg.time_limit) + tune + slack_s(float(scfg.time_limit), tune)
+
+
+def _tune_s(cfg: OptimizeConfig, device: str) -> float:
+    """Seconds of GPU tuning the call may spend (none without a GPU)."""
+    return (TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)) if device == "cuda" else 0.0
 
 
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
@@ -387,7 +405,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
     # the checks end where the GPU's share of the budget begins (half the slack left for them)
-    check_until = None if scfg.time_limit is None else float(scfg.time_limit) + SLACK_S / 2
+    check_until = None if scfg.time_limit is None else \
+        float(scfg.time_limit) + slack_s(float(scfg.time_limit), _tune_s(cfg, device)) / 2
     try:
         with phases.phase("check"):
             # the program's side of every float check computed once, on the GPU when there is one

@@ -166,6 +166,17 @@ def test_the_report_says_where_the_time_went(tmp_path):
     assert opt.report["budget_s"] == 120 + SLACK_S and opt.report["overran"] is None
 
 
+def test_a_short_call_gets_a_short_slack():
+    """The slack past ``time_limit + tune_s`` is SLACK_S for a long call and half the limits
+    for a short one (at least MIN_SLACK_S): a model's pieces, cut to shares of one graph
+    budget, do not each add 30 s to it."""
+    from mugraph.pipeline.optimize import MIN_SLACK_S, SLACK_S, slack_s
+
+    assert slack_s(300.0, 240.0) == SLACK_S and slack_s(60.0, 0.0) == SLACK_S
+    assert slack_s(13.0, 13.0) == 13.0 and slack_s(2.0, 2.0) == MIN_SLACK_S
+    assert all(slack_s(t, t) <= slack_s(t + 1, t + 1) for t in range(1, 60))  # never shrinks with the limits
+
+
 def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
     """superoptimize hands the search the lowering's cost model at its best predicted
     configs — the price the verified candidates are ranked by afterwards."""
