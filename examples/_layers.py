@@ -17,6 +17,7 @@ import signal
 import statistics
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 class PastKV:
@@ -391,6 +392,53 @@ def compile_phases(graphs) -> dict:
             out["searches_s"] = out.get("searches_s", 0.0) + searched
             out["new_searches"] = out.get("new_searches", 0) + new
     return out
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a GPU (False where torch is missing)."""
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@dataclass
+class Run:
+    """What a model example's command line settles before its rows: the device (a GPU when
+    one is there and ``--device`` allows), the dtype (bf16 on a GPU, float32 under Triton's
+    interpreter), the output folder, the backend's result cache and the search time limit."""
+
+    device: str
+    dtype: object
+    out: Path
+    cache_root: Path
+    time_limit: float
+
+
+def start_run(args) -> Run:
+    """Settle :class:`Run` from ``args`` (``device``, ``out``, ``cache``, ``time_limit``,
+    ``verbose``): Triton's interpreter is switched on before torch is imported when there is
+    no GPU to run on, the backend is registered and its log lines go to stderr (``-v``)."""
+    import logging
+    import os
+
+    if args.device == "cpu" or (args.device == "auto" and not cuda_available()):
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    import torch
+
+    import mugraph.frontend  # noqa: F401 - registers the backend
+    from mugraph.frontend.options import FrontendOptions
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return Run(device, torch.bfloat16 if device == "cuda" else torch.float32, out,
+               Path(args.cache) if args.cache else out / "cache",
+               args.time_limit if args.time_limit is not None else FrontendOptions().time_limit)
 
 
 def one_line(e: BaseException, n: int = 160) -> str:

@@ -51,12 +51,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import sys
 import time
-from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -102,22 +100,11 @@ def main() -> int:
                          "kernels per step, their summed time and the largest, into layers.json and the log")
     ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines (searches, verdicts)")
     args = ap.parse_args()
-    if args.device == "cpu" or (args.device == "auto" and not L_cuda()):
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    run = L.start_run(args)
     import torch
     import transformers
 
-    import mugraph.frontend  # noqa: F401 - registers the backend
-    from mugraph.frontend.options import FrontendOptions
-
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
-    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cache_root = Path(args.cache) if args.cache else out / "cache"
-    time_limit = args.time_limit if args.time_limit is not None else FrontendOptions().time_limit
+    device, dtype, out, cache_root, time_limit = run.device, run.dtype, run.out, run.cache_root, run.time_limit
     row_timeout = args.row_timeout or args.row_budget + 4 * time_limit + 600
     inductor = args.mugraph_inductor == "on" or (args.mugraph_inductor == "auto" and device == "cuda")
     t_start = time.time()
@@ -152,15 +139,6 @@ def main() -> int:
                                                 indent=1, default=str) + "\n")
     print(f"\nwrote {out / 'layers.json'} and {out / 'table.md'} in {time.time() - t_start:.0f} s")
     return 0
-
-
-def L_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 def run_family(fam, args, torch, device, dtype, bw, cache_root, time_limit, row_timeout, inductor) -> list[dict]:

@@ -33,7 +33,6 @@ import argparse
 import importlib
 import inspect
 import json
-import logging
 import os
 import sys
 import time
@@ -244,22 +243,11 @@ def main() -> int:
     ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
     ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines")
     args = ap.parse_args()
-    if args.device == "cpu" or (args.device == "auto" and not L_cuda()):
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
+    run = L.start_run(args)
     import torch
     import transformers
 
-    import mugraph.frontend  # noqa: F401 - registers the backend
-    from mugraph.frontend.options import FrontendOptions
-
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
-    device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    cache_root = Path(args.cache) if args.cache else out / "cache"
-    time_limit = args.time_limit if args.time_limit is not None else FrontendOptions().time_limit
+    device, dtype, out, cache_root, time_limit = run.device, run.dtype, run.out, run.cache_root, run.time_limit
     bw = L.copy_bandwidth(device)
     header = {"device": torch.cuda.get_device_name() if device == "cuda" else f"CPU ({os.cpu_count()} cores)",
               "dtype": str(dtype).replace("torch.", ""), "sizes": "tiny (--small)" if args.small else "public",
@@ -303,15 +291,6 @@ def main() -> int:
     (out / "table.md").write_text(table + "\n")
     (out / "model.json").write_text(json.dumps({"header": header, "rows": rows}, indent=1, default=str) + "\n")
     return 0
-
-
-def L_cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 if __name__ == "__main__":

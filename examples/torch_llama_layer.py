@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from _layers import PastKV, cache_keyword, decode_inputs  # noqa: E402 - a read-only KV cache; the layer's name for it; a step's inputs
+from _layers import PastKV, cache_keyword, cuda_available, decode_inputs  # noqa: E402 - a read-only KV cache; the layer's name for it; a step's inputs
 
 
 def build(args, torch, device, dtype):
@@ -107,7 +107,7 @@ def main() -> int:
     ap.add_argument("--capture-only", action="store_true",
                     help="print the pieces the layer is cut into (no search, no timing; any device)")
     args = ap.parse_args()
-    if args.device == "cpu" or (args.device == "auto" and not _cuda()):
+    if args.device == "cpu" or (args.device == "auto" and not cuda_available()):
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
     import torch
 
@@ -258,15 +258,6 @@ def _write(out, rows, piece_rows, args, device):
     for r in piece_rows:
         lines.append("| " + " | ".join(str(r[k]) for k in cols) + " |")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:
-        return False
 
 
 if __name__ == "__main__":
