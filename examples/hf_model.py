@@ -137,7 +137,8 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
     rowdir = cache_root / row["family"] / f"t{T}-kv{kv}"
     row["cold_cache_empty"] = not (rowdir.exists() and any(rowdir.iterdir()))
     rowdir.mkdir(parents=True, exist_ok=True)
-    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda"}
+    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda",
+            "kernel_op": args.kernel_op}
     if args.graph_budget is not None:
         opts["graph_budget"] = args.graph_budget or None
     if args.workers:
@@ -236,6 +237,9 @@ def main() -> int:
     ap.add_argument("--time-limit", type=float, default=None, help="search s a piece (default: the backend's)")
     ap.add_argument("--graph-budget", type=float, default=None, help="the backend's graph_budget (0: none)")
     ap.add_argument("--workers", type=int, default=None, help="search workers per piece (default: the backend's)")
+    ap.add_argument("--kernel-op", choices=["auto", "triton_op", "custom_op"], default="auto",
+                    help="how pieces become torch operators (the backend's kernel_op): a triton_op's kernels "
+                         "are analysed by Inductor at every call site, a custom_op is opaque to it")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache)")
     ap.add_argument("--out", required=True, help="folder for model.json and table.md")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
