@@ -288,3 +288,32 @@ def test_a_warm_compile_reuses_the_verdicts_its_cold_compile_timed(piece_cache, 
     plain = FixedTimer(mugraph_s=9e-6, torch_s=1e-6, graph_s=(1e-6, 9e-6))  # no cache_key: timed again
     compiled_pieces(two_blocks, x, piece_cache, timer=plain, inductor=False)
     assert plain.calls
+
+
+@pytest.mark.parametrize("inductor", [False, True])
+def test_the_compile_says_where_its_seconds_went(piece_cache, mugraph_log, inductor):
+    """``Captured.timings`` and one log line: the capture, the pieces (their searches counted
+    once for identical pieces), Inductor's compiles of the forms the whole-graph rule times,
+    the rule's own timing — parts of the total, none negative."""
+    timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
+    _, cap = compiled_pieces(two_blocks, torch.randn(4, 8, generator=g), piece_cache, timer=timer,
+                             inductor=inductor)
+    t = cap.timings
+    assert {"capture_s", "pieces_s", "graph_rule_s", "total_s", "inductor_with_pieces_s",
+            "inductor_without_s"} <= set(t) and all(v >= 0 for v in t.values())
+    assert t["capture_s"] + t["pieces_s"] + t["graph_rule_s"] <= t["total_s"] + 1e-6
+    assert t["inductor_with_pieces_s"] + t["inductor_without_s"] <= t["graph_rule_s"] + 1e-6
+    searched, new = cap.search_seconds()
+    assert new in (0, 1) and searched <= t["pieces_s"] + 1e-6  # two identical pieces: one search
+    said = [m for m in mugraph_log.messages if m.startswith("mugraph: graph compiled in")]
+    assert len(said) == 1 and "capture" in said[0] and "Inductor" in said[0] and "whole-graph timing" in said[0]
+
+
+def test_a_piece_left_to_torch_is_announced_once_per_search(piece_cache, mugraph_log):
+    """Identical pieces (a model's layers) share one search, and its verdict — the program
+    op by op is best — is one log line, not one per piece."""
+    _, cap = compiled_pieces(two_blocks, torch.randn(4, 8, generator=g), piece_cache, unfused="torch",
+                             seed=11)  # a key of its own: no earlier test's search in this process
+    assert len(cap.pieces) == 2 and cap.kept == []
+    said = [m for m in mugraph_log.messages if "stays torch code: the search found nothing better" in m]
+    assert len(said) == 1, said
