@@ -16,10 +16,10 @@ data movement (reshapes, concats), are not worth a search and go back to torch.
 
 What it optimizes: the size of each piece — the μGraph search can only fuse what
 one piece holds — subject to the Lax rule the verifier needs. It is local and
-greedy, and so is its cycle check (:func:`_closes_cycle` walks the region a new cycle
-could pass, not the graph: a deep model's partition grows with its depth, not its square): SOUFFLE's global analysis
-partitions by data reuse across the whole program instead; here the cut points
-are forced by the Lax rule, not chosen.
+greedy, and so is its cycle check (:func:`_closes_cycle` walks the region a new
+cycle could pass, not the graph: a deep model's partition grows with its depth,
+not its square). SOUFFLE's global analysis partitions by data reuse across the
+whole program instead; here the cut points are forced by the Lax rule, not chosen.
 """
 
 from __future__ import annotations
