@@ -441,6 +441,21 @@ def start_run(args) -> Run:
                args.time_limit if args.time_limit is not None else FrontendOptions().time_limit)
 
 
+def fmt(v, spec: str) -> str:
+    """``v`` formatted for a table cell, or "—" when it is not a number (not measured)."""
+    return format(v, spec) if isinstance(v, (int, float)) else "—"
+
+
+def row_notes(r: dict) -> str:
+    """A table row's note: its errors, and what makes its compile times or results suspect."""
+    notes = [r[k] for k in ("error", "mugraph_error", "warm_error", "eager_error", "compile_error") if k in r]
+    if r.get("cold_cache_empty") is False:
+        notes.append("cache not empty before: cold is not cold")
+    if r.get("warm_matches_cold") is False:
+        notes.append("warm result differs from cold")
+    return "; ".join(dict.fromkeys(notes))
+
+
 def one_line(e: BaseException, n: int = 160) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:n]

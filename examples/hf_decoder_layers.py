@@ -320,10 +320,6 @@ def summary(row: dict) -> str:
     return "; ".join(parts)
 
 
-def _f(v, fmt):
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
-
-
 def format_table(rows, header, geo) -> str:
     lines = [f"Decoder layers ({header['sizes']} sizes), one decode step on {header['device']}, "
              f"{header['dtype']}, attention {header['attention']}; {header['timing']}. KV cache: "
@@ -336,22 +332,16 @@ def format_table(rows, header, geo) -> str:
              "| max abs err vs eager | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        notes = [r[k] for k in ("error", "mugraph_error", "warm_error", "eager_error", "compile_error")
-                 if k in r]
-        if r.get("cold_cache_empty") is False:
-            notes.append("cache not empty before: cold is not cold")
-        if r.get("warm_matches_cold") is False:
-            notes.append("warm result differs from cold")
         pieces = f"{r['pieces_mugraph']} / {r['pieces']}" if "pieces" in r else "—"
         lines.append(
-            f"| {r['layer']} | {r['tokens']} | {r['kv']} | {_f(r.get('eager_us'), '.1f')} "
-            f"| {_f(r.get('compile_us'), '.1f')} | {_f(r.get('mugraph_us'), '.1f')} "
-            f"| {_f(r.get('x_compile'), '.2f')}{'×' if 'x_compile' in r else ''} | {_f(r.get('floor_us'), '.1f')} "
-            f"| {_f(r.get('x_floor'), '.2f')}{'×' if 'x_floor' in r else ''} | {_f(r.get('cold_s'), '.1f')} "
-            f"| {_f(r.get('warm_s'), '.1f')} | {pieces} | {_f(r.get('max_abs_err'), '.1e')} "
-            f"| {'; '.join(dict.fromkeys(notes))} |")
+            f"| {r['layer']} | {r['tokens']} | {r['kv']} | {L.fmt(r.get('eager_us'), '.1f')} "
+            f"| {L.fmt(r.get('compile_us'), '.1f')} | {L.fmt(r.get('mugraph_us'), '.1f')} "
+            f"| {L.fmt(r.get('x_compile'), '.2f')}{'×' if 'x_compile' in r else ''} | {L.fmt(r.get('floor_us'), '.1f')} "
+            f"| {L.fmt(r.get('x_floor'), '.2f')}{'×' if 'x_floor' in r else ''} | {L.fmt(r.get('cold_s'), '.1f')} "
+            f"| {L.fmt(r.get('warm_s'), '.1f')} | {pieces} | {L.fmt(r.get('max_abs_err'), '.1e')} "
+            f"| {L.row_notes(r)} |")
     lines += ["", f"Geomean of × compile (torch.compile μs / mugraph μs) over {sum('x_compile' in r for r in rows)} "
-              f"rows: {_f(geo, '.3f')}{'×' if geo else ''}"]
+              f"rows: {L.fmt(geo, '.3f')}{'×' if geo else ''}"]
     return "\n".join(lines)
 
 

@@ -199,10 +199,6 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
         row["x_floor"] = row["mugraph_us"] / row["floor_us"]
 
 
-def _f(v, fmt: str) -> str:
-    return format(v, fmt) if isinstance(v, (int, float)) else "—"
-
-
 def format_table(rows: list[dict], header: dict) -> str:
     lines = [f"Whole models ({header['sizes']} sizes), one decode step on {header['device']}, {header['dtype']}, "
              f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
@@ -213,18 +209,13 @@ def format_table(rows: list[dict], header: dict) -> str:
              "| logits rel. err (Inductor's) | argmax agrees | note |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        notes = [r[k] for k in ("error", "eager_error", "compile_error", "mugraph_error") if k in r]
-        if r.get("cold_cache_empty") is False:
-            notes.append("cache not empty before: cold is not cold")
-        if r.get("warm_matches_cold") is False:
-            notes.append("warm logits differ from cold")
         pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
         lines.append(
-            f"| {r['model']} | {r.get('layers', '—')} | {r['tokens']} | {r['kv']} | {_f(r.get('eager_us'), '.1f')} "
-            f"| {_f(r.get('compile_us'), '.1f')} | {_f(r.get('mugraph_us'), '.1f')} | {_f(r.get('x_compile'), '.2f')} "
-            f"| {_f(r.get('floor_us'), '.1f')} | {_f(r.get('x_floor'), '.2f')} | {_f(r.get('inductor_compile_s'), '.1f')} "
-            f"| {_f(r.get('cold_s'), '.1f')} | {_f(r.get('warm_s'), '.1f')} | {pieces} | {_f(r.get('rel_err'), '.1e')} ({_f(r.get('compile_rel_err'), '.1e')}) "
-            f"| {_f(r.get('argmax_agrees'), '.2f')} | {'; '.join(dict.fromkeys(notes))} |")
+            f"| {r['model']} | {r.get('layers', '—')} | {r['tokens']} | {r['kv']} | {L.fmt(r.get('eager_us'), '.1f')} "
+            f"| {L.fmt(r.get('compile_us'), '.1f')} | {L.fmt(r.get('mugraph_us'), '.1f')} | {L.fmt(r.get('x_compile'), '.2f')} "
+            f"| {L.fmt(r.get('floor_us'), '.1f')} | {L.fmt(r.get('x_floor'), '.2f')} | {L.fmt(r.get('inductor_compile_s'), '.1f')} "
+            f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
+            f"| {L.fmt(r.get('argmax_agrees'), '.2f')} | {L.row_notes(r)} |")
     return "\n".join(lines)
 
 

@@ -50,6 +50,18 @@ def _inductor(gm: fx.GraphModule, args: list) -> Callable:
     return compile_fx(gm, args)
 
 
+def _timed(timings: dict[str, float], name: str, make: Callable[[], Callable]) -> Callable[[], Callable]:
+    """``make``, recording in ``timings[name]`` the seconds it takes when it is called (the
+    whole-graph rule makes each form only when it needs it)."""
+    def run() -> Callable:
+        t = time.perf_counter()
+        try:
+            return make()
+        finally:
+            timings[name] = time.perf_counter() - t
+    return run
+
+
 #: the graphs the backend compiled most recently (:func:`recent_graphs`)
 _RECENT: deque["MugraphCompiled"] = deque(maxlen=16)
 
@@ -99,20 +111,11 @@ class MugraphCompiled:
                  len(cap.info), len(cap.kept), len(cap.pieces),
                  f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
 
-        def timed(name: str, make: Callable[[], Callable]) -> Callable[[], Callable]:
-            def run() -> Callable:
-                t = time.perf_counter()
-                try:
-                    return make()
-                finally:
-                    cap.timings[name] = time.perf_counter() - t
-            return run
-
         t1 = time.perf_counter()
-        fn = judge_graph(cap, timed("inductor_with_pieces_s",
-                                    lambda: _inductor(stitched, list(args)) if opts.inductor else stitched),
-                         timed("inductor_without_s", lambda: _inductor(self.gm, list(args)) if opts.inductor
-                               else self.gm),
+        fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
+                                     lambda: _inductor(stitched, list(args)) if opts.inductor else stitched),
+                         _timed(cap.timings, "inductor_without_s",
+                                lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm),
                          args, opts, device_of(args))
         cap.timings["graph_rule_s"] = time.perf_counter() - t1
         cap.timings["total_s"] = time.perf_counter() - t0

@@ -55,12 +55,12 @@ def search_weight(program) -> int:
     LLaMA-3-8B, default options): its two RoPE pieces (a 32- and an 8-head slice of one
     token) had 9 s of search and 9 of tuning each for μGraphs of 1.6–1.8 μs against 1.1–1.2
     for torch's ops, while the attention had 22 s."""
+    from lower.cost_model import memory_floor_bytes
     from search.proposals import ungenerated_on_computed
 
-    if ungenerated_on_computed(program):
+    if ungenerated_on_computed(program) or memory_floor_bytes(program) < SMALL_PIECE_BYTES:
         return 0
-    moved = sum(t.nbytes for t in program.inputs) + sum(t.nbytes for t in program.outputs)
-    return 0 if moved < SMALL_PIECE_BYTES else piece_weight([op.kind for op in program.ops])
+    return piece_weight([op.kind for op in program.ops])
 
 
 @dataclass

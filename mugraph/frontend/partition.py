@@ -173,7 +173,7 @@ def softmax_cores(piece: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.
     return core
 
 
-def _cut(piece: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo],
+def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
          max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
     """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
     matmuls (§10.3): every node starts alone; the piece's internal edges, heaviest
@@ -185,12 +185,9 @@ def _cut(piece: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo
     ops, mms = _size(piece, info)
     if (max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls):
         return [piece]
-    index = {n: k for k, n in enumerate(order)}
-    group: dict[fx.Node, int] = {}
-    part: dict[int, set[fx.Node]] = {}
-    for n in piece:
-        group[n] = index[n]
-        part[index[n]] = {n}
+    # a part is named by a node of it (fx nodes sort in graph order)
+    group: dict[fx.Node, fx.Node] = {n: n for n in piece}
+    part: dict[fx.Node, set[fx.Node]] = {n: {n} for n in piece}
     d = piece_dtype(piece)
     core = softmax_cores(piece, info)
 
@@ -201,7 +198,7 @@ def _cut(piece: set[fx.Node], order: list[fx.Node], info: dict[fx.Node, NodeInfo
         return (d is not None and d != "float32" and _dtype(a) == "float32") or (a in core and n in core)
 
     edges = sorted(((a, n) for n in piece for a in n.all_input_nodes if a in piece),
-                   key=lambda e: (not atomic(*e), -_bytes(e[0]), index[e[0]], index[e[1]]))
+                   key=lambda e: (not atomic(*e), -_bytes(e[0]), e[0], e[1]))
     for a, n in edges:
         ga, gn = group[a], group[n]
         if ga == gn:
@@ -337,7 +334,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
         grown = [m for m in grown if m]
         parts: list[set[fx.Node]] = []
         for m in grown:
-            parts += _cut(m, order, info, max_ops, max_matmuls)
+            parts += _cut(m, info, max_ops, max_matmuls)
         parts = [c for m in parts for c in _components(fold_views(m, info)[0])]
         bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)

@@ -75,16 +75,17 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
     ``opts.unfused`` leaves to torch), then judged by the never-slower rule (:func:`_judge`)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
     k = (bp.name, opts.key(), device, kind, bp.layout_key)
-    if k not in _INFO:
+    first = k not in _INFO  # the verdict of a search is said once, not once per identical layer
+    if first:
         if not _search(bp, opts, device, k):
             return None
     elif not _INFO[k]:  # failed before
         return None
     opt = _INFO[k]["optimized"]
-    bp.info = {n: v for n, v in _INFO[k].items() if n not in ("optimized", "announce")}
+    bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
     if opt.best.origin == "program" and opts.unfused == "torch":
         why = f"the search found nothing better than the program op by op ({program_won(opt)})"
-        if _INFO[k].pop("announce", False):  # once per search, not once per identical layer
+        if first:
             log.info("mugraph: %s stays torch code: %s; option unfused='lower' runs it lowered", bp.name, why)
         bp.info.update(runs="torch", mugraph_s=None, torch_s=None, why=why)
         return None
@@ -374,7 +375,7 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
                 "matches": counts.get("fingerprint_matches", 0), "verified": counts.get("verified", 0),
                 # where superoptimize's seconds went (search, check, gpu_reference, gpu_tuning, ...)
                 "phases": dict(opt.report.get("phases") or {}),
-                "optimized": opt, "announce": True}
+                "optimized": opt}
     return True
 
 

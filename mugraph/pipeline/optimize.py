@@ -440,9 +440,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     best, why = alive[0], ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel "
                            "configs), not timed")
     if device == "cuda" and not interrupted:
-        tune_s = TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=tune_s, phases=phases,
+            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=_tune_s(cfg, device), phases=phases,
                                     input_strides=cfg.input_strides)
         except KeyboardInterrupt:
             interrupted = True
