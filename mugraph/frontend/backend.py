@@ -28,6 +28,7 @@ import torch.fx as fx
 
 from .capture import trace
 from .graph import Captured
+from .kernels import shared_kernel_analysis
 from .options import FrontendOptions
 from .run import device_of, judge_graph
 
@@ -47,7 +48,8 @@ def _signature(args: tuple) -> tuple:
 def _inductor(gm: fx.GraphModule, args: list) -> Callable:
     from torch._inductor.compile_fx import compile_fx
 
-    return compile_fx(gm, args)
+    with shared_kernel_analysis():
+        return compile_fx(gm, args)
 
 
 def _timed(timings: dict[str, float], name: str, make: Callable[[], Callable]) -> Callable[[], Callable]:

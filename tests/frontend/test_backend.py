@@ -179,3 +179,35 @@ def test_llama_decoder_layer(piece_cache, mugraph_log):
 
 def _backend_results():
     return [c for c in recent_graphs() if c.captured][-1:]
+
+
+def test_shared_kernel_analysis_compiles_each_kernel_and_argument_kind_once(monkeypatch):
+    """Inductor's per-call analysis of a triton_op's kernels shares one IR compile per kernel
+    and argument kinds inside the block (and only there); a new dtype, value or kernel compiles."""
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+
+    from mugraph.frontend.kernels import shared_kernel_analysis
+
+    calls = []
+
+    def compile_ir(kernel, kwargs, tma):
+        calls.append((kernel, dict(kwargs)))
+        return f"ir{len(calls)}", sorted(kwargs)
+
+    monkeypatch.setattr(wrap, "generate_ttir", compile_ir)
+    k1, k2 = object(), object()
+    x32, y32 = torch.empty(3), torch.empty(5)
+    x16 = torch.empty(3, dtype=torch.float16)
+    with shared_kernel_analysis():
+        first = wrap.generate_ttir(k1, {"x": x32, "n": 4}, {})
+        assert wrap.generate_ttir(k1, {"x": y32, "n": 4}, {}) == first   # another tensor, same dtype
+        assert len(calls) == 1
+        assert wrap.generate_ttir(k1, {"x": x16, "n": 4}, {}) != first   # another dtype
+        assert wrap.generate_ttir(k1, {"x": x32, "n": 1}, {}) != first   # another value (Triton specializes 1)
+        assert wrap.generate_ttir(k2, {"x": x32, "n": 4}, {}) != first   # another kernel
+        wrap.generate_ttir(k1, {"x": x32, "n": [4]}, {})                  # a value it cannot key: compiled
+        wrap.generate_ttir(k1, {"x": x32, "n": [4]}, {})
+        assert len(calls) == 6
+    assert wrap.generate_ttir is compile_ir                                # restored after the block
+    wrap.generate_ttir(k1, {"x": x32, "n": 4}, {})
+    assert len(calls) == 7                                                 # nothing shared outside it
