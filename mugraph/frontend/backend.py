@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from .capture import trace
 from .graph import Captured
-from .kernels import shared_kernel_analysis
+from .inductor import compile_graph
 from .options import FrontendOptions
 from .run import device_of, judge_graph
 
@@ -43,13 +43,6 @@ def _signature(args: tuple) -> tuple:
         else:
             sig.append(("V", a))
     return tuple(sig)
-
-
-def _inductor(gm: fx.GraphModule, args: list) -> Callable:
-    from torch._inductor.compile_fx import compile_fx
-
-    with shared_kernel_analysis():
-        return compile_fx(gm, args)
 
 
 def _timed(timings: dict[str, float], name: str, make: Callable[[], Callable]) -> Callable[[], Callable]:
@@ -100,7 +93,7 @@ class MugraphCompiled:
         opts = self.options
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
-            return _inductor(self.gm, list(args)) if opts.inductor else self.gm
+            return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
         t0 = time.perf_counter()
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
@@ -115,9 +108,9 @@ class MugraphCompiled:
 
         t1 = time.perf_counter()
         fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
-                                     lambda: _inductor(stitched, list(args)) if opts.inductor else stitched),
+                                     lambda: compile_graph(stitched, list(args)) if opts.inductor else stitched),
                          _timed(cap.timings, "inductor_without_s",
-                                lambda: _inductor(self.gm, list(args)) if opts.inductor else self.gm),
+                                lambda: compile_graph(self.gm, list(args)) if opts.inductor else self.gm),
                          args, opts, device_of(args))
         cap.timings["graph_rule_s"] = time.perf_counter() - t1
         cap.timings["total_s"] = time.perf_counter() - t0

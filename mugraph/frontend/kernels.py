@@ -12,19 +12,12 @@ On the CPU the kernels run under Triton's interpreter, whose kernels are not
 ``torch.library.custom_op`` (opaque to Inductor, which calls it) running the
 compiled program. Both have a fake implementation giving the outputs' shapes.
 
-Inductor analyses each call of a ``triton_op``'s kernels for the tensors they write
-(it compiles the kernel to Triton's IR at every call site, twice: when it functionalizes
-the graph and when it lowers it). A model's graph calls the same few pieces at every
-layer, so :func:`shared_kernel_analysis` lets those calls share one compile per kernel
-and argument kind while a graph is compiled.
-
 This module keeps no ``from __future__ import annotations``: ``custom_op`` reads
 the body's type hints to infer the operator's schema.
 """
 
-import contextlib
 import logging
-from typing import Any, Callable, Iterator, List
+from typing import Callable, List
 
 import torch
 
@@ -103,66 +96,3 @@ def make_op(name: str, prog: CompiledProgram, kind: str):
                         prog.output_strides)
     return register(name, prog.graph, functional_runner(prog, lambda f: f), False, prog.output_strides)
 
-
-def _ir_arg_key(a: Any) -> Any:
-    """What of one kernel argument the Triton IR of a call depends on (torch's
-    ``generate_ttir`` replaces a traced tensor by a small real one of its dtype and a
-    symbolic size by 2): a tensor's dtype (and a real tensor's 16-byte alignment,
-    which Triton specializes on), a plain value itself; ``None`` when it cannot say."""
-    if isinstance(a, torch.Tensor):
-        fake = isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
-        return ("tensor", a.dtype, True if fake else a.data_ptr() % 16 == 0)
-    if hasattr(a, "get_dtype") and hasattr(a, "get_size"):  # an Inductor TensorBox
-        return ("tensor", a.get_dtype(), True)
-    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) or type(a).__module__.startswith("sympy"):
-        return ("symbolic",)
-    try:
-        hash(a)
-    except TypeError:
-        return None
-    return ("value", type(a).__name__, a)
-
-
-@contextlib.contextmanager
-def shared_kernel_analysis() -> Iterator[None]:
-    """While Inductor compiles a graph, calls of the same Triton kernel with arguments of
-    the same kinds (:func:`_ir_arg_key`) share one compile to Triton's IR.
-
-    Why: to learn which tensors a ``triton_op``'s kernels write, Inductor compiles each
-    call's kernel to Triton's IR, at every call site and twice per site, and keeps
-    nothing between them — a 32-layer model's graph with 128–160 piece calls spent 44–55 s
-    there, again at every warm compile. The IR is a function of the kernel and of what
-    this key holds, so sharing it changes no result. Only torch's private
-    ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
-    only where this torch has it; any call whose arguments the key cannot describe
-    compiles as before."""
-    try:
-        from torch._higher_order_ops import triton_kernel_wrap as wrap
-    except ImportError:  # a torch without Triton support: nothing to share
-        yield
-        return
-    original = getattr(wrap, "generate_ttir", None)
-    if original is None:
-        yield
-        return
-    memo: dict = {}
-
-    def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
-        args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
-        try:
-            key = (id(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
-            hash(key)
-        except TypeError:
-            key = None
-        if key is None or any(k is None for _, k in args):
-            return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
-        return hit[1]
-
-    wrap.generate_ttir = generate_ttir
-    try:
-        yield
-    finally:
-        wrap.generate_ttir = original

@@ -30,6 +30,7 @@ from ..core.errors import MugraphError
 from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
 from ..core.files import as_path
+from .inductor import compile_graph
 from .kernels import make_op
 from . import verdicts
 from .options import FrontendOptions
@@ -301,11 +302,7 @@ def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Calla
     """The piece's torch ops as they would run in the model: compiled by Inductor (when the
     backend uses it), else eagerly."""
     gm = torch_module(bp)
-    if not inductor:
-        return gm
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(gm, xs)
+    return compile_graph(gm, xs) if inductor else gm
 
 
 def _seconds(times: Any, form: str) -> float:

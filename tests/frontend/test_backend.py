@@ -186,7 +186,7 @@ def test_shared_kernel_analysis_compiles_each_kernel_and_argument_kind_once(monk
     and argument kinds inside the block (and only there); a new dtype, value or kernel compiles."""
     from torch._higher_order_ops import triton_kernel_wrap as wrap
 
-    from mugraph.frontend.kernels import shared_kernel_analysis
+    from mugraph.frontend.inductor import shared_kernel_analysis
 
     calls = []
 
@@ -211,3 +211,33 @@ def test_shared_kernel_analysis_compiles_each_kernel_and_argument_kind_once(monk
     assert wrap.generate_ttir is compile_ir                                # restored after the block
     wrap.generate_ttir(k1, {"x": x32, "n": 4}, {})
     assert len(calls) == 7                                                 # nothing shared outside it
+
+
+def test_a_compiled_graph_is_served_by_inductors_caches_the_second_time(piece_cache, monkeypatch, tmp_path):
+    """The graph with its pieces goes to Inductor in a tracing context of its own, and the
+    mugraph helpers the capture calls (rotate_half here) are declared cache-safe: a second
+    compile of the same graph is a hit of the FX graph cache and of the autograd cache (they
+    were bypassed: no shape environment, an unknown function), and computes the same."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    w = torch.rand(16) + 0.5
+
+    def f(x, y):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        rot = torch.cat([-y[..., 8:], y[..., :8]], dim=-1)  # aten.rotate_half after the capture: alone,
+        return h * 2.0, rot                                   # too small a piece, so it stays torch code
+    x, y = r(4, 16), r(4, 16)
+    outs = []
+    for _ in range(2):
+        torch._dynamo.reset()
+        counters.clear()
+        with torch.no_grad():
+            outs.append(torch.compile(f, backend="mugraph", options=opts(piece_cache))(x, y))
+    torch.testing.assert_close(outs[0], f(x, y), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(outs[1], outs[0], atol=0, rtol=0)
+    (cap,) = _backend_results()[0].captured.values()
+    handed = cap.stitched(lambda bp: torch.ops.aten.clone.default, cap.kept)  # the graph Inductor got
+    assert any(n.target is mugraph.frontend.rotate_half for n in handed.graph.nodes)
+    assert counters["inductor"]["fxgraph_cache_hit"] == 1, dict(counters["inductor"])
+    assert counters["aot_autograd"]["autograd_cache_hit"] == 1, dict(counters["aot_autograd"])

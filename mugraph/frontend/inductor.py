@@ -1,0 +1,127 @@
+"""Graphs handed to Inductor (docs/design.md §10.5): the backend's graph with its pieces, the
+graph without them, and each piece's own torch ops for the never-slower rule.
+
+Two things Inductor does not do by itself for these graphs, both about compile time:
+its caches must be able to serve them (:func:`_cacheable`), and the calls of one piece's
+Triton kernels must share the analysis Inductor makes of each call
+(:func:`shared_kernel_analysis`).
+"""
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import types
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.fx as fx
+
+
+def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
+    """``gm`` compiled by Inductor, in a tracing context of its own so that its FX graph and
+    autograd caches serve the next compile of the same graph (:func:`_cacheable`)."""
+    from torch._inductor.compile_fx import compile_fx
+
+    with shared_kernel_analysis(), _cacheable(gm):
+        return compile_fx(gm, args)
+
+
+@contextlib.contextmanager
+def _cacheable(gm: fx.GraphModule) -> Iterator[None]:
+    """What Inductor's caches ask of a graph they store, given to one the backend compiles.
+
+    The backend compiles at a graph's first call, outside dynamo's tracing, so Inductor found
+    no shape environment and bypassed its FX graph cache, and the autograd cache refused the
+    mugraph helpers the capture calls (``aten.rotate_half``, the attention's): a whole
+    LLaMA-3-8B's graph with its pieces took 57 s to compile at every warm start. Here the
+    compile gets a tracing context with a fake mode and a shape environment of its own (what
+    dynamo hands a backend), and each call of a mugraph function is marked as a wrapped
+    call keyed by a hash of its source, torch's way of declaring a function cache-safe."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    for n in gm.graph.nodes:
+        f = n.target
+        if n.op == "call_function" and isinstance(f, types.FunctionType) \
+                and f.__module__.split(".")[0] == "mugraph":
+            n.meta["is_wrapped"] = True
+            n.meta["user_cache_hash"] = _source_hash(f)
+    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
+        yield
+
+
+@functools.lru_cache(maxsize=None)
+def _source_hash(f: Callable) -> str:
+    """A function's qualified name and the source of its module (the helpers it calls
+    included), hashed: what a cache keyed on a call of it must change with."""
+    try:
+        src = inspect.getsource(inspect.getmodule(f))
+    except (OSError, TypeError):
+        src = repr(f.__code__.co_code)
+    return hashlib.sha256(f"{f.__module__}.{f.__qualname__}\n{src}".encode()).hexdigest()[:24]
+
+
+def _ir_arg_key(a: Any) -> Any:
+    """What of one kernel argument the Triton IR of a call depends on (torch's
+    ``generate_ttir`` replaces a traced tensor by a small real one of its dtype and a
+    symbolic size by 2): a tensor's dtype (and a real tensor's 16-byte alignment,
+    which Triton specializes on), a plain value itself; ``None`` when it cannot say."""
+    if isinstance(a, torch.Tensor):
+        fake = isinstance(a, torch._subclasses.fake_tensor.FakeTensor)
+        return ("tensor", a.dtype, True if fake else a.data_ptr() % 16 == 0)
+    if hasattr(a, "get_dtype") and hasattr(a, "get_size"):  # an Inductor TensorBox
+        return ("tensor", a.get_dtype(), True)
+    if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)) or type(a).__module__.startswith("sympy"):
+        return ("symbolic",)
+    try:
+        hash(a)
+    except TypeError:
+        return None
+    return ("value", type(a).__name__, a)
+
+
+@contextlib.contextmanager
+def shared_kernel_analysis() -> Iterator[None]:
+    """While Inductor compiles a graph, calls of the same Triton kernel with arguments of
+    the same kinds (:func:`_ir_arg_key`) share one compile to Triton's IR.
+
+    Why: to learn which tensors a ``triton_op``'s kernels write, Inductor compiles each
+    call's kernel to Triton's IR, at every call site and twice per site, and keeps
+    nothing between them — a 32-layer model's graph with 128–160 piece calls spent 44–55 s
+    there, again at every warm compile. The IR is a function of the kernel and of what
+    this key holds, so sharing it changes no result. Only torch's private
+    ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
+    only where this torch has it; any call whose arguments the key cannot describe
+    compiles as before."""
+    try:
+        from torch._higher_order_ops import triton_kernel_wrap as wrap
+    except ImportError:  # a torch without Triton support: nothing to share
+        yield
+        return
+    original = getattr(wrap, "generate_ttir", None)
+    if original is None:
+        yield
+        return
+    memo: dict = {}
+
+    def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
+        args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
+        try:
+            key = (id(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is None or any(k is None for _, k in args):
+            return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
+        return hit[1]
+
+    wrap.generate_ttir = generate_ttir
+    try:
+        yield
+    finally:
+        wrap.generate_ttir = original
