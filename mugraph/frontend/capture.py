@@ -29,6 +29,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _use_lazy_graph_module
 from torch.fx.experimental.proxy_tensor import make_fx
 
 from ..core.errors import ArgumentTypeError, MugraphError
@@ -80,8 +81,12 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
         with SdpaMode():
             return inner(*xs)
     try:
-        gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
-                     tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
+        # a lazy graph module: the passes below each edit the graph and ask for a recompile,
+        # which generates its Python code only when the module is next run (a 32-layer
+        # graph's seven recompiles took a fifth of its capture)
+        with _use_lazy_graph_module(True):
+            gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
+                         tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
     except MugraphError:
         raise
     except Exception as e:  # noqa: BLE001 - torch's tracer raises many kinds; one line names it

@@ -19,25 +19,30 @@ import torch.fx as fx
 
 
 def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
-    """``gm`` compiled by Inductor, in a tracing context of its own so that its FX graph and
-    autograd caches serve the next compile of the same graph (:func:`_cacheable`)."""
+    """``gm`` compiled by Inductor for inputs like ``args``, as dynamo hands a graph to a
+    backend: in a tracing context, on fake inputs of static shapes — so that its FX graph
+    and autograd caches serve the next compile of the same graph (:func:`_cacheable`)."""
     from torch._inductor.compile_fx import compile_fx
 
-    with shared_kernel_analysis(), _cacheable(gm):
-        return compile_fx(gm, args)
+    with shared_kernel_analysis(), _cacheable(gm, args) as fakes:
+        return compile_fx(gm, fakes)
 
 
 @contextlib.contextmanager
-def _cacheable(gm: fx.GraphModule) -> Iterator[None]:
-    """What Inductor's caches ask of a graph they store, given to one the backend compiles.
+def _cacheable(gm: fx.GraphModule, args: list) -> Iterator[list]:
+    """What Inductor's caches ask of a graph they store, given to one the backend compiles;
+    yields ``args`` as the fake tensors to compile for.
 
     The backend compiles at a graph's first call, outside dynamo's tracing, so Inductor found
     no shape environment and bypassed its FX graph cache, and the autograd cache refused the
     mugraph helpers the capture calls (``aten.rotate_half``, the attention's): a whole
     LLaMA-3-8B's graph with its pieces took 57 s to compile at every warm start. Here the
-    compile gets a tracing context with a fake mode and a shape environment of its own (what
-    dynamo hands a backend), and each call of a mugraph function is marked as a wrapped
-    call keyed by a hash of its source, torch's way of declaring a function cache-safe."""
+    compile gets a tracing context with a fake mode and a shape environment of its own, and
+    the inputs as fake tensors of static shapes — what dynamo hands a backend (the backend
+    specializes per signature; real inputs would be made fake by the compile itself with
+    every dim symbolic, and a 32-layer graph then traced three times slower) — and each call
+    of a mugraph function is marked as a wrapped call keyed by a hash of its source, torch's
+    way of declaring a function cache-safe."""
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
@@ -48,8 +53,10 @@ def _cacheable(gm: fx.GraphModule) -> Iterator[None]:
                 and f.__module__.split(".")[0] == "mugraph":
             n.meta["is_wrapped"] = True
             n.meta["user_cache_hash"] = _source_hash(f)
-    with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
-        yield
+    mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True)
+    fakes = [mode.from_tensor(a, static_shapes=True) if isinstance(a, torch.Tensor) else a for a in args]
+    with tracing(TracingContext(mode)):
+        yield fakes
 
 
 @functools.lru_cache(maxsize=None)
