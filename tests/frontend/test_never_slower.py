@@ -138,6 +138,36 @@ def test_a_graph_that_writes_its_inputs_is_timed_on_copies_of_them(piece_cache):
     close(acc, 2 * block(x))
 
 
+def test_a_graph_that_advances_its_write_position_is_timed_at_the_same_position(piece_cache):
+    """A cache that counts the tokens written advances its write position at every call; a
+    timer runs a graph hundreds of times, and without its counter put back before each call
+    the writes ran past the buffer (on a GPU: a device-side assert that ends the process)."""
+    def step(x, cache, pos):
+        cache.index_copy_(0, pos, block(x)[:1])  # write one row at the cache's position
+        pos.add_(1)                              # and advance it, as a static cache's counter
+        return block(x) + cache.sum(0)
+
+    class ManyCalls(FixedTimer):
+        def __call__(self, piece, launches):
+            if isinstance(piece, Captured):
+                for _ in range(40):  # past the cache's 16 slots, if nothing put the position back
+                    for launch in launches.values():
+                        launch()
+            return super().__call__(piece, launches)
+
+    timer = ManyCalls(mugraph_s=1e-6, torch_s=3e-6, graph_s=(4e-6, 5e-6))
+    x, cache, pos = torch.randn(4, 8, generator=g), torch.zeros(16, 8), torch.tensor([3])
+    torch._dynamo.reset()
+    f = torch.compile(step, backend="mugraph", options={**QUICK, "cache_dir": piece_cache, "timer": timer})
+    with torch.no_grad():
+        y = f(x, cache, pos)
+    (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
+    assert cap.whole["runs"] == "mugraph" and cap.whole["mugraph_s"] == 4e-6, cap.whole  # timed, not failed
+    assert pos.item() == 4                               # the caller's position advanced once
+    close(cache[3], block(x)[0])
+    close(y, block(x) + block(x)[0])
+
+
 def test_written_inputs_are_found_by_position():
     from mugraph.frontend.run import _copies, written_inputs
 
