@@ -40,7 +40,8 @@ def _cacheable(gm: fx.GraphModule, args: list) -> Iterator[list]:
     compile gets a tracing context with a fake mode and a shape environment of its own, and
     the inputs as fake tensors of static shapes — what dynamo hands a backend (the backend
     specializes per signature; real inputs would be made fake by the compile itself with
-    every dim symbolic, and a 32-layer graph then traced three times slower) — and each call
+    every dim symbolic, and a 32-layer LLaMA-3-8B's plain graph then compiled in 60.5 s
+    instead of 26 s) — and each call
     of a mugraph function is marked as a wrapped call keyed by a hash of its source, torch's
     way of declaring a function cache-safe."""
     from torch._guards import TracingContext, tracing
@@ -61,7 +62,7 @@ def _cacheable(gm: fx.GraphModule, args: list) -> Iterator[list]:
 
 @functools.lru_cache(maxsize=None)
 def _source_hash(f: Callable) -> str:
-    """A function's qualified name and the source of its module (the helpers it calls
+    """A function's qualified name and the source of its module (the helpers beside it
     included), hashed: what a cache keyed on a call of it must change with."""
     try:
         src = inspect.getsource(inspect.getmodule(f))
