@@ -100,7 +100,10 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
             prog = lower.compile(opt.graph, device=device, configs=configs, cuda_graphs=False, pdl=False,
                                  input_strides=bp.strided, output_strides=bp.strided_outputs)
             suffix = f"_{bp.layout_key}" if bp.layout_key else ""
-            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}", prog, kind), opt)
+            # the kernels' source in the name: Inductor's autograd cache keys a graph by the
+            # operators it calls, and a stored graph holds the kernels it traced through
+            kernels = hashlib.sha256(prog.triton_source().encode()).hexdigest()[:10]
+            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}", prog, kind), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
             _LOWER_FAILED[k] = _stays_torch(bp, e)
             _DONE[k] = None
@@ -170,7 +173,7 @@ def _judge(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str, key: tup
     k = key + (timer,)
     if k not in _VERDICTS:
         subject = {"piece": bp.name, "layout": bp.layout_key, "kernel_op": key[3], "inductor": opts.inductor,
-                   "margin": TIE_MARGIN}
+                   "margin": TIE_MARGIN, "operator": op.name()}  # its name holds its kernels' digest
         kept = verdicts.entry(opts.cache_dir, "piece", bp.name, subject, opts.key(), device, timer)
         v = kept.load()
         if v is None:
