@@ -41,9 +41,8 @@ def _cacheable(gm: fx.GraphModule, args: list) -> Iterator[list]:
     the inputs as fake tensors of static shapes — what dynamo hands a backend (the backend
     specializes per signature; real inputs would be made fake by the compile itself with
     every dim symbolic, and a 32-layer LLaMA-3-8B's plain graph then compiled in 60.5 s
-    instead of 26 s) — and each call
-    of a mugraph function is marked as a wrapped call keyed by a hash of its source, torch's
-    way of declaring a function cache-safe."""
+    instead of 26 s) — and each call of a mugraph function is marked as a wrapped call keyed
+    by a hash of its source, torch's way of declaring a function cache-safe."""
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
