@@ -446,6 +446,11 @@ def fmt(v, spec: str) -> str:
     return format(v, spec) if isinstance(v, (int, float)) else "—"
 
 
+def table_head(columns: list[str]) -> list[str]:
+    """A Markdown table's header line and separator line for ``columns``."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def row_notes(r: dict) -> str:
     """A table row's note: its errors, and what makes its compile times or results suspect."""
     notes = [r[k] for k in ("error", "mugraph_error", "warm_error", "eager_error", "compile_error") if k in r]

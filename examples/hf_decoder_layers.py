@@ -327,10 +327,9 @@ def format_table(rows, header, geo) -> str:
              f"{header['copy_bandwidth_GBps']:.0f} GB/s (copy bandwidth measured here). "
              f"Search ≤ {header['time_limit_s']:g} s a piece; compile times: cold = first call with an empty "
              "result cache, warm = a fresh compile of a fresh layer with the same cache.", "",
-             "| layer | new tokens | cached tokens | eager μs | torch.compile μs | mugraph μs | × compile "
-             "| floor μs | mugraph / floor | cold compile s | warm compile s | pieces (mugraph / all) "
-             "| max abs err vs eager | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             *L.table_head(["layer", "new tokens", "cached tokens", "eager μs", "torch.compile μs", "mugraph μs",
+                            "× compile", "floor μs", "mugraph / floor", "cold compile s", "warm compile s",
+                            "pieces (mugraph / all)", "max abs err vs eager", "note"])]
     for r in rows:
         pieces = f"{r['pieces_mugraph']} / {r['pieces']}" if "pieces" in r else "—"
         lines.append(

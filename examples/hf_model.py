@@ -211,10 +211,10 @@ def format_table(rows: list[dict], header: dict) -> str:
              f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
              f"{header['copy_bandwidth_GBps']:.0f} GB/s. Search ≤ {header['time_limit_s']:g} s a piece; cold = first "
              "call with an empty result cache, warm = a fresh compile with the same cache.", "",
-             "| model | layers | new tokens | cached | eager μs | torch.compile μs | mugraph μs | × compile | floor μs "
-             "| mugraph / floor | Inductor compile s (warm) | cold s | warm s | pieces: μGraph / all (distinct) "
-             "| logits rel. err (Inductor's) | argmax agrees | note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             *L.table_head(["model", "layers", "new tokens", "cached", "eager μs", "torch.compile μs", "mugraph μs",
+                            "× compile", "floor μs", "mugraph / floor", "Inductor compile s (warm)", "cold s",
+                            "warm s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
+                            "argmax agrees", "note"])]
     for r in rows:
         pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
         lines.append(

@@ -95,4 +95,3 @@ def make_op(name: str, prog: CompiledProgram, kind: str):
         return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True,
                         prog.output_strides)
     return register(name, prog.graph, functional_runner(prog, lambda f: f), False, prog.output_strides)
-
