@@ -291,10 +291,14 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
 
 
 #: element-wise ops per element of a shift tile, per loop step, to keep its running max: the new
-#: max, the safe shift, two differences, two exponentials (:class:`lower.plan.RunningMax`)
+#: max, the safe shift, two differences, two exponentials (:class:`lower.plan.RunningMax`);
+#: one difference and one exponential fewer when the shift is folded (``beta`` is 1)
 RUNNING_MAX_OPS = 6
-#: element-wise ops per element of a rescaled accumulator per loop step: acc·alpha + x·beta
+RUNNING_MAX_OPS_FOLDED = 4
+#: element-wise ops per element of a rescaled accumulator per loop step: acc·alpha + x·beta,
+#: or acc·alpha + x when folded
 RESCALE_OPS = 3
+RESCALE_OPS_FOLDED = 2
 
 
 def _online_work(p: KernelPlan) -> tuple[float, float]:
@@ -304,7 +308,7 @@ def _online_work(p: KernelPlan) -> tuple[float, float]:
     info, ew, regs = p.info, 0.0, 0.0
     for rm in p.running_maxes:
         m = math.prod(info.padded(rm.shift))
-        ew += RUNNING_MAX_OPS * m
+        ew += (RUNNING_MAX_OPS_FOLDED if rm.is_folded else RUNNING_MAX_OPS) * m
         if rm.maximum is None:
             regs += m
         for op in rm.ops:
@@ -314,7 +318,7 @@ def _online_work(p: KernelPlan) -> tuple[float, float]:
                 n = math.prod(info.padded(held))
                 if src.id in info.deferred:        # "va": the un-reduced product (.., m, k, n)
                     n *= info.padded(src.inputs[0])[-1]
-                ew += RESCALE_OPS * n
+                ew += (RESCALE_OPS_FOLDED if rm.is_folded else RESCALE_OPS) * n
     return ew, regs
 
 

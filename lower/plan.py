@@ -14,7 +14,9 @@
 * deferred sums (:attr:`KernelPlan.deferred_sums`) and the concat ∘ matmul peephole
   (split matmuls, concats never materialized);
 * the running maxima of an online softmax (:attr:`KernelPlan.running_maxes`): one per
-  loop-varying shift tile, shared by every sum rescaled to it and by its ``accum_max``;
+  loop-varying shift tile, shared by every sum rescaled to it and by its ``accum_max``,
+  and whether the step's exponentials can be taken against the running maximum itself
+  (:attr:`RunningMax.folded`);
 * the per-program scratch area of the rearranging ops (:attr:`KernelPlan.staged`);
 * the launch geometry: grid axes, programs, the accumulators split-K programs hand
   over, workspace buffers and tile counters (:meth:`KernelPlan.buffers`,
@@ -58,6 +60,13 @@ class RunningMax:
     shift: Tensor                            # the loop tile m_i
     ops: list[Op]                            # its accumulators, in emission order (the first writes the step)
     name: str                                # the register variable holding M
+    folded: frozenset[int] = frozenset()     # ids of the subs ``a − m_i`` that read ``M_new`` instead
+
+    @property
+    def is_folded(self) -> bool:
+        """The step's terms are taken against the new maximum (``beta`` is 1): see
+        :func:`_folded_shifts`."""
+        return bool(self.folded)
 
     @property
     def sums(self) -> list[Op]:
@@ -255,7 +264,73 @@ def _running_maxes(p: KernelPlan) -> list[RunningMax]:
             continue  # the max of an invariant tile is that tile
         rm = groups.setdefault(m.id, RunningMax(m, [], f"run_{m.label()}"))
         rm.ops.append(op)
+    for rm in groups.values():
+        rm.folded = _folded_shifts(p, rm) if rm.sums else frozenset()
     return list(groups.values())
+
+
+#: ops whose output is linear in their one operand: a term scaled by a per-row factor
+#: scales the output by it (a sum along the row's own dims included)
+_LINEAR = frozenset({"scale", "sum", "permute", "reshape", "repeat"})
+
+
+def _folded_shifts(p: KernelPlan, rm: RunningMax) -> frozenset[int]:
+    """The subs ``a − m`` whose shift can be the new running maximum ``M_new`` itself
+    (empty: none can, the step keeps ``acc·alpha + x·beta``).
+
+    A rescaled sum adds ``x·exp(m − M_new)`` per step. When ``m`` is read only as the
+    shift of exponentials ``e = exp(a − m)`` (and by its own accumulators), and every
+    summed term ``x`` is linear in those exponentials — reached from them only through
+    scales, sums, rearrangements, products and quotients by tiles that do not depend on
+    ``m``, and sums of such terms — then ``x·exp(m − M_new)`` is ``x`` computed from
+    ``exp(a − M_new)``. The kernel then takes the maximum first and exponentiates against
+    it, as FlashAttention does: no ``beta`` factor, one multiply less per summed element,
+    and a ``tl.dot`` whose result is only added to its accumulator, which Triton fuses
+    into the dot. Exact in real arithmetic; the exponentials stay ≤ 1."""
+    m, cons, loop = rm.shift, p.consumers, p.loop_ops
+    saved = {sv.tensor.id for sv in p.block.savers}
+    dep: set[int] = {m.id}      # tensors computed from m
+    lin: set[int] = set()       # tensors linear in the exponentials of a − m
+    shifted: set[int] = set()   # the subs a − m
+    reached: set[int] = set()   # rm's sums whose term is linear
+    for op in p.block.ops:
+        ins = [t.id in dep for t in op.inputs]
+        if not any(ins):
+            continue
+        if op in rm.ops:
+            if accum_monoid(op) == RESCALED:
+                if op.inputs[0].id not in lin or op.inputs[1] is not m:
+                    return frozenset()
+                reached.add(op.id)
+            elif op.inputs[0] is not m:
+                return frozenset()
+            continue
+        if op.id not in loop:
+            return frozenset()
+        out, k = op.outputs[0], op.kind
+        if k == "sub" and op.inputs[1] is m and not ins[0]:
+            ok = all(c.kind == "exp" for c in cons.get(out, []))
+            shifted.add(op.id)
+        elif k == "exp":
+            ok = op.inputs[0].op.id in shifted
+        elif k in _LINEAR:
+            ok = op.inputs[0].id in lin
+        elif k in ("matmul", "mul"):
+            ok = ins.count(True) == 1 and all(t.id in lin for t, d in zip(op.inputs, ins) if d)
+        elif k == "div":
+            ok = op.inputs[0].id in lin and not ins[1]
+        elif k in ("add", "concat") or k == "sub":
+            ok = all(t.id in lin for t in op.inputs)
+        else:
+            ok = False
+        if not ok or out.id in saved:
+            return frozenset()
+        dep.add(out.id)
+        if k != "sub" or op.id not in shifted:
+            lin.add(out.id)
+    if reached != {op.id for op in rm.sums} or not shifted:
+        return frozenset()
+    return frozenset(shifted)
 
 
 def _deferred_sums(p: KernelPlan) -> dict[int, int]:

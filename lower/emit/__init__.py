@@ -24,7 +24,7 @@ from ..plan import KernelPlan
 from .core import TL_DTYPE, Emitter, Val, describe
 from .core import fmt_number
 from .elementwise import binary, emit_const, unary
-from .loads import emit_accum, emit_iterator
+from .loads import emit_accum, emit_folded_max, emit_iterator
 from .matmul import emit_matmul
 from .rearrange import emit_concat, emit_permute, emit_repeat, emit_reshape
 from .reduce import emit_reduce
@@ -53,6 +53,9 @@ def emit_block(plan: KernelPlan, sources: list, interpret: bool = False) -> Emit
     """Emit every op of ``plan`` (``sources``: the DevArg of each block source); the lines
     are in ``Emitter.lines`` by op id."""
     em = Emitter(plan, sources, interpret)
+    folded_after = {rm.shift.op.id: rm for rm in plan.running_maxes if rm.is_folded}
+    shift_of = {sub: rm.shift.id for rm in plan.running_maxes for sub in rm.folded}
+    new_max: dict[int, Val] = {}           # shift tile id -> the safe new maximum its subs read
     for op in plan.order:
         em.cur = []
         em.lines[op.id] = em.cur
@@ -70,6 +73,12 @@ def emit_block(plan: KernelPlan, sources: list, interpret: bool = False) -> Emit
                    if op.id in ops and tid in em.vals}
         for tid in swapped:
             em.vals[tid] = em.dup_vals[tid]
+        if op.id in shift_of:  # a − m against the new running maximum (lower.plan._folded_shifts)
+            swapped[shift_of[op.id]] = em.vals[shift_of[op.id]]
+            em.vals[shift_of[op.id]] = new_max[shift_of[op.id]]
         fn(em, op)
         em.vals.update(swapped)
+        if op.id in folded_after:
+            rm = folded_after[op.id]
+            new_max[rm.shift.id] = emit_folded_max(em, rm)
     return em

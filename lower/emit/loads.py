@@ -123,15 +123,13 @@ def _emit_online(em: Emitter, op: Op, rm: RunningMax) -> None:
     Padding: ``M``'s padding is the running max of ``m``'s, finite and zero where ``m``'s
     is; the factors are finite where ``m`` is, so a rescaled sum keeps ``x``'s clean dims."""
     t, m = op.outputs[0], em.vals[rm.shift.id]
-    if op is rm.ops[0]:
+    if op is rm.ops[0] and not rm.is_folded:
         n = rm.name
         if not rm.sums:
             em.emit(f"{n} = tl.maximum({n}, {em.f32(m)})  # running max of {rm.shift.label()} over the loop")
         else:
             em.emit(f"# running max of {rm.shift.label()} over the loop: the scale its rescaled sums are kept on")
-            em.emit(f"{n}_new = tl.maximum({n}, {em.f32(m)})")
-            em.emit(f"{n}_safe = tl.where({n}_new == float('-inf'), 0.0, {n}_new)  # all -inf so far: no NaN")
-            em.emit(f"{n}_alpha = tl.exp({n} - {n}_safe)  # what was accumulated, onto the new scale")
+            _emit_new_max(em, rm, m)
             em.emit(f"{n}_beta = tl.exp({em.f32(m)} - {n}_safe)  # this step's terms")
             em.emit(f"{n} = {n}_new")
     if accum_monoid(op) == RUNNING_MAX:
@@ -145,7 +143,30 @@ def _emit_online(em: Emitter, op: Op, rm: RunningMax) -> None:
     alpha, beta = (scale_to(em, f"{rm.name}_{f}", m, xt.ndim, xt.op.id in em.info.deferred)
                    for f in ("alpha", "beta"))
     acc = f"{v.name}_k" if deferred else v.name
-    em.emit(f"{acc} = {acc} * {alpha} + {em.f32(x)} * {beta}")
+    term = em.f32(x) if rm.is_folded else f"{em.f32(x)} * {beta}"
+    em.emit(f"{acc} = {acc} * {alpha} + {term}")
+
+
+def _emit_new_max(em: Emitter, rm: RunningMax, m: Val) -> None:
+    """The step's new maximum, its safe form and the factor ``alpha`` onto it."""
+    n = rm.name
+    em.emit(f"{n}_new = tl.maximum({n}, {em.f32(m)})")
+    em.emit(f"{n}_safe = tl.where({n}_new == float('-inf'), 0.0, {n}_new)  # all -inf so far: no NaN")
+    em.emit(f"{n}_alpha = tl.exp({n} - {n}_safe)  # what was accumulated, onto the new scale")
+
+
+def emit_folded_max(em: Emitter, rm: RunningMax) -> Val:
+    """A folded running maximum's step (:attr:`lower.plan.RunningMax.folded`), written
+    right after its shift tile ``m``: the new maximum first, so the step's exponentials
+    are taken against it. Returns the value the folded subs read in place of ``m``:
+    the safe new maximum, finite, its padding zero where ``m``'s is."""
+    m = em.vals[rm.shift.id]
+    n = rm.name
+    em.emit(f"# running max of {rm.shift.label()} over the loop, taken first: the step's exponentials are "
+            f"shifted by it (its terms need no rescale)")
+    _emit_new_max(em, rm, m)
+    em.emit(f"{n} = {n}_new")
+    return Val(f"{n}_safe", m.pshape, m.rshape, True, clean=m.clean, finite=True)
 
 
 def scale_to(em: Emitter, expr: str, m: Val, rank: int, unreduced_product: bool) -> str:

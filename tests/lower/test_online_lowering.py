@@ -141,6 +141,60 @@ def test_attention_matches_float64(dtype, label, sub):
     assert max(errs) <= TOL[dtype], (dtype, cfg.label(), errs)
 
 
+def _terms(kind: str, dtype: str = "float32") -> mg.KernelGraph:
+    """``_online``'s kernel with the summed terms changed: ``"linear"`` (e@v scaled, plus
+    a second product — linear in e), ``"affine"`` (e@v + v: not linear in e),
+    ``"squared"`` (Σ e²: not linear), ``"plain"`` (Σ e also summed without a rescale:
+    its value depends on the shift)."""
+    g = mg.KernelGraph(kind)
+    s, v = g.input("s", (12, 96), dtype), g.input("v", (96, 16), dtype)
+    bg = mg.BlockGraph(grid=(1, 1, 1), forloop=3)
+    st, vt = bg.input(s, (None, None, None), 1), bg.input(v, (None, None, None), 0)
+    m = mg.max(st, 1)
+    e = mg.exp(st - m)
+    num = e @ vt
+    den = mg.sum(e, 1)
+    if kind == "linear":
+        num = mg.scale(num, 0.5) + (e * st) @ vt
+    elif kind == "affine":
+        num = num + mg.sum(vt, 0)
+    elif kind == "squared":
+        den = mg.sum(e * e, 1)
+    bg.output(bg.accum(num, m) / bg.accum(den, m), (None, None, None))
+    if kind == "plain":
+        bg.output(bg.accum(mg.sum(e, 1)), (None, None, None))
+    for o in g.kernel(bg):
+        g.output(o)
+    return g
+
+
+@pytest.mark.parametrize("kind, folds", [("linear", True), ("affine", False), ("squared", False),
+                                         ("plain", False)])
+@pytest.mark.parametrize("label", ["w4s2", "w4s2k3L", "w4s2va"])
+def test_the_shift_folds_only_where_the_terms_are_linear_in_the_exponentials(kind, folds, label):
+    """Folded (:func:`lower.plan._folded_shifts`): the step's exponentials taken against
+    the new running maximum, no ``beta`` factor in the code. Terms not linear in the
+    exponentials, or an exponential read elsewhere, keep ``acc·alpha + x·beta``. Both
+    match float64, logits ×30."""
+    g = _terms(kind)
+    p = plan(_kernels(g)[0].attrs["block"], KernelConfig.from_label(label))
+    (rm,) = p.running_maxes
+    assert rm.is_folded == folds
+    prog = lower.compile(g, device="cpu", configs={_kernels(g)[0].id: KernelConfig.from_label(label)}, poison=True)
+    assert ("_beta" not in prog.triton_source()) == folds
+    assert max(check(prog, g, _inputs(g, 3))) <= TOL["float32"], (kind, label)
+
+
+def test_attention_folds_its_shift():
+    """Attention's and the split form's kernels take their exponentials against the
+    running maximum (the other tests above then check them against float64); the split
+    form's combine, which exponentiates nothing, keeps its factors."""
+    for g in (attention_ugraph(2, 24, 96, 16, 3, "float16"), _split(12, 96, 8, 2, 2, "float16"),
+              _online(4, 64, 8, 4, "float16", post_max=True)):
+        folded = [rm.is_folded for op in _kernels(g) for rm in plan(op.attrs["block"]).running_maxes if rm.sums]
+        assert folded == ([True, False] if g.name == "split" else [True]), g.name
+
+
 def test_a_row_of_minus_inf_shifts_gives_zero_not_nan():
     """The safe shift: a row whose shift is −inf in every step accumulates nothing (0);
     a row −inf in some steps only rescales those to 0, as the interpreter does."""
