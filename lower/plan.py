@@ -35,7 +35,8 @@ from functools import cached_property
 from typing import Callable
 
 from mugraph.core.ir import AXES, RESCALED, RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
-from mugraph.core.ops import adds_up, is_contraction, is_pointwise, is_rearrangement, joins, reduction, reorders
+from mugraph.core.ops import (CATALOG, adds_up, get_op, is_contraction, is_pointwise, is_rearrangement, joins,
+                              reduction, reorders)
 
 from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
@@ -269,20 +270,16 @@ def _running_maxes(p: KernelPlan) -> list[RunningMax]:
     return list(groups.values())
 
 
-#: ops whose output is linear in their one operand: a term scaled by a per-row factor
-#: scales the output by it (a sum along the row's own dims included)
-_LINEAR = frozenset({"scale", "sum", "permute", "reshape", "repeat"})
-
-
 def _folded_shifts(p: KernelPlan, rm: RunningMax) -> frozenset[int]:
-    """The subs ``a − m`` whose shift can be the new running maximum ``M_new`` itself
-    (empty: none can, the step keeps ``acc·alpha + x·beta``).
+    """The subtractions ``a − m`` whose shift can be the new running maximum ``M_new``
+    itself (empty: none can, the step keeps ``acc·alpha + x·beta``).
 
     A rescaled sum adds ``x·exp(m − M_new)`` per step. When ``m`` is read only as the
     shift of exponentials ``e = exp(a − m)`` (and by its own accumulators), and every
-    summed term ``x`` is linear in those exponentials — reached from them only through
-    scales, sums, rearrangements, products and quotients by tiles that do not depend on
-    ``m``, and sums of such terms — then ``x·exp(m − M_new)`` is ``x`` computed from
+    summed term ``x`` is linear in those exponentials — reached from them through ops of
+    the catalog's Lax classes ``linear`` (all operands linear in them), ``multilinear``
+    (one operand linear, the others independent of ``m``) and ``division`` (by a tile
+    independent of ``m``) — then ``x·exp(m − M_new)`` is ``x`` computed from
     ``exp(a − M_new)``. The kernel then takes the maximum first and exponentiates against
     it, as FlashAttention does: no ``beta`` factor, one multiply less per summed element,
     and a ``tl.dot`` whose result is only added to its accumulator, which Triton fuses
@@ -291,7 +288,7 @@ def _folded_shifts(p: KernelPlan, rm: RunningMax) -> frozenset[int]:
     saved = {sv.tensor.id for sv in p.block.savers}
     dep: set[int] = {m.id}      # tensors computed from m
     lin: set[int] = set()       # tensors linear in the exponentials of a − m
-    shifted: set[int] = set()   # the subs a − m
+    shifted: set[int] = set()   # the subtractions a − m
     reached: set[int] = set()   # rm's sums whose term is linear
     for op in p.block.ops:
         ins = [t.id in dep for t in op.inputs]
@@ -305,29 +302,29 @@ def _folded_shifts(p: KernelPlan, rm: RunningMax) -> frozenset[int]:
             elif op.inputs[0] is not m:
                 return frozenset()
             continue
-        if op.id not in loop:
+        if op.id not in loop or op.kind not in CATALOG or op.outputs[0].id in saved:
             return frozenset()
-        out, k = op.outputs[0], op.kind
-        if k == "sub" and op.inputs[1] is m and not ins[0]:
-            ok = all(c.kind == "exp" for c in cons.get(out, []))
+        d, out = get_op(op.kind), op.outputs[0]
+        if d.signs == (1, -1) and op.inputs[1] is m and not ins[0]:
+            if not all(get_op(c.kind).lax == "exponentiation" for c in cons.get(out, [])):
+                return frozenset()
             shifted.add(op.id)
-        elif k == "exp":
+            dep.add(out.id)
+            continue
+        if d.lax == "exponentiation":
             ok = op.inputs[0].op.id in shifted
-        elif k in _LINEAR:
-            ok = op.inputs[0].id in lin
-        elif k in ("matmul", "mul"):
-            ok = ins.count(True) == 1 and all(t.id in lin for t, d in zip(op.inputs, ins) if d)
-        elif k == "div":
-            ok = op.inputs[0].id in lin and not ins[1]
-        elif k in ("add", "concat") or k == "sub":
+        elif d.lax == "linear":
             ok = all(t.id in lin for t in op.inputs)
+        elif d.lax == "multilinear":
+            ok = len(op.inputs) > 1 and ins.count(True) == 1 and all(t.id in lin for t, x in zip(op.inputs, ins) if x)
+        elif d.lax == "division":
+            ok = op.inputs[0].id in lin and not ins[1]
         else:
             ok = False
-        if not ok or out.id in saved:
+        if not ok:
             return frozenset()
         dep.add(out.id)
-        if k != "sub" or op.id not in shifted:
-            lin.add(out.id)
+        lin.add(out.id)
     if reached != {op.id for op in rm.sums} or not shifted:
         return frozenset()
     return frozenset(shifted)
