@@ -39,7 +39,7 @@ from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, Mugr
 from mugraph.core.ir import BlockGraph, KernelGraph
 
 from .compile_guard import bounded_compiles
-from .config import MAX_STAGES, MAX_WARPS, KernelConfig, configs_for
+from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import H100, DeviceParams, estimate
 from .plan import plan
 from .runtime import capture_graph, compile as lower_compile
@@ -130,6 +130,16 @@ def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = 
                 for mm in modes:
                     out.append((s, sub, c, comb, mm))
     return out
+
+
+def rechunks(block: BlockGraph) -> bool:
+    """Whether the lowering may re-chunk ``block``'s loop (:func:`lower.tiles.loop_chunks`
+    offers a factor above 1): a loop of one step cannot, nor one whose sums are rescaled to
+    a running maximum (each step's shift is its own tile's)."""
+    try:
+        return loop_chunks(plan(block).info) != [1]
+    except KernelConfigError:
+        return True  # not lowerable at the default config: nothing to say about its loop
 
 
 def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:

@@ -73,7 +73,7 @@ import torch
 
 import lower
 from lower.cost_model import H100
-from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space
+from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space, rechunks
 from lower.runtime import conform
 from search.derive import kernel_shape
 from verify.floatcheck import float_inputs
@@ -186,8 +186,23 @@ def grids(c: "Candidate") -> tuple:
     out. Graphs of one family differ in how many steps their loops take, which the lowering
     re-chunks itself (``KernelConfig.chunk``), so they tune to nearly the same kernels: gqa
     b=1 on an H200 (2026-11-27) timed three split pairs of 64 blocks + 8, looping 2, 8 and 16
-    times, at 6.17–6.36 μs, and not the pair of 128 blocks + 8 predicted 3 % behind them."""
-    return tuple(k[0] if isinstance(k, tuple) else k for k in kernel_shape(c.graph))
+    times, at 6.17–6.36 μs, and not the pair of 128 blocks + 8 predicted 3 % behind them.
+
+    A kernel whose loop the lowering cannot re-chunk (``lower.profile.rechunks``: an online
+    softmax's, whose sums are rescaled step by step) keeps its loop length in the family:
+    its key tile is fixed by the graph. A 2k-key prompt attention at head dim 128 (H200,
+    2026-11-29) ran 177 μs with 64-key steps and 212 μs with 128-key steps at their best
+    configurations; the re-ranking, counting them one family, timed only the latter."""
+    out = []
+    for op in c.graph.ops:
+        if op.kind == "input":
+            continue
+        if op.kind != "graph_defined":
+            out.append(op.kind)
+            continue
+        b = op.attrs["block"]
+        out.append((b.grid, b.forloop) if b.forloop > 1 and not rechunks(b) else b.grid)
+    return tuple(out)
 
 
 def plan_rerank(alive: list["Candidate"], top_k: int | None = None, tune_seconds: float | None = None,

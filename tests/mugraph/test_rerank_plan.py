@@ -303,6 +303,30 @@ def test_each_grid_family_is_timed_before_a_second_loop_length_of_one():
     assert timing.grids(pairs_a[0]) == timing.grids(pairs_a[1]) != timing.grids(pair_b)
 
 
+def _online_attention(steps: int) -> Candidate:
+    """One online-softmax kernel of 4 blocks over 128 keys in ``steps`` steps."""
+    g = mg.KernelGraph(f"online{steps}")
+    s, v = g.input("s", (64, 128), "float16"), g.input("v", (128, 16), "float16")
+    b = mg.BlockGraph((4, 1, 1), steps)
+    st, vt = b.input(s, (0, None, None), 1), b.input(v, (None, None, None), 0)
+    m = mg.max(st, 1)
+    e = mg.exp(st - m)
+    b.output(b.accum(e @ vt, m) / b.accum(mg.sum(e, 1), m), (0, None, None))
+    (o,) = g.kernel(b)
+    g.output(o)
+    return Candidate(g, "search", predicted_s=1e-5)
+
+
+def test_an_online_kernels_loop_length_is_part_of_its_family():
+    """The lowering cannot re-chunk a loop whose sums are rescaled step by step, so its key
+    tile is the graph's own: a prompt attention at head dim 128 ran 177 μs with 64-key steps
+    and 212 μs with 128-key steps (H200, 2026-11-29). Two loop lengths are two families;
+    a plain loop's lengths stay one."""
+    a, b = _online_attention(2), _online_attention(4)
+    assert timing.grids(a) != timing.grids(b)
+    assert timing.grids(a)[0] == ((4, 1, 1), 2)
+
+
 def test_a_tuning_past_its_share_says_which_candidate_holds_the_rerank(caplog):
     """Neither a Triton compile nor a kernel has a bound of its own: a tuning that runs long
     past its share logs a line naming the candidate (and goes on), one per interval."""
