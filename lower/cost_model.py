@@ -281,9 +281,7 @@ def _work(p: KernelPlan) -> tuple[float, float, float, float]:
                 # query row each) holds its (batch, m, k, n) values at once before the sum over k
                 acc_regs += math.prod(p_out) * k
         elif b.kind == "accum":
-            src = b.inputs[0].op
-            # a deferred sum's accumulator holds the un-reduced tile
-            acc_regs += math.prod(info.padded(src.inputs[0] if src.id in p.deferred_sums else out))
+            acc_regs += _held(p, b)
         elif b.kind != "iterator":
             ew += math.prod(info.padded(out)) * reps * rep.get(b.id, 1)
     online_ew, online_regs = _online_work(p)
@@ -301,6 +299,18 @@ RESCALE_OPS = 3
 RESCALE_OPS_FOLDED = 2
 
 
+def _held(p: KernelPlan, acc: Op) -> int:
+    """fp32 elements accumulator ``acc`` holds per program: a deferred sum's un-reduced
+    tile, an early sum's reduced one (:attr:`lower.plan.KernelPlan.early_sums`), else its
+    own tile."""
+    src, out, info = acc.inputs[0].op, acc.outputs[0], p.info
+    if src.id in p.deferred_sums:
+        return math.prod(info.padded(src.inputs[0]))
+    shape = info.padded(out)
+    d = p.early_sums.get(acc.id)
+    return math.prod(n for i, n in enumerate(shape) if i != d)
+
+
 def _online_work(p: KernelPlan) -> tuple[float, float]:
     """Element-wise ops one program adds per loop step for its running maxima and the
     sums rescaled to them (at padded sizes; a plain sum's add is not counted, as before),
@@ -314,8 +324,7 @@ def _online_work(p: KernelPlan) -> tuple[float, float]:
         for op in rm.ops:
             if op is not rm.maximum:
                 src = op.inputs[0].op
-                held = src.inputs[0] if src.id in p.deferred_sums else op.outputs[0]
-                n = math.prod(info.padded(held))
+                n = _held(p, op)
                 if src.id in info.deferred:        # "va": the un-reduced product (.., m, k, n)
                     n *= info.padded(src.inputs[0])[-1]
                 ew += (RESCALE_OPS_FOLDED if rm.is_folded else RESCALE_OPS) * n

@@ -11,7 +11,8 @@
   (:attr:`KernelPlan.dot_operand_loads`), which loads Triton leaves unpipelined,
   whether the loop asks Triton to stage every load, which tiles stay in their
   storage dtype because only tensor-core dots read them;
-* deferred sums (:attr:`KernelPlan.deferred_sums`) and the concat ∘ matmul peephole
+* deferred sums (:attr:`KernelPlan.deferred_sums`), their mirror image — sums after the
+  loop taken every step instead (:attr:`KernelPlan.early_sums`) — and the concat ∘ matmul peephole
   (split matmuls, concats never materialized);
 * the running maxima of an online softmax (:attr:`KernelPlan.running_maxes`): one per
   loop-varying shift tile, shared by every sum rescaled to it and by its ``accum_max``,
@@ -96,6 +97,7 @@ class KernelPlan:
     steps: int                               # generated-loop steps per program (iterations / chunk)
     dtype: str                               # the storage dtype (``tl.dot`` operands are cast to it)
     deferred_sums: dict[int, int] = field(default_factory=dict)   # sum op id -> dim, reduced after the loop
+    early_sums: dict[int, int] = field(default_factory=dict)      # accum op id -> dim its post-loop sum folds, summed per step
     split_matmuls: dict[int, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)  # matmul -> Σ aᵢ @ bᵢ
     dropped: frozenset[int] = frozenset()    # concats only split matmuls read: never materialized
     dot_cone: frozenset[int] = frozenset()   # the loop's tl.dot operand cones (every dot)
@@ -237,6 +239,7 @@ def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
     p.accumulators = [op for op in sch.loop + sch.invariant_accums if op.kind == "accum"]
     p.loop_accumulators = [op for op in sch.loop if op.kind == "accum"]
     p.running_maxes = _running_maxes(p)
+    p.early_sums = _early_sums(p)
     p.masked = masked_steps(p) if cfg.skip_masked else None
     return p
 
@@ -356,6 +359,41 @@ def _deferred_sums(p: KernelPlan) -> dict[int, int]:
                 or info.shape(x)[d] == 1 or t in saved):
             continue
         if math.prod(info.padded(x)) <= DEFER_SUM_REGS * 32 * p.config.num_warps:
+            out[op.id] = d
+    return out
+
+
+def _early_sums(p: KernelPlan) -> dict[int, int]:
+    """Loop accumulators whose only use is a sum after the loop (accum op id -> the dim it
+    folds) and whose tile exceeds :data:`DEFER_SUM_REGS` fp32 registers per thread: each
+    step adds up its tile along that dim before accumulating it, and the sum after the loop
+    is the accumulator itself. The mirror image of :func:`_deferred_sums`, by the same
+    identity Σ_steps Σ_dim x = Σ_dim Σ_steps x, and the same bound on which side holds the
+    un-reduced tile: a μGraph may accumulate an online softmax's exponentials whole and sum
+    them after the loop (as a search found for a 64 × 128 score tile: 64 more registers
+    per thread than the row sums). A rescaled sum qualifies when its shift broadcasts along
+    the dim (one factor per row: it commutes with the sum). Not under split-K, whose
+    programs hand over their accumulators as the graph shapes them."""
+    block, info = p.block, p.info
+    if block.forloop <= 1 or p.config.split > 1:
+        return {}
+    saved = {sv.tensor for sv in block.savers}
+    budget = DEFER_SUM_REGS * 32 * p.config.num_warps
+    out = {}
+    for op in p.loop_accumulators:
+        monoid = p.folds_as(op)
+        x, t = op.inputs[0], op.outputs[0]
+        users = p.consumers.get(t, [])
+        if (monoid == RUNNING_MAX or len(users) != 1 or t in saved or x.op.id in info.deferred
+                or x.op.id in p.deferred_sums):
+            continue
+        u = users[0]
+        if reduction(u.kind) is None or not adds_up(u.kind) or u.id in p.loop_ops:
+            continue
+        d = u.attrs["dim"]
+        if info.shape(x)[d] == 1 or (monoid == RESCALED and info.shape(op.inputs[1])[d] != 1):
+            continue
+        if math.prod(info.padded(x)) > budget:
             out[op.id] = d
     return out
 

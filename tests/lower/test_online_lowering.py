@@ -195,6 +195,42 @@ def test_attention_folds_its_shift():
         assert folded == ([True, False] if g.name == "split" else [True]), g.name
 
 
+def _summed_after(rows: int, keys: int, steps: int, rescaled: bool = True) -> mg.KernelGraph:
+    """The exponentials accumulated whole and summed after the loop (a form the search
+    finds): ``accum(e, m)`` then ``sum(·, 1)``; ``rescaled=False``: a plain ``accum(x)``
+    of the scores then its sum."""
+    g = mg.KernelGraph("summed_after")
+    s, v = g.input("s", (rows, keys), "float32"), g.input("v", (keys, 8), "float32")
+    bg = mg.BlockGraph(grid=(2, 1, 1), forloop=steps)
+    st, vt = bg.input(s, (0, None, None), 1), bg.input(v, (None, None, None), 0)
+    if rescaled:
+        m = mg.max(st, 1)
+        e = mg.exp(st - m)
+        out = bg.accum(e @ vt, m) / mg.sum(bg.accum(e, m), 1)
+    else:
+        out = bg.accum(st @ vt) / mg.sum(bg.accum(mg.square(st)), 1)
+    bg.output(out, (0, None, None))
+    (o,) = g.kernel(bg)
+    g.output(o)
+    return g
+
+
+@pytest.mark.parametrize("rescaled", [True, False], ids=["rescaled", "plain"])
+@pytest.mark.parametrize("label, early", [("w2s2", True), ("w8s2", False), ("w2s2k3", False)])
+def test_a_sum_after_the_loop_is_taken_every_step_when_its_tile_is_large(rescaled, label, early):
+    """``lower.plan._early_sums``: an accumulator whose only use is a sum after the loop,
+    its tile (48 rows of 2 blocks, 80 keys a step: 32 × 128 padded) above 32 fp32
+    registers a thread — with 2 warps, not with 8 — is summed every step, the sum after
+    the loop is the accumulator; not under split-K. All match float64."""
+    g = _summed_after(48, 240, 3, rescaled)
+    op = _kernels(g)[0]
+    p = plan(op.attrs["block"], KernelConfig.from_label(label))
+    assert bool(p.early_sums) == early, p.early_sums
+    prog = lower.compile(g, device="cpu", configs={op.id: KernelConfig.from_label(label)}, poison=True)
+    assert ("along dim 1 (lower.plan._early_sums)" in prog.triton_source()) == early
+    assert max(check(prog, g, _inputs(g, 4))) <= TOL["float32"], label
+
+
 def test_a_row_of_minus_inf_shifts_gives_zero_not_nan():
     """The safe shift: a row whose shift is −inf in every step accumulates nothing (0);
     a row −inf in some steps only rescales those to 0, as the interpreter does."""
