@@ -40,7 +40,7 @@ COMBINES = ("kernel", "last")
 #: (:data:`lower.tiles.SMALL_MM` describes each mode)
 SMALL_MM = ("dot", "v", "va")
 #: the label grammar, for messages
-LABEL_FORM = "w<warps>s<stages>[c<chunk>][k<split>[L]][p<class>:<r>x…][v|va][r][u][A][F], e.g. 'w4s3' or 'w4s3c2k4Lp1:2v'"
+LABEL_FORM = "w<warps>s<stages>[c<chunk>][k<split>[L]][p<class>:<r>x…][v|va][r][u][A][F][N], e.g. 'w4s3' or 'w4s3c2k4Lp1:2v'"
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,9 @@ class KernelConfig:
     ``skip_masked``: loop steps whose band-mask tile hides every key from the program's
     rows are not run where :mod:`lower.skipping` shows they add nothing (a causal
     prompt's upper triangle); ``False`` runs every step (label suffix ``F``).
+    ``fold_shifts``: an online softmax whose sums are linear in its exponentials takes them
+    against the running maximum itself (:attr:`lower.plan.RunningMax.folded`); ``False``
+    keeps the per-step factor ``beta`` (label suffix ``N``) — for measuring the fold.
     """
 
     num_warps: int = 4
@@ -88,6 +91,7 @@ class KernelConfig:
     split_loads: bool = True
     stage_all_loads: bool = False
     skip_masked: bool = True
+    fold_shifts: bool = True
 
     def __post_init__(self) -> None:
         """Every field checked at construction — type, then range — so a bad config is one
@@ -114,7 +118,7 @@ class KernelConfig:
                                         f"got {type(v).__name__}")
             if v not in allowed:
                 raise KernelConfigError(f"KernelConfig: {name}={short(v)}: must be one of {allowed}")
-        for name in ("defer_sums", "split_loads", "stage_all_loads", "skip_masked"):
+        for name in ("defer_sums", "split_loads", "stage_all_loads", "skip_masked", "fold_shifts"):
             v = getattr(self, name)
             if not isinstance(v, bool):
                 raise ArgumentTypeError(f"KernelConfig: {name}={short(v)}: must be True or False, "
@@ -138,15 +142,16 @@ class KernelConfig:
         (a ``ValueError``) naming the label and the grammar if it names none."""
         if not isinstance(label, str):
             raise ArgumentTypeError(f"KernelConfig.from_label: expected a label string, got {type(label).__name__}")
-        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p(\d+:\d+(?:x\d+:\d+)*))?(va|v)?(r)?(u)?(A)?(F)?",
+        m = re.fullmatch(r"w(\d+)s(\d+)(?:c(\d+))?(?:k(\d+)(L?))?(?:p(\d+:\d+(?:x\d+:\d+)*))?(va|v)?(r)?(u)?(A)?(F)?(N)?",
                          label)
         if not m:
             raise KernelConfigError(f"not a KernelConfig label: {short(label, 40)}; labels read {LABEL_FORM}")
-        w, st, c, k, last, sub, mm, r, u, a, f = m.groups()
+        w, st, c, k, last, sub, mm, r, u, a, f, n = m.groups()
         try:
             return cls(num_warps=int(w), num_stages=int(st), chunk=int(c or 1), split=int(k or 1),
                        combine="last" if last else "kernel", sub=parse_sub(sub or ""), small_mm=mm or "dot",
-                       defer_sums=not r, split_loads=not u, stage_all_loads=bool(a), skip_masked=not f)
+                       defer_sums=not r, split_loads=not u, stage_all_loads=bool(a), skip_masked=not f,
+                       fold_shifts=not n)
         except KernelConfigError as e:
             raise KernelConfigError(f"label {short(label, 40)}: {e}") from None
 
@@ -182,6 +187,8 @@ class KernelConfig:
             s += "A"
         if not self.skip_masked:
             s += "F"
+        if not self.fold_shifts:
+            s += "N"
         return s
 
 

@@ -269,7 +269,7 @@ def _running_maxes(p: KernelPlan) -> list[RunningMax]:
         rm = groups.setdefault(m.id, RunningMax(m, [], f"run_{m.label()}"))
         rm.ops.append(op)
     for rm in groups.values():
-        rm.folded = _folded_shifts(p, rm) if rm.sums else frozenset()
+        rm.folded = _folded_shifts(p, rm) if rm.sums and p.config.fold_shifts else frozenset()
     return list(groups.values())
 
 

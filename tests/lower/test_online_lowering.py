@@ -185,6 +185,17 @@ def test_the_shift_folds_only_where_the_terms_are_linear_in_the_exponentials(kin
     assert max(check(prog, g, _inputs(g, 3))) <= TOL["float32"], (kind, label)
 
 
+def test_the_fold_can_be_switched_off_for_measuring_it():
+    """``KernelConfig.fold_shifts=False`` (label suffix ``N``) keeps ``beta``; same values."""
+    g = attention_ugraph(2, 24, 96, 16, 3, "float32")
+    for label, folds in (("w4s2", True), ("w4s2N", False)):
+        cfg = KernelConfig.from_label(label)
+        assert cfg.label() == label and cfg.fold_shifts == folds
+        prog = lower.compile(g, device="cpu", configs={_kernels(g)[0].id: cfg}, poison=True)
+        assert ("_beta" not in prog.triton_source()) == folds
+        assert max(check(prog, g, _inputs(g, 5))) <= TOL["float32"], label
+
+
 def test_attention_folds_its_shift():
     """Attention's and the split form's kernels take their exponentials against the
     running maximum (the other tests above then check them against float64); the split
