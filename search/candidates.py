@@ -1,6 +1,7 @@
 """The candidates of a search run (:mod:`search.driver`): the enumeration's fingerprint
 matches in DFS order, the graphs derived outside it (pieces, and in the *split-loop*
-phase the split variants of the cheapest matches), ranked for the verification."""
+phase the split variants and the tile variants of the cheapest matches), ranked for the
+verification."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import replace
 
 from mugraph.core.serialize import graph_from_json, graph_to_json
 
-from .derive import MAX_SPLIT_SOURCES, sequential, splits
+from .derive import MAX_SPLIT_SOURCES, retiles, sequential, splits
 from .enumerate import cost_key, signature
 from .records import Match, Proposal
 from .run_state import RunState
@@ -67,5 +68,8 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
         if est < m.cost[1]:
             matches[top[i]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
     state.dstats["split_credited"] = len(best)
+    # the cheapest kernels on other tiles, in the same share of the time (search.derive.retiles)
+    proposals += retiles(srcs, sequential(state.checker), state.dstats, end, limit=2 * state.cfg.split_sources,
+                         estimate=state.estimate)
     for p in proposals:
         propose(matches, p)

@@ -7,6 +7,9 @@
 * :func:`splits` — split-loop variants (:func:`search.rewrite.split_variants`)
   of the matches (enumerated, composed or fused), the cheapest variants by
   :func:`search.enumerate.cost_key`.
+* :func:`retiles` — the cheapest matches' kernels on other tiles
+  (:func:`search.rewrite.tile_variants`: twice or half the blocks along a grid axis,
+  twice or half the loop's steps), one per kernel shape.
 
 Every derived graph is fingerprinted against the whole program (by the
 :data:`Fingerprint` the driver passes) and fully
@@ -27,7 +30,7 @@ from .compose import compose, partition
 from .config import SearchConfig
 from .enumerate import cost_key
 from .records import Proposal
-from .rewrite import fuse_all, graph_key, split_variants
+from .rewrite import fuse_all, graph_key, split_variants, tile_variants
 
 if TYPE_CHECKING:
     from .driver import SearchResult
@@ -278,3 +281,41 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
         except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
             unpriced.append(g)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
+
+
+#: the cheapest matches whose kernels :func:`retiles` offers on other tiles
+MAX_RETILE_SOURCES = 8
+
+
+def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
+            deadline: Optional[float] = None, limit: int = 4,
+            estimate: Optional[Callable[[KernelGraph], float]] = None) -> list[Proposal]:
+    """Fingerprint-matching tile variants (:func:`~search.rewrite.tile_variants`) of the
+    :data:`MAX_RETILE_SOURCES` first of ``graphs`` (matches, cheapest first): ranked by
+    ``estimate`` where given (else by :func:`~search.enumerate.cost_key`), one per kernel
+    shape before a second spelling of any, the ``limit`` first fingerprinted.
+
+    Why: the enumeration reaches a kernel's other tilings slowly (each is another walk of
+    the same ops), and the lowering cannot make them — it never changes a grid or cuts a
+    loop step, and never re-chunks an online softmax's loop. A 2k-key prompt attention at
+    head dim 128 (H200, 60 s of search) returned only 64-row tiles over 128-key steps
+    (212–225 μs) where 64 × 64 and 128 × 128 tiles of the same kernel ran 177 μs."""
+    variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
+    for g in graphs[:MAX_RETILE_SOURCES]:
+        for h in tile_variants(g):
+            k = graph_key(h)
+            if k not in variants:
+                variants[k] = (tuple(cost_key(h)), len(variants), h)
+    stats["retile_variants"] = len(variants)
+    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
+    if estimate is not None:
+        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
+        first, rest = one_per_shape(ranked, key=kernel_shape)
+        ranked, stats["retile_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
+    first, rest = one_per_shape(ranked, key=kernel_shape)
+    chosen = (first + rest)[:limit]
+    answers = fingerprint(chosen, deadline) if chosen else []
+    stats["retile_fingerprinted"] = stats.get("retile_fingerprinted", 0) + sum(a is not None for a in answers)
+    out = [Proposal(h, "retile") for h, a in zip(chosen, answers) if a]
+    stats["retile_matches"] = len(out)
+    return out

@@ -232,8 +232,8 @@ def order(matches: list[Match]) -> list[Match]:
     for m in sorted(matches, key=lambda m: m.key):
         lanes.setdefault((m.kernels, m.signature, m.origin), []).append(m)
     for (_, _, origin), q in lanes.items():
-        if origin == "split-loop":
-            q.sort(key=lambda m: m.task)  # a split proposal's task is its rank among the proposals
+        if origin in ("split-loop", "retile"):
+            q.sort(key=lambda m: m.task)  # a derived proposal's task is its rank among the proposals
     cheapest = {lane: min(m.cost[1] for m in q) for lane, q in lanes.items()}
     best: dict[int, float] = {}
     for (k, _, _), c in cheapest.items():

@@ -55,7 +55,7 @@ class BenchRow:
     kernels: int = 0
     rel_error: float | None = None
     origin: str = ""
-    #: how the winner was found ("enumeration", "composed+fused", "split-loop", …; "program" if unfused)
+    #: how the winner was found ("enumeration", "composed+fused", "split-loop", "retile", …; "program" if unfused)
     found_by: str = ""
     #: the search's wall seconds (as saved with the result) and the candidates it verified
     search_s: float | None = None

@@ -48,7 +48,7 @@ class Candidate:
     measured_s: float | None = None
     configs: dict = field(default_factory=dict)  # op id -> KernelConfig fields (tuned)
     rejected: str = ""
-    #: how the search found it: "enumeration", "composed", "composed+fused", "split-loop"
+    #: how the search found it: "enumeration", "composed", "composed+fused", "split-loop", "retile"
     found_by: str = ""
 
     @property

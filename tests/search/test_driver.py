@@ -126,8 +126,8 @@ def test_iterative_deepening_and_verification_budget():
     assert st["search"]["verifications"] <= 3
     ks = [g.num_kernels for g in r.graphs]
     assert ks and ks[0] == 1 and ks == sorted(ks) and len(set(ks)) == len(ks)
-    # the matches are the enumeration's and the derived ones (split-loop variants of any match)
-    derived = st["derived"].get("split_matches", 0) + st["derived"].get("composed_matches", 0)
+    # the matches are the enumeration's and the derived ones (split-loop and tile variants of any match)
+    derived = sum(st["derived"].get(k, 0) for k in ("split_matches", "composed_matches", "retile_matches"))
     assert st["search"]["fingerprint_matches"] + derived == sum(n for _, n in st["fingerprint_matches_by_kernels"])
     assert (st["search"]["unverified_matches"]
             == st["search"]["fingerprint_matches"] + derived - st["search"]["verifications"])

@@ -61,3 +61,41 @@ def test_a_row_too_long_for_the_listed_loop_ranges_gets_a_longer_loop():
                                             dtype="float16"), smem_kb=2, time_limit=40, forloop_ranges=(8, 16))
     loops = [op.attrs["block"].forloop for op in g.ops if op.kind == "graph_defined"]
     assert max(loops) > max(cfg.forloop_ranges) and RESCALED in _monoids(g)
+
+
+def test_tile_variants_of_an_online_kernel_are_proven_equal():
+    """``search.rewrite.tile_variants``: the online kernel on twice and half the steps (its
+    value does not depend on where the steps cut the keys) — each proven equal to the
+    whole-row program, not merely fingerprinted."""
+    from search.rewrite import tile_variants
+
+    for steps, want in ((4, {2}), (2, {4})):  # 64 keys: steps of 16 are the least, one block
+        shapes = set()
+        for h in tile_variants(_online(steps=steps)):
+            (b,) = [op.attrs["block"] for op in h.ops if op.kind == "graph_defined"]
+            shapes.add(b.forloop)
+            v = verify.equivalent(_program(), h, seed=4, float_check=False)
+            assert v.equivalent and v.bound_met, (b.grid, b.forloop, v)
+        assert shapes == want, (steps, shapes)
+
+
+def test_a_retiled_grid_keeps_the_function_and_an_illegal_one_is_refused():
+    """Rows re-gridded: twice and half the blocks, each proven equal; a loop cut below the
+    least tile, or to no loop at all, is not offered or is refused."""
+    from mugraph.core.benchmarks import program, reference
+    from search.rewrite import MIN_RETILE, retile, tile_variants
+
+    p, g = program("rmsnorm_matmul", small=True), reference("rmsnorm_matmul", small=True)
+    k = next(op for op in g.ops if op.kind == "graph_defined")
+    b = k.attrs["block"]
+    assert retile(g, k.id, b.grid, 1 if b.forloop > 1 else 2) is None  # a loop added or removed: refused
+    variants = tile_variants(g)
+    assert variants
+    for h in variants:
+        hb = next(op for op in h.ops if op.kind == "graph_defined").attrs["block"]
+        assert (hb.grid, hb.forloop) != (b.grid, b.forloop)
+        if hb.forloop > b.forloop:  # the cut steps keep the least tile
+            assert min(o.outputs[0].shape[o.attrs["fmap"]] for o in hb.ops
+                       if o.kind == "iterator" and o.attrs["fmap"] is not None) >= MIN_RETILE
+        v = verify.equivalent(p, h, seed=5, float_check=False)
+        assert v.equivalent and v.bound_met, (hb.grid, hb.forloop, v)

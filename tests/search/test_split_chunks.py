@@ -145,12 +145,17 @@ def test_search_verifies_split_kv_pairs_of_attention():
     r = search.run(p, cfg)
     pairs = [g for g, o in zip(r.graphs, r.origins) if o == "split-loop"]
     assert pairs and r.stats["derived"]["split_matches"] >= len(pairs)
+    # the same phase offers the cheapest kernels on other tiles (search.derive.retiles)
+    assert r.stats["derived"]["retile_variants"] > 0 and r.stats["derived"]["retile_fingerprinted"] > 0
+    retiled = [g for g, o in zip(r.graphs, r.origins) if o == "retile"]
     rng = np.random.default_rng(0)
     x = {t.name: rng.uniform(0.5, 1.5, t.shape) for t in p.inputs}
     want = mg.evaluate(p, x)[0]
     for g in pairs:
         first, combine = (op.attrs["block"] for op in g.ops if op.kind == "graph_defined")
         assert combine.forloop > 1 and combine.forloop in first.grid
+        assert np.allclose(mg.evaluate(g, x)[0], want, rtol=1e-9)
+    for g in retiled:
         assert np.allclose(mg.evaluate(g, x)[0], want, rtol=1e-9)
 
 
