@@ -159,12 +159,37 @@ def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
 NONE_RAN_GRACE_S = 30.0
 
 
+#: fp32 registers a thread the largest loop-carried tile (an accumulator, or a ``tl.dot``'s
+#: result in the loop) may take at the first round's warps before it starts at twice the warps
+FIRST_ROUND_REGS = 64
+
+
+def first_round_warps(block: BlockGraph, cfg: KernelConfig) -> int:
+    """The warps the first round times layout ``cfg`` at: 4, or 8 where the largest fp32
+    tile the loop carries or a loop ``tl.dot`` makes would take more than
+    :data:`FIRST_ROUND_REGS` registers a thread at 4. Why: short tunings (a few seconds a
+    candidate under a model's budget) time the first round and little of the sweep, and a
+    128 × 128 tile at 4 warps spills — a prompt attention at head dim 128 (H200): 128-row
+    tiles 328–417 μs at 4 warps and 3 stages, 176–190 at 8; 64-row tiles 177 at 4, 333 at 8."""
+    try:
+        p = plan(block, cfg)
+    except KernelConfigError:
+        return cfg.num_warps
+    info = p.info
+    tiles = [op.outputs[0] for op in block.ops
+             if op.id in p.loop_ops and (op.kind == "accum" or op.id in info.dot_ops)]
+    largest = max((math.prod(info.padded(t)) for t in tiles), default=0)
+    return 8 if largest > FIRST_ROUND_REGS * 32 * 4 and MAX_WARPS >= 8 else 4
+
+
 def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]:
-    """The configs :func:`tune` ranks first for ``block``: every layout choice at 4 warps
-    and 3 stages, with each of its load-staging choices."""
+    """The configs :func:`tune` ranks first for ``block``: every layout choice at 3 stages
+    and 4 warps (8 where a loop tile would spill at 4: :func:`first_round_warps`), with each
+    of its load-staging choices."""
     out = []
     for s, sub, ch, comb, mm in layout_choices(block, small_mm=small_mm):
         c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
+        c = dataclasses.replace(c, num_warps=first_round_warps(block, c))
         out += [dataclasses.replace(c, stage_all_loads=a) for a in stage_all_choices(block, c)]
     return out
 

@@ -249,3 +249,33 @@ def test_a_budget_is_not_spent_on_a_layout_family_measured_far_slower_than_predi
     res = tune(g, inputs={}, budget_s=budget)
     assert res.cut and res.configs[op.id].num_warps == 8 and res.configs[op.id].chunk == 1
     assert sum(c.chunk > 1 for c in calls) < len(chunked) // 2
+
+
+def test_the_first_round_starts_large_tiles_at_eight_warps():
+    """``first_round_warps``: an online attention kernel with 128-row tiles (a 128 × 128 fp32
+    accumulator: 128 registers a thread at 4 warps) is first timed at 8 warps; with 64-row
+    tiles at 4 — as measured on an H200 at head dim 128 (w4s3 vs w8s3: 328 vs 176 μs at 128
+    rows, 177 vs 333 at 64)."""
+    import math as _math
+
+    import mugraph as mg
+    from lower.profile import FIRST_ROUND_REGS
+
+    def block(rows: int):
+        g = mg.KernelGraph("attn")
+        q, k, v = (g.input(n, s, "float16") for n, s in (("q", (4, 256, 128)), ("k", (4, 128, 256)),
+                                                            ("v", (4, 256, 128))))
+        b = mg.BlockGraph(grid=(256 // rows, 4, 1), forloop=4)
+        qt, kt, vt = b.input(q, (1, 0, None), None), b.input(k, (None, 0, None), 2), b.input(v, (None, 0, None), 1)
+        s = mg.scale(qt @ kt, 1 / _math.sqrt(128))
+        m = mg.max(s, 2)
+        e = mg.exp(s - m)
+        b.output(b.accum(e @ vt, m) / b.accum(mg.sum(e, 2), m), (1, 0, None))
+        (o,) = g.kernel(b)
+        g.output(o)
+        return b
+
+    assert 128 * 128 > FIRST_ROUND_REGS * 32 * 4 >= 64 * 128
+    for rows, warps in ((128, 8), (64, 4)):
+        plain = [c for c in first_round(block(rows)) if c.split == 1 and not c.sub]
+        assert plain and {c.num_warps for c in plain} == {warps}, (rows, [c.label() for c in plain])
