@@ -57,6 +57,23 @@ def test_per_kernel_cap_and_result_order():
     assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd"] and st["verifications"] == 2
 
 
+def test_a_graph_that_fails_its_float_check_takes_no_place_of_the_cap():
+    """Equal in exact arithmetic, unusable in floats (a shift by another tile's max): it is
+    returned with its verdict, and the next graph of its count is verified too."""
+    cfg = SearchConfig(max_verify=None, verify_per_kernels=1, thread_graphs=False, progress=False)
+
+    class _FloatFails(_Answers):
+        def get(self, order, pos, ahead):
+            self.asked.append(pos)
+            bad = order[pos].graph["name"] == "k1-1.0-gd"
+            return {"equivalent": True, "float_check": {"passed": not bad}}
+
+    found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), _FloatFails())
+    names = [f.graph["name"] for f in found]
+    assert names[:2] == ["k1-1.0-gd", "k1-2.0-mm+gd"] and st["verified_float_failed"] == 1
+    assert "k2-4.0-gd+gd" in names and "k1-3.0-gd" not in names
+
+
 class _FakeChecker:
     """The checker as the verdict sources use it: one verification takes `cost` seconds."""
 
