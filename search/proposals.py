@@ -61,6 +61,8 @@ class _KindInfo:
     #: a binary op whose ``x op x`` is a unary op of the level's kinds (``x*x`` is ``square(x)``)
     squared: bool
     accumulator: bool
+    #: the binary op is ``a − b`` (the catalog's signs (1, −1)): a free shift's use
+    subtracts: bool = False
 
     @classmethod
     def of(cls, kind: str, rank: int, kinds: tuple[str, ...]) -> "_KindInfo":
@@ -68,7 +70,8 @@ class _KindInfo:
             return cls(kind, rank, None, 1, False, False, False, True)
         d = CATALOG[kind]
         squared = {CATALOG[k].squares for k in kinds if k in CATALOG}
-        return cls(kind, rank, d, d.arity, d.commutative, d.constant_factor, kind in squared, False)
+        return cls(kind, rank, d, d.arity, d.commutative, d.constant_factor, kind in squared, False,
+                   d.signs == (1, -1))
 
 
 #: the attribute types the search draws values for (:meth:`OpProposer._attr_choices`)
@@ -240,7 +243,22 @@ class OpProposer:
         combos = [((a, m), at, ak) for a in ok for at, ak in attr_sets]
         if not info.commutative:
             combos += [((m, a), at, ak) for a in ok if a != m for at, ak in attr_sets]
+        if info.subtracts and self.shifts:
+            combos = [c for c in combos if self._shifts_its_own(lv, *c[0])]
         return combos
+
+    @staticmethod
+    def _shifts_its_own(lv: _Level, a: int, b: int) -> bool:
+        """``a − b`` where either is a free shift (a ``max``'s result): only ``x − max(x)``,
+        a tile shifted by its own max. Any per-row shift is exact in real arithmetic (the
+        verifier proves it, §3.3), but a shift by the max of another tile — the unscaled
+        scores' max taken from the scaled scores — underflows or overflows every exponential,
+        and the float check rejects it after a full verification: a 2k-key prompt attention
+        (H200, 60 s) spent 4 of its 8 verifications on such graphs, a 32k-key decode 9 of 15,
+        every split-KV pair among them. A shift from the left is no shift at all."""
+        if _shift(lv.producer[a]):
+            return False
+        return not _shift(lv.producer[b]) or lv.args[b] == (a,)
 
     def _accumulators(self, lv: _Level, m: int) -> list[tuple]:
         """The accumulators whose newest input is loop-body tile ``m``: its sum; where the

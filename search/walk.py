@@ -33,6 +33,7 @@ class _Level:
         self.accs: list[Optional[int]] = []
         self.scaled: list[bool] = []
         self.producer: list[str] = []
+        self.args: list[tuple] = []   # the input indices of the op that made each tensor (() for inputs)
         self.seen: dict[tuple, int] = {}
         self.ops: list[tuple] = []
         self.keys: list[tuple] = []
@@ -45,6 +46,7 @@ class _Level:
             n = self.interned[sig] = len(self.interned)
         self.sigs.append(n)
         self.producer.append(producer)
+        self.args.append(())
         self.shapes.append(shape)
         self.terms.append(term)
         self.labs.append(lab)
@@ -57,6 +59,7 @@ class _Level:
             self.uses[i] += 1
         for o in outs:
             self.add_tensor(*o)
+            self.args[-1] = tuple(inputs)
         self.ops.append(op)
         self.keys.append(key)
         self.nout.append(len(outs))
@@ -65,7 +68,8 @@ class _Level:
         n = self.nout.pop()
         self.ops.pop()
         self.keys.pop()
-        for lst in (self.sigs, self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer):
+        for lst in (self.sigs, self.shapes, self.terms, self.labs, self.uses, self.accs, self.scaled, self.producer,
+                    self.args):
             del lst[len(lst) - n:]
         for i in set(inputs):
             self.uses[i] -= 1
