@@ -101,33 +101,6 @@ def test_a_retiled_grid_keeps_the_function_and_an_illegal_one_is_refused():
         assert v.equivalent and v.bound_met, (hb.grid, hb.forloop, v)
 
 
-def _shift_uses(g) -> list[tuple[bool, str]]:
-    """Every subtraction of a max's result in ``g``'s blocks and kernels: (whether the left
-    operand is the tile the max was taken of, where)."""
-    out = []
-    levels = [g.ops] + [op.attrs["block"].ops for op in g.ops if op.kind == "graph_defined"]
-    for ops in levels:
-        for o in ops:
-            if o.kind == "sub":
-                a, b = o.inputs
-                if b.op.kind == "max":
-                    out.append((b.op.inputs[0] is a, o.kind))
-                assert a.op.kind != "max", "a max on the left of a subtraction"
-    return out
-
-
-def test_the_search_subtracts_a_max_only_from_the_tile_it_is_the_max_of():
-    """``OpProposer._shifts_its_own``: ``x − max(y)`` for another ``y`` is proven equal (a
-    free shift) but useless in floats; the enumerator no longer offers it, and still finds
-    the safe softmax."""
-    p = decode_attention(b=1, heads=2, kv_heads=1, kv=256, head_dim=16, safe=True, dtype="float16")
-    r = driver.run(p, SearchConfig(time_limit=30, workers=1, progress=False, compose=False, split_loops=False,
-                                   max_results=4, verify_per_kernels=4))
-    assert r.graphs, r.stats
-    uses = [u for g in r.graphs for u in _shift_uses(g)]
-    assert uses and all(ok for ok, _ in uses), uses
-
-
 def test_the_proposer_pairs_a_max_only_with_its_own_tile():
     """The rule itself, on a level holding x, y = scale(x) and m = max(x): ``x − m`` is
     offered; ``y − m`` (the shape of the graphs the float check rejected: the scaled scores
