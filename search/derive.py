@@ -241,19 +241,29 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
             if k not in variants:
                 variants[k] = (key, len(variants), h)
     stats["split_variants"] = len(variants)
+    return _propose(variants, fingerprint, stats, "split", "split-loop", deadline, limit, estimate)
+
+
+def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: Fingerprint, stats: dict,
+             prefix: str, origin: str, deadline: Optional[float], limit: int,
+             estimate: Optional[Callable[[KernelGraph], float]]) -> list[Proposal]:
+    """The fingerprint-matching ``limit`` first of ``variants`` (graph key -> (cost key,
+    order, graph)) as proposals of ``origin``: ranked by the cost key, then — with an
+    ``estimate`` — the :data:`SHORTLIST` ``× limit`` best of them by that price
+    (:func:`_by_estimate`), one per kernel shape (grids and loop lengths) before a second of
+    any: the sources are often one kernel in several equivalent spellings, whose variants
+    would fill the limit alike. Counts go to ``stats`` under ``prefix``."""
     ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
-    # one per kernel shape first (grids and loop lengths): the sources are often one
-    # kernel in several equivalent spellings, whose variants would fill the limit alike
     first, rest = one_per_shape(ranked, key=kernel_shape)
     if estimate is not None:
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
-        ranked, stats["split_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
+        ranked, stats[f"{prefix}_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
         first, rest = one_per_shape(ranked, key=kernel_shape)
     chosen = (first + rest)[:limit]
     answers = fingerprint(chosen, deadline) if chosen else []
-    stats["split_fingerprinted"] = stats.get("split_fingerprinted", 0) + sum(a is not None for a in answers)
-    out = [Proposal(h, "split-loop") for h, a in zip(chosen, answers) if a]
-    stats["split_matches"] = len(out)
+    stats[f"{prefix}_fingerprinted"] = stats.get(f"{prefix}_fingerprinted", 0) + sum(a is not None for a in answers)
+    out = [Proposal(h, origin) for h, a in zip(chosen, answers) if a]
+    stats[f"{prefix}_matches"] = len(out)
     return out
 
 
@@ -307,15 +317,4 @@ def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
             if k not in variants:
                 variants[k] = (tuple(cost_key(h)), len(variants), h)
     stats["retile_variants"] = len(variants)
-    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
-    if estimate is not None:
-        end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
-        first, rest = one_per_shape(ranked, key=kernel_shape)
-        ranked, stats["retile_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
-    first, rest = one_per_shape(ranked, key=kernel_shape)
-    chosen = (first + rest)[:limit]
-    answers = fingerprint(chosen, deadline) if chosen else []
-    stats["retile_fingerprinted"] = stats.get("retile_fingerprinted", 0) + sum(a is not None for a in answers)
-    out = [Proposal(h, "retile") for h, a in zip(chosen, answers) if a]
-    stats["retile_matches"] = len(out)
-    return out
+    return _propose(variants, fingerprint, stats, "retile", "retile", deadline, limit, estimate)

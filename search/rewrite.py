@@ -67,6 +67,21 @@ def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> Non
         m[op.outputs[0]] = nb.add_op(op.kind, [m[t] for t in op.inputs], attrs)
 
 
+def _replay_block(rb: Rebuild, bg: BlockGraph, nb: BlockGraph, load) -> list[Tensor]:
+    """``bg``'s ops again in ``nb`` — each iterator's tile from ``load(iterator op)``, the
+    rest replayed on the tiles they map to — its savers with their maps, and ``nb`` as a
+    kernel of the graph ``rb`` rebuilds."""
+    tm: dict[Tensor, Tensor] = {}
+    for op in bg.ops:
+        if op.kind == "iterator":
+            tm[op.outputs[0]] = load(op)
+        else:
+            _replay_op(nb, op, tm)
+    for sv in bg.savers:
+        nb.output(tm[sv.tensor], sv.omap)
+    return rb.graph.kernel(nb)
+
+
 # ---------------------------------------------------------------------- fusion
 
 def fusable_pairs(g: KernelGraph) -> list[tuple[int, int]]:
@@ -117,7 +132,6 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
         nb = BlockGraph(bb.grid, bb.forloop)
-        tm: dict[Tensor, Tensor] = {}
         inlined: dict[Tensor, Tensor] = {}
 
         def inline_a() -> None:
@@ -139,20 +153,15 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
             for out, sv in zip(a.outputs, ab.savers):
                 inlined[out] = am[sv.tensor]
 
-        for op in bb.ops:
-            if op.kind == "iterator":
-                src = bb.sources[op.attrs["source"]]
-                if src.op is a:
-                    if not inlined:
-                        inline_a()
-                    tm[op.outputs[0]] = inlined[src]
-                else:
-                    tm[op.outputs[0]] = nb.input(rb.get(src), op.attrs["imap"], op.attrs["fmap"])
-            else:
-                _replay_op(nb, op, tm)
-        for sv in bb.savers:
-            nb.output(tm[sv.tensor], sv.omap)
-        return rb.graph.kernel(nb)
+        def load(op: Op) -> Tensor:
+            src = bb.sources[op.attrs["source"]]
+            if src.op is not a:
+                return nb.input(rb.get(src), op.attrs["imap"], op.attrs["fmap"])
+            if not inlined:
+                inline_a()
+            return inlined[src]
+
+        return _replay_block(rb, bb, nb, load)
 
     try:
         return rebuild(g, replace={(b_id, None): build}, drop=[(a_id, None)])
@@ -507,15 +516,8 @@ def retile(g: KernelGraph, op_id: int, grid: tuple, forloop: int) -> Optional[Ke
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
         k = BlockGraph(tuple(grid), forloop)
-        tm: dict[Tensor, Tensor] = {}
-        for o in bg.ops:
-            if o.kind == "iterator":
-                tm[o.outputs[0]] = k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"], o.attrs["fmap"])
-            else:
-                _replay_op(k, o, tm)
-        for sv in bg.savers:
-            k.output(tm[sv.tensor], sv.omap)
-        return rb.graph.kernel(k)
+        return _replay_block(rb, bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"],
+                                                          o.attrs["fmap"]))
 
     try:
         return rebuild(g, replace={(op_id, None): build}, name=g.name)
