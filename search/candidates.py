@@ -70,6 +70,6 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
     state.dstats["split_credited"] = len(best)
     # the cheapest kernels on other tiles, in the same share of the time (search.derive.retiles)
     proposals += retiles(srcs, sequential(state.checker), state.dstats, end, limit=2 * state.cfg.split_sources,
-                         estimate=state.estimate)
+                         estimate=state.estimate, smem_budget=state.cfg.smem_budget)
     for p in proposals:
         propose(matches, p)

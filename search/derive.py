@@ -299,11 +299,13 @@ MAX_RETILE_SOURCES = 8
 
 def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
             deadline: Optional[float] = None, limit: int = 4,
-            estimate: Optional[Callable[[KernelGraph], float]] = None) -> list[Proposal]:
+            estimate: Optional[Callable[[KernelGraph], float]] = None,
+            smem_budget: Optional[int] = None) -> list[Proposal]:
     """Fingerprint-matching tile variants (:func:`~search.rewrite.tile_variants`) of the
     :data:`MAX_RETILE_SOURCES` first of ``graphs`` (matches, cheapest first): ranked by
     ``estimate`` where given (else by :func:`~search.enumerate.cost_key`), one per kernel
-    shape before a second spelling of any, the ``limit`` first fingerprinted.
+    shape before a second spelling of any, the ``limit`` first fingerprinted; tiles beyond
+    ``smem_budget`` (the search's) are not offered.
 
     Why: the enumeration reaches a kernel's other tilings slowly (each is another walk of
     the same ops), and the lowering cannot make them — it never changes a grid or cuts a
@@ -312,7 +314,7 @@ def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     (212–225 μs) where 64 × 64 and 128 × 128 tiles of the same kernel ran 177 μs."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for g in graphs[:MAX_RETILE_SOURCES]:
-        for h in tile_variants(g):
+        for h in tile_variants(g, smem_budget):
             k = graph_key(h)
             if k not in variants:
                 variants[k] = (tuple(cost_key(h)), len(variants), h)

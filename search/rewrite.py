@@ -40,7 +40,7 @@ import json
 from typing import Optional, Sequence
 
 from mugraph.core.errors import InvalidGraphError, MugraphError
-from mugraph.core.ir import RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
+from mugraph.core.ir import DTYPES, RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import CATALOG
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
@@ -538,11 +538,27 @@ def _cut_dims(bg: BlockGraph, axis: Optional[int]) -> list[int]:
     return out
 
 
-def tile_variants(g: KernelGraph) -> list[KernelGraph]:
+def _fits(bg: BlockGraph, smem_budget: Optional[int]) -> bool:
+    """Every tile of ``bg`` within ``smem_budget`` bytes, as the enumeration bounds each new
+    tile (an accumulator's in fp32); None: no bound."""
+    if smem_budget is None:
+        return True
+    for op in bg.ops:
+        t = op.outputs[0]
+        n = 4 if op.kind == "accum" else DTYPES[t.dtype]
+        for d in t.shape:
+            n *= d
+        if n > smem_budget:
+            return False
+    return True
+
+
+def tile_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[KernelGraph]:
     """:func:`retile` variants of every graph-defined kernel of ``g``: each grid axis of
     more than one block with twice and with half the blocks, each loop with twice and with
     half the steps — where every tile the change cuts keeps at least :data:`MIN_RETILE`
-    elements along that dim, and the grid at most :data:`MAX_RETILE_BLOCKS` blocks."""
+    elements along that dim, the grid at most :data:`MAX_RETILE_BLOCKS` blocks, and (given
+    ``smem_budget``) every tile of the new block within it, as the enumeration's are."""
     out = []
     for op in g.ops:
         if op.kind != GD:
@@ -565,6 +581,6 @@ def tile_variants(g: KernelGraph) -> list[KernelGraph]:
                 moves.append((bg.grid, bg.forloop // 2))
         for grid, forloop in moves:
             h = retile(g, op.id, grid, forloop)
-            if h is not None:
+            if h is not None and all(_fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
                 out.append(h)
     return out

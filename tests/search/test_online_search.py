@@ -77,6 +77,8 @@ def test_tile_variants_of_an_online_kernel_are_proven_equal():
             v = verify.equivalent(_program(), h, seed=4, float_check=False)
             assert v.equivalent and v.bound_met, (b.grid, b.forloop, v)
         assert shapes == want, (steps, shapes)
+    # halving the 4 steps doubles the K and V tiles (32 × 8 fp32: 1 KB each): not within 512 bytes
+    assert tile_variants(_online(steps=4), smem_budget=512) == []
 
 
 def test_a_retiled_grid_keeps_the_function_and_an_illegal_one_is_refused():
