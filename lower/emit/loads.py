@@ -127,6 +127,7 @@ def _accumulated(em: Emitter, op: Op, x: Val) -> tuple[Val, str]:
     v.pshape = tuple(1 if i == d else n for i, n in enumerate(v.pshape))
     v.rshape = tuple(1 if i == d else n for i, n in enumerate(v.rshape))
     src = em.read_padding(x, [d], "sum")
+    src = src if x.f32 else f"({src}).to(tl.float32)"
     em.emit(f"# {v.name}: its sum after the loop taken every step, along dim {d} (lower.plan._early_sums)")
     return v, f"tl.sum({src}, axis={d}, keep_dims=True)"
 

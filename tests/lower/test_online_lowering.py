@@ -185,6 +185,18 @@ def test_the_shift_folds_only_where_the_terms_are_linear_in_the_exponentials(kin
     assert max(check(prog, g, _inputs(g, 3))) <= TOL["float32"], (kind, label)
 
 
+def test_an_early_sum_of_a_loaded_half_precision_tile_adds_up_in_fp32():
+    """The loaded fp16 tile summed every step (``lower.plan._early_sums``) is widened to fp32
+    first, as every sum is: against float64, positive scores so no cancellation hides it."""
+    g = _summed_after(48, 240, 3, rescaled=False, dtype="float16", loaded=True)
+    op = _kernels(g)[0]
+    cfg = KernelConfig.from_label("w2s2")
+    assert plan(op.attrs["block"], cfg).early_sums
+    prog = lower.compile(g, device="cpu", configs={op.id: cfg}, poison=True)
+    inputs = {k: v.abs() + 0.5 for k, v in _inputs(g, 6, large=()).items()}
+    assert max(check(prog, g, inputs)) <= TOL["float16"]
+
+
 def test_the_fold_can_be_switched_off_for_measuring_it():
     """``KernelConfig.fold_shifts=False`` (label suffix ``N``) keeps ``beta``; same values."""
     g = attention_ugraph(2, 24, 96, 16, 3, "float32")
@@ -206,12 +218,14 @@ def test_attention_folds_its_shift():
         assert folded == ([True, False] if g.name == "split" else [True]), g.name
 
 
-def _summed_after(rows: int, keys: int, steps: int, rescaled: bool = True) -> mg.KernelGraph:
+def _summed_after(rows: int, keys: int, steps: int, rescaled: bool = True, dtype: str = "float32",
+                  loaded: bool = False) -> mg.KernelGraph:
     """The exponentials accumulated whole and summed after the loop (a form the search
     finds): ``accum(e, m)`` then ``sum(·, 1)``; ``rescaled=False``: a plain ``accum(x)``
-    of the scores then its sum."""
+    of the squared scores then its sum; ``loaded``: of the loaded tile itself (held in its
+    storage dtype)."""
     g = mg.KernelGraph("summed_after")
-    s, v = g.input("s", (rows, keys), "float32"), g.input("v", (keys, 8), "float32")
+    s, v = g.input("s", (rows, keys), dtype), g.input("v", (keys, 8), dtype)
     bg = mg.BlockGraph(grid=(2, 1, 1), forloop=steps)
     st, vt = bg.input(s, (0, None, None), 1), bg.input(v, (None, None, None), 0)
     if rescaled:
@@ -219,7 +233,7 @@ def _summed_after(rows: int, keys: int, steps: int, rescaled: bool = True) -> mg
         e = mg.exp(st - m)
         out = bg.accum(e @ vt, m) / mg.sum(bg.accum(e, m), 1)
     else:
-        out = bg.accum(st @ vt) / mg.sum(bg.accum(mg.square(st)), 1)
+        out = bg.accum(st @ vt) / mg.sum(bg.accum(st if loaded else mg.square(st)), 1)
     bg.output(out, (0, None, None))
     (o,) = g.kernel(bg)
     g.output(o)
