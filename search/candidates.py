@@ -69,7 +69,7 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
             matches[top[i]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
     state.dstats["split_credited"] = len(best)
     # the cheapest kernels on other tiles, in the same share of the time (search.derive.retiles)
-    proposals += retiles(srcs, sequential(state.checker), state.dstats, end, limit=2 * state.cfg.split_sources,
-                         estimate=state.estimate, smem_budget=state.cfg.smem_budget)
+    proposals += retiles(srcs, state.dstats, end, limit=2 * state.cfg.split_sources, estimate=state.estimate,
+                         smem_budget=state.cfg.smem_budget)
     for p in proposals:
         propose(matches, p)

@@ -9,12 +9,11 @@
   :func:`search.enumerate.cost_key`.
 * :func:`retiles` — the cheapest matches' kernels on other tiles
   (:func:`search.rewrite.tile_variants`: twice or half the blocks along a grid axis,
-  twice or half the loop's steps), one per kernel shape.
+  twice or half the loop's steps), one per kernel shape, proposed without a fingerprint.
 
-Every derived graph is fingerprinted against the whole program (by the
-:data:`Fingerprint` the driver passes) and fully
-verified by the driver with the enumeration's own matches; nothing derived ships
-unverified.
+Every derived graph but a tile variant is fingerprinted against the whole program (by
+the :data:`Fingerprint` the driver passes), and every one is fully verified by the driver
+with the enumeration's own matches; nothing derived ships unverified.
 """
 
 from __future__ import annotations
@@ -244,7 +243,7 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     return _propose(variants, fingerprint, stats, "split", "split-loop", deadline, limit, estimate)
 
 
-def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: Fingerprint, stats: dict,
+def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: Optional[Fingerprint], stats: dict,
              prefix: str, origin: str, deadline: Optional[float], limit: int,
              estimate: Optional[Callable[[KernelGraph], float]]) -> list[Proposal]:
     """The fingerprint-matching ``limit`` first of ``variants`` (graph key -> (cost key,
@@ -252,7 +251,8 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: F
     ``estimate`` — the :data:`SHORTLIST` ``× limit`` best of them by that price
     (:func:`_by_estimate`), one per kernel shape (grids and loop lengths) before a second of
     any: the sources are often one kernel in several equivalent spellings, whose variants
-    would fill the limit alike. Counts go to ``stats`` under ``prefix``."""
+    would fill the limit alike. ``fingerprint`` None: every one chosen is proposed as it is.
+    Counts go to ``stats`` under ``prefix``."""
     ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
     first, rest = one_per_shape(ranked, key=kernel_shape)
     if estimate is not None:
@@ -260,6 +260,10 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: F
         ranked, stats[f"{prefix}_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
         first, rest = one_per_shape(ranked, key=kernel_shape)
     chosen = (first + rest)[:limit]
+    if fingerprint is None:  # proposed as they are: the verifier decides
+        out = [Proposal(h, origin) for h in chosen]
+        stats[f"{prefix}_matches"] = len(out)
+        return out
     answers = fingerprint(chosen, deadline) if chosen else []
     stats[f"{prefix}_fingerprinted"] = stats.get(f"{prefix}_fingerprinted", 0) + sum(a is not None for a in answers)
     out = [Proposal(h, origin) for h, a in zip(chosen, answers) if a]
@@ -297,21 +301,26 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
 MAX_RETILE_SOURCES = 8
 
 
-def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
-            deadline: Optional[float] = None, limit: int = 4,
+def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = None, limit: int = 4,
             estimate: Optional[Callable[[KernelGraph], float]] = None,
             smem_budget: Optional[int] = None) -> list[Proposal]:
-    """Fingerprint-matching tile variants (:func:`~search.rewrite.tile_variants`) of the
-    :data:`MAX_RETILE_SOURCES` first of ``graphs`` (matches, cheapest first): ranked by
-    ``estimate`` where given (else by :func:`~search.enumerate.cost_key`), one per kernel
-    shape before a second spelling of any, the ``limit`` first fingerprinted; tiles beyond
-    ``smem_budget`` (the search's) are not offered.
+    """Tile variants (:func:`~search.rewrite.tile_variants`) of the :data:`MAX_RETILE_SOURCES`
+    first of ``graphs`` (matches, cheapest first): ranked by ``estimate`` where given (else
+    by :func:`~search.enumerate.cost_key`), one per kernel shape before a second spelling of
+    any, the ``limit`` first proposed; tiles beyond ``smem_budget`` (the search's) are not
+    offered.
 
-    Why: the enumeration reaches a kernel's other tilings slowly (each is another walk of
-    the same ops), and the lowering cannot make them — it never changes a grid or cuts a
-    loop step, and never re-chunks an online softmax's loop. A 2k-key prompt attention at
-    head dim 128 (H200, 60 s of search) returned only 64-row tiles over 128-key steps
-    (212–225 μs) where 64 × 64 and 128 × 128 tiles of the same kernel ran 177 μs."""
+    Proposed without a fingerprint: a retiled kernel computes its source's function wherever
+    its steps add up, so the fingerprint would almost always match, and at full shapes it
+    costs seconds the verification needs — the verifier decides each one. (A 2k-key prompt
+    attention at head dim 128, H200, 60 s: 4 variants fingerprinted, 3 matched, none left
+    time to be verified.)
+
+    Why the variants: the enumeration reaches a kernel's other tilings slowly (each is
+    another walk of the same ops), and the lowering cannot make them — it never changes a
+    grid or cuts a loop step, and never re-chunks an online softmax's loop. That attention
+    returned only 64-row tiles over 128-key steps (212–225 μs) where 64 × 64 and 128 × 128
+    tiles of the same kernel ran 177 μs."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for g in graphs[:MAX_RETILE_SOURCES]:
         for h in tile_variants(g, smem_budget):
@@ -319,4 +328,4 @@ def retiles(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
             if k not in variants:
                 variants[k] = (tuple(cost_key(h)), len(variants), h)
     stats["retile_variants"] = len(variants)
-    return _propose(variants, fingerprint, stats, "retile", "retile", deadline, limit, estimate)
+    return _propose(variants, None, stats, "retile", "retile", deadline, limit, estimate)
