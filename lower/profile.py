@@ -41,7 +41,7 @@ from mugraph.core.ir import BlockGraph, KernelGraph
 from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import H100, DeviceParams, estimate
-from .plan import plan
+from .plan import KernelPlan, plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
 from .tiles import DOT_MIN, SMALL_MM, loop_chunks
@@ -142,15 +142,17 @@ def rechunks(block: BlockGraph) -> bool:
         return True  # not lowerable at the default config: nothing to say about its loop
 
 
-def stage_all_choices(block: BlockGraph, cfg: KernelConfig) -> tuple[bool, ...]:
+def stage_all_choices(block: BlockGraph, cfg: KernelConfig, p: KernelPlan | None = None) -> tuple[bool, ...]:
     """``KernelConfig.stage_all_loads`` values worth timing for ``block`` laid out as ``cfg``:
     both where a loop with a ``tl.dot`` also loads a tile Triton does not stage unasked
     (:attr:`lower.plan.KernelPlan.unpipelined_loads`; H100 rmsnorm_matmul b=8: staging it
     28.8 → 20.2 μs without split-K, 21.4 → 21.5 with it — the grid decides), else only
-    ``False`` (dot-free loops: asking measured slower, docs/history/lowering.md, rmsnorm_matmul b=8 probed)."""
+    ``False`` (dot-free loops: asking measured slower, docs/history/lowering.md, rmsnorm_matmul b=8 probed).
+    ``p``: the layout's plan where the caller made one (at any warps: the staging does not
+    depend on them)."""
     if block.forloop <= 1:
         return (False,)
-    p = plan(block, cfg)
+    p = p if p is not None else plan(block, cfg)
     return (False, True) if p.loop_has_dot and p.unpipelined_loads else (False,)
 
 
@@ -164,19 +166,15 @@ NONE_RAN_GRACE_S = 30.0
 FIRST_ROUND_REGS = 64
 
 
-def first_round_warps(block: BlockGraph, cfg: KernelConfig) -> int:
-    """The warps the first round times layout ``cfg`` at: 4, or 8 where the largest fp32
-    tile the loop carries or a loop ``tl.dot`` makes would take more than
+def first_round_warps(p: KernelPlan) -> int:
+    """The warps the first round times the layout planned as ``p`` at: 4, or 8 where the
+    largest fp32 tile the loop carries or a loop ``tl.dot`` makes would take more than
     :data:`FIRST_ROUND_REGS` registers a thread at 4. Why: short tunings (a few seconds a
     candidate under a model's budget) time the first round and little of the sweep, and a
     128 × 128 tile at 4 warps spills — a prompt attention at head dim 128 (H200): 128-row
     tiles 328–417 μs at 4 warps and 3 stages, 176–190 at 8; 64-row tiles 177 at 4, 333 at 8."""
-    try:
-        p = plan(block, cfg)
-    except KernelConfigError:
-        return cfg.num_warps
     info = p.info
-    tiles = [op.outputs[0] for op in block.ops
+    tiles = [op.outputs[0] for op in p.block.ops
              if op.id in p.loop_ops and (op.kind == "accum" or op.id in info.dot_ops)]
     largest = max((math.prod(info.padded(t)) for t in tiles), default=0)
     return 8 if largest > FIRST_ROUND_REGS * 32 * 4 and MAX_WARPS >= 8 else 4
@@ -189,8 +187,13 @@ def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]
     out = []
     for s, sub, ch, comb, mm in layout_choices(block, small_mm=small_mm):
         c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
-        c = dataclasses.replace(c, num_warps=first_round_warps(block, c))
-        out += [dataclasses.replace(c, stage_all_loads=a) for a in stage_all_choices(block, c)]
+        try:  # one plan for both questions (its staging does not depend on the warps)
+            p = plan(block, c)
+        except KernelConfigError:
+            p = None
+        if p is not None:
+            c = dataclasses.replace(c, num_warps=first_round_warps(p))
+        out += [dataclasses.replace(c, stage_all_loads=a) for a in stage_all_choices(block, c, p)]
     return out
 
 

@@ -261,11 +261,10 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: O
         first, rest = one_per_shape(ranked, key=kernel_shape)
     chosen = (first + rest)[:limit]
     if fingerprint is None:  # proposed as they are: the verifier decides
-        out = [Proposal(h, origin) for h in chosen]
-        stats[f"{prefix}_matches"] = len(out)
-        return out
-    answers = fingerprint(chosen, deadline) if chosen else []
-    stats[f"{prefix}_fingerprinted"] = stats.get(f"{prefix}_fingerprinted", 0) + sum(a is not None for a in answers)
+        answers = [True] * len(chosen)
+    else:
+        answers = fingerprint(chosen, deadline) if chosen else []
+        stats[f"{prefix}_fingerprinted"] = stats.get(f"{prefix}_fingerprinted", 0) + sum(a is not None for a in answers)
     out = [Proposal(h, origin) for h, a in zip(chosen, answers) if a]
     stats[f"{prefix}_matches"] = len(out)
     return out

@@ -102,34 +102,30 @@ def emit_accum(em: Emitter, op: Op) -> None:
         else:
             _emit_online(em, op, em.p.running_max(op))
         return
+    v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
     if op in em.p.schedule.invariant_accums:
-        v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
         n = em.p.iterations
         em.emit(f"{v.name} = {em.f32(x)}" + (f" * {float(n)!r}" if n != 1 else ""))
     elif op.inputs[0].op.id in em.info.deferred or op.inputs[0].op.id in em.p.deferred_sums:
-        v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
         em.emit(f"{v.name}_k += {x.name}")
     else:
-        v, term = _accumulated(em, op, x)
-        em.emit(f"{v.name} += {term}")
+        em.emit(f"{v.name} += {_step_term(em, op, x, v)}")
 
 
-def _accumulated(em: Emitter, op: Op, x: Val) -> tuple[Val, str]:
-    """The value of loop accumulator ``op`` and the term it adds each step: ``x``, or for an
-    early sum (:attr:`lower.plan.KernelPlan.early_sums`) ``x`` summed along the dim its
-    post-loop sum folds — the accumulator then has that dim of size 1, and the sum after
-    the loop is the value itself (:func:`lower.emit.reduce.emit_reduce`)."""
-    t = op.outputs[0]
+def _step_term(em: Emitter, op: Op, x: Val, v: Val) -> str:
+    """The term loop accumulator ``op`` (value ``v``) adds each step: ``x``, or for an early
+    sum (:attr:`lower.plan.KernelPlan.early_sums`) ``x`` summed along the dim its post-loop
+    sum folds — ``v`` then has that dim of size 1, and the sum after the loop is the value
+    itself (:func:`lower.emit.reduce.emit_reduce`)."""
     d = em.p.early_sums.get(op.id)
     if d is None:
-        return em.val(t, f32=True, clean=x.clean, finite=x.finite), em.f32(x)
-    v = em.val(t, f32=True, clean=x.clean, finite=x.finite)
+        return em.f32(x)
     v.pshape = tuple(1 if i == d else n for i, n in enumerate(v.pshape))
     v.rshape = tuple(1 if i == d else n for i, n in enumerate(v.rshape))
     src = em.read_padding(x, [d], "sum")
     src = src if x.f32 else f"({src}).to(tl.float32)"
     em.emit(f"# {v.name}: its sum after the loop taken every step, along dim {d} (lower.plan._early_sums)")
-    return v, f"tl.sum({src}, axis={d}, keep_dims=True)"
+    return f"tl.sum({src}, axis={d}, keep_dims=True)"
 
 
 def _emit_online(em: Emitter, op: Op, rm: RunningMax) -> None:
@@ -157,13 +153,10 @@ def _emit_online(em: Emitter, op: Op, rm: RunningMax) -> None:
         v.name = rm.name
         return
     x = em.vals[op.inputs[0].id]
+    v = em.val(t, f32=True, clean=x.clean if m.finite else frozenset(), finite=x.finite and m.finite)
     xt = op.inputs[0]
     deferred = xt.op.id in em.info.deferred or xt.op.id in em.p.deferred_sums
-    if deferred:
-        v, term = em.val(t, f32=True), em.f32(x)
-    else:
-        v, term = _accumulated(em, op, x)
-    v.clean, v.finite = (x.clean if m.finite else frozenset()), x.finite and m.finite
+    term = em.f32(x) if deferred else _step_term(em, op, x, v)
     alpha, beta = (scale_to(em, f"{rm.name}_{f}", m, xt.ndim, xt.op.id in em.info.deferred)
                    for f in ("alpha", "beta"))
     acc = f"{v.name}_k" if deferred else v.name
