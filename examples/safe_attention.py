@@ -118,6 +118,7 @@ def _optimize(p: mg.Program, args, device: str = "cuda") -> tuple[mg.Optimized, 
     wall = time.perf_counter() - t0
     opt.report = {**opt.report, "wall_s": wall}
     if args.save:
+        Path(args.save).mkdir(parents=True, exist_ok=True)
         opt.save(Path(args.save) / f"{p.name}.json")
     return opt, wall
 

@@ -459,6 +459,7 @@ class DegreeAlgebra(Algebra):
     summaries heuristic."""
 
     name = "degree"
+    per_element = False  # a Deg summarizes a whole value: no element limit, no chunks
 
     def __init__(self, primes: Primes, salt: object = 0, atoms: AtomMode | None = None) -> None:
         self.primes = primes

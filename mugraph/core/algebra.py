@@ -63,6 +63,10 @@ class Algebra:
 
     name = "abstract"
     ops: ClassVar[dict[str, Row]] = {}
+    #: whether a value holds one entry per element: :func:`~mugraph.core.interpreter.evaluate`
+    #: bounds those (``max_elements``) and runs large kernels in chunks of blocks; a summary
+    #: algebra (the verifier's degrees) holds a few numbers per value, at any shape
+    per_element: ClassVar[bool] = True
 
     # --- structure (components mapped by lift)
     def lift(self, v: Value, fn: Callable) -> Value:

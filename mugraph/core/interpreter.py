@@ -11,7 +11,7 @@ the dims they tile and reshapes.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 
@@ -32,10 +32,13 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
 
     Returns the outputs in order: numpy arrays, or torch tensors if any input was
     one (float algebras); the algebra's own values otherwise. The default algebra is
-    float64 — the numerical reference. A graph in which some value would hold more
-    than ``max_elements`` elements (a block tile counts once per block and loop
-    iteration) is refused before anything is computed: a clear error, not a
-    ``MemoryError`` half-way.
+    float64 — the numerical reference. A kernel whose block tiles, counted once per
+    block and loop iteration, would hold more than ``max_elements`` elements runs its
+    grid in chunks of blocks that fit (:func:`block_chunks`), one chunk after another;
+    a graph in which some value would hold more even then (a kernel tensor, or one
+    block's tiles over the whole loop) is refused before anything is computed: a clear
+    error, not a ``MemoryError`` half-way. An algebra of summaries
+    (:attr:`~mugraph.core.algebra.Algebra.per_element` false) runs whole at any size.
 
     ``blocks`` (kernel op id -> :data:`Picks`) runs those graph-defined kernels on
     the chosen grid positions only: their outputs then hold just the elements those
@@ -52,11 +55,8 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
         raise ArgumentTypeError(f"evaluate: algebra must be a mugraph Algebra, got {type(algebra).__name__}")
     if type(max_elements) is not int or max_elements < 1:
         raise ArgumentTypeError(f"evaluate: max_elements={short(max_elements)} must be a positive int")
-    n, where = largest_value(graph)
-    if n > max_elements:
-        raise ResourceError(f"evaluate: {graph.name}: {where} would hold {n} elements > max_elements={max_elements} "
-                            "(mugraph.core.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
     alg = algebra if algebra is not None else FloatAlgebra("float64")
+    chunks = chunking(graph, max_elements, blocks) if alg.per_element else {}
     as_torch = any(isinstance(v, torch.Tensor) for v in inputs.values())
     env = bind_inputs(graph, inputs, alg)
     for op in graph.ops:
@@ -65,7 +65,8 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
         args = [env[t] for t in op.inputs]
         if op.kind == "graph_defined":
             picks = None if blocks is None else blocks.get(op.id)
-            for t, v in zip(op.outputs, evaluate_block(op.attrs["block"], args, alg, picks)):
+            for t, v in zip(op.outputs, evaluate_block_chunked(op.attrs["block"], args, alg, picks,
+                                                                chunks.get(op.id))):
                 env[t] = v
         else:
             env[op.outputs[0]] = alg.apply(op.kind, args, op.attrs)
@@ -97,38 +98,125 @@ def bind_inputs(graph: KernelGraph, inputs: Mapping[str, Any], alg: Algebra) -> 
 
 
 def largest_value(graph: KernelGraph) -> tuple[int, str]:
-    """The most elements one value of :func:`evaluate` holds, and which: a kernel
-    tensor holds its own elements; a block tile holds its elements once per grid
-    position and loop iteration along which it varies (the vectorized evaluation's
-    batch axes), and an accumulator's input is summed over all loop iterations."""
+    """The most elements one value of :func:`evaluate` holds when it runs every grid
+    whole, and which: a kernel tensor holds its own elements; a block tile holds its
+    elements once per grid position and loop iteration along which it varies (the
+    vectorized evaluation's batch axes), and an accumulator's input is summed over all
+    loop iterations."""
     worst, where = 0, ""
     for op in graph.ops:
         for t in op.outputs:
             if t.numel > worst:
                 worst, where = t.numel, f"{t.label()} {t.shape}"
+        if op.kind == "graph_defined":
+            n, w = block_largest(op.attrs["block"], op.attrs["block"].grid)
+            if n > worst:
+                worst, where = n, f"kernel#{op.id}/{w}"
+    return worst, where
+
+
+def block_largest(block: BlockGraph, positions: Sequence[int]) -> tuple[int, str]:
+    """The most elements one tile value of :func:`evaluate_block` holds when it runs
+    ``positions[a]`` blocks along each grid axis ``a`` (every loop iteration), and which."""
+    worst, where = 0, ""
+    batch: dict[Tensor, tuple[int, ...]] = {}
+    for bop in block.ops:
+        out = bop.outputs[0]
+        if bop.kind == "iterator":
+            imap, fmap = bop.attrs["imap"], bop.attrs["fmap"]
+            b = tuple(g if d is not None else 1 for g, d in zip(positions, imap))
+            b += (block.forloop if fmap is not None else 1,)
+            n = math.prod(b) * out.numel
+        elif bop.kind == "accum":
+            src = batch[bop.inputs[0]]
+            b = src[:NB - 1] + (1,)
+            n = math.prod(src[:NB - 1]) * block.forloop * out.numel
+        else:
+            ins = [batch[t] for t in bop.inputs]
+            b = tuple(max(x) for x in zip(*ins)) if ins else (1,) * NB
+            n = math.prod(b) * out.numel
+        batch[out] = b
+        if n > worst:
+            worst, where = n, f"{out.label()} {out.shape} x batch {b}"
+    return worst, where
+
+
+def _chunkable(block: BlockGraph) -> list[int]:
+    """The grid axes every saver maps to an output dim: along them, chunks of blocks
+    write disjoint slices of each output."""
+    return [a for a in range(3) if all(sv.omap[a] is not None for sv in block.savers)]
+
+
+def block_chunks(block: BlockGraph, positions: Sequence[int], max_elements: int) -> tuple[int, ...] | None:
+    """Blocks per chunk along each grid axis such that no tile value of one chunk holds
+    more than ``max_elements`` elements: ``positions`` (the blocks to run per axis) halved,
+    the longest :func:`_chunkable` axis first. None when even one block along each such
+    axis is too large (the loop is never split: its accumulators would need their
+    partial results combined). A 32-head, 2,048-row prompt attention with 128×128 tiles
+    holds 2^29 elements in a score tile over its 32×16 grid and 64 loop steps, twice the
+    limit; in chunks of 16 heads it fits."""
+    chunk = list(positions)
+    axes = _chunkable(block)
+    while block_largest(block, chunk)[0] > max_elements:
+        longer = [a for a in axes if chunk[a] > 1]
+        if not longer:
+            return None
+        a = max(longer, key=lambda a: chunk[a])
+        chunk[a] = (chunk[a] + 1) // 2
+    return tuple(chunk)
+
+
+def chunking(graph: KernelGraph, max_elements: int,
+             blocks: Mapping[int, Picks] | None = None) -> dict[int, tuple[int, ...]]:
+    """:func:`block_chunks` of each graph-defined kernel too large to run whole (kernel op
+    id -> blocks per chunk); raises :class:`ResourceError`, naming the value, when some
+    value would not fit even so."""
+    out: dict[int, tuple[int, ...]] = {}
+    for op in graph.ops:
+        for t in op.outputs:
+            if t.numel > max_elements:
+                _too_large(graph, f"{t.label()} {t.shape}", t.numel, max_elements)
         if op.kind != "graph_defined":
             continue
         block: BlockGraph = op.attrs["block"]
-        batch: dict[Tensor, tuple[int, ...]] = {}
-        for bop in block.ops:
-            out = bop.outputs[0]
-            if bop.kind == "iterator":
-                imap, fmap = bop.attrs["imap"], bop.attrs["fmap"]
-                b = tuple(g if d is not None else 1 for g, d in zip(block.grid, imap))
-                b += (block.forloop if fmap is not None else 1,)
-                n = math.prod(b) * out.numel
-            elif bop.kind == "accum":
-                src = batch[bop.inputs[0]]
-                b = src[:NB - 1] + (1,)
-                n = math.prod(src[:NB - 1]) * block.forloop * out.numel
-            else:
-                ins = [batch[t] for t in bop.inputs]
-                b = tuple(max(x) for x in zip(*ins)) if ins else (1,) * NB
-                n = math.prod(b) * out.numel
-            batch[out] = b
-            if n > worst:
-                worst, where = n, f"kernel#{op.id}/{out.label()} {out.shape} x batch {b}"
-    return worst, where
+        picks = None if blocks is None else blocks.get(op.id)
+        positions = tuple(block.grid) if picks is None else tuple(len(p) for p in picks)
+        if block_largest(block, positions)[0] <= max_elements:
+            continue
+        chunk = block_chunks(block, positions, max_elements)
+        if chunk is None:
+            axes = _chunkable(block)
+            n, where = block_largest(block, [1 if a in axes else g for a, g in enumerate(positions)])
+            _too_large(graph, f"kernel#{op.id}/{where} (in chunks of one block)", n, max_elements)
+        out[op.id] = chunk
+    return out
+
+
+def _too_large(graph: KernelGraph, where: str, n: int, max_elements: int) -> None:
+    raise ResourceError(f"evaluate: {graph.name}: {where} would hold {n} elements > max_elements={max_elements} "
+                        "(mugraph.core.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
+
+
+def evaluate_block_chunked(block: BlockGraph, sources: list, alg: Algebra, picks: Picks | None = None,
+                           chunk: Sequence[int] | None = None) -> list:
+    """:func:`evaluate_block` over the grid in chunks of ``chunk[a]`` blocks along each
+    axis ``a`` (:func:`block_chunks`; None: all at once), the chunks' outputs joined along
+    the dims their axes tile: the values, and the layout, of one evaluation."""
+    if chunk is None:
+        return evaluate_block(block, sources, alg, picks)
+    runs = [list(range(g)) if picks is None else list(picks[a]) for a, g in enumerate(block.grid)]
+    groups = [[tuple(r[i:i + c]) for i in range(0, len(r), c)] for r, c in zip(runs, chunk)]
+    parts = {(i, j, k): evaluate_block(block, sources, alg, (gx, gy, gz))
+             for i, gx in enumerate(groups[0]) for j, gy in enumerate(groups[1]) for k, gz in enumerate(groups[2])}
+
+    def joined(s: int, prefix: tuple[int, ...]):
+        """Saver ``s``'s value of the chunks under ``prefix``, joined along the next axis."""
+        a = len(prefix)
+        if a == 3:
+            return parts[prefix][s]
+        pieces = [joined(s, prefix + (i,)) for i in range(len(groups[a]))]
+        return pieces[0] if len(pieces) == 1 else alg.concat(pieces, block.savers[s].omap[a])
+    return [joined(s, ()) for s in range(len(block.savers))]
 
 
 def evaluate_block(block: BlockGraph, sources: list, alg: Algebra, picks: Picks | None = None) -> list:

@@ -217,3 +217,58 @@ def test_input_checks():
         mg.evaluate(p, {**ins, "X": np.zeros((16, 3))})
     with pytest.raises(mg.InputError, match="unexpected \\['Z'\\]"):
         mg.evaluate(p, {**ins, "Z": np.zeros(3)})
+
+
+def _chunked_cases():
+    """(graph, inputs, max_elements) for every graph above whose kernels run in chunks
+    below their whole-grid size: the largest block value halved (never below a kernel
+    tensor, which is never chunked)."""
+    from mugraph.core.interpreter import chunking, largest_value
+    graphs = [make() for make in EXTRA] + [reference(name, small=True) for name in PROGRAMS]
+    out = []
+    for g in graphs:
+        kernel_max = max(t.numel for op in g.ops for t in op.outputs)
+        limit = max(kernel_max, (largest_value(g)[0] + 1) // 2)
+        try:
+            if chunking(g, limit):
+                out.append((g, limit))
+        except mg.ResourceError:  # one block over its loop is already past the halved limit
+            pass
+    return out
+
+
+def test_chunked_grid_matches_whole_grid():
+    """A kernel too large to evaluate whole runs its grid in chunks of blocks
+    (``interpreter.block_chunks``): the same values in the same layout (the field
+    residues bit for bit: ``tests/verify/test_throughput.py``)."""
+    cases = _chunked_cases()
+    assert len(cases) >= 4, [g.name for g, _ in cases]
+    for g, limit in cases:
+        ins = _inputs(g, np.random.default_rng(8))
+        for got, want in zip(mg.evaluate(g, ins, max_elements=limit), mg.evaluate(g, ins)):
+            # the same float64 ops on other batch shapes: BLAS may sum in another order
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14, err_msg=g.name)
+
+
+def test_chunked_grid_with_picked_blocks():
+    """Picked grid positions (a fingerprint's sample) in chunks: the picked blocks'
+    outputs, laid out as ``saved_positions`` says, as without chunks."""
+    from mugraph.core.interpreter import block_largest, chunking
+    tried = 0
+    for g, limit in _chunked_cases():
+        kernel_max = max(t.numel for op in g.ops for t in op.outputs)
+        consumers = g.consumers()
+        for op in g.ops_of_kind("graph_defined"):
+            if any(consumers.get(t) for t in op.outputs):
+                continue  # only a kernel whose outputs nothing reads may be sampled
+            picks = {op.id: tuple(tuple(range(0, n, 2)) if n > 2 else tuple(range(n)) for n in op.attrs["block"].grid)}
+            n, _ = block_largest(op.attrs["block"], [len(p) for p in picks[op.id]])
+            limit = max(kernel_max, (n + 1) // 2)
+            if not chunking(g, limit, picks):
+                continue
+            tried += 1
+            ins = _inputs(g, np.random.default_rng(9))
+            got = mg.evaluate(g, ins, max_elements=limit, blocks=picks)
+            for a, b in zip(got, mg.evaluate(g, ins, blocks=picks)):
+                np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14, err_msg=g.name)
+    assert tried >= 2
