@@ -301,6 +301,8 @@ def verify_best(order: list[Match], cfg: SearchConfig, n_matches: int, verdicts_
             else:
                 passed[m.kernels] += 1
             out.append((m.kernels, pos, Found(m.graph, m.origin, v)))
+        elif v is None:  # the verifier could not evaluate it (a value past the evaluator's limit, ...)
+            st["verify_unevaluated"] += 1
         else:
             st["verify_failed"] += 1
         if seen is not None:

@@ -11,6 +11,7 @@ the dims they tile and reshapes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -19,7 +20,8 @@ from .algebra import Algebra, FloatAlgebra
 from .errors import ArgumentTypeError, InputError, ResourceError
 from .ir import RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid, short
 from .limits import MAX_EVAL_ELEMENTS
-from .ops import OpDef, get_op
+from .ops import OpDef, dim_map, get_op
+from .unionfind import UnionFind
 
 NB = 4  # batch axes of a block tile: grid x, y, z and the loop
 #: grid positions to run, per grid axis (x, y, z): the block indices along that axis
@@ -56,9 +58,13 @@ def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | N
     if type(max_elements) is not int or max_elements < 1:
         raise ArgumentTypeError(f"evaluate: max_elements={short(max_elements)} must be a positive int")
     alg = algebra if algebra is not None else FloatAlgebra("float64")
-    chunks = chunking(graph, max_elements, blocks) if alg.per_element else {}
+    sliced = slicing(graph, max_elements) if alg.per_element else None
+    chunks = chunking(graph, max_elements, blocks, sliced) if alg.per_element else {}
     as_torch = any(isinstance(v, torch.Tensor) for v in inputs.values())
     env = bind_inputs(graph, inputs, alg)
+    if sliced is not None:
+        outs = _evaluate_sliced(graph, env, alg, sliced)
+        return [alg.output(outs[t], as_torch) for t in graph.outputs]
     for op in graph.ops:
         if op.kind == "input":
             continue
@@ -166,16 +172,21 @@ def block_chunks(block: BlockGraph, positions: Sequence[int], max_elements: int)
     return tuple(chunk)
 
 
-def chunking(graph: KernelGraph, max_elements: int,
-             blocks: Mapping[int, Picks] | None = None) -> dict[int, tuple[int, ...]]:
+def chunking(graph: KernelGraph, max_elements: int, blocks: Mapping[int, Picks] | None = None,
+             sliced: "Slices | None" = None) -> dict[int, tuple[int, ...]]:
     """:func:`block_chunks` of each graph-defined kernel too large to run whole (kernel op
     id -> blocks per chunk); raises :class:`ResourceError`, naming the value, when some
-    value would not fit even so."""
+    value would not fit even so (a kernel-level value: in one slice of ``sliced``, when
+    the graph runs in slices)."""
     out: dict[int, tuple[int, ...]] = {}
+    whole = {*graph.inputs, *graph.outputs}  # held whole however the rest is sliced
     for op in graph.ops:
         for t in op.outputs:
-            if t.numel > max_elements:
-                _too_large(graph, f"{t.label()} {t.shape}", t.numel, max_elements)
+            n = t.numel if sliced is None or t not in sliced.dims or t in whole else \
+                t.numel // sliced.size * sliced.step
+            if n > max_elements:
+                _too_large(graph, f"{t.label()} {t.shape}" + (" (in slices)" if n < t.numel else ""), n,
+                           max_elements)
         if op.kind != "graph_defined":
             continue
         block: BlockGraph = op.attrs["block"]
@@ -190,6 +201,109 @@ def chunking(graph: KernelGraph, max_elements: int,
             _too_large(graph, f"kernel#{op.id}/{where} (in chunks of one block)", n, max_elements)
         out[op.id] = chunk
     return out
+
+
+@dataclass(frozen=True)
+class Slices:
+    """How :func:`evaluate` runs a graph whose kernel-level values are too large to hold
+    whole: one slice of an index no op mixes after another (:func:`parallel_indices`).
+    ``dims`` maps each tensor holding the index to its dim of it, ``size`` is the index's
+    length and ``step`` one slice's."""
+
+    dims: dict
+    size: int
+    step: int
+
+
+def parallel_indices(graph: KernelGraph) -> list[tuple[dict[Tensor, int], int]]:
+    """The indices of ``graph`` that no op mixes — the heads or query rows of an attention
+    program, the rows of a normalization — each as (tensor -> its dim of that index, the
+    index's length), those every output holds; none when the graph has graph-defined
+    kernels (their grids are chunked instead: :func:`block_chunks`).
+
+    An index is a class of dims that ops line up as one axis (``DimMap.same``; a broadcast
+    size-1 dim is not one). It is mixed where an op contracts, reduces or moves one of its
+    dims, or where one tensor holds it twice. Along an unmixed index, a slice of the
+    inputs gives the same slice of every value, so slice after slice computes the graph."""
+    if any(op.kind == "graph_defined" for op in graph.ops):
+        return []
+    uf: UnionFind[tuple[int, int]] = UnionFind()
+    mixed: list[tuple[int, int]] = []
+    for op in graph.ops:
+        for t in op.outputs:
+            for d, s in enumerate(t.shape):
+                if s > 1:
+                    uf.add((t.id, d))
+        if op.kind == "input":
+            continue
+        out, ins = op.outputs[0], op.inputs
+        dm = dim_map(op.kind, [t.shape for t in ins], op.attrs, out.shape)
+        for i, dx, do in dm.same:
+            if ins[i].shape[dx] > 1 and out.shape[do] > 1:
+                uf.union((ins[i].id, dx), (out.id, do))
+        pairs = [p for group in dm.contracted for p in group] + list(dm.reduced) + list(dm.moved_in)
+        mixed += [(ins[i].id, d) for i, d in pairs if ins[i].shape[d] > 1]
+        mixed += [(out.id, d) for d in dm.moved_out if out.shape[d] > 1]
+    bad = {uf.find(k) for k in mixed}
+    held: dict[Tensor, dict[tuple[int, int], int]] = {}  # tensor -> index root -> its dim
+    for op in graph.ops:
+        for t in op.outputs:
+            roots = [uf.find((t.id, d)) for d, s in enumerate(t.shape) if s > 1]
+            bad.update(r for r in roots if roots.count(r) > 1)
+            held[t] = {uf.find((t.id, d)): d for d, s in enumerate(t.shape) if s > 1}
+    common = set.intersection(*(set(held[t]) for t in graph.outputs)) - bad if graph.outputs else set()
+    out = []
+    for r in sorted(common):
+        t = next(t for t in graph.outputs if r in held[t])
+        out.append(({t: ds[r] for t, ds in held.items() if r in ds}, t.shape[held[t][r]]))
+    return out
+
+
+def slicing(graph: KernelGraph, max_elements: int) -> Slices | None:
+    """The slices :func:`evaluate` runs ``graph`` in: None when every kernel-level value
+    fits whole, or when no :func:`parallel_indices` index lets it (then :func:`chunking`
+    names the value that does not fit). Of the indices, the one whose slices of length 1
+    hold the least (the longest on a tie: a value that does not hold an index is computed
+    whole in every slice); its slices halved until every value of one fits."""
+    if max(t.numel for op in graph.ops for t in op.outputs) <= max_elements:
+        return None
+    found = parallel_indices(graph)
+    if not found:
+        return None
+    dims, size = min(found, key=lambda f: (_sliced_largest(graph, f[0], f[1], 1), -f[1]))
+    step = size
+    while step > 1 and _sliced_largest(graph, dims, size, step) > max_elements:
+        step = (step + 1) // 2
+    return Slices(dims, size, step) if step < size else None
+
+
+def _sliced_largest(graph: KernelGraph, dims: dict, size: int, step: int) -> int:
+    """The most elements one intermediate value holds in slices of ``step`` (inputs and
+    outputs are held whole: :func:`chunking` bounds them)."""
+    whole = {*graph.inputs, *graph.outputs}
+    return max((t.numel // size * step if t in dims else t.numel
+                for op in graph.ops for t in op.outputs if t not in whole), default=0)
+
+
+def _evaluate_sliced(graph: KernelGraph, env: dict, alg: Algebra, sl: Slices) -> dict:
+    """The outputs of ``graph`` (kernel-level catalog ops only) from its bound inputs
+    ``env``, computed slice by slice of ``sl``'s index and joined along it."""
+    parts = []
+    for start in range(0, sl.size, sl.step):
+        index = list(range(start, min(sl.size, start + sl.step)))
+        part = {t: alg.select(v, sl.dims[t], index) if t in sl.dims else v for t, v in env.items()}
+        for op in graph.ops:
+            if op.kind == "input":
+                continue
+            out = op.outputs[0]
+            attrs = op.attrs
+            if "shape" in attrs and out in sl.dims:  # a constant's shape: one slice of it
+                shape = list(attrs["shape"])
+                shape[sl.dims[out]] = len(index)
+                attrs = {**attrs, "shape": tuple(shape)}
+            part[out] = alg.apply(op.kind, [part[t] for t in op.inputs], attrs)
+        parts.append(part)
+    return {t: alg.concat([p[t] for p in parts], sl.dims[t]) for t in graph.outputs}
 
 
 def _too_large(graph: KernelGraph, where: str, n: int, max_elements: int) -> None:

@@ -355,6 +355,8 @@ def _why_unproven(opt: Any, counts: dict) -> str:
         parts.append(f"{counts['verify_skipped_time']} not verified for lack of time")
     if counts.get("verify_failed"):
         parts.append(f"{counts['verify_failed']} failed verification")
+    if counts.get("verify_unevaluated"):
+        parts.append(f"{counts['verify_unevaluated']} could not be evaluated by the verifier")
     rejected = [c.rejected for c in opt.candidates if c.origin != "program" and c.rejected]
     unproven = [r for r in rejected if r.startswith("not proven")]
     if unproven:

@@ -272,3 +272,40 @@ def test_chunked_grid_with_picked_blocks():
             for a, b in zip(got, mg.evaluate(g, ins, blocks=picks)):
                 np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14, err_msg=g.name)
     assert tried >= 2
+
+
+def _sliceable_programs():
+    from mugraph.core.benchmarks import decode_attention, prefill_attention
+    norm = mg.Program("row_outer_sum")  # a (64, 256) intermediate between small inputs and output
+    X, W = norm.input("X", (64, 1)), norm.input("W", (1, 256))
+    norm.output(X / mg.sum(mg.square(X * W), 1))
+    return [prefill_attention(heads=4, q=64, kv=64, head_dim=16),
+            prefill_attention(heads=4, q=64, kv=64, head_dim=16, causal=True),
+            decode_attention(heads=32, kv_heads=2, kv=256, head_dim=8, safe=True), norm]
+
+
+@pytest.mark.parametrize("p", _sliceable_programs(), ids=lambda p: p.name)
+def test_sliced_program_matches_whole(p):
+    """A program whose intermediates are too large to hold runs in slices of an index no
+    op mixes (``interpreter.slicing``: an attention's query rows, with its causal mask's
+    rows): the same values, in float64 and, exactly, in the field."""
+    from mugraph.core.interpreter import slicing
+    inter = max(t.numel for op in p.ops for t in op.outputs if t not in {*p.inputs, *p.outputs})
+    limit = max(max(t.numel for t in [*p.inputs, *p.outputs]), inter // 4)
+    sl = slicing(p, limit)
+    assert sl is not None and sl.step < sl.size
+    ins = _inputs(p, np.random.default_rng(10))
+    for got, want in zip(mg.evaluate(p, ins, max_elements=limit), mg.evaluate(p, ins)):
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-14)
+
+
+def test_no_unmixed_index_is_refused_with_the_value_named():
+    """A program whose every index is mixed somewhere (here: both indices of an outer
+    product are summed) has no slices: too large is a one-line error naming the value."""
+    from mugraph.core.interpreter import parallel_indices
+    p = mg.Program("all_mixed")
+    X, W = p.input("X", (64, 1)), p.input("W", (1, 64))
+    p.output(mg.sum(mg.sum(mg.exp(X * W), 1), 0))
+    assert parallel_indices(p) == []
+    with pytest.raises(mg.ResourceError, match="t2 \\(64, 64\\) would hold 4096 elements"):
+        mg.evaluate(p, {"X": np.ones((64, 1)), "W": np.ones((1, 64))}, max_elements=1024)

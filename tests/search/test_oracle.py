@@ -3,6 +3,8 @@
 
 import pytest
 
+import mugraph as mg
+
 from mugraph.core.benchmarks import REFERENCES, program, reference
 from search import expr as ex
 from search import labels as lb
@@ -97,9 +99,77 @@ def test_egraph_agrees_with_z3_on_real_queries():
     assert both > 0
 
 
+def _walk_labels(g, ins: dict, reduced: frozenset) -> list:
+    """The output labels of μGraph ``g`` as the search's rules give them (``search.labels``):
+    kernel ops by ``op_labels``; in a block, an iterator splits a dim's major part by the
+    grid axis it maps (one class per axis, the same for every iterator) and by the loop
+    (a class the program reduces, as every sum must be); a saver prepends its grid axes'
+    parts. Raises ``LabelError`` (or an assertion) where a rule would reject an op."""
+    def op(kind, labs, shapes, attrs, shape):
+        for i, d in lb.reduced_dims(kind, shapes, attrs, shape):
+            assert lb.reduces_only(labs[i][d], reduced), f"{kind} sums a class the program never reduces"
+        return lb.op_labels(kind, labs, shapes, attrs, shape)
+
+    env = {t: ins[t.name] for t in g.inputs}
+    for o in g.ops:
+        if o.kind == "input":
+            continue
+        if o.kind != "graph_defined":
+            env[o.outputs[0]] = op(o.kind, [env[t] for t in o.inputs], [t.shape for t in o.inputs], o.attrs,
+                                   o.outputs[0].shape)
+            continue
+        bg = o.attrs["block"]
+        classes: list = [None, None, None]
+        blk = {}
+        for b in bg.ops:
+            out = b.outputs[0]
+            if b.kind == "iterator":
+                src = o.inputs[b.attrs["source"]]
+                lab = list(env[src])
+                for a, d in enumerate(b.attrs["imap"]):
+                    if d is None or bg.grid[a] == 1:
+                        continue
+                    r = lb.split(lab[d], bg.grid[a])
+                    assert r is not None, f"grid axis {a} splits {lab[d]} across classes"
+                    assert classes[a] in (None, r[0]), f"grid axis {a} walks two classes"
+                    classes[a], lab[d] = r[0], r[1]
+                f = b.attrs["fmap"]
+                if f is not None and bg.forloop > 1:
+                    r = lb.split(lab[f], bg.forloop)
+                    assert r is not None and (r[0] is None or r[0] in reduced), f"the loop walks {lab[f]}"
+                    lab[f] = r[1]
+                blk[out] = tuple(lab)
+            elif b.kind == "accum":
+                blk[out] = blk[b.inputs[0]]
+            else:
+                blk[out] = op(b.kind, [blk[t] for t in b.inputs], [t.shape for t in b.inputs], b.attrs, out.shape)
+        for sv, t in zip(bg.savers, o.outputs):
+            lab = list(blk[sv.tensor])
+            for a, d in enumerate(sv.omap):
+                if d is not None and bg.grid[a] > 1:
+                    lab[d] = lb.saved(lab[d], classes[a], bg.grid[a])
+            env[t] = tuple(lab)
+    return [env[t] for t in g.outputs]
+
+
 def test_labels_accept_references():
-    """The index-label filter never rejects an op of a reference μGraph."""
+    """The index-label filter never rejects an op of a reference μGraph: each one, walked
+    through the label rules from its program's input labels, ends at labels that agree with
+    the program's outputs (Theorem 1 of the filter, design §5.5)."""
     for name in sorted(REFERENCES):
-        p, g = program(name, small=True), reference(name, small=True)
-        ins, outs, reduced = lb.program_labels(p)
-        assert reduced
+        for small in (True, False):
+            p, g = program(name, small=small), reference(name, small=small)
+            ins, outs, reduced = lb.program_labels(p)
+            got = _walk_labels(g, ins, reduced)
+            assert all(lb.compatible(a, b) for a, b in zip(got, outs)), (name, small, got, outs)
+
+
+def test_labels_reject_a_sum_over_a_kept_class():
+    """The walk can fail: a kernel summing a dim the program keeps is rejected."""
+    p = program("rmsnorm_matmul", small=True)
+    ins, outs, reduced = lb.program_labels(p)
+    kg = mg.KernelGraph("bad")
+    X = kg.input("X", p.inputs[0].shape)
+    kg.output(mg.sum(X, 0))
+    with pytest.raises(AssertionError, match="never reduces"):
+        _walk_labels(kg, {"X": ins[p.inputs[0].name]}, reduced)

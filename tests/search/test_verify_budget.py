@@ -51,7 +51,13 @@ def test_per_kernel_cap_and_result_order():
     src = _Answers(ok=lambda m: m.graph["name"] != "k1-1.0-gd")
     found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), src)
     assert [f.graph["name"] for f in found] == ["k1-2.0-mm+gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
-    assert st["verify_failed"] == 1
+    assert st["verify_failed"] == 1 and st["verify_unevaluated"] == 0
+    # no verdict at all (the verifier could not evaluate it) is counted apart from a disagreement
+    src = _Answers()
+    src.get = lambda order, pos, ahead: None if order[pos].graph["name"] == "k1-1.0-gd" else {"equivalent": True}
+    found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), src)
+    assert [f.graph["name"] for f in found] == ["k1-2.0-mm+gd", "k2-4.0-gd+gd", "k3-9.0-gd+gd+gd"]
+    assert st["verify_unevaluated"] == 1 and st["verify_failed"] == 0
     cfg = SearchConfig(max_verify=2, verify_per_kernels=None, thread_graphs=False, progress=False)
     found, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), _Answers())
     assert [f.graph["name"] for f in found] == ["k1-1.0-gd", "k2-4.0-gd+gd"] and st["verifications"] == 2

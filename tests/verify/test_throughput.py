@@ -268,3 +268,23 @@ def test_chunked_kernels_give_the_same_residues(name):
         outs.append(alg.realize(vals))
     for a, b in zip(*outs):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_sliced_programs_give_the_same_residues():
+    """A program evaluated in slices of its query rows (its score matrix past
+    ``max_elements``) gets the residues of one whole evaluation, exactly: how an 8k-token
+    prompt's program is verified and float-checked."""
+    from mugraph.core.benchmarks import prefill_attention
+    from mugraph.core.interpreter import slicing
+    p = prefill_attention(heads=4, q=64, kv=64, head_dim=8, causal=True, safe=False)
+    limit = 64 * 64  # the mask (64, 64) whole, the (4, 64, 64) scores in slices
+    assert slicing(p, limit).step < 64
+    f = verify.equivalence.fingerprint_field(0)
+    omega = F.random_omega(f, np.random.default_rng(1))
+    ins = F.draw_inputs([(t.name, t.shape, True) for t in p.inputs], f, np.random.default_rng(0))
+    outs = []
+    for m in (limit, None):
+        alg = F.FieldAlgebra(f, omega, deferred=True)
+        outs.append(alg.realize(mg.evaluate(p, ins, alg, **({} if m is None else {"max_elements": m}))))
+    for a, b in zip(*outs):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
