@@ -136,6 +136,9 @@ PREFILL: dict[str, dict] = {
     "prefill_h32_q2048_n2048_d128": dict(heads=32, q=2048, kv=2048, head_dim=128),
     "prefill_h16_q1024_n1024_d64_causal": dict(heads=16, q=1024, kv=1024, head_dim=64, causal=True),
     "prefill_h32_q2048_n2048_d128_causal": dict(heads=32, q=2048, kv=2048, head_dim=128, causal=True),
+    # long prompts: the programs' scores (2^30 elements) are evaluated in slices of query rows
+    "prefill_h16_q8192_n8192_d128": dict(heads=16, q=8192, kv=8192, head_dim=128),
+    "prefill_h16_q8192_n8192_d128_causal": dict(heads=16, q=8192, kv=8192, head_dim=128, causal=True),
 }
 
 
