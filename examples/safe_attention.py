@@ -1,6 +1,9 @@
 """Attention written with a safe softmax (``exp(S − max S)``), superoptimized end to end:
-the proven μGraph the search finds, its time against SDPA (flash) and the memory or
-compute floor, and its accuracy where the program without the max overflows (logits ×30).
+the proven μGraph the search finds, its time against SDPA and the memory or compute
+floor, and its accuracy where the program without the max overflows (logits ×30). SDPA
+is timed in each form a caller writes — a prompt on the flash kernel; a decode step with
+a KV head's query rows as one head's rows, with ``enable_gqa``, and with K and V repeated
+as transformers' ``repeat_kv`` does — and the fastest is reported, its form named.
 
     python examples/safe_attention.py --time-limit 60 --tune-s 30          # a GPU machine
     python examples/safe_attention.py --only prefill_h16_q1024_n1024_d64 --unsafe
