@@ -306,11 +306,13 @@ def element_errors(outs: Sequence[torch.Tensor], refs: Sequence[tuple[torch.Tens
     return worst
 
 
-def normal_inputs(graph: KernelGraph, scale: float, seed: int,
-                  dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
-    """Normal inputs of std ``scale`` in ``dtype`` (CPU; by ``seed``, in input-name order)."""
-    g = torch.Generator().manual_seed(seed)
-    return {t.name: torch.randn(t.shape, generator=g, dtype=dtype).mul_(scale)
+def normal_inputs(graph: KernelGraph, scale: float, seed: int, dtype: torch.dtype = torch.float64,
+                  device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
+    """Normal inputs of std ``scale`` in ``dtype`` on ``device`` (by ``seed``, in input-name
+    order, from that device's generator: a GPU draws other numbers than the CPU, each the
+    same every time)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    return {t.name: torch.randn(t.shape, generator=g, dtype=dtype, device=device).mul_(scale)
             for t in sorted(graph.inputs, key=lambda t: t.name)}
 
 
@@ -407,9 +409,11 @@ class FloatReference:
             got = self._last[1]
         if got is None:
             # drawn in float32 itself: torch's CPU normals cost 3× as much in float64 (2.1 against
-            # 0.64 s for a 4096×14336 weight on one core), and are rounded to float32 here anyway
-            got = {k: x.to(self.device)
-                   for k, x in normal_inputs(self.graph, self.scales[i], self.seed + i, DRAW_DTYPE).items()}
+            # 0.64 s for a 4096×14336 weight on one core), and are rounded to float32 here anyway;
+            # on the device that runs the check: a gated MLP's three 4096×14336 weights took 1.6 s
+            # a scale on the CPU (2 cores), drawn again for every candidate, since they exceed
+            # the cache, where a GPU draws them in milliseconds
+            got = normal_inputs(self.graph, self.scales[i], self.seed + i, DRAW_DTYPE, self.device)
             self._last = (i, got)
             size = _nbytes(got.values())
             if size <= self.budget:
