@@ -241,3 +241,17 @@ def test_a_compiled_graph_is_served_by_inductors_caches_the_second_time(piece_ca
     assert any(n.target is mugraph.frontend.rotate_half for n in handed.graph.nodes)
     assert counters["inductor"]["fxgraph_cache_hit"] == 1, dict(counters["inductor"])
     assert counters["aot_autograd"]["autograd_cache_hit"] == 1, dict(counters["aot_autograd"])
+
+
+def test_why_unproven_names_each_kind_of_unverified_match():
+    """A piece that ships nothing says what became of its matches, one clause a kind: a
+    graph the verifier could not evaluate (a value past the evaluator's limit) is not
+    read as one that failed verification."""
+    from types import SimpleNamespace
+
+    from mugraph.frontend.run import _why_unproven
+    opt = SimpleNamespace(candidates=[])
+    why = _why_unproven(opt, {"verify_failed": 2, "verify_unevaluated": 3, "verify_skipped_time": 4})
+    assert "2 failed verification" in why and "3 could not be evaluated by the verifier" in why
+    assert "4 not verified for lack of time" in why
+    assert _why_unproven(opt, {}) == ""
