@@ -112,4 +112,3 @@ def test_a_small_piece_gets_the_least_share(monkeypatch):
     seen.clear()
     small.compile(time_limit=30, graph_budget=20, device="cpu")
     assert len(seen) == 2 and set(seen.values()) == {5.0}, seen
-
