@@ -53,7 +53,7 @@ import torch
 
 from mugraph.core.algebra import Algebra, window
 from mugraph.core.errors import ConfigError, MugraphError, NotLaxError
-from mugraph.core.interpreter import largest_value
+from mugraph.core.sizing import largest_value
 from mugraph.core.ir import KernelGraph
 from mugraph.core.oprules import broadcast_shapes  # not torch.broadcast_shapes: ~80 μs a call through symbolic-shape guards
 

@@ -33,7 +33,7 @@ from verify.floatcheck import FloatReference
 
 from ..core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from ..core.files import as_path, safe_name
-from ..core.interpreter import chunking, slicing
+from ..core.sizing import chunking, slicing
 from ..core.ir import DTYPES, KernelGraph, Program, short
 from ..core.lax import check_lax
 from ..core.limits import MAX_EVAL_ELEMENTS

@@ -223,7 +223,7 @@ def _chunked_cases():
     """(graph, inputs, max_elements) for every graph above whose kernels run in chunks
     below their whole-grid size: the largest block value halved (never below a kernel
     tensor, which is never chunked)."""
-    from mugraph.core.interpreter import chunking, largest_value
+    from mugraph.core.sizing import chunking, largest_value
     graphs = [make() for make in EXTRA] + [reference(name, small=True) for name in PROGRAMS]
     out = []
     for g in graphs:
@@ -239,7 +239,7 @@ def _chunked_cases():
 
 def test_chunked_grid_matches_whole_grid():
     """A kernel too large to evaluate whole runs its grid in chunks of blocks
-    (``interpreter.block_chunks``): the same values in the same layout (the field
+    (``sizing.block_chunks``): the same values in the same layout (the field
     residues bit for bit: ``tests/verify/test_throughput.py``)."""
     cases = _chunked_cases()
     assert len(cases) >= 4, [g.name for g, _ in cases]
@@ -253,7 +253,7 @@ def test_chunked_grid_matches_whole_grid():
 def test_chunked_grid_with_picked_blocks():
     """Picked grid positions (a fingerprint's sample) in chunks: the picked blocks'
     outputs, laid out as ``saved_positions`` says, as without chunks."""
-    from mugraph.core.interpreter import block_largest, chunking
+    from mugraph.core.sizing import block_largest, chunking
     tried = 0
     for g, limit in _chunked_cases():
         kernel_max = max(t.numel for op in g.ops for t in op.outputs)
@@ -287,9 +287,9 @@ def _sliceable_programs():
 @pytest.mark.parametrize("p", _sliceable_programs(), ids=lambda p: p.name)
 def test_sliced_program_matches_whole(p):
     """A program whose intermediates are too large to hold runs in slices of an index no
-    op mixes (``interpreter.slicing``: an attention's query rows, with its causal mask's
+    op mixes (``sizing.slicing``: an attention's query rows, with its causal mask's
     rows): the same values, in float64 and, exactly, in the field."""
-    from mugraph.core.interpreter import slicing
+    from mugraph.core.sizing import slicing
     inter = max(t.numel for op in p.ops for t in op.outputs if t not in {*p.inputs, *p.outputs})
     limit = max(max(t.numel for t in [*p.inputs, *p.outputs]), inter // 4)
     sl = slicing(p, limit)
@@ -302,7 +302,7 @@ def test_sliced_program_matches_whole(p):
 def test_no_unmixed_index_is_refused_with_the_value_named():
     """A program whose every index is mixed somewhere (here: both indices of an outer
     product are summed) has no slices: too large is a one-line error naming the value."""
-    from mugraph.core.interpreter import parallel_indices
+    from mugraph.core.sizing import parallel_indices
     p = mg.Program("all_mixed")
     X, W = p.input("X", (64, 1)), p.input("W", (1, 64))
     p.output(mg.sum(mg.sum(mg.exp(X * W), 1), 0))

@@ -254,7 +254,7 @@ def test_chunked_kernels_give_the_same_residues(name):
     algebra the verifier uses: how a 32-head, 2,048-row attention with 128×128 tiles is
     verified at all."""
     from mugraph.core.benchmarks import reference
-    from mugraph.core.interpreter import chunking, largest_value
+    from mugraph.core.sizing import chunking, largest_value
     g = reference(name, small=True)
     limit = max(max(t.numel for op in g.ops for t in op.outputs), (largest_value(g)[0] + 1) // 2)
     assert chunking(g, limit)
@@ -275,7 +275,7 @@ def test_sliced_programs_give_the_same_residues():
     ``max_elements``) gets the residues of one whole evaluation, exactly: how an 8k-token
     prompt's program is verified and float-checked."""
     from mugraph.core.benchmarks import prefill_attention
-    from mugraph.core.interpreter import slicing
+    from mugraph.core.sizing import slicing
     p = prefill_attention(heads=4, q=64, kv=64, head_dim=8, causal=True, safe=False)
     limit = 64 * 64  # the mask (64, 64) whole, the (4, 64, 64) scores in slices
     assert slicing(p, limit).step < 64
