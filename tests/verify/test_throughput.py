@@ -288,3 +288,20 @@ def test_sliced_programs_give_the_same_residues():
         outs.append(alg.realize(mg.evaluate(p, ins, alg, **({} if m is None else {"max_elements": m}))))
     for a, b in zip(*outs):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_sliced_programs_give_the_same_float_check_values():
+    """The float check's algebras in slices: the magnitude algebra's (value, magnitude)
+    pairs and the kernels' rounding (fp16 stores between ops) as in one evaluation."""
+    from mugraph.core.benchmarks import prefill_attention
+    from verify.floatcheck import KernelFloatAlgebra, MagnitudeAlgebra
+    p = prefill_attention(heads=4, q=64, kv=64, head_dim=8, causal=True)
+    limit = 64 * 64
+    ins = {t.name: torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(3))
+           for t in p.inputs}  # the mask drawn too, as the float check draws it
+    for make in (MagnitudeAlgebra, lambda: KernelFloatAlgebra("float16")):
+        whole = mg.evaluate(p, ins, make())
+        sliced = mg.evaluate(p, ins, make(), max_elements=limit)
+        for a, b in zip(whole, sliced):
+            for x, y in zip(a if isinstance(a, tuple) else (a,), b if isinstance(b, tuple) else (b,)):
+                torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
