@@ -123,10 +123,10 @@ def chunking(graph: KernelGraph, max_elements: int, blocks: Mapping[int, Picks] 
 
 @dataclass(frozen=True)
 class Slices:
-    """How :func:`evaluate` runs a graph whose kernel-level values are too large to hold
-    whole: one slice of an index no op mixes after another (:func:`parallel_indices`).
-    ``dims`` maps each tensor holding the index to its dim of it, ``size`` is the index's
-    length and ``step`` one slice's."""
+    """How :func:`~mugraph.core.interpreter.evaluate` runs a graph whose kernel-level
+    values are too large to hold whole: one slice of an index no op mixes after another
+    (:func:`parallel_indices`). ``dims`` maps each tensor holding the index to its dim of
+    it, ``size`` is the index's length and ``step`` one slice's."""
 
     dims: dict
     size: int
@@ -178,9 +178,9 @@ def parallel_indices(graph: KernelGraph) -> list[tuple[dict[Tensor, int], int]]:
 
 
 def slicing(graph: KernelGraph, max_elements: int) -> Slices | None:
-    """The slices :func:`evaluate` runs ``graph`` in: None when every kernel-level value
-    fits whole, or when no :func:`parallel_indices` index lets it (then :func:`chunking`
-    names the value that does not fit). Of the indices, the one whose slices of length 1
+    """The slices :func:`~mugraph.core.interpreter.evaluate` runs ``graph`` in: None when
+    every kernel-level value fits whole, or when no :func:`parallel_indices` index lets it
+    (then :func:`chunking` names the value that does not fit). Of the indices, the one whose slices of length 1
     hold the least (the longest on a tie: a value that does not hold an index is computed
     whole in every slice); its slices halved until every value of one fits."""
     if max(t.numel for op in graph.ops for t in op.outputs) <= max_elements:
