@@ -39,7 +39,7 @@ import mugraph as mg
 from lower.profile import measure
 from mugraph.core.benchmarks import DECODE, PREFILL, decode_attention, prefill_attention
 from mugraph.core.benchmarks.programs import decode_scale
-from mugraph.core.benchmarks.torch_versions import sdpa_call
+from mugraph.core.benchmarks.torch_versions import sdpa_forms
 from mugraph.pipeline.bench import copy_bandwidth
 
 #: dense fp16 tensor-core peak of an H100 SXM (FLOP/s), for the compute floor of a prompt row
@@ -85,20 +85,10 @@ def reference(x: dict[str, torch.Tensor], causal: bool) -> torch.Tensor:
 def _sdpa(name: str, x: dict[str, torch.Tensor], causal: bool) -> dict[str, Callable[[], torch.Tensor]]:
     """SDPA on the same data, K already in rows (as a KV cache keeps it), in each form a
     caller might write it; the table reports the fastest. A prompt: the flash kernel. A
-    decode step: the query rows sharing a KV head as one head's rows (``rows``), and, as a
-    decoding model calls it, one row per query head against the KV heads with
-    ``enable_gqa`` (``gqa``) or with K and V repeated per query head inside the call, as
-    transformers' ``repeat_kv`` does (``repeat_kv``). Rows-as-queries leaves most of the GPU
-    idle when the KV heads are few (4 of them: 4 blocks), so it alone would flatter us."""
+    decode step: :func:`~mugraph.core.benchmarks.torch_versions.sdpa_forms` (rows of a KV
+    head, ``enable_gqa``, ``repeat_kv``)."""
     if CASES[name]["kind"] == "decode":
-        Q, K, V = x["Q"], x["K"].transpose(1, 2).contiguous(), x["V"]
-        kv_heads, group, d = Q.shape
-        q = Q.reshape(1, kv_heads * group, 1, d)
-        scale = float(decode_scale(d))
-        return {"rows": sdpa_call(name, x["Q"], x["K"], x["V"]),
-                "gqa": lambda: F.scaled_dot_product_attention(q, K[None], V[None], scale=scale, enable_gqa=True),
-                "repeat_kv": lambda: F.scaled_dot_product_attention(
-                    q, K.repeat_interleave(group, 0)[None], V.repeat_interleave(group, 0)[None], scale=scale)}
+        return sdpa_forms(name, x["Q"], x["K"], x["V"])
     q, k, v = x["Q"][None], x["K"].transpose(1, 2).contiguous()[None], x["V"][None]
     scale = float(decode_scale(q.shape[-1]))
 

@@ -950,12 +950,12 @@ class Fingerprinter:
         attention program takes about 65 s on 2 CPU cores."""
         if self._target is None:
             live = live_graph(self.program)
-            dev = self.device if compute_on is None else resolve_device(compute_on)
             if self.device.type != "cpu":
                 self._target = _fixed_outputs(live, self.seed, self.fld, self.device)
             else:  # every worker of a search compares with the same outputs: computed once (shared_draws)
                 name = shared_draws.key("target", dataflow_key(live), self.seed,
                                         self.fld.p, self.fld.q)
+                dev = self.device if compute_on is None else resolve_device(compute_on)
                 arrays = shared_draws.load_or_make(
                     name, lambda: [o.cpu().numpy() for o in _fixed_outputs(live, self.seed, self.fld, dev)])
                 self._target = [torch.from_numpy(a) for a in arrays]

@@ -22,7 +22,6 @@ from .ops import OpDef, get_op
 from .sizing import NB, Picks, Slices, chunking, slicing
 
 
-
 def evaluate(graph: KernelGraph, inputs: Mapping[str, Any], algebra: Algebra | None = None, *,
              max_elements: int = MAX_EVAL_ELEMENTS, blocks: Mapping[int, Picks] | None = None) -> list:
     """Run ``graph`` (a Program or μGraph) on ``inputs`` (name -> numpy array or torch tensor).

@@ -93,18 +93,17 @@ def block_chunks(block: BlockGraph, positions: Sequence[int], max_elements: int)
 def chunking(graph: KernelGraph, max_elements: int, blocks: Mapping[int, Picks] | None = None,
              sliced: Slices | None = None) -> dict[int, tuple[int, ...]]:
     """:func:`block_chunks` of each graph-defined kernel too large to run whole (kernel op
-    id -> blocks per chunk); raises :class:`ResourceError`, naming the value, when some
+    id -> blocks per chunk); raises :class:`TooLarge`, naming the value, when some
     value would not fit even so (a kernel-level value: in one slice of ``sliced``, when
     the graph runs in slices)."""
     out: dict[int, tuple[int, ...]] = {}
     whole = {*graph.inputs, *graph.outputs}  # held whole however the rest is sliced
     for op in graph.ops:
         for t in op.outputs:
-            n = t.numel if sliced is None or t not in sliced.dims or t in whole else \
-                t.numel // sliced.size * sliced.step
+            n = t.numel if sliced is None or t in whole else sliced.elements(t)
             if n > max_elements:
-                _too_large(graph, f"{t.label()} {t.shape}" + (" (in slices)" if n < t.numel else ""), n,
-                           max_elements)
+                raise TooLarge(graph, f"{t.label()} {t.shape}" + (" (in slices)" if n < t.numel else ""), n,
+                               max_elements)
         if op.kind != "graph_defined":
             continue
         block: BlockGraph = op.attrs["block"]
@@ -116,7 +115,7 @@ def chunking(graph: KernelGraph, max_elements: int, blocks: Mapping[int, Picks] 
         if chunk is None:
             axes = _chunkable(block)
             n, where = block_largest(block, [1 if a in axes else g for a, g in enumerate(positions)])
-            _too_large(graph, f"kernel#{op.id}/{where} (in chunks of one block)", n, max_elements)
+            raise TooLarge(graph, f"kernel#{op.id}/{where} (in chunks of one block)", n, max_elements)
         out[op.id] = chunk
     return out
 
@@ -131,6 +130,10 @@ class Slices:
     dims: dict
     size: int
     step: int
+
+    def elements(self, t: Tensor) -> int:
+        """The elements ``t`` holds in one slice (all of them when it does not hold the index)."""
+        return t.numel // self.size * self.step if t in self.dims else t.numel
 
 
 def parallel_indices(graph: KernelGraph) -> list[tuple[dict[Tensor, int], int]]:
@@ -188,21 +191,29 @@ def slicing(graph: KernelGraph, max_elements: int) -> Slices | None:
     found = parallel_indices(graph)
     if not found:
         return None
-    dims, size = min(found, key=lambda f: (_sliced_largest(graph, f[0], f[1], 1), -f[1]))
-    step = size
-    while step > 1 and _sliced_largest(graph, dims, size, step) > max_elements:
-        step = (step + 1) // 2
-    return Slices(dims, size, step) if step < size else None
+    dims, size = min(found, key=lambda f: (_sliced_largest(graph, Slices(*f, step=1)), -f[1]))
+    sl = Slices(dims, size, size)
+    while sl.step > 1 and _sliced_largest(graph, sl) > max_elements:
+        sl = Slices(dims, size, (sl.step + 1) // 2)
+    return sl if sl.step < size else None
 
 
-def _sliced_largest(graph: KernelGraph, dims: dict, size: int, step: int) -> int:
-    """The most elements one intermediate value holds in slices of ``step`` (inputs and
+def _sliced_largest(graph: KernelGraph, sl: Slices) -> int:
+    """The most elements one intermediate value holds in one slice of ``sl`` (inputs and
     outputs are held whole: :func:`chunking` bounds them)."""
     whole = {*graph.inputs, *graph.outputs}
-    return max((t.numel // size * step if t in dims else t.numel
-                for op in graph.ops for t in op.outputs if t not in whole), default=0)
+    return max((sl.elements(t) for op in graph.ops for t in op.outputs if t not in whole), default=0)
 
 
-def _too_large(graph: KernelGraph, where: str, n: int, max_elements: int) -> None:
-    raise ResourceError(f"evaluate: {graph.name}: {where} would hold {n} elements > max_elements={max_elements} "
-                        "(mugraph.core.limits.MAX_EVAL_ELEMENTS); evaluate smaller shapes or raise the limit")
+class TooLarge(ResourceError):
+    """A value of ``graph`` that would hold ``n`` elements > ``max_elements`` even in chunks
+    or slices; ``where`` names it. Its fields let a caller say so in its own words."""
+
+    def __init__(self, graph: KernelGraph, where: str, n: int, max_elements: int) -> None:
+        self.where, self.n, self.max_elements = where, n, max_elements
+        super().__init__(f"evaluate: {graph.name}: {self.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS); "
+                         "evaluate smaller shapes or raise the limit")
+
+    @property
+    def clause(self) -> str:
+        return f"{self.where} would hold {self.n} elements > max_elements={self.max_elements}"

@@ -33,7 +33,7 @@ from verify.floatcheck import FloatReference
 
 from ..core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from ..core.files import as_path, safe_name
-from ..core.sizing import chunking, slicing
+from ..core.sizing import TooLarge, chunking, slicing
 from ..core.ir import DTYPES, KernelGraph, Program, short
 from ..core.lax import check_lax
 from ..core.limits import MAX_EVAL_ELEMENTS
@@ -257,9 +257,9 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         raise ArgumentTypeError(f"superoptimize: cache_dir={short(cache_dir)} must be a folder path, None or False")
     try:  # the verifier and the float check evaluate the program at its shapes (in slices where they must)
         chunking(program, MAX_EVAL_ELEMENTS, sliced=slicing(program, MAX_EVAL_ELEMENTS))
-    except ResourceError as e:
-        raise ResourceError(f"superoptimize: {program.name!r}: {str(e).split(': ', 2)[-1].split(' (mugraph')[0]} "
-                            f"(mugraph.core.limits.MAX_EVAL_ELEMENTS), too large to verify; reduce the shapes") from None
+    except TooLarge as e:
+        raise ResourceError(f"superoptimize: {program.name!r}: {e.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), "
+                            "too large to verify; reduce the shapes") from None
     dev = _resolve_device(device)
     path = key_doc = None
     if cache_dir is not False:

@@ -7,7 +7,7 @@ import torch
 
 import mugraph as mg
 from mugraph.core.benchmarks import DECODE, program, reference
-from mugraph.core.benchmarks.torch_versions import SDPA, TORCH, sdpa_call
+from mugraph.core.benchmarks.torch_versions import SDPA, TORCH, sdpa_call, sdpa_forms
 from mugraph.core.errors import ConfigError
 from mugraph.pipeline import bench
 from mugraph.pipeline.results import Candidate
@@ -97,6 +97,20 @@ def test_decode_programs_and_baselines_agree(name):
     assert np.allclose(sdpa_call(name, *ts)().numpy(), ref, rtol=1e-9)
     with pytest.raises(ValueError, match="not a multiple"):
         program(name, 1, heads=6, kv_heads=4)
+
+
+@pytest.mark.parametrize("name", sorted(DECODE))
+def test_every_sdpa_form_of_a_decode_program_computes_it(name):
+    """The baseline forms a caller writes (a KV head's rows, one row per query head with
+    ``enable_gqa``, K and V repeated as ``repeat_kv``) all compute the program."""
+    p = program(name, 2, small=True)
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(0, 0.5, t.shape) for t in p.inputs]
+    ref = mg.evaluate(p, {t.name: x for t, x in zip(p.inputs, xs)})[0]
+    forms = sdpa_forms(name, *[torch.tensor(x) for x in xs])
+    assert set(forms) == {"rows", "gqa", "repeat_kv"}
+    for form, call in forms.items():
+        assert np.allclose(call().reshape(ref.shape).numpy(), ref, rtol=1e-9), form
 
 
 def test_decode_split_kv_is_equivalent_and_ranked_first():
