@@ -58,3 +58,51 @@ def check(prog, graph: KernelGraph, inputs: dict[str, torch.Tensor]) -> list[flo
     outs = [torch.full(t.shape, float("nan"), dtype=getattr(torch, t.dtype), device=dev) for t in graph.outputs]
     prog(**inputs, out=outs)
     return [rel_error(o, r) for o, r in zip(outs, refs)]
+
+
+
+_AOT = """
+import json, sys
+import triton
+from triton.backends.compiler import GPUTarget
+from lower.runtime import _load_module
+job = json.load(sys.stdin)
+out = []
+for source, launches in job["programs"]:
+    mod = _load_module(source, interpret=False)
+    irs = {}
+    for name, (warps, stages) in launches.items():
+        fn = getattr(mod, name)
+        sig = {a: "*i32" if a.startswith("lock") else "*fp32" if a.startswith(("part", "max")) else "*fp16"
+               for a in fn.arg_names}
+        aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(fn.arg_names))}
+        ast = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs={}, attrs=aligned)
+        k = triton.compile(ast, target=GPUTarget("cuda", job["arch"], 32), options=dict(num_warps=warps, num_stages=stages))
+        irs[name] = k.asm["ttgir"]
+    out.append(irs)
+json.dump(out, sys.stdout)
+"""
+
+
+def gpu_ttgir(programs: list[tuple[str, dict[str, tuple[int, int]]]], arch: int = 90) -> list[dict[str, str]]:
+    """For each (generated source, kernel name -> (num_warps, num_stages)), kernel name -> the
+    Triton GPU IR of that kernel, compiled ahead of time for CUDA compute capability ``arch`` —
+    no GPU needed: what the tests read to check what Triton makes of a kernel (loads staged
+    by its software pipeliner, tensor-core ops). Pointer arguments are taken as 16-byte
+    aligned, as Triton specializes the tensors torch allocates; every argument of a generated
+    kernel is a pointer (fp16 storage, fp32 partials, int32 counters). Compiled in a fresh
+    process without ``TRITON_INTERPRET``: the interpreter's state must not reach the compiler."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    job = json.dumps({"arch": arch, "programs": [[src, {k: list(v) for k, v in ln.items()}] for src, ln in programs]})
+    done = subprocess.run([sys.executable, "-c", _AOT], input=job, capture_output=True, text=True, env=env,
+                          timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"ahead-of-time compile failed: {done.stderr.strip().splitlines()[-1:]}")
+    return json.loads(done.stdout)

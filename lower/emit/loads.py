@@ -10,31 +10,54 @@ from ..plan import RunningMax
 from .core import Emitter, Val
 
 
-def tile_indices(em: Emitter, op: Op, order: list[int] | None = None) -> tuple[list[str], list[str]]:
+def tile_indices(em: Emitter, op: Op, order: list[int] | None = None,
+                 keep: list[int] | None = None) -> tuple[list[str], list[str]]:
     """Per source dim, the global indices of iterator ``op``'s tile at the grid block's,
     loop step's and sub-tile's offsets (shaped to broadcast in the tile's rank), and the
     masks of the dims padded past their real extent. ``order``: the source dim each dim of
-    the tile reads (a permute folded into the load; default: the tile's own)."""
+    the tile reads (a permute folded into the load; default: the tile's own). ``keep``: the
+    tile's dims the indices are shaped for (default: all); a unit dim left out is indexed
+    by its offset alone, a scalar (:func:`squeezed_dims`)."""
     t = op.outputs[0]
     pshape, rshape = em.info.padded(t), em.info.shape(t)
     rank = t.ndim
     order = list(range(rank)) if order is None else order
+    at = {d: i for i, d in enumerate(keep if keep is not None else order)}
+    out_rank = len(at)
     idxs, masks = [""] * rank, []
     for o, d in enumerate(order):
         offs = [f"{v} * {n}" for v, n in em.p.offset_terms(op, d)]
+        if keep is not None and d not in at:  # a unit dim left out: its offset, a scalar
+            idxs[d] = f"({' + '.join(offs)})" if offs else ""
+            continue
+        pos = o if keep is None else at[d]
         ar = em.r(pshape[d])
-        idxs[d] = em.ex(f"({' + '.join(offs)} + {ar})" if offs else ar, o, rank)
+        idxs[d] = em.ex(f"({' + '.join(offs)} + {ar})" if offs else ar, pos, out_rank)
         if rshape[d] < pshape[d]:
-            masks.append(em.ex(f"({ar} < {rshape[d]})", o, rank))
+            masks.append(em.ex(f"({ar} < {rshape[d]})", pos, out_rank))
     return idxs, masks
 
 
-def load_args(em: Emitter, op: Op, order: list[int] | None = None) -> str:
+def squeezed_dims(em: Emitter, op: Op) -> list[int] | None:
+    """The dims iterator ``op``'s tile is loaded in when it feeds ``tl.dot`` only: all but
+    its unit dims before the last two — ``None`` when it has none. Why: Triton's software
+    pipeliner stages a load into shared memory ahead of the ``tl.dot`` that reads it only
+    when nothing but layout changes lie between them; a rank-3 load of a (1, k, n) tile,
+    reshaped to rank 2 for the dot, was never staged (every loop step waited for its loads;
+    Triton 3.6 and 3.9, sm_90 TTGIR: no asynchronous copies). Loaded at rank 2 and reshaped
+    back, the two reshapes cancel and the load is staged."""
+    pshape = em.info.padded(op.outputs[0])
+    rank = len(pshape)
+    keep = [d for d in range(rank) if pshape[d] != 1 or d >= rank - 2]
+    return keep if len(keep) < rank else None
+
+
+def load_args(em: Emitter, op: Op, order: list[int] | None = None, keep: list[int] | None = None) -> str:
     """The ``tl.load`` arguments of iterator ``op``'s tile (:func:`tile_indices`), masked
     to the real extents (padding reads as zero)."""
     src = em.src[op.attrs["source"]]
-    idxs, masks = tile_indices(em, op, order)
-    terms = [i + ("" if src.strides[d] == 1 else f" * {src.strides[d]}") for d, i in enumerate(idxs)]
+    idxs, masks = tile_indices(em, op, order, keep)
+    terms = [i + ("" if src.strides[d] == 1 else f" * {src.strides[d]}") for d, i in enumerate(idxs) if i]
     return f"{src.name}_ptr + {' + '.join(terms)}" + (f", mask={' & '.join(masks)}, other=0.0" if masks else "")
 
 
@@ -69,15 +92,18 @@ def emit_iterator(em: Emitter, op: Op) -> None:
     if emit_filled(em, t, op):
         return
     src = em.src[op.attrs["source"]]
-    args = load_args(em, op)
     rank = t.ndim
+    keep = squeezed_dims(em, op)
 
-    def load(f32: bool, extra: str = "") -> str:
-        return f"tl.load({args}{extra})" + (".to(tl.float32)" if f32 and src.dtype != "float32" else "")
+    def load(f32: bool, extra: str = "", for_dot: bool = False) -> str:
+        cast = ".to(tl.float32)" if f32 and src.dtype != "float32" else ""
+        if for_dot and keep is not None:  # loaded at the dot's rank, so that Triton stages it
+            return f"tl.reshape(tl.load({load_args(em, op, keep=keep)}{extra}){cast}, {tuple(em.info.padded(t))})"
+        return f"tl.load({load_args(em, op)}{extra})" + cast
 
     f32 = src.dtype == "float32" or t.id not in em.p.dot_only
     v = em.val(t, f32=f32, clean=frozenset(range(rank)), finite=True)
-    em.emit(f"{v.name} = {load(f32)}")
+    em.emit(f"{v.name} = {load(f32, for_dot=t.id in em.p.dot_only)}")
     if t.id in em.p.dot_operand_loads:
         # a second load of the same tile for the tl.dot operand's cone: each load gets the
         # layout its users need, instead of a per-step layout conversion (a shared-memory
@@ -85,7 +111,7 @@ def emit_iterator(em: Emitter, op: Op) -> None:
         d32 = em.p.dot_operand_loads[t.id][0] or src.dtype == "float32"
         em.dup_vals[t.id] = Val(f"{v.name}_d", v.pshape, v.rshape, d32, v.clean, True)
         hint = ', eviction_policy="evict_last"'
-        em.emit(f"{v.name}_d = {load(d32, hint)}  # for the tl.dot operand")
+        em.emit(f"{v.name}_d = {load(d32, hint, for_dot=True)}  # for the tl.dot operand")
 
 
 def emit_accum(em: Emitter, op: Op) -> None:
