@@ -16,21 +16,21 @@ def tile_indices(em: Emitter, op: Op, order: list[int] | None = None,
     loop step's and sub-tile's offsets (shaped to broadcast in the tile's rank), and the
     masks of the dims padded past their real extent. ``order``: the source dim each dim of
     the tile reads (a permute folded into the load; default: the tile's own). ``keep``: the
-    tile's dims the indices are shaped for (default: all); a unit dim left out is indexed
-    by its offset alone, a scalar (:func:`squeezed_dims`)."""
+    dims of the tile (as read, in ``order``) the indices are shaped for (default: all); a
+    unit dim left out is indexed by its offset alone, a scalar (:func:`squeezed_dims`)."""
     t = op.outputs[0]
     pshape, rshape = em.info.padded(t), em.info.shape(t)
     rank = t.ndim
     order = list(range(rank)) if order is None else order
-    at = {d: i for i, d in enumerate(keep if keep is not None else order)}
+    at = {o: i for i, o in enumerate(keep if keep is not None else range(rank))}
     out_rank = len(at)
     idxs, masks = [""] * rank, []
     for o, d in enumerate(order):
         offs = [f"{v} * {n}" for v, n in em.p.offset_terms(op, d)]
-        if keep is not None and d not in at:  # a unit dim left out: its offset, a scalar
+        if o not in at:  # a unit dim left out: its offset, a scalar
             idxs[d] = f"({' + '.join(offs)})" if offs else ""
             continue
-        pos = o if keep is None else at[d]
+        pos = at[o]
         ar = em.r(pshape[d])
         idxs[d] = em.ex(f"({' + '.join(offs)} + {ar})" if offs else ar, pos, out_rank)
         if rshape[d] < pshape[d]:
@@ -38,9 +38,10 @@ def tile_indices(em: Emitter, op: Op, order: list[int] | None = None,
     return idxs, masks
 
 
-def squeezed_dims(em: Emitter, op: Op) -> list[int] | None:
-    """The dims iterator ``op``'s tile is loaded in when it feeds ``tl.dot`` only: all but
-    its unit dims before the last two — ``None`` when it has none. Why: Triton's software
+def squeezed_dims(em: Emitter, op: Op, order: list[int] | None = None) -> list[int] | None:
+    """The dims iterator ``op``'s tile (read in ``order``, a folded permute) is loaded in when
+    it feeds ``tl.dot`` only: all but its unit dims before the last two — ``None`` when it
+    has none. Why: Triton's software
     pipeliner stages a load into shared memory ahead of the ``tl.dot`` that reads it only
     when nothing but layout changes lie between them; a rank-3 load of a (1, k, n) tile,
     reshaped to rank 2 for the dot, was never staged (every loop step waited for its loads;
@@ -48,8 +49,20 @@ def squeezed_dims(em: Emitter, op: Op) -> list[int] | None:
     back, the two reshapes cancel and the load is staged."""
     pshape = em.info.padded(op.outputs[0])
     rank = len(pshape)
-    keep = [d for d in range(rank) if pshape[d] != 1 or d >= rank - 2]
+    order = list(range(rank)) if order is None else order
+    keep = [o for o, d in enumerate(order) if pshape[d] != 1 or o >= rank - 2]
     return keep if len(keep) < rank else None
+
+
+def dot_load(em: Emitter, op: Op, cast: str, order: list[int] | None = None, extra: str = "") -> str:
+    """The load of iterator ``op``'s tile (read in ``order``) for ``tl.dot`` alone: at the
+    dot's rank where the tile has leading unit dims (:func:`squeezed_dims`), reshaped back."""
+    keep = squeezed_dims(em, op, order)
+    if keep is None:
+        return f"tl.load({load_args(em, op, order)}{extra}){cast}"
+    pshape = em.info.padded(op.outputs[0])
+    shape = tuple(pshape[d] for d in (order if order is not None else range(len(pshape))))
+    return f"tl.reshape(tl.load({load_args(em, op, order, keep)}{extra}){cast}, {shape})"
 
 
 def load_args(em: Emitter, op: Op, order: list[int] | None = None, keep: list[int] | None = None) -> str:
@@ -93,12 +106,11 @@ def emit_iterator(em: Emitter, op: Op) -> None:
         return
     src = em.src[op.attrs["source"]]
     rank = t.ndim
-    keep = squeezed_dims(em, op)
 
     def load(f32: bool, extra: str = "", for_dot: bool = False) -> str:
         cast = ".to(tl.float32)" if f32 and src.dtype != "float32" else ""
-        if for_dot and keep is not None:  # loaded at the dot's rank, so that Triton stages it
-            return f"tl.reshape(tl.load({load_args(em, op, keep=keep)}{extra}){cast}, {tuple(em.info.padded(t))})"
+        if for_dot:  # at the dot's rank, so that Triton stages it
+            return dot_load(em, op, cast, extra=extra)
         return f"tl.load({load_args(em, op)}{extra})" + cast
 
     f32 = src.dtype == "float32" or t.id not in em.p.dot_only
