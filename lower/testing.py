@@ -67,6 +67,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from lower.runtime import _load_module
 job = json.load(sys.stdin)
+result, sys.stdout = sys.stdout, sys.stderr  # whatever the compiler prints stays out of the result
 out = []
 for source, launches in job["programs"]:
     mod = _load_module(source, interpret=False)
@@ -77,10 +78,14 @@ for source, launches in job["programs"]:
                for a in fn.arg_names}
         aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(fn.arg_names))}
         ast = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs={}, attrs=aligned)
-        k = triton.compile(ast, target=GPUTarget("cuda", job["arch"], 32), options=dict(num_warps=warps, num_stages=stages))
-        irs[name] = k.asm["ttgir"]
+        try:
+            k = triton.compile(ast, target=GPUTarget("cuda", job["arch"], 32),
+                               options=dict(num_warps=warps, num_stages=stages))
+            irs[name] = k.asm["ttgir"]
+        except Exception as e:  # named in the result: one kernel that does not compile is not the rest
+            irs[name] = "error: " + (str(e).strip().splitlines() or [type(e).__name__])[0]
     out.append(irs)
-json.dump(out, sys.stdout)
+json.dump(out, result)
 """
 
 
@@ -88,7 +93,8 @@ def gpu_ttgir(programs: list[tuple[str, dict[str, tuple[int, int]]]], arch: int 
     """For each (generated source, kernel name -> (num_warps, num_stages)), kernel name -> the
     Triton GPU IR of that kernel, compiled ahead of time for CUDA compute capability ``arch`` —
     no GPU needed: what the tests read to check what Triton makes of a kernel (loads staged
-    by its software pipeliner, tensor-core ops). Pointer arguments are taken as 16-byte
+    by its software pipeliner, tensor-core ops). A kernel that does not compile (``ptxas``
+    runs too) maps to ``"error: "`` and the first line of the error. Pointer arguments are taken as 16-byte
     aligned, as Triton specializes the tensors torch allocates; every argument of a generated
     kernel is a pointer (fp16 storage, fp32 partials, int32 counters). Compiled in a fresh
     process without ``TRITON_INTERPRET``: the interpreter's state must not reach the compiler."""
