@@ -197,8 +197,10 @@ class FrontendOptions:
         return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
 
     def optimize_config(self) -> dict:
+        # with unfused="torch" a piece whose search verified nothing runs torch's ops: its
+        # program needs no float check, tuning or timing
         return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit),
-                "allow_unproven": self.allow_unproven}
+                "allow_unproven": self.allow_unproven, "check_program_alone": self.unfused != "torch"}
 
     def key(self) -> str:
         """What decides a piece's result (not where it is cached, not how it is run)."""

@@ -197,3 +197,25 @@ def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
     est = seen["estimate"]
     g = reference("gqa", small=True)
     assert est is optimize._lowered_estimate and est(g) == predict_tuned(g).predicted_s > 0
+
+
+def test_the_program_alone_is_priced_not_checked_when_the_caller_runs_its_own_ops():
+    """``check_program_alone=False`` (the torch.compile backend with ``unfused="torch"``): a
+    search that verifies nothing returns the program priced by the cost model, its float
+    check skipped; by default the program is float-checked as before."""
+    p = program("lora", small=True, dtype="float32")
+    nothing = {"search": {"workers": 1, "time_limit": 20, "forloop_ranges": [4], "tile_sizes": [64],
+                          "max_kernel_ops": 1, "max_block_ops": 1}}
+    checked = mg.superoptimize(p, nothing, device="cpu", cache_dir=False, progress=False)
+    alone = mg.superoptimize(p, {**nothing, "check_program_alone": False}, device="cpu", cache_dir=False,
+                             progress=False)
+    for opt in (checked, alone):
+        assert opt.best.origin == "program" and opt.best.predicted_s > 0
+    assert checked.best.float_ok and checked.best.float_summary
+    assert alone.best.float_summary == "" and "check_program_alone=False" in alone.report["why"]
+    x = {t.name: torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).float()
+         for t in p.inputs}
+    ref = mg.evaluate(p, {k: v.double() for k, v in x.items()})[0]
+    assert torch.allclose(alone(**x).double(), ref, rtol=1e-4, atol=1e-4)  # still the program, lowered
+    with pytest.raises(mg.ConfigError, match="check_program_alone"):
+        mg.OptimizeConfig(check_program_alone="no")
