@@ -138,7 +138,7 @@ def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | Non
     ext = {c: next_pow2(s) for c, s in size.items()}
     info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
                     parallel=parallel, pairs=pairs, chunk=chunk, small_mm=small_mm)
-    _pick_dots(info, matmuls)
+    _pick_dots(info, matmuls, _broadcast_classes(block, cls))
     if small_mm == "va":
         info.deferred = _deferrable(block, info, matmuls, loop)
     return info
@@ -205,10 +205,36 @@ def _parallel(block: BlockGraph, cls: dict, size0: dict[int, int], fixed: set) -
     return sorted(c for c in size0 if size0[c] > 1 and c not in bad and c in saved and c in fed)
 
 
-def _pick_dots(info: TileInfo, matmuls: list) -> None:
-    """Mark the matmuls lowered to ``tl.dot`` (every m, n, k above 1, and — under
-    ``"v"``/``"va"`` — m and n at least :data:`DOT_MIN`) and pad their m, n, k classes to
-    :data:`DOT_MIN`. Any rank: batch dims are flattened into one 3-D dot
+def _broadcast_classes(block: BlockGraph, cls: dict) -> set[int]:
+    """Classes of size-1 dims that broadcast against a longer one somewhere in ``block`` (an
+    element-wise operand, a rescale's per-row shift) or that a rearrangement reads or makes
+    (a repeat of a unit dim, a concat, a reshape): padded, they would no longer line up."""
+    out: set[int] = set()
+    for op in block.ops:
+        if op.kind == "iterator":
+            continue
+        o = op.outputs[0]
+        if is_rearrangement(op.kind):
+            out |= {cls[(t.id, d)] for t in (*op.inputs, o) for d in range(t.ndim) if t.shape[d] == 1}
+            continue
+        if op.kind == "accum":
+            x = op.inputs[0]
+            out |= {cls[(m.id, m.ndim - d)] for m in op.inputs[1:] for d in range(1, m.ndim + 1)
+                    if m.shape[-d] == 1 and d <= x.ndim and x.shape[-d] > 1}
+            continue
+        dm = dim_map(op.kind, [t.shape for t in op.inputs], op.attrs, o.shape)
+        out |= {cls[(op.inputs[i].id, dx)] for i, dx, do in dm.same
+                if op.inputs[i].shape[dx] == 1 and o.shape[do] > 1}
+    return out
+
+
+def _pick_dots(info: TileInfo, matmuls: list, broadcast: set[int] = frozenset()) -> None:
+    """Mark the matmuls lowered to ``tl.dot`` and pad their m, n, k classes to :data:`DOT_MIN`:
+    every k above 1, m and n not both 1, an m or n of 1 only where its class never broadcasts
+    (``broadcast``: :func:`_broadcast_classes`), and — under ``"v"``/``"va"`` — m and n at
+    least :data:`DOT_MIN`. One query row per head (a decode attention without grouped heads,
+    a GEMV) is a dot padded to 16 rows: on the CUDA cores its loads were not staged (a loop
+    without a dot) and a 128-key step of a head-dim-96 attention spilled. Any rank: batch dims are flattened into one 3-D dot
     (:func:`lower.emit.matmul._dot`). Before, a rank-4 tile — a block holding several heads
     of a grouped-query attention, (1, heads, rows, d) — was multiplied on the CUDA cores
     as a broadcast product of (heads, rows, d, keys) values, which spilled: 0.9–7 ms where
@@ -220,7 +246,9 @@ def _pick_dots(info: TileInfo, matmuls: list) -> None:
         mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
         if info.small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
             continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
-        if all(size[c] > 1 for c in mnk):
+        m, n = size[mnk[0]], size[mnk[1]]
+        unit_ok = all(size[c] > 1 or c not in broadcast for c in mnk[:2])
+        if all(size[c] > 1 for c in mnk[2:]) and max(m, n) > 1 and unit_ok:
             info.dot_ops.add(op.id)
             for c in mnk:
                 ext[c] = max(ext[c], DOT_MIN)

@@ -51,23 +51,27 @@ def _program(g: mg.KernelGraph, label: str) -> tuple[str, dict[str, tuple[int, i
 
 def test_decode_loop_loads_are_staged():
     """One block per KV head over 8 query rows, 128 keys a step: one kernel, split-K with a
-    combine kernel, and split-K with sub-tiled columns."""
+    combine kernel, and split-K with sub-tiled columns; K a key per row; one query row per
+    head at head dim 96 (a tl.dot padded to 16 rows: on the CUDA cores its loads were not
+    staged, and a 128-key step spilled)."""
     g = decode_block(heads=4, rows=8, d=128, kv=4096, keys=128)
     labels = ["w4s3", "w4s3k4", "w4s2k8p4:2"]
     rows_k = decode_block(heads=4, rows=8, d=128, kv=4096, keys=128, k_rows=True)
-    programs = [_program(g, lab) for lab in labels] + [_program(rows_k, "w4s3")]
-    for label, irs in zip(labels + ["K a key per row"], gpu_ttgir(programs)):
+    one_row = decode_block(heads=32, rows=1, d=96, kv=8192, keys=128, k_rows=True)
+    programs = [_program(g, lab) for lab in labels] + [_program(rows_k, "w4s3"), _program(one_row, "w4s3k8")]
+    for label, irs in zip(labels + ["K a key per row", "one query row per head"], gpu_ttgir(programs)):
         loop_kernel = next(ir for name, ir in irs.items() if not name.endswith("_combine"))
         # K and V each staged ahead of their dots
         assert loop_kernel.count("async_copy_global_to_local") >= 2, label
 
 
-@pytest.mark.parametrize("k_rows", [False, True])
-def test_the_staged_kernel_still_computes_attention(k_rows):
-    """Under the interpreter, against float64, with large logits (the running max at work)."""
-    g = decode_block(heads=2, rows=8, d=32, kv=256, keys=64, k_rows=k_rows)
+@pytest.mark.parametrize("k_rows,rows", [(False, 8), (True, 8), (True, 1)])
+def test_the_staged_kernel_still_computes_attention(k_rows, rows):
+    """Under the interpreter, against float64, with large logits (the running max at work);
+    one query row per head too (its matmuls padded to 16 rows for tl.dot)."""
+    g = decode_block(heads=2, rows=rows, d=32, kv=256, keys=64, k_rows=k_rows)
     gen = torch.Generator().manual_seed(0)
-    x = {"Q": 8 * torch.randn(2, 8, 32, generator=gen), "K": torch.randn(2, 32, 256, generator=gen),
+    x = {"Q": 8 * torch.randn(2, rows, 32, generator=gen), "K": torch.randn(2, 32, 256, generator=gen),
          "V": torch.randn(2, 256, 32, generator=gen)}
     xd = {k: v.half().double() for k, v in x.items()}
     ref = torch.softmax(xd["Q"] @ xd["K"] / math.sqrt(32), -1) @ xd["V"]
