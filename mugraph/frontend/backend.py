@@ -61,6 +61,13 @@ def _timed(timings: dict[str, float], name: str, make: Callable[[], Callable]) -
 _RECENT: deque["MugraphCompiled"] = deque(maxlen=16)
 
 
+def prestart_search_workers() -> None:
+    """Start the search workers' fork server (:func:`search.executors.prestart`)."""
+    from search.executors import prestart
+
+    prestart()
+
+
 def recent_graphs() -> list["MugraphCompiled"]:
     """The most recent graphs the backend compiled (at most 16), oldest first.
 
@@ -95,6 +102,8 @@ class MugraphCompiled:
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
             return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
         t0 = time.perf_counter()
+        if opts.search.get("executor", "processes") == "processes":
+            prestart_search_workers()  # their fork server imports while the capture runs
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap

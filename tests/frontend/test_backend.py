@@ -255,3 +255,33 @@ def test_why_unproven_names_each_kind_of_unverified_match():
     assert "2 failed verification" in why and "3 could not be evaluated by the verifier" in why
     assert "4 not verified for lack of time" in why
     assert _why_unproven(opt, {}) == ""
+
+
+def test_the_search_workers_start_before_the_capture(piece_cache, monkeypatch):
+    """The workers' fork server is started before the ATen capture, so its imports overlap
+    the capture instead of the first search's share; the serial executor starts none."""
+    import mugraph.frontend.backend as backend
+    import mugraph.frontend.capture as capture
+
+    order: list[str] = []
+    monkeypatch.setattr(backend, "prestart_search_workers", lambda: order.append("prestart"))
+    traced = backend.trace
+    monkeypatch.setattr(backend, "trace", lambda *a, **k: (order.append("capture"), traced(*a, **k))[1])
+    w = r(8, 8)
+    fn = lambda x: torch.exp(x @ w) * 2  # noqa: E731
+    for executor, expect in (("processes", ["prestart", "capture"]), ("serial", ["capture"])):
+        order.clear()
+        torch._dynamo.reset()
+        f = torch.compile(fn, backend="mugraph", options=opts(
+            piece_cache, search={"max_kernel_ops": 1, "max_block_ops": 1, "executor": executor}))
+        with torch.no_grad():
+            f(r(4, 8))
+        assert order == expect, executor
+    assert capture.trace is traced  # the capture itself is untouched
+
+
+def test_prestart_is_idempotent():
+    from search.executors import prestart
+
+    prestart()
+    prestart()  # a running fork server is left as it is
