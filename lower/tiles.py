@@ -234,8 +234,8 @@ def _pick_dots(info: TileInfo, matmuls: list, broadcast: set[int] = frozenset())
     (``broadcast``: :func:`_broadcast_classes`), and — under ``"v"``/``"va"`` — m and n at
     least :data:`DOT_MIN`. One query row per head (a decode attention without grouped heads,
     a GEMV) is a dot padded to 16 rows: on the CUDA cores its loads were not staged (a loop
-    without a dot) and a 128-key step of a head-dim-96 attention spilled. Any rank: batch dims are flattened into one 3-D dot
-    (:func:`lower.emit.matmul._dot`). Before, a rank-4 tile — a block holding several heads
+    without a dot) and a 128-key step of a head-dim-96 attention spilled. Any rank: batch
+    dims are flattened into one 3-D dot (:func:`lower.emit.matmul._dot`). Before, a rank-4 tile — a block holding several heads
     of a grouped-query attention, (1, heads, rows, d) — was multiplied on the CUDA cores
     as a broadcast product of (heads, rows, d, keys) values, which spilled: 0.9–7 ms where
     the op-by-op program ran 30–36 μs (decode attention of 2,304 and 8,448 keys, H200)."""

@@ -41,12 +41,12 @@ def tile_indices(em: Emitter, op: Op, order: list[int] | None = None,
 def squeezed_dims(em: Emitter, op: Op, order: list[int] | None = None) -> list[int] | None:
     """The dims iterator ``op``'s tile (read in ``order``, a folded permute) is loaded in when
     it feeds ``tl.dot`` only: all but its unit dims before the last two — ``None`` when it
-    has none. Why: Triton's software
-    pipeliner stages a load into shared memory ahead of the ``tl.dot`` that reads it only
-    when nothing but layout changes lie between them; a rank-3 load of a (1, k, n) tile,
-    reshaped to rank 2 for the dot, was never staged (every loop step waited for its loads;
-    Triton 3.6 and 3.9, sm_90 TTGIR: no asynchronous copies). Loaded at rank 2 and reshaped
-    back, the two reshapes cancel and the load is staged."""
+    has none. Why: Triton's software pipeliner stages a load into shared memory ahead of the
+    ``tl.dot`` that reads it only when nothing but layout changes lie between them; a rank-3
+    load of a (1, k, n) tile, reshaped to rank 2 for a dot on ``mma``, was never staged
+    (every loop step waited for its loads; Triton 3.6 and 3.9, sm_90 TTGIR: no asynchronous
+    copies). Loaded at rank 2 and reshaped back, the two reshapes cancel and the load is
+    staged (design §7.5)."""
     pshape = em.info.padded(op.outputs[0])
     rank = len(pshape)
     order = list(range(rank)) if order is None else order
