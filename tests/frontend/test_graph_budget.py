@@ -112,3 +112,14 @@ def test_a_small_piece_gets_the_least_share(monkeypatch):
     seen.clear()
     small.compile(time_limit=30, graph_budget=20, device="cpu")
     assert len(seen) == 2 and set(seen.values()) == {5.0}, seen
+
+
+def test_a_piece_left_to_torch_when_nothing_is_verified_skips_the_programs_checks():
+    """With ``unfused="torch"`` a piece whose search verified nothing runs torch's ops, so
+    its program is neither float-checked nor timed (``check_program_alone``); with
+    ``unfused="lower"`` the lowered program runs and is checked as before. The choice is part
+    of the result's key."""
+    torch_opts, lower_opts = FrontendOptions(), FrontendOptions(unfused="lower")
+    assert torch_opts.optimize_config()["check_program_alone"] is False
+    assert lower_opts.optimize_config()["check_program_alone"] is True
+    assert torch_opts.key() != lower_opts.key()
