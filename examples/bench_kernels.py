@@ -78,6 +78,17 @@ def stream_probe(nbytes: int, timing: str) -> float:
     return best
 
 
+def _copy_bandwidth() -> float:
+    """Bytes a second of a 512 MB device-to-device copy (read + written); its buffers are
+    freed on return."""
+    import triton.testing
+
+    big = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(big)
+    t_copy = triton.testing.do_bench(lambda: dst.copy_(big), warmup=50, rep=200, return_mode="median") * 1e-3
+    return 2 * big.numel() / t_copy
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="out/bench_kernels")
@@ -122,12 +133,7 @@ def main() -> int:
     dev = torch.cuda.get_device_name()
     log(f"# bench_kernels {datetime.datetime.now().isoformat(timespec='seconds')} on {dev}, "
         f"torch {torch.__version__}, triton {triton.__version__}")
-    # bandwidth of a device-to-device copy (bytes read + written)
-    big = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(big)
-    t_copy = triton.testing.do_bench(lambda: dst.copy_(big), warmup=50, rep=200, return_mode="median") * 1e-3
-    bw = 2 * big.numel() / t_copy
-    del big, dst
+    bw = _copy_bandwidth()
     log(f"# copy bandwidth {bw / 1e12:.2f} TB/s")
     tiny = torch.zeros(1, device="cuda")
     log("# probe one tiny kernel: " + ", ".join(f"{m} {measure(lambda: tiny.add_(1), m) * 1e6:.2f} us"

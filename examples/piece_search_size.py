@@ -35,7 +35,7 @@ def cases(torch, F, tokens: int, d: int, f: int):
         return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * w
 
     x, w = r(tokens, d), r(d).abs() + 0.5
-    wq, wk, wv = r(d, d), r(d, d // 2), r(d, d // 2)
+    wq, _wk, _wv = r(d, d), r(d, d // 2), r(d, d // 2)  # k, v drawn too: the draws after them stay the same
     w1, w3, w2 = r(d, f), r(d, f), r(f, d)
     return {
         "rmsnorm+matmul": (lambda x, w, wq: norm(x, w) @ wq, (x, w, wq)),
