@@ -72,12 +72,11 @@ out = []
 for source, launches in job["programs"]:
     mod = _load_module(source, interpret=False)
     irs = {}
-    for name, (warps, stages) in launches.items():
+    for name, (warps, stages, types) in launches.items():
         fn = getattr(mod, name)
-        sig = {a: "*i32" if a.startswith("lock") else "*fp32" if a.startswith(("part", "max")) else "*fp16"
-               for a in fn.arg_names}
-        aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(fn.arg_names))}
-        ast = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs={}, attrs=aligned)
+        aligned = {(i,): [["tt.divisibility", 16]] for i in range(len(types))}
+        ast = triton.compiler.ASTSource(fn=fn, signature=dict(zip(fn.arg_names, types)), constexprs={},
+                                        attrs=aligned)
         try:
             k = triton.compile(ast, target=GPUTarget("cuda", job["arch"], 32),
                                options=dict(num_warps=warps, num_stages=stages))
@@ -88,15 +87,34 @@ for source, launches in job["programs"]:
 json.dump(out, result)
 """
 
+#: storage dtype -> the Triton pointer type of a kernel argument
+_POINTER = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}
 
-def gpu_ttgir(programs: list[tuple[str, dict[str, tuple[int, int]]]], arch: int = 90) -> list[dict[str, str]]:
-    """For each (generated source, kernel name -> (num_warps, num_stages)), kernel name -> the
-    Triton GPU IR of that kernel, compiled ahead of time for CUDA compute capability ``arch`` —
-    no GPU needed: what the tests read to check what Triton makes of a kernel (loads staged
-    by its software pipeliner, tensor-core ops). A kernel that does not compile (``ptxas``
-    runs too) maps to ``"error: "`` and the first line of the error. Pointer arguments are taken as 16-byte
-    aligned, as Triton specializes the tensors torch allocates; every argument of a generated
-    kernel is a pointer (fp16 storage, fp32 partials, int32 counters). Compiled in a fresh
+
+def _launches(prog) -> dict[str, list]:
+    """Kernel name -> [num_warps, num_stages, Triton types of its arguments] of a compiled
+    program: each launch passes runtime buffers by name — tensors of the graph (their
+    dtype), fp32 workspaces, int32 counters."""
+    out = {}
+    for step in prog.steps:
+        k = step.kernel
+        if k is None:
+            continue
+        dtypes = {t.label(): t.dtype for t in (*step.op.inputs, *step.op.outputs)}
+        for ln in k.launches:
+            types = ["*i32" if a in k.locks else "*fp32" if a in k.buffers else _POINTER[dtypes[a]]
+                     for a in ln.args]
+            out[ln.fn] = [ln.num_warps, ln.num_stages, types]
+    return out
+
+
+def gpu_ttgir(programs: list, arch: int = 90) -> list[dict[str, str]]:
+    """For each compiled program (``lower.compile``, any device), kernel name -> the Triton GPU
+    IR of that kernel, compiled ahead of time for CUDA compute capability ``arch`` — no GPU
+    needed: what the tests read to check what Triton makes of a kernel (loads staged by its
+    software pipeliner, tensor-core ops). A kernel that does not compile (``ptxas`` runs too)
+    maps to ``"error: "`` and the first line of the error. Pointer arguments are taken as
+    16-byte aligned, as Triton specializes the tensors torch allocates. Compiled in a fresh
     process without ``TRITON_INTERPRET``: the interpreter's state must not reach the compiler."""
     import json
     import os
@@ -106,7 +124,7 @@ def gpu_ttgir(programs: list[tuple[str, dict[str, tuple[int, int]]]], arch: int 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env["PYTHONPATH"] = os.pathsep.join([root] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    job = json.dumps({"arch": arch, "programs": [[src, {k: list(v) for k, v in ln.items()}] for src, ln in programs]})
+    job = json.dumps({"arch": arch, "programs": [[p.triton_source(), _launches(p)] for p in programs]})
     done = subprocess.run([sys.executable, "-c", _AOT], input=job, capture_output=True, text=True, env=env,
                           timeout=600)
     if done.returncode:

@@ -112,7 +112,7 @@ def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | Non
     """
     if small_mm not in SMALL_MM:
         raise KernelConfigError(f"small_mm must be one of {SMALL_MM}, got {small_mm!r}")
-    cls, fixed, matmuls, pairs = _classes(block)
+    cls, fixed, unit, matmuls, pairs = _classes(block)
     size0: dict[int, int] = {}
     for t in block.tensors:
         for d in range(t.ndim):
@@ -138,40 +138,47 @@ def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | Non
     ext = {c: next_pow2(s) for c, s in size.items()}
     info = TileInfo(block, cls, size, ext, {c: r for c, r in split.items() if r > 1}, dot_ops=set(),
                     parallel=parallel, pairs=pairs, chunk=chunk, small_mm=small_mm)
-    _pick_dots(info, matmuls, _broadcast_classes(block, cls))
+    _pick_dots(info, matmuls, {cls[k] for k in unit})
     if small_mm == "va":
         info.deferred = _deferrable(block, info, matmuls, loop)
     return info
 
 
-def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, list, dict[int, list]]:
+def _classes(block: BlockGraph) -> tuple[dict[tuple[int, int], int], set, set, list, dict[int, list]]:
     """The dim classes of ``block``: (tensor id, dim) -> class id (numbered in order of the
     smallest key of each class), the keys whose class may not be split (rearranged or
-    reduced), the matmuls, and the split concat-matmul pairs (:func:`_concat_matmuls`)."""
+    reduced), the size-1 keys whose class must stay of size 1 (:func:`_join`), the matmuls,
+    and the split concat-matmul pairs (:func:`_concat_matmuls`)."""
     uf: UnionFind[tuple[int, int]] = UnionFind()
     for t in block.tensors:
         for d in range(t.ndim):
             uf.add((t.id, d))
     fixed: set = set()
+    unit: set = set()
     matmuls = [op for op in block.ops if is_contraction(op.kind)]
     for op in block.ops:
-        fixed |= _join(uf, op)
+        f, u = _join(uf, op)
+        fixed |= f
+        unit |= u
     pairs = _concat_matmuls(block)
     for pieces in pairs.values():
         for x, y in pieces:
             uf.union((x.id, x.ndim - 1), (y.id, y.ndim - 2))
     roots = {k: uf.find(k) for k in uf}
     ids = {r: i for i, r in enumerate(sorted(set(roots.values())))}
-    return {k: ids[r] for k, r in roots.items()}, fixed, matmuls, pairs
+    return {k: ids[r] for k, r in roots.items()}, fixed, unit, matmuls, pairs
 
 
-def _join(uf: UnionFind, op) -> set:
+def _join(uf: UnionFind, op) -> tuple[set, set]:
     """Join the dims ``op`` forces to be the same axis of the same size; return the keys
-    it reduces over or rearranges (their classes cannot be split). A size-1 dim that
-    broadcasts against a longer one is not joined."""
+    it reduces over or rearranges (their classes cannot be split) and the size-1 keys that
+    must stay size 1 — a size-1 dim that broadcasts against a longer one (not joined: an
+    element-wise operand, a rescale's per-row shift) or that a rearrangement reads or makes
+    (a repeat of a unit dim, a concat, a reshape): padded, they would no longer line up."""
     if op.kind == "iterator":
-        return set()
+        return set(), set()
     out = op.outputs[0]
+    unit: set = set()
     if op.kind == "accum":
         x = op.inputs[0]
         for d in range(out.ndim):
@@ -180,20 +187,26 @@ def _join(uf: UnionFind, op) -> set:
             for d in range(1, m.ndim + 1):
                 if m.shape[-d] == x.shape[-d]:
                     uf.union((m.id, m.ndim - d), (x.id, x.ndim - d))
-        return set()
+                elif m.shape[-d] == 1:
+                    unit.add((m.id, m.ndim - d))
+        return set(), unit
     ins = op.inputs
+    if is_rearrangement(op.kind):
+        unit = {(t.id, d) for t in (*ins, out) for d in range(t.ndim) if t.shape[d] == 1}
     dm = dim_map(op.kind, [t.shape for t in ins], op.attrs, out.shape)
     fixed: set = set()
     for i, dx, do in dm.same:
         if ins[i].shape[dx] == out.shape[do]:
             uf.union((ins[i].id, dx), (out.id, do))
+        elif ins[i].shape[dx] == 1:
+            unit.add((ins[i].id, dx))
     for group in dm.contracted:
         for i, d in group:
             uf.union((ins[group[0][0]].id, group[0][1]), (ins[i].id, d))
             fixed.add((ins[i].id, d))
     fixed.update((ins[i].id, d) for i, d in dm.reduced + dm.moved_in)
     fixed.update((out.id, d) for d in dm.moved_out)
-    return fixed
+    return fixed, unit
 
 
 def _parallel(block: BlockGraph, cls: dict, size0: dict[int, int], fixed: set) -> list[int]:
@@ -205,33 +218,10 @@ def _parallel(block: BlockGraph, cls: dict, size0: dict[int, int], fixed: set) -
     return sorted(c for c in size0 if size0[c] > 1 and c not in bad and c in saved and c in fed)
 
 
-def _broadcast_classes(block: BlockGraph, cls: dict) -> set[int]:
-    """Classes of size-1 dims that broadcast against a longer one somewhere in ``block`` (an
-    element-wise operand, a rescale's per-row shift) or that a rearrangement reads or makes
-    (a repeat of a unit dim, a concat, a reshape): padded, they would no longer line up."""
-    out: set[int] = set()
-    for op in block.ops:
-        if op.kind == "iterator":
-            continue
-        o = op.outputs[0]
-        if is_rearrangement(op.kind):
-            out |= {cls[(t.id, d)] for t in (*op.inputs, o) for d in range(t.ndim) if t.shape[d] == 1}
-            continue
-        if op.kind == "accum":
-            x = op.inputs[0]
-            out |= {cls[(m.id, m.ndim - d)] for m in op.inputs[1:] for d in range(1, m.ndim + 1)
-                    if m.shape[-d] == 1 and d <= x.ndim and x.shape[-d] > 1}
-            continue
-        dm = dim_map(op.kind, [t.shape for t in op.inputs], op.attrs, o.shape)
-        out |= {cls[(op.inputs[i].id, dx)] for i, dx, do in dm.same
-                if op.inputs[i].shape[dx] == 1 and o.shape[do] > 1}
-    return out
-
-
-def _pick_dots(info: TileInfo, matmuls: list, broadcast: set[int] = frozenset()) -> None:
+def _pick_dots(info: TileInfo, matmuls: list, unit: set[int] = frozenset()) -> None:
     """Mark the matmuls lowered to ``tl.dot`` and pad their m, n, k classes to :data:`DOT_MIN`:
-    every k above 1, m and n not both 1, an m or n of 1 only where its class never broadcasts
-    (``broadcast``: :func:`_broadcast_classes`), and — under ``"v"``/``"va"`` — m and n at
+    every k above 1, m and n not both 1, an m or n of 1 only where its class may be padded
+    (``unit``: the classes that must stay of size 1, :func:`_join`), and — under ``"v"``/``"va"`` — m and n at
     least :data:`DOT_MIN`. One query row per head (a decode attention without grouped heads,
     a GEMV) is a dot padded to 16 rows: on the CUDA cores its loads were not staged (a loop
     without a dot) and a 128-key step of a head-dim-96 attention spilled. Any rank: batch
@@ -247,7 +237,7 @@ def _pick_dots(info: TileInfo, matmuls: list, broadcast: set[int] = frozenset())
         if info.small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
             continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
         m, n = size[mnk[0]], size[mnk[1]]
-        unit_ok = all(size[c] > 1 or c not in broadcast for c in mnk[:2])
+        unit_ok = all(size[c] > 1 or c not in unit for c in mnk[:2])
         if all(size[c] > 1 for c in mnk[2:]) and max(m, n) > 1 and unit_ok:
             info.dot_ops.add(op.id)
             for c in mnk:

@@ -1,6 +1,7 @@
 """The whole-row safe softmax and its online μGraph written by hand (docs/design.md §3.4),
-shared by the verifier's and the search's tests of the online form; an attention-shaped
-online μGraph, with or without an additive mask, shared by the lowering's tests."""
+shared by the verifier's and the search's tests of the online form; attention-shaped
+online μGraphs — rows of one head with or without an additive mask, and a decode block per
+KV head — shared by the lowering's tests."""
 
 import math
 
@@ -60,9 +61,32 @@ def attention_ugraph(blocks: int, rows: int, keys: int, d: int, steps: int, dtyp
         bias = g.input("bias", shape, dtype, fill=mask)
         bt = bg.input(bias, (1, None, None), 0) if transposed else bg.input(bias, (0, None, None), 1)
         s = s + (mg.permute(bt, (1, 0)) if transposed else bt)
-    m = mg.max(s, 1)
+    return _online_tail(g, bg, s, vv)
+
+
+def decode_ugraph(heads: int, rows: int, d: int, kv: int, keys: int, k_rows: bool = False) -> mg.KernelGraph:
+    """Decode attention online, a block per KV head: its ``rows`` query rows as a
+    ``(1, rows, d)`` tile, ``keys`` keys a loop step. ``k_rows``: K stored a key per row, as a
+    KV cache holds it, its tile permuted in the block (a permute the lowering folds into the
+    load); else stored transposed."""
+    g = mg.KernelGraph("decode")
+    Q = g.input("Q", (heads, rows, d), "float16")
+    K = g.input("K", (heads, kv, d) if k_rows else (heads, d, kv), "float16")
+    V = g.input("V", (heads, kv, d), "float16")
+    bg = mg.BlockGraph(grid=(heads, 1, 1), forloop=kv // keys)
+    qt, vt = bg.input(Q, (0, None, None), None), bg.input(V, (0, None, None), 1)
+    kt = mg.permute(bg.input(K, (0, None, None), 1), (0, 2, 1)) if k_rows else bg.input(K, (0, None, None), 2)
+    return _online_tail(g, bg, mg.scale(qt @ kt, 1 / math.sqrt(d)), vt)
+
+
+def _online_tail(g: mg.KernelGraph, bg: mg.BlockGraph, s, v) -> mg.KernelGraph:
+    """The online softmax of scores ``s`` (keys in the last dim) weighting ``v``: m = max(s),
+    e = exp(s − m), e@v and Σe accumulated rescaled by m, divided after the loop; saved as the
+    block's rows of ``g``'s one output."""
+    last = s.ndim - 1
+    m = mg.max(s, last)
     e = mg.exp(s - m)
-    bg.output(bg.accum(e @ vv, m) / bg.accum(mg.sum(e, 1), m), (0, None, None))
+    bg.output(bg.accum(e @ v, m) / bg.accum(mg.sum(e, last), m), (0, None, None))
     (o,) = g.kernel(bg)
     g.output(o)
     return g

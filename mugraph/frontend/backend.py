@@ -68,6 +68,13 @@ def prestart_search_workers() -> None:
     prestart()
 
 
+def _uses_worker_processes(opts: FrontendOptions) -> bool:
+    """Whether the pieces' searches run local worker processes (``SearchConfig.executor``)."""
+    from search.config import SearchConfig
+
+    return opts.search.get("executor", SearchConfig.executor) == "processes"
+
+
 def recent_graphs() -> list["MugraphCompiled"]:
     """The most recent graphs the backend compiled (at most 16), oldest first.
 
@@ -102,7 +109,7 @@ class MugraphCompiled:
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
             return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
         t0 = time.perf_counter()
-        if opts.search.get("executor", "processes") == "processes":
+        if _uses_worker_processes(opts):
             prestart_search_workers()  # their fork server imports while the capture runs
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
