@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 
 from .capture import NodeInfo, probe, trace, unfold_column_slices
-from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, search_weight
+from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, GraphClock, search_weight
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
@@ -118,7 +118,7 @@ class Captured:
                 **kw: Any) -> fx.GraphModule:
         """Superoptimize every piece and stitch its kernels in; the rest runs as torch
         (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor)."""
-        from .run import device_of, optimize_piece
+        from .run import device_of, new_search_s, optimize_piece
 
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
@@ -129,13 +129,23 @@ class Captured:
         if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
             weights = dict.fromkeys(weights, 1)
         total = sum(weights.values())
+        first: dict[tuple, BuiltPiece] = {}
+        for bp in self.pieces:
+            first.setdefault((bp.name, bp.layout_key), bp)
+        shares = {k: opts.for_piece(weights[k], total) for k in first}
+        order = list(first)
+        clock = GraphClock(opts.graph_budget, [new_search_s(first[k], shares[k], dev) for k in order])
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
         for bp in self.pieces:
-            r = optimize_piece(bp, opts.for_piece(weights[(bp.name, bp.layout_key)], total), dev)
+            k = (bp.name, bp.layout_key)
+            r = optimize_piece(bp, shares[k], dev, stop_by=clock.stop_by(order.index(k)))
             if r is not None:
                 done[id(bp)] = r[0]
+        if clock.overrun_s() > 0:
+            log.warning("mugraph: the graph's searches and tuning ran %.0f s past graph_budget=%g s (a phase that "
+                        "cannot stop midway: a verification, a kernel compile)", clock.overrun_s(), opts.graph_budget)
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
         self.kept = [bp for bp in self.pieces if id(bp) in done]
         return self.stitched(lambda bp: done[id(bp)], self.kept)

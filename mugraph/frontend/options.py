@@ -6,6 +6,7 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -76,7 +77,9 @@ class FrontendOptions:
     :data:`MIN_PIECE_S`) — in a LLaMA decode step the attention (two matmuls, a max and a
     sum: weight 5 of 20) 20 s, a projection with its residual (weight 2) 8 s, at the default
     160; a graph of two pieces the full 30 — so a model's cold compile is bounded whatever
-    its size (identical layers share their pieces). ``None``: ``time_limit`` for every piece.
+    its size (identical layers share their pieces). A hard bound: a piece's checks and tuning
+    stop before they eat into the later pieces' time (:class:`GraphClock`). ``None``:
+    ``time_limit`` for every piece, each with its own slack.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -206,3 +209,34 @@ class FrontendOptions:
         """What decides a piece's result (not where it is cached, not how it is run)."""
         doc = {"search": self.optimize_config(), "seed": self.seed}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:12]
+
+
+class GraphClock:
+    """The wall clock of one graph's searches: when each of its distinct pieces must be done
+    (``superoptimize``'s ``stop_by``) for the graph's searches and tuning to end within
+    ``graph_budget`` of the first one's start.
+
+    Each piece's limits (its share: :meth:`FrontendOptions.for_piece`) stay what they are —
+    they are its result's cache key, so a warm compile finds what the cold one stored — but
+    a piece may no longer run past them into the time of the pieces after it: its stop is the
+    graph's end less the nominal seconds (search and tuning) of the new searches still to
+    come, and never before its own search's limit (``superoptimize`` guarantees that). What a
+    piece leaves unused passes to the later ones. Why: each call's own slack (up to half its
+    limits) added up — measured on a whole LLaMA-3-8B (H200, default options), searches and
+    tuning took 195 s of a 160 s budget."""
+
+    def __init__(self, budget_s: float | None, nominal_s: list[float]) -> None:
+        self.budget_s = budget_s
+        #: seconds each distinct piece's first call asks for by its limits (0: cached, or done)
+        self.nominal_s = nominal_s
+        self.t0 = time.time()
+
+    def stop_by(self, i: int) -> float | None:
+        """The ``time.time()`` by which distinct piece ``i`` must be done (None: no budget)."""
+        if self.budget_s is None:
+            return None
+        return self.t0 + self.budget_s - sum(self.nominal_s[i + 1:])
+
+    def overrun_s(self) -> float:
+        """Seconds past the budget so far (0 when within it, or without one)."""
+        return 0.0 if self.budget_s is None else max(0.0, time.time() - self.t0 - self.budget_s)

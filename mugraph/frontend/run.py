@@ -69,16 +69,32 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
     return cached(path, bp.program, doc, quiet=True) is not None
 
 
-def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str):
+def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
+    """The piece's key in this module's tables (``_INFO``, ``_DONE``)."""
+    kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
+    return (bp.name, opts.key(), device, kind, bp.layout_key)
+
+
+def new_search_s(bp: BuiltPiece, opts: FrontendOptions, device: str) -> float:
+    """Seconds the piece's first :func:`optimize_piece` asks for by its limits — its search's
+    time limit and, on a GPU, as many of tuning — or 0 when this process has searched it
+    already or the result cache holds it (:class:`~.options.GraphClock` reserves these)."""
+    if _key(bp, opts, device) in _INFO or _is_cached(bp, opts, device):
+        return 0.0
+    return opts.time_limit * (2 if device == "cuda" else 1)
+
+
+def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: float | None = None):
     """``(operator, Optimized)`` for the piece, or ``None`` when it stays torch code;
-    ``bp.info`` says which (``runs``) and why. The search runs once per process and key;
+    ``bp.info`` says which (``runs``) and why. The search runs once per process and key
+    (its checks and tuning done by ``stop_by``, a ``time.time()``: ``superoptimize``);
     the operator is built only for a piece that runs lowered (not for one that
     ``opts.unfused`` leaves to torch), then judged by the never-slower rule (:func:`_judge`)."""
-    kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
-    k = (bp.name, opts.key(), device, kind, bp.layout_key)
+    k = _key(bp, opts, device)
+    kind = k[3]
     first = k not in _INFO  # the verdict of a search is said once, not once per identical layer
     if first:
-        if not _search(bp, opts, device, k):
+        if not _search(bp, opts, device, k, stop_by):
             return None
     elif not _INFO[k]:  # failed before
         return None
@@ -374,7 +390,7 @@ def optimize_config(bp: BuiltPiece, opts: FrontendOptions) -> dict:
     return {**opts.optimize_config(), "input_strides": bp.strided or None}
 
 
-def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> bool:
+def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_by: float | None = None) -> bool:
     """Superoptimize the piece into ``_INFO[k]``; False (and one log line) when it stays torch code."""
     cached = _is_cached(bp, opts, device)
     if not cached and opts.deadline is not None and time.time() > opts.deadline:
@@ -385,7 +401,7 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple) -> boo
     t0 = time.perf_counter()
     try:
         opt = superoptimize(bp.program, optimize_config(bp, opts), device=device, cache_dir=opts.cache_dir,
-                            progress=False, seed=opts.seed)
+                            progress=False, seed=opts.seed, stop_by=stop_by)
     except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
         _stays_torch(bp, e)
         _INFO[k] = {}

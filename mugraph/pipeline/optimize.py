@@ -225,7 +225,8 @@ def _resolve_device(device: str) -> str:
     return device
 
 def superoptimize(program: Program, config: OptimizeConfig | dict | None = None, *, device: str = "auto",
-                  cache_dir: str | Path | None = None, progress: bool = True, seed: int = 0) -> Optimized:
+                  cache_dir: str | Path | None = None, progress: bool = True, seed: int = 0,
+                  stop_by: float | None = None) -> Optimized:
     """Search, verify, lower and time μGraphs for ``program``; return the fastest.
 
     ``cache_dir``: where results are cached (default ``$MUGRAPH_CACHE_DIR`` or
@@ -241,6 +242,14 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     candidate is float-checked and lowered (seconds each). With the cache on, the search is
     checkpointed under ``cache_dir/checkpoints/`` (unless ``search.checkpoint`` names a file),
     so a search cut short — by Ctrl-C or a crash — resumes where it stopped on the next call.
+
+    ``stop_by``: a ``time.time()`` value by which the call should return, sooner than its
+    own budget (``time_limit + tune_s`` + :func:`slack_s`) would end — a caller sharing one
+    wall-clock budget among many calls (the ``torch.compile`` backend) passes it. The search
+    keeps its whole ``time_limit`` (its result is what the cache key names); the float checks
+    and the GPU tuning after it are cut to end by ``stop_by``. Not part of the cache key: the
+    answer is cached as the one of these limits, and ``report["stop_by_s"]`` records the
+    seconds the call had.
 
     Ctrl-C returns an :class:`Optimized` built from the candidates verified so far
     (``report["interrupted"]`` is True; it is not cached), or raises :class:`Interrupted` when
@@ -262,6 +271,9 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         raise ConfigError(f"superoptimize: seed={short(seed)} must be an int >= 0")
     if not (cache_dir is None or cache_dir is False or isinstance(cache_dir, (str, os.PathLike))):
         raise ArgumentTypeError(f"superoptimize: cache_dir={short(cache_dir)} must be a folder path, None or False")
+    if stop_by is not None and (isinstance(stop_by, bool) or not isinstance(stop_by, (int, float))
+                                or stop_by != stop_by):
+        raise ConfigError(f"superoptimize: stop_by={short(stop_by)} must be a time.time() value or None")
     try:  # the verifier and the float check evaluate the program at its shapes (in slices where they must)
         chunking(program, MAX_EVAL_ELEMENTS, sliced=slicing(program, MAX_EVAL_ELEMENTS))
     except TooLarge as e:
@@ -278,7 +290,7 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
             return hit
     ckpt_dir = None if path is None else path.parent / "checkpoints"
     try:
-        result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir)
+        result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir, stop_by)
     except KeyboardInterrupt:  # before the search started, or while it was setting up
         raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified") from None
     if path is not None and not result.report.get("interrupted"):
@@ -379,12 +391,17 @@ _WHY_SLOW = {
 }
 
 
-def _budget(cfg: OptimizeConfig, device: str, scfg) -> float | None:
-    """The wall-time budget of one call: search time limit + GPU tuning + :func:`slack_s`."""
+def _budget(cfg: OptimizeConfig, device: str, scfg, stop_by: float | None = None) -> float | None:
+    """The wall-time budget of one call: search time limit + GPU tuning + :func:`slack_s` —
+    or less, to end by ``stop_by`` (a ``time.time()`` value), but never less than the search's
+    time limit and :data:`MIN_SLACK_S` after it: the search is what the cached answer stands for."""
     if scfg.time_limit is None:
-        return None
+        return None if stop_by is None else max(MIN_SLACK_S, stop_by - time.time())
     tune = _tune_s(cfg, device)
-    return float(scfg.time_limit) + tune + slack_s(float(scfg.time_limit), tune)
+    own = float(scfg.time_limit) + tune + slack_s(float(scfg.time_limit), tune)
+    if stop_by is None:
+        return own
+    return min(own, max(float(scfg.time_limit) + MIN_SLACK_S, stop_by - time.time()))
 
 
 def _tune_s(cfg: OptimizeConfig, device: str) -> float:
@@ -393,10 +410,10 @@ def _tune_s(cfg: OptimizeConfig, device: str) -> float:
 
 
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
-                  checkpoint_dir: Path | None = None) -> Optimized:
+                  checkpoint_dir: Path | None = None, stop_by: float | None = None) -> Optimized:
     scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
                                   "verify_error": cfg.error})
-    phases = Phases(_budget(cfg, device, scfg))
+    phases = Phases(_budget(cfg, device, scfg, stop_by))
     own_checkpoint = checkpoint_dir is not None and not scfg.checkpoint
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
@@ -414,9 +431,10 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     bound = None
     # nothing verified, and the caller needs no numbers for the program alone
     program_alone = not cfg.check_program_alone and not any(c.origin == "search" for c in cands)
-    # the checks end where the GPU's share of the budget begins (half the slack left for them)
-    check_until = None if scfg.time_limit is None else \
-        float(scfg.time_limit) + slack_s(float(scfg.time_limit), _tune_s(cfg, device)) / 2
+    # the checks end where the GPU's share of the budget begins (half the slack left for them,
+    # or half of what a stop_by leaves after the search)
+    check_until = None if scfg.time_limit is None else float(scfg.time_limit) + min(
+        slack_s(float(scfg.time_limit), _tune_s(cfg, device)), phases.budget_s - float(scfg.time_limit)) / 2
     try:
         with phases.phase("check"):
             # the program's side of every float check computed once, on the GPU when there is one
@@ -474,6 +492,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "set_aside": [_set_aside_entry(c, best) for c in set_aside],
               "phases": phases.to_json(), "budget_s": phases.budget_s, "overran": phases.overran,
+              "stop_by_s": None if stop_by is None else phases.budget_s,
               "total_s": phases.elapsed(), "versions": versions()}
     if cfg.input_strides:
         report["input_strides"] = {k: list(v) for k, v in cfg.input_strides.items()}

@@ -3,6 +3,8 @@ model's cold compile is bounded whatever its size; the share depends only on the
 distinct pieces and their weights (one, and one per matmul or reduction), so a warm compile
 looks up the keys the cold one stored."""
 
+import time
+
 import pytest
 import torch
 
@@ -42,7 +44,7 @@ def test_the_graph_passes_the_share_to_its_pieces(monkeypatch):
     cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
                      torch.randn(256, 512, generator=g))
     seen = []
-    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.append(opts.time_limit))
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.append(opts.time_limit))
     cap.compile(time_limit=30, graph_budget=20, device="cpu")
     w = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in cap.pieces}
     assert sorted(w.values()) == [0, 3]  # the cosine alone moves 16 KB: a small piece
@@ -78,7 +80,7 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
     cap = from_torch(f, torch.randn(4, 256, generator=g), torch.randn(256, 256, generator=g),
                      torch.randn(256, 256, generator=g))
     seen = {}
-    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.__setitem__(bp.name, opts.time_limit))
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.__setitem__(bp.name, opts.time_limit))
     cap.compile(time_limit=30, graph_budget=20, device="cpu")
     weights = {bp.name: search_weight(bp.program) for bp in cap.pieces}
     assert sorted(weights.values()) == [0, 2], weights
@@ -104,7 +106,7 @@ def test_a_small_piece_gets_the_least_share(monkeypatch):
     assert sorted(weights.values()) == [0, 2] and all((weights[n] == 0) == (moved[n] < SMALL_PIECE_BYTES)
                                                       for n in weights), (weights, moved)
     seen = {}
-    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev: seen.__setitem__(bp.name, opts.time_limit))
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.__setitem__(bp.name, opts.time_limit))
     big.compile(time_limit=30, graph_budget=20, device="cpu")
     assert sorted(seen.values()) == [MIN_PIECE_S, 10.0], seen
     small = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
@@ -123,3 +125,34 @@ def test_a_piece_left_to_torch_when_nothing_is_verified_skips_the_programs_check
     assert torch_opts.optimize_config()["check_program_alone"] is False
     assert lower_opts.optimize_config()["check_program_alone"] is True
     assert torch_opts.key() != lower_opts.key()
+
+
+def test_the_graph_clock_keeps_the_later_pieces_time():
+    """A piece must be done by the graph's end less the nominal seconds of the new searches
+    after it, so its slack never eats into theirs; cached pieces reserve nothing."""
+    from mugraph.frontend.options import GraphClock
+
+    c = GraphClock(100.0, [20.0, 0.0, 40.0])
+    assert [c.stop_by(i) - c.t0 for i in range(3)] == [pytest.approx(60.0), pytest.approx(60.0),
+                                                       pytest.approx(100.0)]
+    assert c.overrun_s() == 0.0
+    assert GraphClock(None, [20.0]).stop_by(0) is None
+
+
+def test_the_graph_hands_each_piece_its_stop(monkeypatch):
+    def f(x, w1, w2):
+        a = torch.exp(x @ w1) * 2
+        b = torch.exp(a[:, :256] @ w2) * 3
+        return torch.cos(b)
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                     torch.randn(256, 512, generator=g))
+    seen = []
+    monkeypatch.setattr(run, "optimize_piece",
+                        lambda bp, opts, dev, stop_by=None: seen.append((opts.time_limit, stop_by - time.time())))
+    cap.compile(time_limit=30, graph_budget=20, device="cpu", cache_dir=False)
+    limits = [s for s, _ in seen]
+    assert sorted(limits) == [MIN_PIECE_S, 10.0]
+    # on the CPU a piece asks for its search's limit alone: the first is done 2 s before the end
+    assert seen[0][1] == pytest.approx(20 - limits[1], abs=1.0) and seen[1][1] == pytest.approx(20, abs=1.0)

@@ -343,3 +343,15 @@ def test_a_tuning_past_its_share_says_which_candidate_holds_the_rerank(caplog):
     assert not [r for r in caplog.records if "candidate Y" in r.getMessage()]
     real_time.sleep(0.25)  # the watcher stopped with its block
     assert len([r for r in caplog.records if "candidate X" in r.getMessage()]) == len(lines)
+
+
+def test_a_small_tuning_request_is_not_raised_to_ten_seconds():
+    """The tuning gets what the call's budget has left (less the re-timing's reserve), at
+    most what it asked, and at least MIN_TUNE_S — unless it asked for less: a backend piece
+    with a 2 s share tunes 2 s, not 10."""
+    from mugraph.pipeline.timing import MIN_TUNE_S, RETIME_RESERVE_S, tuning_seconds
+
+    assert tuning_seconds(20.0, 100.0) == 20.0
+    assert tuning_seconds(20.0, 25.0) == 25.0 - RETIME_RESERVE_S
+    assert tuning_seconds(20.0, 3.0) == MIN_TUNE_S          # the program and the best are always timed
+    assert tuning_seconds(2.0, 3.0) == 2.0 and tuning_seconds(2.0, 100.0) == 2.0

@@ -219,3 +219,26 @@ def test_the_program_alone_is_priced_not_checked_when_the_caller_runs_its_own_op
     assert torch.allclose(alone(**x).double(), ref, rtol=1e-4, atol=1e-4)  # still the program, lowered
     with pytest.raises(mg.ConfigError, match="check_program_alone"):
         mg.OptimizeConfig(check_program_alone="no")
+
+
+def test_stop_by_cuts_the_checks_and_tuning_not_the_search_or_the_key(tmp_path):
+    """``stop_by`` (a shared wall-clock budget: the backend's graph clock) cuts the call's
+    budget to end by then — never below the search's time limit and the least slack — and
+    is not part of the cache key: the answer stored under these limits is found again
+    without it."""
+    from mugraph.pipeline.optimize import MIN_SLACK_S, slack_s
+
+    p = program("lora", small=True, dtype="float32")
+    cfg = {"search": {"workers": 1, "time_limit": 20, "forloop_ranges": [4], "tile_sizes": [64],
+                      "max_kernel_ops": 1, "max_block_ops": 1}, "check_program_alone": False}
+    t0 = time.time()
+    cut = mg.superoptimize(p, cfg, device="cpu", cache_dir=tmp_path, progress=False, stop_by=t0 + 22)
+    assert 20 + MIN_SLACK_S - 0.5 <= cut.report["budget_s"] <= 20 + MIN_SLACK_S + 0.5  # 20 s + the least slack
+    assert cut.report["stop_by_s"] == cut.report["budget_s"] < 20 + slack_s(20, 0)
+    again = mg.superoptimize(p, cfg, device="cpu", cache_dir=tmp_path, progress=False)
+    assert again.report["stop_by_s"] == cut.report["stop_by_s"]  # served from the cache
+    free = mg.superoptimize(p, cfg, device="cpu", cache_dir=False, progress=False, stop_by=time.time() + 600)
+    assert free.report["budget_s"] == pytest.approx(20 + slack_s(20, 0))  # a far stop changes nothing
+    for bad in ("soon", True, float("nan")):
+        with pytest.raises(mg.ConfigError, match="stop_by"):
+            mg.superoptimize(p, cfg, device="cpu", cache_dir=False, progress=False, stop_by=bad)
