@@ -33,7 +33,7 @@ def runs(monkeypatch):
     """Stub pipeline: the program itself is the answer; records each program it ran."""
     seen = []
 
-    def fake(program, cfg, device, progress, seed, checkpoint_dir=None):
+    def fake(program, cfg, device, progress, seed, checkpoint_dir=None, stop_by=None):
         seen.append(program.name)
         c = opt_mod.Candidate(program, "program")
         return opt_mod.Optimized(program, c, [c], {"device": "cpu", "why": "stub", "error_bound": None}, device)
