@@ -100,8 +100,11 @@ def shared_kernel_analysis() -> Iterator[None]:
     there, again at every warm compile. The IR is a function of the kernel and of what
     this key holds, so sharing it changes no result. Only torch's private
     ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
-    only where this torch has it; any call whose arguments the key cannot describe
-    compiles as before."""
+    only where this torch has it — under its module's name and under every other name a
+    loaded module bound it to (:func:`_rebind`): a module that imported the function by
+    name keeps its own reference, and a whole LLaMA-3-8B's compile still made 454 Triton-IR
+    compiles of 6 distinct calls, 17.3 s, while only the module's name was wrapped (H200,
+    torch 2.11). Any call whose arguments the key cannot describe compiles as before."""
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
@@ -127,8 +130,28 @@ def shared_kernel_analysis() -> Iterator[None]:
             hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
         return hit[1]
 
-    wrap.generate_ttir = generate_ttir
+    with _rebind(original, generate_ttir):
+        yield
+
+
+@contextlib.contextmanager
+def _rebind(original: Callable, replacement: Callable) -> Iterator[None]:
+    """Every loaded module's global that is ``original`` is ``replacement`` within the block
+    (and ``original`` again after it): a function imported by name into other modules is
+    replaced there too."""
+    import sys
+
+    bound = [m for m in list(sys.modules.values())
+             if m is not None and getattr(m, "__dict__", None) is not None
+             and any(v is original for v in list(vars(m).values()))]
+    names = [(m, [k for k, v in list(vars(m).items()) if v is original]) for m in bound]
+    for m, keys in names:
+        for k in keys:
+            setattr(m, k, replacement)
     try:
         yield
     finally:
-        wrap.generate_ttir = original
+        for m, keys in names:
+            for k in keys:
+                if getattr(m, k, None) is replacement:
+                    setattr(m, k, original)
