@@ -101,10 +101,10 @@ def shared_kernel_analysis() -> Iterator[None]:
     this key holds, so sharing it changes no result. Only torch's private
     ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
     only where this torch has it — under its module's name and under every other name a
-    loaded module bound it to (:func:`_rebind`): a module that imported the function by
-    name keeps its own reference, and a whole LLaMA-3-8B's compile still made 454 Triton-IR
-    compiles of 6 distinct calls, 17.3 s, while only the module's name was wrapped (H200,
-    torch 2.11). Any call whose arguments the key cannot describe compiles as before."""
+    loaded module bound it to (:func:`_rebind`), and a kernel is known by its code, not by
+    the object (:func:`_kernel_key`: a whole LLaMA-3-8B's compile made 454 Triton-IR compiles
+    of 6 distinct calls, 17.3 s, keyed by object; H200, torch 2.11). Any call whose arguments
+    the key cannot describe compiles as before."""
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
@@ -119,7 +119,7 @@ def shared_kernel_analysis() -> Iterator[None]:
     def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
         args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
         try:
-            key = (id(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
+            key = (_kernel_key(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
             hash(key)
         except TypeError:
             key = None
@@ -132,6 +132,23 @@ def shared_kernel_analysis() -> Iterator[None]:
 
     with _rebind(original, generate_ttir):
         yield
+
+
+def _kernel_key(kernel: Any) -> Any:
+    """What a Triton IR compile of ``kernel`` depends on besides its arguments: a plain
+    ``JITFunction``'s ``cache_key`` (Triton's own hash of its source and of the globals it
+    reads), else the object itself. Why not the object: Inductor hands the analysis a
+    different kernel object at every call site — a whole LLaMA-3-8B's compile met 325 of
+    them for 5 distinct kernels and calls (H200, torch 2.11) — so a key by object shared
+    nothing."""
+    from triton.runtime.jit import JITFunction
+
+    if type(kernel) is JITFunction:
+        try:
+            return ("source", kernel.cache_key)
+        except Exception:  # noqa: BLE001 - a kernel Triton cannot hash: keyed by itself
+            pass
+    return ("object", id(kernel))
 
 
 @contextlib.contextmanager

@@ -213,6 +213,37 @@ def test_shared_kernel_analysis_compiles_each_kernel_and_argument_kind_once(monk
     assert len(calls) == 7                                                 # nothing shared outside it
 
 
+def _copy_kernel(x_ptr, y_ptr):
+    pass
+
+
+def _other_kernel(x_ptr, y_ptr):
+    x_ptr += 1
+
+
+def test_shared_kernel_analysis_knows_a_kernel_by_its_code(monkeypatch):
+    """Inductor hands the analysis another kernel object at every call site: two
+    ``JITFunction`` objects of one source share one IR compile, another source compiles."""
+    from torch._higher_order_ops import triton_kernel_wrap as wrap
+    from triton.runtime.jit import JITFunction
+
+    from mugraph.frontend.inductor import shared_kernel_analysis
+
+    calls = []
+
+    def compile_ir(kernel, kwargs, tma):
+        calls.append(kernel)
+        return "ir", sorted(kwargs)
+
+    monkeypatch.setattr(wrap, "generate_ttir", compile_ir)
+    a, b, c = JITFunction(_copy_kernel), JITFunction(_copy_kernel), JITFunction(_other_kernel)
+    x = torch.empty(3)
+    with shared_kernel_analysis():
+        for k in (a, b, a, c, c):
+            wrap.generate_ttir(k, {"x_ptr": x, "y_ptr": x}, {})
+    assert calls == [a, c]
+
+
 def test_shared_kernel_analysis_reaches_a_module_that_imported_the_function_by_name(monkeypatch):
     """A module holding its own reference to torch's IR compile (``from … import
     generate_ttir``) shares it too within the block, and has its own back after it."""
