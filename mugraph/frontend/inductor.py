@@ -102,9 +102,10 @@ def shared_kernel_analysis() -> Iterator[None]:
     ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
     only where this torch has it — under its module's name and under every other name a
     loaded module bound it to (:func:`_rebind`), and a kernel is known by its code, not by
-    the object (:func:`_kernel_key`: a whole LLaMA-3-8B's compile made 454 Triton-IR compiles
-    of 6 distinct calls, 17.3 s, keyed by object; H200, torch 2.11). Any call whose arguments
-    the key cannot describe compiles as before."""
+    the object (:func:`_kernel_key`: torch wraps each launch in a new ``Autotuner``, and a
+    whole LLaMA-3-8B's compile made 454 Triton-IR compiles of 6 distinct calls, 15–17 s,
+    keyed by object; H200, torch 2.11). Any call whose arguments the key cannot describe
+    compiles as before."""
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
@@ -135,19 +136,24 @@ def shared_kernel_analysis() -> Iterator[None]:
 
 
 def _kernel_key(kernel: Any) -> Any:
-    """What a Triton IR compile of ``kernel`` depends on besides its arguments: a plain
-    ``JITFunction``'s ``cache_key`` (Triton's own hash of its source and of the globals it
-    reads), else the object itself. Why not the object: Inductor hands the analysis a
-    different kernel object at every call site — a whole LLaMA-3-8B's compile met 325 of
-    them for 5 distinct kernels and calls (H200, torch 2.11) — so a key by object shared
-    nothing."""
+    """What a Triton IR compile of ``kernel`` depends on besides its arguments: for a
+    ``JITFunction``, its ``cache_key`` (Triton's own hash of its source and of the globals it
+    reads); for an ``Autotuner`` around one — what torch makes of a launch given warps and
+    stages, a new one at every call — that key and the first config's arguments, the only
+    part of it the IR compile reads; anything else, the object itself. Why not the object: a
+    whole LLaMA-3-8B's compile handed the analysis 454 of them for 6 distinct kernels and
+    calls, and a key by object shared nothing (H200, torch 2.11)."""
+    from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
 
-    if type(kernel) is JITFunction:
-        try:
+    try:
+        if isinstance(kernel, Autotuner) and isinstance(kernel.fn, JITFunction):
+            first = kernel.configs[0].kwargs if kernel.configs else {}
+            return ("tuned", kernel.fn.cache_key, tuple(sorted((k, repr(v)) for k, v in first.items())))
+        if isinstance(kernel, JITFunction):
             return ("source", kernel.cache_key)
-        except Exception:  # noqa: BLE001 - a kernel Triton cannot hash: keyed by itself
-            pass
+    except Exception:  # noqa: BLE001 - a kernel Triton cannot hash: keyed by itself
+        pass
     return ("object", id(kernel))
 
 

@@ -242,6 +242,19 @@ def test_shared_kernel_analysis_knows_a_kernel_by_its_code(monkeypatch):
         for k in (a, b, a, c, c):
             wrap.generate_ttir(k, {"x_ptr": x, "y_ptr": x}, {})
     assert calls == [a, c]
+    # torch wraps a launch given warps and stages in a new Autotuner of one config each time:
+    # one IR compile per kernel and config arguments
+    from triton import Config
+    from triton.runtime.autotuner import Autotuner
+
+    def tuned(k, **kwargs):
+        return Autotuner(k, k.arg_names, [Config(kwargs, num_warps=4, num_stages=3)], [], None, None)
+
+    calls.clear()
+    with shared_kernel_analysis():
+        for t in (tuned(a), tuned(b), tuned(a), tuned(c)):
+            wrap.generate_ttir(t, {"x_ptr": x, "y_ptr": x}, {})
+    assert [k.fn for k in calls] == [a, c]
 
 
 def test_shared_kernel_analysis_reaches_a_module_that_imported_the_function_by_name(monkeypatch):
