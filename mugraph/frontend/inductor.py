@@ -100,12 +100,11 @@ def shared_kernel_analysis() -> Iterator[None]:
     there, again at every warm compile. The IR is a function of the kernel and of what
     this key holds, so sharing it changes no result. Only torch's private
     ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
-    only where this torch has it — under its module's name and under every other name a
-    loaded module bound it to (:func:`_rebind`), and a kernel is known by its code, not by
-    the object (:func:`_kernel_key`: torch wraps each launch in a new ``Autotuner``, and a
-    whole LLaMA-3-8B's compile made 454 Triton-IR compiles of 6 distinct calls, 15–17 s,
-    keyed by object; H200, torch 2.11). Any call whose arguments the key cannot describe
-    compiles as before."""
+    only where this torch has it. A kernel is known by its code, not by the object
+    (:func:`_kernel_key`: torch wraps each launch in a new ``Autotuner``, and a whole
+    LLaMA-3-8B's compile made 454 Triton-IR compiles of 6 distinct calls, 15–17 s, keyed by
+    object; H200, torch 2.11). Any call whose arguments the key cannot describe compiles as
+    before."""
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
@@ -131,8 +130,11 @@ def shared_kernel_analysis() -> Iterator[None]:
             hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
         return hit[1]
 
-    with _rebind(original, generate_ttir):
+    wrap.generate_ttir = generate_ttir
+    try:
         yield
+    finally:
+        wrap.generate_ttir = original
 
 
 def _kernel_key(kernel: Any) -> Any:
@@ -143,38 +145,15 @@ def _kernel_key(kernel: Any) -> Any:
     part of it the IR compile reads; anything else, the object itself. Why not the object: a
     whole LLaMA-3-8B's compile handed the analysis 454 of them for 6 distinct kernels and
     calls, and a key by object shared nothing (H200, torch 2.11)."""
-    from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
-
     try:
+        from triton.runtime.autotuner import Autotuner
+        from triton.runtime.jit import JITFunction
+
         if isinstance(kernel, Autotuner) and isinstance(kernel.fn, JITFunction):
             first = kernel.configs[0].kwargs if kernel.configs else {}
             return ("tuned", kernel.fn.cache_key, tuple(sorted((k, repr(v)) for k, v in first.items())))
         if isinstance(kernel, JITFunction):
             return ("source", kernel.cache_key)
-    except Exception:  # noqa: BLE001 - a kernel Triton cannot hash: keyed by itself
+    except Exception:  # noqa: BLE001 - a kernel Triton cannot hash (or no Triton): keyed by itself
         pass
     return ("object", id(kernel))
-
-
-@contextlib.contextmanager
-def _rebind(original: Callable, replacement: Callable) -> Iterator[None]:
-    """Every loaded module's global that is ``original`` is ``replacement`` within the block
-    (and ``original`` again after it): a function imported by name into other modules is
-    replaced there too."""
-    import sys
-
-    bound = [m for m in list(sys.modules.values())
-             if m is not None and getattr(m, "__dict__", None) is not None
-             and any(v is original for v in list(vars(m).values()))]
-    names = [(m, [k for k, v in list(vars(m).items()) if v is original]) for m in bound]
-    for m, keys in names:
-        for k in keys:
-            setattr(m, k, replacement)
-    try:
-        yield
-    finally:
-        for m, keys in names:
-            for k in keys:
-                if getattr(m, k, None) is replacement:
-                    setattr(m, k, original)

@@ -257,34 +257,6 @@ def test_shared_kernel_analysis_knows_a_kernel_by_its_code(monkeypatch):
     assert [k.fn for k in calls] == [a, c]
 
 
-def test_shared_kernel_analysis_reaches_a_module_that_imported_the_function_by_name(monkeypatch):
-    """A module holding its own reference to torch's IR compile (``from … import
-    generate_ttir``) shares it too within the block, and has its own back after it."""
-    import sys
-    import types
-
-    from torch._higher_order_ops import triton_kernel_wrap as wrap
-
-    from mugraph.frontend.inductor import shared_kernel_analysis
-
-    calls = []
-
-    def compile_ir(kernel, kwargs, tma):
-        calls.append(kernel)
-        return "ir", sorted(kwargs)
-
-    monkeypatch.setattr(wrap, "generate_ttir", compile_ir)
-    caller = types.ModuleType("mugraph_test_ir_caller")
-    caller.generate_ttir = compile_ir
-    monkeypatch.setitem(sys.modules, caller.__name__, caller)
-    k, x = object(), torch.empty(3)
-    with shared_kernel_analysis():
-        for _ in range(3):
-            caller.generate_ttir(k, {"x": x}, {})
-            wrap.generate_ttir(k, {"x": x}, {})
-    assert len(calls) == 1 and caller.generate_ttir is compile_ir and wrap.generate_ttir is compile_ir
-
-
 def test_a_compiled_graph_is_served_by_inductors_caches_the_second_time(piece_cache, monkeypatch, tmp_path):
     """The graph with its pieces goes to Inductor in a tracing context of its own, and the
     mugraph helpers the capture calls (rotate_half here) are declared cache-safe: a second
