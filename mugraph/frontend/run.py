@@ -408,6 +408,9 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_b
         return False
     stats = (opt.report.get("search") or {}).get("stats") or {}
     counts = stats.get("search") or {}
+    if opt.report.get("cut_to_s") is not None:
+        log.info("mugraph: %s: its search, checks and tuning had %.0f s in all, less than its share's own "
+                 "slack allows: graph_budget keeps the time of the searches after it", bp.name, opt.report["cut_to_s"])
     _INFO[k] = {"search_s": time.perf_counter() - t0, "cached": cached, "kernels": opt.best.num_kernels,
                 "origin": opt.best.origin, "found_by": opt.best.found_by,
                 "predicted_s": opt.best.predicted_s,
@@ -417,6 +420,8 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_b
                 "matches": counts.get("fingerprint_matches", 0), "verified": counts.get("verified", 0),
                 # where superoptimize's seconds went (search, check, gpu_reference, gpu_tuning, ...)
                 "phases": dict(opt.report.get("phases") or {}),
+                # seconds the call had when the graph's clock cut its budget (None: its own)
+                "cut_to_s": opt.report.get("cut_to_s"),
                 "optimized": opt}
     return True
 

@@ -248,8 +248,8 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     wall-clock budget among many calls (the ``torch.compile`` backend) passes it. The search
     keeps its whole ``time_limit`` (its result is what the cache key names); the float checks
     and the GPU tuning after it are cut to end by ``stop_by``. Not part of the cache key: the
-    answer is cached as the one of these limits, and ``report["stop_by_s"]`` records the
-    seconds the call had.
+    answer is cached as the one of these limits; ``report["cut_to_s"]`` records the seconds
+    the call had when ``stop_by`` cut its budget (None when it did not).
 
     Ctrl-C returns an :class:`Optimized` built from the candidates verified so far
     (``report["interrupted"]`` is True; it is not cached), or raises :class:`Interrupted` when
@@ -492,7 +492,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "search": {"graphs": len(found.graphs), "wall_s": t_search, "stats": _jsonable(found.stats)},
               "set_aside": [_set_aside_entry(c, best) for c in set_aside],
               "phases": phases.to_json(), "budget_s": phases.budget_s, "overran": phases.overran,
-              "stop_by_s": None if stop_by is None else phases.budget_s,
+              "cut_to_s": phases.budget_s if stop_by is not None and phases.budget_s is not None
+              and phases.budget_s < _budget(cfg, device, scfg) else None,
               "total_s": phases.elapsed(), "versions": versions()}
     if cfg.input_strides:
         report["input_strides"] = {k: list(v) for k, v in cfg.input_strides.items()}
