@@ -54,10 +54,12 @@ def squeezed_dims(em: Emitter, op: Op, order: list[int] | None = None) -> list[i
     return keep if len(keep) < rank else None
 
 
-def dot_load(em: Emitter, op: Op, cast: str, order: list[int] | None = None, extra: str = "") -> str:
-    """The load of iterator ``op``'s tile (read in ``order``) for ``tl.dot`` alone: at the
-    dot's rank where the tile has leading unit dims (:func:`squeezed_dims`), reshaped back."""
-    keep = squeezed_dims(em, op, order)
+def tile_load(em: Emitter, op: Op, cast: str, order: list[int] | None = None, extra: str = "",
+              for_dot: bool = False) -> str:
+    """The load of iterator ``op``'s tile (read in ``order``, a folded permute), cast by
+    ``cast``. ``for_dot``: only ``tl.dot`` reads it, so it is loaded at the dot's rank where
+    the tile has leading unit dims (:func:`squeezed_dims`) and reshaped back."""
+    keep = squeezed_dims(em, op, order) if for_dot else None
     if keep is None:
         return f"tl.load({load_args(em, op, order)}{extra}){cast}"
     pshape = em.info.padded(op.outputs[0])
@@ -108,10 +110,8 @@ def emit_iterator(em: Emitter, op: Op) -> None:
     rank = t.ndim
 
     def load(f32: bool, extra: str = "", for_dot: bool = False) -> str:
-        cast = ".to(tl.float32)" if f32 and src.dtype != "float32" else ""
-        if for_dot:  # at the dot's rank, so that Triton stages it
-            return dot_load(em, op, cast, extra=extra)
-        return f"tl.load({load_args(em, op)}{extra})" + cast
+        return tile_load(em, op, ".to(tl.float32)" if f32 and src.dtype != "float32" else "", extra=extra,
+                         for_dot=for_dot)
 
     f32 = src.dtype == "float32" or t.id not in em.p.dot_only
     v = em.val(t, f32=f32, clean=frozenset(range(rank)), finite=True)

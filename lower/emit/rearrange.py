@@ -17,7 +17,7 @@ from __future__ import annotations
 from mugraph.core.ir import Op
 
 from .core import Emitter, Val, row_major_strides
-from .loads import dot_load, emit_filled, load_args
+from .loads import emit_filled, tile_load
 
 
 def _through_scratch(em: Emitter, op: Op, pieces: list[tuple[Val, list[str]]], out: Val,
@@ -94,8 +94,7 @@ def emit_permute(em: Emitter, op: Op) -> None:
         f32 = src.dtype == "float32" or op.inputs[0].id not in em.p.dot_only
         v = em.val(t, f32=f32, clean=frozenset(range(t.ndim)), finite=True)
         cast = ".to(tl.float32)" if f32 and src.dtype != "float32" else ""
-        load = (dot_load(em, iop, cast, perm) if op.inputs[0].id in em.p.dot_only
-                else f"tl.load({load_args(em, iop, perm)}){cast}")
+        load = tile_load(em, iop, cast, perm, for_dot=op.inputs[0].id in em.p.dot_only)
         em.emit(f"{v.name} = {load}  # permute {tuple(perm)} read through strides")
         return
     x = em.vals[op.inputs[0].id]

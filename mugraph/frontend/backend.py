@@ -61,13 +61,6 @@ def _timed(timings: dict[str, float], name: str, make: Callable[[], Callable]) -
 _RECENT: deque["MugraphCompiled"] = deque(maxlen=16)
 
 
-def prestart_search_workers() -> None:
-    """Start the search workers' fork server (:func:`search.executors.prestart`)."""
-    from search.executors import prestart
-
-    prestart()
-
-
 def _uses_worker_processes(opts: FrontendOptions) -> bool:
     """Whether the pieces' searches run local worker processes (``SearchConfig.executor``)."""
     from search.config import SearchConfig
@@ -110,7 +103,9 @@ class MugraphCompiled:
             return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
         t0 = time.perf_counter()
         if _uses_worker_processes(opts):
-            prestart_search_workers()  # their fork server imports while the capture runs
+            from search.executors import prestart
+
+            prestart()  # the search workers' fork server imports while the capture runs
         with torch.no_grad():
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap

@@ -133,14 +133,14 @@ class Captured:
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
         shares = {k: opts.for_piece(weights[k], total) for k in first}
-        order = list(first)
-        clock = GraphClock(opts.graph_budget, [new_search_s(first[k], shares[k], dev) for k in order])
+        position = {k: i for i, k in enumerate(first)}
+        clock = GraphClock(opts.graph_budget, [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
         for bp in self.pieces:
             k = (bp.name, bp.layout_key)
-            r = optimize_piece(bp, shares[k], dev, stop_by=clock.stop_by(order.index(k)))
+            r = optimize_piece(bp, shares[k], dev, stop_by=clock.stop_by(position[k]))
             if r is not None:
                 done[id(bp)] = r[0]
         if clock.overrun_s() > 0:

@@ -304,11 +304,13 @@ def test_why_unproven_names_each_kind_of_unverified_match():
 def test_the_search_workers_start_before_the_capture(piece_cache, monkeypatch):
     """The workers' fork server is started before the ATen capture, so its imports overlap
     the capture instead of the first search's share; the serial executor starts none."""
+    import search.executors
+
     import mugraph.frontend.backend as backend
     import mugraph.frontend.capture as capture
 
     order: list[str] = []
-    monkeypatch.setattr(backend, "prestart_search_workers", lambda: order.append("prestart"))
+    monkeypatch.setattr(search.executors, "prestart", lambda: order.append("prestart"))
     traced = backend.trace
     monkeypatch.setattr(backend, "trace", lambda *a, **k: (order.append("capture"), traced(*a, **k))[1])
     w = r(8, 8)
