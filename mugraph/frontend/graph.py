@@ -4,6 +4,7 @@ the Lax pieces — and its runs: the float64 reference and the superoptimized fo
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -15,6 +16,23 @@ from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
 log = logging.getLogger("mugraph")
+
+
+@dataclass
+class SearchPlan:
+    """How a graph's searches share its budget (:meth:`Captured.plan`): each distinct piece
+    (by name and input layout) its options (``shares``), its place in the order the pieces
+    are searched (``position``) and the seconds its first search asks for (``nominal_s``,
+    in that order; 0 when the result cache or this process has it)."""
+
+    shares: dict[tuple, FrontendOptions]
+    position: dict[tuple, int]
+    nominal_s: list[float]
+
+    @property
+    def new_search_s(self) -> float:
+        """Seconds the new searches ask for in all (0: a warm compile)."""
+        return sum(self.nominal_s)
 
 
 class Captured:
@@ -36,7 +54,9 @@ class Captured:
         #: where the backend's compile of this graph went, in seconds (set by the backend):
         #: ``capture_s`` (ATen trace, partition), ``pieces_s`` (searches, lowering, the pieces'
         #: timings), ``inductor_with_pieces_s``/``inductor_without_s`` (the forms the whole-graph
-        #: rule compiles), ``graph_rule_s`` (those and its timing), ``total_s``
+        #: rule compiles), ``inductor_without_waited_s`` (when the plain form compiled beside the
+        #: searches: how long the rule waited for it), ``graph_rule_s`` (those and its timing),
+        #: ``total_s``
         self.timings: dict[str, float] = {}
 
     def search_seconds(self) -> tuple[float, int]:
@@ -57,8 +77,11 @@ class Captured:
         if "inductor_with_pieces_s" in t or "inductor_without_s" in t:
             parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "
                          f"{t.get('inductor_without_s', 0.0):.1f} s without")
+        if "inductor_without_waited_s" in t:
+            parts[-1] += f" (beside the searches; {t['inductor_without_waited_s']:.1f} s waited for)"
         if "graph_rule_s" in t:
-            rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) - t.get("inductor_without_s", 0.0)
+            rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) \
+                - t.get("inductor_without_waited_s", t.get("inductor_without_s", 0.0))
             parts.append(f"whole-graph timing {rest:.1f} s")
         return ", ".join(parts)
 
@@ -114,17 +137,16 @@ class Captured:
                     mod.register_buffer(name, v.detach().double())
         return gm
 
-    def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
-                **kw: Any) -> fx.GraphModule:
-        """Superoptimize every piece and stitch its kernels in; the rest runs as torch
-        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor)."""
-        from .run import device_of, new_search_s, optimize_piece
+    def plan(self, options: FrontendOptions | dict | None = None, device: str | None = None) -> "SearchPlan":
+        """Each distinct piece's share of the graph's budget (by weight:
+        :func:`.options.search_weight`) and the seconds its first search asks for (0 when
+        cached): what :meth:`compile` runs, known before it starts (the backend starts the
+        graph's plain Inductor compile beside the searches when any is new)."""
+        from .run import device_of, new_search_s
 
-        opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
-                                  if not isinstance(options, FrontendOptions) else options)
+        opts = FrontendOptions.of(options)
         dev = device or device_of(self.example_devices)
-        # one search per piece name and input layout (run.optimize_piece): the graph's budget is
-        # shared among those, by weight (options.search_weight)
+        # one search per piece name and input layout (run.optimize_piece)
         weights = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in self.pieces}
         if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
             weights = dict.fromkeys(weights, 1)
@@ -133,14 +155,27 @@ class Captured:
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
         shares = {k: opts.for_piece(weights[k], total) for k in first}
-        position = {k: i for i, k in enumerate(first)}
-        clock = GraphClock(opts.graph_budget, [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
+        return SearchPlan(shares, {k: i for i, k in enumerate(first)},
+                          [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
+
+    def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
+                plan: "SearchPlan | None" = None, **kw: Any) -> fx.GraphModule:
+        """Superoptimize every piece and stitch its kernels in; the rest runs as torch
+        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor).
+        ``plan``: :meth:`plan`'s answer for the same options and device, when the caller has it."""
+        from .run import device_of, optimize_piece
+
+        opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
+                                  if not isinstance(options, FrontendOptions) else options)
+        dev = device or device_of(self.example_devices)
+        plan = plan or self.plan(opts, dev)
+        clock = GraphClock(opts.graph_budget, plan.nominal_s)
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
         for bp in self.pieces:
             k = (bp.name, bp.layout_key)
-            r = optimize_piece(bp, shares[k], dev, stop_by=clock.stop_by(position[k]))
+            r = optimize_piece(bp, plan.shares[k], dev, stop_by=clock.stop_by(plan.position[k]))
             if r is not None:
                 done[id(bp)] = r[0]
         if clock.overrun_s() > 0:

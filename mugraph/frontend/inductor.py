@@ -11,6 +11,8 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import threading
+import time
 import types
 from typing import Any, Callable, Iterator
 
@@ -26,6 +28,49 @@ def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
 
     with shared_kernel_analysis(), _cacheable(gm, args) as fakes:
         return compile_fx(gm, fakes)
+
+
+class BackgroundCompile:
+    """:func:`compile_graph` of ``gm`` started in a thread of its own; calling the object
+    waits for it and returns the compiled graph (or raises what the compile raised).
+
+    Why: the backend's whole-graph rule needs the graph compiled without its pieces, and
+    that compile does not depend on them — on a whole LLaMA-3-8B it took 20–33 s after the
+    pieces' 140 s of searches (H200), while this process mostly waited for the search
+    workers. The thread runs in the caller's grad and inference modes (thread-local in
+    torch: a compile in a fresh thread would see gradients enabled and trace the weights'
+    backward). ``seconds``: how long the compile itself took; ``waited_s``: how long the
+    call waited for it."""
+
+    def __init__(self, gm: fx.GraphModule, args: list) -> None:
+        self.seconds: float | None = None
+        self.waited_s: float | None = None
+        self._result: Any = None
+        self._error: BaseException | None = None
+        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
+
+        def work() -> None:
+            t = time.perf_counter()
+            try:
+                # inference mode first: entering it, on or off, sets the grad mode too
+                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
+                    self._result = compile_graph(gm, args)
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+                self._error = e
+            finally:
+                self.seconds = time.perf_counter() - t
+
+        self._thread = threading.Thread(target=work, name="mugraph-inductor", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> Callable:
+        t = time.perf_counter()
+        self._thread.join()
+        if self.waited_s is None:
+            self.waited_s = time.perf_counter() - t
+        if self._error is not None:
+            raise self._error
+        return self._result
 
 
 @contextlib.contextmanager
@@ -89,6 +134,16 @@ def _ir_arg_key(a: Any) -> Any:
     return ("value", type(a).__name__, a)
 
 
+#: the wrapper of torch's ``generate_ttir`` while any thread is in :func:`shared_kernel_analysis`:
+#: installed by the first to enter, removed by the last to leave (the backend compiles a graph's
+#: plain form in a thread of its own while its pieces' forms compile here)
+_SHARE_LOCK = threading.Lock()
+_SHARE_USERS = 0
+_SHARE_ORIGINAL: Any = None
+#: each thread's memo of IR compiles while it is inside the block (none outside it)
+_SHARE_MEMO = threading.local()
+
+
 @contextlib.contextmanager
 def shared_kernel_analysis() -> Iterator[None]:
     """While Inductor compiles a graph, calls of the same Triton kernel with arguments of
@@ -99,42 +154,54 @@ def shared_kernel_analysis() -> Iterator[None]:
     nothing between them — a 32-layer model's graph with 128–160 piece calls spent 44–55 s
     there, again at every warm compile. The IR is a function of the kernel and of what
     this key holds, so sharing it changes no result. Only torch's private
-    ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
-    only where this torch has it. A kernel is known by its code, not by the object
-    (:func:`_kernel_key`: torch wraps each launch in a new ``Autotuner``, and a whole
-    LLaMA-3-8B's compile made 454 Triton-IR compiles of 6 distinct calls, 15–17 s, keyed by
-    object; H200, torch 2.11). Any call whose arguments the key cannot describe compiles as
-    before."""
+    ``triton_kernel_wrap.generate_ttir`` is wrapped, while some thread is inside the block,
+    and only where this torch has it; each thread shares within its own block only. A
+    kernel is known by its code, not by the object (:func:`_kernel_key`: torch wraps each
+    launch in a new ``Autotuner``, and a whole LLaMA-3-8B's compile made 454 Triton-IR
+    compiles of 6 distinct calls, 15–17 s, keyed by object; H200, torch 2.11). Any call
+    whose arguments the key cannot describe compiles as before."""
+    global _SHARE_USERS, _SHARE_ORIGINAL
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
         yield
         return
-    original = getattr(wrap, "generate_ttir", None)
-    if original is None:
+    if getattr(wrap, "generate_ttir", None) is None:
         yield
         return
-    memo: dict = {}
-
-    def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
-        args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
-        try:
-            key = (_kernel_key(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
-            hash(key)
-        except TypeError:
-            key = None
-        if key is None or any(k is None for _, k in args):
-            return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
-        return hit[1]
-
-    wrap.generate_ttir = generate_ttir
+    outer = getattr(_SHARE_MEMO, "memo", None)
+    _SHARE_MEMO.memo = {} if outer is None else outer
+    with _SHARE_LOCK:
+        if _SHARE_USERS == 0:
+            _SHARE_ORIGINAL = wrap.generate_ttir
+            wrap.generate_ttir = _shared_generate_ttir
+        _SHARE_USERS += 1
     try:
         yield
     finally:
-        wrap.generate_ttir = original
+        _SHARE_MEMO.memo = outer
+        with _SHARE_LOCK:
+            _SHARE_USERS -= 1
+            if _SHARE_USERS == 0:
+                wrap.generate_ttir = _SHARE_ORIGINAL
+                _SHARE_ORIGINAL = None
+
+
+def _shared_generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
+    """torch's ``generate_ttir`` through this thread's memo (:func:`shared_kernel_analysis`)."""
+    original, memo = _SHARE_ORIGINAL, getattr(_SHARE_MEMO, "memo", None)
+    args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
+    try:
+        key = (_kernel_key(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
+        hash(key)
+    except TypeError:
+        key = None
+    if memo is None or key is None or any(k is None for _, k in args):
+        return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
+    return hit[1]
 
 
 def _kernel_key(kernel: Any) -> Any:
