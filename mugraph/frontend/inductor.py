@@ -11,6 +11,7 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import os
 import threading
 import time
 import types
@@ -51,6 +52,7 @@ class BackgroundCompile:
 
         def work() -> None:
             t = time.perf_counter()
+            _yield_cpu()
             try:
                 # inference mode first: entering it, on or off, sets the grad mode too
                 with torch.inference_mode(inference), torch.set_grad_enabled(grad):
@@ -71,6 +73,23 @@ class BackgroundCompile:
         if self._error is not None:
             raise self._error
         return self._result
+
+
+#: the nice value the background compile's thread takes (and the compile workers it starts inherit)
+BACKGROUND_NICE = 10
+
+
+def _yield_cpu() -> None:
+    """Lower this thread's scheduling priority (Linux: threads have their own nice value) so
+    the search workers it runs beside keep the cores: their searches are bounded by time, so
+    a core taken from them is search lost, while this compile has the searches' whole length
+    to finish. Measured without it (a whole LLaMA-3-8B, H200, 16 cores): the plain compile took
+    29 s beside the searches against 21 s alone, and two small pieces ran out of time to verify
+    their matches. Where the platform has no per-thread priority, nothing changes."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
+    except (AttributeError, OSError):
+        pass
 
 
 @contextlib.contextmanager

@@ -343,12 +343,14 @@ def test_the_compile_says_where_its_seconds_went(piece_cache, mugraph_log, induc
 def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, mugraph_log, monkeypatch):
     """When any search is new, the graph without its pieces compiles in a thread of its own
     while the pieces are searched (the whole-graph rule then waits only for what is left of
-    it), in the caller's grad mode; a warm compile makes it in turn, only if the rule needs it."""
+    it), in the caller's grad mode and at a lower priority; a warm compile makes it in turn, only if the rule needs it."""
     import threading
 
     from mugraph.frontend import backend
 
-    threads, grad = [], []
+    import os
+
+    threads, grad, nice = [], [], []
     real = backend.BackgroundCompile.__init__
 
     def spy(self, gm, args):
@@ -361,6 +363,7 @@ def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, m
 
     def seen(gm, args):
         grad.append((threading.current_thread().name, torch.is_grad_enabled()))
+        nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return original(gm, args)
 
     monkeypatch.setattr(inductor_module, "compile_graph", seen)
@@ -370,7 +373,8 @@ def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, m
     y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=True, time_limit=3.5)
     close(y, two_blocks(x))
     assert len(threads) == 1 and cap.whole["runs"] == "torch"  # the plain form ran: it was compiled
-    assert ("mugraph-inductor", False) in grad                  # in its thread, without gradients
+    assert ("mugraph-inductor", False) in grad                  # in its thread, without gradients,
+    assert nice[grad.index(("mugraph-inductor", False))] >= inductor_module.BACKGROUND_NICE  # yielding the cores
     assert "inductor_without_waited_s" in cap.timings
     said = [m for m in mugraph_log.messages if m.startswith("mugraph: graph compiled in")]
     assert "beside the searches" in said[-1]
