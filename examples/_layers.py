@@ -373,10 +373,7 @@ def forget_backend_memo() -> None:
     disk (Triton's and Inductor's caches stay, as they do across processes)."""
     from mugraph.frontend import run
 
-    for name in ("_INFO", "_DONE", "_VERDICTS", "_LOWER_FAILED"):
-        memo = getattr(run, name, None)
-        if isinstance(memo, dict):
-            memo.clear()
+    run.forget()
 
 
 def compile_phases(graphs) -> dict:

@@ -31,7 +31,7 @@ from .capture import trace
 from .graph import Captured
 from .inductor import BackgroundCompile, compile_graph
 from .options import FrontendOptions
-from .run import device_of, judge_graph
+from .run import device_of, judge_graph, prepare_torch_forms
 
 log = logging.getLogger("mugraph")
 
@@ -114,7 +114,10 @@ class MugraphCompiled:
         plan = cap.plan(opts, device_of(args))
         # a cold compile: the graph's plain form compiles beside the searches (it does not
         # depend on them); a warm one makes it only if the whole-graph rule needs it
-        early = BackgroundCompile(self.gm, list(args)) if opts.inductor and plan.new_search_s > 0 else None
+        early = None
+        if opts.inductor and plan.new_search_s > 0:
+            prepare_torch_forms(cap.pieces, opts, device_of(args))  # before the plain compile holds Inductor
+            early = BackgroundCompile(self.gm, list(args))
         stitched = cap.compile(opts, device_of(args), plan=plan)
         cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
         slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
@@ -129,6 +132,8 @@ class MugraphCompiled:
                                      lambda: compile_graph(stitched, list(args)) if opts.inductor else stitched),
                          plain, args, opts, device_of(args))
         cap.timings["graph_rule_s"] = time.perf_counter() - t1
+        if early is not None:
+            early.wait()  # unused when the rule had a verdict on disk: no compile left running
         if early is not None and early.waited_s is not None:
             cap.timings["inductor_without_s"] = early.seconds or 0.0
             cap.timings["inductor_without_waited_s"] = early.waited_s

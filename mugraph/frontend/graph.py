@@ -106,8 +106,8 @@ class Captured:
             if not info:
                 lines.append(f"{bp.name}: torch (not superoptimized: its search failed or did not start)")
                 continue
-            lines.append(f"{bp.name}: {info.get('runs', 'mugraph')} ({info.get('origin')}, "
-                         f"{info.get('kernels')} kernels) — {info.get('why', '')}")
+            found = f" ({info['origin']}, {info.get('kernels')} kernels)" if info.get("origin") else ""
+            lines.append(f"{bp.name}: {info.get('runs', 'mugraph')}{found} — {info.get('why', '')}")
         if self.whole:
             lines.append(f"the graph: {'with' if self.whole['runs'] == 'mugraph' else 'without'} its μGraph pieces "
                          f"— {self.whole['why']}")

@@ -27,8 +27,15 @@ def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
     and autograd caches serve the next compile of the same graph (:func:`_cacheable`)."""
     from torch._inductor.compile_fx import compile_fx
 
-    with shared_kernel_analysis(), _cacheable(gm, args) as fakes:
+    with _ONE_AT_A_TIME, shared_kernel_analysis(), _cacheable(gm, args) as fakes:
         return compile_fx(gm, fakes)
+
+
+#: held by the one Inductor compile running in this process (:func:`compile_graph`). Why:
+#: Inductor keeps state of the compile in progress in process-wide places (its Triton
+#: bundler asserts that no other compile has begun), and the backend compiles a graph's plain
+#: form in a thread beside its pieces' (:class:`BackgroundCompile`); two at once failed
+_ONE_AT_A_TIME = threading.Lock()
 
 
 class BackgroundCompile:
@@ -64,6 +71,10 @@ class BackgroundCompile:
 
         self._thread = threading.Thread(target=work, name="mugraph-inductor", daemon=True)
         self._thread.start()
+
+    def wait(self) -> None:
+        """Until the compile has ended (its result kept, unused)."""
+        self._thread.join()
 
     def __call__(self) -> Callable:
         t = time.perf_counter()

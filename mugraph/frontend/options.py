@@ -46,7 +46,8 @@ def search_weight(program) -> int:
     μGraph of it but itself (``search.proposals.ungenerated_on_computed``: a ``reshape`` of a
     computed value — a q/k projection's head split before its RoPE, the output projection's
     head merge of a permuted input): such a piece gets the least share, :data:`MIN_PIECE_S`,
-    and the rest of the graph's budget goes to pieces that can match. Measured (H200, 15
+    and the rest of the graph's budget goes to pieces that can match (under the default
+    ``unfused="torch"`` such a piece is not searched at all: ``run.unsearched``). Measured (H200, 15
     workers, default options): a LLaMA-3-8B 8-token step gave its two projection+RoPE pieces
     and its output projection 32 s of the 80 s of search, none of which ever matched, while
     its attention, whose first match comes at 12–30 s, had 20 s.

@@ -53,6 +53,12 @@ _INFO: dict[tuple, dict] = {}
 #: verdict (:func:`_judge`). Why: a piece is timed once per process, kernels and timer, not
 #: once per identical layer; the timer is part of the key (held, so never confused with another)
 _VERDICTS: dict[tuple, dict] = {}
+#: (piece name, layout key, device, Inductor or not) -> the piece's torch ops as the
+#: never-slower rule times them (:func:`torch_form`). Why: compiled before the searches on a cold
+#: compile (:func:`prepare_torch_forms`), used when the piece is timed
+_TORCH_FORMS: dict[tuple, Callable] = {}
+#: the keys of pieces that are not searched (:func:`unsearched`) -> why
+_UNSEARCHED: dict[tuple, str] = {}
 #: the keys of ``_DONE`` whose lowering failed -> why (for ``bp.info`` of later captures)
 _LOWER_FAILED: dict[tuple, str] = {}
 
@@ -75,11 +81,39 @@ def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
     return (bp.name, opts.key(), device, kind, bp.layout_key)
 
 
+def forget() -> None:
+    """Forget this process's tables of searched, compiled, timed and unsearched pieces, so the
+    next compile finds its pieces as a fresh process would: in the caches on disk (a
+    benchmark's warm start, a test's second compile)."""
+    for table in (_INFO, _DONE, _VERDICTS, _LOWER_FAILED, _UNSEARCHED, _TORCH_FORMS):
+        table.clear()
+
+
+def unsearched(bp: BuiltPiece, opts: FrontendOptions) -> str | None:
+    """Why the piece is not searched at all, or None when it is: its program changes the
+    layout of a value it computes in a way the search never generates
+    (``search.proposals.ungenerated_on_computed``: a q/k projection's head split before its
+    RoPE, the LM head's reshape pair), so the search's space holds no μGraph of it but the
+    program op by op — which stays torch code under ``unfused="torch"`` whatever the search
+    does. Measured: no such piece of five decoder layers ever matched, and a whole
+    LLaMA-3-8B's four of them took 8–19 s of its cold compile (H200). Under
+    ``unfused="lower"`` they are searched, for the program's own lowering."""
+    from search.proposals import ungenerated_on_computed
+
+    if opts.unfused != "torch":
+        return None
+    what = ungenerated_on_computed(bp.program)
+    return None if what is None else \
+        f"not searched: its program holds a {what}, which no μGraph but the program op by op can hold"
+
+
 def new_search_s(bp: BuiltPiece, opts: FrontendOptions, device: str) -> float:
     """Seconds the piece's first :func:`optimize_piece` asks for by its limits — its search's
     time limit and, on a GPU, as many of tuning — or 0 when this process has searched it
-    already or the result cache holds it (:class:`~.options.GraphClock` reserves these)."""
-    if _key(bp, opts, device) in _INFO or _is_cached(bp, opts, device):
+    already, the result cache holds it or it is not searched (:func:`unsearched`;
+    :class:`~.options.GraphClock` reserves these)."""
+    k = _key(bp, opts, device)
+    if k in _INFO or k in _UNSEARCHED or unsearched(bp, opts) or _is_cached(bp, opts, device):
         return 0.0
     return opts.time_limit * (2 if device == "cuda" else 1)
 
@@ -92,6 +126,15 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
     ``opts.unfused`` leaves to torch), then judged by the never-slower rule (:func:`_judge`)."""
     k = _key(bp, opts, device)
     kind = k[3]
+    if k not in _UNSEARCHED and k not in _INFO:
+        why = unsearched(bp, opts)
+        if why is not None:
+            _UNSEARCHED[k] = why
+            log.info("mugraph: %s stays torch code: %s; option unfused='lower' searches it", bp.name, why)
+    if k in _UNSEARCHED:
+        bp.info = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": _UNSEARCHED[k],
+                   "search_s": 0.0, "cached": None}
+        return None
     first = k not in _INFO  # the verdict of a search is said once, not once per identical layer
     if first:
         if not _search(bp, opts, device, k, stop_by):
@@ -211,7 +254,7 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
     that fails keeps the piece torch code too (never slower, never broken)."""
     try:
         xs = example_inputs(bp, device, opts.seed)
-        torch_fn = _torch_form(bp, xs[:len(bp.inputs)], opts.inductor)
+        torch_fn = torch_form(bp, opts, device, xs)
         launches = {"mugraph": lambda: op(xs), "torch": lambda: torch_fn(*xs[:len(bp.inputs)])}
         with torch.no_grad():
             times = timer(bp, launches)
@@ -341,11 +384,35 @@ def _copies(args: tuple, written: frozenset[int]) -> tuple:
     return tuple(a.clone() if i in written and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
 
 
-def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
-    """The piece's torch ops as they would run in the model: compiled by Inductor (when the
-    backend uses it), else eagerly."""
-    gm = torch_module(bp)
-    return compile_graph(gm, xs) if inductor else gm
+def torch_form(bp: BuiltPiece, opts: FrontendOptions, device: str, xs: list[torch.Tensor] | None = None) -> Callable:
+    """The piece's torch ops as they would run in the model — compiled by Inductor (when the
+    backend uses it), else eagerly — for inputs like ``xs`` (default: its example inputs);
+    made once per process and piece (``_TORCH_FORMS``)."""
+    k = (bp.name, bp.layout_key, device, opts.inductor)
+    if k not in _TORCH_FORMS:
+        gm = torch_module(bp)
+        if opts.inductor:
+            xs = xs if xs is not None else example_inputs(bp, device, opts.seed)
+            gm = compile_graph(gm, list(xs[:len(bp.inputs)]))
+        _TORCH_FORMS[k] = gm
+    return _TORCH_FORMS[k]
+
+
+def prepare_torch_forms(pieces: list[BuiltPiece], opts: FrontendOptions, device: str) -> None:
+    """Compile now the torch forms the never-slower rule will time each searched piece
+    against (:func:`torch_form`). Why before the searches: the backend then compiles the
+    graph's plain form with Inductor in a thread beside them, and Inductor compiles one graph
+    at a time in a process (``inductor.compile_graph``) — a piece's torch form compiled after
+    its search would wait for that whole compile. Nothing is compiled where nothing will be
+    timed (no GPU and no ``timer``, or ``never_slower`` off) or for a piece not searched."""
+    if not opts.inductor or not opts.never_slower or (opts.timer is None and device != "cuda"):
+        return
+    for bp in {(bp.name, bp.layout_key): bp for bp in pieces}.values():
+        if unsearched(bp, opts) is None:
+            try:
+                torch_form(bp, opts, device)
+            except Exception:  # noqa: BLE001 - compiled again, and its failure said, when timed
+                pass
 
 
 def _seconds(times: Any, form: str) -> float:

@@ -89,6 +89,41 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
         assert seen[bp.name] == pytest.approx(want), (bp.describe(), seen)
 
 
+def test_a_piece_the_search_cannot_match_is_not_searched(monkeypatch, caplog):
+    """Under ``unfused="torch"`` (the default) a piece whose program reshapes a computed
+    value stays torch code without a search — its only μGraph, the program op by op, would
+    stay torch code anyway — reserves nothing on the graph's clock and says why in one log
+    line and in ``bp.info``; under ``unfused="lower"`` it is searched, for that lowering."""
+    import logging
+
+    c = torch.randn(2, 1, 128)
+
+    def f(x, w1, w2):
+        a = torch.exp(x @ w1) * 2
+        h = (x @ w2).view(4, 2, 128).transpose(0, 1)
+        return a, torch.exp(h) * c
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 256, generator=g), torch.randn(256, 256, generator=g),
+                     torch.randn(256, 256, generator=g))
+    (split,) = [bp for bp in cap.pieces if search_weight(bp.program) == 0]
+    searched = []
+    monkeypatch.setattr(run, "_search", lambda bp, *a, **kw: searched.append(bp.name) or False)
+    run.forget()
+    opts = FrontendOptions(time_limit=30, graph_budget=20)
+    assert run.new_search_s(split, opts, "cpu") == 0.0
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        cap.compile(opts, device="cpu")
+    assert split.name not in searched and len(searched) == 1
+    assert split.info["runs"] == "torch" and "not searched" in split.info["why"] and "reshape of" in split.info["why"]
+    assert sum("not searched" in m for m in caplog.messages) == 1
+    run.forget()
+    searched.clear()
+    cap.compile(FrontendOptions(time_limit=30, graph_budget=20, unfused="lower"), device="cpu")
+    assert split.name in searched
+    run.forget()
+
+
 def test_a_small_piece_gets_the_least_share(monkeypatch):
     """A piece that moves less than ``SMALL_PIECE_BYTES`` is bound by its launches: weight 0,
     the least share, the budget to the pieces that move data; a graph of small pieces only

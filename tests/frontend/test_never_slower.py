@@ -293,8 +293,7 @@ class KeptTimer(FixedTimer):
 
 def _forget_memo():
     from mugraph.frontend import run
-    for memo in (run._INFO, run._DONE, run._VERDICTS, run._LOWER_FAILED):
-        memo.clear()
+    run.forget()
 
 
 def test_a_warm_compile_reuses_the_verdicts_its_cold_compile_timed(piece_cache, mugraph_log):
@@ -358,8 +357,10 @@ def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, m
         real(self, gm, args)
 
     monkeypatch.setattr(backend.BackgroundCompile, "__init__", spy)
+    _forget_memo()  # the piece's torch form compiled by an earlier test
     original = backend.compile_graph
     import mugraph.frontend.inductor as inductor_module
+    import mugraph.frontend.run as run_module
 
     def seen(gm, args):
         grad.append((threading.current_thread().name, torch.is_grad_enabled()))
@@ -368,12 +369,14 @@ def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, m
 
     monkeypatch.setattr(inductor_module, "compile_graph", seen)
     monkeypatch.setattr(backend, "compile_graph", seen)
+    monkeypatch.setattr(run_module, "compile_graph", seen)
     timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=True, time_limit=3.5)
     close(y, two_blocks(x))
     assert len(threads) == 1 and cap.whole["runs"] == "torch"  # the plain form ran: it was compiled
-    assert ("mugraph-inductor", False) in grad                  # in its thread, without gradients,
+    assert grad[0] == ("MainThread", False)                     # the piece's torch form first, then
+    assert ("mugraph-inductor", False) in grad                  # the plain graph in its thread, without gradients,
     assert nice[grad.index(("mugraph-inductor", False))] >= inductor_module.BACKGROUND_NICE  # yielding the cores
     assert "inductor_without_waited_s" in cap.timings
     said = [m for m in mugraph_log.messages if m.startswith("mugraph: graph compiled in")]
