@@ -19,6 +19,7 @@ without pieces (one log line says so) — the pieces have no backward.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -118,7 +119,10 @@ class MugraphCompiled:
         if opts.inductor and plan.new_search_s > 0:
             prepare_torch_forms(cap.pieces, opts, device_of(args))  # before the plain compile holds Inductor
             early = BackgroundCompile(self.gm, list(args))
-        stitched = cap.compile(opts, device_of(args), plan=plan)
+        from lower.profile import timings_wait_for
+
+        with timings_wait_for(early.wait) if early is not None else contextlib.nullcontext():
+            stitched = cap.compile(opts, device_of(args), plan=plan)
         cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
         slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",

@@ -22,8 +22,9 @@ log = logging.getLogger("mugraph")
 class SearchPlan:
     """How a graph's searches share its budget (:meth:`Captured.plan`): each distinct piece
     (by name and input layout) its options (``shares``), its place in the order the pieces
-    are searched (``position``) and the seconds its first search asks for (``nominal_s``,
-    in that order; 0 when the result cache or this process has it)."""
+    are searched (``position``: the longest new searches first) and the seconds its first
+    search asks for (``nominal_s``, in that order; 0 when the result cache or this process
+    has it)."""
 
     shares: dict[tuple, FrontendOptions]
     position: dict[tuple, int]
@@ -155,8 +156,11 @@ class Captured:
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
         shares = {k: opts.for_piece(weights[k], total) for k in first}
-        return SearchPlan(shares, {k: i for i, k in enumerate(first)},
-                          [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
+        nominal = {k: new_search_s(bp, shares[k], dev) for k, bp in first.items()}
+        # the longest new searches first: the backend's plain compile, which GPU timings wait
+        # for (lower.profile.timings_wait_for), then runs beside searches, not before a timing
+        order = sorted(first, key=lambda k: -nominal[k])
+        return SearchPlan(shares, {k: i for i, k in enumerate(order)}, [nominal[k] for k in order])
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
                 plan: "SearchPlan | None" = None, **kw: Any) -> fx.GraphModule:
@@ -173,7 +177,7 @@ class Captured:
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
-        for bp in self.pieces:
+        for bp in sorted(self.pieces, key=lambda bp: plan.position[(bp.name, bp.layout_key)]):
             k = (bp.name, bp.layout_key)
             r = optimize_piece(bp, plan.shares[k], dev, stop_by=clock.stop_by(plan.position[k]))
             if r is not None:

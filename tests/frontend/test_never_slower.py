@@ -370,9 +370,19 @@ def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, m
     monkeypatch.setattr(inductor_module, "compile_graph", seen)
     monkeypatch.setattr(backend, "compile_graph", seen)
     monkeypatch.setattr(run_module, "compile_graph", seen)
-    timer = FixedTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
+    from lower.profile import _BEFORE_TIMING as waits  # (lower.profile is also a function's name)
+
+    gated = []
+
+    class GateTimer(FixedTimer):  # GPU timings wait for the plain compile while the pieces are timed
+        def __call__(self, piece, launches):
+            gated.append(len(waits))
+            return super().__call__(piece, launches)
+
+    timer = GateTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
     x = torch.randn(4, 8, generator=g)
     y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=True, time_limit=3.5)
+    assert gated == [1, 0] and waits == []  # the piece's timing, then the graph's
     close(y, two_blocks(x))
     assert len(threads) == 1 and cap.whole["runs"] == "torch"  # the plain form ran: it was compiled
     assert grad[0] == ("MainThread", False)                     # the piece's torch form first, then
