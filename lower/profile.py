@@ -22,7 +22,6 @@ config is read from its kernel plan (:func:`lower.plan.plan`).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import math
@@ -31,7 +30,7 @@ import time
 from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import torch
 
@@ -253,38 +252,12 @@ report a median, for ours and every PyTorch baseline alike:
 """
 
 
-#: what every GPU timing waits for first (:func:`timings_wait_for`)
-_BEFORE_TIMING: list[Callable[[], object]] = []
-
-
-@contextlib.contextmanager
-def timings_wait_for(wait: Callable[[], object]) -> Iterator[None]:
-    """Inside the block every GPU timing (:func:`measure`, :func:`bench`) first calls
-    ``wait()`` — the end of other work in this process that would skew it. Why: a timing
-    launches from Python, and a thread of the same process busy in Python (the torch.compile
-    backend compiles a graph with Inductor in one while its pieces are searched) holds the
-    interpreter for milliseconds each time the timing's thread lets go of it, so the events
-    around a launch measure the wait: an H200 timed a 1 μs piece at 83 μs and a candidate at
-    12.5 ms that way, and an attention piece lost its never-slower verdict."""
-    _BEFORE_TIMING.append(wait)
-    try:
-        yield
-    finally:
-        _BEFORE_TIMING.remove(wait)
-
-
-def _quiet() -> None:
-    for wait in list(_BEFORE_TIMING):
-        wait()
-
-
 def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 20) -> float:
     """Median seconds of one ``launch()`` under ``timing`` (:data:`TIMINGS`).
 
     ``launch`` must be capturable into a CUDA graph (no host synchronization)."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {tuple(TIMINGS)}, got {timing!r}")
-    _quiet()
     if timing == "graph":
         import triton.testing
 
@@ -322,7 +295,6 @@ def bench(fn: Callable[[], None], flush: bool = True, rep_ms: int = 60, max_reps
     """
     import statistics
 
-    _quiet()
     fn()
     torch.cuda.synchronize()
     t0 = torch.cuda.Event(enable_timing=True)

@@ -123,9 +123,7 @@ def pdl_supported(device: str) -> bool:
 def capture_graph(launch: Callable[[], object], warmups: int = 3) -> Callable[[], None]:
     """Capture ``launch()`` (kernels, torch calls) as a CUDA graph after ``warmups`` calls
     on a side stream (compilation and autotuning happen outside the capture); returns
-    the graph's replay. The capture checks only this thread's CUDA calls: another thread's
-    (the torch.compile backend compiles a graph with Inductor in one while its pieces are
-    timed here) must not invalidate it."""
+    the graph's replay."""
     if warmups:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -135,7 +133,7 @@ def capture_graph(launch: Callable[[], object], warmups: int = 3) -> Callable[[]
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, capture_error_mode="thread_local"):
+    with torch.cuda.graph(g):
         launch()
     return g.replay
 

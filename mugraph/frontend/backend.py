@@ -8,8 +8,7 @@ shape is a new program: a new search, cached on disk, announced in one log
 line), keeps a piece's μGraph only where it times faster than the piece's own torch
 ops on the GPU (the never-slower rule, :mod:`.run`), stitches the kept pieces in as
 torch operators and hands the result to Inductor, which compiles the rest — and runs that
-only if it beats the graph compiled by Inductor alone (the same rule for the whole graph;
-when any search is new, that plain compile runs in a thread beside the searches).
+only if it beats the graph compiled by Inductor alone (the same rule for the whole graph).
 Specializing per signature is what lets dynamo's dynamic shapes through: a
 symbolic graph is traced again at each concrete shape it meets.
 
@@ -19,7 +18,6 @@ without pieces (one log line says so) — the pieces have no backward.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -30,9 +28,9 @@ import torch.fx as fx
 
 from .capture import trace
 from .graph import Captured
-from .inductor import BackgroundCompile, compile_graph
+from .inductor import compile_graph
 from .options import FrontendOptions
-from .run import device_of, judge_graph, prepare_torch_forms
+from .run import device_of, judge_graph
 
 log = logging.getLogger("mugraph")
 
@@ -112,17 +110,7 @@ class MugraphCompiled:
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
         cap.timings["capture_s"] = time.perf_counter() - t0
-        plan = cap.plan(opts, device_of(args))
-        # a cold compile: the graph's plain form compiles beside the searches (it does not
-        # depend on them); a warm one makes it only if the whole-graph rule needs it
-        early = None
-        if opts.inductor and plan.new_search_s > 0:
-            prepare_torch_forms(cap.pieces, opts, device_of(args))  # before the plain compile holds Inductor
-            early = BackgroundCompile(self.gm, list(args))
-        from lower.profile import timings_wait_for
-
-        with timings_wait_for(early.wait) if early is not None else contextlib.nullcontext():
-            stitched = cap.compile(opts, device_of(args), plan=plan)
+        stitched = cap.compile(opts, device_of(args))
         cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
         slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
         log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
@@ -130,17 +118,12 @@ class MugraphCompiled:
                  f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
 
         t1 = time.perf_counter()
-        plain = early or _timed(cap.timings, "inductor_without_s",
-                                lambda: compile_graph(self.gm, list(args)) if opts.inductor else self.gm)
         fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
                                      lambda: compile_graph(stitched, list(args)) if opts.inductor else stitched),
-                         plain, args, opts, device_of(args))
+                         _timed(cap.timings, "inductor_without_s",
+                                lambda: compile_graph(self.gm, list(args)) if opts.inductor else self.gm),
+                         args, opts, device_of(args))
         cap.timings["graph_rule_s"] = time.perf_counter() - t1
-        if early is not None:
-            early.wait()  # unused when the rule had a verdict on disk: no compile left running
-        if early is not None and early.waited_s is not None:
-            cap.timings["inductor_without_s"] = early.seconds or 0.0
-            cap.timings["inductor_without_waited_s"] = early.waited_s
         cap.timings["total_s"] = time.perf_counter() - t0
         log.info("mugraph: graph compiled in %s", cap.timing_summary())
         return fn

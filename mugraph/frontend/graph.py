@@ -22,9 +22,8 @@ log = logging.getLogger("mugraph")
 class SearchPlan:
     """How a graph's searches share its budget (:meth:`Captured.plan`): each distinct piece
     (by name and input layout) its options (``shares``), its place in the order the pieces
-    are searched (``position``: the longest new searches first) and the seconds its first
-    search asks for (``nominal_s``, in that order; 0 when the result cache or this process
-    has it)."""
+    are searched (``position``) and the seconds its first search asks for (``nominal_s``, in
+    that order; 0 when the result cache or this process has it)."""
 
     shares: dict[tuple, FrontendOptions]
     position: dict[tuple, int]
@@ -55,9 +54,7 @@ class Captured:
         #: where the backend's compile of this graph went, in seconds (set by the backend):
         #: ``capture_s`` (ATen trace, partition), ``pieces_s`` (searches, lowering, the pieces'
         #: timings), ``inductor_with_pieces_s``/``inductor_without_s`` (the forms the whole-graph
-        #: rule compiles), ``inductor_without_waited_s`` (when the plain form compiled beside the
-        #: searches: how long the rule waited for it), ``graph_rule_s`` (those and its timing),
-        #: ``total_s``
+        #: rule compiles), ``graph_rule_s`` (those and its timing), ``total_s``
         self.timings: dict[str, float] = {}
 
     def search_seconds(self) -> tuple[float, int]:
@@ -78,11 +75,8 @@ class Captured:
         if "inductor_with_pieces_s" in t or "inductor_without_s" in t:
             parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "
                          f"{t.get('inductor_without_s', 0.0):.1f} s without")
-        if "inductor_without_waited_s" in t:
-            parts[-1] += f" (beside the searches; {t['inductor_without_waited_s']:.1f} s waited for)"
         if "graph_rule_s" in t:
-            rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) \
-                - t.get("inductor_without_waited_s", t.get("inductor_without_s", 0.0))
+            rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) - t.get("inductor_without_s", 0.0)
             parts.append(f"whole-graph timing {rest:.1f} s")
         return ", ".join(parts)
 
@@ -141,8 +135,7 @@ class Captured:
     def plan(self, options: FrontendOptions | dict | None = None, device: str | None = None) -> "SearchPlan":
         """Each distinct piece's share of the graph's budget (by weight:
         :func:`.options.search_weight`) and the seconds its first search asks for (0 when
-        cached): what :meth:`compile` runs, known before it starts (the backend starts the
-        graph's plain Inductor compile beside the searches when any is new)."""
+        cached): what :meth:`compile` runs, known before it starts."""
         from .run import device_of, new_search_s
 
         opts = FrontendOptions.of(options)
@@ -156,11 +149,8 @@ class Captured:
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
         shares = {k: opts.for_piece(weights[k], total) for k in first}
-        nominal = {k: new_search_s(bp, shares[k], dev) for k, bp in first.items()}
-        # the longest new searches first: the backend's plain compile, which GPU timings wait
-        # for (lower.profile.timings_wait_for), then runs beside searches, not before a timing
-        order = sorted(first, key=lambda k: -nominal[k])
-        return SearchPlan(shares, {k: i for i, k in enumerate(order)}, [nominal[k] for k in order])
+        return SearchPlan(shares, {k: i for i, k in enumerate(first)},
+                          [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
                 plan: "SearchPlan | None" = None, **kw: Any) -> fx.GraphModule:
@@ -177,7 +167,7 @@ class Captured:
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
-        for bp in sorted(self.pieces, key=lambda bp: plan.position[(bp.name, bp.layout_key)]):
+        for bp in self.pieces:
             k = (bp.name, bp.layout_key)
             r = optimize_piece(bp, plan.shares[k], dev, stop_by=clock.stop_by(plan.position[k]))
             if r is not None:

@@ -11,9 +11,6 @@ import contextlib
 import functools
 import hashlib
 import inspect
-import os
-import threading
-import time
 import types
 from typing import Any, Callable, Iterator
 
@@ -27,80 +24,8 @@ def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
     and autograd caches serve the next compile of the same graph (:func:`_cacheable`)."""
     from torch._inductor.compile_fx import compile_fx
 
-    with _ONE_AT_A_TIME, shared_kernel_analysis(), _cacheable(gm, args) as fakes:
+    with shared_kernel_analysis(), _cacheable(gm, args) as fakes:
         return compile_fx(gm, fakes)
-
-
-#: held by the one Inductor compile running in this process (:func:`compile_graph`). Why:
-#: Inductor keeps state of the compile in progress in process-wide places (its Triton
-#: bundler asserts that no other compile has begun), and the backend compiles a graph's plain
-#: form in a thread beside its pieces' (:class:`BackgroundCompile`); two at once failed
-_ONE_AT_A_TIME = threading.Lock()
-
-
-class BackgroundCompile:
-    """:func:`compile_graph` of ``gm`` started in a thread of its own; calling the object
-    waits for it and returns the compiled graph (or raises what the compile raised).
-
-    Why: the backend's whole-graph rule needs the graph compiled without its pieces, and
-    that compile does not depend on them — on a whole LLaMA-3-8B it took 20–33 s after the
-    pieces' 140 s of searches (H200), while this process mostly waited for the search
-    workers. The thread runs in the caller's grad and inference modes (thread-local in
-    torch: a compile in a fresh thread would see gradients enabled and trace the weights'
-    backward). ``seconds``: how long the compile itself took; ``waited_s``: how long the
-    call waited for it."""
-
-    def __init__(self, gm: fx.GraphModule, args: list) -> None:
-        self.seconds: float | None = None
-        self.waited_s: float | None = None
-        self._result: Any = None
-        self._error: BaseException | None = None
-        grad, inference = torch.is_grad_enabled(), torch.is_inference_mode_enabled()
-
-        def work() -> None:
-            t = time.perf_counter()
-            _yield_cpu()
-            try:
-                # inference mode first: entering it, on or off, sets the grad mode too
-                with torch.inference_mode(inference), torch.set_grad_enabled(grad):
-                    self._result = compile_graph(gm, args)
-            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
-                self._error = e
-            finally:
-                self.seconds = time.perf_counter() - t
-
-        self._thread = threading.Thread(target=work, name="mugraph-inductor", daemon=True)
-        self._thread.start()
-
-    def wait(self) -> None:
-        """Until the compile has ended (its result kept, unused)."""
-        self._thread.join()
-
-    def __call__(self) -> Callable:
-        t = time.perf_counter()
-        self._thread.join()
-        if self.waited_s is None:
-            self.waited_s = time.perf_counter() - t
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-#: the nice value the background compile's thread takes (and the compile workers it starts inherit)
-BACKGROUND_NICE = 10
-
-
-def _yield_cpu() -> None:
-    """Lower this thread's scheduling priority (Linux: threads have their own nice value) so
-    the search workers it runs beside keep the cores: their searches are bounded by time, so
-    a core taken from them is search lost, while this compile has the searches' whole length
-    to finish. Measured without it (a whole LLaMA-3-8B, H200, 16 cores): the plain compile took
-    29 s beside the searches against 21 s alone, and two small pieces ran out of time to verify
-    their matches. Where the platform has no per-thread priority, nothing changes."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
-    except (AttributeError, OSError):
-        pass
 
 
 @contextlib.contextmanager
@@ -164,16 +89,6 @@ def _ir_arg_key(a: Any) -> Any:
     return ("value", type(a).__name__, a)
 
 
-#: the wrapper of torch's ``generate_ttir`` while any thread is in :func:`shared_kernel_analysis`:
-#: installed by the first to enter, removed by the last to leave (the backend compiles a graph's
-#: plain form in a thread of its own while its pieces' forms compile here)
-_SHARE_LOCK = threading.Lock()
-_SHARE_USERS = 0
-_SHARE_ORIGINAL: Any = None
-#: each thread's memo of IR compiles while it is inside the block (none outside it)
-_SHARE_MEMO = threading.local()
-
-
 @contextlib.contextmanager
 def shared_kernel_analysis() -> Iterator[None]:
     """While Inductor compiles a graph, calls of the same Triton kernel with arguments of
@@ -184,54 +99,42 @@ def shared_kernel_analysis() -> Iterator[None]:
     nothing between them — a 32-layer model's graph with 128–160 piece calls spent 44–55 s
     there, again at every warm compile. The IR is a function of the kernel and of what
     this key holds, so sharing it changes no result. Only torch's private
-    ``triton_kernel_wrap.generate_ttir`` is wrapped, while some thread is inside the block,
-    and only where this torch has it; each thread shares within its own block only. A
-    kernel is known by its code, not by the object (:func:`_kernel_key`: torch wraps each
-    launch in a new ``Autotuner``, and a whole LLaMA-3-8B's compile made 454 Triton-IR
-    compiles of 6 distinct calls, 15–17 s, keyed by object; H200, torch 2.11). Any call
-    whose arguments the key cannot describe compiles as before."""
-    global _SHARE_USERS, _SHARE_ORIGINAL
+    ``triton_kernel_wrap.generate_ttir`` is wrapped, for the duration of the block, and
+    only where this torch has it. A kernel is known by its code, not by the object
+    (:func:`_kernel_key`: torch wraps each launch in a new ``Autotuner``, and a whole
+    LLaMA-3-8B's compile made 454 Triton-IR compiles of 6 distinct calls, 15–17 s, keyed by
+    object; H200, torch 2.11). Any call whose arguments the key cannot describe compiles as
+    before."""
     try:
         from torch._higher_order_ops import triton_kernel_wrap as wrap
     except ImportError:  # a torch without Triton support: nothing to share
         yield
         return
-    if getattr(wrap, "generate_ttir", None) is None:
+    original = getattr(wrap, "generate_ttir", None)
+    if original is None:
         yield
         return
-    outer = getattr(_SHARE_MEMO, "memo", None)
-    _SHARE_MEMO.memo = {} if outer is None else outer
-    with _SHARE_LOCK:
-        if _SHARE_USERS == 0:
-            _SHARE_ORIGINAL = wrap.generate_ttir
-            wrap.generate_ttir = _shared_generate_ttir
-        _SHARE_USERS += 1
+    memo: dict = {}
+
+    def generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
+        args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
+        try:
+            key = (_kernel_key(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
+            hash(key)
+        except TypeError:
+            key = None
+        if key is None or any(k is None for _, k in args):
+            return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
+        return hit[1]
+
+    wrap.generate_ttir = generate_ttir
     try:
         yield
     finally:
-        _SHARE_MEMO.memo = outer
-        with _SHARE_LOCK:
-            _SHARE_USERS -= 1
-            if _SHARE_USERS == 0:
-                wrap.generate_ttir = _SHARE_ORIGINAL
-                _SHARE_ORIGINAL = None
-
-
-def _shared_generate_ttir(kernel, kwargs, tma_descriptor_metadata, *rest, **kw):
-    """torch's ``generate_ttir`` through this thread's memo (:func:`shared_kernel_analysis`)."""
-    original, memo = _SHARE_ORIGINAL, getattr(_SHARE_MEMO, "memo", None)
-    args = tuple(sorted((name, _ir_arg_key(v)) for name, v in kwargs.items()))
-    try:
-        key = (_kernel_key(kernel), args, repr(tma_descriptor_metadata), rest, tuple(sorted(kw.items())))
-        hash(key)
-    except TypeError:
-        key = None
-    if memo is None or key is None or any(k is None for _, k in args):
-        return original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = (kernel, original(kernel, kwargs, tma_descriptor_metadata, *rest, **kw))
-    return hit[1]
+        wrap.generate_ttir = original
 
 
 def _kernel_key(kernel: Any) -> Any:

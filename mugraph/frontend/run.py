@@ -54,8 +54,8 @@ _INFO: dict[tuple, dict] = {}
 #: once per identical layer; the timer is part of the key (held, so never confused with another)
 _VERDICTS: dict[tuple, dict] = {}
 #: (piece name, layout key, device, Inductor or not) -> the piece's torch ops as the
-#: never-slower rule times them (:func:`torch_form`). Why: compiled before the searches on a cold
-#: compile (:func:`prepare_torch_forms`), used when the piece is timed
+#: never-slower rule times them (:func:`torch_form`). Why: one compile per process and piece, not
+#: one per options key (pieces of one program under other search options time the same torch ops)
 _TORCH_FORMS: dict[tuple, Callable] = {}
 #: the keys of pieces that are not searched (:func:`unsearched`) -> why
 _UNSEARCHED: dict[tuple, str] = {}
@@ -396,23 +396,6 @@ def torch_form(bp: BuiltPiece, opts: FrontendOptions, device: str, xs: list[torc
             gm = compile_graph(gm, list(xs[:len(bp.inputs)]))
         _TORCH_FORMS[k] = gm
     return _TORCH_FORMS[k]
-
-
-def prepare_torch_forms(pieces: list[BuiltPiece], opts: FrontendOptions, device: str) -> None:
-    """Compile now the torch forms the never-slower rule will time each searched piece
-    against (:func:`torch_form`). Why before the searches: the backend then compiles the
-    graph's plain form with Inductor in a thread beside them, and Inductor compiles one graph
-    at a time in a process (``inductor.compile_graph``) — a piece's torch form compiled after
-    its search would wait for that whole compile. Nothing is compiled where nothing will be
-    timed (no GPU and no ``timer``, or ``never_slower`` off) or for a piece not searched."""
-    if not opts.inductor or not opts.never_slower or (opts.timer is None and device != "cuda"):
-        return
-    for bp in {(bp.name, bp.layout_key): bp for bp in pieces}.values():
-        if unsearched(bp, opts) is None:
-            try:
-                torch_form(bp, opts, device)
-            except Exception:  # noqa: BLE001 - compiled again, and its failure said, when timed
-                pass
 
 
 def _seconds(times: Any, form: str) -> float:

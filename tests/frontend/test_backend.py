@@ -213,46 +213,6 @@ def test_shared_kernel_analysis_compiles_each_kernel_and_argument_kind_once(monk
     assert len(calls) == 7                                                 # nothing shared outside it
 
 
-def test_shared_kernel_analysis_holds_while_any_thread_is_inside(monkeypatch):
-    """Two threads in the block (the backend compiles a graph's plain form in a thread beside
-    its pieces'): torch's function stays wrapped until the last leaves, and each thread shares
-    only within its own block."""
-    import threading
-
-    from torch._higher_order_ops import triton_kernel_wrap as wrap
-
-    from mugraph.frontend.inductor import shared_kernel_analysis
-
-    calls = []
-
-    def compile_ir(kernel, kwargs, tma):
-        calls.append(threading.current_thread().name)
-        return "ir", sorted(kwargs)
-
-    monkeypatch.setattr(wrap, "generate_ttir", compile_ir)
-    k, x = object(), torch.empty(3)
-    inside, leave = threading.Event(), threading.Event()
-
-    def other():
-        with shared_kernel_analysis():
-            wrap.generate_ttir(k, {"x": x}, {})
-            inside.set()
-            leave.wait(10)
-            wrap.generate_ttir(k, {"x": x}, {})
-
-    t = threading.Thread(target=other, name="other")
-    with shared_kernel_analysis():
-        t.start()
-        inside.wait(10)
-        wrap.generate_ttir(k, {"x": x}, {})   # its own memo: compiled once here too
-        wrap.generate_ttir(k, {"x": x}, {})
-    assert wrap.generate_ttir is not compile_ir  # the other thread is still inside
-    leave.set()
-    t.join(10)
-    assert wrap.generate_ttir is compile_ir
-    assert sorted(calls) == ["MainThread", "other"]
-
-
 def _copy_kernel(x_ptr, y_ptr):
     pass
 

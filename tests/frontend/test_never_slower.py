@@ -331,69 +331,11 @@ def test_the_compile_says_where_its_seconds_went(piece_cache, mugraph_log, induc
     assert {"capture_s", "pieces_s", "graph_rule_s", "total_s", "inductor_with_pieces_s",
             "inductor_without_s"} <= set(t) and all(v >= 0 for v in t.values())
     assert t["capture_s"] + t["pieces_s"] + t["graph_rule_s"] <= t["total_s"] + 1e-6
-    waited = t.get("inductor_without_waited_s", t["inductor_without_s"])  # beside the searches when cold
-    assert t["inductor_with_pieces_s"] + waited <= t["graph_rule_s"] + 1e-6
+    assert t["inductor_with_pieces_s"] + t["inductor_without_s"] <= t["graph_rule_s"] + 1e-6
     searched, new = cap.search_seconds()
     assert new in (0, 1) and searched <= t["pieces_s"] + 1e-6  # two identical pieces: one search
     said = [m for m in mugraph_log.messages if m.startswith("mugraph: graph compiled in")]
     assert len(said) == 1 and "capture" in said[0] and "Inductor" in said[0] and "whole-graph timing" in said[0]
-
-
-def test_a_cold_compile_makes_the_plain_graph_beside_the_searches(piece_cache, mugraph_log, monkeypatch):
-    """When any search is new, the graph without its pieces compiles in a thread of its own
-    while the pieces are searched (the whole-graph rule then waits only for what is left of
-    it), in the caller's grad mode and at a lower priority; a warm compile makes it in turn, only if the rule needs it."""
-    import threading
-
-    from mugraph.frontend import backend
-
-    import os
-
-    threads, grad, nice = [], [], []
-    real = backend.BackgroundCompile.__init__
-
-    def spy(self, gm, args):
-        threads.append(threading.current_thread().name)
-        real(self, gm, args)
-
-    monkeypatch.setattr(backend.BackgroundCompile, "__init__", spy)
-    _forget_memo()  # the piece's torch form compiled by an earlier test
-    original = backend.compile_graph
-    import mugraph.frontend.inductor as inductor_module
-    import mugraph.frontend.run as run_module
-
-    def seen(gm, args):
-        grad.append((threading.current_thread().name, torch.is_grad_enabled()))
-        nice.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
-        return original(gm, args)
-
-    monkeypatch.setattr(inductor_module, "compile_graph", seen)
-    monkeypatch.setattr(backend, "compile_graph", seen)
-    monkeypatch.setattr(run_module, "compile_graph", seen)
-    from lower.profile import _BEFORE_TIMING as waits  # (lower.profile is also a function's name)
-
-    gated = []
-
-    class GateTimer(FixedTimer):  # GPU timings wait for the plain compile while the pieces are timed
-        def __call__(self, piece, launches):
-            gated.append(len(waits))
-            return super().__call__(piece, launches)
-
-    timer = GateTimer(mugraph_s=1e-6, torch_s=3e-6, graph_s=(5e-6, 4e-6))
-    x = torch.randn(4, 8, generator=g)
-    y, cap = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=True, time_limit=3.5)
-    assert gated == [1, 0] and waits == []  # the piece's timing, then the graph's
-    close(y, two_blocks(x))
-    assert len(threads) == 1 and cap.whole["runs"] == "torch"  # the plain form ran: it was compiled
-    assert grad[0] == ("MainThread", False)                     # the piece's torch form first, then
-    assert ("mugraph-inductor", False) in grad                  # the plain graph in its thread, without gradients,
-    assert nice[grad.index(("mugraph-inductor", False))] >= inductor_module.BACKGROUND_NICE  # yielding the cores
-    assert "inductor_without_waited_s" in cap.timings
-    said = [m for m in mugraph_log.messages if m.startswith("mugraph: graph compiled in")]
-    assert "beside the searches" in said[-1]
-    threads.clear()
-    _, again = compiled_pieces(two_blocks, x, piece_cache, timer=timer, inductor=True, time_limit=3.5)
-    assert threads == [] and "inductor_without_waited_s" not in again.timings
 
 
 def test_a_piece_left_to_torch_is_announced_once_per_search(piece_cache, mugraph_log):
