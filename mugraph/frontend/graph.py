@@ -11,7 +11,7 @@ import torch
 import torch.fx as fx
 
 from .capture import NodeInfo, probe, trace, unfold_column_slices
-from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, FrontendOptions, GraphClock, search_weight
+from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, FrontendOptions, GraphClock, search_weight
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
 
@@ -33,6 +33,11 @@ class SearchPlan:
     def new_search_s(self) -> float:
         """Seconds the new searches ask for in all (0: a warm compile)."""
         return sum(self.nominal_s)
+
+    def least_search_s(self) -> float:
+        """Seconds the new searches take whatever the clock does: their time limits (the graph
+        clock cuts checks and tuning, never a search)."""
+        return sum(self.shares[k].time_limit for k, i in self.position.items() if self.nominal_s[i] > 0)
 
 
 class Captured:
@@ -163,6 +168,11 @@ class Captured:
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
         plan = plan or self.plan(opts, dev)
+        least = plan.least_search_s()
+        if opts.graph_budget is not None and least > opts.graph_budget:
+            log.warning("mugraph: graph_budget=%g s is less than the %.0f s the %d new searches take at their "
+                        "least (a search is never cut; each has at least %g s): the compile will run past it",
+                        opts.graph_budget, least, sum(n > 0 for n in plan.nominal_s), MIN_PIECE_S)
         clock = GraphClock(opts.graph_budget, plan.nominal_s)
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other

@@ -124,6 +124,31 @@ def test_a_piece_the_search_cannot_match_is_not_searched(monkeypatch, caplog):
     run.forget()
 
 
+def test_a_budget_below_the_searches_least_time_is_said_at_the_start(monkeypatch, caplog):
+    """Each new search takes at least its time limit (never cut; at least ``MIN_PIECE_S``):
+    a ``graph_budget`` below their sum cannot hold, and one warning says so before they
+    start, not only the overrun after."""
+    import logging
+
+    def f(x, w, y):
+        return torch.exp(x @ w) * 2, torch.exp(y * 3) + 1
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                     torch.randn(4, 8, generator=g))
+    monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: None)
+    monkeypatch.setattr(run, "_is_cached", lambda *a: False)
+    run.forget()
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        cap.compile(time_limit=30, graph_budget=3, device="cpu")   # two searches of at least 2 s each
+    said = [m for m in caplog.messages if "graph_budget=3" in m and "least" in m]
+    assert len(said) == 1 and "2 new searches" in said[0], caplog.messages
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="mugraph"):
+        cap.compile(time_limit=30, graph_budget=20, device="cpu")  # 10 s and 2 s fit in 20
+    assert not [m for m in caplog.messages if "least" in m]
+
+
 def test_a_small_piece_gets_the_least_share(monkeypatch):
     """A piece that moves less than ``SMALL_PIECE_BYTES`` is bound by its launches: weight 0,
     the least share, the budget to the pieces that move data; a graph of small pieces only
