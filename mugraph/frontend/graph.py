@@ -158,16 +158,15 @@ class Captured:
                           [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
-                plan: "SearchPlan | None" = None, **kw: Any) -> fx.GraphModule:
+                **kw: Any) -> fx.GraphModule:
         """Superoptimize every piece and stitch its kernels in; the rest runs as torch
-        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor).
-        ``plan``: :meth:`plan`'s answer for the same options and device, when the caller has it."""
+        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor)."""
         from .run import device_of, optimize_piece
 
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
-        plan = plan or self.plan(opts, dev)
+        plan = self.plan(opts, dev)
         least = plan.least_search_s()
         if opts.graph_budget is not None and least > opts.graph_budget:
             log.warning("mugraph: graph_budget=%g s is less than the %.0f s the %d new searches take at their "

@@ -53,10 +53,6 @@ _INFO: dict[tuple, dict] = {}
 #: verdict (:func:`_judge`). Why: a piece is timed once per process, kernels and timer, not
 #: once per identical layer; the timer is part of the key (held, so never confused with another)
 _VERDICTS: dict[tuple, dict] = {}
-#: (piece name, layout key, device, Inductor or not) -> the piece's torch ops as the
-#: never-slower rule times them (:func:`torch_form`). Why: one compile per process and piece, not
-#: one per options key (pieces of one program under other search options time the same torch ops)
-_TORCH_FORMS: dict[tuple, Callable] = {}
 #: the keys of pieces that are not searched (:func:`unsearched`) -> why
 _UNSEARCHED: dict[tuple, str] = {}
 #: the keys of ``_DONE`` whose lowering failed -> why (for ``bp.info`` of later captures)
@@ -85,7 +81,7 @@ def forget() -> None:
     """Forget this process's tables of searched, compiled, timed and unsearched pieces, so the
     next compile finds its pieces as a fresh process would: in the caches on disk (a
     benchmark's warm start, a test's second compile)."""
-    for table in (_INFO, _DONE, _VERDICTS, _LOWER_FAILED, _UNSEARCHED, _TORCH_FORMS):
+    for table in (_INFO, _DONE, _VERDICTS, _LOWER_FAILED, _UNSEARCHED):
         table.clear()
 
 
@@ -254,7 +250,7 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
     that fails keeps the piece torch code too (never slower, never broken)."""
     try:
         xs = example_inputs(bp, device, opts.seed)
-        torch_fn = torch_form(bp, opts, device, xs)
+        torch_fn = _torch_form(bp, xs[:len(bp.inputs)], opts.inductor)
         launches = {"mugraph": lambda: op(xs), "torch": lambda: torch_fn(*xs[:len(bp.inputs)])}
         with torch.no_grad():
             times = timer(bp, launches)
@@ -384,18 +380,11 @@ def _copies(args: tuple, written: frozenset[int]) -> tuple:
     return tuple(a.clone() if i in written and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
 
 
-def torch_form(bp: BuiltPiece, opts: FrontendOptions, device: str, xs: list[torch.Tensor] | None = None) -> Callable:
-    """The piece's torch ops as they would run in the model — compiled by Inductor (when the
-    backend uses it), else eagerly — for inputs like ``xs`` (default: its example inputs);
-    made once per process and piece (``_TORCH_FORMS``)."""
-    k = (bp.name, bp.layout_key, device, opts.inductor)
-    if k not in _TORCH_FORMS:
-        gm = torch_module(bp)
-        if opts.inductor:
-            xs = xs if xs is not None else example_inputs(bp, device, opts.seed)
-            gm = compile_graph(gm, list(xs[:len(bp.inputs)]))
-        _TORCH_FORMS[k] = gm
-    return _TORCH_FORMS[k]
+def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
+    """The piece's torch ops as they would run in the model: compiled by Inductor (when the
+    backend uses it), else eagerly."""
+    gm = torch_module(bp)
+    return compile_graph(gm, xs) if inductor else gm
 
 
 def _seconds(times: Any, form: str) -> float:
