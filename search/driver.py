@@ -45,7 +45,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from mugraph.core.ir import KernelGraph, Program
 from mugraph.core.progress import Progress
@@ -56,7 +56,7 @@ from .candidates import collect_matches
 from .config import SearchConfig
 from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
-from .records import Found, Match
+from .records import Found, Match, Proposal
 from .run_state import GRACE, Outer, RunState
 from .verification import after_warm_up, settle_warm_up, split_and_verify, start_warm_up, verify_after_interrupt
 
@@ -119,7 +119,8 @@ class SearchResult:
 
 
 def run(program: Program, config: Optional[SearchConfig] = None,
-        estimate: Optional[Callable[[KernelGraph], float]] = None) -> SearchResult:
+        estimate: Optional[Callable[[KernelGraph], float]] = None,
+        seeds: Sequence[KernelGraph] = ()) -> SearchResult:
     """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs.
 
     Returns within ``config.time_limit`` (default 300 s) plus a few seconds, earlier when
@@ -129,12 +130,18 @@ def run(program: Program, config: Optional[SearchConfig] = None,
     ``estimate(graph) -> seconds`` (optional): a finer price than the search's own
     :func:`~search.enumerate.cost_key` — the pipeline passes the lowering's cost model at
     its best predicted configs. It ranks the split-loop variants' shortlist
-    (:func:`search.derive.splits`); the search itself never needs it."""
-    return _search(program, config or SearchConfig(), estimate, outer=None)
+    (:func:`search.derive.splits`); the search itself never needs it.
+
+    ``seeds``: candidate μGraphs found elsewhere — the pipeline passes the cached winners of
+    the same program at other sizes carried to these (:mod:`search.transfer`). Each is a
+    proposal like the split and tile variants (origin ``"transfer"``): verified against
+    ``program`` from scratch, ranked by its cost with the matches, and a source of split and
+    tile variants; none is trusted. The enumeration runs as without them."""
+    return _search(program, config or SearchConfig(), estimate, outer=None, seeds=seeds)
 
 
 def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[KernelGraph], float]],
-            outer: Optional[Outer]) -> SearchResult:
+            outer: Optional[Outer], seeds: Sequence[KernelGraph] = ()) -> SearchResult:
     """One search, whole or a piece of one (``outer``: the search it serves): its phases
     in order over one :class:`RunState`. On Ctrl-C (a whole search only: a piece's is its
     outer search's) the workers are stopped, the checkpoint saved, and the cheapest
@@ -146,6 +153,8 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
         with _shared_draws(state):
             try:
                 prepare(state, _piece_search(state))
+                state.derived += [Proposal(g, "transfer") for g in seeds]
+                state.dstats["transfer_seeds"] = len(seeds)
                 start_warm_up(state)
                 enumerate_units(state)
                 matches = collect_matches(state)

@@ -232,7 +232,7 @@ def order(matches: list[Match]) -> list[Match]:
     for m in sorted(matches, key=lambda m: m.key):
         lanes.setdefault((m.kernels, m.signature, m.origin), []).append(m)
     for (_, _, origin), q in lanes.items():
-        if origin in ("split-loop", "retile"):
+        if origin in ("split-loop", "retile", "transfer"):
             q.sort(key=lambda m: m.task)  # a derived proposal's task is its rank among the proposals
     cheapest = {lane: min(m.cost[1] for m in q) for lane, q in lanes.items()}
     best: dict[int, float] = {}

@@ -134,11 +134,72 @@ def cached(path: Path, program: KernelGraph, key_doc: dict, *, quiet: bool = Fal
 
 def store(path: Path, result: Optimized, key_doc: dict) -> None:
     """Write the entry atomically (unique temporary name, then rename): concurrent
-    writers of one key each write a whole file and the last rename wins. A cache that
-    cannot be written costs a warning, never the result."""
+    writers of one key each write a whole file and the last rename wins; then name it in
+    its program's structure index (:func:`relatives`). A cache that cannot be written costs
+    a warning, never the result."""
     doc = {**result.to_json(), "cache_key": key_doc}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(doc, indent=1), "cache")
+        _index(path.parent, result.program, path.name)
     except (OSError, SerializationError) as e:
         log.warning("mugraph cache: not saved in %s: %s", path.parent, str(e).splitlines()[0][:200])
+
+
+#: the folder under the cache root that lists, per program structure (:func:`search.transfer.structure_key`),
+#: the entries of programs of that structure at any sizes
+STRUCTURES = "structures"
+#: the most entries one structure's index names (the most recent kept)
+MAX_RELATIVES = 16
+
+
+def _index(root: Path, program: KernelGraph, name: str) -> None:
+    """Add entry ``name`` to the index of ``program``'s structure (atomically; two writers
+    at once may lose one name, which costs a later search a seed, nothing else)."""
+    from search.transfer import structure_key
+
+    path = root / STRUCTURES / f"{structure_key(program)}.json"
+    names = _names(path)
+    names = [n for n in names if n != name][-(MAX_RELATIVES - 1):] + [name]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, json.dumps(names), "cache index")
+
+
+def _names(path: Path) -> list[str]:
+    try:
+        names = read_json(path, "cache index") if path.exists() else []
+    except MugraphError:
+        return []
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+
+
+def relatives(root: Path, program: KernelGraph, key_doc: dict) -> list[KernelGraph]:
+    """The best μGraphs cached for programs of ``program``'s structure at other sizes, under
+    the same configuration (its input strides aside, which follow the sizes), seed, device
+    and versions — newest first; programs whose best was the program itself are left out.
+    What :func:`search.transfer.transfer` carries to ``program``'s sizes as seeds of its
+    search. An entry that cannot be read is skipped."""
+    from search.transfer import structure_key
+
+    def same(stored: object) -> bool:
+        if not isinstance(stored, dict) or not isinstance(stored.get("config"), dict):
+            return False
+        mine = {k: v for k, v in key_doc["config"].items() if k != "input_strides"}
+        theirs = {k: v for k, v in stored["config"].items() if k != "input_strides"}
+        return mine == theirs and all(stored.get(k) == key_doc[k] for k in ("seed", "device", "versions")) \
+            and stored.get("program") != key_doc["program"]
+
+    out = []
+    for name in reversed(_names(root / STRUCTURES / f"{structure_key(program)}.json")):
+        entry = root / name
+        if entry.parent != root or not name.endswith(".mug.json"):  # an index names entries of its root only
+            continue
+        try:
+            doc = read_json(entry, "cache") if entry.exists() else None
+            if isinstance(doc, dict) and same(doc.get("cache_key")):
+                best = Optimized.from_json(doc).best
+                if best.origin != "program":
+                    out.append(best.graph)
+        except MugraphError:
+            continue
+    return out

@@ -38,7 +38,7 @@ from ..core.ir import DTYPES, KernelGraph, Program, short
 from ..core.lax import check_lax
 from ..core.limits import MAX_EVAL_ELEMENTS
 from ..core.serialize import graph_from_json, graph_to_json
-from .cache import cache_doc, cache_key, cache_path, cached, default_cache_dir, key_of, store, versions
+from .cache import cache_doc, cache_key, cache_path, cached, default_cache_dir, key_of, relatives, store, versions
 from .results import Candidate, Optimized, load_result
 from .timing import TOTAL_TUNE_S, device_name, predict_tuned, time_on_gpu
 
@@ -289,8 +289,9 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         if hit is not None:
             return hit
     ckpt_dir = None if path is None else path.parent / "checkpoints"
+    seeds = [] if path is None else _transferred(path.parent, program, key_doc)
     try:
-        result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir, stop_by)
+        result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir, stop_by, seeds)
     except KeyboardInterrupt:  # before the search started, or while it was setting up
         raise Interrupted(f"superoptimize: interrupted before any μGraph of {program.name!r} was verified") from None
     if path is not None and not result.report.get("interrupted"):
@@ -309,17 +310,18 @@ def _lowered_estimate(graph) -> float:
     (``search.derive.splits``), the price this pipeline ranks the verified ones by too."""
     return predict_tuned(graph).predicted_s
 
-def _search(program: Program, scfg, own_checkpoint: bool):
-    """``search.run``; a default checkpoint that cannot be read is replaced (with a warning):
-    it is the cache's own file, and the search can only start over."""
+def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph]):
+    """``search.run`` (``seeds``: :func:`_transferred`); a default checkpoint that cannot be
+    read is replaced (with a warning): it is the cache's own file, and the search can only
+    start over."""
     try:
-        return search.run(program, scfg, estimate=_lowered_estimate)
+        return search.run(program, scfg, estimate=_lowered_estimate, seeds=seeds)
     except search.CheckpointError as e:
         if not own_checkpoint:
             raise
         log.warning("mugraph checkpoint: %s: starting the search over", str(e)[:300])
         Path(scfg.checkpoint).unlink(missing_ok=True)
-        return search.run(program, scfg, estimate=_lowered_estimate)
+        return search.run(program, scfg, estimate=_lowered_estimate, seeds=seeds)
 
 #: why a searched candidate was not float-checked: the call's time ran out first (it is still
 #: listed as set aside when it is unproven)
@@ -409,8 +411,30 @@ def _tune_s(cfg: OptimizeConfig, device: str) -> float:
     return (TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)) if device == "cuda" else 0.0
 
 
+def _transferred(root: Path, program: Program, key_doc: dict) -> list[KernelGraph]:
+    """The cached winners of ``program``'s structure at other sizes, carried to its sizes
+    (:func:`cache.relatives`, :func:`search.transfer.transfer`): seeds of its search, which
+    verifies each from scratch. Why: a decode step over 2k and over 8k cached keys, a prompt
+    of 2k and of 8k tokens, are one program at two sizes, and the larger one's search can
+    take far longer to reach what the smaller one found (an 8k prompt's attention matched
+    nothing in 60 s where its 2k form matched at 34 s)."""
+    from search.transfer import transfer
+
+    out = []
+    for g in relatives(root, program, key_doc)[:MAX_SEEDS]:
+        h = transfer(g, program)
+        if h is not None:
+            out.append(h)
+    return out
+
+
+#: the most cached relatives a search is seeded with
+MAX_SEEDS = 4
+
+
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
-                  checkpoint_dir: Path | None = None, stop_by: float | None = None) -> Optimized:
+                  checkpoint_dir: Path | None = None, stop_by: float | None = None,
+                  seeds: list[KernelGraph] | None = None) -> Optimized:
     scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
                                   "verify_error": cfg.error})
     phases = Phases(_budget(cfg, device, scfg, stop_by))
@@ -418,7 +442,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
     with phases.phase("search"):
-        found = _search(program, scfg, own_checkpoint)
+        found = _search(program, scfg, own_checkpoint, seeds or [])
     interrupted = found.interrupted
     t_search = phases.seconds["search"]
     # the search verified each graph against this program with the same error and seed;

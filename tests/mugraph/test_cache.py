@@ -33,7 +33,7 @@ def runs(monkeypatch):
     """Stub pipeline: the program itself is the answer; records each program it ran."""
     seen = []
 
-    def fake(program, cfg, device, progress, seed, checkpoint_dir=None, stop_by=None):
+    def fake(program, cfg, device, progress, seed, checkpoint_dir=None, stop_by=None, seeds=None):
         seen.append(program.name)
         c = opt_mod.Candidate(program, "program")
         return opt_mod.Optimized(program, c, [c], {"device": "cpu", "why": "stub", "error_bound": None}, device)
@@ -58,8 +58,8 @@ def test_hit_after_miss(tmp_path, runs):
 def test_program_names_cannot_leave_the_cache_folder(tmp_path, runs, name):
     cache = tmp_path / "cache"
     _opt(_prog(name), cache)
-    written = [p for p in tmp_path.rglob("*") if p.is_file()]
-    assert len(written) == 1 and written[0].parent == cache, written
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.parent.name != "structures"]
+    assert len(written) == 1 and written[0].parent == cache, written  # and its structure index
     assert not written[0].name.startswith(".") and "/" not in written[0].name and "\\" not in written[0].name
 
 
@@ -120,7 +120,8 @@ def test_unwritable_cache_costs_a_warning_not_the_result(tmp_path, runs, caplog)
 def test_no_temporary_files_left(tmp_path, runs):
     for s in range(3):
         _opt(_prog(scale=s + 2), tmp_path)
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".json"] * 3
+    assert sorted(p.suffix for p in tmp_path.iterdir() if p.is_file()) == [".json"] * 3
+    assert all(p.suffix == ".json" for p in (tmp_path / "structures").iterdir())  # the structure indexes too
 
 
 _WORKER = """
@@ -150,7 +151,8 @@ def test_four_processes_share_one_cache_folder(tmp_path):
     # completed searches delete their default checkpoint: only the folder may remain
     leftover = list((cache / "checkpoints").glob("*")) if (cache / "checkpoints").exists() else []
     assert not leftover, leftover
-    files = [f for f in cache.iterdir() if f.name != "checkpoints"]
+    files = [f for f in cache.iterdir() if f.name not in ("checkpoints", "structures")]
+    assert len(list((cache / "structures").iterdir())) == 1  # one structure, its index written whole
     assert len(files) == 1 and files[0].name.startswith("tiny-") and files[0].name.endswith(".mug.json"), files
     assert isinstance(mg.load(files[0]), mg.Optimized)
 

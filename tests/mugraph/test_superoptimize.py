@@ -187,7 +187,7 @@ def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
 
     seen = {}
 
-    def spy(program, cfg, estimate=None):
+    def spy(program, cfg, estimate=None, seeds=()):
         seen["estimate"] = estimate
         raise KeyboardInterrupt  # stop before any search: nothing was verified
 

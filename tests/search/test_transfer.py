@@ -1,0 +1,109 @@
+"""A μGraph found for a program carried to the same program at other sizes (search.transfer):
+the kernels' grids and loops scaled so each tile keeps its shape, the result verified
+against the new program from scratch — by the verifier here, by the driver as a seed, and
+found in the result cache by ``superoptimize`` for a program of the same structure."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import mugraph as mg
+import verify
+from mugraph.core.benchmarks.programs import decode_attention
+from mugraph.core.serialize import graph_from_json
+from mugraph.pipeline import optimize as opt_mod
+from search import driver
+from search.config import SearchConfig
+from search.transfer import structure_key, transfer
+
+#: a μGraph the search found and proved for ``_decode(256)`` (one worker, 16 KB of shared
+#: memory: one block per KV head, 2 loop steps of 128 keys), kept so these tests do not search
+FOUND = Path(__file__).parent / "data" / "decode_online_kv256.json"
+
+
+def _decode(kv: int, safe: bool = True):
+    return decode_attention(b=1, heads=8, kv_heads=2, kv=kv, head_dim=32, safe=safe, dtype="float16")
+
+
+def _found():
+    return graph_from_json(json.loads(FOUND.read_text()))
+
+
+def _kernels(g):
+    return [(op.attrs["block"].grid, op.attrs["block"].forloop) for op in g.ops if op.kind == "graph_defined"]
+
+
+def test_the_structure_key_ignores_sizes_only():
+    assert structure_key(_decode(256)) == structure_key(_decode(8192))
+    assert structure_key(_decode(256)) != structure_key(_decode(256, safe=False))  # another program
+    p, q = mg.Program("a"), mg.Program("b")
+    p.output(mg.exp(p.input("x", (4, 8), "float32")))
+    q.output(mg.exp(q.input("x", (4, 8, 2), "float32")))  # another rank
+    assert structure_key(p) != structure_key(q)
+
+
+@pytest.mark.parametrize("kv", [1024, 4096])
+def test_a_found_online_attention_carries_to_more_keys_and_is_proven_there(kv):
+    g = _found()
+    assert verify.equivalent(_decode(256), g, seed=1).bound_met
+    h = transfer(g, _decode(kv))
+    assert h is not None
+    assert _kernels(g) == [((2, 1, 1), 2)] and _kernels(h) == [((2, 1, 1), kv // 128)]  # 128-key tiles, more steps
+    v = verify.equivalent(_decode(kv), h, seed=2)
+    assert v.equivalent and v.bound_met, v
+
+
+def test_what_cannot_carry_is_refused():
+    g = _found()
+    assert transfer(g, _decode(256)) is None   # the same sizes: nothing to carry
+    assert transfer(g, _decode(384)) is None   # 1.5 times the keys: no whole number of loop steps
+    other = mg.Program("other")
+    other.output(mg.exp(other.input("x", (4, 8), "float16")))
+    assert transfer(g, other) is None          # other inputs
+
+
+def test_a_near_miss_carried_over_is_rejected_by_the_verifier():
+    """Carrying proves nothing: the verifier decides. The found graph carried to 1,024 keys
+    and checked against a program of the same inputs that leaves out the softmax's
+    normalization fails."""
+    g = transfer(_found(), _decode(1024))
+    p = mg.Program("sum_not_softmax")
+    q, k, v = p.input("Q", (2, 4, 32), "float16"), p.input("K", (2, 32, 1024), "float16"), \
+        p.input("V", (2, 1024, 32), "float16")
+    s = mg.scale(q @ k, 1 / 32 ** 0.5)
+    p.output(mg.exp(s) @ v)  # no normalization: a near miss of the softmax-weighted sum
+    assert not verify.equivalent(p, g, seed=3).equivalent
+
+
+def test_the_driver_verifies_a_seed_and_ships_it():
+    cfg = SearchConfig(time_limit=6, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
+                       split_loops=False, max_results=1, verify_per_kernels=1)
+    r = driver.run(_decode(4096), cfg, seeds=[transfer(_found(), _decode(4096))])
+    assert r.stats["derived"]["transfer_seeds"] == 1
+    assert "transfer" in r.origins
+    i = r.origins.index("transfer")
+    assert r.verdicts[i]["equivalent"] and r.verdicts[i]["bound_met"]
+
+
+def test_superoptimize_seeds_its_search_with_a_cached_relative(tmp_path, monkeypatch):
+    """A cached winner of the same program at other sizes (same configuration, seed,
+    device, versions) is carried to the new sizes and handed to the search as a seed; a
+    winner that was the program itself, or one cached under another configuration, is not."""
+    seen = []
+
+    def pipeline(program, cfg, device, progress, seed, checkpoint_dir=None, stop_by=None, seeds=None):
+        """A stub: the 256-key program's winner is the found μGraph, every other's the program."""
+        seen.append((program.name, [_kernels(s) for s in seeds or []]))
+        keys = program.inputs[1].shape[-1]
+        best = opt_mod.Candidate(_found(), "search") if keys == 256 else opt_mod.Candidate(program, "program")
+        return opt_mod.Optimized(program, best, [best], {"device": "cpu", "why": "stub", "error_bound": None}, device)
+
+    monkeypatch.setattr(opt_mod, "_run_pipeline", pipeline)
+    mg.superoptimize(_decode(256), device="cpu", cache_dir=tmp_path, progress=False)
+    mg.superoptimize(_decode(1024), device="cpu", cache_dir=tmp_path, progress=False)
+    assert seen[0][1] == [] and seen[1][1] == [[((2, 1, 1), 8)]]
+    mg.superoptimize(_decode(2048), {"error": 2.0 ** -30}, device="cpu", cache_dir=tmp_path, progress=False)
+    assert seen[2][1] == []  # another configuration: no relative
+    mg.superoptimize(_decode(4096), device="cpu", cache_dir=tmp_path, progress=False)
+    assert seen[3][1] == [[((2, 1, 1), 32)]]  # the 1024 entry's best was the program: only 256's carries
