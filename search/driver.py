@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,7 @@ from typing import Any, Callable, Optional, Sequence
 
 from mugraph.core.ir import KernelGraph, Program
 from mugraph.core.progress import Progress
-from mugraph.core.serialize import graph_from_json
+from mugraph.core.serialize import graph_from_json, graph_to_json
 from verify import shared_draws
 
 from .candidates import collect_matches
@@ -58,7 +59,9 @@ from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match, Proposal
 from .run_state import GRACE, Outer, RunState
-from .verification import after_warm_up, settle_warm_up, split_and_verify, start_warm_up, verify_after_interrupt
+from .enumerate import cost_key
+from .verification import (after_warm_up, graph_key, settle_warm_up, split_and_verify, start_warm_up,
+                           verify_after_interrupt)
 
 __all__ = ["GRACE", "SearchResult", "run"]
 
@@ -153,8 +156,7 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
         with _shared_draws(state):
             try:
                 prepare(state, _piece_search(state))
-                state.derived += [Proposal(g, "transfer") for g in seeds]
-                state.dstats["transfer_seeds"] = len(seeds)
+                _verify_seeds(state, seeds)
                 start_warm_up(state)
                 enumerate_units(state)
                 matches = collect_matches(state)
@@ -174,6 +176,25 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
         state.save()
         if state.bar is not None:
             state.bar.close(counts=state.shown_counts())
+
+
+def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
+    """The seeds as proposals (origin ``"transfer"``), each verified here first, cheapest
+    first, while a verification fits in the time (``state.known_verdicts``: the verify phase
+    reads them there). Why before the enumeration: a seed is a μGraph proven at other sizes,
+    the likeliest winner, and at large sizes one verification costs seconds (a causal
+    prompt attention at 2,048 tokens on two cores: 9.6 s), which the verify phase's reserve,
+    after the enumeration and the split variants' fingerprints, did not leave it."""
+    state.dstats["transfer_seeds"] = len(seeds)
+    for g in sorted(seeds, key=cost_key):
+        gj = graph_to_json(g)
+        if state.verify_cost.fits():
+            t0 = time.monotonic()
+            v = state.checker.verdict(g)
+            state.verify_cost.seconds.append(time.monotonic() - t0)
+            state.known_verdicts[graph_key(gj)] = None if v is None else v.to_json()
+            state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + bool(v and v.equivalent)
+        state.derived.append(Proposal(g, "transfer"))
 
 
 def _piece_search(state: RunState) -> PieceSearch:

@@ -146,6 +146,9 @@ class RunState:
     #: graphs proposed outside the enumeration (pieces, split-loop), and their stats
     derived: list[Proposal] = field(default_factory=list)
     dstats: dict[str, Any] = field(default_factory=dict)
+    #: verdicts already computed, by the candidate's graph JSON (the seeds, verified before
+    #: the enumeration: ``driver._verify_seeds``); the verify phase does not compute them again
+    known_verdicts: dict[str, Any] = field(default_factory=dict)
     #: the thread preparing the program's side of the verification (GPU only)
     warming: Optional[threading.Thread] = None
     #: seconds the warm-up took (None: none ran, or it had not finished when the time ran out)

@@ -5,6 +5,7 @@ during the enumeration) or on the executor's workers."""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -130,7 +131,10 @@ def verify(state: RunState, matches: list[Match]) -> Verified:
         first, rest = one_per_shape(ranked, key=lambda m: kernel_shape(graph_from_json(m.graph)))
         return [Found(m.graph, m.origin) for m in first + rest], Counter()
     state.set_phase("verify")
-    return verify_best(order(matches), state.cfg, len(matches), verdict_source(state), seen=state.verdict_seen)
+    source = verdict_source(state)
+    if state.known_verdicts:
+        source = KnownVerdicts(source, state.known_verdicts)
+    return verify_best(order(matches), state.cfg, len(matches), source, seen=state.verdict_seen)
 
 
 def verify_after_interrupt(state: RunState, matches: list[Match]) -> Verified:
@@ -156,6 +160,25 @@ def verdict_source(state: RunState) -> "LocalVerdicts | ExecutorVerdicts":
 
 
 # --------------------------------------------------------- verdict sources
+def graph_key(graph_json: dict) -> str:
+    """A candidate's graph JSON as a key of verdicts already known."""
+    return json.dumps(graph_json, sort_keys=True)
+
+
+class KnownVerdicts:
+    """``source``'s verdicts, but those already computed (``known``: by :func:`graph_key`)
+    answered at once."""
+
+    def __init__(self, source: Any, known: dict[str, Any]) -> None:
+        self.source, self.known = source, known
+
+    def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
+        k = graph_key(order[pos].graph)
+        if k in self.known:
+            return self.known[k]
+        return self.source.get(order, pos, [q for q in ahead if graph_key(order[q].graph) not in self.known])
+
+
 class LocalVerdicts:
     """Verdicts computed in this process, one at a time, while the time limit lasts."""
 

@@ -68,22 +68,30 @@ def test_a_near_miss_carried_over_is_rejected_by_the_verifier():
     and checked against a program of the same inputs that leaves out the softmax's
     normalization fails."""
     g = transfer(_found(), _decode(1024))
+    assert not verify.equivalent(_sum_not_softmax(1024), g, seed=3).equivalent
+
+
+def _sum_not_softmax(kv: int):
     p = mg.Program("sum_not_softmax")
-    q, k, v = p.input("Q", (2, 4, 32), "float16"), p.input("K", (2, 32, 1024), "float16"), \
-        p.input("V", (2, 1024, 32), "float16")
-    s = mg.scale(q @ k, 1 / 32 ** 0.5)
-    p.output(mg.exp(s) @ v)  # no normalization: a near miss of the softmax-weighted sum
-    assert not verify.equivalent(p, g, seed=3).equivalent
+    q, k, v = p.input("Q", (2, 4, 32), "float16"), p.input("K", (2, 32, kv), "float16"), \
+        p.input("V", (2, kv, 32), "float16")
+    p.output(mg.exp(mg.scale(q @ k, 1 / 32 ** 0.5)) @ v)  # no normalization: a near miss of the softmax
+    return p
 
 
-def test_the_driver_verifies_a_seed_and_ships_it():
+def test_the_driver_verifies_a_seed_first_and_ships_it():
+    """A seed is verified before the enumeration (at large sizes one verification costs
+    seconds the verify phase's reserve may not leave) and ships like any proven candidate;
+    a seed that is not equivalent to the program is rejected and never ships."""
     cfg = SearchConfig(time_limit=6, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
                        split_loops=False, max_results=1, verify_per_kernels=1)
     r = driver.run(_decode(4096), cfg, seeds=[transfer(_found(), _decode(4096))])
-    assert r.stats["derived"]["transfer_seeds"] == 1
+    assert r.stats["derived"]["transfer_seeds"] == 1 and r.stats["derived"]["transfer_verified"] == 1
     assert "transfer" in r.origins
     i = r.origins.index("transfer")
     assert r.verdicts[i]["equivalent"] and r.verdicts[i]["bound_met"]
+    bad = driver.run(_sum_not_softmax(1024), cfg, seeds=[transfer(_found(), _decode(1024))])
+    assert bad.stats["derived"].get("transfer_verified", 0) == 0 and "transfer" not in bad.origins
 
 
 def test_superoptimize_seeds_its_search_with_a_cached_relative(tmp_path, monkeypatch):
