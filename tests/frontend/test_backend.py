@@ -331,3 +331,34 @@ def test_prestart_is_idempotent():
 
     prestart()
     prestart()  # a running fork server is left as it is
+
+
+def test_a_piece_at_new_sizes_is_seeded_with_its_cached_winner(tmp_path):
+    """The same decode attention over 128 and then 512 cached keys, one result cache: the
+    second compile's attention piece is another program (other sizes), and its search is
+    seeded with the first one's winner carried to 512 keys and verified there
+    (search.transfer) — through the backend, whose pieces' layouts differ with the sizes."""
+    import torch.nn.functional as F
+
+    from mugraph.frontend import run
+
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+    options = {"cache_dir": str(tmp_path), "time_limit": 8, "inductor": False,
+               "search": {"workers": 2, "smem_budget": 16384}}
+    derived = []
+    for n in (128, 512):
+        q, k, v = r(1, 4, 1, 32), r(1, 2, n, 32), r(1, 2, n, 32)
+        torch._dynamo.reset()
+        run.forget()
+        with torch.no_grad():
+            y = torch.compile(f, backend="mugraph", options=options)(q, k, v)
+        torch.testing.assert_close(y, f(q, k, v), atol=1e-5, rtol=1e-4)
+        (cap,) = _backend_results()[0].captured.values()
+        (bp,) = cap.pieces
+        assert bp.info.get("origin") == "search", bp.info
+        (info,) = [i for key, i in run._INFO.items() if key[0] == bp.name]
+        derived.append(info["optimized"].report["search"]["stats"]["derived"])
+    assert derived[0]["transfer_seeds"] == 0
+    assert derived[1]["transfer_seeds"] == 1 and derived[1]["transfer_verified"] == 1, derived[1]
