@@ -187,7 +187,6 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
     after the enumeration and the split variants' fingerprints, did not leave it."""
     state.dstats["transfer_seeds"] = len(seeds)
     for g in sorted(seeds, key=cost_key):
-        gj = graph_to_json(g)
         if state.verify_cost.fits():
             # not a sample of the verify phase's cost: the first verification here also
             # computes the program's side of every test, and a median of it can tell the
@@ -197,7 +196,7 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
             v = state.checker.verdict(g)
             state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0)
                                                       + time.monotonic() - t0, 3)
-            state.known_verdicts[graph_key(gj)] = None if v is None else v.to_json()
+            state.known_verdicts[graph_key(graph_to_json(g))] = None if v is None else v.to_json()
             state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + bool(v and v.equivalent)
         state.derived.append(Proposal(g, "transfer"))
 

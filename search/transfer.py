@@ -29,7 +29,12 @@ from .rewrite import _replay_block
 def structure_key(program: Program) -> str:
     """A hash of ``program`` with its sizes left out (its inputs' and reshapes' shapes by
     rank only, and its name): equal for the same program at other sizes."""
-    doc = graph_to_json(program)
+    return structure_key_of(graph_to_json(program))
+
+
+def structure_key_of(doc: dict) -> str:
+    """:func:`structure_key` of a program's JSON (``graph_to_json``), for a caller that has
+    it already (the result cache's key document holds it)."""
     ops = []
     for op in doc["ops"]:
         op = dict(op)

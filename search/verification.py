@@ -166,17 +166,21 @@ def graph_key(graph_json: dict) -> str:
 
 
 class KnownVerdicts:
-    """``source``'s verdicts, but those already computed (``known``: by :func:`graph_key`)
-    answered at once."""
+    """``source``'s verdicts, but those already computed (``known``: by :func:`graph_key`;
+    the seeds', so only candidates of origin ``"transfer"`` are looked up — a key is a JSON
+    dump of the whole graph, and the verify phase asks about thousands of matches) answered
+    at once."""
 
     def __init__(self, source: Any, known: dict[str, Any]) -> None:
         self.source, self.known = source, known
 
+    def _known(self, m: Match) -> bool:
+        return m.origin == "transfer" and graph_key(m.graph) in self.known
+
     def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
-        k = graph_key(order[pos].graph)
-        if k in self.known:
-            return self.known[k]
-        return self.source.get(order, pos, [q for q in ahead if graph_key(order[q].graph) not in self.known])
+        if self._known(order[pos]):
+            return self.known[graph_key(order[pos].graph)]
+        return self.source.get(order, pos, [q for q in ahead if not self._known(order[q])])
 
 
 class LocalVerdicts:

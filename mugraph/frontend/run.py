@@ -108,8 +108,7 @@ def new_search_s(bp: BuiltPiece, opts: FrontendOptions, device: str) -> float:
     time limit and, on a GPU, as many of tuning — or 0 when this process has searched it
     already, the result cache holds it or it is not searched (:func:`unsearched`;
     :class:`~.options.GraphClock` reserves these)."""
-    k = _key(bp, opts, device)
-    if k in _INFO or k in _UNSEARCHED or unsearched(bp, opts) or _is_cached(bp, opts, device):
+    if _key(bp, opts, device) in _INFO or unsearched(bp, opts) or _is_cached(bp, opts, device):
         return 0.0
     return opts.time_limit * (2 if device == "cuda" else 1)
 

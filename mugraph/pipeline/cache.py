@@ -141,7 +141,7 @@ def store(path: Path, result: Optimized, key_doc: dict) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(doc, indent=1), "cache")
-        _index(path.parent, result.program, path.name)
+        _index(path.parent, key_doc["program"], path.name)
     except (OSError, SerializationError) as e:
         log.warning("mugraph cache: not saved in %s: %s", path.parent, str(e).splitlines()[0][:200])
 
@@ -153,12 +153,18 @@ STRUCTURES = "structures"
 MAX_RELATIVES = 16
 
 
-def _index(root: Path, program: KernelGraph, name: str) -> None:
-    """Add entry ``name`` to the index of ``program``'s structure (atomically; two writers
-    at once may lose one name, which costs a later search a seed, nothing else)."""
-    from search.transfer import structure_key
+def _index_path(root: Path, program_doc: dict) -> Path:
+    """The index of the structure of the program whose JSON is ``program_doc``."""
+    from search.transfer import structure_key_of
 
-    path = root / STRUCTURES / f"{structure_key(program)}.json"
+    return root / STRUCTURES / f"{structure_key_of(program_doc)}.json"
+
+
+def _index(root: Path, program_doc: dict, name: str) -> None:
+    """Add entry ``name`` to the index of its program's structure (``program_doc``: the
+    program's JSON, from the entry's key document; atomically — two writers at once may lose
+    one name, which costs a later search a seed, nothing else)."""
+    path = _index_path(root, program_doc)
     names = _names(path)
     names = [n for n in names if n != name][-(MAX_RELATIVES - 1):] + [name]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -173,24 +179,26 @@ def _names(path: Path) -> list[str]:
     return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
-def relatives(root: Path, program: KernelGraph, key_doc: dict) -> list[KernelGraph]:
-    """The best μGraphs cached for programs of ``program``'s structure at other sizes, under
+def relatives(root: Path, key_doc: dict) -> list[KernelGraph]:
+    """The best μGraphs cached for programs of the structure of ``key_doc``'s program
+    (:func:`cache_doc`) at other sizes, under
     the same configuration (its input strides aside, which follow the sizes), seed, device
     and versions — newest first; programs whose best was the program itself are left out.
-    What :func:`search.transfer.transfer` carries to ``program``'s sizes as seeds of its
+    What :func:`search.transfer.transfer` carries to that program's sizes as seeds of its
     search. An entry that cannot be read is skipped."""
-    from search.transfer import structure_key
+    def sized_apart(config: dict) -> dict:
+        return {k: v for k, v in config.items() if k != "input_strides"}
+
+    mine = sized_apart(key_doc["config"])
 
     def same(stored: object) -> bool:
         if not isinstance(stored, dict) or not isinstance(stored.get("config"), dict):
             return False
-        mine = {k: v for k, v in key_doc["config"].items() if k != "input_strides"}
-        theirs = {k: v for k, v in stored["config"].items() if k != "input_strides"}
-        return mine == theirs and all(stored.get(k) == key_doc[k] for k in ("seed", "device", "versions")) \
-            and stored.get("program") != key_doc["program"]
+        return sized_apart(stored["config"]) == mine and stored.get("program") != key_doc["program"] \
+            and all(stored.get(k) == key_doc[k] for k in ("seed", "device", "versions"))
 
     out = []
-    for name in reversed(_names(root / STRUCTURES / f"{structure_key(program)}.json")):
+    for name in reversed(_names(_index_path(root, key_doc["program"]))):
         entry = root / name
         if entry.parent != root or not name.endswith(".mug.json"):  # an index names entries of its root only
             continue

@@ -421,7 +421,7 @@ def _transferred(root: Path, program: Program, key_doc: dict) -> list[KernelGrap
     from search.transfer import transfer
 
     out = []
-    for g in relatives(root, program, key_doc)[:MAX_SEEDS]:
+    for g in relatives(root, key_doc)[:MAX_SEEDS]:
         h = transfer(g, program)
         if h is not None:
             out.append(h)
