@@ -79,7 +79,8 @@ measured there at about 3.0 TB/s, docs/design.md §7.13); the model is meant to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from weakref import WeakKeyDictionary
 
 from mugraph.core.ir import DTYPES, KernelGraph, Op
 from mugraph.core.ops import Category, category, is_contraction
@@ -143,7 +144,37 @@ class Breakdown:
         return sum(c.total for c in self.launches)
 
 
+#: launch costs already priced, per frozen block: (op id, config, device, in L2, the kernel's bytes)
+#: -> its LaunchCosts, or the message of the KernelConfigError its plan raised. A candidate is
+#: priced by its check, its re-ranking plan, its tuning budget and its tuning, each over the
+#: same few hundred configurations of each kernel; the costs hold no reference to the block,
+#: so an entry goes with its block.
+_PRICED: WeakKeyDictionary = WeakKeyDictionary()
+
+
 def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = False) -> list[LaunchCost]:
+    """The launches of graph-defined ``op`` under ``cfg`` (:func:`_price_block`), priced once
+    per frozen block and arguments: what the price reads of the op (its id, the bytes and
+    fills of its inputs and outputs) is part of the key."""
+    bg = op.attrs["block"]
+    if not bg.frozen:
+        return _price_block(op, cfg, dev, in_l2)
+    memo = _PRICED.setdefault(bg, {})
+    key = (op.id, cfg, dev, in_l2, tuple((t.nbytes, t.fill is None) for t in op.inputs),
+           tuple(t.nbytes for t in op.outputs))
+    hit = memo.get(key)
+    if hit is None:
+        try:
+            hit = tuple(_price_block(op, cfg, dev, in_l2))
+        except KernelConfigError as e:
+            hit = str(e)
+        memo[key] = hit
+    if isinstance(hit, str):
+        raise KernelConfigError(hit)
+    return [replace(c) for c in hit]
+
+
+def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = False) -> list[LaunchCost]:
     bg = op.attrs["block"]
     # where the bytes come from: DRAM, or L2 when the whole graph fits in it (repeated calls, as
     # every timer but "cold" makes them, find it there): bandwidth, round trip, per-step latency

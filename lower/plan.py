@@ -42,7 +42,7 @@ from mugraph.core.ops import (CATALOG, adds_up, get_op, is_contraction, is_point
 from .config import COMBINES, KernelConfig, KernelConfigError
 from .schedule import BlockSchedule, schedule_block
 from .skipping import MaskedSteps, masked_steps
-from .tiles import TileInfo, analyze, sums_up
+from .tiles import TileInfo, analyze, shared, sums_up
 
 DEFER_SUM_REGS = 32
 """Most fp32 registers per thread an un-reduced sum accumulator may take
@@ -209,8 +209,13 @@ class KernelPlan:
 
 def plan(block: BlockGraph, cfg: KernelConfig | None = None) -> KernelPlan:
     """The plan of ``block`` under ``cfg`` (default :class:`KernelConfig`); a config the
-    block cannot take raises :class:`~lower.config.KernelConfigError`."""
+    block cannot take raises :class:`~lower.config.KernelConfigError`. Made once per block
+    and config within :func:`lower.tiles.shared_analyses` (a tuning's rankings and sweeps)."""
     cfg = cfg or KernelConfig()
+    return shared("plan", block, (cfg,), lambda: _plan(block, cfg))
+
+
+def _plan(block: BlockGraph, cfg: KernelConfig) -> KernelPlan:
     _check(block, cfg)
     sch = schedule_block(block)
     loop = frozenset(o.id for o in sch.loop)

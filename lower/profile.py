@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Callable
+from weakref import WeakKeyDictionary
 
 import torch
 
@@ -44,7 +45,7 @@ from .cost_model import H100, DeviceParams, estimate
 from .plan import KernelPlan, plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
-from .tiles import DOT_MIN, SMALL_MM, loop_chunks
+from .tiles import DOT_MIN, SMALL_MM, loop_chunks, shared_analyses
 from .tuning_order import ErrorModel, layout_steps
 
 
@@ -180,10 +181,26 @@ def first_round_warps(p: KernelPlan) -> int:
     return 8 if largest > FIRST_ROUND_REGS * 32 * 4 and MAX_WARPS >= 8 else 4
 
 
+#: first rounds already listed, per frozen block and small-matmul menu: a candidate's check, its
+#: re-ranking plan, its tuning budget and its tuning each list the same one (configs only: an
+#: entry goes with its block)
+_FIRST_ROUNDS: WeakKeyDictionary = WeakKeyDictionary()
+
+
 def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]:
     """The configs :func:`tune` ranks first for ``block``: every layout choice at 3 stages
     and 4 warps (8 where a loop tile would spill at 4: :func:`first_round_warps`), with each
     of its load-staging choices."""
+    if not block.frozen:
+        return _first_round(block, small_mm)
+    memo = _FIRST_ROUNDS.setdefault(block, {})
+    key = tuple(small_mm)
+    if key not in memo:
+        memo[key] = _first_round(block, small_mm)
+    return list(memo[key])
+
+
+def _first_round(block: BlockGraph, small_mm) -> list[KernelConfig]:
     out = []
     for s, sub, ch, comb, mm in layout_choices(block, small_mm=small_mm):
         c = KernelConfig(num_warps=4, num_stages=3, split=s, sub=sub, chunk=ch, combine=comb, small_mm=mm)
@@ -443,10 +460,11 @@ def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, s
     the best; a climb ends where no neighbour is faster). The GPU re-ranking sizes each
     candidate's tuning time by it (``mugraph.pipeline.timing``)."""
     out = {}
-    for op in graph.ops:
-        if op.kind == "graph_defined":
-            sp = _space(graph, op, {}, top, warps, stages, small_mm, device_params)
-            out[op.id] = len(sp.picked) + sp.climb + 2 * sp.sweep
+    with shared_analyses():
+        for op in graph.ops:
+            if op.kind == "graph_defined":
+                sp = _space(graph, op, {}, top, warps, stages, small_mm, device_params)
+                out[op.id] = len(sp.picked) + sp.climb + 2 * sp.sweep
     return out
 
 
@@ -711,7 +729,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     if budget_s is not None and gpu:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     # on the GPU, a configuration whose assembly runs minutes counts as not compiling
-    with bounded_compiles() if gpu else nullcontext():
+    with bounded_compiles() if gpu else nullcontext(), shared_analyses():
         for op in blocks:
             space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
             if not gpu:

@@ -26,13 +26,19 @@ function: each output element still depends on exactly the same inputs).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 from mugraph.core.ir import RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.core.unionfind import UnionFind
 
 from .config import SMALL_MM, KernelConfigError
+
+T = TypeVar("T")
 
 DOT_MIN = 16
 """Smallest extent ``tl.dot`` accepts on each of m, n, k."""
@@ -95,8 +101,61 @@ class TileInfo:
 
 
 
+#: while :func:`shared_analyses` is active: (what, block id, arguments) -> (the block, the result or
+#: the message of the KernelConfigError it raised)
+_SHARED: ContextVar[dict | None] = ContextVar("lower_tiles_shared_analyses", default=None)
+
+
+@contextmanager
+def shared_analyses() -> Iterator[None]:
+    """Within this context the tile analysis (:func:`analyze`) and the plan
+    (:func:`lower.plan.plan`) of a frozen block are made once per block and arguments. The
+    tuner and the cost model rank hundreds of configurations of one block, which share a few
+    (sub-tiles, chunk, small-matmul lowering) — the only arguments an analysis depends on —
+    and the same configurations come back in every sweep; making each anew was most of a
+    ranking's time (a one-kernel GEMV's 880 configurations: 0.8 s on a CPU). A block
+    attached to a kernel is frozen, so nothing made for it can go stale, and neither an
+    analysis nor a plan is changed after it is made, so those who share one cannot disturb
+    each other. The memo lives as long as the context, so it keeps no block alive after
+    it; nested contexts share the outermost one's."""
+    if _SHARED.get() is not None:
+        yield
+        return
+    token = _SHARED.set({})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def shared(what: str, block: BlockGraph, args: tuple, make: Callable[[], T]) -> T:
+    """``make()``, or what it returned (or raised, a KernelConfigError) for the same ``what``,
+    ``block`` and hashable ``args`` within :func:`shared_analyses`."""
+    memo = _SHARED.get()
+    if memo is None or not block.frozen:
+        return make()
+    key = (what, id(block), args)
+    hit = memo.get(key)
+    if hit is None:
+        try:
+            made: object = make()
+        except KernelConfigError as e:
+            made = KernelConfigError(str(e))
+        memo[key] = hit = (block, made)  # the block kept with it: its id is not reused while the memo lives
+    if isinstance(hit[1], KernelConfigError):
+        raise KernelConfigError(str(hit[1]))
+    return hit[1]
+
+
 def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,
             small_mm: str = "dot") -> TileInfo:
+    """:func:`_analyze`, made once per block and arguments within :func:`shared_analyses`."""
+    return shared("analysis", block, (loop, tuple(sorted((split or {}).items())), chunk, small_mm),
+                  lambda: _analyze(block, loop, split, chunk, small_mm))
+
+
+def _analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,
+             small_mm: str = "dot") -> TileInfo:
     """Group tile dims into classes, pad them, find parallel (splittable) classes.
 
     ``loop``: the ids of the loop body's ops (:func:`lower.schedule.schedule_block`;
