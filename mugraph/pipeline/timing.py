@@ -76,7 +76,7 @@ from lower.cost_model import H100
 from lower.profile import SECONDS_PER_CONFIG, ProfileResult, config_space, rechunks
 from lower.runtime import conform
 from search.derive import kernel_shape
-from verify.floatcheck import float_inputs
+from verify.floatcheck import normal_inputs
 
 from ..core.errors import MugraphError
 from ..core.interpreter import evaluate
@@ -302,18 +302,24 @@ def first_installment(timed: list[tuple["Candidate", float | None]], budget: flo
 CHECK_GROWTH = 64.0
 
 
-def _check_inputs(program: KernelGraph) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
-    """The inputs every timed configuration is checked on, and the program's float64 outputs
-    on them: normal draws of std 0.25, or the same draws made non-negative where those leave
-    every output finite and within :data:`CHECK_GROWTH` times the largest input while the
-    normal ones do not — a program whose denominator sums signed terms (a mask multiplying
-    exponentials) nearly cancels at a normal draw, and no fp16 candidate could match it
-    there (the float check falls back the same way, §4.10)."""
-    dtype = program.inputs[0].dtype
+def _check_inputs(program: KernelGraph, device: str = "cuda") -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+    """The inputs every timed configuration is checked on, on ``device`` in each input's
+    dtype, and the program's float64 outputs on them (on the CPU): normal draws of std 0.25
+    from ``device``'s generator (seed 0), or the same draws made non-negative where those
+    leave every output finite and within :data:`CHECK_GROWTH` times the largest input while
+    the normal ones do not — a program whose denominator sums signed terms (a mask
+    multiplying exponentials) nearly cancels at a normal draw, and no fp16 candidate could
+    match it there (the float check falls back the same way, §4.10). Drawn where they run:
+    a CPU draws a 4096 × 14336 weight in float64 in about a second, a GPU in a millisecond."""
     # a filled input (mugraph.core.fills) is made by the kernels: the interpreter makes it too
     filled = {t.name for t in program.inputs if t.fill is not None}
-    inputs = {k: v for k, v in float_inputs(program, dtype, 0.25, 0).items() if k not in filled}
-    ref = evaluate(program, inputs)
+    drawn = normal_inputs(program, 0.25, 0, device=device)
+    inputs = {t.name: drawn[t.name].to(getattr(torch, t.dtype)) for t in program.inputs if t.name not in filled}
+
+    def reference(xs: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        return evaluate(program, {k: v.to("cpu", torch.float64) for k, v in xs.items()})
+
+    ref = reference(inputs)
     largest = max((float(v.abs().max()) for v in inputs.values() if v.numel()), default=1.0)
 
     def tame(outs: list[torch.Tensor]) -> bool:
@@ -322,7 +328,7 @@ def _check_inputs(program: KernelGraph) -> tuple[dict[str, torch.Tensor], list[t
 
     if not tame(ref):
         pos = {k: v.abs() for k, v in inputs.items()}
-        ref_pos = evaluate(program, pos)
+        ref_pos = reference(pos)
         if tame(ref_pos):
             return pos, ref_pos
     return inputs, ref
@@ -354,8 +360,6 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
         # without a max subtraction overflows fp16 for inputs of std ≳ 0.5 — the program itself does)
         inputs, ref = _check_inputs(program)
         ref = [r.to("cuda") for r in ref]
-        inputs = {t.name: inputs[t.name].to(getattr(torch, t.dtype)).to("cuda") for t in program.inputs
-                  if t.name in inputs}
         for name, strides in (input_strides or {}).items():
             if name in inputs:  # a strided copy: the kernels are compiled to read this layout
                 inputs[name] = conform(inputs[name], strides)

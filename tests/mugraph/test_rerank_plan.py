@@ -355,3 +355,29 @@ def test_a_small_tuning_request_is_not_raised_to_ten_seconds():
     assert tuning_seconds(20.0, 25.0) == 25.0 - RETIME_RESERVE_S
     assert tuning_seconds(20.0, 3.0) == MIN_TUNE_S          # the program and the best are always timed
     assert tuning_seconds(2.0, 3.0) == 2.0 and tuning_seconds(2.0, 100.0) == 2.0
+
+
+def test_check_inputs_are_drawn_on_the_device_in_each_inputs_dtype():
+    """The re-ranking's check inputs: drawn by the device's generator, rounded to the
+    program's dtype, and the reference the program's float64 outputs on exactly those values."""
+    p = mg.Program("mm")
+    a, b = p.input("A", (4, 8), "float16"), p.input("B", (8, 3), "float16")
+    p.output(a @ b)
+    inputs, ref = timing._check_inputs(p, device="cpu")
+    assert {str(v.dtype) for v in inputs.values()} == {"torch.float16"}
+    want = inputs["A"].double() @ inputs["B"].double()
+    assert ref[0].dtype == want.dtype and bool((ref[0] == want).all())
+    again, _ = timing._check_inputs(p, device="cpu")
+    assert all(bool((again[k] == v).all()) for k, v in inputs.items())  # seed 0 each time
+    assert 0.15 < float(inputs["A"].float().std()) < 0.35
+
+
+def test_check_inputs_fall_back_to_non_negative_draws_where_normal_ones_cancel():
+    """x / Σx over rows of four signed draws nearly cancels in some of 4,096 rows; the same
+    draws made non-negative do not."""
+    p = mg.Program("ratio")
+    x = p.input("X", (4096, 4), "float32")
+    p.output(x / mg.sum(x, 1))
+    inputs, ref = timing._check_inputs(p, device="cpu")
+    assert bool((inputs["X"] >= 0).all())
+    assert all(bool(r.isfinite().all()) for r in ref)
