@@ -26,6 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
+from .ahead import start as start_ahead
 from .capture import trace
 from .graph import Captured
 from .inductor import compile_graph
@@ -33,6 +34,11 @@ from .options import FrontendOptions
 from .run import device_of, judge_graph
 
 log = logging.getLogger("mugraph")
+
+#: new searches of at least this many seconds (their limits) start the plain graph's compile
+#: in a child process beside them (``FrontendOptions.compile_ahead``); shorter ones would
+#: mostly wait for it
+AHEAD_MIN_SEARCH_S = 10.0
 
 
 def _signature(args: tuple) -> tuple:
@@ -110,20 +116,37 @@ class MugraphCompiled:
             cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
         cap.timings["capture_s"] = time.perf_counter() - t0
-        stitched = cap.compile(opts, device_of(args))
-        cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
-        slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
-        log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
-                 len(cap.info), len(cap.kept), len(cap.pieces),
-                 f" ({slower} left to torch as not faster: never-slower rule)" if slower else "", len(cap.library))
+        dev = device_of(args)
+        plan = cap.plan(opts, dev)
+        # the whole-graph rule's other side does not depend on the searches: compiled beside them
+        ahead = (start_ahead(self.gm, list(args)) if opts.inductor and opts.compile_ahead and dev == "cuda"
+                 and plan.new_search_s >= AHEAD_MIN_SEARCH_S else None)
+        try:
+            stitched = cap.compile(opts, dev, plan=plan)
+            cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
+            slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
+            log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",
+                     len(cap.info), len(cap.kept), len(cap.pieces),
+                     f" ({slower} left to torch as not faster: never-slower rule)" if slower else "",
+                     len(cap.library))
 
-        t1 = time.perf_counter()
-        fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
-                                     lambda: compile_graph(stitched, list(args)) if opts.inductor else stitched),
-                         _timed(cap.timings, "inductor_without_s",
-                                lambda: compile_graph(self.gm, list(args)) if opts.inductor else self.gm),
-                         args, opts, device_of(args))
-        cap.timings["graph_rule_s"] = time.perf_counter() - t1
+            def plain() -> Callable:
+                if not opts.inductor:
+                    return self.gm
+                if ahead is None:
+                    return compile_graph(self.gm, list(args))
+                fn = ahead.finish()
+                cap.timings["ahead_wait_s"] = ahead.waited_s or 0.0
+                return fn
+
+            t1 = time.perf_counter()
+            fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
+                                         lambda: compile_graph(stitched, list(args)) if opts.inductor else stitched),
+                             _timed(cap.timings, "inductor_without_s", plain), args, opts, dev)
+            cap.timings["graph_rule_s"] = time.perf_counter() - t1
+        finally:
+            if ahead is not None:
+                ahead.close()
         cap.timings["total_s"] = time.perf_counter() - t0
         log.info("mugraph: graph compiled in %s", cap.timing_summary())
         return fn

@@ -80,6 +80,9 @@ class Captured:
         if "inductor_with_pieces_s" in t or "inductor_without_s" in t:
             parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "
                          f"{t.get('inductor_without_s', 0.0):.1f} s without")
+        if "ahead_wait_s" in t:
+            parts.append(f"the graph without them compiled ahead in a child process ({t['ahead_wait_s']:.1f} s "
+                         "waited for it)")
         if "graph_rule_s" in t:
             rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) - t.get("inductor_without_s", 0.0)
             parts.append(f"whole-graph timing {rest:.1f} s")
@@ -158,15 +161,16 @@ class Captured:
                           [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
-                **kw: Any) -> fx.GraphModule:
+                plan: SearchPlan | None = None, **kw: Any) -> fx.GraphModule:
         """Superoptimize every piece and stitch its kernels in; the rest runs as torch
-        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor)."""
+        (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor).
+        ``plan``: :meth:`plan` of the same options and device, where the caller made it."""
         from .run import device_of, optimize_piece
 
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
                                   if not isinstance(options, FrontendOptions) else options)
         dev = device or device_of(self.example_devices)
-        plan = self.plan(opts, dev)
+        plan = plan or self.plan(opts, dev)
         least = plan.least_search_s()
         if opts.graph_budget is not None and least > opts.graph_budget:
             log.warning("mugraph: graph_budget=%g s is less than the %.0f s the %d new searches take at their "

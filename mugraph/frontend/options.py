@@ -15,6 +15,13 @@ from ..core.ir import short
 from ..core.ops import folds
 
 
+#: seconds of GPU tuning a piece's re-ranking gets per second of its search. The tuner's cost
+#: model is made once per block and configuration (``lower.tiles.shared_analyses``), so a
+#: second of tuning times 1.7× the configurations it timed before (H200, skinny projections:
+#: 17–38 in 10 s against 10–22), and 0.6 s of it now times what a second did; the 40 % left
+#: over goes to the compile's wall time, not to more tuning
+TUNE_PER_SEARCH = 0.6
+
 #: the least search time a piece gets when ``graph_budget`` is shared among many (seconds)
 MIN_PIECE_S = 2.0
 
@@ -70,14 +77,16 @@ class FrontendOptions:
     """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
 
     ``time_limit``: seconds of search per piece (the search's ``time_limit``); on a GPU the
-    re-ranking's tuning gets as many again (``OptimizeConfig.tune_s``), so a piece's search
-    takes about twice this, not the 240 s of tuning a lone ``superoptimize`` may spend.
+    re-ranking's tuning gets :data:`TUNE_PER_SEARCH` times as many (``OptimizeConfig.tune_s``),
+    so a piece's search takes about 1.6 times this, not the 240 s of tuning a lone
+    ``superoptimize`` may spend.
     ``graph_budget``: seconds of search and tuning for one compiled graph's pieces in all:
     each of its distinct pieces (one search per name) gets the smaller of ``time_limit`` and
-    its share of ``graph_budget / 2`` in proportion to its :func:`piece_weight` (at least
-    :data:`MIN_PIECE_S`) — in a LLaMA decode step the attention (two matmuls, a max and a
-    sum: weight 5 of 20) 20 s, a projection with its residual (weight 2) 8 s, at the default
-    160; a graph of two pieces the full 30 — so a model's cold compile is bounded whatever
+    its share of ``graph_budget / (1 + TUNE_PER_SEARCH)`` in proportion to its
+    :func:`piece_weight` (at least :data:`MIN_PIECE_S`) — in a LLaMA decode step the
+    attention (two matmuls, a max and a sum: weight 5 of 20) 20 s, a projection with its
+    residual (weight 2) 8 s, at the default 128; a graph of two pieces the full 30 — so a
+    model's cold compile is bounded whatever
     its size (identical layers share their pieces). A hard bound: a piece's checks and tuning
     stop before they eat into the later pieces' time (:class:`GraphClock`). ``None``:
     ``time_limit`` for every piece, each with its own slack.
@@ -113,6 +122,10 @@ class FrontendOptions:
     otherwise it stays torch code, and ``bp.info`` records both times and why. The whole graph
     then runs with its μGraph pieces only if that is faster than without them
     (``Captured.whole``). On by default; ``False`` runs every μGraph the search returns, untimed.
+    ``compile_ahead``: on a GPU, when the graph has new searches to run, Inductor compiles
+    the graph without its pieces — the whole-graph rule's other side — in a child process
+    while they run (:mod:`mugraph.frontend.ahead`), and the compile after them comes from
+    Inductor's caches. On by default; ``False`` compiles it after the searches, here.
     ``timer``: how the rule times a piece's two forms — ``timer(piece, launches) ->
     {"mugraph": seconds, "torch": seconds}``, where ``piece`` is the
     :class:`~mugraph.frontend.pieces.BuiltPiece` (the :class:`~mugraph.frontend.graph.Captured`
@@ -125,7 +138,7 @@ class FrontendOptions:
     """
 
     time_limit: float = 30.0
-    graph_budget: float | None = 160.0
+    graph_budget: float | None = 128.0
     min_ops: int = 2
     max_piece_ops: int | None = MAX_PIECE_OPS
     max_piece_matmuls: int | None = MAX_PIECE_MATMULS
@@ -138,6 +151,7 @@ class FrontendOptions:
     unfused: str = "torch"
     allow_unproven: bool = False
     never_slower: bool = True
+    compile_ahead: bool = True
     timer: Callable[..., dict] | None = None
 
     def __post_init__(self) -> None:
@@ -157,7 +171,7 @@ class FrontendOptions:
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")
-        for name in ("inductor", "allow_unproven", "never_slower"):
+        for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):
@@ -191,19 +205,26 @@ class FrontendOptions:
 
     def for_piece(self, weight: float, total: float) -> "FrontendOptions":
         """These options for a piece of ``weight`` in a graph whose distinct pieces weigh
-        ``total`` (:func:`piece_weight`): ``time_limit`` cut to the piece's share of half the
-        ``graph_budget`` (the other half is the re-ranking's tuning), the rest as is. The
-        share depends only on the graph, so a warm compile asks the result cache for the
-        same keys the cold one stored."""
+        ``total`` (:func:`piece_weight`): ``time_limit`` cut to the piece's share of the
+        search's part of ``graph_budget`` (the rest is the re-ranking's tuning:
+        :meth:`tune_s`), the rest as is. The share depends only on the graph, so a warm
+        compile asks the result cache for the same keys the cold one stored."""
         if self.graph_budget is None or total <= 0:
             return self
-        share = max(MIN_PIECE_S, self.graph_budget / 2 * weight / total)
+        share = max(MIN_PIECE_S, self.graph_budget / (1 + TUNE_PER_SEARCH) * weight / total)
         return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
+
+    def tune_s(self) -> float:
+        """Seconds of GPU tuning for a piece searched ``time_limit`` seconds:
+        :data:`TUNE_PER_SEARCH` of it, and never below :data:`MIN_PIECE_S` (a compile and a
+        timing of the program and of the predicted best candidate)."""
+        return max(MIN_PIECE_S, self.time_limit * TUNE_PER_SEARCH)
 
     def optimize_config(self) -> dict:
         # with unfused="torch" a piece whose search verified nothing runs torch's ops: its
         # program needs no float check, tuning or timing
-        return {"search": {**self.search, "time_limit": float(self.time_limit)}, "tune_s": float(self.time_limit),
+        return {"search": {**self.search, "time_limit": float(self.time_limit)},
+                "tune_s": float(self.tune_s()),
                 "allow_unproven": self.allow_unproven, "check_program_alone": self.unfused != "torch"}
 
     def key(self) -> str:

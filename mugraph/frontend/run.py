@@ -105,12 +105,13 @@ def unsearched(bp: BuiltPiece, opts: FrontendOptions) -> str | None:
 
 def new_search_s(bp: BuiltPiece, opts: FrontendOptions, device: str) -> float:
     """Seconds the piece's first :func:`optimize_piece` asks for by its limits — its search's
-    time limit and, on a GPU, as many of tuning — or 0 when this process has searched it
-    already, the result cache holds it or it is not searched (:func:`unsearched`;
+    time limit and, on a GPU, its tuning (:meth:`~.options.FrontendOptions.tune_s`) — or 0
+    when this process has searched it already, the result cache holds it or it is not
+    searched (:func:`unsearched`;
     :class:`~.options.GraphClock` reserves these)."""
     if _key(bp, opts, device) in _INFO or unsearched(bp, opts) or _is_cached(bp, opts, device):
         return 0.0
-    return opts.time_limit * (2 if device == "cuda" else 1)
+    return opts.time_limit + (opts.tune_s() if device == "cuda" else 0.0)
 
 
 def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: float | None = None):

@@ -92,7 +92,8 @@ def test_options_are_checked():
     # a piece's GPU tuning is bounded like its search (not superoptimize's 240 s default)
     from mugraph.frontend.options import FrontendOptions
     cfg = mg.OptimizeConfig(**FrontendOptions.of({"time_limit": 12}).optimize_config())
-    assert cfg.tune_s == 12.0 and cfg.search["time_limit"] == 12.0
+    assert cfg.tune_s == pytest.approx(7.2) and cfg.search["time_limit"] == 12.0
+    assert FrontendOptions.of({"time_limit": 2}).tune_s() == 2.0  # never below a compile and a timing
 
 
 def test_a_piece_the_search_cannot_improve_stays_torch_code(piece_cache, caplog):

@@ -1,0 +1,156 @@
+"""The graph without its pieces, compiled by Inductor in a child process while the pieces are
+searched (docs/design.md §10.5).
+
+The whole-graph rule (:func:`.run.judge_graph`) times the graph with its μGraph pieces against
+the graph as Inductor compiles it without them, so a cold compile pays two Inductor compiles
+after the searches — on a whole LLaMA-3-8B (H200) 28–29 s each. The plain graph does not
+depend on the searches, so a child process compiles it while they run, and the backend's own
+compile of it afterwards is served by Inductor's FX graph cache on disk.
+
+Why a process: a thread compiling beside the searches held the interpreter for milliseconds
+at a time, and the GPU timings of the pieces (a few μs each) measured that wait (a RoPE piece
+timed 82.7 against 13.5 μs; docs/results.md, "Compile time"). A child has its own interpreter;
+it is started at a lower priority with two of Inductor's compile threads, and it launches
+nothing on the GPU (Inductor tunes a kernel at its first run, not at its compile).
+
+Why the graph both processes compile is the same pickled copy, not dynamo's own: Inductor's
+cache key covers the traced graph and which inputs are static (a model's parameters, marked by
+dynamo in node metadata and on the tensors). A pickled graph keeps its code and attributes
+but not that metadata, so the child's compile of it could never serve a compile of the
+original; both compile the copy, on inputs of the same shapes, strides and dtypes. The copy
+loses nothing the compiled code depends on outside CUDA-graph trees (``mode=
+"reduce-overhead"``), which the backend does not use.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx as fx
+
+from .inductor import compile_graph
+
+log = logging.getLogger("mugraph")
+
+#: Inductor compile threads of the child: the search's workers hold the other cores
+CHILD_COMPILE_THREADS = 2
+
+#: seconds the backend waits for the child before it compiles the graph itself (the child's
+#: compile is the one it would make; only a hung child is given up on)
+WAIT_S = 600.0
+
+
+@dataclass
+class AheadCompile:
+    """A compile of ``graph`` running in a child process (:func:`start`); :meth:`finish`
+    compiles the same graph here once the child is done, from its caches."""
+
+    graph: fx.GraphModule
+    #: per input: (shape, strides, dtype, device, requires_grad) of a tensor, or the value itself
+    inputs: list[Any]
+    grad: bool
+    proc: subprocess.Popen
+    path: str
+    started: float = field(default_factory=time.perf_counter)
+    #: seconds :meth:`finish` waited for the child (None before it is called)
+    waited_s: float | None = None
+
+    def finish(self) -> Callable:
+        """The graph compiled by Inductor here, after the child's compile of it (its FX graph
+        and kernels then come from disk). A child that failed or hung is logged, and this
+        compile then does the work itself."""
+        t0 = time.perf_counter()
+        try:
+            rc = self.proc.wait(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            rc = None
+        self.waited_s = time.perf_counter() - t0
+        if rc != 0:
+            err = _tail(self.path + ".err") if rc is not None else ""
+            log.info("mugraph: the graph's compile ahead %s; compiled here instead",
+                     "did not end" if rc is None else f"failed: {err}")
+        self.close()
+        with torch.set_grad_enabled(self.grad):
+            return compile_graph(self.graph, make_inputs(self.inputs))
+
+    def close(self) -> None:
+        """Stop the child if it still runs, and remove its input file."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for p in (self.path, self.path + ".err"):
+            try:
+                os.unlink(p)
+            except OSError:
+                pass
+
+
+def describe_inputs(args: list) -> list[Any]:
+    """What :func:`make_inputs` needs to make inputs like ``args``: each tensor's shape,
+    strides, dtype, device and ``requires_grad``; any other argument as it is."""
+    return [(tuple(a.shape), tuple(a.stride()), a.dtype, str(a.device), a.requires_grad)
+            if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def make_inputs(described: list[Any]) -> list[Any]:
+    """Uninitialized tensors as :func:`describe_inputs` described them (a compile reads only
+    their metadata)."""
+    return [torch.empty_strided(d[0], d[1], dtype=d[2], device=d[3]).requires_grad_(d[4])
+            if isinstance(d, tuple) and len(d) == 5 and isinstance(d[2], torch.dtype) else d for d in described]
+
+
+def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
+    """Start compiling ``gm`` (for inputs like ``args``) in a child process; None — and one
+    log line — when the graph cannot be pickled (then the backend compiles it itself, as
+    before)."""
+    inputs = describe_inputs(args)
+    try:
+        blob = pickle.dumps((gm, inputs, torch.is_grad_enabled()))
+        graph = pickle.loads(blob)[0]
+    except Exception as e:  # a graph holding something pickle cannot carry
+        log.info("mugraph: the graph without its pieces is compiled after the searches (it cannot be pickled: "
+                 "%s: %s)", type(e).__name__, str(e).splitlines()[0][:160] if str(e) else "")
+        return None
+    fd, path = tempfile.mkstemp(prefix="mugraph_ahead_", suffix=".pkl")
+    with os.fdopen(fd, "wb") as f:
+        f.write(blob)
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(CHILD_COMPILE_THREADS)}
+    with open(path + ".err", "wb") as err:  # a file, not a pipe: a child's warnings never block it
+        proc = subprocess.Popen([sys.executable, "-m", "mugraph.frontend.ahead", path], env=env,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    return AheadCompile(graph, inputs, torch.is_grad_enabled(), proc, path)
+
+
+def _tail(path: str) -> str:
+    """The last line of a child's error output (its exception), or "?"."""
+    try:
+        with open(path, "rb") as f:
+            lines = f.read()[-4000:].decode(errors="replace").strip().splitlines()
+    except OSError:
+        return "?"
+    return lines[-1][:200] if lines else "?"
+
+
+def _child(path: str) -> None:
+    """The child: compile the pickled graph, as :meth:`AheadCompile.finish` will, and exit."""
+    try:
+        os.nice(5)  # the searches and the parent's GPU timings first
+    except OSError:
+        pass
+    with open(path, "rb") as f:
+        graph, inputs, grad = pickle.load(f)
+    with torch.set_grad_enabled(grad):
+        compile_graph(graph, make_inputs(inputs))
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])

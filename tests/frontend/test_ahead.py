@@ -1,0 +1,95 @@
+"""The graph without its pieces compiled ahead in a child process (``mugraph.frontend.ahead``):
+the child's compile serves the backend's own from Inductor's FX graph cache, with the same
+result; a graph pickle cannot carry is compiled here as before; a child that fails or is
+not needed is handled and cleaned up."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+import torch
+import torch.fx as fx
+from torch._dynamo.utils import counters
+
+from mugraph.frontend import ahead
+
+
+def _graph() -> tuple[fx.GraphModule, list]:
+    """A small graph as dynamo hands it to a backend, and its inputs."""
+    seen = {}
+
+    def grab(gm, example_inputs):
+        seen["gm"] = gm
+        return gm.forward
+
+    w = torch.randn(16, 16)
+    torch.compile(lambda x: torch.tanh(x @ w) * 3 + 1, backend=grab)(torch.randn(4, 16))
+    return seen["gm"], [torch.randn(4, 16), w]
+
+
+def test_the_childs_compile_serves_the_backends_from_the_cache():
+    gm, args = _graph()
+    want = gm(*args)
+    job = ahead.start(gm, args)
+    assert job is not None
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    fn = job.finish()
+    assert job.proc.returncode == 0 and job.waited_s is not None
+    assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    got = fn(*args)
+    got = got[0] if isinstance(got, (list, tuple)) else got
+    want = want[0] if isinstance(want, (list, tuple)) else want
+    torch.testing.assert_close(got, want)
+    assert not os.path.exists(job.path) and not os.path.exists(job.path + ".err")
+
+
+def test_a_graph_pickle_cannot_carry_is_compiled_here(caplog):
+    gm, args = _graph()
+    local = lambda t: t  # noqa: E731 - a local function: pickle cannot name it
+    node = next(n for n in gm.graph.nodes if n.op == "output")
+    with gm.graph.inserting_before(node):
+        wrapped = gm.graph.call_function(local, (node.args[0][0],))
+    node.args = ((wrapped,),)
+    gm.recompile()
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert ahead.start(gm, args) is None
+    assert any("cannot be pickled" in m for m in caplog.messages)
+
+
+def test_a_child_that_fails_is_said_and_the_compile_made_here(caplog):
+    gm, args = _graph()
+    job = ahead.start(gm, args)
+    job.proc.kill()
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        fn = job.finish()
+    assert any("compile ahead failed" in m for m in caplog.messages)
+    got = fn(*args)
+    want = gm(*args)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got,
+                               want[0] if isinstance(want, (list, tuple)) else want)
+
+
+def test_a_child_not_needed_is_stopped_and_its_files_removed():
+    gm, args = _graph()
+    job = ahead.start(gm, args)
+    job.close()
+    assert job.proc.poll() is not None
+    assert not os.path.exists(job.path) and not os.path.exists(job.path + ".err")
+
+
+def test_inputs_are_remade_with_their_layout():
+    x = torch.randn(8, 4).t()
+    (made, value) = ahead.make_inputs(ahead.describe_inputs([x.requires_grad_(), 3]))
+    assert made.shape == x.shape and made.stride() == x.stride() and made.dtype == x.dtype
+    assert made.requires_grad and value == 3
+
+
+def test_the_backend_option_is_checked():
+    from mugraph.core.errors import ConfigError
+    from mugraph.frontend import FrontendOptions
+
+    assert FrontendOptions().compile_ahead is True
+    with pytest.raises(ConfigError, match="compile_ahead"):
+        FrontendOptions(compile_ahead="yes")
