@@ -112,9 +112,14 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
     """Start compiling ``gm`` (for inputs like ``args``) in a child process; None — and one
     log line — when the graph cannot be pickled (then the backend compiles it itself, as
     before)."""
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
     inputs = describe_inputs(args)
     try:
-        blob = pickle.dumps((gm, inputs, torch.is_grad_enabled()))
+        # the caller's compiler settings go with the graph: they are part of the cache key
+        blob = pickle.dumps((gm, inputs, torch.is_grad_enabled(), inductor_config.save_config(),
+                             functorch_config.save_config()))
         graph = pickle.loads(blob)[0]
     except Exception as e:  # a graph holding something pickle cannot carry
         log.info("mugraph: the graph without its pieces is compiled after the searches (it cannot be pickled: "
@@ -123,7 +128,9 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
     fd, path = tempfile.mkstemp(prefix="mugraph_ahead_", suffix=".pkl")
     with os.fdopen(fd, "wb") as f:
         f.write(blob)
-    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(CHILD_COMPILE_THREADS)}
+    # the child imports what this process imports: its module path, not only an installed mugraph
+    env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(CHILD_COMPILE_THREADS),
+           "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
     with open(path + ".err", "wb") as err:  # a file, not a pipe: a child's warnings never block it
         proc = subprocess.Popen([sys.executable, "-m", "mugraph.frontend.ahead", path], env=env,
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
@@ -146,8 +153,14 @@ def _child(path: str) -> None:
         os.nice(5)  # the searches and the parent's GPU timings first
     except OSError:
         pass
+    import torch._functorch.config as functorch_config
+    import torch._inductor.config as inductor_config
+
     with open(path, "rb") as f:
-        graph, inputs, grad = pickle.load(f)
+        graph, inputs, grad, inductor_settings, functorch_settings = pickle.load(f)
+    inductor_config.load_config(inductor_settings)
+    functorch_config.load_config(functorch_settings)
+    inductor_config.compile_threads = CHILD_COMPILE_THREADS  # the parent's count, saved with the rest
     with torch.set_grad_enabled(grad):
         compile_graph(graph, make_inputs(inputs))
 

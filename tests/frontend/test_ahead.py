@@ -16,6 +16,13 @@ from torch._dynamo.utils import counters
 from mugraph.frontend import ahead
 
 
+@pytest.fixture(autouse=True)
+def _fresh_inductor_cache(tmp_path, monkeypatch):
+    """Each test with a cache folder of its own, which the child inherits: a hit can only come
+    from the child's compile in that test."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+
+
 def _graph() -> tuple[fx.GraphModule, list]:
     """A small graph as dynamo hands it to a backend, and its inputs."""
     seen = {}
@@ -93,3 +100,17 @@ def test_the_backend_option_is_checked():
     assert FrontendOptions().compile_ahead is True
     with pytest.raises(ConfigError, match="compile_ahead"):
         FrontendOptions(compile_ahead="yes")
+
+
+def test_the_callers_compiler_settings_go_to_the_child(monkeypatch):
+    """A setting of Inductor's the caller changed is part of the cache key: the child compiles
+    with it, so its compile still serves the caller's."""
+    import torch._inductor.config as inductor_config
+
+    monkeypatch.setattr(inductor_config, "max_fusion_size", 31)
+    gm, args = _graph()
+    job = ahead.start(gm, args)
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    job.finish()
+    assert job.proc.returncode == 0
+    assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
