@@ -44,6 +44,10 @@ log = logging.getLogger("mugraph")
 #: Inductor compile threads of the child: the search's workers hold the other cores
 CHILD_COMPILE_THREADS = 2
 
+#: a pickled graph larger than this is compiled after the searches instead: it holds constant
+#: tensors (weights frozen into the graph), which the child would read back from disk
+MAX_PICKLE_BYTES = 64 << 20
+
 #: seconds the backend waits for the child before it compiles the graph itself (the child's
 #: compile is the one it would make; only a hung child is given up on)
 WAIT_S = 600.0
@@ -125,15 +129,25 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
         log.info("mugraph: the graph without its pieces is compiled after the searches (it cannot be pickled: "
                  "%s: %s)", type(e).__name__, str(e).splitlines()[0][:160] if str(e) else "")
         return None
+    if len(blob) > MAX_PICKLE_BYTES:
+        log.info("mugraph: the graph without its pieces is compiled after the searches (pickled, it holds %.0f MB)",
+                 len(blob) / 1e6)
+        return None
     fd, path = tempfile.mkstemp(prefix="mugraph_ahead_", suffix=".pkl")
     with os.fdopen(fd, "wb") as f:
         f.write(blob)
     # the child imports what this process imports: its module path, not only an installed mugraph
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(CHILD_COMPILE_THREADS),
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
-    with open(path + ".err", "wb") as err:  # a file, not a pipe: a child's warnings never block it
-        proc = subprocess.Popen([sys.executable, "-m", "mugraph.frontend.ahead", path], env=env,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        with open(path + ".err", "wb") as err:  # a file, not a pipe: a child's warnings never block it
+            proc = subprocess.Popen([sys.executable, "-m", "mugraph.frontend.ahead", path], env=env,
+                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    except OSError as e:  # no interpreter to start (an embedded Python), no process left
+        log.info("mugraph: the graph without its pieces is compiled after the searches (no child process: %s)", e)
+        for p in (path, path + ".err"):
+            os.unlink(p)
+        return None
     return AheadCompile(graph, inputs, torch.is_grad_enabled(), proc, path)
 
 

@@ -41,6 +41,15 @@ log = logging.getLogger("mugraph")
 AHEAD_MIN_SEARCH_S = 10.0
 
 
+def compiles_ahead(opts: FrontendOptions, device: str, new_search_s: float) -> bool:
+    """Whether the graph without its pieces is compiled in a child process beside the
+    searches (:mod:`.ahead`): with Inductor, the whole-graph rule on, on a GPU (where the
+    rule times it; on a CPU nothing is timed, and the CPU is the searches'), and new searches
+    long enough to hide it."""
+    return (opts.inductor and opts.compile_ahead and opts.never_slower and device == "cuda"
+            and new_search_s >= AHEAD_MIN_SEARCH_S)
+
+
 def _signature(args: tuple) -> tuple:
     sig = []
     for a in args:
@@ -119,8 +128,7 @@ class MugraphCompiled:
         dev = device_of(args)
         plan = cap.plan(opts, dev)
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
-        ahead = (start_ahead(self.gm, list(args)) if opts.inductor and opts.compile_ahead and dev == "cuda"
-                 and plan.new_search_s >= AHEAD_MIN_SEARCH_S else None)
+        ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         try:
             stitched = cap.compile(opts, dev, plan=plan)
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]

@@ -114,3 +114,33 @@ def test_the_callers_compiler_settings_go_to_the_child(monkeypatch):
     job.finish()
     assert job.proc.returncode == 0
     assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+
+
+def test_a_graph_holding_large_constants_is_compiled_here(monkeypatch, caplog):
+    gm, args = _graph()
+    monkeypatch.setattr(ahead, "MAX_PICKLE_BYTES", 100)
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert ahead.start(gm, args) is None
+    assert any("pickled, it holds" in m for m in caplog.messages)
+
+
+def test_no_child_to_start_is_said_and_nothing_left(monkeypatch, caplog, tmp_path):
+    gm, args = _graph()
+    monkeypatch.setattr(ahead.sys, "executable", str(tmp_path / "no-python"))
+    monkeypatch.setattr(ahead.tempfile, "tempdir", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert ahead.start(gm, args) is None
+    assert any("no child process" in m for m in caplog.messages)
+    assert not list(tmp_path.glob("mugraph_ahead_*"))
+
+
+def test_when_the_backend_compiles_ahead():
+    from mugraph.frontend import FrontendOptions
+    from mugraph.frontend.backend import AHEAD_MIN_SEARCH_S, compiles_ahead
+
+    on, long = FrontendOptions(), AHEAD_MIN_SEARCH_S + 1
+    assert compiles_ahead(on, "cuda", long)
+    assert not compiles_ahead(on, "cpu", long)                      # nothing timed on a CPU
+    assert not compiles_ahead(on, "cuda", AHEAD_MIN_SEARCH_S / 2)   # too short to hide it (a warm start: 0)
+    for off in ({"compile_ahead": False}, {"inductor": False}, {"never_slower": False}):
+        assert not compiles_ahead(FrontendOptions(**off), "cuda", long), off
