@@ -56,6 +56,8 @@ from typing import Any, Optional, Protocol
 
 from mugraph.core.errors import ConfigError, MugraphError
 
+from verify import shared_draws
+
 from .config import SearchConfig
 from .worker import WorkerState, share_cores
 
@@ -214,25 +216,39 @@ def _process_main(conn, parent_pid: int) -> None:
 
 
 def _serve(conn) -> None:
+    """Greet; then, for each search this worker serves, build its state from the ``init``
+    message and answer payloads until ``stop``. A stop names how long to wait for the next
+    search's ``init`` (:data:`IDLE_EXIT_S`; 0: exit now); past it the worker exits."""
     conn.send(("hello", os.getpid()))
     msg = conn.recv()
-    try:
-        share_cores(SearchConfig.from_json(msg[1]["config"]).workers)
-        state = WorkerState(msg[1])
-    except Exception as e:  # noqa: BLE001 - reported to the driver, which names it
-        conn.send(("init_failed", one_line(e)))
-        return
-    conn.send(("ready", os.getpid()))
-    while True:
-        msg = conn.recv()
-        if msg[0] == "stop":
-            return
-        _, index, payload = msg
+    while msg[0] == "init":
         try:
-            reply = ("done", index, state.handle(payload))
-        except Exception as e:  # noqa: BLE001 - the task's error goes back to the driver
-            reply = ("error", index, one_line(e))
-        conn.send(reply)
+            share_cores(SearchConfig.from_json(msg[1]["config"]).workers)
+            state = WorkerState(msg[1])
+        except Exception as e:  # noqa: BLE001 - reported to the driver, which names it
+            conn.send(("init_failed", one_line(e)))
+            return
+        conn.send(("ready", os.getpid()))
+        while True:
+            msg = conn.recv()
+            if msg[0] == "stop":
+                break
+            _, index, payload = msg
+            try:
+                reply = ("done", index, state.handle(payload))
+            except Exception as e:  # noqa: BLE001 - the task's error goes back to the driver
+                reply = ("error", index, one_line(e))
+            conn.send(reply)
+        del state
+        shared_draws.use(None)  # the search's shared draws are removed with it
+        shared_draws.release()
+        wait_s = msg[1] if len(msg) > 1 else 0.0
+        if not wait_s:
+            return
+        conn.send(("idle", os.getpid()))  # the driver keeps only workers that say so
+        if not conn.poll(wait_s):
+            return
+        msg = conn.recv()
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -262,8 +278,51 @@ class _Proc:
         self.sent = False
 
 
+#: seconds the driver waits for its idle workers to say they are waiting for the next search
+IDLE_ACK_S = 1.0
+
+#: seconds a worker whose search ended waits for the next search of its process before it
+#: exits (:data:`_IDLE`)
+IDLE_EXIT_S = 300.0
+
+#: workers whose search ended, waiting for the next search of this process: (worker, when it
+#: was stopped). Starting a worker costs the driver's thread about 0.45 s on a busy 16-core
+#: machine (the fork server forks it while the other workers run), so the fifteenth of a
+#: search's workers started 6.7 s after the first — a quarter of a 12 s search's worker time;
+#: a process that searches again (the torch.compile backend: one search per piece) takes
+#: these instead, ready at once.
+_IDLE: list[tuple["_Proc", float]] = []
+_IDLE_LOCK = threading.Lock()
+
+
+def _take_idle(n: int) -> list["_Proc"]:
+    """Up to ``n`` workers from :data:`_IDLE` that are alive and not about to exit."""
+    out = []
+    with _IDLE_LOCK:
+        while _IDLE and len(out) < n:
+            w, since = _IDLE.pop()
+            if w.proc.is_alive() and time.monotonic() - since < IDLE_EXIT_S * 0.8:
+                out.append(w)
+            else:
+                _end(w)
+    return out
+
+
+def _end(w: "_Proc") -> None:
+    """Stop a worker that holds no task: tell it to exit, and make sure it does."""
+    with contextlib.suppress(OSError, ValueError):
+        w.conn.send(("stop", 0.0))
+    w.proc.join(0.5)
+    if w.proc.is_alive():
+        w.proc.kill()
+        w.proc.join(1.0)
+    with contextlib.suppress(OSError):
+        w.conn.close()
+
+
 class ProcessExecutor:
-    """Local worker processes (see the module docstring for how they start and die)."""
+    """Local worker processes (see the module docstring for how they start and die). Workers
+    idle at the end of a search wait for the process's next search (:data:`_IDLE`)."""
 
     name = "processes"
 
@@ -280,6 +339,15 @@ class ProcessExecutor:
     def start(self, shared: dict[str, Any]) -> None:
         self._shared = shared  # workers start on demand, at their first payload
         self._ctx = _start_context()
+        for w in _take_idle(self.capacity):  # an earlier search's workers: this search's state
+            w.ready, w.task, w.payload, w.sent = False, None, None, False
+            w.started = time.monotonic()  # type: ignore[attr-defined]
+            try:
+                w.conn.send(("init", shared))
+            except (OSError, ValueError):
+                _end(w)
+                continue
+            self._procs.append(w)
 
     def idle(self) -> int:
         return self.capacity - len(self.busy())
@@ -376,8 +444,30 @@ class ProcessExecutor:
         if w.task is not None:
             out.append(Outcome(w.task, error=f"worker pid {w.proc.pid} {why}", died=True))
 
+    @staticmethod
+    def _says_idle(w: _Proc, timeout: float) -> bool:
+        """Whether ``w`` answers its stop with ``idle`` within ``timeout`` seconds."""
+        try:
+            return w.conn.poll(timeout) and w.conn.recv()[0] == "idle"
+        except (EOFError, OSError, ValueError):
+            return False
+
     def close(self) -> None:
+        """End the search: workers ready and holding no task wait for the process's next
+        search (:data:`_IDLE`); every other one is ended at once, whatever it is doing."""
         procs, self._procs = self._procs, []
+        asked = []
+        for w in procs:
+            if w.ready and w.task is None and w.proc.is_alive():
+                with contextlib.suppress(OSError, ValueError):
+                    w.conn.send(("stop", IDLE_EXIT_S))
+                    asked.append(w)
+        # kept: those that answer at once (a stopped or stuck process does not)
+        end = time.monotonic() + IDLE_ACK_S
+        kept = [w for w in asked if self._says_idle(w, max(0.0, end - time.monotonic()))]
+        with _IDLE_LOCK:
+            _IDLE.extend((w, time.monotonic()) for w in kept)
+        procs = [w for w in procs if w not in kept]
         for w in procs:
             if w.proc.is_alive():
                 w.proc.terminate()

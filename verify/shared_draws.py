@@ -60,9 +60,16 @@ def temporary(prefix: str = "mugraph-draws-") -> Iterator[Path]:
         yield path
     finally:
         use(old)
-        for release in _RELEASE:
-            release()
+        release()
         shutil.rmtree(path, ignore_errors=True)
+
+
+def release() -> None:
+    """Let go of every value mapped from a shared directory (the caches registered with
+    :func:`on_release` clear themselves): when the directory is removed, and in a search
+    worker when its search ends and it waits for the next one."""
+    for fn in _RELEASE:
+        fn()
 
 
 def on_release(fn: Callable[[], None]) -> None:

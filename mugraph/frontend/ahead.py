@@ -98,6 +98,36 @@ class AheadCompile:
                 pass
 
 
+def torch_settings() -> dict[str, Any]:
+    """This process's global torch settings that Inductor's cache key reads (the CPU
+    kernels' thread count, deterministic algorithms, the default dtype, the matmul
+    precisions): the child compiles under the same ones, or its compile would serve none."""
+    cuda = torch.backends.cuda.matmul
+    flags = ("fp32_precision", "allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
+    return {"threads": torch.get_num_threads(),
+            "deterministic": (torch.are_deterministic_algorithms_enabled(),
+                              torch.is_deterministic_algorithms_warn_only_enabled()),
+            "fill_uninitialized": torch.utils.deterministic.fill_uninitialized_memory,
+            "default_dtype": torch.get_default_dtype(),
+            "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            # the precision as torch holds it ("none" when never set), not the allow_tf32 view of it
+            "cuda_matmul": {f: getattr(cuda, f) for f in flags if hasattr(cuda, f)}}
+
+
+def apply_torch_settings(s: dict[str, Any]) -> None:
+    """Make :func:`torch_settings` of another process this one's."""
+    torch.set_num_threads(s["threads"])
+    torch.use_deterministic_algorithms(s["deterministic"][0], warn_only=s["deterministic"][1])
+    torch.utils.deterministic.fill_uninitialized_memory = s["fill_uninitialized"]
+    torch.set_default_dtype(s["default_dtype"])
+    if torch.get_float32_matmul_precision() != s["float32_matmul_precision"]:
+        torch.set_float32_matmul_precision(s["float32_matmul_precision"])
+    cuda = torch.backends.cuda.matmul
+    for f, v in s["cuda_matmul"].items():
+        if getattr(cuda, f) != v:  # set only what differs: a setting never made stays unmade
+            setattr(cuda, f, v)
+
+
 def describe_inputs(args: list) -> list[Any]:
     """What :func:`make_inputs` needs to make inputs like ``args``: each tensor's shape,
     strides, dtype, device and ``requires_grad``; any other argument as it is."""
@@ -123,7 +153,7 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
     try:
         # the caller's compiler settings go with the graph: they are part of the cache key
         blob = pickle.dumps((gm, inputs, torch.is_grad_enabled(), inductor_config.save_config(),
-                             functorch_config.save_config()))
+                             functorch_config.save_config(), torch_settings()))
         graph = pickle.loads(blob)[0]
     except Exception as e:  # a graph holding something pickle cannot carry
         log.info("mugraph: the graph without its pieces is compiled after the searches (it cannot be pickled: "
@@ -171,9 +201,10 @@ def _child(path: str) -> None:
     import torch._inductor.config as inductor_config
 
     with open(path, "rb") as f:
-        graph, inputs, grad, inductor_settings, functorch_settings = pickle.load(f)
+        graph, inputs, grad, inductor_settings, functorch_settings, settings = pickle.load(f)
     inductor_config.load_config(inductor_settings)
     functorch_config.load_config(functorch_settings)
+    apply_torch_settings(settings)
     inductor_config.compile_threads = CHILD_COMPILE_THREADS  # the parent's count, saved with the rest
     with torch.set_grad_enabled(grad):
         compile_graph(graph, make_inputs(inputs))

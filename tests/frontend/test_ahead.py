@@ -144,3 +144,19 @@ def test_when_the_backend_compiles_ahead():
     assert not compiles_ahead(on, "cuda", AHEAD_MIN_SEARCH_S / 2)   # too short to hide it (a warm start: 0)
     for off in ({"compile_ahead": False}, {"inductor": False}, {"never_slower": False}):
         assert not compiles_ahead(FrontendOptions(**off), "cuda", long), off
+
+
+def test_the_callers_torch_settings_go_to_the_child(monkeypatch):
+    """Global torch settings in the key — here the CPU kernels' thread count — are the
+    caller's in the child too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1 if threads > 1 else 2)
+    try:
+        gm, args = _graph()
+        job = ahead.start(gm, args)
+        before = counters["inductor"]["fxgraph_cache_hit"]
+        job.finish()
+        assert job.proc.returncode == 0
+        assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    finally:
+        torch.set_num_threads(threads)

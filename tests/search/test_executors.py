@@ -215,3 +215,52 @@ def test_a_worker_sizes_numbas_pool_before_numba_is_imported():
             "import numba; assert numba.config.NUMBA_NUM_THREADS == 1, numba.config.NUMBA_NUM_THREADS")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+def test_the_next_search_takes_the_idle_workers_of_the_last(shared, monkeypatch):
+    """Workers idle when a search ends wait for the process's next search: it starts them
+    with its own state, without a fork, and they answer as fresh ones do."""
+    import search.executors as executors
+
+    state, tasks = shared
+    payload = {"kind": "search", "task": tasks[0], "deadline": None}
+    first = ProcessExecutor(2)
+    first.start(state)
+    first.submit(0, payload)
+    (a,) = _collect(first, 1)
+    pids = {w.proc.pid for w in first._procs}
+    first.close()
+    assert {w.proc.pid for w, _ in executors._IDLE} >= pids
+    second = ProcessExecutor(2)
+    second.start(state)
+    try:
+        assert {w.proc.pid for w in second._procs} == pids  # taken, not forked
+        second.submit(0, payload)
+        (b,) = _collect(second, 1)
+        assert b.value["results"] == a.value["results"] and b.value["stats"] == a.value["stats"]
+        assert b.index == 0 and second.startup_seconds and max(second.startup_seconds) < 5.0
+    finally:
+        second.close()
+    # a dead idle worker is not taken: the next search forks another
+    (w, _), *_ = executors._IDLE
+    w.proc.kill()
+    w.proc.join(5.0)
+    third = ProcessExecutor(2)
+    third.start(state)
+    try:
+        assert w.proc.pid not in {p.proc.pid for p in third._procs}
+        third.submit(0, payload)
+        (c,) = _collect(third, 1)
+        assert c.value["results"] == a.value["results"]
+    finally:
+        third.close()
+    # an idle worker exits when no search comes within the wait its stop named
+    monkeypatch.setattr(executors, "IDLE_EXIT_S", 0.5)
+    fourth = ProcessExecutor(1)
+    fourth.start(state)
+    fourth.submit(0, payload)
+    _collect(fourth, 1)
+    (w4,) = fourth._procs
+    fourth.close()
+    w4.proc.join(10.0)
+    assert not w4.proc.is_alive()
