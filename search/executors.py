@@ -6,7 +6,8 @@ deadlines, merging results in task order — and an executor only runs payloads:
 * ``submit(index, payload)`` when ``idle() > 0``; ``wait(timeout)`` returns the
   :class:`Outcome` of every payload that finished (a value, the one-line error of an
   exception, or ``died`` when its worker was lost); ``close()`` ends every worker at
-  once, whatever it is doing.
+  once, whatever it is doing — local worker processes that are idle and answer at once
+  wait for the process's next search instead (:data:`IDLE_EXIT_S`).
 
 Three implementations, chosen by ``SearchConfig.executor``; for a seed and a space
 searched to completion they return the same graphs in the same order, because every

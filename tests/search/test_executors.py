@@ -241,8 +241,9 @@ def test_the_next_search_takes_the_idle_workers_of_the_last(shared, monkeypatch)
         assert b.index == 0 and second.startup_seconds and max(second.startup_seconds) < 5.0
     finally:
         second.close()
-    # a dead idle worker is not taken: the next search forks another
-    (w, _), *_ = executors._IDLE
+    # a dead idle worker is not taken: the next search forks another (the last one kept is
+    # the first one taken)
+    w, _ = executors._IDLE[-1]
     w.proc.kill()
     w.proc.join(5.0)
     third = ProcessExecutor(2)
@@ -252,6 +253,7 @@ def test_the_next_search_takes_the_idle_workers_of_the_last(shared, monkeypatch)
         third.submit(0, payload)
         (c,) = _collect(third, 1)
         assert c.value["results"] == a.value["results"]
+        assert w.proc.pid not in {p.proc.pid for p in third._procs} and third._procs
     finally:
         third.close()
     # an idle worker exits when no search comes within the wait its stop named
