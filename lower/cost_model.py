@@ -89,6 +89,7 @@ from .config import KernelConfig, KernelConfigError
 from .memory import padded_shared_memory
 from .plan import KernelPlan, plan
 from .schedule import kernel_order
+from .tiles import per_frozen_block
 from .torch_ops import TORCH_OPS, matmul_adds
 
 
@@ -145,10 +146,9 @@ class Breakdown:
 
 
 #: launch costs already priced, per frozen block: (op id, config, device, in L2, the kernel's bytes)
-#: -> its LaunchCosts, or the message of the KernelConfigError its plan raised. A candidate is
-#: priced by its check, its re-ranking plan, its tuning budget and its tuning, each over the
-#: same few hundred configurations of each kernel; the costs hold no reference to the block,
-#: so an entry goes with its block.
+#: -> its LaunchCosts (:func:`lower.tiles.per_frozen_block`). A candidate is priced by its check,
+#: its re-ranking plan, its tuning budget and its tuning, each over the same few hundred
+#: configurations of each kernel; the costs hold no reference to the block.
 _PRICED: WeakKeyDictionary = WeakKeyDictionary()
 
 
@@ -156,22 +156,10 @@ def _block_cost(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fals
     """The launches of graph-defined ``op`` under ``cfg`` (:func:`_price_block`), priced once
     per frozen block and arguments: what the price reads of the op (its id, the bytes and
     fills of its inputs and outputs) is part of the key."""
-    bg = op.attrs["block"]
-    if not bg.frozen:
-        return _price_block(op, cfg, dev, in_l2)
-    memo = _PRICED.setdefault(bg, {})
     key = (op.id, cfg, dev, in_l2, tuple((t.nbytes, t.fill is None) for t in op.inputs),
            tuple(t.nbytes for t in op.outputs))
-    hit = memo.get(key)
-    if hit is None:
-        try:
-            hit = tuple(_price_block(op, cfg, dev, in_l2))
-        except KernelConfigError as e:
-            hit = str(e)
-        memo[key] = hit
-    if isinstance(hit, str):
-        raise KernelConfigError(hit)
-    return [replace(c) for c in hit]
+    costs = per_frozen_block(_PRICED, op.attrs["block"], key, lambda: tuple(_price_block(op, cfg, dev, in_l2)))
+    return [replace(c) for c in costs]
 
 
 def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = False) -> list[LaunchCost]:

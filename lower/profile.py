@@ -45,7 +45,7 @@ from .cost_model import H100, DeviceParams, estimate
 from .plan import KernelPlan, plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
-from .tiles import DOT_MIN, SMALL_MM, loop_chunks, shared_analyses
+from .tiles import DOT_MIN, SMALL_MM, loop_chunks, per_frozen_block, shared_analyses
 from .tuning_order import ErrorModel, layout_steps
 
 
@@ -191,13 +191,7 @@ def first_round(block: BlockGraph, small_mm=SMALL_MM_MENU) -> list[KernelConfig]
     """The configs :func:`tune` ranks first for ``block``: every layout choice at 3 stages
     and 4 warps (8 where a loop tile would spill at 4: :func:`first_round_warps`), with each
     of its load-staging choices."""
-    if not block.frozen:
-        return _first_round(block, small_mm)
-    memo = _FIRST_ROUNDS.setdefault(block, {})
-    key = tuple(small_mm)
-    if key not in memo:
-        memo[key] = _first_round(block, small_mm)
-    return list(memo[key])
+    return list(per_frozen_block(_FIRST_ROUNDS, block, tuple(small_mm), lambda: tuple(_first_round(block, small_mm))))
 
 
 def _first_round(block: BlockGraph, small_mm) -> list[KernelConfig]:

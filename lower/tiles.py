@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Callable, TypeVar
+from weakref import WeakKeyDictionary
 
 from mugraph.core.ir import RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
@@ -101,9 +102,41 @@ class TileInfo:
 
 
 
-#: while :func:`shared_analyses` is active: (what, block id, arguments) -> (the block, the result or
-#: the message of the KernelConfigError it raised)
-_SHARED: ContextVar[dict | None] = ContextVar("lower_tiles_shared_analyses", default=None)
+#: while :func:`shared_analyses` is active: (the results by (what, block id, arguments), the blocks
+#: by id — kept with them, so no id is reused while the memo lives)
+_SHARED: ContextVar[tuple[dict, dict] | None] = ContextVar("lower_tiles_shared_analyses", default=None)
+
+
+@dataclass(frozen=True)
+class _Refused:
+    """What a memo keeps of a KernelConfigError: its message, raised again at every ask."""
+
+    message: str
+
+
+def recall(memo: dict, key: object, make: Callable[[], T]) -> T:
+    """``memo[key]``, made by ``make()`` at the first ask; a KernelConfigError it raised is
+    kept too, and raised again at every later ask."""
+    hit = memo.get(key)
+    if hit is None:
+        try:
+            hit = make()
+        except KernelConfigError as e:
+            hit = _Refused(str(e))
+        memo[key] = hit
+    if isinstance(hit, _Refused):
+        raise KernelConfigError(hit.message)
+    return hit
+
+
+def per_frozen_block(store: "WeakKeyDictionary[BlockGraph, dict]", block: BlockGraph, key: object,
+                     make: Callable[[], T]) -> T:
+    """:func:`recall` in ``store``'s memo of ``block``, kept as long as the block lives (by
+    weak reference: what is kept must hold no reference to the block); a block not frozen
+    yet may still change, so its answers are made anew."""
+    if not block.frozen:
+        return make()
+    return recall(store.setdefault(block, {}), key, make)
 
 
 @contextmanager
@@ -117,11 +150,12 @@ def shared_analyses() -> Iterator[None]:
     attached to a kernel is frozen, so nothing made for it can go stale, and neither an
     analysis nor a plan is changed after it is made, so those who share one cannot disturb
     each other. The memo lives as long as the context, so it keeps no block alive after
-    it; nested contexts share the outermost one's."""
+    it (an analysis refers to its block: a memo by weak reference would keep it for ever);
+    nested contexts share the outermost one's."""
     if _SHARED.get() is not None:
         yield
         return
-    token = _SHARED.set({})
+    token = _SHARED.set(({}, {}))
     try:
         yield
     finally:
@@ -130,21 +164,13 @@ def shared_analyses() -> Iterator[None]:
 
 def shared(what: str, block: BlockGraph, args: tuple, make: Callable[[], T]) -> T:
     """``make()``, or what it returned (or raised, a KernelConfigError) for the same ``what``,
-    ``block`` and hashable ``args`` within :func:`shared_analyses`."""
+    frozen ``block`` and hashable ``args`` within :func:`shared_analyses`."""
     memo = _SHARED.get()
     if memo is None or not block.frozen:
         return make()
-    key = (what, id(block), args)
-    hit = memo.get(key)
-    if hit is None:
-        try:
-            made: object = make()
-        except KernelConfigError as e:
-            made = KernelConfigError(str(e))
-        memo[key] = hit = (block, made)  # the block kept with it: its id is not reused while the memo lives
-    if isinstance(hit[1], KernelConfigError):
-        raise KernelConfigError(str(hit[1]))
-    return hit[1]
+    results, blocks = memo
+    blocks[id(block)] = block
+    return recall(results, (what, id(block), args), make)
 
 
 def analyze(block: BlockGraph, loop: frozenset[int], split: dict[int, int] | None = None, chunk: int = 1,

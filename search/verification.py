@@ -174,13 +174,18 @@ class KnownVerdicts:
     def __init__(self, source: Any, known: dict[str, Any]) -> None:
         self.source, self.known = source, known
 
-    def _known(self, m: Match) -> bool:
-        return m.origin == "transfer" and graph_key(m.graph) in self.known
+    def _key(self, m: Match) -> str | None:
+        """``m``'s key where its verdict is known, else None."""
+        if m.origin != "transfer":
+            return None
+        k = graph_key(m.graph)
+        return k if k in self.known else None
 
     def get(self, order: list[Match], pos: int, ahead: list[int]) -> Any:
-        if self._known(order[pos]):
-            return self.known[graph_key(order[pos].graph)]
-        return self.source.get(order, pos, [q for q in ahead if not self._known(order[q])])
+        k = self._key(order[pos])
+        if k is not None:
+            return self.known[k]
+        return self.source.get(order, pos, [q for q in ahead if self._key(order[q]) is None])
 
 
 class LocalVerdicts:

@@ -24,6 +24,7 @@ loses nothing the compiled code depends on outside CUDA-graph trees (``mode=
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pickle
@@ -31,8 +32,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.fx as fx
@@ -64,7 +65,6 @@ class AheadCompile:
     grad: bool
     proc: subprocess.Popen
     path: str
-    started: float = field(default_factory=time.perf_counter)
     #: seconds :meth:`finish` waited for the child (None before it is called)
     waited_s: float | None = None
 
@@ -91,11 +91,7 @@ class AheadCompile:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for p in (self.path, self.path + ".err"):
-            try:
-                os.unlink(p)
-            except OSError:
-                pass
+        _remove(self.path)
 
 
 def torch_settings() -> dict[str, Any]:
@@ -128,18 +124,28 @@ def apply_torch_settings(s: dict[str, Any]) -> None:
             setattr(cuda, f, v)
 
 
+class TensorMeta(NamedTuple):
+    """What a compile reads of an input tensor."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: str
+    requires_grad: bool
+
+
 def describe_inputs(args: list) -> list[Any]:
-    """What :func:`make_inputs` needs to make inputs like ``args``: each tensor's shape,
-    strides, dtype, device and ``requires_grad``; any other argument as it is."""
-    return [(tuple(a.shape), tuple(a.stride()), a.dtype, str(a.device), a.requires_grad)
+    """What :func:`make_inputs` needs to make inputs like ``args``: each tensor's
+    :class:`TensorMeta`; any other argument as it is."""
+    return [TensorMeta(tuple(a.shape), tuple(a.stride()), a.dtype, str(a.device), a.requires_grad)
             if isinstance(a, torch.Tensor) else a for a in args]
 
 
 def make_inputs(described: list[Any]) -> list[Any]:
     """Uninitialized tensors as :func:`describe_inputs` described them (a compile reads only
     their metadata)."""
-    return [torch.empty_strided(d[0], d[1], dtype=d[2], device=d[3]).requires_grad_(d[4])
-            if isinstance(d, tuple) and len(d) == 5 and isinstance(d[2], torch.dtype) else d for d in described]
+    return [torch.empty_strided(d.shape, d.stride, dtype=d.dtype, device=d.device).requires_grad_(d.requires_grad)
+            if isinstance(d, TensorMeta) else d for d in described]
 
 
 def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
@@ -175,10 +181,16 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
     except OSError as e:  # no interpreter to start (an embedded Python), no process left
         log.info("mugraph: the graph without its pieces is compiled after the searches (no child process: %s)", e)
-        for p in (path, path + ".err"):
-            os.unlink(p)
+        _remove(path)
         return None
     return AheadCompile(graph, inputs, torch.is_grad_enabled(), proc, path)
+
+
+def _remove(path: str) -> None:
+    """Remove a child's input file and its error output."""
+    for p in (path, path + ".err"):
+        with contextlib.suppress(OSError):
+            os.unlink(p)
 
 
 def _tail(path: str) -> str:
@@ -211,4 +223,7 @@ def _child(path: str) -> None:
 
 
 if __name__ == "__main__":
-    _child(sys.argv[1])
+    # run as the package's module, not as __main__: the pickle names its classes there
+    from mugraph.frontend.ahead import _child as child
+
+    child(sys.argv[1])

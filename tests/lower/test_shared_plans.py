@@ -16,19 +16,15 @@ import mugraph as mg
 from lower.config import KernelConfig, KernelConfigError
 from lower.plan import plan
 from lower.tiles import shared_analyses
+from mugraph.core.benchmarks import handwritten
 
 profile_mod = sys.modules["lower.profile"]
 
 
-def _gemv(k: int = 256, n: int = 128, cols: int = 32, steps: int = 64) -> mg.KernelGraph:
-    kg = mg.KernelGraph("gemv")
-    X, W = kg.input("X", (1, k), "float16"), kg.input("W", (k, n), "float16")
-    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    x, w = bg.input(X, imap=(None,), fmap=1), bg.input(W, imap=(1,), fmap=0)
-    bg.output(bg.accum(x @ w), omap=(1,))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
-    return kg
+def _gemv() -> mg.KernelGraph:
+    """A hand-written μGraph of one kernel (RMSNorm, then a projection): 4 blocks of 32
+    columns, a loop of 4 steps."""
+    return handwritten.rmsnorm_matmul(b=1, hidden=256, out=128, col_tile=32, loop=4)
 
 
 def _block(g):
