@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 
 import pytest
 import torch
@@ -24,7 +25,9 @@ def _fresh_inductor_cache(tmp_path, monkeypatch):
 
 
 def _graph() -> tuple[fx.GraphModule, list]:
-    """A small graph as dynamo hands it to a backend, and its inputs."""
+    """A small graph as dynamo hands it to a backend, and its inputs; it calls a tensor
+    method (``view``), which AOTAutograd's cache takes as a tensor's only where the
+    receiver's node has an example value."""
     seen = {}
 
     def grab(gm, example_inputs):
@@ -32,7 +35,7 @@ def _graph() -> tuple[fx.GraphModule, list]:
         return gm.forward
 
     w = torch.randn(16, 16)
-    torch.compile(lambda x: torch.tanh(x @ w) * 3 + 1, backend=grab)(torch.randn(4, 16))
+    torch.compile(lambda x: torch.tanh(x @ w).view(-1) * 3 + 1, backend=grab)(torch.randn(4, 16))
     return seen["gm"], [torch.randn(4, 16), w]
 
 
@@ -42,9 +45,12 @@ def test_the_childs_compile_serves_the_backends_from_the_cache():
     job = ahead.start(gm, args)
     assert job is not None
     before = counters["inductor"]["fxgraph_cache_hit"]
+    traced = counters["aot_autograd"]["autograd_cache_hit"]
     fn = job.finish()
     assert job.proc.returncode == 0 and job.waited_s is not None
     assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    # the trace too comes from the child's compile, not only Inductor's code
+    assert counters["aot_autograd"]["autograd_cache_hit"] == traced + 1
     got = fn(*args)
     got = got[0] if isinstance(got, (list, tuple)) else got
     want = want[0] if isinstance(want, (list, tuple)) else want
@@ -150,3 +156,20 @@ def test_the_callers_settings_go_to_the_child(monkeypatch):
         assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
     finally:
         torch.set_num_threads(threads)
+
+
+def test_example_values_are_given_back_or_the_copy_left_as_it_was():
+    gm, args = _graph()
+    inputs = ahead.describe_inputs(args)
+    copy = pickle.loads(pickle.dumps(gm))  # as both processes get it: no node metadata
+    assert not any("example_value" in n.meta for n in copy.graph.nodes)
+    assert ahead.with_example_values(copy, inputs) is copy
+    assert all("example_value" in n.meta for n in copy.graph.nodes if n.op != "output")
+    # an op fake tensors cannot run (a tensor's values read in Python): no values, no error
+    odd = pickle.loads(pickle.dumps(gm))
+    out = next(n for n in odd.graph.nodes if n.op == "output")
+    with odd.graph.inserting_before(out):
+        odd.graph.call_function(torch.Tensor.tolist, (next(iter(odd.graph.nodes)),))
+    odd.recompile()
+    assert ahead.with_example_values(odd, inputs) is odd
+    assert not any("example_value" in n.meta or "val" in n.meta for n in odd.graph.nodes)
