@@ -17,7 +17,10 @@ and the prompt shapes (``PREFILL``: causal ones add a mask the kernels make from
 ``--unsafe`` also superoptimizes the same program without the max and times its answer.
 ``--save DIR`` writes each result as ``DIR/<program>.json``; ``--search-only`` stops there
 (no GPU needed: the search ranks by the cost model); ``--load DIR`` reads them and re-ranks
-their candidates on this GPU (``Optimized.profile_on_gpu``) instead of searching. A causal
+their candidates on this GPU (``Optimized.profile_on_gpu``) instead of searching. ``--cache
+DIR`` gives the rows one result cache, as a user's default cache is: a row is then seeded by
+the μGraph of the same program at other sizes searched before it (design §6.10, "Seeds
+carried across sizes"), verified anew at its own; without it every row starts from nothing. A causal
 row also times the chosen kernels running every loop step (``full loop μs``: the steps the
 band mask hides are not skipped, ``KernelConfig.skip_masked``).
 """
@@ -120,7 +123,7 @@ def _optimize(p: mg.Program, args, device: str = "cuda") -> tuple[mg.Optimized, 
         wall = float(opt.report.get("wall_s", 0.0))
         return opt.profile_on_gpu(tune_total_s=args.tune_s), wall
     opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s},
-                           device=device, cache_dir=False, progress=False)
+                           device=device, cache_dir=args.cache or False, progress=False)
     wall = time.perf_counter() - t0
     opt.report = {**opt.report, "wall_s": wall}
     if args.save:
@@ -149,6 +152,8 @@ def main() -> None:
     ap.add_argument("--unsafe", action="store_true", help="also superoptimize and time the program without the max")
     ap.add_argument("--save", default=None, help="write each result to DIR/<program>.json")
     ap.add_argument("--load", default=None, help="read results from DIR instead of searching (re-ranked here)")
+    ap.add_argument("--cache", default=None,
+                    help="one result cache for the rows (seeds a row from the same program searched at other sizes)")
     ap.add_argument("--search-only", action="store_true", help="search (on this CPU) and --save, time nothing")
     ap.add_argument("-v", "--verbose", action="store_true",
                     help="each result's summary (its candidates, predicted and measured) on stderr")
