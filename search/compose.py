@@ -23,7 +23,8 @@ import itertools
 from dataclasses import dataclass
 from typing import Optional
 
-from mugraph.core.ir import DTYPES, KernelGraph, Program, Tensor
+from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor
+from mugraph.core.ops import CATALOG
 from mugraph.core.rewrite import splice
 from mugraph.core.unionfind import UnionFind
 
@@ -150,6 +151,55 @@ def _sub_program(program: Program, op_ids: list[int], index: int) -> Piece:
     for t in outputs:
         p.output(m[t])
     return Piece(p, inputs, outputs, sorted(ids))
+
+
+#: the tile a direct element-wise kernel (:func:`pointwise_kernel`) cuts its dims into, at most
+POINTWISE_TILE = 256
+
+
+def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
+    """``program`` as one loop-free kernel applying its ops element by element, if every op
+    is element-wise (unary, binary, a constant) and its outputs share one shape its inputs
+    broadcast to; else None. Up to three dims longer than a tile are cut by the grid.
+
+    Why not search such a piece: its μGraph is this kernel on some tiling, and the search's
+    only work would be to find constants and op orders it already has (a GeLU's tail —
+    ``x / (1 + exp(−y))``, a constant 1 among its ops — matched nothing in a complete
+    search). Its tiling does not matter either: :func:`search.rewrite.fuse_epilogue` runs it
+    on its producer's tiles. The composition that holds it is verified like any other."""
+    ops = [op for op in program.ops if op.kind != "input"]
+    if not ops or not all(CATALOG[op.kind].elementwise for op in ops if op.kind in CATALOG) \
+            or any(op.kind not in CATALOG for op in ops):
+        return None
+    shapes = {t.shape for t in program.outputs}
+    if len(shapes) != 1 or any(t.op.kind == "input" for t in program.outputs):
+        return None
+    shape = shapes.pop()
+    if any(len(t.shape) != len(shape) or any(n not in (1, m) for n, m in zip(t.shape, shape))
+           for t in program.inputs):
+        return None
+    cut = []  # (dim, blocks): the longest dims first, each into tiles of at most POINTWISE_TILE
+    for d in sorted(range(len(shape)), key=lambda d: -shape[d])[:3]:
+        tile = next((t for t in (POINTWISE_TILE, 128, 64, 32, 16) if shape[d] % t == 0 and shape[d] > t), None)
+        if tile is not None:
+            cut.append((d, shape[d] // tile))
+    grid = tuple(n for _, n in cut) + (1,) * (3 - len(cut))
+    g = KernelGraph(program.name)
+    src = {t: g.input(t.name, t.shape, t.dtype, fill=t.fill) for t in program.inputs}
+    bg = BlockGraph(grid, 1)
+    tiles = {t: bg.input(src[t], tuple([d if t.shape[d] != 1 else None for d, _ in cut] + [None] * (3 - len(cut))))
+             for t in program.inputs}
+    for op in ops:
+        attrs = dict(op.attrs)
+        if not op.inputs:
+            attrs.setdefault("dtype", op.outputs[0].dtype)
+        tiles[op.outputs[0]] = bg.add_op(op.kind, [tiles[t] for t in op.inputs], attrs)
+    omap = tuple([d for d, _ in cut] + [None] * (3 - len(cut)))
+    for t in program.outputs:
+        bg.output(bg.accum(tiles[t]), omap)
+    for t in g.kernel(bg):
+        g.output(t)
+    return g
 
 
 def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) -> KernelGraph:

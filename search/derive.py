@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from mugraph.core.ir import KernelGraph, Program
 
-from .compose import compose, partition
+from .compose import compose, partition, pointwise_kernel
 from .config import SearchConfig
 from .enumerate import cost_key
 from .records import Proposal
@@ -88,6 +88,11 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
                         "outputs": [list(t.shape) for t in p.outputs]} for p in pieces]
     per_piece: list[list[KernelGraph]] = []
     for i, piece in enumerate(pieces):
+        direct = pointwise_kernel(piece.program)
+        if direct is not None:  # element-wise work: its kernel is known, not searched for
+            stats[f"piece{i}"] = {"seconds": 0.0, "matches": 1, "complete": True, "constructed": True}
+            per_piece.append([direct])
+            continue
         producer = any(t not in program.outputs for t in piece.outputs)
         # a producer piece is fused into its consumer only if its kernel has no for-loop
         # (:func:`search.rewrite.fuse`): search it loop-free first, with loops if that finds nothing

@@ -169,16 +169,109 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
         return None
 
 
+def _pointwise_tail(bg: BlockGraph) -> bool:
+    """Whether ``bg`` is loop-free element-wise work: iterators, its one step's accumulators,
+    constants and unary and binary ops only — each output element a function of the inputs'
+    elements at the same place (after broadcasting), whatever the tiles."""
+    return bg.forloop == 1 and all(op.kind in ("iterator", "accum") or
+                                   (op.kind in CATALOG and CATALOG[op.kind].elementwise) for op in bg.ops)
+
+
+def epilogue_pairs(g: KernelGraph) -> list[tuple[int, int]]:
+    """(producer, consumer) op ids that :func:`fuse_epilogue` may merge: a kernel none of
+    whose outputs is a graph output, and the one kernel reading them, loop-free and
+    element-wise (:func:`_pointwise_tail`). A loop-free producer is paired too: :func:`fuse`
+    merges it only where the two kernels' tiles line up, this on the producer's tiles."""
+    cons = g.consumers()
+    outs = set(g.outputs)
+    pairs = []
+    for a in g.ops:
+        if a.kind != GD or any(t in outs for t in a.outputs):
+            continue
+        users = {op.id for t in a.outputs for op in cons.get(t, [])}
+        if len(users) == 1:
+            b = g.ops[users.pop()]
+            if b.kind == GD and _pointwise_tail(b.attrs["block"]):
+                pairs.append((a.id, b.id))
+    return pairs
+
+
+def fuse_epilogue(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
+    """Element-wise kernel ``b_id`` run after the loop of kernel ``a_id``, on the tiles ``a``
+    saved — its only consumer, loop-free (:func:`epilogue_pairs`); None where it cannot be.
+
+    Why: :func:`fuse` inlines a loop-free *producer* into its consumer, so an element-wise
+    tail after a contraction (a GeLU written out op by op after a gated projection: ten ops,
+    past what one search enumerates, so the composition searches them as pieces of their own)
+    stayed a kernel of its own, writing and re-reading the contraction's result. ``b``'s
+    tiles need not line up with ``a``'s: element-wise work can run on any tiling, so it runs
+    on ``a``'s — ``a``'s post-loop tiles in place of what ``b`` read of ``a``, its other
+    inputs read (once, after the loop: loop-invariant) on the same tiles, broadcast dims of
+    one element kept whole. Requires ``a``'s outputs and ``b``'s to share one shape and
+    ``a`` to save them on one map, and ``b`` to read and write each grid axis's dim as it is
+    written (no transposition hidden in its maps). The result is a proposal like any fusion:
+    the driver verifies it."""
+    a, b = g.ops[a_id], g.ops[b_id]
+    ab: BlockGraph = a.attrs["block"]
+    bb: BlockGraph = b.attrs["block"]
+    shapes = {t.shape for t in a.outputs} | {t.shape for t in b.outputs}
+    omaps = {tuple(sv.omap) for sv in ab.savers}
+    if len(shapes) != 1 or len(omaps) != 1 or len({tuple(sv.omap) for sv in bb.savers}) != 1:
+        return None
+    shape, omap, b_omap = shapes.pop(), omaps.pop(), tuple(bb.savers[0].omap)
+    for op in bb.ops:  # b's tiles: each grid axis cuts the dim its saver writes, or none (broadcast)
+        if op.kind == "iterator":
+            src = bb.sources[op.attrs["source"]]
+            if len(src.shape) != len(shape) or any(n not in (1, m) for n, m in zip(src.shape, shape)):
+                return None
+            if any(bb.grid[k] > 1 and d is not None and d != b_omap[k] for k, d in enumerate(op.attrs["imap"])):
+                return None
+
+    def tile_map(src: Tensor) -> tuple:
+        """``a``'s saved tiling for input ``src`` of ``b`` (its dims of one element whole)."""
+        return tuple(d if d is not None and src.shape[d] != 1 else None for d in omap)
+
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
+        nb = BlockGraph(ab.grid, ab.forloop)
+        am: dict[Tensor, Tensor] = {}
+        for op in ab.ops:
+            if op.kind == "iterator":
+                am[op.outputs[0]] = nb.input(rb.get(ab.sources[op.attrs["source"]]), op.attrs["imap"],
+                                             op.attrs["fmap"])
+            else:
+                _replay_op(nb, op, am)
+        saved = {out: am[sv.tensor] for out, sv in zip(a.outputs, ab.savers)}
+        bm: dict[Tensor, Tensor] = {}
+        for op in bb.ops:
+            if op.kind == "iterator":
+                src = bb.sources[op.attrs["source"]]
+                bm[op.outputs[0]] = saved[src] if src.op is a else nb.input(rb.get(src), tile_map(src), None)
+            else:
+                _replay_op(nb, op, bm, drop_accum=True)  # b has no loop: its accumulators are identities
+        for sv in bb.savers:
+            nb.output(bm[sv.tensor], omap)
+        return rb.graph.kernel(nb)
+
+    try:
+        return rebuild(g, replace={(b_id, None): build}, drop=[(a_id, None)])
+    except MugraphError:
+        return None
+
+
 def fuse_all(g: KernelGraph) -> list[KernelGraph]:
-    """Every graph reachable by repeated fusion (``g`` excluded), most fused last; deduplicated."""
+    """Every graph reachable by repeated fusion — loop-free producers into their consumers
+    (:func:`fuse`), element-wise consumers into their producers' epilogues
+    (:func:`fuse_epilogue`) — ``g`` excluded, most fused last; deduplicated."""
     seen = {graph_key(g)}
     out: list[KernelGraph] = []
     frontier = [g]
     while frontier:
         nxt = []
         for h in frontier:
-            for a_id, b_id in fusable_pairs(h):
-                f = fuse(h, a_id, b_id)
+            merges = [(fuse, a_id, b_id) for a_id, b_id in fusable_pairs(h)] + \
+                     [(fuse_epilogue, a_id, b_id) for a_id, b_id in epilogue_pairs(h)]
+            for merge, a_id, b_id in merges:
+                f = merge(h, a_id, b_id)
                 if f is None:
                     continue
                 k = graph_key(f)

@@ -10,8 +10,9 @@ import search
 from mugraph.core.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
-from search.compose import compose, partition
-from search.rewrite import fuse, fusable_pairs, fuse_all, split_loop, split_variants
+from search.compose import compose, partition, pointwise_kernel
+from search.rewrite import (epilogue_pairs, fusable_pairs, fuse, fuse_all, fuse_epilogue, split_loop,
+                            split_variants)
 
 
 def _agree(program, graph, seed=0):
@@ -112,10 +113,12 @@ def test_fuse_row_norm_into_row_consumer_is_equivalent():
     (y,) = g.kernel(b)
     g.output(y)
     assert _agree(p, g)
-    (f,) = fuse_all(g)
-    assert f.num_kernels == 1 and f.ops[-1].attrs["block"].grid == (4, 1, 1)
-    assert _agree(p, f)
-    assert Checker(p).check(f) == (True, True)
+    # inlined into the consumer (its 4 blocks), or the consumer run on the producer's 8 rows
+    fused = fuse_all(g)
+    assert sorted(f.ops[-1].attrs["block"].grid for f in fused) == [(4, 1, 1), (8, 1, 1)]
+    for f in fused:
+        assert f.num_kernels == 1 and _agree(p, f)
+        assert Checker(p).check(f) == (True, True)
 
 
 def test_split_loop_variants_of_attention_are_equivalent_split_kv():
@@ -147,6 +150,104 @@ def test_split_loop_refuses_loop_free_kernels_and_bad_chunks():
     assert split_loop(g, 3, 3) is None          # 3 does not divide 4
     h = split_loop(g, 3, 2)                     # split-K of the matmul kernel
     assert h is not None and h.num_kernels == 3 and _agree(p, h)
+
+
+def _gated_gelu_two_kernels(tail_grid=(4, 1, 1), transpose=False):
+    """``gelu_tanh(X @ Wg) · (X @ Wu)`` as a looped kernel saving both products and a
+    loop-free element-wise kernel on a tiling of its own (``tail_grid``); ``transpose``: the
+    tail reads one product's tiles along the other dim than it writes (square products)."""
+    n = 32 if transpose else 64
+    p = mg.Program("gated_gelu")
+    X = p.input("X", (n, 32)); Wg = p.input("Wg", (32, n)); Wu = p.input("Wu", (32, n))
+    p.output(mg.gelu_tanh(X @ Wg) * (X @ Wu))
+    g = mg.KernelGraph("gated_gelu")
+    x, wg, wu = g.input("X", (n, 32)), g.input("Wg", (32, n)), g.input("Wu", (32, n))
+    a = mg.BlockGraph((2, 1, 1), 4)
+    xt = a.input(x, (None, None, None), 1)
+    a.output(a.accum(xt @ a.input(wg, (1, None, None), 0)), (1, None, None))
+    a.output(a.accum(xt @ a.input(wu, (1, None, None), 0)), (1, None, None))
+    gate, up = g.kernel(a)
+    if transpose:  # blocks of rows × columns, the up product's read as columns × rows
+        b = mg.BlockGraph((2, 2, 1), 1)
+        tail = mg.gelu_tanh(b.input(gate, (0, 1, None))) * b.input(up, (1, 0, None))
+        b.output(b.accum(tail), (0, 1, None))
+    else:
+        b = mg.BlockGraph(tail_grid, 1)
+        b.output(b.accum(mg.gelu_tanh(b.input(gate, (1, None, None))) * b.input(up, (1, None, None))),
+                 (1, None, None))
+    (y,) = g.kernel(b)
+    g.output(y)
+    return p, g
+
+
+def test_fuse_epilogue_runs_an_elementwise_tail_on_the_producers_tiles():
+    """A GeLU-gated projection's element-wise tail, a kernel of its own on another tiling,
+    runs after the products' loop in one kernel: proven equal to the program."""
+    p, g = _gated_gelu_two_kernels()
+    assert _agree(p, g) and fusable_pairs(g) == []  # the producer has a loop: fuse cannot inline it
+    assert epilogue_pairs(g) == [(3, 4)]
+    f = fuse_epilogue(g, 3, 4)
+    assert f is not None and f.num_kernels == 1
+    bg = f.ops[-1].attrs["block"]
+    assert (bg.grid, bg.forloop) == ((2, 1, 1), 4) and [sv.omap for sv in bg.savers] == [(1, None, None)]
+    assert _agree(p, f)
+    assert Checker(p).check(f) == (True, True)
+    assert [h.num_kernels for h in fuse_all(g)] == [1]
+
+
+def test_fuse_epilogue_refuses_tails_it_cannot_run_on_the_producers_tiles():
+    # the tail reads a product's columns as its rows (a transposition in its maps): refused
+    p, g = _gated_gelu_two_kernels(transpose=True)
+    assert not _agree(p, g)  # not the program either: what a fusion must not paper over
+    assert fuse_epilogue(g, 3, 4) is None
+    # a product that is also a graph output, or a tail with a loop, is no epilogue
+    h = mg.KernelGraph("h")
+    x, w = h.input("X", (8, 32)), h.input("W", (32, 16))
+    a = mg.BlockGraph((2, 1, 1), 4)
+    a.output(a.accum(a.input(x, (None, None, None), 1) @ a.input(w, (1, None, None), 0)), (1, None, None))
+    (xw,) = h.kernel(a)
+    c = mg.BlockGraph((2, 1, 1), 2)
+    c.output(c.accum(mg.exp(c.input(xw, (1, None, None), 0))), (1, None, None))
+    (e,) = h.kernel(c)
+    h.output(e)
+    assert epilogue_pairs(h) == []  # the consumer loops over the product's rows
+    h.output(xw)
+    assert epilogue_pairs(h) == []
+
+
+def test_an_elementwise_piece_is_built_not_searched():
+    """A piece of element-wise ops only (a GeLU's tail, its constant 1 among them) is one
+    loop-free kernel applying them, on a grid of tiles of at most 256; a piece with any other
+    op is searched as before."""
+    p = mg.Program("tail")
+    x = p.input("X", (8, 1024)); b = p.input("b", (1, 1024))
+    p.output(mg.gelu_tanh(x) + b)
+    g = pointwise_kernel(p)
+    assert g is not None and g.num_kernels == 1
+    bg = g.ops[-1].attrs["block"]
+    assert (bg.grid, bg.forloop) == ((4, 1, 1), 1) and bg.savers[0].omap == (1, None, None)
+    assert _agree(p, g) and Checker(p).check(g) == (True, True)
+    q = mg.Program("norm")
+    q.output(mg.rms_norm(q.input("X", (8, 64))))
+    assert pointwise_kernel(q) is None  # a reduction
+    r = mg.Program("outer")  # inputs broadcast along the dims they hold one element of
+    r.output(r.input("a", (8, 1)) * r.input("b", (1, 8)))
+    assert _agree(r, pointwise_kernel(r))
+
+
+def test_the_composition_fuses_a_projection_with_its_gelu_written_out():
+    """``gelu_tanh(X @ W)``: ten ops, past one enumeration. The composition searches the
+    product, builds the GeLU's element-wise pieces and runs them in the product's epilogue:
+    one proven kernel."""
+    p = mg.Program("mm_gelu")
+    p.output(mg.gelu_tanh(p.input("X", (8, 64), "float32") @ p.input("W", (64, 128), "float32")))
+    cfg = SearchConfig(workers=1, time_limit=16, verify_reserve=6, progress=False, verify_error=1e-3,
+                       max_verify=2, split_loops=False)
+    r = search.run(p, cfg)
+    assert any(r.stats["derived"][f"piece{i}"].get("constructed") for i in range(len(r.stats["derived"]["pieces"])))
+    fused = [g for g, o in zip(r.graphs, r.origins) if o == "composed+fused" and g.num_kernels == 1]
+    assert fused, (r.origins, r.stats["derived"])
+    assert all(_agree(p, g) for g in fused)
 
 
 def test_partition_cuts_cheapest_tensors_and_composes_back():
