@@ -13,18 +13,22 @@ searches only propose.
 Where to cut: the cut tensors (piece outputs read by other pieces) are what an
 unfused implementation writes to and reads back from device memory, so we
 choose the cut of fewest bytes such that every piece has at most ``max_ops``
-ops and the pieces form a DAG; ties go to fewer pieces. Programs here have tens
-of ops, so trying every cut of up to ``max_cut`` tensors is cheap.
+ops and the pieces form a DAG; ties go to fewer pieces. Contractions that read one
+tensor stay in one piece where some cut allows it (the gate and up projections of one
+activation, Q, K and V): in two pieces each becomes a kernel looping over that tensor,
+and no fusion merges two loops, so the kernel reading it once for both could never be
+composed. Programs here have tens of ops, so trying every cut of up to ``max_cut``
+tensors is cheap.
 """
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor
-from mugraph.core.ops import CATALOG
+from mugraph.core.ops import CATALOG, is_contraction
 from mugraph.core.rewrite import splice
 from mugraph.core.unionfind import UnionFind
 
@@ -59,20 +63,28 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
     for op in ops:
         for t in op.inputs:
             consumers.setdefault(t, []).append(op)
-    best = None
-    for k in range(1, max_cut + 1):
-        for cut in itertools.combinations(inner, k):
-            pieces = _pieces(ops, set(cut), consumers, max_ops)
-            if pieces is None:
-                continue
-            if max_inputs is not None and any(_n_inputs(program, ids) > max_inputs for ids in pieces):
-                continue
-            cost = (sum(_nbytes(t) for t in cut), len(pieces))
-            if best is None or cost < best[0]:
-                best = (cost, cut, pieces)
-    if best is None:
-        return None
-    return [_sub_program(program, ids, i) for i, ids in enumerate(best[2])]
+    siblings = _sibling_contractions(ops)
+    for joined in ([siblings, []] if siblings else [[]]):  # siblings in one piece, if any cut allows it
+        best = None
+        for k in range(1, max_cut + 1):
+            for cut in itertools.combinations(inner, k):
+                pieces = _pieces(ops, set(cut), consumers, max_ops, joined)
+                if pieces is None:
+                    continue
+                if max_inputs is not None and any(_n_inputs(program, ids) > max_inputs for ids in pieces):
+                    continue
+                cost = (sum(_nbytes(t) for t in cut), len(pieces))
+                if best is None or cost < best[0]:
+                    best = (cost, cut, pieces)
+        if best is not None:
+            return [_sub_program(program, ids, i) for i, ids in enumerate(best[2])]
+    return None
+
+
+def _sibling_contractions(ops: list) -> list[tuple[int, int]]:
+    """Pairs of contractions (op ids) that read a tensor in common."""
+    contractions = [op for op in ops if is_contraction(op.kind)]
+    return [(a.id, b.id) for a, b in itertools.combinations(contractions, 2) if set(a.inputs) & set(b.inputs)]
 
 
 def _n_inputs(program: Program, op_ids: list[int]) -> int:
@@ -80,8 +92,14 @@ def _n_inputs(program: Program, op_ids: list[int]) -> int:
     return len({t for i in op_ids for t in program.ops[i].inputs if t not in made})
 
 
-def _pieces(ops: list, cut: set, consumers: dict, max_ops: int) -> Optional[list[list[int]]]:
+def _pieces(ops: list, cut: set, consumers: dict, max_ops: int,
+            joined: Sequence[tuple[int, int]] = ()) -> Optional[list[list[int]]]:
+    """The pieces (op ids, in a topological order) that cutting at tensors ``cut`` leaves,
+    each pair of ops in ``joined`` kept in one piece; None if a piece exceeds ``max_ops``, a
+    cut tensor does not cross pieces, or the pieces depend on each other in a cycle."""
     uf = UnionFind(op.id for op in ops)
+    for a, b in joined:
+        uf.union(a, b)
     for op in ops:
         t = op.outputs[0]
         if t in cut:

@@ -152,6 +152,18 @@ def program_labels(program: KernelGraph) -> tuple[dict[str, Labels], list[Labels
         for (i, d), *rest in dm.contracted:
             for j, e in rest:
                 tie(ins[i][d], ins[j][e])
+    # outputs of one shape are tiled alike: one grid axis may cut a dim of each (two
+    # projections of one activation computed side by side, a piece of a composition whose
+    # outputs nothing ties; as separate classes no axis could cut both, and only a kernel
+    # holding each output whole was generated)
+    by_shape: dict[tuple, list] = {}
+    for t in program.outputs:
+        by_shape.setdefault(tuple(t.shape), []).append(t)
+    for same in by_shape.values():
+        for t in same[1:]:
+            for a, b in zip(slot[same[0].id], slot[t.id]):
+                if a is not None and b is not None:
+                    union(a, b)
     ids: dict[tuple, int] = {}
 
     def labels_of(t) -> Labels:

@@ -99,3 +99,24 @@ def test_block_level_canonical_matches_brute_force():
     assert len(canon) == len(set(canon)), "a block graph was generated twice"
     assert set(canon) == set(brute)
     assert len(canon) > 20
+
+
+def test_outputs_of_one_shape_are_tiled_by_one_axis():
+    """Two projections of one activation, two outputs nothing in the program ties: a kernel
+    computing both can cut both weights' columns by one grid axis (their dims are labelled
+    one class); otherwise its blocks could only hold both weights' columns whole."""
+    import search
+    from search.labels import program_labels
+
+    p = mg.Program("two_projections")
+    x = p.input("X", (1, 256), "float32")
+    wg, wu = p.input("Wg", (256, 4096), "float32"), p.input("Wu", (256, 4096), "float32")
+    p.output(x @ wg)
+    p.output(x @ wu)
+    ins, outs, _ = program_labels(p)
+    assert ins["Wg"][1] == ins["Wu"][1] and outs[0] == outs[1]
+    cfg = SearchConfig(time_limit=30, workers=1, progress=False, compose=False, split_loops=False, verify=False,
+                       max_kernel_ops=1)
+    r = search.run(p, cfg)
+    cut = [g for g in r.graphs if max(g.ops[-1].attrs["block"].grid) > 1]
+    assert cut and all(g.num_kernels == 1 for g in cut)

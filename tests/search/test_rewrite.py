@@ -321,3 +321,17 @@ def test_the_compositional_search_prices_its_pieces_with_the_estimate():
     pieces = [stats[f"piece{i}"] for i in range(len(stats["pieces"]))]
     assert len(pieces) >= 2 and all(v["priced"] == v["matches"] >= 1 for v in pieces)
     assert len(priced) == sum(v["priced"] for v in pieces)
+
+
+def test_partition_keeps_projections_of_one_activation_together():
+    """``gelu_tanh(X @ Wg) · (X @ Wu)``: cutting by bytes alone put the two products in
+    different pieces (every cut tensor has the same size), where no fusion could merge their
+    loops; they now share a piece, and the GeLU's pieces are element-wise."""
+    p = mg.Program("gated_gelu")
+    x = p.input("X", (1, 64)); wg, wu = p.input("Wg", (64, 256)), p.input("Wu", (64, 256))
+    p.output(mg.gelu_tanh(x @ wg) * (x @ wu))
+    pieces = partition(p, 6, max_inputs=4)
+    assert [op.kind for op in pieces[0].program.ops if op.kind != "input"] == ["matmul", "matmul"]
+    assert all(pointwise_kernel(pc.program) is not None for pc in pieces[1:])
+    whole = compose(p, pieces, [pc.program for pc in pieces])
+    assert _agree(p, whole)
