@@ -356,6 +356,11 @@ def test_units_the_first_deadline_stopped_run_again_on_workers(monkeypatch):
         return Clock(c.t0, c.t_end, time.monotonic() + 0.05, c.late_deadline)
 
     monkeypatch.setattr(Clock, "start", staticmethod(early))
+    # workers an earlier search left idle would answer within the 50 ms: start from none
+    from search import executors
+
+    for w in executors._take_idle(1 << 10):
+        executors._end(w)
     r = search.run(p, _cfg(time_limit=60.0, executor="processes", workers=2, max_block_ops=3))
     assert r.stats["search"]["enumeration_extended"] == 1 and r.stats["complete"] and r.stats["tasks_cut"] == 0
     assert r.stats["tasks_done"] == r.stats["tasks"]
