@@ -28,9 +28,11 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from mugraph.core.ir import DTYPES, BlockGraph, KernelGraph, Program, Tensor
-from mugraph.core.ops import CATALOG, is_contraction
+from mugraph.core.ops import is_contraction, is_elementwise
 from mugraph.core.rewrite import splice
 from mugraph.core.unionfind import UnionFind
+
+from .rewrite import broadcast_map, replay_op, stretches_to
 
 
 @dataclass
@@ -186,15 +188,13 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
     search). Its tiling does not matter either: :func:`search.rewrite.fuse_epilogue` runs it
     on its producer's tiles. The composition that holds it is verified like any other."""
     ops = [op for op in program.ops if op.kind != "input"]
-    if not ops or not all(CATALOG[op.kind].elementwise for op in ops if op.kind in CATALOG) \
-            or any(op.kind not in CATALOG for op in ops):
+    if not ops or not all(is_elementwise(op.kind) for op in ops):
         return None
     shapes = {t.shape for t in program.outputs}
     if len(shapes) != 1 or any(t.op.kind == "input" for t in program.outputs):
         return None
     shape = shapes.pop()
-    if any(len(t.shape) != len(shape) or any(n not in (1, m) for n, m in zip(t.shape, shape))
-           for t in program.inputs):
+    if not all(stretches_to(t.shape, shape) for t in program.inputs):
         return None
     cut = []  # (dim, blocks): the longest dims first, each into tiles of at most POINTWISE_TILE
     for d in sorted(range(len(shape)), key=lambda d: -shape[d])[:3]:
@@ -202,17 +202,13 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
         if tile is not None:
             cut.append((d, shape[d] // tile))
     grid = tuple(n for _, n in cut) + (1,) * (3 - len(cut))
+    omap = tuple([d for d, _ in cut] + [None] * (3 - len(cut)))
     g = KernelGraph(program.name)
-    src = {t: g.input(t.name, t.shape, t.dtype, fill=t.fill) for t in program.inputs}
     bg = BlockGraph(grid, 1)
-    tiles = {t: bg.input(src[t], tuple([d if t.shape[d] != 1 else None for d, _ in cut] + [None] * (3 - len(cut))))
+    tiles = {t: bg.input(g.input(t.name, t.shape, t.dtype, fill=t.fill), broadcast_map(omap, t.shape))
              for t in program.inputs}
     for op in ops:
-        attrs = dict(op.attrs)
-        if not op.inputs:
-            attrs.setdefault("dtype", op.outputs[0].dtype)
-        tiles[op.outputs[0]] = bg.add_op(op.kind, [tiles[t] for t in op.inputs], attrs)
-    omap = tuple([d for d, _ in cut] + [None] * (3 - len(cut)))
+        replay_op(bg, op, tiles)
     for t in program.outputs:
         bg.output(bg.accum(tiles[t]), omap)
     for t in g.kernel(bg):

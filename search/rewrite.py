@@ -41,7 +41,7 @@ from typing import Optional, Sequence
 
 from mugraph.core.errors import InvalidGraphError, MugraphError
 from mugraph.core.ir import DTYPES, RESCALED, RUNNING_MAX, SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
-from mugraph.core.ops import CATALOG
+from mugraph.core.ops import CATALOG, is_elementwise
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
 
@@ -53,8 +53,8 @@ def graph_key(g: KernelGraph) -> str:
     return json.dumps(graph_to_json(g), sort_keys=True)
 
 
-def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> None:
-    """Block op ``op`` again in ``nb`` on the tiles ``m`` maps its inputs to."""
+def replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> None:
+    """Op ``op`` (a block op, or a program op a block applies) again in ``nb`` on the tiles ``m`` maps its inputs to."""
     if op.kind == "accum":
         if drop_accum and accum_monoid(op) != SUM:  # a rescaled sum over one step is not its tile
             raise InvalidGraphError(f"{op.label()}: a {accum_monoid(op)} accumulator cannot be dropped")
@@ -67,16 +67,22 @@ def _replay_op(nb: BlockGraph, op: Op, m: dict, drop_accum: bool = False) -> Non
         m[op.outputs[0]] = nb.add_op(op.kind, [m[t] for t in op.inputs], attrs)
 
 
-def _replay_block(rb: Rebuild, bg: BlockGraph, nb: BlockGraph, load) -> list[Tensor]:
-    """``bg``'s ops again in ``nb`` — each iterator's tile from ``load(iterator op)``, the
-    rest replayed on the tiles they map to — its savers with their maps, and ``nb`` as a
-    kernel of the graph ``rb`` rebuilds."""
+def _replay_ops(bg: BlockGraph, nb: BlockGraph, load, drop_accum: bool = False) -> dict[Tensor, Tensor]:
+    """``bg``'s ops again in ``nb`` — each iterator's tile from ``load(iterator op)``, the rest
+    replayed on the tiles they map to (:func:`replay_op`); ``bg``'s tiles -> ``nb``'s."""
     tm: dict[Tensor, Tensor] = {}
     for op in bg.ops:
         if op.kind == "iterator":
             tm[op.outputs[0]] = load(op)
         else:
-            _replay_op(nb, op, tm)
+            replay_op(nb, op, tm, drop_accum)
+    return tm
+
+
+def _replay_block(rb: Rebuild, bg: BlockGraph, nb: BlockGraph, load) -> list[Tensor]:
+    """``bg``'s ops again in ``nb`` (:func:`_replay_ops`), its savers with their maps, and
+    ``nb`` as a kernel of the graph ``rb`` rebuilds."""
+    tm = _replay_ops(bg, nb, load)
     for sv in bg.savers:
         nb.output(tm[sv.tensor], sv.omap)
     return rb.graph.kernel(nb)
@@ -134,22 +140,20 @@ def fuse(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]:
         nb = BlockGraph(bb.grid, bb.forloop)
         inlined: dict[Tensor, Tensor] = {}
 
-        def inline_a() -> None:
-            am: dict[Tensor, Tensor] = {}
-            for op in ab.ops:
-                if op.kind == "iterator":
-                    imap, fmap = [None, None, None], None
-                    for ax, d in enumerate(op.attrs["imap"]):
-                        t = target.get(ax)
-                        if d is None or t is None:
-                            continue
-                        if t[0] == "axis":
-                            imap[t[1]] = d
-                        else:
-                            fmap = d
-                    am[op.outputs[0]] = nb.input(rb.get(ab.sources[op.attrs["source"]]), tuple(imap), fmap)
+        def load_a(op: Op) -> Tensor:
+            imap, fmap = [None, None, None], None
+            for ax, d in enumerate(op.attrs["imap"]):
+                t = target.get(ax)
+                if d is None or t is None:
+                    continue
+                if t[0] == "axis":
+                    imap[t[1]] = d
                 else:
-                    _replay_op(nb, op, am, drop_accum=True)  # a has no loop: accum is the identity
+                    fmap = d
+            return nb.input(rb.get(ab.sources[op.attrs["source"]]), tuple(imap), fmap)
+
+        def inline_a() -> None:
+            am = _replay_ops(ab, nb, load_a, drop_accum=True)  # a has no loop: accum is the identity
             for out, sv in zip(a.outputs, ab.savers):
                 inlined[out] = am[sv.tensor]
 
@@ -173,8 +177,18 @@ def _pointwise_tail(bg: BlockGraph) -> bool:
     """Whether ``bg`` is loop-free element-wise work: iterators, its one step's accumulators,
     constants and unary and binary ops only — each output element a function of the inputs'
     elements at the same place (after broadcasting), whatever the tiles."""
-    return bg.forloop == 1 and all(op.kind in ("iterator", "accum") or
-                                   (op.kind in CATALOG and CATALOG[op.kind].elementwise) for op in bg.ops)
+    return bg.forloop == 1 and all(op.kind in ("iterator", "accum") or is_elementwise(op.kind) for op in bg.ops)
+
+
+def stretches_to(shape: tuple, to: tuple) -> bool:
+    """Whether ``shape`` broadcasts to ``to`` at the same rank (each dim ``to``'s or one)."""
+    return len(shape) == len(to) and all(n in (1, m) for n, m in zip(shape, to))
+
+
+def broadcast_map(omap: tuple, shape: tuple) -> tuple:
+    """The iterator map that reads a tensor of ``shape`` on the tiles ``omap`` writes: each
+    grid axis cuts the same dim, except dims of one element (broadcast), read whole."""
+    return tuple(d if d is not None and shape[d] != 1 else None for d in omap)
 
 
 def epilogue_pairs(g: KernelGraph) -> list[tuple[int, int]]:
@@ -221,33 +235,22 @@ def fuse_epilogue(g: KernelGraph, a_id: int, b_id: int) -> Optional[KernelGraph]
     shape, omap, b_omap = shapes.pop(), omaps.pop(), tuple(bb.savers[0].omap)
     for op in bb.ops:  # b's tiles: each grid axis cuts the dim its saver writes, or none (broadcast)
         if op.kind == "iterator":
-            src = bb.sources[op.attrs["source"]]
-            if len(src.shape) != len(shape) or any(n not in (1, m) for n, m in zip(src.shape, shape)):
+            if not stretches_to(bb.sources[op.attrs["source"]].shape, shape):
                 return None
             if any(bb.grid[k] > 1 and d is not None and d != b_omap[k] for k, d in enumerate(op.attrs["imap"])):
                 return None
 
-    def tile_map(src: Tensor) -> tuple:
-        """``a``'s saved tiling for input ``src`` of ``b`` (its dims of one element whole)."""
-        return tuple(d if d is not None and src.shape[d] != 1 else None for d in omap)
-
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
         nb = BlockGraph(ab.grid, ab.forloop)
-        am: dict[Tensor, Tensor] = {}
-        for op in ab.ops:
-            if op.kind == "iterator":
-                am[op.outputs[0]] = nb.input(rb.get(ab.sources[op.attrs["source"]]), op.attrs["imap"],
-                                             op.attrs["fmap"])
-            else:
-                _replay_op(nb, op, am)
+        am = _replay_ops(ab, nb, lambda op: nb.input(rb.get(ab.sources[op.attrs["source"]]), op.attrs["imap"],
+                                                      op.attrs["fmap"]))
         saved = {out: am[sv.tensor] for out, sv in zip(a.outputs, ab.savers)}
-        bm: dict[Tensor, Tensor] = {}
-        for op in bb.ops:
-            if op.kind == "iterator":
-                src = bb.sources[op.attrs["source"]]
-                bm[op.outputs[0]] = saved[src] if src.op is a else nb.input(rb.get(src), tile_map(src), None)
-            else:
-                _replay_op(nb, op, bm, drop_accum=True)  # b has no loop: its accumulators are identities
+
+        def load_b(op: Op) -> Tensor:  # what b read of a: a's post-loop tiles; the rest on a's tiling
+            src = bb.sources[op.attrs["source"]]
+            return saved[src] if src.op is a else nb.input(rb.get(src), broadcast_map(omap, src.shape), None)
+
+        bm = _replay_ops(bb, nb, load_b, drop_accum=True)  # b has no loop: its accumulators are identities
         for sv in bb.savers:
             nb.output(bm[sv.tensor], omap)
         return rb.graph.kernel(nb)
@@ -380,7 +383,7 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
                 fmap = o.attrs["fmap"] if steps > 1 else None  # one step per block: no loop left
                 tm[o.outputs[0]] = k1.input(rb.get(bg.sources[o.attrs["source"]]), tuple(imap), fmap)
             elif o.kind == "accum" or o.outputs[0].acc != 1:
-                _replay_op(k1, o, tm)
+                replay_op(k1, o, tm)
         # each chunk's partials, and the running max of every shift its rescaled sums used
         saved = [tm[o.outputs[0]] for o in accs] + [k1.accum_max(tm[t]) for t in shifts]
         for t, d in zip(saved, lay + shift_lay):
@@ -404,7 +407,7 @@ def split_loop(g: KernelGraph, op_id: int, chunks: int, combine_tiles: int = 1,
                 cm[o.outputs[0]] = k2.accum(tile)
         for o in bg.ops:
             if o.kind not in ("iterator", "accum") and (o.outputs[0].acc == 1 or o.outputs[0] in consts):
-                _replay_op(k2, o, cm)
+                replay_op(k2, o, cm)
         for sv in bg.savers:
             k2.output(cm[sv.tensor], omap2)
         return rb.graph.kernel(k2)

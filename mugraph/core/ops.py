@@ -36,7 +36,7 @@ from .oprules import (DimMap, DimRule, Shape, ShapeRule, broadcast_shape, broadc
 
 __all__ = ["ATTR_TYPES", "Attr", "CATALOG", "COMBINE_IDENTITY", "Category", "CatalogError", "DimMap", "LAX_CLASSES",
            "MAX_RANK", "OpDef", "Padding", "Reduction", "STRUCTURAL", "adds_up", "broadcast_shapes", "category",
-           "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_pointwise", "is_rearrangement", "joins",
+           "dim_map", "exp_like", "folds", "get_op", "is_contraction", "is_elementwise", "is_pointwise", "is_rearrangement", "joins",
            "lax_classes", "reduction", "register", "reorders", "selects", "strided_view", "unregister"]
 
 MAX_RANK = 4
@@ -369,6 +369,11 @@ def category(kind: str) -> Category | None:
 
 def is_pointwise(kind: str) -> bool:
     return _flag(kind, "pointwise")
+
+
+def is_elementwise(kind: str) -> bool:
+    """Unary, binary or a constant: what fuses into a thread graph (:attr:`OpDef.elementwise`)."""
+    return _flag(kind, "elementwise")
 
 
 def is_contraction(kind: str) -> bool:

@@ -87,7 +87,7 @@ class AheadCompile:
                      "did not end" if rc is None else f"failed: {err}")
         self.close()
         with torch.set_grad_enabled(self.grad):
-            return compile_graph(self.graph, make_inputs(self.inputs))
+            return compile_graph(self.graph, fake_inputs(self.inputs))
 
     def close(self) -> None:
         """Stop the child if it still runs, and remove its input file."""
@@ -144,11 +144,21 @@ def describe_inputs(args: list) -> list[Any]:
             if isinstance(a, torch.Tensor) else a for a in args]
 
 
-def make_inputs(described: list[Any]) -> list[Any]:
-    """Uninitialized tensors as :func:`describe_inputs` described them (a compile reads only
-    their metadata)."""
-    return [torch.empty_strided(d.shape, d.stride, dtype=d.dtype, device=d.device).requires_grad_(d.requires_grad)
-            if isinstance(d, TensorMeta) else d for d in described]
+def make_inputs(described: list[Any], mode: Any = None) -> list[Any]:
+    """Tensors as :func:`describe_inputs` described them: uninitialized, or, under fake
+    tensor ``mode``, fake ones that hold no memory (a compile reads only their metadata;
+    a whole model's weights, made for real on its GPU, would take as much memory again)."""
+    with mode if mode is not None else contextlib.nullcontext():
+        return [torch.empty_strided(d.shape, d.stride, dtype=d.dtype, device=d.device).requires_grad_(d.requires_grad)
+                if isinstance(d, TensorMeta) else d for d in described]
+
+
+def fake_inputs(described: list[Any]) -> list[Any]:
+    """:func:`make_inputs` as fake tensors (of a mode of their own: the compile makes its own
+    fakes of them)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return make_inputs(described, FakeTensorMode(static_shapes=True))
 
 
 def with_example_values(graph: fx.GraphModule, inputs: list[Any]) -> fx.GraphModule:
@@ -168,10 +178,8 @@ def with_example_values(graph: fx.GraphModule, inputs: list[Any]) -> fx.GraphMod
 
     # the graph's own constants (get_attr tensors) are real: the mode takes them as they are
     mode = FakeTensorMode(shape_env=ShapeEnv(), static_shapes=True, allow_non_fake_inputs=True)
-    fakes = [mode.from_tensor(t, static_shapes=True) if isinstance(t, torch.Tensor) else t
-             for t in make_inputs(inputs)]
     try:
-        FakeTensorProp(graph, mode).propagate_dont_convert_inputs(*fakes)
+        FakeTensorProp(graph, mode).propagate_dont_convert_inputs(*make_inputs(inputs, mode))
     except Exception as e:  # noqa: BLE001 - an op fake tensors cannot run: the copy as it was
         log.debug("mugraph: no example values for the graph compiled ahead (%s: %s)", type(e).__name__, e)
         for node in graph.graph.nodes:
@@ -254,7 +262,7 @@ def _child(path: str) -> None:
     apply_torch_settings(settings)
     inductor_config.compile_threads = CHILD_COMPILE_THREADS  # the parent's count, saved with the rest
     with torch.set_grad_enabled(grad):
-        compile_graph(with_example_values(graph, inputs), make_inputs(inputs))
+        compile_graph(with_example_values(graph, inputs), fake_inputs(inputs))
 
 
 if __name__ == "__main__":
