@@ -1,13 +1,17 @@
 """The verifier's per-test bound by program class: the classic exponent analysis (term
-counts, collisions, the Li–Wu conjecture) against the exponent-atom argument
-(``verify.bound.AtomMode``), and the time ``verify.equivalent`` takes to prove each
+counts, collisions, the Li–Wu conjecture, conditioned on no zero divisor) against the
+bound used now — the exponent-atom argument (``verify.bound.AtomMode``) where it applies,
+and void draws counted instead of conditioned on where that needs fewer tests
+(``verify.equivalence.trial_rule``) — and the time ``verify.equivalent`` takes to prove each
 program against its hand-written μGraph (or a second copy of itself where it has none).
 
     python examples/proof_bounds.py                 # the table (a few minutes on 2 cores)
     python examples/proof_bounds.py --no-verify     # bounds only (seconds)
 
-Prints a Markdown table: program, shapes, classic per-test bound, the bound used now and
-its argument, tests to reach 2^-40, and seconds to prove.
+Prints a Markdown table: program, shapes, classic per-test bound, the bound used now, its
+argument and whether void draws are counted, tests to reach 2^-40, and seconds to prove.
+``--no-verify`` adds safe-softmax prompt attention at 2k–8k keys (bounds only: its tests
+need a GPU machine's memory).
 """
 
 from __future__ import annotations
@@ -17,9 +21,9 @@ import time
 
 import mugraph as mg
 import verify
-from mugraph.core.benchmarks import DECODE, REFERENCES, decode_attention, program, reference
-from verify.bound import pair_bound, tests_needed
-from verify.equivalence import _bound, make_plan, summarize
+from mugraph.core.benchmarks import DECODE, REFERENCES, decode_attention, prefill_attention, program, reference
+from verify.bound import pair_bound
+from verify.equivalence import DEFAULT_ERROR, _bound, make_plan, summarize, trial_rule
 from verify.family import DEFAULT
 from mugraph.core.rewrite import live_graph
 
@@ -58,7 +62,7 @@ def classic(a, b) -> float:
     return pair_bound(plan.primes, oa, ob, sa.z + sb.z)
 
 
-def rows():
+def rows(large: bool = False):
     yield "vocab_softmax", vocab_softmax(), None
     yield "silu_mlp", silu_mlp(), None
     yield "softmax_router", router(), None
@@ -67,6 +71,9 @@ def rows():
             yield f"{name} b={b}", program(name, b=b), reference(name, b=b)
     for name, sizes in DECODE.items():
         yield name, decode_attention(**sizes), None
+    if large:
+        for n in (2048, 4096, 8192):
+            yield f"safe prefill h16 q{n} n{n} d128", prefill_attention(16, n, n, 128, safe=True), None
 
 
 def _shapes(p) -> str:
@@ -77,20 +84,22 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-verify", action="store_true", help="bounds only: do not run the field tests")
     args = ap.parse_args()
-    print("| program | inputs | classic per-test bound | per-test bound now | argument | tests for 2^-40 | "
-          "prove s |")
-    print("|---|---|---|---|---|---|---|")
-    for name, p, ref in rows():
+    print("| program | inputs | classic per-test bound | per-test bound now | argument | voids counted | "
+          "tests for 2^-40 | prove s |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, p, ref in rows(large=args.no_verify):
         other = ref if ref is not None else p
         before = classic(p, other)
-        now, _, _, _, argument = _bound(p, other, make_plan(p, other, DEFAULT))
-        need = tests_needed(now, 2.0 ** -40)
+        bd = _bound(p, other, make_plan(p, other, DEFAULT))
+        rule = trial_rule(bd, DEFAULT_ERROR)
+        now, argument, need = rule.per_test, bd.argument, rule.needed(0)
         secs = "-"
         if not args.no_verify:
             t0 = time.perf_counter()
             v = verify.equivalent(p, other, seed=0, float_check=False)
             secs = f"{time.perf_counter() - t0:.1f}" + ("" if v.bound_met else " (not met)")
-        print(f"| {name} | {_shapes(p)} | {before:.3g} | {now:.3g} | {argument} | {need or '-'} | {secs} |",
+        print(f"| {name} | {_shapes(p)} | {before:.3g} | {now:.3g} | {argument} | "
+              f"{'yes' if rule.counts_voids else 'no'} | {need or '-'} | {secs} |",
               flush=True)
 
 

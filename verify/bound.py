@@ -87,7 +87,11 @@ raise the acceptance probability by at most the factor ``1/(1 − z)``, where ``
 sums, over every division, the number of divisor elements times the bound above
 for that divisor (its p-part, and its q-part ``≤ d/q + bad_q(h)`` when it has one).
 The per-test bound is ``max_outputs ε(F) / (1 − z_a − z_b)``; tests are independent
-(fresh primes, fresh inputs, fresh ω), so ``n`` passing tests leave ``bound^n``.
+(fresh primes, fresh inputs, fresh ω), so ``n`` passing tests leave ``bound^n``. Where
+``z`` makes that weak (a union over every divisor element: 131,072 row sums of an
+attention over 8,192 keys on 16 heads), the trial counts its failed draws instead of
+conditioning on their absence: ``ε`` per test, and :func:`counted_bound` pays for the
+draws that met a zero (docs/design.md §4.5, with the proof).
 
 **Degrees and heights.** :class:`DegreeAlgebra` runs the graph through the
 interpreter on symbolic summaries (degree ``d``, term count ``k``, exponent degrees,
@@ -881,6 +885,37 @@ def tests_needed(per_test: float, error: float) -> int | None:
     if per_test >= 1:
         return None
     return max(1, math.ceil(math.log(error) / math.log(per_test) - 1e-12))
+
+
+def counted_bound(per_test: float, tests: int, voids: int) -> float:
+    """The false-accept bound of a trial that counts its void draws (draws on which a
+    divisor was zero, docs/design.md §4.5) instead of conditioning on their absence:
+    ``C(tests + voids, voids) · per_test^tests · 2^(voids + 1)``, at most 1. ``per_test``
+    is the unconditioned bound (no ``1/(1 − z)``). The trial that ends with ``voids`` void
+    draws and ``tests`` passing ones is one of at most ``C(tests + voids, voids)`` orders of
+    them, each accepted with probability at most ``per_test^tests``; the factor
+    ``2^(voids + 1)`` spends the target error ``error·2^−(v+1)`` on the trials ending with
+    ``v`` voids, so that the sum over every ``v`` stays within ``error``."""
+    if per_test <= 0:
+        return 0.0
+    if per_test >= 1:
+        return 1.0
+    log2 = (math.lgamma(tests + voids + 1) - math.lgamma(tests + 1) - math.lgamma(voids + 1)) / math.log(2)
+    log2 += tests * math.log2(per_test) + voids + 1
+    return 1.0 if log2 >= 0 else 2.0 ** log2
+
+
+def tests_needed_counting_voids(per_test: float, error: float, voids: int, limit: int = 1 << 16) -> int | None:
+    """Fewest passing tests ``n`` with ``counted_bound(per_test, n, voids) ≤ error`` (None if
+    ``per_test ≥ 1`` or more than ``limit`` would be needed)."""
+    if per_test <= 0:
+        return 1
+    if per_test >= 1:
+        return None
+    for n in range(1, limit + 1):
+        if counted_bound(per_test, n, voids) <= error:
+            return n
+    return None
 
 
 def constants_report(primes: Primes, outs_a: Sequence[Deg], outs_b: Sequence[Deg]) -> tuple[float, float]:

@@ -60,7 +60,8 @@ from mugraph.core.ops import exp_like, lax_classes
 
 from . import args, shared_draws
 from .analysis import check_compatible, constants, dim_sizes, inputs_needing_q, live_graph, op_kinds
-from .bound import AtomMode, DegreeAlgebra, Primes, atom_kappas, bits, constants_report, pair_bound, tests_needed
+from .bound import (AtomMode, DegreeAlgebra, Primes, atom_kappas, bits, constants_report, counted_bound, pair_bound,
+                    tests_needed, tests_needed_counting_voids)
 from .family import DEFAULT, MAX_EXTRA_SQUARES, WHEEL_SQUARES, PrimeFamily
 from .field import (Field, FieldAlgebra, FieldError, FieldInput, ZeroDivisorDraw, draw_inputs, eval_threads,
                     random_omega, resolve_device, reuse_memory, uniform_residues)
@@ -203,15 +204,30 @@ def summarize(graph: KernelGraph, primes: Primes, salt: object = 0, atoms: AtomM
 POLYNOMIAL, ATOMS, CONJECTURE = "polynomial", "exponent atoms", "Li–Wu conjecture"
 
 
-def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, float, float, str]:
-    """``(per-test bound, heuristic, constant bits, constants' term, argument)``: the
-    smaller of the classic bound (exponent collisions and the Li–Wu conjecture) and, when
-    every exponent of both graphs is a constant times an input element, the exponent-atom
-    bound (:class:`verify.bound.AtomMode`: Schwartz–Zippel in the atoms, no conjecture)."""
+@dataclass(frozen=True)
+class Bound:
+    """The per-test bound of a pair (docs/design.md §4.6) and how it was argued."""
+
+    #: conditioned on a draw meeting no zero divisor: ``ε / (1 − z_a − z_b)``
+    per_test: float
+    #: not conditioned: ``ε`` alone, what a trial that counts its void draws uses (§4.5)
+    unconditioned: float
+    heuristic: bool
+    constant_bits: float
+    constant_term: float
+    argument: str
+
+
+def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> Bound:
+    """The smaller of the classic bound (exponent collisions and the Li–Wu conjecture)
+    and, when every exponent of both graphs is a constant times an input element, the
+    exponent-atom bound (:class:`verify.bound.AtomMode`: Schwartz–Zippel in the atoms, no
+    conjecture) — conditioned on no zero divisor and not."""
     la, lb = live_graph(a), live_graph(b)
     oa, sa = summarize(la, plan.primes, "a")
     ob, sb = summarize(lb, plan.primes, "b")
     eps = pair_bound(plan.primes, oa, ob, sa.z + sb.z)
+    eps0 = pair_bound(plan.primes, oa, ob, 0.0)
     heuristic = sa.heuristic or sb.heuristic
     argument = CONJECTURE if sa.exp_args or sb.exp_args else POLYNOMIAL
     atoms = atom_kappas(sa.exp_args + sb.exp_args, plan.primes, sa.shapes)
@@ -219,21 +235,62 @@ def _bound(a: KernelGraph, b: KernelGraph, plan: Plan) -> tuple[float, bool, flo
         ua, za = summarize(la, plan.primes, "a", atoms)
         ub, zb = summarize(lb, plan.primes, "b", atoms)
         eps_atoms = min(1.0, pair_bound(plan.primes, ua, ub, za.z + zb.z) + atoms.eta)
+        eps0_atoms = min(1.0, pair_bound(plan.primes, ua, ub, 0.0) + atoms.eta)
         if eps_atoms <= eps:
-            eps, oa, ob, argument = eps_atoms, ua, ub, ATOMS
+            eps, eps0, oa, ob, argument = eps_atoms, eps0_atoms, ua, ub, ATOMS
     if heuristic and plan.unconditioned:
         # random primes: each test flips a fair coin for such a constant's sign; fixed primes
         # give the same (possibly wrong) sign on every test, so no bound at all
-        eps = 1.0 if plan.primes.pairs == 1 else min(1.0, eps + UNCONDITIONED_SQRT)
+        eps, eps0 = ((1.0, 1.0) if plan.primes.pairs == 1
+                     else (min(1.0, eps + UNCONDITIONED_SQRT), min(1.0, eps0 + UNCONDITIONED_SQRT)))
     nbits, term = constants_report(plan.primes, oa, ob)
-    return eps, heuristic, nbits, term, argument
+    return Bound(eps, eps0, heuristic, nbits, term, argument)
 
 
 def per_test_bound(a: KernelGraph, b: KernelGraph, fld: FieldLike = DEFAULT) -> tuple[float, bool]:
     """The probability bound for one test of ``a`` against ``b`` and whether it is
-    heuristic (sqrt); see :mod:`verify.bound`."""
-    eps, heuristic, _, _, _ = _bound(a, b, make_plan(a, b, _check_field(fld)))
-    return eps, heuristic
+    heuristic (sqrt); see :mod:`verify.bound`. It is the smaller of the conditioned bound
+    and the unconditioned one, whichever rule :func:`trial_rule` picks for the pair."""
+    bd = _bound(a, b, make_plan(a, b, _check_field(fld)))
+    return (bd.unconditioned if trial_rule(bd, DEFAULT_ERROR).counts_voids else bd.per_test), bd.heuristic
+
+
+@dataclass(frozen=True)
+class TrialRule:
+    """How many passing field tests a pair needs, and what bound they leave (§4.5, §4.7).
+
+    The *conditioned* rule redraws a draw that met a zero divisor and bounds each test by
+    ``ε / (1 − z)``; the tests needed do not depend on the redraws. The *counting* rule
+    (``counts_voids``) bounds each test by ``ε`` alone and pays for the void draws
+    instead: after ``v`` of them it needs the fewest ``n`` with
+    :func:`verify.bound.counted_bound` ``≤ error``. The rule is fixed before the first
+    draw, from the bounds alone (never from what the draws meet): the counting one where
+    the conditioned rule needs more tests or has no bound — an attention over 8,192 keys
+    divides by 131,072 row sums (16 heads × 8,192 queries), whose summed zero risk ``z`` exceeds 1
+    though each row's is 2.6·10⁻⁵."""
+
+    per_test: float
+    error: float
+    counts_voids: bool
+
+    def needed(self, voids: int) -> int | None:
+        if self.counts_voids:
+            return tests_needed_counting_voids(self.per_test, self.error, voids)
+        return tests_needed(self.per_test, self.error)
+
+    def error_bound(self, tests: int, voids: int) -> float:
+        if self.counts_voids:
+            return counted_bound(self.per_test, tests, voids)
+        return self.per_test ** tests
+
+
+def trial_rule(bd: Bound, error: float) -> TrialRule:
+    """The :class:`TrialRule` of a pair whose bounds are ``bd``."""
+    conditioned = tests_needed(bd.per_test, error)
+    counting = tests_needed_counting_voids(bd.unconditioned, error, 0)
+    if counting is not None and (conditioned is None or counting < conditioned):
+        return TrialRule(bd.unconditioned, error, True)
+    return TrialRule(bd.per_test, error, False)
 
 
 def _specs(graph: KernelGraph, need_q: set[str]):
@@ -402,16 +459,29 @@ class _Draws:
 class _Trial:
     """One candidate's field tests against a :class:`Reference`: test ``i`` uses the
     ``i``-th draw on which neither graph met a zero divisor; the tests stop at the
-    first mismatch."""
+    first mismatch, or once ``rule`` has the tests it needs after the void draws met so
+    far (at most ``max_tests``; a rule that cannot reach its target within them runs
+    :data:`EVIDENCE_TESTS`)."""
 
-    def __init__(self, index: int, candidate: KernelGraph, plan: Plan, tests: int, max_failed: int) -> None:
-        self.index, self.candidate, self.plan, self.n, self.max_failed = index, candidate, plan, tests, max_failed
+    def __init__(self, index: int, candidate: KernelGraph, plan: Plan, rule: TrialRule, max_tests: int,
+                 max_failed: int) -> None:
+        self.index, self.candidate, self.plan, self.rule, self.max_tests, self.max_failed = \
+            index, candidate, plan, rule, max_tests, max_failed
         self.live = live_graph(candidate)
         self.tests = self.failed = self.row = 0
         self.mismatch: tuple | None = None
         self.error: ZeroDivisorDraw | None = None
         self.undecided: FieldError | None = None
         self.used: Field | None = None
+
+    @property
+    def n(self) -> int:
+        """The passing tests this trial runs, given its void draws so far."""
+        needed = self.rule.needed(self.failed)
+        # a bound that cannot reach the target leaves evidence only, whatever the count:
+        # a few tests give it (a large program's tests take seconds each)
+        return min(needed, self.max_tests) if needed is not None and needed <= self.max_tests \
+            else min(EVIDENCE_TESTS, self.max_tests)
 
     def active(self) -> bool:
         return self.error is None and self.undecided is None and self.mismatch is None and self.tests < self.n
@@ -600,16 +670,11 @@ class Reference:
                                                  "comparison ran"])
                     continue
                 plan = make_plan(self.graph, c, self.field)
-                per_test, heuristic, nbits, term, argument = _bound(self.graph, c, plan)
-                needed = tests_needed(per_test, error)
-                # a bound that cannot reach the target leaves evidence only, whatever the count:
-                # a few tests give it (a large program's tests take seconds each)
-                n = min(needed, max_tests) if needed is not None and needed <= max_tests \
-                    else min(EVIDENCE_TESTS, max_tests)
+                bd = _bound(self.graph, c, plan)
                 need_q = frozenset(inputs_needing_q(self.graph) | inputs_needing_q(c))
-                trial = _Trial(i, c, plan, n, max_failed_draws)
+                trial = _Trial(i, c, plan, trial_rule(bd, error), max_tests, max_failed_draws)
                 groups.setdefault((plan.avoid, plan.squares, need_q), []).append(trial)
-                setup[i] = (trial, plan, per_test, heuristic, nbits, term, argument)
+                setup[i] = (trial, plan, bd)
             for (_, _, need_q), trials in groups.items():
                 self._run(trials, need_q)
             for i in sorted(setup):
@@ -621,15 +686,19 @@ class Reference:
                                             float_check=float_check, fkw=fkw, t0=t0)
         return verdicts
 
-    def _verdict(self, c: KernelGraph, trial: _Trial, plan: Plan, per_test: float, heuristic: bool, nbits: float,
-                 term: float, argument: str, *, error: float, max_tests: int, float_check: bool, fkw: dict,
-                 t0: float) -> Verdict:
+    def _verdict(self, c: KernelGraph, trial: _Trial, plan: Plan, bd: Bound, *, error: float, max_tests: int,
+                 float_check: bool, fkw: dict, t0: float) -> Verdict:
         a, fld, seed = self.graph, self.field, self.seed
-        v = Verdict(a.name, c.name, True, tests=trial.tests, per_test_bound=per_test, target_error=error,
-                    conjecture=argument == CONJECTURE, heuristic=heuristic, argument=argument,
+        rule = trial.rule
+        v = Verdict(a.name, c.name, True, tests=trial.tests, per_test_bound=rule.per_test, target_error=error,
+                    conjecture=bd.argument == CONJECTURE, heuristic=bd.heuristic, argument=bd.argument,
                     p=fld.p if isinstance(fld, Field) else None, q=fld.q if isinstance(fld, Field) else None,
-                    seed=seed, notes=_notes(plan.kinds, a, c, argument) + plan.notes, primes=_describe(fld, plan),
-                    pairs=plan.primes.pairs, constant_bits=nbits, constant_term=term, failed_draws=trial.failed)
+                    seed=seed, notes=_notes(plan.kinds, a, c, bd.argument) + plan.notes, primes=_describe(fld, plan),
+                    pairs=plan.primes.pairs, constant_bits=bd.constant_bits, constant_term=bd.constant_term,
+                    failed_draws=trial.failed, voids_counted=rule.counts_voids)
+        if rule.counts_voids:
+            v.notes.append(f"zero divisors: draws that met one count against the bound (design §4.5), not "
+                           f"conditioned on — conditioning would give {_short(bd.per_test)} per test")
         if trial.used is not None:
             v.p, v.q = trial.used.p, trial.used.q
         if trial.undecided is not None:
@@ -647,11 +716,11 @@ class Reference:
                 _float64_fallback(v, a, c, seed, plan.kinds)
         if v.equivalent:
             v.checks["field tests"] = "passed"
-            v.error_bound = per_test ** v.tests
+            v.error_bound = rule.error_bound(v.tests, trial.failed)
             v.bound_met = v.error_bound <= error
             v.checks["error bound"] = "met" if v.bound_met else "not met"
             if not v.bound_met:
-                v.notes.append(f"the per-test bound {per_test:.3g} is too weak to reach {error:.3g} in "
+                v.notes.append(f"the per-test bound {rule.per_test:.3g} is too weak to reach {error:.3g} in "
                                f"{max_tests} tests: {v.tests} passing tests are evidence, not a proof at that level")
         if float_check and v.equivalent is not False:
             v.float_check = run_float_check(a, c, seed=seed % (1 << 31), device=self.device,
@@ -659,6 +728,10 @@ class Reference:
             v.checks["float check"] = "passed" if v.float_check.passed else "failed"
         v.seconds = time.perf_counter() - t0
         return v
+
+
+def _short(x: float) -> str:
+    return "1 (no bound)" if x >= 1 else f"{x:.3g}"
 
 
 def _float_values(a: KernelGraph, b: KernelGraph, output: int, index: tuple, seed: int):

@@ -106,7 +106,8 @@ class Verdict:
     undecided (a float-only comparison of non-Lax graphs, a field mismatch through
     ``sqrt`` that float64 does not confirm, or a constant with no meaning under
     fixed primes). ``error_bound`` is the probability bound that a non-equivalent
-    pair passes all ``tests`` (``per_test_bound ** tests``); ``bound_met`` says
+    pair passes all ``tests`` (``per_test_bound ** tests``, or with ``voids_counted``
+    the bound that pays for ``failed_draws``); ``bound_met`` says
     whether it reached ``target_error``. ``primes`` says how the primes were drawn
     (a fresh random pair per test, or fixed); ``pairs`` is the number of equally
     likely pairs a test drew from, ``constant_bits`` the largest coefficient height
@@ -137,6 +138,9 @@ class Verdict:
     #: how the per-test bound was argued: "polynomial" (no exp), "exponent atoms"
     #: (Schwartz–Zippel in independent roots of unity) or "Li–Wu conjecture"
     argument: str = ""
+    #: the draws that met a zero divisor were counted against the bound (design §4.5)
+    #: rather than conditioned on: ``error_bound`` is then ``verify.bound.counted_bound``
+    voids_counted: bool = False
     p: int | None = None
     q: int | None = None
     seed: int | None = None
@@ -186,7 +190,8 @@ class Verdict:
                              f"target {_p2(self.target_error)})"
                              + (" — relies on the Li–Wu conjecture" if self.conjecture else "")
                              + (" — by exponent atoms" if self.argument == "exponent atoms" else "")
-                             + (" — heuristic (sqrt)" if self.heuristic else ""))
+                             + (" — heuristic (sqrt)" if self.heuristic else "")
+                             + (f" — {self.failed_draws} void draws counted" if self.voids_counted else ""))
                 lines.append(f"  constants: coefficients of up to {self.constant_bits:.0f} bits; a drawn prime "
                              f"dividing one adds {_p2(self.constant_term)} per test (of {self.pairs:,.0f} pairs)")
         if self.counterexample is not None:
