@@ -236,8 +236,9 @@ class ExpPoly:
             hg, hh = _log2add(self.hg + o.hh, o.hg + self.hh), self.hh + o.hh
             kappa, b1, b2 = _common_factor(self.kappa, o.kappa)
             sg, sh = _log2add(self.sg + b1 + o.sh, o.sg + b2 + self.sh), self.sh + o.sh
-        # exponents add: an exp-free side keeps the other's; two with exps give sums (unknown set)
-        support = None if self.x and o.x else (self.support if self.x else o.support)
+        # exponents add: an exp-free side keeps the other's; two with exps give sums, a known set
+        # only where one side is a single term (a rescale: Support.shifted)
+        support = _shifted_support(self, o) if self.x and o.x else (self.support if self.x else o.support)
         return ExpPoly(self.d + o.d, self.k * o.k if x else 1.0, eg, eh, x, self.h + o.h, hg, hh, kappa, sg, sh,
                        support, self.du + o.du)
 
@@ -302,6 +303,19 @@ class ExpPoly:
         if self.kappa is not None and primes.avoids_constants:
             return 1 + self.sg + self.sh
         return 1 + self.hg + self.hh
+
+
+def _shifted_support(a: ExpPoly, b: ExpPoly) -> Support | None:
+    """The support of the product of two exp-carrying summaries: known when one of them is
+    a single term (``k = 1``) — the other's support shifted by it (:meth:`Support.shifted`;
+    the many-term side is the source, the left one when both are single terms)."""
+    if a.support is None or b.support is None:
+        return None
+    if b.k == 1:
+        return a.support.shifted(b.support)
+    if a.k == 1:
+        return b.support.shifted(a.support)
+    return None
 
 
 ONE = ExpPoly()

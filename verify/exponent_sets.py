@@ -112,6 +112,28 @@ class Support:
     def constant_along(self, dim: int) -> bool:
         return all(a[0] == FREE for a in self.dims[dim])
 
+    def shifted(self, by: "Support") -> "Support | None":
+        """The support of this value times a value of one exp term per element whose own
+        support is ``by`` (both of one shape): an online softmax's partial sums times their
+        rescale ``exp(m_i − M)``. Where ``by`` varies along a dim, this support's atoms
+        there must all be bound (none free): the index along that dim, and so the factor's
+        element, is then a function of the source element ``σ`` (and of the components the
+        element fixes), so each exponent is ``g_σ + c(σ)`` for one fixed function ``c`` and
+        the set keeps its size. The key names ``c``: the source, and which of its atoms meet
+        which of ``by``'s — two values rescaled by one factor (a numerator and its
+        denominator) get equal supports. None where ``by`` varies along a dim this support is
+        free along (then one source element meets several factors)."""
+        if len(by.dims) != len(self.dims):
+            return None
+        meets = []
+        for i, (mine, theirs) in enumerate(zip(self.dims, by.dims)):
+            if all(a[0] == FREE for a in theirs):
+                continue
+            if not mine or any(a[0] == FREE for a in mine):
+                return None
+            meets.append((i, mine, theirs))
+        return Support(hash(("shifted", self.key, by.key, by.reduced, tuple(meets))), self.dims, self.reduced)
+
 
 def reshape_groups(old: Sequence[int], new: Sequence[int]) -> list[tuple[list[int], list[int]]]:
     """Match the dims of a row-major reshape ``old → new`` into groups of equal

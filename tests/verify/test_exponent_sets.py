@@ -134,8 +134,24 @@ def test_supports_through_exp_poly_rules():
     e, f, c = ExpPoly(x=True, k=1.0, support=s), ExpPoly(x=True, k=1.0, support=o), ExpPoly(d=2)
     assert (e * c).support == s and (c * e).support == s and e.scaled(3.0).support == s
     assert (e + e).support == s and e.times(5).support == s and e.power(1).support == s
-    assert (e * e).support is None and e.power(2).support is None
-    assert (e + f).support is None and (e + c).support is None and (e * f).support is None
+    assert e.power(2).support is None
+    assert (e + f).support is None and (e + c).support is None
+    # a single-term factor shifts a set, keeping its size: one set per factor
+    assert (e * f).support == s.shifted(o) and (e * f).support not in (s, o, s.shifted(s))
+    assert (e * f).support.size == s.size and (e * e).support == s.shifted(s)
+    many = ExpPoly(x=True, k=3.0, support=s)
+    assert (many * f).support == (f * many).support == s.shifted(o)  # the many-term side is the source
+    assert (many * many).support is None
+
+
+def test_a_shift_that_varies_where_the_set_is_free_forgets_it():
+    """``x`` broadcast along rows (one set for every row) times a factor that varies by row:
+    a sum over the rows would meet a new exponent per row, more than the set's size."""
+    row_free = Support.source(1, (4,)).broadcast((4,), (3, 4))
+    by_row = Support.source(2, (3, 1)).broadcast((3, 1), (3, 4))
+    by_col = Support.source(2, (4,)).broadcast((4,), (3, 4))
+    assert row_free.shifted(by_row) is None
+    assert row_free.shifted(by_col) is not None and row_free.shifted(by_col).size == row_free.size
 
 
 @pytest.mark.parametrize("name", ["qknorm_gqa"])
@@ -143,3 +159,32 @@ def test_other_references_keep_their_credit(name):
     p, g = program(name, b=1), reference(name, b=1)
     k, plain = _terms(p, g)
     assert k == plain / 2
+
+
+def _prompt_attention(rows: int, keys: int, d: int):
+    """One head's attention, the program: more query rows than its head dim, so the classic
+    argument (exponent collisions) bounds it, not the exponent atoms."""
+    import math
+    p = mg.Program("prompt")
+    q, kt, v = p.input("q", (rows, d), "float16"), p.input("kt", (d, keys), "float16"), p.input("v", (keys, d), "float16")
+    s = mg.scale(q @ kt, 1 / math.sqrt(d))
+    e = mg.exp(s - mg.max(s, 1))
+    p.output((e @ v) / mg.sum(e, 1))
+    return p
+
+
+@pytest.mark.parametrize("keys", [512, 4096])
+def test_an_online_attention_keeps_one_exponent_set_per_row(keys):
+    """The online form's numerator and denominator are sums of per-step partial sums, each
+    times the step's rescale ``exp(m_i − M)``: one shifted set per row for both, so its
+    compared function has the program's term count and its bound is the program's (it
+    had twice the terms: at 8,192 keys 34 tests where the program needs 19)."""
+    from online_graphs import attention_ugraph
+    from verify.equivalence import _bound
+    p = _prompt_attention(512, keys, 16)
+    g = attention_ugraph(8, 64, keys, 16, keys // 64, "float16")
+    mine, own = _bound(p, g, make_plan(p, g, DEFAULT)), _bound(p, p, make_plan(p, p, DEFAULT))
+    assert mine.argument == own.argument == "Li–Wu conjecture"
+    assert mine.unconditioned == pytest.approx(own.unconditioned, rel=1e-6)
+    k, plain = _terms(p, g)
+    assert k == keys * keys and plain == 2 * keys * keys
