@@ -6,13 +6,17 @@ torch calls, with the copy floor of the weight.
     python examples/skinny_matmul.py --time-limit 20 --tune-s 10           # a GPU machine
     python examples/skinny_matmul.py --rows 1 8 --shapes 4096x4096 --plain
 
+    python examples/skinny_matmul.py --gated gelu_tanh --rows 1 --shapes 2048x16384   # Gemma-2B's MLP
+
 Two programs per shape: ``plain`` is ``X @ W + R``; ``fused`` is ``rms_norm(X)·g @ W + R``
 (the norm of the activation the projection reads, its weight ``g`` one row). ``W`` is handed
 in as a model holds it (``--weight-layout linear``, the default: ``nn.Linear``'s (N, K)
 weight, transposed — ``OptimizeConfig.input_strides`` tunes for that layout) or row-major. Prints a
 Markdown table, one row per (program, rows, K×N): ours, cuBLAS's addmm on the plain
 product, the program op by op in torch, the floor (W, X, R and the output moved once) and
-the ratios; JSON with ``--json``.
+the ratios; JSON with ``--json``. ``--gated ACT`` runs the gated projection of an MLP instead,
+``ACT(X @ Wg) · (X @ Wu)`` (GeLU-tanh as Gemma's, SiLU as LLaMA's): "cuBLAS" is then torch's
+two ``mm`` and its element-wise ops, the floor both weights once.
 """
 
 from __future__ import annotations
@@ -47,6 +51,21 @@ def program(rows: int, k: int, n: int, fused: bool) -> mg.Program:
     return p
 
 
+def gated_program(rows: int, k: int, n: int, act: str) -> mg.Program:
+    """``act(X @ Wg) · (X @ Wu)``: an MLP's gate and up projections with the gate applied."""
+    p = mg.Program(f"gated_{act}_{rows}x{k}x{n}")
+    x = p.input("X", (rows, k), "float16")
+    wg, wu = p.input("Wg", (k, n), "float16"), p.input("Wu", (k, n), "float16")
+    p.output(getattr(mg, act)(x @ wg) * (x @ wu))
+    return p
+
+
+def gated_torch(x: dict[str, torch.Tensor], act: str) -> torch.Tensor:
+    a = torch.mm(x["X"], x["Wg"])
+    a = torch.nn.functional.gelu(a, approximate="tanh") if act == "gelu_tanh" else torch.nn.functional.silu(a)
+    return a * torch.mm(x["X"], x["Wu"])
+
+
 def torch_version(x: dict[str, torch.Tensor], fused: bool) -> torch.Tensor:
     """The program as torch calls (what eager code would run)."""
     a = x["X"]
@@ -65,6 +84,8 @@ def main() -> None:
     ap.add_argument("--weight-layout", choices=("linear", "row"), default="linear",
                     help="W as nn.Linear stores it (transposed, the default) or row-major")
     ap.add_argument("--json", default=None, help="write the rows here")
+    ap.add_argument("--gated", default=None, choices=("gelu_tanh", "silu"),
+                    help="ACT(X @ Wg) * (X @ Wu) instead of the residual projections")
     args = ap.parse_args()
     bw = copy_bandwidth()
     print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}; μs, median, CUDA-graph replay; "
@@ -73,28 +94,33 @@ def main() -> None:
           "× cuBLAS | × torch ops | ours / floor |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     out = []
-    for fused in ([False] if args.plain else [False, True]):
+    for fused in ([False] if args.plain or args.gated else [False, True]):
         for shape in args.shapes:
             k, n = (int(v) for v in shape.split("x"))
             for rows in args.rows:
-                p = program(rows, k, n, fused)
-                strided = {"W": (1, k)} if args.weight_layout == "linear" else None
+                p = gated_program(rows, k, n, args.gated) if args.gated else program(rows, k, n, fused)
+                weights = ("Wg", "Wu") if args.gated else ("W",)
+                strided = {w: (1, k) for w in weights} if args.weight_layout == "linear" else None
                 opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s,
                                            "input_strides": strided}, device="cuda", cache_dir=False, progress=False)
                 g = torch.Generator(device="cuda").manual_seed(0)
                 x = {t.name: torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.1
                      for t in p.inputs}
-                if strided:
-                    x["W"] = x["W"].t().contiguous().t()  # the same values, stored as nn.Linear's (N, K)
+                for w in (strided or {}):
+                    x[w] = x[w].t().contiguous().t()  # the same values, stored as nn.Linear's (N, K)
                 fn = opt.compiled("cuda")
                 ours = measure(fn.launcher(*x.values()))
-                cublas = measure(lambda: torch.addmm(x["R"], x["X"], x["W"]))
-                ops = measure(lambda: torch_version(x, fused))
+                if args.gated:
+                    cublas = ops = measure(lambda: gated_torch(x, args.gated))
+                else:
+                    cublas = measure(lambda: torch.addmm(x["R"], x["X"], x["W"]))
+                    ops = measure(lambda: torch_version(x, fused))
                 floor = (sum(t.nbytes for t in p.inputs) + rows * n * 2) / bw
                 labels = {int(i): KernelConfig.of(c).label() for i, c in opt.best.configs.items()}
                 kernels = " + ".join(f"{op.attrs['block'].num_blocks}x{op.attrs['block'].forloop} {labels.get(op.id, '')}"
                                      for op in opt.graph.ops if op.kind == "graph_defined") or "library ops"
-                row = dict(program="rmsnorm+proj+res" if fused else "proj+res", rows=rows, k=k, n=n,
+                name = f"gated {args.gated}" if args.gated else "rmsnorm+proj+res" if fused else "proj+res"
+                row = dict(program=name, rows=rows, k=k, n=n,
                            ours_us=ours * 1e6, cublas_us=cublas * 1e6, torch_us=ops * 1e6, floor_us=floor * 1e6,
                            structure=f"{opt.best.origin}; {kernels}", proven=opt.best.proven)
                 out.append(row)

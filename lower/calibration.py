@@ -26,7 +26,7 @@ from mugraph.core.serialize import graph_from_json
 from mugraph.core.text import kernel_structure
 
 from .config import KernelConfig
-from .cost_model import H100, DeviceParams, estimate
+from .cost_model import H100, DeviceParams, estimate, params_for
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")
 
@@ -239,10 +239,11 @@ class StructureAgreement:
         return out
 
 
-def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
+def structure_agreement(device: DeviceParams | None = None, path: str = CANDIDATES,
                         with_program: bool = False) -> StructureAgreement:
     """Rank agreement of the cost model with the recorded candidate timings (the search's
-    and, where recorded, the hand-written reference's), one group per program run;
+    and, where recorded, the hand-written reference's), one group per program run, each
+    priced with the parameters of the GPU it was timed on (``device``: these for all);
     ``with_program`` adds the unfused program (library kernels, which the model prices by
     bytes alone)."""
 
@@ -252,7 +253,7 @@ def structure_agreement(device: DeviceParams = H100, path: str = CANDIDATES,
             continue
         g = graph_from_json(c.graph)
         rows.setdefault((c.program, c.device, c.date, c.run), []).append(
-            TimedRow(estimate(g, device, c.configs), c.seconds, kernel_structure(g), c.predicted,
+            TimedRow(estimate(g, device or params_for(c.device), c.configs), c.seconds, kernel_structure(g), c.predicted,
                      c.origin == "reference"))
     return StructureAgreement(rows)
 

@@ -71,9 +71,10 @@ Spearman 0.61 over all, median 0.40 within one μGraph, favourite ≤ 21 % slowe
 the best recorded, 0 % on rmsnorm_matmul (docs/history/lowering.md, staged loads: the model does not see warps
 or Triton's layout conversions).
 
-Default parameters are the H100 SXM of our device machine (copy bandwidth
-measured there at about 3.0 TB/s, docs/design.md §7.13); the model is meant to
-*rank* candidates (the profiler then times the best few), not to be exact.
+Parameters: the H100 SXM's (copy bandwidth measured at about 3.0 TB/s, docs/design.md
+§7.13) and the H200's (4.1 TB/s, otherwise the same chip); :func:`default_params` picks the
+GPU's this process runs on. The model is meant to *rank* candidates (the profiler then times
+the best few), not to be exact.
 """
 
 from __future__ import annotations
@@ -114,6 +115,37 @@ class DeviceParams:
 
 H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
                     sms=132, launch=2.0e-6, iter_latency=6.0e-7)
+#: the H200: the H100's chip (SMs, tensor cores, L2) with faster memory — copy bandwidth measured
+#: at 4.11 TB/s (``examples/gemv_sweep.py``, 2026-11-29). What the difference decides: a grid of
+#: 64 programs pulls at most 64 × ``sm_bw`` = 3.84 TB/s, the H100's whole bandwidth but not the
+#: H200's (a gated projection reading 134 MB in one kernel, 2048 → 2 × 16384: 64 programs 35.4 μs,
+#: 128 or 256 programs 32.6–32.9, 1.01× the copy floor; 64 × 59 GB/s is what the 64 pulled).
+H200 = replace(H100, name="NVIDIA H200", dram_bw=4.1e12)
+#: the parameters the model knows, by a substring of the device's name (:func:`params_for`)
+KNOWN = {"H200": H200, "H100": H100}
+
+
+def params_for(device_name: str | None) -> DeviceParams:
+    """The parameters of the GPU named ``device_name`` (as ``torch.cuda.get_device_name``
+    says it); the H100's for a name the model does not know, or none."""
+    for key, params in KNOWN.items():
+        if device_name and key in device_name:
+            return params
+    return H100
+
+
+def default_params() -> DeviceParams:
+    """The parameters the model prices with when a caller names none: the GPU this process
+    already uses (it never initializes CUDA itself: a forked search worker must not), else
+    ``$MUGRAPH_COST_DEVICE`` (a device name, for searching on a CPU for a GPU), else the
+    H100's."""
+    import os
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return params_for(torch.cuda.get_device_name())
+    return params_for(os.environ.get("MUGRAPH_COST_DEVICE"))
 
 
 @dataclass
@@ -435,10 +467,12 @@ def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:
                       dev.launch)
 
 
-def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
+def breakdown(graph: KernelGraph, device_params: DeviceParams | None = None,
               configs: dict[int, KernelConfig] | None = None) -> Breakdown:
-    """Per-launch cost terms of ``graph`` lowered with ``configs``."""
+    """Per-launch cost terms of ``graph`` lowered with ``configs`` (``device_params``: by
+    default :func:`default_params`)."""
     configs = configs or {}
+    device_params = device_params or default_params()
     out = Breakdown()
     in_l2 = footprint_bytes(graph) <= device_params.l2_bytes
     fused = matmul_adds(graph)  # an add run by its matmul's cuBLAS call costs no launch of its own
@@ -457,7 +491,7 @@ def breakdown(graph: KernelGraph, device_params: DeviceParams = H100,
     return out
 
 
-def estimate(graph: KernelGraph, device_params: DeviceParams = H100,
+def estimate(graph: KernelGraph, device_params: DeviceParams | None = None,
              configs: dict[int, KernelConfig] | None = None) -> float:
     """Predicted run time of ``graph`` in seconds (see the module docstring)."""
     return breakdown(graph, device_params, configs).total

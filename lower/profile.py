@@ -41,7 +41,7 @@ from mugraph.core.ir import BlockGraph, KernelGraph
 
 from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
-from .cost_model import H100, DeviceParams, estimate
+from .cost_model import DeviceParams, default_params, estimate
 from .plan import KernelPlan, plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
@@ -447,7 +447,7 @@ def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small
 
 
 def config_space(graph: KernelGraph, top: int = 6, warps=WARPS, stages=STAGES, small_mm=SMALL_MM_MENU,
-                 device_params: DeviceParams = H100) -> dict[int, int]:
+                 device_params: DeviceParams | None = None) -> dict[int, int]:
     """Per graph-defined kernel, how many configurations :func:`tune` times when no budget
     stops it: its first-round picks, a layout climb of two steps and the sweeps around two
     winning layouts (a rough bound: a second layout is swept only when it measures close to
@@ -672,7 +672,7 @@ class _KernelTuning:
 
 
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
-         device_params: DeviceParams = H100, warps=WARPS, stages=STAGES, log: Callable | None = None,
+         device_params: DeviceParams | None = None, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
          budget_s: float | None = None, predict_only: bool = False,
          history: dict[str, float | None] | None = None) -> ProfileResult:
@@ -710,6 +710,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     Every argument is checked first (:func:`_check_tune_args`): a wrong one is a one-line
     :class:`~mugraph.core.errors.MugraphError` naming it, before anything is ranked or compiled.
     """
+    if device_params is None:
+        device_params = default_params()
     warps, stages, small_mm = _check_tune_args(graph, inputs, top, device_params, warps, stages, log, ref, tol,
                                                timing, small_mm, budget_s, predict_only, history)
     t_start = time.monotonic()
@@ -849,7 +851,7 @@ def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, t
     if not isinstance(graph, KernelGraph):
         raise ArgumentTypeError(f"lower.profile: expected a KernelGraph or Program, got {type(graph).__name__}")
     configs = configs_for(graph, configs, "lower.profile")
-    pred = estimate(graph, kw.get("device_params", H100), configs)
+    pred = estimate(graph, kw.get("device_params") or default_params(), configs)
     if not torch.cuda.is_available():
         return ProfileResult(graph, configs, None, pred, False)
     if inputs is None:

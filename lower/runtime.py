@@ -32,7 +32,7 @@ from mugraph.core.ops import strided_view
 from . import layout as layout_mod
 from .codegen import BlockKernel, DevArg, KernelConfig, generate
 from .config import KernelConfigError, configs_for
-from .cost_model import H100, estimate
+from .cost_model import estimate
 from .memory import Buffer, MemoryPlan, check_shared_memory, nbytes, plan
 from .schedule import kernel_order
 from .torch_ops import TORCH_OPS, matmul_adds, source_line
@@ -218,7 +218,7 @@ class CompiledProgram:
 
     def predicted_time(self, device_params=None) -> float:
         """The analytic cost model's time for this program (seconds)."""
-        return estimate(self.graph, device_params or H100, configs=self.configs)
+        return estimate(self.graph, device_params, configs=self.configs)
 
     def __repr__(self) -> str:
         return (f"<CompiledProgram {self.graph.name} on {self.device}: {len(self.kernels)} Triton kernels, "

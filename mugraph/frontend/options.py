@@ -94,7 +94,9 @@ class FrontendOptions:
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
     ``max_piece_ops``, ``max_piece_matmuls``: a piece with more catalog ops or matmuls
-    is cut on its cheapest edges into parts within both (``None``: no limit; §10.3).
+    is cut on its cheapest edges into parts within both (``None``: no limit; §10.3); the
+    element-wise ops computing a function of one value (an activation written out) count
+    as one op.
     ``cache_dir``: where searched pieces are cached (``None``: mugraph's default,
     ``$MUGRAPH_CACHE_DIR`` or ``~/.cache/mugraph``; ``False``: no cache).
     ``search``: further ``search.SearchConfig`` fields (``workers``, ``executor``, …).

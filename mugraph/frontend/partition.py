@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ..core.ops import Category, category, is_rearrangement, lax_classes
+from ..core.ops import Category, category, is_elementwise, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES
 from .capture import NodeInfo
 
@@ -128,11 +128,34 @@ def _bytes(n: fx.Node) -> int:
 
 
 def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
-    """(catalog ops, matmuls) of a set of nodes. Constants are not counted: the search
-    hands a program's constants to every block graph as operands, outside its op budget
-    (an RMSNorm's epsilon, ``rsqrt``'s 1), so they do not make a piece harder to search."""
-    kinds = [k for n in nodes for k in info[n].kinds if category(k) is not Category.CONSTANT]
-    return len(kinds), kinds.count("matmul")
+    """(catalog ops, matmuls) of a set of nodes, as hard to search as they make a piece.
+    Constants are not counted: the search hands a program's constants to every block graph
+    as operands, outside its op budget (an RMSNorm's epsilon, ``rsqrt``'s 1). The
+    element-wise ops that compute a function of *one* value — an activation written out,
+    GeLU's nine ops of ``x``; the ``scale, add, sqrt`` of a norm's sum — count as one op
+    together: the compositional search builds such a chain as one element-wise kernel
+    instead of searching it (``search.compose.pointwise_kernel``, design §6.8), so it costs
+    the search what one op does. Without this a GeLU-gated MLP's gate and up projections
+    (12 ops) never shared a piece, and no search could fuse them (Gemma-2B: each projection
+    a piece of its own)."""
+    members = set(nodes)
+    sources: dict[fx.Node, frozenset] = {}  # element-wise node -> the values it is a function of
+    unary: set[fx.Node] = set()  # values some element-wise chain of the set is a function of alone
+    ops = mms = 0
+    for n in sorted(members):
+        kinds = [k for k in info[n].kinds if category(k) is not Category.CONSTANT]
+        mms += kinds.count("matmul")
+        moves = all(is_rearrangement(k) for k in kinds)
+        if kinds and (moves or all(is_elementwise(k) or is_rearrangement(k) for k in kinds)):
+            src: set[fx.Node] = set()
+            for a in n.all_input_nodes:
+                src |= sources.get(a, {a}) if a in members else {a}
+            sources[n] = frozenset(src)
+            if not moves and len(src) == 1:
+                unary |= src
+                continue
+        ops += len(kinds)
+    return ops + len(unary), mms
 
 
 def _free_shift(i: NodeInfo) -> bool:

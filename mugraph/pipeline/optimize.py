@@ -24,7 +24,7 @@ from typing import Any, Iterator
 import torch
 
 import search
-from lower.cost_model import estimate
+from lower.cost_model import default_params, estimate
 from lower.layout import check_strides
 import verify
 from search.checkpoint import fingerprint_of
@@ -280,6 +280,8 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         raise ResourceError(f"superoptimize: {program.name!r}: {e.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), "
                             "too large to verify; reduce the shapes") from None
     dev = _resolve_device(device)
+    if dev == "cuda":  # the cost model prices for the GPU this process uses (lower.cost_model.default_params)
+        torch.cuda.init()
     path = key_doc = None
     if cache_dir is not False:
         root = default_cache_dir() if cache_dir is None else as_path(cache_dir, "superoptimize: cache_dir")
@@ -492,8 +494,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         raise MugraphError(f"superoptimize: no candidate of {program.name!r} survived verification"
                            + (f" ({len(set_aside)} unproven set aside; OptimizeConfig(allow_unproven=True) "
                               "ships the best of them)" if set_aside else "") + why_prog[:400])
-    best, why = alive[0], ("no GPU: ranked by the analytic cost model (H100 parameters, best predicted kernel "
-                           "configs), not timed")
+    best, why = alive[0], (f"no GPU: ranked by the analytic cost model ({default_params().name} parameters, best "
+                           "predicted kernel configs), not timed")
     if program_alone:
         why = "no μGraph verified: the program, priced by the cost model, not checked or timed (check_program_alone=False)"
     elif device == "cuda" and not interrupted:

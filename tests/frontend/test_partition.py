@@ -42,6 +42,26 @@ def test_gated_mlp_is_one_piece_with_one_exp_per_path():
     assert sum(op.kind == "silu" for op in cap.pieces[0].program.ops) == 1
 
 
+def test_a_gelu_gated_mlp_keeps_its_projections_in_one_piece_at_the_default_limits():
+    """GeLU written out is nine element-wise ops of one value; as the size limit counts ops
+    they are one (the composition builds such a chain, not searches it), so the gate and up
+    projections, the GeLU and their product share a piece and the search can fuse both
+    products into one loop. Counted op by op they were 12 ops over the limit of 8: each
+    projection landed in a piece of its own (Gemma-2B's MLP)."""
+    from mugraph.frontend.partition import _size
+
+    def fn(x, wg, wu, wd):
+        return (F.gelu(x @ wg, approximate="tanh") * (x @ wu)) @ wd
+    cap = from_torch(fn, r(1, 16), r(16, 64), r(16, 64), r(64, 16))
+    lax_and_outside(cap)
+    gated = [bp for bp in cap.pieces if sum(op.kind == "matmul" for op in bp.program.ops) == 2]
+    assert len(gated) == 1 and sum(op.kind == "exp" for op in gated[0].program.ops) == 1
+    assert len([op for op in gated[0].program.ops if op.kind != "input"]) > 8  # over the limit op by op
+    assert _size(gated[0].piece.nodes, cap.info) == (4, 2)  # two products, the GeLU, their product
+    x = [t.double() for t in (r(1, 16), r(16, 64), r(16, 64), r(64, 16))]
+    torch.testing.assert_close(cap.reference()(*x), fn(*x))
+
+
 def test_two_exps_on_a_path_are_cut():
     def fn(x, w):
         return torch.exp(torch.exp(x @ w) * 0.5) + x

@@ -200,3 +200,56 @@ def test_a_run_label_without_timings_to_record_is_refused(capsys):
     with pytest.raises(SystemExit):
         main(["--run", "abc1234"])
     assert "--run labels the timings --add records" in capsys.readouterr().err
+
+
+def test_the_model_prices_for_the_gpu_it_is_named():
+    assert cost_model.params_for("NVIDIA H200") is cost_model.H200
+    assert cost_model.params_for("NVIDIA H100 80GB HBM3") is cost_model.H100
+    assert cost_model.params_for("an unknown card") is cost_model.H100 and cost_model.params_for(None) is cost_model.H100
+    assert cost_model.H200.sms == cost_model.H100.sms and cost_model.H200.dram_bw > cost_model.H100.dram_bw
+
+
+def test_without_a_gpu_in_use_the_default_is_the_named_device_or_the_h100(monkeypatch):
+    import torch
+    if torch.cuda.is_initialized():
+        pytest.skip("CUDA is in use: the default is that GPU's")
+    monkeypatch.delenv("MUGRAPH_COST_DEVICE", raising=False)
+    assert cost_model.default_params() is cost_model.H100
+    monkeypatch.setenv("MUGRAPH_COST_DEVICE", "NVIDIA H200")
+    assert cost_model.default_params() is cost_model.H200
+
+
+def _gated(blocks: int, k: int = 2048, n: int = 16384, steps: int = 64):
+    import mugraph as mg
+    kg = mg.KernelGraph("gated")
+    x = kg.input("X", (1, k), "float16")
+    w1, w2 = kg.input("W1", (k, n), "float16"), kg.input("W2", (k, n), "float16")
+    bg = mg.BlockGraph(grid=(blocks, 1, 1), forloop=k // steps)
+    xt = bg.input(x, imap=(None,), fmap=1)
+    a, b = bg.input(w1, imap=(1,), fmap=0), bg.input(w2, imap=(1,), fmap=0)
+    bg.output(mg.gelu_tanh(bg.accum(xt @ a)) * bg.accum(xt @ b), omap=(1,))
+    (y,) = kg.kernel(bg)
+    kg.output(y)
+    return kg
+
+
+def test_a_grid_too_small_to_pull_the_h200s_bandwidth_is_priced_so():
+    """A GeLU-gated projection (2048 → 2 × 16384, 134 MB) in one kernel on an H200
+    (``examples/gemv_sweep.py --gated gelu_tanh``, 2026-11-29): 64 programs ran 35.4 μs at
+    best, 128 and 256 programs 32.6–32.9 (1.01× the copy floor). 64 programs pull at most
+    64 × 60 GB/s = 3.84 TB/s: the H100's whole bandwidth, not the H200's."""
+    cfg = KernelConfig(num_warps=4, num_stages=4)
+    price = {dev.name: {b: cost_model.estimate(_gated(b), dev, {3: cfg}) for b in (64, 128, 256)}
+             for dev in (cost_model.H100, cost_model.H200)}
+    h100, h200 = price["NVIDIA H100 SXM"], price["NVIDIA H200"]
+    assert h100[64] == pytest.approx(h100[256], rel=1e-3)  # the H100's parameters cannot tell them apart
+    assert h200[64] > 1.05 * h200[256] and h200[128] == pytest.approx(h200[256], rel=0.02)
+
+
+def test_the_recorded_h200_runs_rank_better_at_the_h200s_parameters():
+    from lower.calibration import structure_agreement
+
+    def mean(sa):
+        v = [x for x in sa.spearman.values() if x == x]
+        return sum(v) / len(v)
+    assert mean(structure_agreement()) > mean(structure_agreement(cost_model.H100)) + 0.02
