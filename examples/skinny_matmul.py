@@ -40,22 +40,22 @@ from mugraph.pipeline.bench import copy_bandwidth  # noqa: E402
 SHAPES = ("4096x4096", "4096x14336", "14336x4096", "3584x18944", "3072x9216")
 
 
-def program(rows: int, k: int, n: int, fused: bool) -> mg.Program:
+def program(rows: int, k: int, n: int, fused: bool, dtype: str = "float16") -> mg.Program:
     """``X @ W + R``, or with the RMSNorm of X (times its weight g) before the product."""
     p = mg.Program(f"{'rmsnorm_' if fused else ''}proj_{rows}x{k}x{n}")
-    x, w = p.input("X", (rows, k), "float16"), p.input("W", (k, n), "float16")
-    r = p.input("R", (rows, n), "float16")
+    x, w = p.input("X", (rows, k), dtype), p.input("W", (k, n), dtype)
+    r = p.input("R", (rows, n), dtype)
     if fused:
-        x = mg.rms_norm(x, 1) * p.input("g", (1, k), "float16")
+        x = mg.rms_norm(x, 1) * p.input("g", (1, k), dtype)
     p.output(x @ w + r)
     return p
 
 
-def gated_program(rows: int, k: int, n: int, act: str) -> mg.Program:
+def gated_program(rows: int, k: int, n: int, act: str, dtype: str = "float16") -> mg.Program:
     """``act(X @ Wg) · (X @ Wu)``: an MLP's gate and up projections with the gate applied."""
     p = mg.Program(f"gated_{act}_{rows}x{k}x{n}")
-    x = p.input("X", (rows, k), "float16")
-    wg, wu = p.input("Wg", (k, n), "float16"), p.input("Wu", (k, n), "float16")
+    x = p.input("X", (rows, k), dtype)
+    wg, wu = p.input("Wg", (k, n), dtype), p.input("Wu", (k, n), dtype)
     p.output(getattr(mg, act)(x @ wg) * (x @ wu))
     return p
 
@@ -86,9 +86,10 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--gated", default=None, choices=("gelu_tanh", "silu"),
                     help="ACT(X @ Wg) * (X @ Wu) instead of the residual projections")
+    ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     args = ap.parse_args()
     bw = copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}; μs, median, CUDA-graph replay; "
+    print(f"{torch.cuda.get_device_name()}, {time.strftime('%Y-%m-%d')}, {args.dtype}; μs, median, CUDA-graph replay; "
           f"copy bandwidth {bw / 1e12:.2f} TB/s; W {args.weight_layout} layout (cuBLAS on the same)")
     print("| program | rows | K×N | ours μs | structure | cuBLAS addmm μs | torch ops μs | floor μs | "
           "× cuBLAS | × torch ops | ours / floor |")
@@ -98,13 +99,14 @@ def main() -> None:
         for shape in args.shapes:
             k, n = (int(v) for v in shape.split("x"))
             for rows in args.rows:
-                p = gated_program(rows, k, n, args.gated) if args.gated else program(rows, k, n, fused)
+                p = (gated_program(rows, k, n, args.gated, args.dtype) if args.gated
+                     else program(rows, k, n, fused, args.dtype))
                 weights = ("Wg", "Wu") if args.gated else ("W",)
                 strided = {w: (1, k) for w in weights} if args.weight_layout == "linear" else None
                 opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s,
                                            "input_strides": strided}, device="cuda", cache_dir=False, progress=False)
                 g = torch.Generator(device="cuda").manual_seed(0)
-                x = {t.name: torch.randn(t.shape, generator=g, device="cuda", dtype=torch.float16) * 0.1
+                x = {t.name: torch.randn(t.shape, generator=g, device="cuda", dtype=getattr(torch, args.dtype)) * 0.1
                      for t in p.inputs}
                 for w in (strided or {}):
                     x[w] = x[w].t().contiguous().t()  # the same values, stored as nn.Linear's (N, K)

@@ -926,7 +926,9 @@ def tests_needed_counting_voids(per_test: float, error: float, voids: int, limit
         return 1
     if per_test >= 1:
         return None
-    for n in range(1, limit + 1):
+    # the bound without the orders, per_test^n·2^(v+1) ≤ error, needs at least this many
+    start = max(1, math.ceil((math.log(error) - (voids + 1) * math.log(2)) / math.log(per_test) - 1e-12))
+    for n in range(start, limit + 1):
         if counted_bound(per_test, n, voids) <= error:
             return n
     return None

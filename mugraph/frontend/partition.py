@@ -145,13 +145,14 @@ def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
     for n in sorted(members):
         kinds = [k for k in info[n].kinds if category(k) is not Category.CONSTANT]
         mms += kinds.count("matmul")
-        moves = all(is_rearrangement(k) for k in kinds)
-        if kinds and (moves or all(is_elementwise(k) or is_rearrangement(k) for k in kinds)):
+        moves = all(is_rearrangement(k) for k in kinds)  # a view, or a float cast (no kinds)
+        pointwise = not moves and all(is_elementwise(k) or is_rearrangement(k) for k in kinds)
+        if moves or pointwise:  # the values it is a function of: through moves and pointwise ops
             src: set[fx.Node] = set()
             for a in n.all_input_nodes:
                 src |= sources.get(a, {a}) if a in members else {a}
             sources[n] = frozenset(src)
-            if not moves and len(src) == 1:
+            if pointwise and len(src) == 1:
                 unary |= src
                 continue
         ops += len(kinds)
