@@ -3,6 +3,7 @@ long each is tuned follow the predicted spread and the configuration spaces, wit
 documented total; top_k and tune_seconds override. Pure planning: no GPU needed."""
 
 import pytest
+import torch
 
 import mugraph as mg
 from mugraph.pipeline import timing
@@ -381,3 +382,17 @@ def test_check_inputs_fall_back_to_non_negative_draws_where_normal_ones_cancel()
     inputs, ref = timing._check_inputs(p, device="cpu")
     assert bool((inputs["X"] >= 0).all())
     assert all(bool(r.isfinite().all()) for r in ref)
+
+
+def test_the_float64_reference_is_the_float_facets_bit_for_bit_with_a_causal_mask():
+    """The re-ranking's reference (timing.float64_reference: the float check's algebra at
+    float64, computed where the inputs are) equals the interpreter's default float64
+    evaluation bit for bit — on a causal prompt attention, whose hidden scores underflow
+    in exp (the case whose CPU slow path it skips)."""
+    from mugraph.core.benchmarks import prefill_attention
+
+    p = prefill_attention(heads=2, q=64, kv=64, head_dim=16, causal=True)
+    inputs, ref = timing._check_inputs(p, device="cpu")
+    want = mg.evaluate(p, {k: v.double() for k, v in inputs.items()})
+    assert len(ref) == len(want) and all(torch.equal(r, w) for r, w in zip(ref, want))
+    assert ref[0].device.type == "cpu" and ref[0].dtype == torch.float64
