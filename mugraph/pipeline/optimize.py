@@ -280,8 +280,6 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
         raise ResourceError(f"superoptimize: {program.name!r}: {e.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), "
                             "too large to verify; reduce the shapes") from None
     dev = _resolve_device(device)
-    if dev == "cuda":  # the cost model prices for the GPU this process uses (lower.cost_model.default_params)
-        torch.cuda.init()
     path = key_doc = None
     if cache_dir is not False:
         root = default_cache_dir() if cache_dir is None else as_path(cache_dir, "superoptimize: cache_dir")
@@ -292,6 +290,8 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
             return hit
     ckpt_dir = None if path is None else path.parent / "checkpoints"
     seeds = [] if path is None else _transferred(path.parent, program, key_doc)
+    if dev == "cuda":  # the cost model prices for the GPU this process uses (lower.cost_model.default_params)
+        torch.cuda.init()
     try:
         result = _run_pipeline(program, cfg, dev, progress, seed, ckpt_dir, stop_by, seeds)
     except KeyboardInterrupt:  # before the search started, or while it was setting up
