@@ -34,6 +34,8 @@ from lower.cost_model import estimate  # noqa: E402
 from lower.profile import measure  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
+from mugraph.core.benchmarks.handwritten import gated_mlp  # noqa: E402
+from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 
 
 def gemv(rows: int, k: int, n: int, cols: int, steps: int) -> mg.KernelGraph:
@@ -47,27 +49,6 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int) -> mg.KernelGraph:
     (Y,) = kg.kernel(bg)
     kg.output(Y)
     return kg
-
-
-def gated(rows: int, k: int, n: int, cols: int, steps: int, act: str) -> mg.KernelGraph:
-    """``act(X @ W1) * (X @ W2)`` in one kernel: ``n / cols`` blocks, each a ``cols``-wide
-    column slice of both weights, one loop over K for both products, the gate after it."""
-    kg = mg.KernelGraph(f"gated_{act}_{rows}x{k}x{n}")
-    X = kg.input("X", (rows, k), "float16")
-    W1, W2 = kg.input("W1", (k, n), "float16"), kg.input("W2", (k, n), "float16")
-    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    x = bg.input(X, imap=(None,), fmap=1)
-    w1, w2 = bg.input(W1, imap=(1,), fmap=0), bg.input(W2, imap=(1,), fmap=0)
-    bg.output(getattr(mg, act)(bg.accum(x @ w1)) * bg.accum(x @ w2), omap=(1,))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
-    return kg
-
-
-def _torch_act(act: str):
-    if act == "gelu_tanh":
-        return lambda t: torch.nn.functional.gelu(t, approximate="tanh")
-    return getattr(torch.nn.functional, act)
 
 
 def configs(forloop: int, splits, warps, stages, small_mm) -> list[KernelConfig]:
@@ -107,7 +88,7 @@ def main() -> int:
         weights = {name: (torch.randn(n, k, device="cuda", generator=g).half() * 0.1).t()  # (K, N), strides (1, K)
                    for name in (("W1", "W2") if args.gated else ("W",))}
         if args.gated:
-            act, w1, w2 = _torch_act(args.gated), weights["W1"], weights["W2"]
+            act, w1, w2 = activation(args.gated), weights["W1"], weights["W2"]
             ref = act(x.double() @ w1.double()) * (x.double() @ w2.double())
             mm_s = measure(lambda: act(torch.mm(x, w1)) * torch.mm(x, w2))
         else:
@@ -119,7 +100,8 @@ def main() -> int:
             if n % cols or k % steps:
                 continue
             try:
-                kg = gated(rows, k, n, cols, steps, args.gated) if args.gated else gemv(rows, k, n, cols, steps)
+                kg = (gated_mlp(rows=rows, hidden=k, out=n, col_tile=cols, loop=k // steps, act=args.gated)
+                      if args.gated else gemv(rows, k, n, cols, steps))
             except Exception as e:  # noqa: BLE001 - tiles too large for shared memory: say which
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
                 continue

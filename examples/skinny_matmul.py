@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
 from lower.profile import measure  # noqa: E402
+from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 from mugraph.pipeline.bench import copy_bandwidth  # noqa: E402
 
 #: (K, N) of the projections of LLaMA-3-8B (q/o, gate/up, down), Qwen2-7B (gate/up) and Phi-3 (qkv)
@@ -61,9 +62,7 @@ def gated_program(rows: int, k: int, n: int, act: str, dtype: str = "float16") -
 
 
 def gated_torch(x: dict[str, torch.Tensor], act: str) -> torch.Tensor:
-    a = torch.mm(x["X"], x["Wg"])
-    a = torch.nn.functional.gelu(a, approximate="tanh") if act == "gelu_tanh" else torch.nn.functional.silu(a)
-    return a * torch.mm(x["X"], x["Wu"])
+    return activation(act)(torch.mm(x["X"], x["Wg"])) * torch.mm(x["X"], x["Wu"])
 
 
 def torch_version(x: dict[str, torch.Tensor], fused: bool) -> torch.Tensor:

@@ -81,6 +81,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from weakref import WeakKeyDictionary
 
 from mugraph.core.ir import DTYPES, KernelGraph, Op
@@ -125,6 +126,7 @@ H200 = replace(H100, name="NVIDIA H200", dram_bw=4.1e12)
 KNOWN = {"H200": H200, "H100": H100}
 
 
+@lru_cache(maxsize=None)
 def params_for(device_name: str | None) -> DeviceParams:
     """The parameters of the GPU named ``device_name`` (as ``torch.cuda.get_device_name``
     says it); the H100's for a name the model does not know, or none."""

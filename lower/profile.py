@@ -851,7 +851,7 @@ def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, t
     if not isinstance(graph, KernelGraph):
         raise ArgumentTypeError(f"lower.profile: expected a KernelGraph or Program, got {type(graph).__name__}")
     configs = configs_for(graph, configs, "lower.profile")
-    pred = estimate(graph, kw.get("device_params") or default_params(), configs)
+    pred = estimate(graph, kw.get("device_params"), configs)
     if not torch.cuda.is_available():
         return ProfileResult(graph, configs, None, pred, False)
     if inputs is None:

@@ -220,17 +220,8 @@ def test_without_a_gpu_in_use_the_default_is_the_named_device_or_the_h100(monkey
 
 
 def _gated(blocks: int, k: int = 2048, n: int = 16384, steps: int = 64):
-    import mugraph as mg
-    kg = mg.KernelGraph("gated")
-    x = kg.input("X", (1, k), "float16")
-    w1, w2 = kg.input("W1", (k, n), "float16"), kg.input("W2", (k, n), "float16")
-    bg = mg.BlockGraph(grid=(blocks, 1, 1), forloop=k // steps)
-    xt = bg.input(x, imap=(None,), fmap=1)
-    a, b = bg.input(w1, imap=(1,), fmap=0), bg.input(w2, imap=(1,), fmap=0)
-    bg.output(mg.gelu_tanh(bg.accum(xt @ a)) * bg.accum(xt @ b), omap=(1,))
-    (y,) = kg.kernel(bg)
-    kg.output(y)
-    return kg
+    from mugraph.core.benchmarks.handwritten import gated_mlp
+    return gated_mlp(rows=1, hidden=k, out=n, col_tile=n // blocks, loop=k // steps, act="gelu_tanh")
 
 
 def test_a_grid_too_small_to_pull_the_h200s_bandwidth_is_priced_so():

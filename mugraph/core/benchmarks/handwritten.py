@@ -48,10 +48,12 @@ def rmsnorm_matmul(b: int = 1, hidden: int = 4096, out: int = 6144, dtype: str =
 
 
 def gated_mlp(b: int = 1, hidden: int = 4096, out: int = 4096, dtype: str = "float16",
-              col_tile: int = 64, loop: int = 64) -> KernelGraph:
-    """One kernel: both matmuls accumulate in one loop; silu and the product after it."""
+              col_tile: int = 64, loop: int = 64, act: str = "silu", rows: int | None = None) -> KernelGraph:
+    """One kernel: both matmuls accumulate in one loop; the activation (``act``: ``silu``,
+    or ``gelu_tanh`` as Gemma's MLP) and the product after it. ``rows``: X's rows (default
+    the benchmark's ``8·b``)."""
     kg = KernelGraph("gated_mlp")
-    X = kg.input("X", (8 * b, hidden), dtype)
+    X = kg.input("X", (8 * b if rows is None else rows, hidden), dtype)
     W1 = kg.input("W1", (hidden, out), dtype)
     W2 = kg.input("W2", (hidden, out), dtype)
     gx, F = out // _fit(out, col_tile), _fit(hidden, loop)
@@ -62,7 +64,7 @@ def gated_mlp(b: int = 1, hidden: int = 4096, out: int = 4096, dtype: str = "flo
     w2 = bg.input(W2, imap=(_axis(gx, 1),), fmap=fm)
     a1 = bg.accum(x @ w1)
     a2 = bg.accum(x @ w2)
-    bg.output(mg.silu(a1) * a2, omap=(_axis(gx, 1),))
+    bg.output(getattr(mg, act)(a1) * a2, omap=(_axis(gx, 1),))
     (Y,) = kg.kernel(bg)
     kg.output(Y)
     return kg

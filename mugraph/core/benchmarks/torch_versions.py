@@ -12,6 +12,12 @@ import torch.nn.functional as F
 from .programs import DECODE, decode_scale
 
 
+def activation(name: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The torch function of a builder activation: ``silu``, or ``gelu_tanh`` (GeLU's tanh
+    form, ``F.gelu(x, approximate="tanh")``)."""
+    return (lambda t: F.gelu(t, approximate="tanh")) if name == "gelu_tanh" else getattr(F, name)
+
+
 def _rms(x: torch.Tensor, dim: int) -> torch.Tensor:
     return x / torch.sqrt(torch.mean(x * x, dim=dim, keepdim=True))
 
