@@ -28,6 +28,8 @@ program by the driver — a rewrite proposes, the verifier decides:
   re-chunk an online softmax's loop at all, so a prompt attention's key and row tiles are
   the graph's own (64 × 64 ran 177 μs where the search's 64 × 128 ran 212, head dim 128,
   H200).
+  A loop-free kernel gets a loop from :mod:`search.loops` instead (its contracted dims
+  stepped), which no halving or doubling reaches.
 
 All rebuild the graph with :func:`mugraph.core.rewrite.rebuild`: the rewritten kernel's
 replacement is built in place of the old one and every other op is replayed, so
@@ -46,6 +48,7 @@ from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
 
 from .enumerate import GPU_SMS
+from .loops import loop_variants
 
 
 def graph_key(g: KernelGraph) -> str:
@@ -654,8 +657,10 @@ def tile_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
     more than one block with twice and with half the blocks, each loop with twice and with
     half the steps — where every tile the change cuts keeps at least :data:`MIN_RETILE`
     elements along that dim, the grid at most :data:`MAX_RETILE_BLOCKS` blocks, and (given
-    ``smem_budget``) every tile of the new block within it, as the enumeration's are."""
-    out = []
+    ``smem_budget``) every tile of the new block within it, as the enumeration's are — and
+    each loop-free kernel with a loop introduced over its contracted dims
+    (:func:`search.loops.loop_variants`), which no halving or doubling reaches."""
+    out = [h for h in loop_variants(g) if all(_fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD)]
     for op in g.ops:
         if op.kind != GD:
             continue

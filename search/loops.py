@@ -1,0 +1,228 @@
+"""Loop introduction: a loop-free kernel's contractions spread over the steps of a loop.
+
+The enumeration often finds a kernel first in its loop-free form — each block reads all of
+a matmul's contracted dim at once and its accumulators add up one step — because that
+form has fewer choices to make. The same kernel with a loop over the contracted dim
+streams each block's operands step by step, holds smaller tiles, and lets the lowering
+pipeline the loads; for a memory-bound projection that is the form that reaches the copy
+floor (a GeLU-gated 2048 → 2 × 16384 projection, H200: 256 blocks × 64 steps ran 33.4 μs,
+1.04× its floor, where the loop-free grids the enumeration returned first were priced
+38.5–42 μs). :func:`search.rewrite.retile` halves or doubles an *existing* loop but cannot
+create one: that is what this module adds.
+
+Which iterators step with the loop is decided by a dim-flow analysis of the block graph
+(:func:`loop_assignments`), generic over the catalog's dim maps (:class:`~mugraph.core.
+oprules.DimMap`) and Lax classes, never over op names or shapes of a program. Given an
+``fmap`` dim for some iterators, every loop-body tile is classified:
+
+* *invariant* — the same at every step (no stepped iterator upstream);
+* *cut along d* — one step's slice of the whole tile along its dim ``d``;
+* *partial* — one step's term of a sum over the steps: a contraction or an adding
+  reduction whose summed dim is cut, or a linear function of partials (a sum of
+  partials, a partial scaled or multiplied by an invariant tile, divided by one).
+
+The assignment is kept only where every accumulator (a plain sum) reads a partial, no
+cut tile is summed along another dim or crosses a dim that moves, and no cut or partial
+tile is read after the loop or saved — then the looped block computes the loop-free
+one's function term by term. The driver verifies every variant against the program all
+the same: the analysis only spares the verifier proposals that cannot be right.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
+from mugraph.core.ops import CATALOG, adds_up
+from mugraph.core.rewrite import GD, Rebuild, rebuild
+
+#: loop-body tile states besides "cut along a dim" (an int)
+INVARIANT = "invariant"
+PARTIAL = "partial"
+#: a tile downstream of an accumulator (computed once, after the loop)
+AFTER = "after"
+
+#: the step lengths (elements of the looped dim per step) an introduced loop is offered
+#: with: a fine step the lowering can merge (it runs up to 16 steps as one, never cuts one;
+#: ``lower.tiles.loop_chunks``), and a coarse one for kernels whose loop it cannot merge
+LOOP_STEPS = (32, 128)
+#: the most iterator fmap assignments :func:`loop_assignments` tries in one block
+MAX_ASSIGNMENTS = 4096
+#: coarser grids an introduced loop is offered on: each grid axis's blocks divided by these
+#: (a loop's smaller step tiles leave room for more of the other dims per block)
+GRID_DIVISORS = (2, 4)
+
+
+def _flow(bg: BlockGraph, fmaps: dict[int, int]) -> bool:
+    """Whether ``bg`` with the iterators of ``fmaps`` (block op id -> dim) stepped along
+    those dims computes the loop-free block's function term by term (the module docstring's
+    rules)."""
+    state: dict[Tensor, object] = {}
+    read = {t for op in bg.ops for t in op.inputs}
+    if any(bg.ops[i].outputs[0] not in read for i in fmaps):  # a stepped iterator nothing reads
+        return False
+    for op in bg.ops:
+        out = op.outputs[0]
+        if op.kind == "iterator":
+            state[out] = fmaps.get(op.id, INVARIANT)
+            continue
+        ins = [state[t] for t in op.inputs]
+        if op.kind == "accum":
+            if accum_monoid(op) != SUM or ins[0] != PARTIAL:
+                return False
+            state[out] = AFTER
+            continue
+        if AFTER in ins:
+            if any(s not in (AFTER, INVARIANT) for s in ins):  # only invariant tiles may be read after the loop
+                return False
+            state[out] = AFTER
+            continue
+        s = _op_state(op, ins)
+        if s is None:
+            return False
+        state[out] = s
+    return all(state[sv.tensor] in (AFTER, INVARIANT) for sv in bg.savers)
+
+
+def _op_state(op: Op, ins: list) -> object:
+    """The state of a loop-body op's output from its inputs' states (None: not allowed)."""
+    if all(s == INVARIANT for s in ins):
+        return INVARIANT
+    d = CATALOG[op.kind]
+    if PARTIAL in ins:
+        if any(isinstance(s, int) for s in ins):
+            return None
+        partial = [i for i, s in enumerate(ins) if s == PARTIAL]
+        if d.lax == "linear":  # a sum of partials is one; a partial plus a constant tile is not
+            return PARTIAL if len(partial) == len(ins) else None
+        if d.lax == "multilinear":  # linear in each input: exactly one partial factor
+            return PARTIAL if len(partial) == 1 and len(ins) > 1 else None
+        if d.lax == "division":  # linear in the numerator
+            return PARTIAL if partial == [0] else None
+        return None
+    dm = d.dims([t.shape for t in op.inputs], op.attrs, op.outputs[0].shape)
+    cut = {(i, s) for i, s in enumerate(ins) if isinstance(s, int)}
+    for group in dm.contracted:
+        if any(m in cut for m in group):
+            # every operand's contracted dim steps together, and nothing else is cut
+            return PARTIAL if set(group) == cut else None
+    for i, dim in dm.reduced:
+        if (i, dim) in cut:
+            return PARTIAL if adds_up(op.kind) and cut == {(i, dim)} else None
+    outs = set()
+    for i, s in cut:
+        o = [od for (j, idim, od) in dm.same if j == i and idim == s]
+        if not o:
+            return None  # the cut dim moves (concat's dim, a reshape): not one slice any more
+        outs.add(o[0])
+    if len(outs) != 1:
+        return None
+    o = outs.pop()
+    for j, idim, od in dm.same:  # an invariant operand along the cut dim must broadcast
+        if od == o and ins[j] == INVARIANT and op.inputs[j].shape[idim] != 1:
+            return None
+    return o
+
+
+def loop_assignments(bg: BlockGraph) -> list[dict[int, int]]:
+    """Every choice of iterators to step (block op id -> the dim each steps along) under
+    which the loop-free block ``bg`` keeps its function with a loop (:func:`_flow`); empty
+    if ``bg`` already loops, accumulates anything but plain sums, or has more choices than
+    :data:`MAX_ASSIGNMENTS`."""
+    if bg.forloop != 1 or any(op.kind == "accum" and accum_monoid(op) != SUM for op in bg.ops):
+        return []
+    its = [op for op in bg.ops if op.kind == "iterator"]
+    choices = [[None] + [d for d, n in enumerate(op.outputs[0].shape) if n >= 2 * min(LOOP_STEPS)] for op in its]
+    total = 1
+    for c in choices:
+        total *= len(c)
+    if total > MAX_ASSIGNMENTS:
+        return []
+    out = []
+    for pick in itertools.product(*choices):
+        fmaps = {op.id: d for op, d in zip(its, pick) if d is not None}
+        if fmaps and _flow(bg, fmaps):
+            out.append(fmaps)
+    return out
+
+
+def introduce_loop(g: KernelGraph, op_id: int, fmaps: dict[int, int], forloop: int,
+                   grid: Optional[tuple] = None) -> Optional[KernelGraph]:
+    """Kernel ``op_id`` (loop-free) with a loop of ``forloop`` steps, the iterators of
+    ``fmaps`` (block op id -> dim) stepping along their dims, on ``grid`` (default its own);
+    every other op replayed unchanged (None if the IR rejects the result)."""
+    op = g.ops[op_id]
+    if op.kind != GD or forloop < 2 or op.attrs["block"].forloop != 1:
+        return None
+    bg: BlockGraph = op.attrs["block"]
+
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
+        k = BlockGraph(tuple(grid or bg.grid), forloop)
+        tm: dict[Tensor, Tensor] = {}
+        for o in bg.ops:
+            if o.kind == "iterator":
+                tm[o.outputs[0]] = k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"], fmaps.get(o.id))
+            elif o.kind == "accum":
+                tm[o.outputs[0]] = k.accum_like(o, [tm[t] for t in o.inputs])
+            else:
+                attrs = dict(o.attrs)
+                if not o.inputs:
+                    attrs.setdefault("dtype", o.outputs[0].dtype)
+                tm[o.outputs[0]] = k.add_op(o.kind, [tm[t] for t in o.inputs], attrs)
+        for sv in bg.savers:
+            k.output(tm[sv.tensor], sv.omap)
+        return rb.graph.kernel(k)
+
+    try:
+        return rebuild(g, replace={(op_id, None): build}, name=g.name)
+    except MugraphError:
+        return None
+
+
+def _grids(bg: BlockGraph) -> list[tuple]:
+    """``bg``'s grid and the coarser ones :data:`GRID_DIVISORS` give (one axis at a time)."""
+    out = [tuple(bg.grid)]
+    for a, n in enumerate(bg.grid):
+        for q in GRID_DIVISORS:
+            if n % q == 0 and n // q >= 1 and n > 1:
+                out.append(tuple(n // q if k == a else s for k, s in enumerate(bg.grid)))
+    return out
+
+
+def loop_variants(g: KernelGraph) -> list[KernelGraph]:
+    """Every loop-free kernel of ``g`` with a loop introduced: each assignment of
+    :func:`loop_assignments`, each step length of :data:`LOOP_STEPS` that divides every
+    stepped tile (the loop of at least two steps), on the kernel's grid and the coarser
+    ones of :func:`_grids`."""
+    out = []
+    for op in g.ops:
+        if op.kind != GD:
+            continue
+        bg: BlockGraph = op.attrs["block"]
+        for fmaps in loop_assignments(bg):
+            tiles = [bg.ops[i].outputs[0].shape[d] for i, d in fmaps.items()]
+            for grid in _grids(bg):
+                scale = [_grid_scale(bg, bg.ops[i], grid, d) for i, d in fmaps.items()]
+                for step in LOOP_STEPS:
+                    whole = [t * s for t, s in zip(tiles, scale)]
+                    if any(w % step for w in whole) or len({w // step for w in whole}) != 1:
+                        continue
+                    forloop = whole[0] // step
+                    if forloop < 2:
+                        continue
+                    h = introduce_loop(g, op.id, fmaps, forloop, grid)
+                    if h is not None:
+                        out.append(h)
+    return out
+
+
+def _grid_scale(bg: BlockGraph, it: Op, grid: tuple, dim: int) -> int:
+    """How many times longer iterator ``it``'s tile is along ``dim`` on ``grid`` than on
+    ``bg``'s own grid (a coarser grid axis mapped to that dim gives each block more of it)."""
+    scale = 1
+    for a, d in enumerate(it.attrs["imap"]):
+        if d == dim and grid[a] != bg.grid[a]:
+            scale *= bg.grid[a] // grid[a]
+    return scale
