@@ -151,6 +151,21 @@ def test_uniform_residues_in_range_and_spread():
     assert y.shape == (4, 5) and (y < DEFAULT.p).all()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.int64])
+def test_large_draws_converted_by_torch_are_the_same_residues(dtype, monkeypatch):
+    """A draw of LARGE_DRAW entries or more is converted by torch (huge pages): bit for bit
+    the draw numpy's conversion gives, in dtype and shape; 2**32 keeps numpy's path."""
+    import verify.field as F
+    shape = (1 << 10, (F.LARGE_DRAW >> 10) + 3)
+    for m in (DEFAULT.p, 2 ** 32):
+        fast = uniform_residues(np.random.default_rng(5), m, shape, dtype)
+        monkeypatch.setattr(F, "LARGE_DRAW", 1 << 62)
+        slow = uniform_residues(np.random.default_rng(5), m, shape, dtype)
+        monkeypatch.undo()
+        assert fast.dtype == slow.dtype == np.dtype(dtype) and fast.shape == slow.shape == shape
+        assert np.array_equal(fast, slow) and (fast < m).all()
+
+
 @pytest.mark.parametrize("m", [2, 5, 167, 2 ** 31 - 1, DEFAULT.q, 2 ** 32])
 def test_uniform_residues_rejection_is_unbiased(m):
     """Low bits of raw words, values >= m rejected: uniform on [0, m), including moduli
