@@ -38,6 +38,8 @@ from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_mono
 from mugraph.core.ops import CATALOG, adds_up
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 
+from .rewrite import _replay_block, fits
+
 #: loop-body tile states besides "cut along a dim" (an int)
 INVARIANT = "invariant"
 PARTIAL = "partial"
@@ -160,20 +162,8 @@ def introduce_loop(g: KernelGraph, op_id: int, fmaps: dict[int, int], forloop: i
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
         k = BlockGraph(tuple(grid or bg.grid), forloop)
-        tm: dict[Tensor, Tensor] = {}
-        for o in bg.ops:
-            if o.kind == "iterator":
-                tm[o.outputs[0]] = k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"], fmaps.get(o.id))
-            elif o.kind == "accum":
-                tm[o.outputs[0]] = k.accum_like(o, [tm[t] for t in o.inputs])
-            else:
-                attrs = dict(o.attrs)
-                if not o.inputs:
-                    attrs.setdefault("dtype", o.outputs[0].dtype)
-                tm[o.outputs[0]] = k.add_op(o.kind, [tm[t] for t in o.inputs], attrs)
-        for sv in bg.savers:
-            k.output(tm[sv.tensor], sv.omap)
-        return rb.graph.kernel(k)
+        return _replay_block(rb, bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"],
+                                                          fmaps.get(o.id)))
 
     try:
         return rebuild(g, replace={(op_id, None): build}, name=g.name)
@@ -191,11 +181,12 @@ def _grids(bg: BlockGraph) -> list[tuple]:
     return out
 
 
-def loop_variants(g: KernelGraph) -> list[KernelGraph]:
+def loop_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[KernelGraph]:
     """Every loop-free kernel of ``g`` with a loop introduced: each assignment of
     :func:`loop_assignments`, each step length of :data:`LOOP_STEPS` that divides every
     stepped tile (the loop of at least two steps), on the kernel's grid and the coarser
-    ones of :func:`_grids`."""
+    ones of :func:`_grids` — where every tile fits ``smem_budget`` (None: no bound), as
+    :func:`search.rewrite.tile_variants`' do."""
     out = []
     for op in g.ops:
         if op.kind != GD:
@@ -213,7 +204,7 @@ def loop_variants(g: KernelGraph) -> list[KernelGraph]:
                     if forloop < 2:
                         continue
                     h = introduce_loop(g, op.id, fmaps, forloop, grid)
-                    if h is not None:
+                    if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
                         out.append(h)
     return out
 

@@ -48,7 +48,6 @@ from mugraph.core.rewrite import GD, Rebuild, rebuild
 from mugraph.core.serialize import graph_to_json
 
 from .enumerate import GPU_SMS
-from .loops import loop_variants
 
 
 def graph_key(g: KernelGraph) -> str:
@@ -637,7 +636,7 @@ def _cut_dims(bg: BlockGraph, axis: Optional[int]) -> list[int]:
     return out
 
 
-def _fits(bg: BlockGraph, smem_budget: Optional[int]) -> bool:
+def fits(bg: BlockGraph, smem_budget: Optional[int]) -> bool:
     """Every tile of ``bg`` within ``smem_budget`` bytes, as the enumeration bounds each new
     tile (an accumulator's in fp32); None: no bound."""
     if smem_budget is None:
@@ -657,10 +656,9 @@ def tile_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
     more than one block with twice and with half the blocks, each loop with twice and with
     half the steps — where every tile the change cuts keeps at least :data:`MIN_RETILE`
     elements along that dim, the grid at most :data:`MAX_RETILE_BLOCKS` blocks, and (given
-    ``smem_budget``) every tile of the new block within it, as the enumeration's are — and
-    each loop-free kernel with a loop introduced over its contracted dims
-    (:func:`search.loops.loop_variants`), which no halving or doubling reaches."""
-    out = [h for h in loop_variants(g) if all(_fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD)]
+    ``smem_budget``) every tile of the new block within it, as the enumeration's are. (A
+    loop-free kernel's loop is introduced by :func:`search.loops.loop_variants` instead.)"""
+    out = []
     for op in g.ops:
         if op.kind != GD:
             continue
@@ -682,6 +680,6 @@ def tile_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
                 moves.append((bg.grid, bg.forloop // 2))
         for grid, forloop in moves:
             h = retile(g, op.id, grid, forloop)
-            if h is not None and all(_fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
+            if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
                 out.append(h)
     return out

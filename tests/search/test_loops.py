@@ -14,6 +14,7 @@ from mugraph.core.ir import BlockGraph, KernelGraph
 from mugraph.core.randgraph import Profile, random_ugraph
 from search import loops
 from search.loops import introduce_loop, loop_assignments, loop_variants
+from search.derive import retiles
 from search.rewrite import tile_variants
 
 GD = "graph_defined"
@@ -45,7 +46,9 @@ def test_gated_projection_steps_its_three_operands_along_k():
     assert shapes == {((n, 1, 1), f) for n in (64, 32, 16) for f in (16, 4)}
     assert all(verify.equivalent(g, h, seed=0).equivalent for h in loop_variants(g))
     # the retiling proposals include them (a loop-free kernel has no loop to halve)
-    assert any(_block(h).forloop > 1 for h in tile_variants(g))
+    assert not any(_block(h).forloop > 1 for h in tile_variants(g))
+    proposed = retiles([g], {}, limit=16)
+    assert any(_block(p.graph).forloop > 1 for p in proposed)
 
 
 def test_norm_prologue_steps_its_sum_of_squares_with_the_matmul():

@@ -179,10 +179,10 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split(monkeypatch):
     verified, as what it becomes split — ahead of a kernel its own estimate ranked it behind.
     (The loop-free rival would get a loop of its own among the tile variants, which would
     then outrank both: tests/search/test_loops.py; here it stays loop-free.)"""
-    import search.rewrite
+    import search.derive
     from search.candidates import split_loops
 
-    monkeypatch.setattr(search.rewrite, "loop_variants", lambda g: [])
+    monkeypatch.setattr(search.derive, "loop_variants", lambda g, smem_budget=None: [])
     from search.run_state import RunState
     from search.verification import order
     from search.records import Match
