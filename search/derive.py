@@ -10,7 +10,8 @@
 * :func:`retiles` — the cheapest matches' kernels on other tiles
   (:func:`search.rewrite.tile_variants`: twice or half the blocks along a grid axis,
   twice or half the loop's steps; :func:`search.loops.loop_variants`: a loop-free kernel
-  with a loop over its contracted dims), one per kernel shape, proposed without a fingerprint.
+  with a loop over its contracted dims; :func:`search.grids.grid_variants`: a one-block
+  kernel on a grid), one per kernel shape, proposed without a fingerprint.
 
 Every derived graph but a tile variant is fingerprinted against the whole program (by
 the :data:`Fingerprint` the driver passes), and every one is fully verified by the driver
@@ -30,6 +31,7 @@ from .compose import compose, partition, pointwise_kernel
 from .config import SearchConfig
 from .enumerate import cost_key
 from .records import Proposal
+from .grids import grid_variants
 from .loops import loop_variants
 from .rewrite import fuse_all, graph_key, split_variants, tile_variants
 
@@ -310,8 +312,9 @@ MAX_RETILE_SOURCES = 8
 def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = None, limit: int = 4,
             estimate: Optional[Callable[[KernelGraph], float]] = None,
             smem_budget: Optional[int] = None) -> list[Proposal]:
-    """Tile variants (:func:`~search.rewrite.tile_variants`, and a loop-free kernel with a loop
-    introduced: :func:`~search.loops.loop_variants`) of the :data:`MAX_RETILE_SOURCES`
+    """Tile variants (:func:`~search.rewrite.tile_variants`; a loop-free kernel with a loop
+    introduced, :func:`~search.loops.loop_variants`; a one-block kernel spread over a grid,
+    :func:`~search.grids.grid_variants`) of the :data:`MAX_RETILE_SOURCES`
     first of ``graphs`` (matches, cheapest first): ranked by ``estimate`` where given (else
     by :func:`~search.enumerate.cost_key`), one per kernel shape before a second spelling of
     any, the ``limit`` first proposed; tiles beyond ``smem_budget`` (the search's) are not
@@ -330,7 +333,7 @@ def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = 
     tiles of the same kernel ran 177 μs."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for g in graphs[:MAX_RETILE_SOURCES]:
-        for h in tile_variants(g, smem_budget) + loop_variants(g, smem_budget):
+        for h in tile_variants(g, smem_budget) + loop_variants(g, smem_budget) + grid_variants(g, smem_budget):
             k = graph_key(h)
             if k not in variants:
                 variants[k] = (tuple(cost_key(h)), len(variants), h)

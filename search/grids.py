@@ -1,0 +1,210 @@
+"""Grid introduction: a one-block kernel spread over a grid of blocks.
+
+The retiling's moves (:func:`search.rewrite.tile_variants`) halve or double a grid axis
+that is already in use; a kernel that runs as one block along every axis — the whole
+computation in one thread block, which a compositional search returns when its piece
+searches found that form first (an RMSNorm feeding two projections of a decoder layer,
+composed on a CPU: one block looping 256 times over K, priced 20.4 μs where its columns
+could be spread over the GPU's SMs) — has no axis to halve or double. This module gives
+such a kernel a new grid axis over dims that are independent rows of its work.
+
+Which iterators and savers the new axis cuts is decided by a dim-flow analysis of the
+block graph (:func:`grid_assignments`), generic over the catalog's dim maps
+(:class:`~mugraph.core.oprules.DimMap`), never over op names or shapes. Given a dim for
+some iterators, every tile is classified *invariant* (the same in every block of the new
+axis) or *cut along d* (one block's slice along its dim ``d``); a cut dim must stay the
+same axis through every op — never the dim the loop steps along (its steps are summed),
+never contracted, reduced or moved, never met by an
+invariant operand that does not broadcast along it — and every saver must save a tile cut
+along some dim, which the new axis then maps (its blocks write disjoint slices). Then each
+block computes its slice of the one-block kernel's outputs, exactly. The driver verifies
+every variant against the program all the same.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+from mugraph.core.errors import MugraphError
+from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
+from mugraph.core.ops import CATALOG
+from mugraph.core.rewrite import GD, Rebuild, rebuild
+
+from .rewrite import MIN_RETILE, _replay_ops, fits
+
+#: a tile the same in every block of the new axis
+INVARIANT = "invariant"
+#: the most iterator assignments :func:`grid_assignments` tries in one block
+MAX_ASSIGNMENTS = 4096
+#: block counts offered along the new axis: the finest that keeps every cut tile at least
+#: :data:`search.rewrite.MIN_RETILE` long, and that divided by these (the estimate picks)
+COARSER = (1, 4, 16)
+
+
+def _flow(bg: BlockGraph, cuts: dict[int, int]) -> Optional[list[int]]:
+    """The dim each saver's tile is cut along when the iterators of ``cuts`` (block op id
+    -> dim) are cut by a new grid axis — None if the block's function does not split into
+    independent slices that way (the module docstring's rules)."""
+    state: dict[Tensor, object] = {}
+    for op in bg.ops:
+        out = op.outputs[0]
+        if op.kind == "iterator":
+            state[out] = cuts.get(op.id, INVARIANT)
+            continue
+        ins = [state[t] for t in op.inputs]
+        if all(s == INVARIANT for s in ins):
+            state[out] = INVARIANT
+            continue
+        if op.kind == "accum":  # element-wise across the loop's steps: each element its own
+            s = _elementwise(op, ins)
+        else:
+            s = _op_state(op, ins)
+        if s is None:
+            return None
+        state[out] = s
+    saved = [state[sv.tensor] for sv in bg.savers]
+    if any(s == INVARIANT for s in saved):  # every block would write the same tile to one place
+        return None
+    return saved  # type: ignore[return-value]
+
+
+def _elementwise(op: Op, ins: list) -> Optional[int]:
+    """An accumulator's state: its inputs broadcast to its output, dim for dim."""
+    out = op.outputs[0]
+    dims = set()
+    for t, s in zip(op.inputs, ins):
+        lead = out.ndim - t.ndim
+        if s == INVARIANT:
+            continue
+        dims.add(s + lead)
+    if len(dims) != 1:
+        return None
+    d = dims.pop()
+    for t, s in zip(op.inputs, ins):
+        lead = out.ndim - t.ndim
+        if s == INVARIANT and d - lead >= 0 and t.shape[d - lead] != 1:
+            return None
+    return d
+
+
+def _op_state(op: Op, ins: list) -> Optional[int]:
+    """A catalog op's output state from its inputs' (None: not allowed)."""
+    dm = CATALOG[op.kind].dims([t.shape for t in op.inputs], op.attrs, op.outputs[0].shape)
+    cut = {(i, s) for i, s in enumerate(ins) if s != INVARIANT}
+    summed = {m for group in dm.contracted for m in group} | set(dm.reduced) | set(dm.moved_in)
+    if cut & summed:  # a cut dim summed, folded or moved: blocks would need each other's slices
+        return None
+    outs = set()
+    for i, s in cut:
+        o = [od for (j, idim, od) in dm.same if j == i and idim == s]
+        if not o:
+            return None
+        outs.add(o[0])
+    if len(outs) != 1:
+        return None
+    o = outs.pop()
+    for j, idim, od in dm.same:  # an invariant operand along the cut dim must broadcast
+        if od == o and ins[j] == INVARIANT and op.inputs[j].shape[idim] != 1:
+            return None
+    return o
+
+
+def _free_axis(bg: BlockGraph) -> Optional[int]:
+    """The first grid axis of one block (None: all three in use)."""
+    return next((a for a, n in enumerate(bg.grid) if n == 1), None)
+
+
+def grid_assignments(bg: BlockGraph) -> list[tuple[dict[int, int], list[int]]]:
+    """Every way a new grid axis can cut ``bg`` into independent slices: (iterator block op
+    id -> the dim it cuts, the dim each saver's tile is cut along); empty when ``bg`` has
+    no free grid axis or more than :data:`MAX_ASSIGNMENTS` choices. A dim another grid axis
+    already maps, of an iterator or a saver, is not offered, nor an iterator's looped dim."""
+    a = _free_axis(bg)
+    if a is None:
+        return []
+    its = [op for op in bg.ops if op.kind == "iterator"]
+    choices = []
+    for op in its:
+        # neither a dim another axis maps nor the one the loop steps along: the
+        # accumulators add the loop's steps up, so that dim is summed, not independent
+        taken = {d for d in op.attrs["imap"] if d is not None} | {op.attrs["fmap"]}
+        choices.append([None] + [d for d, n in enumerate(op.outputs[0].shape)
+                                 if d not in taken and n >= 2 * MIN_RETILE])
+    total = 1
+    for c in choices:
+        total *= len(c)
+    if total > MAX_ASSIGNMENTS:
+        return []
+    out = []
+    for pick in itertools.product(*choices):
+        cuts = {op.id: d for op, d in zip(its, pick) if d is not None}
+        if not cuts:
+            continue
+        saved = _flow(bg, cuts)
+        if saved is None:
+            continue
+        if any(d in {x for x in sv.omap if x is not None} for sv, d in zip(bg.savers, saved)):
+            continue
+        out.append((cuts, saved))
+    return out
+
+
+def introduce_grid(g: KernelGraph, op_id: int, cuts: dict[int, int], saved: list[int],
+                   blocks: int) -> Optional[KernelGraph]:
+    """Kernel ``op_id`` with ``blocks`` blocks along its first free grid axis, which cuts the
+    iterators of ``cuts`` (block op id -> dim) and each saver ``i`` along ``saved[i]``; every
+    op replayed unchanged (None if the IR rejects the result)."""
+    op = g.ops[op_id]
+    if op.kind != GD or blocks < 2:
+        return None
+    bg: BlockGraph = op.attrs["block"]
+    a = _free_axis(bg)
+    if a is None:
+        return None
+
+    def with_axis(m: tuple, d: Optional[int]) -> tuple:
+        return tuple(d if k == a else x for k, x in enumerate(m))
+
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
+        k = BlockGraph(with_axis(tuple(bg.grid), blocks), bg.forloop)
+        tm = _replay_ops(bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]),
+                                                  with_axis(o.attrs["imap"], cuts.get(o.id)), o.attrs["fmap"]))
+        for sv, d in zip(bg.savers, saved):
+            k.output(tm[sv.tensor], with_axis(sv.omap, d))
+        return rb.graph.kernel(k)
+
+    try:
+        return rebuild(g, replace={(op_id, None): build}, name=g.name)
+    except MugraphError:
+        return None
+
+
+def _block_counts(bg: BlockGraph, cuts: dict[int, int]) -> list[int]:
+    """Blocks offered along the new axis: the finest count (a power of two) that leaves
+    every cut tile at least :data:`~search.rewrite.MIN_RETILE` long and divides it, and
+    that count divided by :data:`COARSER` (at least 2)."""
+    tiles = [bg.ops[i].outputs[0].shape[d] for i, d in cuts.items()]
+    n = 1
+    while all(t % (2 * n) == 0 and t // (2 * n) >= MIN_RETILE for t in tiles):
+        n *= 2
+    return sorted({n // c for c in COARSER if n // c >= 2}, reverse=True)
+
+
+def grid_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[KernelGraph]:
+    """Every kernel of ``g`` with a free grid axis spread over blocks: each assignment of
+    :func:`grid_assignments` at each count of :func:`_block_counts` — where every tile fits
+    ``smem_budget`` (None: no bound), as :func:`search.rewrite.tile_variants`' do."""
+    out = []
+    for op in g.ops:
+        if op.kind != GD:
+            continue
+        bg: BlockGraph = op.attrs["block"]
+        if bg.num_blocks > 1:  # only a one-block kernel: a kernel already on a grid is retiled
+            continue
+        for cuts, saved in grid_assignments(bg):
+            for n in _block_counts(bg, cuts):
+                h = introduce_grid(g, op.id, cuts, saved, n)
+                if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
+                    out.append(h)
+    return out

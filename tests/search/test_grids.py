@@ -1,0 +1,109 @@
+"""search.grids: a one-block kernel spread over a grid — which iterators and savers the new
+axis cuts (the dim-flow analysis), the block counts offered, and every variant equivalent to
+its source (checked by the verifier, on hand-written kernels and on random ones)."""
+
+from fractions import Fraction
+
+import pytest
+
+import mugraph.core.builder as mg
+import verify
+from mugraph.core.benchmarks import handwritten as hw
+from mugraph.core.ir import BlockGraph, KernelGraph
+from mugraph.core.randgraph import Profile, random_ugraph
+from search.derive import retiles
+from search.grids import grid_assignments, grid_variants
+from search.rewrite import tile_variants
+
+GD = "graph_defined"
+
+
+def _block(g: KernelGraph) -> BlockGraph:
+    return next(o for o in g.ops if o.kind == GD).attrs["block"]
+
+
+def _its(bg: BlockGraph) -> list[int]:
+    return [o.id for o in bg.ops if o.kind == "iterator"]
+
+
+def _one_block(build, inputs: dict, forloop: int = 1, outputs: int = 1) -> KernelGraph:
+    """One one-block kernel: ``build(bg, tiles)`` returns its saved tiles (``fmaps`` given
+    per input as the second item of ``inputs``' values)."""
+    kg = KernelGraph("k")
+    ins = {n: kg.input(n, s, "float16") for n, (s, _) in inputs.items()}
+    bg = BlockGraph(grid=(1, 1, 1), forloop=forloop)
+    tiles = {n: bg.input(ins[n], fmap=fm) for n, (_, fm) in inputs.items()}
+    outs = build(bg, tiles)
+    for t in outs:
+        bg.output(t)
+    for y in kg.kernel(bg):
+        kg.output(y)
+    return kg
+
+
+def test_norm_and_projection_spread_over_the_columns():
+    g = hw.rmsnorm_matmul(hidden=256, out=512, col_tile=512, loop=4)  # one block, a loop of 4
+    bg = _block(g)
+    x, gain, w = _its(bg)
+    assert grid_assignments(bg) == [({w: 1}, [1])]
+    vs = grid_variants(g)
+    # the finest keeps 16 columns a block (512 / 32), and a quarter and a sixteenth of it
+    assert [_block(h).grid for h in vs] == [(32, 1, 1), (8, 1, 1), (2, 1, 1)]
+    assert all(_block(h).forloop == 4 for h in vs)
+    assert all(verify.equivalent(g, h, seed=0).equivalent for h in vs)
+    # offered among the retiling proposals; the halving and doubling leave the one block alone
+    assert all(_block(h).num_blocks == 1 for h in tile_variants(g))
+    assert any(_block(p.graph).num_blocks > 1 for p in retiles([g], {}, limit=8))
+
+
+def test_two_projections_of_one_row_cut_both():
+    # one row times two weights of different widths (a q and a k projection): both weights
+    # and both outputs cut along their columns; the narrower one sets the block count
+    g = _one_block(lambda bg, t: [bg.accum(t["X"] @ t["Wq"]), bg.accum(t["X"] @ t["Wk"])],
+                   {"X": ((1, 256), 1), "Wq": ((256, 512), 0), "Wk": ((256, 128), 0)}, forloop=4)
+    bg = _block(g)
+    x, wq, wk = _its(bg)
+    assert grid_assignments(bg) == [({wq: 1, wk: 1}, [1, 1])]
+    vs = grid_variants(g)
+    assert [_block(h).grid for h in vs] == [(8, 1, 1), (2, 1, 1)]  # 128 / 8 = 16 columns a block
+    assert all(verify.equivalent(g, h, seed=0).equivalent for h in vs)
+
+
+@pytest.mark.parametrize("body", ["row_sum", "contracted", "invariant_saved"])
+def test_slices_that_need_each_other_get_no_grid(body):
+    if body == "row_sum":        # a sum over the columns the new axis would cut
+        g = _one_block(lambda bg, t: [bg.accum(mg.sum(t["X"] @ t["W"], 1))],
+                       {"X": ((2, 256), None), "W": ((256, 128), None)})
+    elif body == "contracted":   # only K is long enough to cut, and K is summed by the matmul
+        g = _one_block(lambda bg, t: [bg.accum(t["X"] @ t["W"])],
+                       {"X": ((2, 256), None), "W": ((256, 16), None)})
+    else:                        # a saver of a tile every block would compute alike
+        g = _one_block(lambda bg, t: [bg.accum(t["X"] @ t["W"]), bg.accum(mg.sum(t["X"], 1))],
+                       {"X": ((2, 256), None), "W": ((256, 128), None)})
+    assert grid_assignments(_block(g)) == [] and grid_variants(g) == []
+
+
+def test_a_kernel_on_a_grid_is_left_to_the_retiling():
+    g = hw.rmsnorm_matmul(hidden=256, out=512, col_tile=64, loop=4)  # 8 blocks
+    assert grid_variants(g) == []
+
+
+#: small random one-block Lax kernels over 64 × 64 inputs (so that a dim can be cut)
+_RANDOM = Profile(square=64, grid=((1,), (1,), (1,)), forloops=(1, 2),
+                  ops=frozenset({"matmul", "add", "sub", "mul", "div", "exp", "sum", "scale", "square", "const"}),
+                  steps=("matmul", "binary", "binary", "unary", "reduce", "const", "posify"),
+                  unary=("scale", "exp", "square"), binary=("add", "sub", "mul", "div"),
+                  exp_scale=Fraction(1, 64), chain=False, inputs=(2, 3), body_ops=(1, 4), post_ops=(0, 2),
+                  invariant_post=0.5, partner=False, acc_tiles=False, savers=(1, 2), save_latest=True, lax=True,
+                  max_magnitude=None, exp_arg=None, name="random_one_block")
+
+
+def test_every_grid_introduced_into_a_random_kernel_is_equivalent():
+    checked = 0
+    for seed in range(120):
+        g = random_ugraph(seed, _RANDOM)
+        for h in grid_variants(g)[:1]:
+            v = verify.equivalent(g, h, seed=seed, float_check=False)
+            assert v.equivalent, f"seed {seed}: {v}"
+            checked += 1
+    assert checked >= 20
