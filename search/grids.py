@@ -23,7 +23,6 @@ every variant against the program all the same.
 
 from __future__ import annotations
 
-import itertools
 from typing import Optional
 
 from mugraph.core.errors import MugraphError
@@ -31,12 +30,9 @@ from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
 from mugraph.core.ops import CATALOG
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 
+from .loops import INVARIANT, cut_through, picks
 from .rewrite import MIN_RETILE, _replay_ops, fits
 
-#: a tile the same in every block of the new axis
-INVARIANT = "invariant"
-#: the most iterator assignments :func:`grid_assignments` tries in one block
-MAX_ASSIGNMENTS = 4096
 #: block counts offered along the new axis: the finest that keeps every cut tile at least
 #: :data:`search.rewrite.MIN_RETILE` long, and that divided by these (the estimate picks)
 COARSER = (1, 4, 16)
@@ -95,19 +91,7 @@ def _op_state(op: Op, ins: list) -> Optional[int]:
     summed = {m for group in dm.contracted for m in group} | set(dm.reduced) | set(dm.moved_in)
     if cut & summed:  # a cut dim summed, folded or moved: blocks would need each other's slices
         return None
-    outs = set()
-    for i, s in cut:
-        o = [od for (j, idim, od) in dm.same if j == i and idim == s]
-        if not o:
-            return None
-        outs.add(o[0])
-    if len(outs) != 1:
-        return None
-    o = outs.pop()
-    for j, idim, od in dm.same:  # an invariant operand along the cut dim must broadcast
-        if od == o and ins[j] == INVARIANT and op.inputs[j].shape[idim] != 1:
-            return None
-    return o
+    return cut_through(op, dm, ins, cut)
 
 
 def _free_axis(bg: BlockGraph) -> Optional[int]:
@@ -118,7 +102,7 @@ def _free_axis(bg: BlockGraph) -> Optional[int]:
 def grid_assignments(bg: BlockGraph) -> list[tuple[dict[int, int], list[int]]]:
     """Every way a new grid axis can cut ``bg`` into independent slices: (iterator block op
     id -> the dim it cuts, the dim each saver's tile is cut along); empty when ``bg`` has
-    no free grid axis or more than :data:`MAX_ASSIGNMENTS` choices. A dim another grid axis
+    no free grid axis or more than :data:`search.loops.MAX_ASSIGNMENTS` choices. A dim another grid axis
     already maps, of an iterator or a saver, is not offered, nor an iterator's looped dim."""
     a = _free_axis(bg)
     if a is None:
@@ -131,16 +115,8 @@ def grid_assignments(bg: BlockGraph) -> list[tuple[dict[int, int], list[int]]]:
         taken = {d for d in op.attrs["imap"] if d is not None} | {op.attrs["fmap"]}
         choices.append([None] + [d for d, n in enumerate(op.outputs[0].shape)
                                  if d not in taken and n >= 2 * MIN_RETILE])
-    total = 1
-    for c in choices:
-        total *= len(c)
-    if total > MAX_ASSIGNMENTS:
-        return []
     out = []
-    for pick in itertools.product(*choices):
-        cuts = {op.id: d for op, d in zip(its, pick) if d is not None}
-        if not cuts:
-            continue
+    for cuts in picks(its, choices):
         saved = _flow(bg, cuts)
         if saved is None:
             continue

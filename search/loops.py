@@ -31,6 +31,7 @@ the same: the analysis only spares the verifier proposals that cannot be right.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Optional
 
 from mugraph.core.errors import MugraphError
@@ -113,16 +114,25 @@ def _op_state(op: Op, ins: list) -> object:
     for i, dim in dm.reduced:
         if (i, dim) in cut:
             return PARTIAL if adds_up(op.kind) and cut == {(i, dim)} else None
+    return cut_through(op, dm, ins, cut)
+
+
+def cut_through(op: Op, dm, ins: list, cut: set[tuple[int, int]]) -> Optional[int]:
+    """The output dim that op ``op``'s cut input dims (``cut``: (input, dim) pairs; ``ins``:
+    each input's state, :data:`INVARIANT` or its cut dim) stay as one axis in (its dim map
+    ``dm``'s "same" entries), or None: a cut dim that moves (concat's dim, a reshape) is not
+    one slice any more, two cut dims must meet in one output dim, and an invariant operand
+    along that dim must broadcast (size 1). Shared by :mod:`search.grids`."""
     outs = set()
     for i, s in cut:
         o = [od for (j, idim, od) in dm.same if j == i and idim == s]
         if not o:
-            return None  # the cut dim moves (concat's dim, a reshape): not one slice any more
+            return None
         outs.add(o[0])
     if len(outs) != 1:
         return None
     o = outs.pop()
-    for j, idim, od in dm.same:  # an invariant operand along the cut dim must broadcast
+    for j, idim, od in dm.same:
         if od == o and ins[j] == INVARIANT and op.inputs[j].shape[idim] != 1:
             return None
     return o
@@ -137,16 +147,21 @@ def loop_assignments(bg: BlockGraph) -> list[dict[int, int]]:
         return []
     its = [op for op in bg.ops if op.kind == "iterator"]
     choices = [[None] + [d for d, n in enumerate(op.outputs[0].shape) if n >= 2 * min(LOOP_STEPS)] for op in its]
-    total = 1
-    for c in choices:
-        total *= len(c)
-    if total > MAX_ASSIGNMENTS:
+    return [fmaps for fmaps in picks(its, choices) if _flow(bg, fmaps)]
+
+
+def picks(its: list[Op], choices: list[list[Optional[int]]]) -> list[dict[int, int]]:
+    """Every non-empty choice of a dim for some of the iterators ``its`` (``choices[i]``:
+    iterator ``i``'s dims, None among them for "not chosen") as block op id -> dim; none at
+    all when there are more than :data:`MAX_ASSIGNMENTS` (a block too wide to analyze whole).
+    Shared by :mod:`search.grids`."""
+    if math.prod(len(c) for c in choices) > MAX_ASSIGNMENTS:
         return []
     out = []
     for pick in itertools.product(*choices):
-        fmaps = {op.id: d for op, d in zip(its, pick) if d is not None}
-        if fmaps and _flow(bg, fmaps):
-            out.append(fmaps)
+        chosen = {op.id: d for op, d in zip(its, pick) if d is not None}
+        if chosen:
+            out.append(chosen)
     return out
 
 
