@@ -27,6 +27,7 @@ import torch
 import lower
 
 from ..core.errors import MugraphError
+from ..core.text import kernel_structure
 from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
 from ..core.files import as_path
@@ -461,8 +462,33 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_b
                 "phases": dict(opt.report.get("phases") or {}),
                 # seconds the call had when the graph's clock cut its budget (None: its own)
                 "cut_to_s": opt.report.get("cut_to_s"),
+                # the shipped graph's kernels (blocks x loop steps), and where the search's time went
+                "structure": kernel_structure(opt.best.graph) if opt.best.origin == "search" else opt.best.origin,
+                **search_digest(stats),
                 "optimized": opt}
     return True
+
+
+def search_digest(stats: dict) -> dict[str, Any]:
+    """One line each of what a piece's search did with its share, from its stats: when each
+    phase started, what the compositional pieces found, how many split and tile variants were
+    proposed, and what a verification cost — so a row's table shows why a piece verified
+    nothing (an enumeration that ran out the clock, a composition that found one graph)
+    without a rerun."""
+    d = stats.get("derived") or {}
+    pieces = [d.get(f"piece{i}") or {} for i in range(len(d.get("pieces") or []))]
+    return {
+        "phases_started": ", ".join(f"{k} {v:g}" for k, v in (stats.get("phase_started") or {}).items()),
+        "composed": ("; ".join(f"piece {i}: {p.get('matches', 0)} in {p.get('seconds', 0):g} s"
+                               + (" (complete)" if p.get("complete") else "") for i, p in enumerate(pieces))
+                     + f"; {d.get('composed_matches', 0)} of {d.get('composed_graphs', 0)} composed matched"
+                     if pieces else None),
+        "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)}, "
+                     f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)}"
+                     if "split_variants" in d or "retile_variants" in d else None),
+        "warm_up_s": stats.get("warm_up_seconds"),
+        "verify_s_median": stats.get("verify_seconds_median"),
+    }
 
 
 def _stays_torch(bp: BuiltPiece, e: Exception) -> str:

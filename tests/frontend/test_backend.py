@@ -3,6 +3,8 @@ kernels (under the interpreter on the CPU), Inductor for the rest — against ea
 
 import logging
 
+import re
+
 import pytest
 import torch
 
@@ -46,6 +48,9 @@ def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
     shipped = next(bp for bp in cap.pieces if bp.info.get("origin") == "search")
     assert shipped.info["matches"] >= 1 and shipped.info["verified"] >= 1
     assert shipped.info["first_match_s"] is None or shipped.info["first_match_s"] >= 0
+    # the shipped kernels (blocks x loop) and where the search's time went, one line each
+    assert re.fullmatch(r"\d+x\d+( \+ (\d+x\d+|lib))*", shipped.info["structure"]), shipped.info["structure"]
+    assert "search" in shipped.info["phases_started"] and "verify" in shipped.info["phases_started"]
     # a new shape: a new program, a new search, said in one line each
     mugraph_log.clear()
     with torch.no_grad():
@@ -363,3 +368,23 @@ def test_a_piece_at_new_sizes_is_seeded_with_its_cached_winner(tmp_path):
         derived.append(info["optimized"].report["search"]["stats"]["derived"])
     assert derived[0]["transfer_seeds"] == 0
     assert derived[1]["transfer_seeds"] == 1 and derived[1]["transfer_verified"] == 1, derived[1]
+
+
+def test_search_digest_says_where_a_pieces_time_went():
+    """The piece's info carries its search's phases, its composition's pieces and its
+    variants as one line each (what a decoder-layer table shows for a piece that ships
+    nothing), and leaves out what the search did not do."""
+    from mugraph.frontend.run import search_digest
+
+    stats = {"phase_started": {"pieces": 0.05, "search": 6.7, "verify": 27.7},
+             "derived": {"pieces": [{}, {}], "piece0": {"seconds": 1.4, "matches": 3, "complete": True},
+                         "piece1": {"seconds": 4.6, "matches": 1}, "composed_graphs": 8, "composed_matches": 2,
+                         "split_variants": 32, "split_matches": 8, "retile_variants": 36, "retile_matches": 4},
+             "verify_seconds_median": 0.2}
+    d = search_digest(stats)
+    assert d["phases_started"] == "pieces 0.05, search 6.7, verify 27.7"
+    assert d["composed"] == "piece 0: 3 in 1.4 s (complete); piece 1: 1 in 4.6 s; 2 of 8 composed matched"
+    assert d["variants"] == "split 8/32, retile 4/36"
+    assert d["verify_s_median"] == 0.2 and d["warm_up_s"] is None
+    assert search_digest({}) == {"phases_started": "", "composed": None, "variants": None, "warm_up_s": None,
+                                 "verify_s_median": None}
