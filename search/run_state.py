@@ -60,9 +60,10 @@ class Clock:
     t0: float
     t_end: Optional[float]
     deadline: Optional[float]
-    #: how far dispatching goes on while the enumeration has matched nothing: a third of the
-    #: reserve before ``t_end`` — the reserve is for verifying matches, and with none found
-    #: yet it would be spent on nothing (:func:`search.dispatch.enumerate_units`)
+    #: how far dispatching goes on while the enumeration has matched nothing and nothing was
+    #: derived (composed, seeded): a third of the reserve before ``t_end`` — the reserve is for
+    #: verifying candidates, and with none found yet it would be spent on nothing
+    #: (:func:`search.dispatch.enumerate_units`)
     late_deadline: Optional[float] = None
 
     @classmethod

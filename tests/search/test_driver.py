@@ -309,6 +309,23 @@ def test_a_deadline_with_nothing_matched_moves_to_the_late_deadline(monkeypatch)
     assert r.graph_json == search.run(_program(), _cfg()).graph_json
 
 
+def test_derived_candidates_keep_the_verification_reserve(monkeypatch):
+    """A deadline passed with no enumeration match stays where it is when the search has
+    derived candidates to verify (a composition's, a seed's): the reserve is theirs."""
+    import time
+
+    from search.dispatch import _moved
+    from search.records import Proposal
+    from search.run_state import Clock, RunState
+
+    state = RunState.start(_program(), _cfg(time_limit=60.0))
+    passed = time.monotonic() - 1.0
+    state.clock = Clock(state.clock.t0, state.clock.t_end, passed, state.clock.late_deadline)
+    assert _moved(state, passed) == state.clock.late_deadline  # nothing to verify: moved on
+    state.derived.append(Proposal(mg.Program("any"), "composed"))
+    assert _moved(state, passed) == passed
+
+
 def test_a_stuck_warm_up_does_not_hang_the_search(monkeypatch, caplog):
     """The wait for the warm-up is bounded (verification.SETTLE_MAX_S): past it the search
     returns with one warning line and the thread finishes on its own."""
