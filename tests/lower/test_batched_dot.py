@@ -64,3 +64,33 @@ def test_a_block_of_several_heads_multiplies_on_tensor_cores(split):
     out = prog(*[ins[t.name] for t in g.inputs])
     out = out[0] if isinstance(out, (list, tuple)) else out
     assert rel_error(out, _reference(ins)) < 1e-5
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("rank", [2, 4])
+def test_heads_times_one_shared_matrix_is_one_2d_dot(dtype, rank):
+    """RoPE's rotation in a block of several heads: (1, heads, 1, d) @ (d, d) — or the same
+    matrix as (1, 1, d, d) — multiplies the heads' rows in one 2-D dot, with no broadcast
+    copy of the matrix per head; checked against float64 under the interpreter."""
+    heads, d = 4, 32
+    kg = KernelGraph("rope_block")
+    Q = kg.input("Q", (1, heads, 1, d), dtype)
+    C = kg.input("C", (1, 1, 1, d), dtype)
+    S = kg.input("S", (1, 1, 1, d), dtype)
+    R = kg.input("R", (d, d) if rank == 2 else (1, 1, d, d), dtype)
+    bg = BlockGraph(grid=(1, 1, 1), forloop=1)
+    q, c, s, rot = (bg.input(t) for t in (Q, C, S, R))
+    bg.output(bg.accum(q * c + (q @ rot) * s))
+    (y,) = kg.kernel(bg)
+    kg.output(y)
+    prog = lower_compile(kg, device="cpu")
+    src = prog.triton_source()
+    assert "tl.dot(tl.reshape(" in src and "broadcast_to" not in src.split("tl.dot(")[1].split("out_dtype")[0]
+    gen = torch.Generator().manual_seed(2)
+    tdt = getattr(torch, dtype)
+    ins = {t.name: torch.randn(t.shape, generator=gen).to(tdt) for t in kg.inputs}
+    out = prog(*[ins[t.name] for t in kg.inputs])
+    out = out[0] if isinstance(out, (list, tuple)) else out
+    q64, c64, s64, r64 = (ins[n].double() for n in ("Q", "C", "S", "R"))
+    want = q64 * c64 + (q64 @ r64.reshape(d, d)) * s64
+    assert rel_error(out.double(), want) < (1e-5 if dtype == "float32" else 1e-2)
