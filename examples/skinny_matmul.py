@@ -15,7 +15,7 @@ weight, transposed — ``OptimizeConfig.input_strides`` tunes for that layout) o
 Markdown table, one row per (program, rows, K×N): ours, cuBLAS's addmm on the plain
 product, the program op by op in torch, the floor (W, X, R and the output moved once) and
 the ratios; JSON with ``--json``. ``--gated ACT`` runs the gated projection of an MLP instead,
-``ACT(X @ Wg) · (X @ Wu)`` (GeLU-tanh as Gemma's, SiLU as LLaMA's): "cuBLAS" is then torch's
+``ACT(X @ W1) · (X @ W2)`` (GeLU-tanh as Gemma's, SiLU as LLaMA's): "cuBLAS" is then torch's
 two ``mm`` and its element-wise ops, the floor both weights once.
 """
 
@@ -34,6 +34,7 @@ import torch  # noqa: E402
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
 from lower.profile import measure  # noqa: E402
+from mugraph.core.benchmarks.programs import gated_mlp  # noqa: E402
 from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 from mugraph.pipeline.bench import copy_bandwidth  # noqa: E402
 
@@ -52,17 +53,9 @@ def program(rows: int, k: int, n: int, fused: bool, dtype: str = "float16") -> m
     return p
 
 
-def gated_program(rows: int, k: int, n: int, act: str, dtype: str = "float16") -> mg.Program:
-    """``act(X @ Wg) · (X @ Wu)``: an MLP's gate and up projections with the gate applied."""
-    p = mg.Program(f"gated_{act}_{rows}x{k}x{n}")
-    x = p.input("X", (rows, k), dtype)
-    wg, wu = p.input("Wg", (k, n), dtype), p.input("Wu", (k, n), dtype)
-    p.output(getattr(mg, act)(x @ wg) * (x @ wu))
-    return p
-
-
 def gated_torch(x: dict[str, torch.Tensor], act: str) -> torch.Tensor:
-    return activation(act)(torch.mm(x["X"], x["Wg"])) * torch.mm(x["X"], x["Wu"])
+    """The gated projection (``programs.gated_mlp``) as torch calls."""
+    return activation(act)(torch.mm(x["X"], x["W1"])) * torch.mm(x["X"], x["W2"])
 
 
 def torch_version(x: dict[str, torch.Tensor], fused: bool) -> torch.Tensor:
@@ -84,7 +77,7 @@ def main() -> None:
                     help="W as nn.Linear stores it (transposed, the default) or row-major")
     ap.add_argument("--json", default=None, help="write the rows here")
     ap.add_argument("--gated", default=None, choices=("gelu_tanh", "silu"),
-                    help="ACT(X @ Wg) * (X @ Wu) instead of the residual projections")
+                    help="ACT(X @ W1) * (X @ W2) instead of the residual projections")
     ap.add_argument("--dtype", choices=("float16", "bfloat16"), default="float16")
     args = ap.parse_args()
     bw = copy_bandwidth()
@@ -98,9 +91,9 @@ def main() -> None:
         for shape in args.shapes:
             k, n = (int(v) for v in shape.split("x"))
             for rows in args.rows:
-                p = (gated_program(rows, k, n, args.gated, args.dtype) if args.gated
+                p = (gated_mlp(hidden=k, out=n, dtype=args.dtype, act=args.gated, rows=rows) if args.gated
                      else program(rows, k, n, fused, args.dtype))
-                weights = ("Wg", "Wu") if args.gated else ("W",)
+                weights = ("W1", "W2") if args.gated else ("W",)
                 strided = {w: (1, k) for w in weights} if args.weight_layout == "linear" else None
                 opt = mg.superoptimize(p, {"search": {"time_limit": args.time_limit}, "tune_s": args.tune_s,
                                            "input_strides": strided}, device="cuda", cache_dir=False, progress=False)

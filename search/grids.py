@@ -28,6 +28,7 @@ from typing import Optional
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
 from mugraph.core.ops import CATALOG
+from mugraph.core.oprules import dims_elementwise
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 
 from .loops import INVARIANT, cut_through, picks
@@ -52,10 +53,7 @@ def _flow(bg: BlockGraph, cuts: dict[int, int]) -> Optional[list[int]]:
         if all(s == INVARIANT for s in ins):
             state[out] = INVARIANT
             continue
-        if op.kind == "accum":  # element-wise across the loop's steps: each element its own
-            s = _elementwise(op, ins)
-        else:
-            s = _op_state(op, ins)
+        s = _op_state(op, ins)
         if s is None:
             return None
         state[out] = s
@@ -65,28 +63,11 @@ def _flow(bg: BlockGraph, cuts: dict[int, int]) -> Optional[list[int]]:
     return saved  # type: ignore[return-value]
 
 
-def _elementwise(op: Op, ins: list) -> Optional[int]:
-    """An accumulator's state: its inputs broadcast to its output, dim for dim."""
-    out = op.outputs[0]
-    dims = set()
-    for t, s in zip(op.inputs, ins):
-        lead = out.ndim - t.ndim
-        if s == INVARIANT:
-            continue
-        dims.add(s + lead)
-    if len(dims) != 1:
-        return None
-    d = dims.pop()
-    for t, s in zip(op.inputs, ins):
-        lead = out.ndim - t.ndim
-        if s == INVARIANT and d - lead >= 0 and t.shape[d - lead] != 1:
-            return None
-    return d
-
-
 def _op_state(op: Op, ins: list) -> Optional[int]:
-    """A catalog op's output state from its inputs' (None: not allowed)."""
-    dm = CATALOG[op.kind].dims([t.shape for t in op.inputs], op.attrs, op.outputs[0].shape)
+    """A block op's output state from its inputs' (None: not allowed). An accumulator is
+    element-wise across the loop's steps (each element its own, its inputs broadcast)."""
+    shapes, out = [t.shape for t in op.inputs], op.outputs[0].shape
+    dm = dims_elementwise(shapes, {}, out) if op.kind == "accum" else CATALOG[op.kind].dims(shapes, op.attrs, out)
     cut = {(i, s) for i, s in enumerate(ins) if s != INVARIANT}
     summed = {m for group in dm.contracted for m in group} | set(dm.reduced) | set(dm.moved_in)
     if cut & summed:  # a cut dim summed, folded or moved: blocks would need each other's slices
@@ -181,6 +162,6 @@ def grid_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
         for cuts, saved in grid_assignments(bg):
             for n in _block_counts(bg, cuts):
                 h = introduce_grid(g, op.id, cuts, saved, n)
-                if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
+                if h is not None and fits(h, smem_budget):
                     out.append(h)
     return out

@@ -208,18 +208,14 @@ def loop_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
             continue
         bg: BlockGraph = op.attrs["block"]
         for fmaps in loop_assignments(bg):
-            tiles = [bg.ops[i].outputs[0].shape[d] for i, d in fmaps.items()]
             for grid in _grids(bg):
-                scale = [_grid_scale(bg, bg.ops[i], grid, d) for i, d in fmaps.items()]
+                # each stepped tile's length on this grid, before the loop cuts it
+                whole = [bg.ops[i].outputs[0].shape[d] * _grid_scale(bg, bg.ops[i], grid, d) for i, d in fmaps.items()]
                 for step in LOOP_STEPS:
-                    whole = [t * s for t, s in zip(tiles, scale)]
-                    if any(w % step for w in whole) or len({w // step for w in whole}) != 1:
+                    if any(w % step for w in whole) or len({w // step for w in whole}) != 1 or whole[0] // step < 2:
                         continue
-                    forloop = whole[0] // step
-                    if forloop < 2:
-                        continue
-                    h = introduce_loop(g, op.id, fmaps, forloop, grid)
-                    if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
+                    h = introduce_loop(g, op.id, fmaps, whole[0] // step, grid)
+                    if h is not None and fits(h, smem_budget):
                         out.append(h)
     return out
 

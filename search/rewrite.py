@@ -636,12 +636,13 @@ def _cut_dims(bg: BlockGraph, axis: Optional[int]) -> list[int]:
     return out
 
 
-def fits(bg: BlockGraph, smem_budget: Optional[int]) -> bool:
-    """Every tile of ``bg`` within ``smem_budget`` bytes, as the enumeration bounds each new
-    tile (an accumulator's in fp32); None: no bound."""
+def fits(g: KernelGraph, smem_budget: Optional[int]) -> bool:
+    """Every tile of every graph-defined kernel of ``g`` within ``smem_budget`` bytes, as the
+    enumeration bounds each new tile (an accumulator's in fp32); None: no bound. A rewritten
+    graph's variants are offered only where this holds (tile, loop and grid variants alike)."""
     if smem_budget is None:
         return True
-    for op in bg.ops:
+    for op in (o for k in g.ops if k.kind == GD for o in k.attrs["block"].ops):
         t = op.outputs[0]
         n = 4 if op.kind == "accum" else DTYPES[t.dtype]
         for d in t.shape:
@@ -680,6 +681,6 @@ def tile_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
                 moves.append((bg.grid, bg.forloop // 2))
         for grid, forloop in moves:
             h = retile(g, op.id, grid, forloop)
-            if h is not None and all(fits(o.attrs["block"], smem_budget) for o in h.ops if o.kind == GD):
+            if h is not None and fits(h, smem_budget):
                 out.append(h)
     return out

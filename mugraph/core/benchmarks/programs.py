@@ -24,12 +24,15 @@ def rmsnorm_matmul(b: int = 1, hidden: int = 4096, out: int = 6144, dtype: str =
     return p
 
 
-def gated_mlp(b: int = 1, hidden: int = 4096, out: int = 4096, dtype: str = "float16") -> Program:
+def gated_mlp(b: int = 1, hidden: int = 4096, out: int = 4096, dtype: str = "float16", act: str = "silu",
+              rows: int | None = None) -> Program:
+    """``act(X @ W1) · (X @ W2)``: an MLP's gate and up projections with the gate applied
+    (``act``: ``silu``, or ``gelu_tanh`` as Gemma's). ``rows``: X's rows (default ``8·b``)."""
     p = Program("gated_mlp")
-    X = p.input("X", (8 * b, hidden), dtype)
+    X = p.input("X", (8 * b if rows is None else rows, hidden), dtype)
     W1 = p.input("W1", (hidden, out), dtype)
     W2 = p.input("W2", (hidden, out), dtype)
-    p.output(mg.silu(X @ W1) * (X @ W2))
+    p.output(getattr(mg, act)(X @ W1) * (X @ W2))
     return p
 
 
