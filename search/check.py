@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 import verify
+from verify import EvaluationStopped  # noqa: F401 - re-exported: a fingerprint cut at its deadline
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import KernelGraph
 
@@ -58,9 +59,11 @@ class Checker:
         except MugraphError:
             pass  # a failed draw (zero divisor): fingerprint_matches decides per candidate
 
-    def fingerprint_matches(self, graph: KernelGraph) -> bool:
+    def fingerprint_matches(self, graph: KernelGraph, stop_at: float | None = None) -> bool:
+        """Whether ``graph``'s fingerprint matches the program's. ``stop_at`` (monotonic; None:
+        no limit): raises :class:`verify.EvaluationStopped` once past it, mid-evaluation."""
         try:
-            return self.fingerprinter().matches(graph)
+            return self.fingerprinter().matches(graph, stop_at)
         except MugraphError:
             return True  # a failed draw (zero divisor) decides nothing: let verification decide
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Callable, Optional
 
 from mugraph.core.ir import KernelGraph, Program
 
+from .check import EvaluationStopped
 from .compose import compose, partition, pointwise_kernel
 from .config import SearchConfig
 from .enumerate import cost_key
@@ -51,7 +52,11 @@ def sequential(checker) -> Fingerprint:
     def fingerprint(graphs: list[KernelGraph], end: Optional[float]) -> list[Optional[bool]]:
         out: list[Optional[bool]] = []
         for g in graphs:
-            out.append(None if end is not None and time.monotonic() > end else checker.fingerprint_matches(g))
+            try:
+                out.append(None if end is not None and time.monotonic() > end
+                           else checker.fingerprint_matches(g, stop_at=end))
+            except EvaluationStopped:
+                out.append(None)
         return out
     return fingerprint
 

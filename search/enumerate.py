@@ -42,7 +42,7 @@ from mugraph.core.serialize import graph_to_json
 
 from . import expr as ex
 from . import labels as lb
-from .check import Checker
+from .check import Checker, EvaluationStopped
 from .config import SearchConfig
 from .mappings import Mapping, mappings, omaps
 from .oracle import SubexprOracle
@@ -353,7 +353,13 @@ class Searcher:
             self.stats["candidates_invalid"] += 1
             return
         self.stats["fingerprints"] += 1
-        if not self.checker.fingerprint_matches(g):
+        try:
+            # cut mid-evaluation at the walk's deadline: at a large weight one candidate's
+            # fingerprint takes seconds, and the task would hold its worker that long past it
+            if not self.checker.fingerprint_matches(g, stop_at=self.walk.deadline):
+                return
+        except EvaluationStopped:
+            self.stats["fingerprints_stopped"] += 1
             return
         self.stats["fingerprint_matches"] += 1
         self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g),

@@ -21,7 +21,7 @@ Modules: :mod:`verify.family` (the random primes: a fresh pair per test),
 
 from .equivalence import DEFAULT_ERROR, Fingerprinter, Reference, equivalent, field_test, fingerprint, per_test_bound
 from .family import DEFAULT, PrimeFamily
-from .field import MIRAGE, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
+from .field import MIRAGE, EvaluationStopped, Field, FieldAlgebra, FieldError, ZeroDivisorDraw
 from .floatcheck import float_check
 from .standalone import verify_files
 from .verdict import Counterexample, FloatCase, FloatReport, Verdict
@@ -29,5 +29,5 @@ from .verdict import Counterexample, FloatCase, FloatReport, Verdict
 __all__ = [
     "equivalent", "Reference", "float_check", "fingerprint", "Fingerprinter", "verify_files", "field_test", "per_test_bound",
     "Verdict", "Counterexample", "FloatReport", "FloatCase",
-    "Field", "PrimeFamily", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw",
+    "Field", "PrimeFamily", "FieldAlgebra", "DEFAULT", "MIRAGE", "DEFAULT_ERROR", "FieldError", "ZeroDivisorDraw", "EvaluationStopped",
 ]

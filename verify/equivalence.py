@@ -944,12 +944,14 @@ def fingerprint(graph: KernelGraph, *, seed: int = 0, field: FieldLike = DEFAULT
 
 
 def _fixed_outputs(graph: KernelGraph, seed: int, fld: Field, device: torch.device,
-                   blocks: dict[int, Picks] | None = None) -> list[torch.Tensor]:
+                   blocks: dict[int, Picks] | None = None, stop_at: float | None = None) -> list[torch.Tensor]:
     """``graph``'s outputs (p-parts) on the fingerprint's fixed draw; ``blocks``: the
-    kernels to run on a sample of their grid (:func:`mugraph.core.interpreter.evaluate`)."""
+    kernels to run on a sample of their grid (:func:`mugraph.core.interpreter.evaluate`);
+    ``stop_at``: raise :class:`~verify.field.EvaluationStopped` past this monotonic time."""
     ins = {t.name: _fixed_draw(seed, fld, t.name, tuple(t.shape)) for t in graph.inputs}
     with eval_threads(graph):
-        alg = FieldAlgebra(fld, _fixed_omega(seed, fld), device, deferred=True, free=_free_shifts(seed, -1, 0))
+        alg = FieldAlgebra(fld, _fixed_omega(seed, fld), device, deferred=True, free=_free_shifts(seed, -1, 0),
+                           stop_at=stop_at)
         return [o[0] for o in alg.realize(evaluate(graph, ins, alg, blocks=blocks), 1, release=True)]
 
 
@@ -1034,20 +1036,23 @@ class Fingerprinter:
                 self._target = [torch.from_numpy(a) for a in arrays]
         return self._target
 
-    def matches(self, graph: KernelGraph) -> bool:
+    def matches(self, graph: KernelGraph, stop_at: float | None = None) -> bool:
+        """Whether ``graph``'s fingerprint equals the program's. ``stop_at`` (monotonic; None:
+        no limit): the evaluation raises :class:`~verify.field.EvaluationStopped` once past it
+        — the caller's deadline, for a candidate whose evaluation would outlast it."""
         target = self.target()
         live = live_graph(graph)
         if [tuple(t.shape) for t in live.outputs] != [tuple(t.shape) for t in target]:
             return False
         picks = sample_blocks(live, self.seed, self.per_axis)
         if picks:
-            outs = _fixed_outputs(live, self.seed, self.fld, self.device, picks)
+            outs = _fixed_outputs(live, self.seed, self.fld, self.device, picks, stop_at)
             for t, o, want in zip(live.outputs, outs, target):
                 if not torch.equal(o, _at(want, _written(live, t, picks))):
                     self.sample_rejected += 1
                     return False
         self.full += 1
-        outs = _fixed_outputs(live, self.seed, self.fld, self.device)
+        outs = _fixed_outputs(live, self.seed, self.fld, self.device, stop_at=stop_at)
         return all(torch.equal(o, want) for o, want in zip(outs, target))
 
 

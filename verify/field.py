@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -72,6 +73,13 @@ class ZeroDivisorDraw(MugraphError):
 
     :func:`verify.equivalent` catches it and redraws; a divisor that is zero on
     every draw is (with high probability) identically zero, which is reported."""
+
+
+class EvaluationStopped(Exception):
+    """An evaluation ended at its caller's deadline (:class:`FieldAlgebra`'s ``stop_at``)
+    before its outputs were computed: it answers nothing about the graph. Not a
+    :class:`MugraphError`, which callers read as "this draw decides nothing, let
+    verification decide"; a search's fingerprint that stops is simply not answered."""
 
 
 class FieldError(MugraphError):
@@ -768,8 +776,16 @@ class FieldAlgebra(Algebra):
     name = "field"
 
     def __init__(self, fld: Field, omega: int, device: str | torch.device = "cpu", *,
-                 deferred: bool = False, free: np.random.Generator | None = None) -> None:
+                 deferred: bool = False, free: np.random.Generator | None = None,
+                 stop_at: float | None = None) -> None:
         self.field = fld
+        #: a :func:`time.monotonic` time after which :meth:`realize` computes no further
+        #: part and raises :class:`EvaluationStopped` (None: never). A search's fingerprint at
+        #: a large shape is many parts of hundreds of MB each (a 14336 × 4096 weight: 0.2 s
+        #: a copy, one candidate 2 s on a core, more with 15 processes sharing the memory):
+        #: checked only between candidates, its workers ran seconds past their deadline,
+        #: into the time kept for verifying what they had found
+        self.stop_at = stop_at
         #: where a ``max`` (a free shift, docs/design.md §3.3) draws its fresh values; None:
         #: a max has no field meaning here
         self.free = free
@@ -830,6 +846,8 @@ class FieldAlgebra(Algebra):
         for p in self.parts:
             if id(p) not in need or p.done:
                 continue
+            if self.stop_at is not None and time.monotonic() > self.stop_at:
+                raise EvaluationStopped("the evaluation's deadline passed")
             p.compute()
             for d in p.deps if release else ():
                 if last.get(id(d)) == p.order and id(d) not in keep and d.order >= 0 and id(d) in need:

@@ -112,9 +112,9 @@ class _Recording(Checker):
         super().__init__(program)
         self.seen = []
 
-    def fingerprint_matches(self, graph):
+    def fingerprint_matches(self, graph, stop_at=None):
         self.seen.append(graph)
-        return super().fingerprint_matches(graph)
+        return super().fingerprint_matches(graph, stop_at)
 
 
 def test_composed_graphs_are_fingerprinted_one_per_shape_first_within_the_time():

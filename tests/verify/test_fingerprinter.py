@@ -114,3 +114,22 @@ def test_fingerprinter_refuses_bad_arguments():
     with pytest.raises(MugraphError, match="per_axis"):
         verify.Fingerprinter(p, per_axis=0)
     assert torch.is_tensor(verify.Fingerprinter(p).target()[0])
+
+
+def test_a_fingerprint_past_its_deadline_stops_mid_evaluation_and_answers_nothing():
+    """``stop_at`` cuts a candidate's evaluation between its parts (a search's worker at a
+    large weight would otherwise run seconds past its deadline), raising
+    ``EvaluationStopped`` — which is no ``MugraphError``: the search reads those as "this
+    draw decides nothing, let verification decide", a match it must not record. A deadline
+    not yet passed changes nothing."""
+    import time
+
+    p, g = program("lora", small=True), reference("lora", small=True)
+    fp = verify.Fingerprinter(p)
+    fp.target()  # the program's side, made before the clock matters
+    with pytest.raises(verify.EvaluationStopped):
+        fp.matches(g, stop_at=time.monotonic() - 1.0)
+    assert not issubclass(verify.EvaluationStopped, MugraphError)
+    assert fp.matches(g, stop_at=time.monotonic() + 600.0)
+    wrong = _mutants(g, 6, seed=2)
+    assert any(not fp.matches(h, stop_at=time.monotonic() + 600.0) for h in wrong)
