@@ -60,11 +60,16 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
     if len(ops) <= max_ops:
         return None
     outs = set(program.outputs)
-    inner = [op.outputs[0] for op in ops if op.outputs[0] not in outs]
     consumers: dict[Tensor, list] = {}
     for op in ops:
         for t in op.inputs:
             consumers.setdefault(t, []).append(op)
+    # cut points: inner tensors, and outputs the program reads again (an RMSNorm's product
+    # that a q and a k projection read and the layer hands on to its v projection). Such an
+    # output left inside its readers' piece must be saved by the kernel that contracts it —
+    # a kernel looping over its dim saves nothing per step, so that piece has no one-kernel
+    # μGraph: LLaMA-3-8B's norm with q and k matched nothing in a complete search
+    inner = [op.outputs[0] for op in ops if op.outputs[0] not in outs or consumers.get(op.outputs[0])]
     siblings = _sibling_contractions(ops)
     for joined in ([siblings, []] if siblings else [[]]):  # siblings in one piece, if any cut allows it
         best = None
@@ -75,7 +80,8 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
                     continue
                 if max_inputs is not None and any(_n_inputs(program, ids) > max_inputs for ids in pieces):
                     continue
-                cost = (sum(_nbytes(t) for t in cut), len(pieces))
+                # the bytes a cut writes and reads back; an output is written anyway
+                cost = (sum(_nbytes(t) for t in cut if t not in outs), len(pieces))
                 if best is None or cost < best[0]:
                     best = (cost, cut, pieces)
         if best is not None:

@@ -335,3 +335,21 @@ def test_partition_keeps_projections_of_one_activation_together():
     assert all(pointwise_kernel(pc.program) is not None for pc in pieces[1:])
     whole = compose(p, pieces, [pc.program for pc in pieces])
     assert _agree(p, whole)
+
+
+def test_partition_cuts_at_an_output_the_program_reads_again():
+    """An RMSNorm's product is an output (the layer's v projection reads it outside) and the
+    q and k projections read it here: left in their piece, the kernel that loops over its
+    dim would have to save it per step, and that piece had no one-kernel μGraph. It is a
+    cut point now, free of the bytes an inner cut writes (it is written anyway): the
+    projections get a piece of their own, reading it, and the pieces compose back."""
+    p = mg.Program("norm_qk")
+    x, g = p.input("X", (1, 64)), p.input("g", (64,))
+    wq, wk = p.input("Wq", (64, 64)), p.input("Wk", (64, 16))
+    y = g * mg.rms_norm(x, 1)
+    p.output(y); p.output(y @ wq); p.output(y @ wk)
+    pieces = partition(p, 6, max_inputs=4)
+    last = pieces[-1]
+    assert [op.kind for op in last.program.ops if op.kind != "input"] == ["matmul", "matmul"]
+    assert y in last.inputs and y in pieces[-2].outputs
+    assert _agree(p, compose(p, pieces, [pc.program for pc in pieces]))
