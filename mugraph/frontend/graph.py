@@ -53,6 +53,10 @@ class Captured:
         #: call nodes that stay torch calls
         self.library: list[fx.Node] = [n for n in self.info if n not in inside]
         self.kept: list[BuiltPiece] = []
+        self._calls: dict[int, Any] = {}
+        #: the names of the pieces the whole-graph rule's form being timed runs as μGraphs (None:
+        #: all of :attr:`kept`) — what a ``timer`` option may read of the graph it is handed
+        self.trial: list[str] | None = None
         #: the never-slower verdict for the whole graph (``runs``, ``mugraph_s``, ``torch_s``,
         #: ``why``: :func:`.run.judge_graph`), set by the backend; empty before
         self.whole: dict = {}
@@ -190,7 +194,14 @@ class Captured:
                         "cannot stop midway: a verification, a kernel compile)", clock.overrun_s(), opts.graph_budget)
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
         self.kept = [bp for bp in self.pieces if id(bp) in done]
+        self._calls = done
         return self.stitched(lambda bp: done[id(bp)], self.kept)
+
+    def stitched_with(self, pieces: list[BuiltPiece]) -> fx.GraphModule:
+        """The last compiled graph with only ``pieces`` (of :attr:`kept`) as μGraphs — the
+        whole-graph rule's forms that leave some kept pieces to torch (:func:`.run.judge_graph`)."""
+        calls = self._calls
+        return self.stitched(lambda bp: calls[id(bp)], pieces)
 
     @property
     def example_devices(self) -> list:

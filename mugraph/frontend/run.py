@@ -268,8 +268,14 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
     return {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
 
 
+#: the most forms the whole-graph rule times beyond the first once the graph with all its
+#: pieces lost (:func:`_fewer_pieces`; each a compile of the graph and a timing, 2–4 s)
+MAX_GRAPH_TRIALS = 6
+
+
 def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], Callable], args: tuple,
-                opts: FrontendOptions, device: str) -> Callable:
+                opts: FrontendOptions, device: str,
+                subset: Callable[[list[BuiltPiece]], Callable] | None = None) -> Callable:
     """The never-slower rule for a whole graph: ``stitched()`` (its kept pieces as μGraphs,
     the rest as the backend compiles it) against ``plain()`` (the graph as torch.compile
     would run it without mugraph), timed side by side on the call's own ``args``; the
@@ -285,7 +291,14 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     nothing can time (no GPU and no ``timer``) and when ``never_slower`` is off. A graph that
     writes into its inputs (a static KV cache updated in place) is timed on copies of those
     inputs, one set per form: the caller's tensors see only the call's own write. The verdict is
-    ``cap.whole`` (``runs``, ``mugraph_s``, ``torch_s``, ``why``) and one log line."""
+    ``cap.whole`` (``runs``, ``mugraph_s``, ``torch_s``, ``why``; ``dropped``: the pieces left
+    to torch) and one log line.
+
+    ``subset(pieces)``: the graph with only those kept pieces as μGraphs. Given it, a graph that
+    loses with all its pieces is tried with fewer (:func:`_fewer_pieces`) before it gives them
+    all up: Phi-3-mini's decode step lost by 0.5 % with five pieces that each won alone (7 μs
+    for its RMSNorm with the q and k projections, whose weight torch.compile reads as one fused
+    qkv product), and ran without any of them."""
     if not cap.kept:
         cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None,
                      "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
@@ -301,7 +314,13 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         cap.whole = known
         log.info("mugraph: the graph runs %s its μGraph pieces: %s (timed at an earlier compile)",
                  "with" if known["runs"] == "mugraph" else "without", known["why"])
-        return stitched() if known["runs"] == "mugraph" else plain()
+        if known["runs"] != "mugraph":
+            return plain()
+        dropped = set(known.get("dropped") or ())
+        if dropped and subset is not None:
+            _leave_to_torch(cap, dropped)
+            return subset(cap.kept)
+        return stitched()
     mine = stitched()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
@@ -321,10 +340,76 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     faster = faster_by_margin(mu, tt)
     why = (f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs"
            + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}, it runs without them (never-slower rule)"))
+    fewer = None
+    if not faster and subset is not None and len({bp.name for bp in cap.kept}) > 1:
+        try:
+            fewer = _fewer_pieces(cap, subset, base, args, written, timer, mu / tt)
+        except Exception as e:  # noqa: BLE001 - the verdict without any piece stands
+            log.warning("mugraph: timing the graph with fewer pieces failed: %s: %s", type(e).__name__,
+                        str(e).splitlines()[0][:200] if str(e) else "")
+    if fewer is not None:
+        fn, dropped, mu2, tt2 = fewer
+        why = (f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs; "
+               f"leaving {', '.join(sorted(dropped))} to torch, {mu2 * 1e6:.4g} μs against {tt2 * 1e6:.4g}")
+        _leave_to_torch(cap, dropped)
+        log.info("mugraph: the graph runs with %d of its μGraph pieces: %s", len(cap.kept), why)
+        cap.whole = {"runs": "mugraph", "mugraph_s": mu2, "torch_s": tt2, "why": why, "dropped": sorted(dropped)}
+        kept.save(cap.whole)
+        return fn
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
     cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
     kept.save(cap.whole)
     return mine if faster else base
+
+
+def _fewer_pieces(cap: Any, subset: Callable[[list[BuiltPiece]], Callable], base: Callable, args: tuple,
+                  written: frozenset[int], timer: Callable[..., dict], ratio: float
+                  ) -> tuple[Callable, set[str], float, float] | None:
+    """The graph with some of its kept pieces left to torch, if one such form beats ``base``
+    (by :data:`TIE_MARGIN`): greedily, each round times the current form less each piece name in
+    turn (identical pieces go together: a whole model's layers share theirs) and keeps the best
+    if it improves on ``ratio`` (the current form's time over ``base``'s), at most
+    :data:`MAX_GRAPH_TRIALS` forms. Returns (the form, the names left to torch, its time,
+    ``base``'s time in the same timing), or None. Each form is timed against ``base`` side by
+    side, as the first was; ``cap.trial`` names the pieces of the form being timed."""
+    names = list(dict.fromkeys(bp.name for bp in cap.kept))
+    dropped: set[str] = set()
+    trials = 0
+    try:
+        while len(dropped) < len(names) - 1 and trials < MAX_GRAPH_TRIALS:
+            best = None
+            for name in names:
+                if name in dropped or trials >= MAX_GRAPH_TRIALS:
+                    continue
+                drop = dropped | {name}
+                keep = [bp for bp in cap.kept if bp.name not in drop]
+                cap.trial = [n for n in names if n not in drop]
+                fn = subset(keep)
+                with torch.no_grad():
+                    times = timer(cap, {"mugraph": _replayable(fn, args, written),
+                                        "torch": _replayable(base, args, written)})
+                trials += 1
+                mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
+                if best is None or mu / tt < best[0]:
+                    best = (mu / tt, drop, fn, mu, tt)
+            if best is None or best[0] >= ratio:
+                return None
+            ratio, dropped = best[0], best[1]
+            if faster_by_margin(best[3], best[4]):
+                return best[2], dropped, best[3], best[4]
+        return None
+    finally:
+        cap.trial = None
+
+
+def _leave_to_torch(cap: Any, dropped: set[str]) -> None:
+    """Mark the kept pieces named in ``dropped`` torch code: they won alone, not in the graph."""
+    for bp in cap.kept:
+        if bp.name in dropped:
+            bp.info = {**bp.info, "runs": "torch",
+                       "why": (bp.info.get("why") or "") + "; but the graph is faster with it as torch code "
+                              "(whole-graph rule)"}
+    cap.kept = [bp for bp in cap.kept if bp.name not in dropped]
 
 
 def _graph_subject(cap: Any, args: tuple) -> dict:

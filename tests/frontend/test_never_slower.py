@@ -346,3 +346,60 @@ def test_a_piece_left_to_torch_is_announced_once_per_search(piece_cache, mugraph
     assert len(cap.pieces) == 2 and cap.kept == []
     said = [m for m in mugraph_log.messages if "stays torch code: the search found nothing better" in m]
     assert len(said) == 1, said
+
+
+W2 = torch.randn(8, 8, generator=g)
+
+
+def mixed(x):
+    """Two pieces of different structures (a cosine between them stays torch code)."""
+    return torch.sigmoid(torch.cos(block(x)) @ W2) + 1.0
+
+
+class SubsetTimer(KeptTimer):
+    """Whole-graph times by which pieces the form being timed runs as μGraphs
+    (``Captured.trial``: None for all of them): ``by_kept[frozenset of names]``; torch's 4 μs."""
+
+    def __init__(self, by_kept) -> None:
+        super().__init__(mugraph_s=1e-6, torch_s=3e-6)
+        self.by_kept = by_kept
+        self.forms: list = []
+
+    def __call__(self, piece, launches):
+        times = super().__call__(piece, launches)
+        if not isinstance(piece, Captured):
+            return times
+        names = frozenset(bp.name for bp in piece.kept) if piece.trial is None else frozenset(piece.trial)
+        self.forms.append(names)
+        return {"mugraph": self.by_kept(names), "torch": 4e-6}
+
+
+def test_a_graph_slower_with_all_its_pieces_runs_with_those_that_win_in_it(piece_cache, mugraph_log):
+    """Each piece beats its torch ops; the graph with both loses (5 μs against 4), with only the
+    first it wins (3 μs): it runs the first piece as its μGraph and leaves the second to torch
+    (whose fusions across its boundary it needed), and a warm compile decides the same
+    without timing. With neither form winning, the graph runs without its pieces."""
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(mixed, x, piece_cache, timer=SubsetTimer(lambda k: 1e-6), inductor=False)
+    first, second = [bp.name for bp in cap.pieces]
+    assert first != second
+    _forget_memo()
+    times = {frozenset({first, second}): 5e-6, frozenset({first}): 3e-6, frozenset({second}): 6e-6}
+    timer = SubsetTimer(times.__getitem__)
+    y, cap = compiled_pieces(mixed, x, piece_cache + "2", timer=timer, inductor=False)
+    close(y, mixed(x))
+    assert [bp.name for bp in cap.kept] == [first] and cap.whole["runs"] == "mugraph"
+    assert cap.whole["dropped"] == [second] and cap.whole["mugraph_s"] == 3e-6
+    (dropped,) = [bp for bp in cap.pieces if bp.name == second]
+    assert dropped.info["runs"] == "torch" and "whole-graph rule" in dropped.info["why"]
+    assert timer.forms[0] == frozenset({first, second}) and set(timer.forms[1:]) == {frozenset({first}), frozenset({second})}
+    assert any(f"leaving {second} to torch" in m for m in mugraph_log.messages)
+    _forget_memo()
+    again = SubsetTimer(lambda k: 9e-6)  # would keep nothing; the kept verdict decides
+    y2, cap2 = compiled_pieces(mixed, x, piece_cache + "2", timer=again, inductor=False)
+    close(y2, mixed(x))
+    assert [bp.name for bp in cap2.kept] == [first] and not again.forms
+    _forget_memo()
+    lose = SubsetTimer(lambda k: 5e-6)
+    _, cap3 = compiled_pieces(mixed, x, piece_cache + "3", timer=lose, inductor=False)
+    assert cap3.whole["runs"] == "torch" and len(lose.forms) == 3
