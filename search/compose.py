@@ -200,7 +200,10 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
     if len(shapes) != 1 or any(t.op.kind == "input" for t in program.outputs):
         return None
     shape = shapes.pop()
-    if not all(stretches_to(t.shape, shape) for t in program.inputs):
+    # an input of lower rank broadcasts from the right, as the ops that read it do (an RMSNorm's
+    # weight of shape (K,) times its (1, K) product): it is read on its trailing dims
+    lead = {t: len(shape) - len(t.shape) for t in program.inputs}
+    if not all(lead[t] >= 0 and stretches_to((1,) * lead[t] + tuple(t.shape), shape) for t in program.inputs):
         return None
     cut = []  # (dim, blocks): the longest dims first, each into tiles of at most POINTWISE_TILE
     for d in sorted(range(len(shape)), key=lambda d: -shape[d])[:3]:
@@ -211,7 +214,7 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
     omap = tuple([d for d, _ in cut] + [None] * (3 - len(cut)))
     g = KernelGraph(program.name)
     bg = BlockGraph(grid, 1)
-    tiles = {t: bg.input(g.input(t.name, t.shape, t.dtype, fill=t.fill), broadcast_map(omap, t.shape))
+    tiles = {t: bg.input(g.input(t.name, t.shape, t.dtype, fill=t.fill), _trailing_map(omap, t.shape, lead[t]))
              for t in program.inputs}
     for op in ops:
         replay_op(bg, op, tiles)
@@ -220,6 +223,13 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
     for t in g.kernel(bg):
         g.output(t)
     return g
+
+
+def _trailing_map(omap: tuple, shape: tuple, lead: int) -> tuple:
+    """:func:`~search.rewrite.broadcast_map` for a tensor that lacks the ``lead`` leading dims
+    of the tiles ``omap`` writes: a grid axis over one of those dims reads it whole."""
+    full = broadcast_map(omap, (1,) * lead + tuple(shape))
+    return tuple(None if d is None else d - lead for d in full)
 
 
 def compose(program: Program, pieces: list[Piece], graphs: list[KernelGraph]) -> KernelGraph:
