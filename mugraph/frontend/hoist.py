@@ -48,8 +48,12 @@ def _pointwise(n: fx.Node) -> bool:
     """An element-wise op (torch's own ``pointwise`` tag), or a plain dtype cast."""
     if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
         return False
-    if n.target == aten._to_copy.default:
-        return set(n.kwargs) <= {"dtype"}
+    if n.target == aten._to_copy.default:  # a cast: ``type_as`` spells out the layout and the device
+        src = _val(n.args[0]) if n.args else None
+        return (set(n.kwargs) <= {"dtype", "layout", "device"}
+                and n.kwargs.get("layout", torch.strided) == torch.strided
+                and (n.kwargs.get("device") is None
+                     or (isinstance(src, torch.Tensor) and torch.device(n.kwargs["device"]) == src.device)))
     return torch.Tag.pointwise in n.target.tags
 
 

@@ -110,6 +110,32 @@ def test_a_linear_view_back_moves_down_to_the_output():
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), bias(*[x.double() for x in xs]))
 
 
+def test_a_linear_view_moves_through_a_type_as_cast():
+    """``type_as`` traces as a cast that spells out its layout and device (Gemma's RMSNorm
+    ends with one, in float32 until then): the next ``linear``'s view passes it as it passes
+    a plain dtype cast, and cancels against the view back the norm's input brought, so the
+    norm and the projection are one 2-d Program without a reshape (before, the norm's piece
+    kept a ``reshape`` and was not searched)."""
+    def fn(x, h, w, w2, g):
+        y = (h + F.linear(x, w)).float()
+        n = (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + g.float())).type_as(h)
+        return F.linear(n, w2)
+    xs = r(1, 1, 8), r(1, 1, 5), r(5, 8), r(5, 5), r(5)
+    cap = from_torch(fn, *xs, max_piece_ops=None, max_piece_matmuls=None)
+    assert not any("reshape" in kinds(bp) for bp in cap.pieces), [kinds(bp) for bp in cap.pieces]
+    assert sum(kinds(bp).count("matmul") for bp in cap.pieces) == 2
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    # a cast to another device is no element-wise op: nothing moves through it
+    from mugraph.frontend.hoist import _pointwise
+    gm = torch.fx.symbolic_trace(lambda t: t)
+    node = next(n for n in gm.graph.nodes if n.op == "placeholder")
+    node.meta["val"] = torch.zeros(2)
+    cast = gm.graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.float16, "device": torch.device("meta")})
+    assert not _pointwise(cast)
+    cast.kwargs = {"dtype": torch.float16, "layout": torch.strided, "device": torch.device("cpu")}
+    assert _pointwise(cast)
+
+
 def test_a_fold_that_disconnects_a_piece_makes_two():
     def fn(x):
         v = x.t()
