@@ -70,6 +70,7 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
     # a kernel looping over its dim saves nothing per step, so that piece has no one-kernel
     # μGraph: LLaMA-3-8B's norm with q and k matched nothing in a complete search
     inner = [op.outputs[0] for op in ops if op.outputs[0] not in outs or consumers.get(op.outputs[0])]
+    again = [t for t in inner if t in outs]
     siblings = _sibling_contractions(ops)
     for joined in ([siblings, []] if siblings else [[]]):  # siblings in one piece, if any cut allows it
         best = None
@@ -80,8 +81,12 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
                     continue
                 if max_inputs is not None and any(_n_inputs(program, ids) > max_inputs for ids in pieces):
                     continue
-                # the bytes a cut writes and reads back; an output is written anyway
-                cost = (sum(_nbytes(t) for t in cut if t not in outs), len(pieces))
+                # the bytes a cut writes and reads back (an output is written anyway), and those
+                # of each output read again that stays inside its readers' piece (a kernel
+                # contracting it cannot save it: a 2-piece cut of Gemma-2B's norm with its q
+                # projection left the product there, and that piece matched nothing)
+                cost = (sum(_nbytes(t) for t in cut if t not in outs)
+                        + sum(_nbytes(t) for t in again if t not in cut), len(pieces))
                 if best is None or cost < best[0]:
                     best = (cost, cut, pieces)
         if best is not None:

@@ -364,6 +364,16 @@ def test_partition_cuts_at_an_output_the_program_reads_again():
     assert [op.kind for op in last.program.ops if op.kind != "input"] == ["matmul", "matmul"]
     assert y in last.inputs and y in pieces[-2].outputs
     assert _agree(p, compose(p, pieces, [pc.program for pc in pieces]))
+    # one projection (Gemma-2B's norm with its q projection): a cut at the statistics alone
+    # is as cheap in bytes and makes fewer pieces, but leaves the product to the kernel
+    # contracting it; the product left uncut counts its bytes, so the cut takes it
+    q = mg.Program("norm_q")
+    x, g, wq = q.input("X", (1, 64)), q.input("g", (64,)), q.input("Wq", (64, 64))
+    y = (g + 1.0) * (x / mg.sqrt(mg.sum(mg.square(x), 1) * (1 / 64) + 1e-6))
+    q.output(y); q.output(y @ wq)
+    pieces = partition(q, 6, max_inputs=4)
+    assert [op.kind for op in pieces[-1].program.ops if op.kind != "input"] == ["matmul"]
+    assert _agree(q, compose(q, pieces, [pc.program for pc in pieces]))
 
 
 def test_an_elementwise_kernel_with_a_lower_rank_input_lowers_and_matches_float64(monkeypatch):
