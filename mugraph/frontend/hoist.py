@@ -53,8 +53,13 @@ def _pointwise(n: fx.Node) -> bool:
         return (set(n.kwargs) <= {"dtype", "layout", "device"}
                 and n.kwargs.get("layout", torch.strided) == torch.strided
                 and (n.kwargs.get("device") is None
-                     or (isinstance(src, torch.Tensor) and torch.device(n.kwargs["device"]) == src.device)))
+                     or (isinstance(src, torch.Tensor) and _same_device(torch.device(n.kwargs["device"]), src.device))))
     return torch.Tag.pointwise in n.target.tags
+
+
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """``cuda`` and ``cuda:0`` alike: an index left out is the current device's."""
+    return a.type == b.type and (a.index is None or b.index is None or a.index == b.index)
 
 
 def _keepdim_reduction(n: fx.Node) -> bool:

@@ -134,6 +134,10 @@ def test_a_linear_view_moves_through_a_type_as_cast():
     assert not _pointwise(cast)
     cast.kwargs = {"dtype": torch.float16, "layout": torch.strided, "device": torch.device("cpu")}
     assert _pointwise(cast)
+    from mugraph.frontend.hoist import _same_device
+    assert _same_device(torch.device("cuda"), torch.device("cuda:0"))
+    assert not _same_device(torch.device("cuda:1"), torch.device("cuda:0"))
+    assert not _same_device(torch.device("cpu"), torch.device("cuda:0"))
 
 
 def test_a_fold_that_disconnects_a_piece_makes_two():
