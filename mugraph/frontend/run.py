@@ -565,7 +565,7 @@ def search_digest(stats: dict) -> dict[str, Any]:
     return {
         "phases_started": ", ".join(f"{k} {v:g}" for k, v in (stats.get("phase_started") or {}).items()),
         "composed": ("; ".join(f"piece {i}: {p.get('matches', 0)} in {p.get('seconds', 0):g} s"
-                               + (" (complete)" if p.get("complete") else "") for i, p in enumerate(pieces))
+                               + _piece_how(p) for i, p in enumerate(pieces))
                      + f"; {d.get('composed_matches', 0)} of {d.get('composed_graphs', 0)} composed matched"
                      if pieces else None),
         "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)}, "
@@ -574,6 +574,16 @@ def search_digest(stats: dict) -> dict[str, Any]:
         "warm_up_s": stats.get("warm_up_seconds"),
         "verify_s_median": stats.get("verify_seconds_median"),
     }
+
+
+def _piece_how(p: dict) -> str:
+    """How a composition's piece was answered, for :func:`search_digest`: searched to
+    completion or not, serially in the search's process or on its workers, or built."""
+    how = ["built" if p.get("constructed") else "complete" if p.get("complete") else ""]
+    if p.get("executor") and not p.get("constructed"):
+        how.append(p["executor"])
+    how = [h for h in how if h]
+    return f" ({', '.join(how)})" if how else ""
 
 
 def _stays_torch(bp: BuiltPiece, e: Exception) -> str:
