@@ -195,7 +195,7 @@ def _search_piece(run: Callable[[Program, SearchConfig], "SearchResult"], progra
     machine's 15 workers the same pieces took 1.5–3.8 s each, of a decoder layer piece's
     17 s share."""
     t0 = time.monotonic()
-    first = min(SERIAL_FIRST_S, (cfg.time_limit or SERIAL_FIRST_S * 3) / 3)
+    first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 3)
     if cfg.executor != "serial":
         res = run(program, replace(cfg, executor="serial", time_limit=first))
         if res.stats["complete"]:

@@ -31,7 +31,7 @@ from mugraph.core.ops import CATALOG
 from mugraph.core.oprules import dims_elementwise
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 
-from .loops import INVARIANT, cut_through, picks
+from .loops import INVARIANT, cut_through, picks, propagate
 from .rewrite import MIN_RETILE, _replay_ops, fits
 
 #: block counts offered along the new axis: the finest that keeps every cut tile at least
@@ -43,29 +43,20 @@ def _flow(bg: BlockGraph, cuts: dict[int, int]) -> Optional[list[int]]:
     """The dim each saver's tile is cut along when the iterators of ``cuts`` (block op id
     -> dim) are cut by a new grid axis — None if the block's function does not split into
     independent slices that way (the module docstring's rules)."""
-    state: dict[Tensor, object] = {}
-    for op in bg.ops:
-        out = op.outputs[0]
-        if op.kind == "iterator":
-            state[out] = cuts.get(op.id, INVARIANT)
-            continue
-        ins = [state[t] for t in op.inputs]
-        if all(s == INVARIANT for s in ins):
-            state[out] = INVARIANT
-            continue
-        s = _op_state(op, ins)
-        if s is None:
-            return None
-        state[out] = s
+    state = propagate(bg, cuts, _op_state)
+    if state is None:
+        return None
     saved = [state[sv.tensor] for sv in bg.savers]
     if any(s == INVARIANT for s in saved):  # every block would write the same tile to one place
         return None
     return saved  # type: ignore[return-value]
 
 
-def _op_state(op: Op, ins: list) -> Optional[int]:
+def _op_state(op: Op, ins: list) -> object:
     """A block op's output state from its inputs' (None: not allowed). An accumulator is
     element-wise across the loop's steps (each element its own, its inputs broadcast)."""
+    if all(s == INVARIANT for s in ins):
+        return INVARIANT
     shapes, out = [t.shape for t in op.inputs], op.outputs[0].shape
     dm = dims_elementwise(shapes, {}, out) if op.kind == "accum" else CATALOG[op.kind].dims(shapes, op.attrs, out)
     cut = {(i, s) for i, s in enumerate(ins) if s != INVARIANT}

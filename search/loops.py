@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
@@ -58,35 +58,40 @@ MAX_ASSIGNMENTS = 4096
 GRID_DIVISORS = (2, 4)
 
 
+def propagate(bg: BlockGraph, seeds: dict[int, object],
+              step: Callable[[Op, list], object]) -> Optional[dict[Tensor, object]]:
+    """Every tile's state in ``bg``, in op order: an iterator's from ``seeds`` (block op id ->
+    state; :data:`INVARIANT` when absent), any other op's from ``step(op, its inputs' states)``
+    — None as soon as a step returns None (the op does not allow those states). The dim-flow
+    analyses of this module and of :mod:`search.grids` differ only in their step."""
+    state: dict[Tensor, object] = {}
+    for op in bg.ops:
+        s = seeds.get(op.id, INVARIANT) if op.kind == "iterator" else step(op, [state[t] for t in op.inputs])
+        if s is None:
+            return None
+        state[op.outputs[0]] = s
+    return state
+
+
 def _flow(bg: BlockGraph, fmaps: dict[int, int]) -> bool:
     """Whether ``bg`` with the iterators of ``fmaps`` (block op id -> dim) stepped along
     those dims computes the loop-free block's function term by term (the module docstring's
     rules)."""
-    state: dict[Tensor, object] = {}
     read = {t for op in bg.ops for t in op.inputs}
     if any(bg.ops[i].outputs[0] not in read for i in fmaps):  # a stepped iterator nothing reads
         return False
-    for op in bg.ops:
-        out = op.outputs[0]
-        if op.kind == "iterator":
-            state[out] = fmaps.get(op.id, INVARIANT)
-            continue
-        ins = [state[t] for t in op.inputs]
-        if op.kind == "accum":
-            if accum_monoid(op) != SUM or ins[0] != PARTIAL:
-                return False
-            state[out] = AFTER
-            continue
-        if AFTER in ins:
-            if any(s not in (AFTER, INVARIANT) for s in ins):  # only invariant tiles may be read after the loop
-                return False
-            state[out] = AFTER
-            continue
-        s = _op_state(op, ins)
-        if s is None:
-            return False
-        state[out] = s
-    return all(state[sv.tensor] in (AFTER, INVARIANT) for sv in bg.savers)
+    state = propagate(bg, fmaps, _loop_step)
+    return state is not None and all(state[sv.tensor] in (AFTER, INVARIANT) for sv in bg.savers)
+
+
+def _loop_step(op: Op, ins: list) -> object:
+    """A loop-body op's state, with the loop's accumulators: each reads a partial (a plain
+    sum) and what follows it is computed after the loop, from invariant tiles only."""
+    if op.kind == "accum":
+        return AFTER if accum_monoid(op) == SUM and ins[0] == PARTIAL else None
+    if AFTER in ins:  # only invariant tiles may be read after the loop
+        return AFTER if all(s in (AFTER, INVARIANT) for s in ins) else None
+    return _op_state(op, ins)
 
 
 def _op_state(op: Op, ins: list) -> object:

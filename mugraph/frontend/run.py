@@ -338,8 +338,9 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         cap.whole = {"runs": "torch" if base else "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
         return base or mine
     faster = faster_by_margin(mu, tt)
-    why = (f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs"
-           + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}, it runs without them (never-slower rule)"))
+    timed = f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs"
+    why = timed + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}, it runs without them "
+                                     "(never-slower rule)")
     fewer = None
     if not faster and subset is not None and len({bp.name for bp in cap.kept}) > 1:
         try:
@@ -349,8 +350,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
                         str(e).splitlines()[0][:200] if str(e) else "")
     if fewer is not None:
         fn, dropped, mu2, tt2 = fewer
-        why = (f"with its {len(cap.kept)} μGraph pieces it takes {mu * 1e6:.4g} μs, without them {tt * 1e6:.4g} μs; "
-               f"leaving {', '.join(sorted(dropped))} to torch, {mu2 * 1e6:.4g} μs against {tt2 * 1e6:.4g}")
+        why = f"{timed}; leaving {', '.join(sorted(dropped))} to torch, {mu2 * 1e6:.4g} μs against {tt2 * 1e6:.4g}"
         _leave_to_torch(cap, dropped)
         log.info("mugraph: the graph runs with %d of its μGraph pieces: %s", len(cap.kept), why)
         cap.whole = {"runs": "mugraph", "mugraph_s": mu2, "torch_s": tt2, "why": why, "dropped": sorted(dropped)}
