@@ -56,6 +56,7 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
     t_end = state.clock.t_end
     end = None if t_end is None else time.monotonic() + max(0.0, t_end - time.monotonic()) * SPLIT_SHARE
     best: dict[int, float] = {}
+    t0 = time.monotonic()
     proposals = splits(srcs, sequential(state.checker), state.dstats, end, limit=4 * state.cfg.split_sources,
                        best=best, estimate=state.estimate)
     # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
@@ -68,8 +69,12 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
         if est < m.cost[1]:
             matches[top[i]] = replace(m, cost=(m.cost[0], est, *m.cost[2:]))
     state.dstats["split_credited"] = len(best)
+    t1 = time.monotonic()
     # the cheapest kernels on other tiles, in the same share of the time (search.derive.retiles)
     proposals += retiles(srcs, state.dstats, end, limit=2 * state.cfg.split_sources, estimate=state.estimate,
                          smem_budget=state.cfg.smem_budget)
+    # where the phase's time went: its share ends at `end`, and every step past it is one
+    # the verification no longer has
+    state.dstats["split_s"], state.dstats["retile_s"] = round(t1 - t0, 3), round(time.monotonic() - t1, 3)
     for p in proposals:
         propose(matches, p)

@@ -187,23 +187,32 @@ def _piece_graphs(graphs: list[KernelGraph], estimate: Optional[Callable[[Kernel
 def _search_piece(run: Callable[[Program, SearchConfig], "SearchResult"], program: Program,
                   cfg: SearchConfig) -> tuple["SearchResult", float]:
     """A composition's piece searched: in this process first, serially, for up to
-    :data:`SERIAL_FIRST_S` (its share of ``cfg.time_limit`` at most a third), then — when that
-    did not search its space to completion — on ``cfg``'s executor for the rest of its time.
-    Returns the result and the seconds both took. Why: a piece's space is small (an RMSNorm's
-    statistics, a product with its residual, two projections of one activation: complete in
-    0.03–1.5 s on one core), and the worker processes cost more than searching it: on an H200
-    machine's 15 workers the same pieces took 1.5–3.8 s each, of a decoder layer piece's
-    17 s share."""
+    :data:`SERIAL_FIRST_S` (its share of ``cfg.time_limit`` at most a half), then — when that
+    did not search its space to completion — on ``cfg``'s executor for the rest of its time;
+    when the workers find nothing, what the serial search found stands. Returns the result
+    and the seconds both took. Why: a piece's space is small (an RMSNorm's statistics, a
+    product with its residual, two projections of one activation: complete in 0.03–1.5 s on
+    one core), and the worker processes cost more than searching it: on an H200 machine's
+    15 workers the same pieces took 1.5–3.8 s each, of a decoder layer piece's 17 s share;
+    and the 4 s the workers had left after a 2 s serial start found none of the two
+    projections' kernels that one core finds in 1.3 s."""
     t0 = time.monotonic()
-    first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 3)
+    first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 2)
+    serial = None
     if cfg.executor != "serial":
-        res = run(program, replace(cfg, executor="serial", time_limit=first))
-        if res.stats["complete"]:
-            return res, round(time.monotonic() - t0, 3)
+        serial = run(program, replace(cfg, executor="serial", time_limit=first))
+        if serial.stats["complete"]:
+            return serial, round(time.monotonic() - t0, 3)
         left = None if cfg.time_limit is None else max(0.5, cfg.time_limit - (time.monotonic() - t0))
         cfg = replace(cfg, time_limit=left)
     res = run(program, cfg)
+    if serial is not None and serial.graphs and not res.graphs:
+        res = serial
     return res, round(time.monotonic() - t0, 3)
+
+
+def _past(deadline: Optional[float]) -> bool:
+    return deadline is not None and time.monotonic() > deadline
 
 
 def _earlier(a: Optional[float], b: float) -> float:
@@ -236,7 +245,7 @@ PIECE_RESULTS = 6
 PIECE_ESTIMATE_SHARE = 0.2
 #: seconds a composition's piece is first searched in this process, serially, before its
 #: search on the worker processes (:func:`_search_piece`)
-SERIAL_FIRST_S = 2.0
+SERIAL_FIRST_S = 3.0
 
 
 def kernel_shape(g: KernelGraph) -> tuple:
@@ -269,6 +278,8 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     (its split-K), can make of that graph (:func:`search.candidates.split_loops`)."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
+        if _past(deadline):  # the variants of the cheapest sources so far are enough
+            break
         est = cost_key(g)[1]
         for h in split_variants(g):
             key = cost_key(h)
@@ -325,14 +336,17 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
     graph at the back, in key order."""
     priced: list[tuple[float, int, KernelGraph]] = []
     unpriced: list[KernelGraph] = []
-    for i, g in enumerate(graphs):
-        if end is not None and time.monotonic() > end:
+    longest = 0.0  # one price takes 0.1-0.2 s (the lowering tunes each kernel's configs):
+    for i, g in enumerate(graphs):  # the next is not started when the longest so far would end past `end`
+        if end is not None and time.monotonic() + longest > end:
             unpriced.append(g)
             continue
+        t0 = time.monotonic()
         try:
             priced.append((float(estimate(g)), i, g))
         except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
             unpriced.append(g)
+        longest = max(longest, time.monotonic() - t0)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
 
 
@@ -364,6 +378,8 @@ def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = 
     tiles of the same kernel ran 177 μs."""
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for g in graphs[:MAX_RETILE_SOURCES]:
+        if _past(deadline):
+            break
         for h in tile_variants(g, smem_budget) + loop_variants(g, smem_budget) + grid_variants(g, smem_budget):
             k = graph_key(h)
             if k not in variants:

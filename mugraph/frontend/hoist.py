@@ -44,7 +44,7 @@ def _val(n):
     return n.meta.get("val") if isinstance(n, fx.Node) else None
 
 
-def _pointwise(n: fx.Node) -> bool:
+def pointwise(n: fx.Node) -> bool:
     """An element-wise op (torch's own ``pointwise`` tag), or a plain dtype cast."""
     if n.op != "call_function" or not isinstance(n.target, torch._ops.OpOverload):
         return False
@@ -165,7 +165,7 @@ def _hoist_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
     e = v.args[0] if v.args else None
     if isinstance(e, fx.Node) and e.op == "call_function" and e.target in _REGROUP:
         return _compose(g, v, e, erased)
-    if not isinstance(e, fx.Node) or not (_pointwise(e) or _keepdim_reduction(e)):
+    if not isinstance(e, fx.Node) or not (pointwise(e) or _keepdim_reduction(e)):
         return None
     s_in, s_out = tuple(_val(e).shape), tuple(_val(v).shape)
     readers = list(e.users)
@@ -349,7 +349,7 @@ def _sinks_from(src) -> bool:
     """Whether views of ``src`` may move down: ``src`` is computed by an op no view moves
     above (not element-wise, not a suffix reduction, not a view)."""
     return (isinstance(src, fx.Node) and src.op == "call_function" and isinstance(_val(src), torch.Tensor)
-            and not (_pointwise(src) or _keepdim_reduction(src) or src.target in _REGROUP))
+            and not (pointwise(src) or _keepdim_reduction(src) or src.target in _REGROUP))
 
 
 def _sink_into(g: fx.Graph, v: fx.Node, e: fx.Node, erased: set) -> fx.Node | None:
@@ -387,7 +387,7 @@ def _sink_one(g: fx.Graph, v: fx.Node, erased: set) -> list[fx.Node] | None:
     for u in list(v.users):
         if u.op == "call_function" and u.target in _REGROUP:
             got = _compose(g, u, v, erased)
-        elif _pointwise(u) or _keepdim_reduction(u):
+        elif pointwise(u) or _keepdim_reduction(u):
             nv = _sink_into(g, v, u, erased)
             got = None if nv is None else [nv]
         else:

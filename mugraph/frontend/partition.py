@@ -31,7 +31,7 @@ import torch
 import torch.fx as fx
 
 from ..core.ops import Category, category, is_elementwise, is_rearrangement, lax_classes
-from .aten import CAST_DTYPES
+from .aten import CAST_DTYPES, VIEW_OPS
 from .capture import NodeInfo
 
 
@@ -269,11 +269,67 @@ def fold_views(members: set[fx.Node], info: dict[fx.Node, NodeInfo]
             if not info[n].view:
                 continue
             if (all(a not in members for a in n.all_input_nodes)
-                    or (info[n].view == "view" and all(u not in members for u in n.users))):
+                    or (info[n].view == "view" and all(u not in members for u in n.users))
+                    or (info[n].view == "select" and _covering_slices(n, members))):
                 members.discard(n)
                 folded.add(n)
                 changed = True
     return members, folded
+
+
+def _covering_slices(n: fx.Node, members: set[fx.Node]) -> bool:
+    """Whether ``n`` is one of slices along one dim that are all its input's readers, read
+    only outside ``members``, and together keep every element: the piece then writes the
+    whole value and the slices cut it as torch views, computing nothing they drop (a fused
+    projection's q, k and v, :func:`.capture.fold_column_slices`)."""
+    src = n.args[0] if n.args else None
+    val = src.meta.get("val") if isinstance(src, fx.Node) else None
+    if not isinstance(val, torch.Tensor) or val.ndim == 0:
+        return False
+    spans, dims = [], set()
+    for r in src.users:
+        if r.target != torch.ops.aten.slice.Tensor or any(u in members for u in r.users):
+            return False
+        dim, start, end, step = (list(r.args) + [0, None, None, 1][len(r.args) - 1:])[1:5]
+        size = val.shape[dim]
+        if step != 1:
+            return False
+        start = 0 if start is None else start + size if start < 0 else start
+        end = size if end is None else min(end + size if end < 0 else end, size)
+        dims.add(dim % val.ndim)
+        spans.append((start, end))
+    spans.sort()
+    covered = 0
+    for start, end in spans:
+        if start > covered:
+            return False
+        covered = max(covered, end)
+    return len(dims) == 1 and covered >= val.shape[dims.pop()]
+
+
+def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
+    """The slices that cut a product (a matmul's, through views) into parts covering it,
+    read apart: q, k and v of a fused projection (:func:`.capture.fold_column_slices`
+    leaves them as slices). They stay outside every piece, as torch views of the product
+    the piece before them writes whole: inside, the piece would hold slices no block graph
+    spells — the projection's piece grew through q's slice into its RoPE and could not be
+    searched (Phi-3-mini)."""
+    out: set[fx.Node] = set()
+    for n in order:
+        if n.op != "call_function" or n.target != torch.ops.aten.slice.Tensor or n in out:
+            continue
+        src = n.args[0]
+        while isinstance(src, fx.Node) and src.op == "call_function" and src.target in VIEW_OPS:
+            src = src.args[0]
+        if isinstance(src, fx.Node) and src.op == "call_function" and _contracting(src) \
+                and _covering_slices(n, set()):
+            out |= set(n.args[0].users)
+    return out
+
+
+def _contracting(n: fx.Node) -> bool:
+    return n.target in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
+                        torch.ops.aten.matmul.default)
 
 
 def _components(members: set[fx.Node]) -> list[set[fx.Node]]:
@@ -350,7 +406,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
     cut to the size limits, and checked against the cast rule — a piece that breaks it
     gives up its casts (they become library ops) and the partition is redone."""
     order = list(graph.nodes)
-    refused: set[fx.Node] = set()
+    refused: set[fx.Node] = _parts_of_products(order)
     while True:
         # views at a grown piece's boundary are folded off before the size limits count
         # its ops, and again after the cut (a view next to a cut edge is at a boundary now)

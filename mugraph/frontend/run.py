@@ -568,8 +568,10 @@ def search_digest(stats: dict) -> dict[str, Any]:
                                + _piece_how(p) for i, p in enumerate(pieces))
                      + f"; {d.get('composed_matches', 0)} of {d.get('composed_graphs', 0)} composed matched"
                      if pieces else None),
-        "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)}, "
-                     f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)}"
+        "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)} "
+                     f"({d.get('split_priced', 0)} priced, {d.get('split_fingerprinted', 0)} fingerprinted, "
+                     f"{d.get('split_s', 0)} s), "
+                     f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)} ({d.get('retile_s', 0)} s)"
                      if "split_variants" in d or "retile_variants" in d else None),
         "warm_up_s": stats.get("warm_up_seconds"),
         "verify_s_median": stats.get("verify_seconds_median"),

@@ -78,8 +78,9 @@ def input_shapes(cap) -> set[tuple]:
 FEATURES = {
     # the k and v projections' biases are read inside pieces
     "qwen2": lambda cap: (KV_HEADS * HEAD_DIM,) in input_shapes(cap),
-    # the fused projections' outputs are cut by slices of their weights (design §10.1), read
-    # in place at the pieces' boundary: gate and up are two projections, as in LLaMA
+    # gate and up, which meet again in SiLU·mul, are cut by slices of their weight (design
+    # §10.1), read in place at the pieces' boundary: two projections, as in LLaMA; q, k and
+    # v, read apart, are slices of the one product outside every piece
     "phi3": lambda cap: (HIDDEN, INTERMEDIATE) in input_shapes(cap)
     and sum(n.target == torch.ops.aten.slice.Tensor for n in cap.library) >= 5
     and not any(op.kind == "slice" for bp in cap.pieces for op in bp.program.ops),
@@ -106,7 +107,8 @@ def test_decoder_layer_matches_eager(family, piece_cache):
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
     (compiled,) = [c for c in recent_graphs() if c.captured][-1:]
     (cap,) = compiled.captured.values()
-    assert len(cap.pieces) >= 8, cap.summary()
+    # Phi-3's fused q, k and v stay one product, which its norm's piece writes whole
+    assert len(cap.pieces) >= (7 if family == "phi3" else 8), cap.summary()
     for bp in cap.pieces:
         mg.check_lax(bp.program)
         assert bp.info.get("runs") == "mugraph", (bp.name, bp.info)  # searched, lowered, run

@@ -82,9 +82,9 @@ def test_a_piece_with_slices_runs_lowered_under_the_backend(piece_cache):
 
 
 def _three_parts(x, w):
-    """A fused projection whose three parts each feed their own piece-sized computation."""
+    """A fused projection whose three parts meet again, each first through its own chain."""
     q, k, v = (x @ w).split(16, dim=-1)
-    return torch.exp(q * 0.25) * 2 + 1, torch.sigmoid(k) * 3 - 1, torch.tanh(v) * 0.5 + 2
+    return (torch.exp(q * 0.25) * 2 + 1) * (torch.sigmoid(k) * 3 - 1) + torch.tanh(v)
 
 
 def _mms(gm):
@@ -96,21 +96,48 @@ def test_projections_left_to_torch_join_again():
     projection once and cuts its product (one library matmul, not one per slice); where a
     kept piece reads the middle slice, the two outer ones are not joined (a gap: joined, they
     would read the middle columns again). Both equal the function."""
+    from mugraph.frontend.pieces import torch_module
+
     xs = r(4, 16), r(16, 48)
-    cap = from_torch(_three_parts, *xs)
+    cap = from_torch(_three_parts, *xs, max_piece_matmuls=1)
     assert len(_mms(cap.graph_module)) == 3  # the capture's fold: one projection per slice
     plain = cap.stitched(lambda bp: None, [])
     (mm,) = _mms(plain)
     assert mm.args[1].op == "placeholder"  # the whole weight, not a slice of it
     want = _three_parts(*xs)
-    for got, w in zip(plain(*xs), want):
-        torch.testing.assert_close(got, w)
+    torch.testing.assert_close(plain(*xs), want)
     middle = [bp for bp in cap.pieces if any(n.target == aten.sigmoid.default for n in bp.piece.nodes)]
-    assert len(middle) == 1
-    kept = cap.stitched(lambda bp: lambda xs: [torch.sigmoid(xs[0] @ xs[1]) * 3 - 1], middle)
+    assert len(middle) == 1 and sum(n.target == aten.mm.default for n in middle[0].piece.nodes) == 1
+    own = torch_module(middle[0])
+    kept = cap.stitched(lambda bp: lambda xs: list(own(*xs)), middle)
     assert len(_mms(kept)) == 2  # q's and v's projections stay apart
-    for got, w in zip(kept(*xs), want):
-        torch.testing.assert_close(got, w)
+    torch.testing.assert_close(kept(*xs), want)
+
+
+def _read_apart(x, w):
+    """A fused projection's parts read apart (q, k, v: one each to its own use), cut by
+    slicing as Phi-3 writes it."""
+    y = x @ w
+    q, k, v = y[..., :16], y[..., 16:32], y[..., 32:]
+    return q * 0.25 + 1, k * 3 - 1, v.cumsum(0)
+
+
+def test_parts_read_apart_stay_slices_of_one_product():
+    """Parts that never meet again stay slices of the one product (no projection per part),
+    and the slices, covering it, are torch views outside every piece: the RMSNorm's piece
+    writes the whole product (Phi-3-mini's fused q, k, v behind its norm) — even where no
+    size limit cuts the piece, which would otherwise grow through the slices."""
+    def fn(x, g, w):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        return _read_apart(h, w)
+    xs = r(4, 16), r(16), r(16, 48)
+    cap = from_torch(fn, *xs, max_piece_ops=None)
+    assert len(_mms(cap.graph_module)) == 1
+    (norm,) = [bp for bp in cap.pieces if any(n.target == aten.mm.default for n in bp.piece.nodes)]
+    kinds = [op.kind for op in norm.program.ops]
+    assert "slice" not in kinds and kinds.count("matmul") == 1 and "square" in kinds
+    assert [tuple(o.shape) for o in norm.program.outputs] == [(4, 48)]
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
 
 
 def _two_parts_read_by_a_piece(rows):

@@ -126,14 +126,14 @@ def test_a_linear_view_moves_through_a_type_as_cast():
     assert sum(kinds(bp).count("matmul") for bp in cap.pieces) == 2
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
     # a cast to another device is no element-wise op: nothing moves through it
-    from mugraph.frontend.hoist import _pointwise
+    from mugraph.frontend.hoist import pointwise
     gm = torch.fx.symbolic_trace(lambda t: t)
     node = next(n for n in gm.graph.nodes if n.op == "placeholder")
     node.meta["val"] = torch.zeros(2)
     cast = gm.graph.call_function(aten._to_copy.default, (node,), {"dtype": torch.float16, "device": torch.device("meta")})
-    assert not _pointwise(cast)
+    assert not pointwise(cast)
     cast.kwargs = {"dtype": torch.float16, "layout": torch.strided, "device": torch.device("cpu")}
-    assert _pointwise(cast)
+    assert pointwise(cast)
     from mugraph.frontend.hoist import _same_device
     assert _same_device(torch.device("cuda"), torch.device("cuda:0"))
     assert not _same_device(torch.device("cuda:1"), torch.device("cuda:0"))

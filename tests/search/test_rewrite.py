@@ -398,6 +398,19 @@ def test_an_elementwise_kernel_with_a_lower_rank_input_lowers_and_matches_float6
     assert err < 2e-2
 
 
+def test_what_the_serial_start_found_stands_when_the_workers_find_nothing():
+    from types import SimpleNamespace
+
+    from search.derive import _search_piece
+
+    def run(program, cfg):
+        found = ["g"] if cfg.executor == "serial" else []
+        return SimpleNamespace(graphs=found, stats={"complete": False, "executor": cfg.executor})
+    cfg = SearchConfig(executor="processes", time_limit=6.0, progress=False)
+    res, _ = _search_piece(run, mg.Program("p"), cfg)
+    assert res.graphs == ["g"] and res.stats["executor"] == "serial"
+
+
 def test_a_composition_searches_its_small_pieces_in_this_process_first(monkeypatch):
     """A piece whose space a short serial search exhausts never starts the worker processes
     (their start cost more than the search: 1.5-3.8 s a piece on an H200 machine's 15 workers,

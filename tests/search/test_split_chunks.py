@@ -205,8 +205,12 @@ def test_an_estimate_that_fails_or_runs_out_of_time_keeps_the_key_order():
     assert [graph_key(p.graph) for p in splits([g], _match_all, stats, limit=4, estimate=broken)] == by_key
     assert stats["split_priced"] == 0
     stats = {}
-    late = splits([g], _match_all, stats, time.monotonic() - 1, limit=4, estimate=lambda h: 0.0)
-    assert stats["split_priced"] == 0 and [graph_key(p.graph) for p in late] == by_key
+    slow = lambda h: time.sleep(0.2) or 0.0  # noqa: E731 - one-line price
+    late = splits([g], _match_all, stats, time.monotonic() + 0.2, limit=4, estimate=slow)
+    assert stats["split_priced"] == 1 and [graph_key(p.graph) for p in late] == by_key
+    # a phase that starts past its deadline makes no variants at all
+    stats = {}
+    assert splits([g], _match_all, stats, time.monotonic() - 1, limit=4) == [] and stats["split_variants"] == 0
 
 
 def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order():

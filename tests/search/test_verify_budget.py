@@ -129,6 +129,18 @@ def test_fits_uses_the_median_cost():
     assert not budget.fits()
 
 
+def test_the_first_verification_on_a_gpu_runs_past_the_limit():
+    """Verifications here on a GPU cost 0.01–0.05 s: a search whose earlier phases ran to its
+    limit still verifies its cheapest candidate, and only that one."""
+    budget = VerifyCost(time.monotonic() - 1, first_past_end=True)
+    assert budget.fits()
+    src = verification.LocalVerdicts(_FakeChecker(0.0), budget)
+    cfg = SearchConfig(max_verify=None, verify_per_kernels=None, thread_graphs=False, progress=False)
+    _, st = verification.verify_best(verification.order(MATCHES), cfg, len(MATCHES), src)
+    assert st["verifications"] == 1 and st["verify_skipped_time"] == len(MATCHES) - 1
+    assert not VerifyCost(time.monotonic() - 1).fits()
+
+
 @pytest.mark.parametrize("field,value", [("max_verify", 0), ("verify_per_kernels", 0), ("verify_per_kernels", 1.5)])
 def test_budget_fields_are_checked(field, value):
     with pytest.raises(ConfigError, match=field):
