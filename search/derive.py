@@ -195,9 +195,15 @@ def _search_piece(run: Callable[[Program, SearchConfig], "SearchResult"], progra
     one core), and the worker processes cost more than searching it: on an H200 machine's
     15 workers the same pieces took 1.5–3.8 s each, of a decoder layer piece's 17 s share;
     and the 4 s the workers had left after a 2 s serial start found none of the two
-    projections' kernels that one core finds in 1.3 s."""
+    projections' kernels that one core finds in 1.3 s. A share that would leave the workers
+    less than :data:`WORKERS_MIN_S` is searched serially whole: LLaMA-3-8B's two projections,
+    with 5.3 s, went 2.7 s serially (the process's first search of those weights, its draws
+    made on the way) and 2.6 s on the workers, and found nothing; the same piece in the next
+    layer's process completed serially in 1.9 s."""
     t0 = time.monotonic()
     first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 2)
+    if cfg.time_limit is not None and cfg.time_limit - first < WORKERS_MIN_S:
+        cfg = replace(cfg, executor="serial")  # too little would be left to start the workers
     serial = None
     if cfg.executor != "serial":
         serial = run(program, replace(cfg, executor="serial", time_limit=first))
@@ -246,6 +252,8 @@ PIECE_ESTIMATE_SHARE = 0.2
 #: seconds a composition's piece is first searched in this process, serially, before its
 #: search on the worker processes (:func:`_search_piece`)
 SERIAL_FIRST_S = 3.0
+#: the least time left after the serial start worth starting the worker processes for
+WORKERS_MIN_S = 4.0
 
 
 def kernel_shape(g: KernelGraph) -> tuple:

@@ -406,9 +406,26 @@ def test_what_the_serial_start_found_stands_when_the_workers_find_nothing():
     def run(program, cfg):
         found = ["g"] if cfg.executor == "serial" else []
         return SimpleNamespace(graphs=found, stats={"complete": False, "executor": cfg.executor})
-    cfg = SearchConfig(executor="processes", time_limit=6.0, progress=False)
+    cfg = SearchConfig(executor="processes", time_limit=9.0, progress=False)
     res, _ = _search_piece(run, mg.Program("p"), cfg)
     assert res.graphs == ["g"] and res.stats["executor"] == "serial"
+
+
+def test_a_share_too_short_to_start_the_workers_is_searched_serially_whole():
+    from types import SimpleNamespace
+
+    from search.derive import _search_piece
+
+    calls = []
+
+    def run(program, cfg):
+        calls.append((cfg.executor, cfg.time_limit))
+        return SimpleNamespace(graphs=[], stats={"complete": False, "executor": cfg.executor})
+    _search_piece(run, mg.Program("p"), SearchConfig(executor="processes", time_limit=5.0, progress=False))
+    assert calls == [("serial", 5.0)]
+    calls.clear()
+    _search_piece(run, mg.Program("p"), SearchConfig(executor="processes", time_limit=9.0, progress=False))
+    assert [c[0] for c in calls] == ["serial", "processes"] and calls[0][1] == 3.0
 
 
 def test_a_composition_searches_its_small_pieces_in_this_process_first(monkeypatch):
