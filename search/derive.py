@@ -197,8 +197,8 @@ def _search_piece(run: Callable[[Program, SearchConfig], "SearchResult"], progra
     and the 4 s the workers had left after a 2 s serial start found none of the two
     projections' kernels that one core finds in 1.3 s. A share that would leave the workers
     less than :data:`WORKERS_MIN_S` is searched serially whole: LLaMA-3-8B's two projections,
-    with 5.3 s, went 2.7 s serially (the process's first search of those weights, its draws
-    made on the way) and 2.6 s on the workers, and found nothing; the same piece in the next
+    with 5.3 s, went 2.6 s serially (the process's first search of those weights, its draws
+    made on the way) and 2.6 s on the workers, and found nothing; the same piece in another
     layer's process completed serially in 1.9 s."""
     t0 = time.monotonic()
     first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 2)

@@ -275,7 +275,7 @@ def _slices_meet(slices: list[fx.Node]) -> bool:
                         return True
                     continue
                 reached[u] = i
-                if u.op == "call_function" and (u.target in VIEW_OPS or pointwise(u)):
+                if u.target in VIEW_OPS or pointwise(u):
                     todo.append(u)
     return False
 

@@ -288,23 +288,31 @@ def _covering_slices(n: fx.Node, members: set[fx.Node]) -> bool:
         return False
     spans, dims = [], set()
     for r in src.users:
-        if r.target != torch.ops.aten.slice.Tensor or any(u in members for u in r.users):
+        span = _slice_span(r, tuple(val.shape))
+        if span is None or any(u in members for u in r.users):
             return False
-        dim, start, end, step = (list(r.args) + [0, None, None, 1][len(r.args) - 1:])[1:5]
-        size = val.shape[dim]
-        if step != 1:
-            return False
-        start = 0 if start is None else start + size if start < 0 else start
-        end = size if end is None else min(end + size if end < 0 else end, size)
-        dims.add(dim % val.ndim)
-        spans.append((start, end))
-    spans.sort()
+        dims.add(span[0])
+        spans.append(span[1:])
     covered = 0
-    for start, end in spans:
+    for start, end in sorted(spans):
         if start > covered:
             return False
         covered = max(covered, end)
     return len(dims) == 1 and covered >= val.shape[dims.pop()]
+
+
+def _slice_span(r: fx.Node, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
+    """``(dim, start, end)`` of ``r`` if it is a step-1 ``aten.slice`` of a value of ``shape``
+    (negative and missing bounds resolved as torch does), else None."""
+    if r.op != "call_function" or r.target != torch.ops.aten.slice.Tensor:
+        return None
+    _, dim, start, end, step = (list(r.args) + [0, None, None, 1][len(r.args) - 1:])[:5]
+    if step != 1:
+        return None
+    size = shape[dim]
+    start = 0 if start is None else max(start + size, 0) if start < 0 else min(start, size)
+    end = size if end is None else max(end + size, 0) if end < 0 else min(end, size)
+    return dim % len(shape), start, end
 
 
 def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
@@ -328,6 +336,7 @@ def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
 
 
 def _contracting(n: fx.Node) -> bool:
+    """A matrix product (what a projection traces as)."""
     return n.target in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default, torch.ops.aten.addmm.default,
                         torch.ops.aten.matmul.default)
 
