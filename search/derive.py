@@ -342,13 +342,11 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
     the lowering's model, the key's first (64x4 + 16x4, 8.5 μs) 33rd by the model. An
     ``estimate`` that fails on a graph (it is outside what the lowering prices) leaves that
     graph at the back, in key order."""
-    global _LONGEST_PRICE_S
     priced: list[tuple[float, int, KernelGraph]] = []
     unpriced: list[KernelGraph] = []
-    # one price takes 0.1-2 s (the lowering tunes each kernel's configs): the next is not
-    # started when the longest seen in this process would end past `end`
-    for i, g in enumerate(graphs):
-        if end is not None and time.monotonic() + _LONGEST_PRICE_S > end:
+    longest = 0.0  # one price takes 0.1-0.2 s (the lowering tunes each kernel's configs):
+    for i, g in enumerate(graphs):  # the next is not started when the longest so far would end past `end`
+        if end is not None and time.monotonic() + longest > end:
             unpriced.append(g)
             continue
         t0 = time.monotonic()
@@ -356,14 +354,9 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
             priced.append((float(estimate(g)), i, g))
         except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
             unpriced.append(g)
-        _LONGEST_PRICE_S = max(_LONGEST_PRICE_S, time.monotonic() - t0)
+        longest = max(longest, time.monotonic() - t0)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
 
-
-#: the longest one price (``estimate``) has taken in this process: a search's pricing starts
-#: none it would carry past its share (a layer's pieces are searched one after another in one
-#: process; Phi-3-mini's gated projection spent 2.2 s of its split phase's 0.6 on one price)
-_LONGEST_PRICE_S = 0.0
 
 #: the cheapest matches whose kernels :func:`retiles` offers on other tiles
 MAX_RETILE_SOURCES = 8

@@ -213,23 +213,6 @@ def test_an_estimate_that_fails_or_runs_out_of_time_keeps_the_key_order():
     assert splits([g], _match_all, stats, time.monotonic() - 1, limit=4) == [] and stats["split_variants"] == 0
 
 
-def test_a_price_longer_than_the_window_seen_before_is_not_started(monkeypatch):
-    """The pricing remembers the longest price in its process: a later window shorter than
-    that starts none (one price of a large split variant took 2 s of a 0.6 s phase)."""
-    import time
-
-    from search import derive
-
-    g = _full_attention()
-    stats: dict = {}
-    derive.splits([g], _match_all, stats, time.monotonic() + 10, limit=4, estimate=lambda h: time.sleep(0.05) or 0.0)
-    assert stats["split_priced"] > 1 and derive._LONGEST_PRICE_S >= 0.05
-    monkeypatch.setattr(derive, "_LONGEST_PRICE_S", 5.0)
-    stats = {}
-    derive.splits([g], _match_all, stats, time.monotonic() + 2, limit=4, estimate=lambda h: 0.0)
-    assert stats["split_priced"] == 0
-
-
 def test_derived_candidates_take_turns_with_the_enumeration_in_their_own_order():
     """Within a kernel count the enumeration's matches and each kind of derived graph take
     turns; split proposals come in the order their derivation ranked them (the lowering's
