@@ -207,7 +207,7 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
     weight byte is still read once.
 
     Only where two of the slices meet again in an element-wise op (gate and up in
-    ``silu(gate) * up``; :func:`_slices_meet`): that is the fusion the fold opens. Parts
+    ``silu(gate) * up``; :func:`slices_meet`): that is the fusion the fold opens. Parts
     read apart — q, k and v, each going its own way to RoPE or the KV cache — stay slices
     of the one product, which a piece writes whole (the partition folds slices covering a
     piece's output off it, :func:`.partition.fold_views`). Folded, the piece held the
@@ -237,7 +237,7 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
         spans = sorted(sl[1:] for _, sl in slices)
         if any(e0 > s1 for (_, e0), (s1, _) in zip(spans, spans[1:])):
             continue  # overlapping slices would read those weight columns twice
-        if not _slices_meet([u for u, _ in slices]):
+        if not slices_meet([u for u, _ in slices]):
             continue
         for u, (_, start, end) in slices:
             with g.inserting_before(u):
@@ -259,7 +259,7 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
     return count
 
 
-def _slices_meet(slices: list[fx.Node]) -> bool:
+def slices_meet(slices: list[fx.Node]) -> bool:
     """Whether some op reads values computed from two of ``slices`` through views and
     element-wise ops alone (``silu(gate) * up`` reads both of gate/up's parts)."""
     reached: dict[fx.Node, int] = {}

@@ -32,7 +32,7 @@ import torch.fx as fx
 
 from ..core.ops import Category, category, is_elementwise, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES, VIEW_OPS
-from .capture import NodeInfo
+from .capture import NodeInfo, slices_meet
 
 
 
@@ -317,8 +317,8 @@ def _slice_span(r: fx.Node, shape: tuple[int, ...]) -> tuple[int, int, int] | No
 
 def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
     """The slices that cut a product (a matmul's, through views) into parts covering it,
-    read apart: q, k and v of a fused projection (:func:`.capture.fold_column_slices`
-    leaves them as slices). They stay outside every piece, as torch views of the product
+    read apart (:func:`.capture.slices_meet`): q, k and v of a fused projection
+    (:func:`.capture.fold_column_slices` leaves them as slices). They stay outside every piece, as torch views of the product
     the piece before them writes whole: inside, the piece would hold slices no block graph
     spells — the projection's piece grew through q's slice into its RoPE and could not be
     searched (Phi-3-mini)."""
@@ -329,9 +329,10 @@ def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
         src = n.args[0]
         while isinstance(src, fx.Node) and src.op == "call_function" and src.target in VIEW_OPS:
             src = src.args[0]
+        parts = list(n.args[0].users)
         if isinstance(src, fx.Node) and src.op == "call_function" and _contracting(src) \
-                and _covering_slices(n, set()):
-            out |= set(n.args[0].users)
+                and _covering_slices(n, set()) and not slices_meet(parts):
+            out |= set(parts)
     return out
 
 

@@ -114,6 +114,20 @@ def test_projections_left_to_torch_join_again():
     torch.testing.assert_close(kept(*xs), want)
 
 
+def test_parts_of_a_product_that_meet_again_stay_in_its_piece():
+    """Row halves of a product multiplied together meet again: their slices stay inside the
+    piece (run as its program, as any slice of a computed value), not cut out as views."""
+    def fn(x, w):
+        a, b = (x @ w).chunk(2, 0)
+        return a * b + 1
+    xs = r(4, 16), r(16, 8)
+    cap = from_torch(fn, *xs)
+    (bp,) = cap.pieces
+    kinds = [op.kind for op in bp.program.ops]
+    assert kinds.count("slice") == 2 and kinds.count("matmul") == 1
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
 def _read_apart(x, w):
     """A fused projection's parts read apart (q, k, v: one each to its own use), cut by
     slicing as Phi-3 writes it."""
