@@ -115,10 +115,10 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
                           max_kernel_ops=1, time_limit=share - pricing, verify_reserve=0.0,
                           max_results=PIECE_RESULTS * (1 if estimate is None else SHORTLIST),
                           forloop_ranges=tuple(loops))
-            res, seconds = _search_piece(run, piece.program, sub)
+            res, seconds, serial_s = _search_piece(run, piece.program, sub)
             stats[f"piece{i}"] = {"seconds": seconds, "matches": res.stats["num_graphs"],
                                   "complete": res.stats["complete"], "loop_free_only": not loops,
-                                  "executor": res.stats["executor"]}
+                                  "executor": res.stats["executor"], "serial_first_s": serial_s}
             graphs = _piece_graphs(res.graphs, estimate, time.monotonic() + pricing, stats[f"piece{i}"])
             if graphs:
                 break
@@ -185,36 +185,38 @@ def _piece_graphs(graphs: list[KernelGraph], estimate: Optional[Callable[[Kernel
 
 
 def _search_piece(run: Callable[[Program, SearchConfig], "SearchResult"], program: Program,
-                  cfg: SearchConfig) -> tuple["SearchResult", float]:
+                  cfg: SearchConfig) -> tuple["SearchResult", float, Optional[float]]:
     """A composition's piece searched: in this process first, serially, for up to
-    :data:`SERIAL_FIRST_S` (its share of ``cfg.time_limit`` at most a half), then — when that
-    did not search its space to completion — on ``cfg``'s executor for the rest of its time;
-    when the workers find nothing, what the serial search found stands. Returns the result
-    and the seconds both took. Why: a piece's space is small (an RMSNorm's statistics, a
-    product with its residual, two projections of one activation: complete in 0.03–1.5 s on
-    one core), and the worker processes cost more than searching it: on an H200 machine's
-    15 workers the same pieces took 1.5–3.8 s each, of a decoder layer piece's 17 s share;
-    and the 4 s the workers had left after a 2 s serial start found none of the two
-    projections' kernels that one core finds in 1.3 s. A share that would leave the workers
-    less than :data:`WORKERS_MIN_S` is searched serially whole: LLaMA-3-8B's two projections,
-    with 5.3 s, went 2.6 s serially (the process's first search of those weights, its draws
-    made on the way) and 2.6 s on the workers, and found nothing; the same piece in another
-    layer's process completed serially in 1.9 s."""
+    :data:`SERIAL_FIRST_S` (its share of ``cfg.time_limit`` at most a half), then — when
+    that did not search its space to completion — on ``cfg``'s executor for the rest of its
+    time; when the workers find nothing, what the serial search found stands. Returns the
+    result, the seconds both took and those of a serial start the workers followed (None:
+    none). Why: a piece's space is small (an RMSNorm's statistics, a product with its
+    residual, two projections of one activation: complete in 0.03–1.5 s on one core), and
+    the worker processes cost more than searching it: on an H200 machine's 15 workers the
+    same pieces took 1.5–3.8 s each, of a decoder layer piece's 17 s share; and the 4 s the
+    workers had left after a 2 s serial start found none of the two projections' kernels
+    that one core finds in 1.3 s. A share that would leave the workers less than
+    :data:`WORKERS_MIN_S` is searched serially whole: LLaMA-3-8B's two projections, with
+    5.3 s, went 2.6 s serially (the process's first search of those weights, its draws made on
+    the way) and 2.6 s on the workers, and found nothing; the same piece in another layer's
+    process completed serially in 1.9 s."""
     t0 = time.monotonic()
     first = SERIAL_FIRST_S if cfg.time_limit is None else min(SERIAL_FIRST_S, cfg.time_limit / 2)
     if cfg.time_limit is not None and cfg.time_limit - first < WORKERS_MIN_S:
         cfg = replace(cfg, executor="serial")  # too little would be left to start the workers
-    serial = None
+    serial, serial_s = None, None
     if cfg.executor != "serial":
         serial = run(program, replace(cfg, executor="serial", time_limit=first))
         if serial.stats["complete"]:
-            return serial, round(time.monotonic() - t0, 3)
-        left = None if cfg.time_limit is None else max(0.5, cfg.time_limit - (time.monotonic() - t0))
+            return serial, round(time.monotonic() - t0, 3), None
+        serial_s = round(time.monotonic() - t0, 3)
+        left = None if cfg.time_limit is None else max(0.5, cfg.time_limit - serial_s)
         cfg = replace(cfg, time_limit=left)
     res = run(program, cfg)
     if serial is not None and serial.graphs and not res.graphs:
         res = serial
-    return res, round(time.monotonic() - t0, 3)
+    return res, round(time.monotonic() - t0, 3), serial_s
 
 
 def _past(deadline: Optional[float]) -> bool:

@@ -316,12 +316,12 @@ def _slice_span(r: fx.Node, shape: tuple[int, ...]) -> tuple[int, int, int] | No
 
 
 def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
-    """The slices that cut a product (a matmul's, through views) into parts covering it,
-    read apart (:func:`.capture.slices_meet`): q, k and v of a fused projection
-    (:func:`.capture.fold_column_slices` leaves them as slices). They stay outside every piece, as torch views of the product
-    the piece before them writes whole: inside, the piece would hold slices no block graph
-    spells — the projection's piece grew through q's slice into its RoPE and could not be
-    searched (Phi-3-mini)."""
+    """The slices that cut a product (a matmul's, through views) into parts covering it, read
+    apart (:func:`.capture.slices_meet`): q, k and v of a fused projection
+    (:func:`.capture.fold_column_slices` leaves them as slices). They stay outside every
+    piece, as torch views of the product the piece before them writes whole: inside, the
+    piece would hold slices no block graph spells — the projection's piece grew through q's
+    slice into its RoPE and could not be searched (Phi-3-mini)."""
     out: set[fx.Node] = set()
     for n in order:
         if n.op != "call_function" or n.target != torch.ops.aten.slice.Tensor or n in out:

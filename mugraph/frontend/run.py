@@ -580,10 +580,13 @@ def search_digest(stats: dict) -> dict[str, Any]:
 
 def _piece_how(p: dict) -> str:
     """How a composition's piece was answered, for :func:`search_digest`: searched to
-    completion or not, serially in the search's process or on its workers, or built."""
+    completion or not, serially in the search's process or on its workers (and after how
+    long a serial start), or built."""
     how = ["built" if p.get("constructed") else "complete" if p.get("complete") else ""]
     if p.get("executor") and not p.get("constructed"):
-        how.append(p["executor"])
+        after = p.get("serial_first_s")
+        how.append(p["executor"] + (f" after {after:.3g} s serial" if after is not None and p["executor"] != "serial"
+                                    else ""))
     how = [h for h in how if h]
     return f" ({', '.join(how)})" if how else ""
 

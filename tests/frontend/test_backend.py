@@ -379,7 +379,7 @@ def test_search_digest_says_where_a_pieces_time_went():
     stats = {"phase_started": {"pieces": 0.05, "search": 6.7, "verify": 27.7},
              "derived": {"pieces": [{}, {}, {}],
                          "piece0": {"seconds": 1.4, "matches": 3, "complete": True, "executor": "serial"},
-                         "piece1": {"seconds": 4.6, "matches": 1, "executor": "processes"},
+                         "piece1": {"seconds": 4.6, "matches": 1, "executor": "processes", "serial_first_s": 2.61},
                          "piece2": {"seconds": 0.0, "matches": 1, "complete": True, "constructed": True},
                          "composed_graphs": 8, "composed_matches": 2,
                          "split_variants": 32, "split_matches": 8, "split_priced": 20, "split_fingerprinted": 12,
@@ -388,7 +388,8 @@ def test_search_digest_says_where_a_pieces_time_went():
              "verify_seconds_median": 0.2}
     d = search_digest(stats)
     assert d["phases_started"] == "pieces 0.05, search 6.7, verify 27.7"
-    assert d["composed"] == ("piece 0: 3 in 1.4 s (complete, serial); piece 1: 1 in 4.6 s (processes); "
+    assert d["composed"] == ("piece 0: 3 in 1.4 s (complete, serial); "
+                             "piece 1: 1 in 4.6 s (processes after 2.61 s serial); "
                              "piece 2: 1 in 0 s (built); 2 of 8 composed matched")
     assert d["variants"] == "split 8/32 (20 priced, 12 fingerprinted, 1.2 s), retile 4/36 (0.3 s)"
     assert d["verify_s_median"] == 0.2 and d["warm_up_s"] is None

@@ -407,8 +407,8 @@ def test_what_the_serial_start_found_stands_when_the_workers_find_nothing():
         found = ["g"] if cfg.executor == "serial" else []
         return SimpleNamespace(graphs=found, stats={"complete": False, "executor": cfg.executor})
     cfg = SearchConfig(executor="processes", time_limit=9.0, progress=False)
-    res, _ = _search_piece(run, mg.Program("p"), cfg)
-    assert res.graphs == ["g"] and res.stats["executor"] == "serial"
+    res, _, serial_s = _search_piece(run, mg.Program("p"), cfg)
+    assert res.graphs == ["g"] and res.stats["executor"] == "serial" and serial_s is not None
 
 
 def test_a_share_too_short_to_start_the_workers_is_searched_serially_whole():
