@@ -53,8 +53,7 @@ def sequential(checker) -> Fingerprint:
         out: list[Optional[bool]] = []
         for g in graphs:
             try:
-                out.append(None if end is not None and time.monotonic() > end
-                           else checker.fingerprint_matches(g, stop_at=end))
+                out.append(None if _past(end) else checker.fingerprint_matches(g, stop_at=end))
             except EvaluationStopped:
                 out.append(None)
         return out

@@ -147,18 +147,28 @@ def _val(n: Any):
     return n.meta.get("val") if isinstance(n, fx.Node) else None
 
 
-def _slice_of(n: Any, dim_size: int) -> tuple[fx.Node, int, int] | None:
-    """``(x, start, end)`` if ``n`` is ``x[..., start:end]`` on the last dim, step 1."""
+def slice_span(n: Any) -> tuple[fx.Node, int, int, int] | None:
+    """``(x, dim, start, end)`` if ``n`` is a step-1 ``aten.slice`` of ``x``: ``dim``
+    non-negative, the bounds resolved against ``x``'s size as torch resolves them (negative
+    from the end, clamped to the dim)."""
     if not (isinstance(n, fx.Node) and n.op == "call_function" and n.target == aten.slice.Tensor):
         return None
-    args = list(n.args) + [None, 0, None, None, 1][len(n.args):]
-    x, dim, start, end, step = args[:5]
+    x, dim, start, end, step = (list(n.args) + [None, 0, None, None, 1][len(n.args):])[:5]
     v = _val(x)
-    if v is None or v.ndim == 0 or dim % v.ndim != v.ndim - 1 or step != 1:
+    if v is None or v.ndim == 0 or step != 1:
         return None
-    start = 0 if start is None else start
-    end = dim_size if end is None else min(end, dim_size)
-    return x, start % dim_size if start < 0 else start, end % dim_size if end < 0 else end
+    size = v.shape[dim]
+    start = 0 if start is None else max(start + size, 0) if start < 0 else min(start, size)
+    end = size if end is None else max(end + size, 0) if end < 0 else min(end, size)
+    return x, dim % v.ndim, start, end
+
+
+def _slice_of(n: Any) -> tuple[fx.Node, int, int] | None:
+    """``(x, start, end)`` if ``n`` is ``x[..., start:end]`` on the last dim, step 1."""
+    span = slice_span(n)
+    if span is None or span[1] != _val(span[0]).ndim - 1:
+        return None
+    return span[0], span[2], span[3]
 
 
 def fold_rotate_half(gm: fx.GraphModule) -> int:
@@ -175,7 +185,7 @@ def fold_rotate_half(gm: fx.GraphModule) -> int:
         first, second = n.args[0]
         if not (first.op == "call_function" and first.target == aten.neg.default):
             continue
-        hi, lo = _slice_of(first.args[0], d), _slice_of(second, d)
+        hi, lo = _slice_of(first.args[0]), _slice_of(second)
         if hi is None or lo is None or hi[0] is not lo[0] or d % 2 or hi[1:] != (d // 2, d) or lo[1:] != (0, d // 2):
             continue
         with gm.graph.inserting_before(n):
@@ -231,7 +241,7 @@ def fold_column_slices(gm: fx.GraphModule) -> int:
             views = [readers[0]]
             readers = list(readers[0].users)
         top = views[-1] if views else m
-        slices = [(u, _slice_of(u, n_cols)) for u in readers]
+        slices = [(u, _slice_of(u)) for u in readers]
         if not readers or any(sl is None or sl[0] is not top for _, sl in slices):
             continue
         spans = sorted(sl[1:] for _, sl in slices)

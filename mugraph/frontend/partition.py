@@ -32,7 +32,7 @@ import torch.fx as fx
 
 from ..core.ops import Category, category, is_elementwise, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES, VIEW_OPS
-from .capture import NodeInfo, slices_meet
+from .capture import NodeInfo, slice_span, slices_meet
 
 
 
@@ -288,31 +288,17 @@ def _covering_slices(n: fx.Node, members: set[fx.Node]) -> bool:
         return False
     spans, dims = [], set()
     for r in src.users:
-        span = _slice_span(r, tuple(val.shape))
+        span = slice_span(r)
         if span is None or any(u in members for u in r.users):
             return False
-        dims.add(span[0])
-        spans.append(span[1:])
+        dims.add(span[1])
+        spans.append(span[2:])
     covered = 0
     for start, end in sorted(spans):
         if start > covered:
             return False
         covered = max(covered, end)
     return len(dims) == 1 and covered >= val.shape[dims.pop()]
-
-
-def _slice_span(r: fx.Node, shape: tuple[int, ...]) -> tuple[int, int, int] | None:
-    """``(dim, start, end)`` of ``r`` if it is a step-1 ``aten.slice`` of a value of ``shape``
-    (negative and missing bounds resolved as torch does), else None."""
-    if r.op != "call_function" or r.target != torch.ops.aten.slice.Tensor:
-        return None
-    _, dim, start, end, step = (list(r.args) + [0, None, None, 1][len(r.args) - 1:])[:5]
-    if step != 1:
-        return None
-    size = shape[dim]
-    start = 0 if start is None else max(start + size, 0) if start < 0 else min(start, size)
-    end = size if end is None else max(end + size, 0) if end < 0 else min(end, size)
-    return dim % len(shape), start, end
 
 
 def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
@@ -323,9 +309,11 @@ def _parts_of_products(order: list[fx.Node]) -> set[fx.Node]:
     piece would hold slices no block graph spells — the projection's piece grew through q's
     slice into its RoPE and could not be searched (Phi-3-mini)."""
     out: set[fx.Node] = set()
+    seen: set[fx.Node] = set()  # the values whose slices were looked at (each once)
     for n in order:
-        if n.op != "call_function" or n.target != torch.ops.aten.slice.Tensor or n in out:
+        if n.op != "call_function" or n.target != torch.ops.aten.slice.Tensor or n.args[0] in seen:
             continue
+        seen.add(n.args[0])
         src = n.args[0]
         while isinstance(src, fx.Node) and src.op == "call_function" and src.target in VIEW_OPS:
             src = src.args[0]

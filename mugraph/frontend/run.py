@@ -582,12 +582,12 @@ def _piece_how(p: dict) -> str:
     """How a composition's piece was answered, for :func:`search_digest`: searched to
     completion or not, serially in the search's process or on its workers (and after how
     long a serial start), or built."""
-    how = ["built" if p.get("constructed") else "complete" if p.get("complete") else ""]
-    if p.get("executor") and not p.get("constructed"):
-        after = p.get("serial_first_s")
-        how.append(p["executor"] + (f" after {after:.3g} s serial" if after is not None and p["executor"] != "serial"
-                                    else ""))
-    how = [h for h in how if h]
+    if p.get("constructed"):
+        return " (built)"
+    how = ["complete"] if p.get("complete") else []
+    executor, after = p.get("executor"), p.get("serial_first_s")
+    if executor:
+        how.append(executor if after is None or executor == "serial" else f"{executor} after {after:.3g} s serial")
     return f" ({', '.join(how)})" if how else ""
 
 
