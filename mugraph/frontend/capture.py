@@ -188,6 +188,8 @@ def fold_rotate_half(gm: fx.GraphModule) -> int:
         hi, lo = _slice_of(first.args[0]), _slice_of(second)
         if hi is None or lo is None or hi[0] is not lo[0] or d % 2 or hi[1:] != (d // 2, d) or lo[1:] != (0, d // 2):
             continue
+        if _val(hi[0]).shape[-1] != d:  # halves of a window of x, not of x: not x's rotate-half
+            continue
         with gm.graph.inserting_before(n):
             r = gm.graph.call_function(rotate_half, (hi[0],))
         r.meta = dict(n.meta)

@@ -174,3 +174,15 @@ def test_from_torch_is_a_public_name_of_mugraph():
     assert "from_torch" in mg.__all__ and "from_torch" in dir(mg)
     cap = mg.from_torch(lambda x, w: torch.exp(x @ w.t()) * 2, r(4, 8), r(6, 8), min_ops=0)
     assert len(cap.pieces) == 1 and cap.library == cap.pieces[0].piece.views
+
+
+def test_halves_of_a_window_are_not_the_rotate_half_of_the_whole():
+    """``cat([-x[..., 4:8], x[..., :4]])`` of a 16-wide ``x`` rotates its first 8 columns, not
+    ``x``: it is not replaced by ``rotate_half(x)`` (which had made the capture's product
+    (2, 16) @ (8, 8))."""
+    def fn(x, w):
+        return torch.cat([-x[..., 4:8], x[..., :4]], -1) @ w
+    xs = torch.randn(2, 16), torch.randn(8, 8)
+    cap = from_torch(fn, *xs)
+    assert not any(n.target is rotate_half for n in cap.graph_module.graph.nodes)
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
