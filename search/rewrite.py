@@ -303,12 +303,9 @@ def split_chunks(blocks: int, forloop: int, sms: int = GPU_SMS) -> list[int]:
     ``blocks × chunks`` reach three quarters of the SMs (the most there are when none
     does); the proposals are ``fill / 4``, ``fill / 2``, ``fill`` and ``2 · fill`` —
     coarser splits keep longer loops per block and smaller partials, the finer one a
-    second wave — each rounded up to the next divisor of the loop, among those that leave
-    at most :data:`MAX_SPLIT_BLOCKS` blocks. Rounded, not dropped: a loop of 8,448 keys in
-    64-key steps (132 = 4 · 3 · 11) has no 8-way split, and without the 11-way one a
-    32-head decode kept one block per SM, too few loads in flight for the copy bandwidth.
-    A kernel with enough blocks already gets only the coarsest split, 2, and only while
-    its grid is short of one full wave (96 blocks on 132 SMs), else nothing."""
+    second wave — those that divide the loop and leave at most :data:`MAX_SPLIT_BLOCKS`
+    blocks. A kernel with enough blocks already gets only the coarsest split, 2, and only
+    while its grid is short of one full wave (96 blocks on 132 SMs), else nothing."""
     divs = [s for s in range(2, forloop + 1) if forloop % s == 0 and blocks * s <= MAX_SPLIT_BLOCKS]
     if not divs:
         return []
@@ -316,8 +313,7 @@ def split_chunks(blocks: int, forloop: int, sms: int = GPU_SMS) -> list[int]:
     if blocks >= want:
         return [2] if blocks < sms and 2 in divs else []
     fill = next((s for s in divs if blocks * s >= want), divs[-1])
-    rounded = (next((s for s in divs if s >= t), None) for t in (fill // 4, fill // 2, fill, 2 * fill) if t >= 2)
-    return sorted({s for s in rounded if s is not None})
+    return sorted({s for s in (fill // 4, fill // 2, fill, 2 * fill) if s in divs})
 
 
 #: the most blocks a split-loop variant's first kernel may have

@@ -24,14 +24,6 @@ def test_variants_not_predicted_faster_than_their_source_are_not_proposed():
     assert split_variants(g) and splits([g], None, {}) == []
 
 
-def test_chunks_round_up_to_divisors_of_the_loop():
-    # 32 blocks (one per head), 132 steps (8,448 keys in 64-key steps): 4 chunks fill 128
-    # >= 99; 8 does not divide 132, so the second wave's proposal rounds up to 11
-    assert split_chunks(32, 132) == [2, 4, 11]
-    # 36 steps (2,304 keys): 8 rounds up to 9
-    assert split_chunks(32, 36) == [2, 4, 9]
-
-
 def test_chunks_follow_the_sm_count():
     assert split_chunks(2, 64, sms=16) == [2, 4, 8, 16]     # 8 chunks fill 12 of 16
     assert split_chunks(2, 64, sms=40) == [4, 8, 16, 32]    # 16 chunks fill 30 of 40

@@ -216,3 +216,40 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split(monkeypatch):
     assert credited.cost == (1, best, *own[2:])
     assert state.dstats["split_credited"] == 1 and state.dstats["split_matches"] >= 1
     assert order(matches)[0] is credited
+
+
+def test_the_tile_variants_keep_half_of_the_split_phase(monkeypatch):
+    """The split variants take at most half of the phase's share: with fingerprints slow
+    enough to use the whole share, the tile variants (which spread a few-block kernel over
+    the grid) are still made and proposed."""
+    import time
+
+    from search.candidates import split_loops
+    from search.records import Match
+    from search.run_state import RunState
+    from search.enumerate import signature
+    from mugraph.core.serialize import graph_to_json
+
+    p = programs.gqa(1, queries=16, head_dim=16, kv=4096)
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((2, 1, 1), 256)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
+    state = RunState.start(p, SearchConfig(workers=1, executor="serial", time_limit=4.0, progress=False))
+    state.estimate = lambda h: cost_key(h)[1]
+
+    def slow_fingerprint(h, stop_at=None):  # a fingerprint at full shapes takes tenths of a second
+        time.sleep(0.3)
+        return True
+
+    monkeypatch.setattr(state.checker, "fingerprint_matches", slow_fingerprint)
+    matches = [Match(tuple(cost_key(g)), 0, 0, graph_to_json(g), signature(g), "enumeration")]
+    split_loops(state, matches)
+    stats = state.dstats
+    # the split variants' fingerprints stop at half of the phase's share (a quarter of 4 s);
+    # with the whole share they ran to its end and the tile variants got none
+    assert 1 <= stats["split_fingerprinted"] < 4 and stats["split_s"] < 0.8
+    assert stats["retile_variants"] >= 1 and stats["retile_matches"] >= 1
