@@ -438,6 +438,22 @@ def start_run(args) -> Run:
                args.time_limit if args.time_limit is not None else FrontendOptions().time_limit)
 
 
+def source_commit() -> str | None:
+    """The commit of the source tree these measurements ran, ``-dirty`` when its tracked
+    files differ from it (the tables cite it); None outside a git checkout."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10, check=True).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
 def fmt(v, spec: str) -> str:
     """``v`` formatted for a table cell, or "—" when it is not a number (not measured)."""
     return format(v, spec) if isinstance(v, (int, float)) else "—"

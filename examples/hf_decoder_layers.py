@@ -41,10 +41,14 @@ Bounded: each search gets ``--time-limit`` s (default: the backend's), cut to th
 of ``--graph-budget`` (the backend's ``graph_budget``), no search starts
 after ``--row-budget`` s of a row, and a row is stopped after ``--row-timeout`` s. A family
 this transformers lacks, or a compile that fails, gives a row with the one-line error.
-Writes ``layers.json`` and ``table.md`` under ``--out``.
+Writes ``layers.json`` (its header names the commit and the date) and ``table.md`` under
+``--out``. Rows run apart — one process per GPU, or rows re-run after a change — become one
+table with ``--merge``, each row beside the commit its run recorded, with the geomean over
+all of them and the rows below 1.1×.
 
     python examples/hf_decoder_layers.py --out out/layers --cache out/layers-cache          # GPU
     python examples/hf_decoder_layers.py --small --device cpu --out /tmp/layers --kv 64 --tokens 1 --time-limit 5
+    python examples/hf_decoder_layers.py --out out/all --merge out/gpu0/layers.json out/gpu1/layers.json
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -99,7 +104,13 @@ def main() -> int:
                     help="GPU: also profile each variant kernel by kernel (torch.profiler, no CUDA graph): "
                          "kernels per step, their summed time and the largest, into layers.json and the log")
     ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines (searches, verdicts)")
+    ap.add_argument("--merge", nargs="+", default=None, metavar="LAYERS_JSON",
+                    help="measure nothing: print one table of the rows of these layers.json files (runs "
+                         "split over GPUs or processes), each row with the commit its run recorded, "
+                         "and write it to OUT/table.md")
     args = ap.parse_args()
+    if args.merge:
+        return merge(args.merge, Path(args.out))
     run = L.start_run(args)
     import torch
     import transformers
@@ -119,7 +130,8 @@ def main() -> int:
                              if args.kv_cache == "static" else "fixed past (PastKV: cat, no write-back)"),
               "sizes": "tiny (--small)" if args.small else "public", "time_limit_s": time_limit,
               "row_budget_s": args.row_budget, "mugraph_inductor": inductor,
-              "transformers": transformers.__version__, "torch": torch.__version__}
+              "transformers": transformers.__version__, "torch": torch.__version__,
+              "commit": L.source_commit(), "date": time.strftime("%Y-%m-%d", time.gmtime())}
     print(f"# decoder layers on {dev_name}, {header['dtype']}, {header['sizes']} sizes; {timing}; "
           f"copy bandwidth {bw / 1e9:.0f} GB/s; attention {args.attn}; search ≤ {time_limit:g} s a piece")
 
@@ -342,6 +354,42 @@ def format_table(rows, header, geo) -> str:
     lines += ["", f"Geomean of × compile (torch.compile μs / mugraph μs) over {sum('x_compile' in r for r in rows)} "
               f"rows: {L.fmt(geo, '.3f')}{'×' if geo else ''}"]
     return "\n".join(lines)
+
+
+def merge(files: list[str], out: Path) -> int:
+    """One table of the rows of several ``layers.json`` files, ordered by family, cached
+    tokens and new tokens: each row with its run's commit (``tree``), the geomean of × compile
+    over all of them, and the rows below 1.1× (the decode-step target's bar)."""
+    rows = []
+    for f in files:
+        try:
+            d = json.loads(Path(f).read_text())
+            head, found = d["header"], d["rows"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"--merge: {f} is not a layers.json of this script ({type(e).__name__}: {e})", file=sys.stderr)
+            return 2
+        rows += [dict(r, tree=head.get("commit") or "—", device=head.get("device", "—")) for r in found]
+    order = {name: i for i, name in enumerate(L.FAMILIES)}
+    rows.sort(key=lambda r: (order.get(r.get("family"), len(order)), r.get("kv", 0), r.get("tokens", 0)))
+    lines = L.table_head(["layer", "tokens", "cached", "tree", "device", "eager μs", "torch.compile μs",
+                          "mugraph μs", "× compile", "floor μs", "mugraph / floor", "cold s", "warm s"])
+    for r in rows:
+        lines.append(f"| {r.get('layer', '—')} | {r.get('tokens', '—')} | {r.get('kv', '—')} | {r['tree']} "
+                     f"| {r['device']} | {L.fmt(r.get('eager_us'), '.1f')} | {L.fmt(r.get('compile_us'), '.1f')} "
+                     f"| {L.fmt(r.get('mugraph_us'), '.1f')} | {L.fmt(r.get('x_compile'), '.2f')} "
+                     f"| {L.fmt(r.get('floor_us'), '.1f')} | {L.fmt(r.get('x_floor'), '.2f')} "
+                     f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} |")
+    xs = [r["x_compile"] for r in rows if isinstance(r.get("x_compile"), float)]
+    geo = math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    low = [f"{r['layer']} {r['tokens']}×{r['kv']} ({r['x_compile']:.2f}×)" for r in rows
+           if isinstance(r.get("x_compile"), float) and r["x_compile"] < 1.1]
+    lines += ["", f"Geomean of × compile over {len(xs)} rows: {L.fmt(geo, '.3f')}{'×' if geo else ''}; "
+              f"rows below 1.1×: {', '.join(low) or 'none'}"]
+    table = "\n".join(lines)
+    print(table)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table + "\n")
+    return 0
 
 
 if __name__ == "__main__":

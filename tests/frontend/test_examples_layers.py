@@ -44,6 +44,35 @@ def test_a_failed_row_prints():
     assert "build: ImportError: x" in text and "| 2.00× |" in text and "2.000×" in text
 
 
+def test_runs_split_over_processes_merge_into_one_table(tmp_path, capsys):
+    """``--merge``: the rows of several runs' layers.json in one table, ordered by family,
+    keys and tokens, each with its run's commit; the geomean over all and the rows below
+    1.1× named; a file that is not a layers.json is a one-line error, not a traceback."""
+    import json
+
+    def run(commit, *rows):
+        f = tmp_path / f"{commit}.json"
+        f.write_text(json.dumps({"header": {"commit": commit, "device": "NVIDIA H200"}, "rows": list(rows)}))
+        return str(f)
+
+    a = run("abc1234", {"family": "gemma", "layer": "Gemma-2B", "tokens": 1, "kv": 2048, "x_compile": 1.05})
+    b = run("def5678-dirty", {"family": "llama", "layer": "LLaMA-3-8B", "tokens": 8, "kv": 2048, "x_compile": 2.0},
+            {"family": "llama", "layer": "LLaMA-3-8B", "tokens": 1, "kv": 2048, "x_compile": 1.2})
+    assert H.merge([a, b], tmp_path / "out") == 0
+    table = (tmp_path / "out" / "table.md").read_text()
+    body = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [line.split(" | ")[0:4] for line in body] == [
+        ["| LLaMA-3-8B", "1", "2048", "def5678-dirty"], ["| LLaMA-3-8B", "8", "2048", "def5678-dirty"],
+        ["| Gemma-2B", "1", "2048", "abc1234"]]
+    assert "over 3 rows: 1.361×" in table and "rows below 1.1×: Gemma-2B 1×2048 (1.05×)" in table
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    capsys.readouterr()
+    assert H.merge([str(bad)], tmp_path / "out") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json is not a layers.json" in err
+
+
 @pytest.mark.parametrize("family", ["llama", "gemma"])
 def test_a_static_cache_step_matches_the_concatenated_past(family):
     """The static cache (fixed-capacity buffers written in place, an additive mask over the
