@@ -6,7 +6,9 @@ computation in one thread block, which a compositional search returns when its p
 searches found that form first (an RMSNorm feeding two projections of a decoder layer,
 composed on a CPU: one block looping 256 times over K, priced 20.4 μs where its columns
 could be spread over the GPU's SMs) — has no axis to halve or double. This module gives
-such a kernel a new grid axis over dims that are independent rows of its work.
+such a kernel a new grid axis over dims that are independent rows of its work — and a
+kernel on a grid whose blocks each re-read more than the grid cuts (:func:`rereads_dominate`),
+joined into one block first (:func:`joined`).
 
 Which iterators and savers the new axis cuts is decided by a dim-flow analysis of the
 block graph (:func:`grid_assignments`), generic over the catalog's dim maps
@@ -99,23 +101,25 @@ def grid_assignments(bg: BlockGraph) -> list[tuple[dict[int, int], list[int]]]:
 
 
 def introduce_grid(g: KernelGraph, op_id: int, cuts: dict[int, int], saved: list[int],
-                   blocks: int) -> Optional[KernelGraph]:
+                   blocks: int, join: bool = False) -> Optional[KernelGraph]:
     """Kernel ``op_id`` with ``blocks`` blocks along its first free grid axis, which cuts the
     iterators of ``cuts`` (block op id -> dim) and each saver ``i`` along ``saved[i]``; every
-    op replayed unchanged (None if the IR rejects the result)."""
+    op replayed unchanged (None if the IR rejects the result). ``join``: the kernel's grid
+    is joined into one block first (:func:`joined`), the new axis its only one."""
     op = g.ops[op_id]
     if op.kind != GD or blocks < 2:
         return None
     bg: BlockGraph = op.attrs["block"]
-    a = _free_axis(bg)
+    a = 0 if join else _free_axis(bg)
     if a is None:
         return None
 
     def with_axis(m: tuple, d: Optional[int]) -> tuple:
-        return tuple(d if k == a else x for k, x in enumerate(m))
+        return tuple(d if k == a else (None if join else x) for k, x in enumerate(m))
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
-        k = BlockGraph(with_axis(tuple(bg.grid), blocks), bg.forloop)
+        grid = tuple(blocks if k == a else (1 if join else n) for k, n in enumerate(bg.grid))
+        k = BlockGraph(grid, bg.forloop)
         tm = _replay_ops(bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]),
                                                   with_axis(o.attrs["imap"], cuts.get(o.id)), o.attrs["fmap"]))
         for sv, d in zip(bg.savers, saved):
@@ -126,6 +130,19 @@ def introduce_grid(g: KernelGraph, op_id: int, cuts: dict[int, int], saved: list
         return rebuild(g, replace={(op_id, None): build}, name=g.name)
     except MugraphError:
         return None
+
+
+def joined(bg: BlockGraph) -> BlockGraph:
+    """``bg`` as one block — every grid axis of one block and mapping nothing, the loop and
+    every op kept — for :func:`grid_assignments` to analyse: each tile then covers the dims
+    the grid had cut. Not a kernel of any graph (its tiles may exceed shared memory until
+    :func:`introduce_grid` spreads it again)."""
+    none = (None,) * len(bg.grid)
+    k = BlockGraph((1,) * len(bg.grid), bg.forloop)
+    tm = _replay_ops(bg, k, lambda o: k.input(bg.sources[o.attrs["source"]], none, o.attrs["fmap"]))
+    for sv in bg.savers:
+        k.output(tm[sv.tensor], none)
+    return k
 
 
 def _block_counts(bg: BlockGraph, cuts: dict[int, int]) -> list[int]:
@@ -139,20 +156,51 @@ def _block_counts(bg: BlockGraph, cuts: dict[int, int]) -> list[int]:
     return sorted({n // c for c in COARSER if n // c >= 2}, reverse=True)
 
 
+def rereads_dominate(bg: BlockGraph) -> bool:
+    """Whether ``bg``'s blocks spend more bytes reading inputs that every block reads whole
+    (no grid axis in use cuts them) than reading the inputs the grid cuts: a grid over a few
+    rows of activations (eight new tokens, a block each) whose blocks each read a whole
+    weight matrix — eight times the weight's bytes, where a grid over the weight's columns
+    reads it once."""
+    used = [a for a, n in enumerate(bg.grid) if n > 1]
+    whole = cut = 0
+    for o in bg.ops:
+        if o.kind != "iterator":
+            continue
+        nbytes = bg.sources[o.attrs["source"]].nbytes
+        if all(o.attrs["imap"][a] is None for a in used):
+            whole += nbytes * (bg.num_blocks - 1)
+        else:
+            cut += nbytes
+    return whole > cut
+
+
 def grid_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[KernelGraph]:
     """Every kernel of ``g`` with a free grid axis spread over blocks: each assignment of
     :func:`grid_assignments` at each count of :func:`_block_counts` — where every tile fits
-    ``smem_budget`` (None: no bound), as :func:`search.rewrite.tile_variants`' do."""
+    ``smem_budget`` (None: no bound), as :func:`search.rewrite.tile_variants`' do.
+
+    A one-block kernel, and a kernel on a grid whose re-reads dominate
+    (:func:`rereads_dominate`): that one is first joined into one block
+    (:func:`joined`), so the new axis cuts what the old one
+    made every block read whole. Retiling alone never gets there: it halves or doubles the
+    axes in use, and a grid over eight rows cannot be halved into a grid over columns (a
+    decode step's RMSNorm with its q and k projections over 8 new tokens, composed on a
+    CPU: one block a row, each reading both 4096-row weights, priced 51 μs where the
+    one-token form spread over the columns is priced 16)."""
     out = []
     for op in g.ops:
         if op.kind != GD:
             continue
         bg: BlockGraph = op.attrs["block"]
-        if bg.num_blocks > 1:  # only a one-block kernel: a kernel already on a grid is retiled
-            continue
+        join = bg.num_blocks > 1
+        if join:  # a kernel on a grid: retiled, unless its re-reads dominate
+            if not rereads_dominate(bg):
+                continue
+            bg = joined(bg)
         for cuts, saved in grid_assignments(bg):
             for n in _block_counts(bg, cuts):
-                h = introduce_grid(g, op.id, cuts, saved, n)
+                h = introduce_grid(g, op.id, cuts, saved, n, join)
                 if h is not None and fits(h, smem_budget):
                     out.append(h)
     return out

@@ -12,7 +12,7 @@ from mugraph.core.benchmarks import handwritten as hw
 from mugraph.core.ir import BlockGraph, KernelGraph
 from mugraph.core.randgraph import Profile, random_ugraph
 from search.derive import retiles
-from search.grids import grid_assignments, grid_variants
+from search.grids import grid_assignments, grid_variants, rereads_dominate
 from search.rewrite import tile_variants
 
 GD = "graph_defined"
@@ -107,3 +107,44 @@ def test_every_grid_introduced_into_a_random_kernel_is_equivalent():
             assert v.equivalent, f"seed {seed}: {v}"
             checked += 1
     assert checked >= 20
+
+
+def test_a_grid_over_rows_that_rereads_the_weights_is_joined_and_spread_over_columns():
+    # eight rows (new tokens), a block each, every block reading both weights whole: the
+    # re-reads dominate, so the kernel is joined into one block and spread over the columns
+    kg = KernelGraph("k")
+    X, Wq, Wk = (kg.input(n, s, "float16") for n, s in (("X", (8, 256)), ("Wq", (256, 512)), ("Wk", (256, 128))))
+    bg = BlockGraph(grid=(8, 1, 1), forloop=4)
+    x = bg.input(X, (0, None, None), 1)
+    wq, wk = bg.input(Wq, fmap=0), bg.input(Wk, fmap=0)
+    bg.output(bg.accum(x @ wq), (0, None, None))
+    bg.output(bg.accum(x @ wk), (0, None, None))
+    for y in kg.kernel(bg):
+        kg.output(y)
+    assert rereads_dominate(bg)
+    vs = grid_variants(kg)
+    assert [_block(h).grid for h in vs] == [(8, 1, 1), (2, 1, 1)]  # 128 / 8 = 16 columns a block
+    for h in vs:
+        hb = _block(h)
+        maps = [o.attrs["imap"] for o in hb.ops if o.kind == "iterator"]
+        assert maps == [(None, None, None), (1, None, None), (1, None, None)]  # X whole, the weights cut
+        assert hb.forloop == 4 and verify.equivalent(kg, h, seed=0).equivalent
+    # a grid over the columns already reads the weights once: X (one row) is all it re-reads
+    g = hw.rmsnorm_matmul(hidden=256, out=512, col_tile=64, loop=4)
+    assert not rereads_dominate(_block(g)) and grid_variants(g) == []
+
+
+def test_every_grid_a_joined_random_kernel_is_spread_over_is_equivalent():
+    # random kernels put on a grid by one variant, then joined and spread again by another
+    # wherever that grid makes them re-read more than they cut
+    checked = 0
+    for seed in range(120):
+        g = random_ugraph(seed, _RANDOM)
+        for h in grid_variants(g)[-1:]:  # the coarsest grid: the most re-read per block cut
+            if not rereads_dominate(_block(h)):
+                continue
+            for j in grid_variants(h)[:1]:
+                v = verify.equivalent(g, j, seed=seed, float_check=False)
+                assert v.equivalent, f"seed {seed}: {v}"
+                checked += 1
+    assert checked >= 5
