@@ -671,6 +671,17 @@ class _KernelTuning:
         return self.fastest()
 
 
+def initial_configs(spaces: dict[int, _KernelSpace]) -> dict[int, KernelConfig]:
+    """The configs the kernels run at while they wait for their turn: each kernel's best
+    predicted one where the model prices any as runnable (its shared memory fits), else
+    the default. Each kernel is timed inside the whole program, so a kernel not yet tuned
+    must run: at the default (4 warps, 3 stages, no split-K, whole tiles) a projection whose
+    loop step is 16 × 4096 stages 328 KB of shared memory, no launch succeeded, and every
+    configuration of the kernel tuned before it failed — that kernel was blamed, and a
+    verified μGraph set aside (a decode step's RMSNorm with q and k over 8 tokens, H200)."""
+    return {k: sp.cands[0][1] for k, sp in spaces.items() if sp.cands and sp.cands[0][0] < math.inf}
+
+
 def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top: int = 6,
          device_params: DeviceParams | None = None, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
@@ -726,8 +737,11 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     # on the GPU, a configuration whose assembly runs minutes counts as not compiling
     with bounded_compiles() if gpu else nullcontext(), shared_analyses():
+        spaces = {op.id: _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
+                  for op in blocks}
+        call.configs.update(initial_configs(spaces))
         for op in blocks:
-            space = _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
+            space = spaces[op.id]
             if not gpu:
                 call.configs[op.id] = space.cands[0][1]
                 call.trials += [(c.label(), None, p) for p, c in space.cands]

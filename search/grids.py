@@ -132,16 +132,20 @@ def introduce_grid(g: KernelGraph, op_id: int, cuts: dict[int, int], saved: list
         return None
 
 
-def joined(bg: BlockGraph) -> BlockGraph:
+def joined(bg: BlockGraph) -> Optional[BlockGraph]:
     """``bg`` as one block — every grid axis of one block and mapping nothing, the loop and
     every op kept — for :func:`grid_assignments` to analyse: each tile then covers the dims
     the grid had cut. Not a kernel of any graph (its tiles may exceed shared memory until
-    :func:`introduce_grid` spreads it again)."""
+    :func:`introduce_grid` spreads it again). None where an op does not take the larger
+    tiles (a block-level reshape to its old tile's shape)."""
     none = (None,) * len(bg.grid)
     k = BlockGraph((1,) * len(bg.grid), bg.forloop)
-    tm = _replay_ops(bg, k, lambda o: k.input(bg.sources[o.attrs["source"]], none, o.attrs["fmap"]))
-    for sv in bg.savers:
-        k.output(tm[sv.tensor], none)
+    try:
+        tm = _replay_ops(bg, k, lambda o: k.input(bg.sources[o.attrs["source"]], none, o.attrs["fmap"]))
+        for sv in bg.savers:
+            k.output(tm[sv.tensor], none)
+    except MugraphError:
+        return None
     return k
 
 
@@ -198,6 +202,8 @@ def grid_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
             if not rereads_dominate(bg):
                 continue
             bg = joined(bg)
+            if bg is None:
+                continue
         for cuts, saved in grid_assignments(bg):
             for n in _block_counts(bg, cuts):
                 h = introduce_grid(g, op.id, cuts, saved, n, join)

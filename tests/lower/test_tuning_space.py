@@ -279,3 +279,48 @@ def test_the_first_round_starts_large_tiles_at_eight_warps():
     for rows, warps in ((128, 8), (64, 4)):
         plain = [c for c in first_round(block(rows)) if c.split == 1 and not c.sub]
         assert plain and {c.num_warps for c in plain} == {warps}, (rows, [c.label() for c in plain])
+
+
+def test_kernels_wait_their_turn_at_configs_that_fit(monkeypatch):
+    """Each kernel is timed inside the whole program, the kernels not yet tuned at their best
+    predicted configs. At the default (w4s3, whole tiles) the projection below stages
+    16 × 4096 + 16 × 1024 bf16 tiles twice, 328 KB of shared memory: on an H200 no launch of
+    the program succeeded, every configuration of the kernel tuned first failed, and tune
+    raised for it (``kernel k…: none of … configurations compiles and runs``)."""
+    import mugraph as mg
+    from lower.config import KernelConfig
+    from lower.cost_model import H100
+    from lower.memory import lowered_shared_memory
+    from lower.profile import tune
+
+    g = mg.KernelGraph("norm_then_two_projections")
+    X = g.input("X", (8, 4096), "bfloat16")
+    Wq, Wk = g.input("Wq", (4096, 4096), "bfloat16"), g.input("Wk", (4096, 1024), "bfloat16")
+    first = mg.BlockGraph((8, 1, 1), 1)
+    first.output(first.accum(mg.scale(first.input(X, (0, None, None)), 2)), (0, None, None))
+    (T,) = g.kernel(first)
+    proj = mg.BlockGraph((8, 1, 1), 256)
+    t = proj.input(T, (0, None, None), 1)
+    wq, wk = proj.input(Wq, fmap=0), proj.input(Wk, fmap=0)
+    proj.output(proj.accum(t @ wq), (0, None, None))
+    proj.output(proj.accum(t @ wk), (0, None, None))
+    for y in g.kernel(proj):
+        g.output(y)
+    smem = H100.smem
+    assert lowered_shared_memory(proj, KernelConfig(num_stages=3)) > smem  # the default does not fit
+
+    import importlib
+    prof = importlib.import_module("lower.profile")
+    blocks = {op.id: op.attrs["block"] for op in g.ops if op.kind == "graph_defined"}
+
+    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph"):
+        for k, c in configs.items():  # the launch of any kernel whose tiles do not fit fails
+            if lowered_shared_memory(blocks[k], c) > smem:
+                raise RuntimeError("out of resource: shared memory")
+        return 1.0 + 0.01 * sum(c.num_warps for c in configs.values()), None, 0.0
+
+    monkeypatch.setattr(prof.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(prof, "_time", fake_time)
+    res = tune(g, inputs={}, device_params=H100, budget_s=None)
+    assert set(res.configs) == set(blocks)
+    assert all(lowered_shared_memory(blocks[k], c) <= smem for k, c in res.configs.items())

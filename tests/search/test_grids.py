@@ -148,3 +148,17 @@ def test_every_grid_a_joined_random_kernel_is_spread_over_is_equivalent():
                 assert v.equivalent, f"seed {seed}: {v}"
                 checked += 1
     assert checked >= 5
+
+
+def test_a_block_whose_ops_do_not_take_the_joined_tiles_gets_no_joined_grid():
+    # a block-level reshape to its own tile's shape (1 × 256 → 16 × 16) cannot replay on
+    # the joined tile (8 × 256): no variant, and no error (the search goes on without it)
+    kg = KernelGraph("k")
+    X, W = kg.input("X", (8, 256), "float16"), kg.input("W", (16, 512), "float16")
+    bg = BlockGraph(grid=(8, 1, 1), forloop=1)
+    x = mg.reshape(bg.input(X, (0, None, None)), (16, 16))
+    bg.output(bg.accum(mg.sum(x @ bg.input(W), 0)), (0, None, None))
+    for y in kg.kernel(bg):
+        kg.output(y)
+    assert rereads_dominate(bg)
+    assert grid_variants(kg) == []
