@@ -190,8 +190,8 @@ def grid_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
     made every block read whole. Retiling alone never gets there: it halves or doubles the
     axes in use, and a grid over eight rows cannot be halved into a grid over columns (a
     decode step's RMSNorm with its q and k projections over 8 new tokens, composed on a
-    CPU: one block a row, each reading both 4096-row weights, priced 51 μs where the
-    one-token form spread over the columns is priced 16)."""
+    CPU: one block a row, each reading both 4096-row weights, priced 51 μs; joined and
+    spread over the columns, 64 blocks priced 16 μs)."""
     out = []
     for op in g.ops:
         if op.kind != GD:
