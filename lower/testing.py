@@ -115,11 +115,22 @@ def gpu_ttgir(programs: list, arch: int = 90) -> list[dict[str, str]]:
     software pipeliner, tensor-core ops). A kernel that does not compile (``ptxas`` runs too)
     maps to ``"error: "`` and the first line of the error. Pointer arguments are taken as
     16-byte aligned, as Triton specializes the tensors torch allocates. Compiled in a fresh
-    process without ``TRITON_INTERPRET``: the interpreter's state must not reach the compiler."""
+    process without ``TRITON_INTERPRET``: the interpreter's state must not reach the compiler.
+
+    A bfloat16 program compiled for the CPU is refused: its source multiplies in fp32 what
+    the GPU's multiplies in bf16 (the interpreter has no bf16 ``tl.dot``), and its IR — fp32
+    copies of every staged tile — would not be the GPU's."""
     import json
     import os
     import subprocess
     import sys
+
+    from mugraph.core.errors import InputError
+
+    for p in programs:
+        if p.interpret and any(t.dtype == "bfloat16" for t in p.graph.tensors):
+            raise InputError(f"gpu_ttgir: {p.graph.name} is a bfloat16 program compiled for the CPU, whose "
+                             "kernels emulate bf16 tl.dot in fp32; its IR is not the GPU's")
 
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

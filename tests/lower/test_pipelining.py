@@ -59,3 +59,16 @@ def test_the_staged_kernel_still_computes_attention(k_rows, rows):
     for label in ("w4s3", "w4s3k4"):
         out = _program(g, label)(**{k: v.half() for k, v in x.items()}).double()
         assert (out - ref).abs().max().item() < 2e-3 * ref.abs().max().item(), label
+
+
+def test_a_bf16_program_compiled_for_the_cpu_is_refused_ahead_of_time():
+    """Its kernels multiply in fp32 (the interpreter has no bf16 tl.dot): their IR would not
+    be the GPU's, so gpu_ttgir says so in one line instead of answering for the wrong code."""
+    g = mg.KernelGraph("bf16_mm")
+    x, w = g.input("X", (16, 64), "bfloat16"), g.input("W", (64, 64), "bfloat16")
+    b = mg.BlockGraph((1, 1, 1), 1)
+    b.output(b.accum(b.input(x) @ b.input(w)))
+    for y in g.kernel(b):
+        g.output(y)
+    with pytest.raises(mg.InputError, match="bf16_mm is a bfloat16 program compiled for the CPU"):
+        gpu_ttgir([lower.compile(g, device="cpu")])
