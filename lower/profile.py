@@ -671,6 +671,10 @@ class _KernelTuning:
         return self.fastest()
 
 
+#: a kernel's config before its tuning when the model prices none as runnable
+DEFAULT_WAITING = KernelConfig(num_stages=3)
+
+
 def initial_configs(spaces: dict[int, _KernelSpace]) -> dict[int, KernelConfig]:
     """The configs the kernels run at while they wait for their turn: each kernel's best
     predicted one where the model prices any as runnable (its shared memory fits), else
@@ -678,7 +682,8 @@ def initial_configs(spaces: dict[int, _KernelSpace]) -> dict[int, KernelConfig]:
     must run: at the default (4 warps, 3 stages, no split-K, whole tiles) a projection whose
     loop step is 16 × 4096 stages 328 KB of shared memory, no launch succeeded, and every
     configuration of the kernel tuned before it failed — that kernel was blamed, and a
-    verified μGraph set aside (a decode step's RMSNorm with q and k over 8 tokens, H200)."""
+    verified μGraph set aside (a decode step's RMSNorm with q and k over 8 tokens, H200).
+    Where a predicted config is what fails, :func:`tune` falls back to the default."""
     return {k: sp.cands[0][1] for k, sp in spaces.items() if sp.cands and sp.cands[0][0] < math.inf}
 
 
@@ -729,7 +734,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
     call = _TuneCall(graph, blocks, inputs, ref, tol, timing, log, history, device_params, warps, stages,
-                     configs={op.id: KernelConfig(num_stages=3) for op in blocks})
+                     configs={op.id: DEFAULT_WAITING for op in blocks})
     if gpu and inputs is None:
         call.inputs = random_inputs(graph, 0, device="cuda")
     ends = {}
@@ -746,7 +751,17 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 call.configs[op.id] = space.cands[0][1]
                 call.trials += [(c.label(), None, p) for p, c in space.cands]
                 continue
-            call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
+            try:
+                call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
+            except ResourceError:
+                # nothing ran: a waiting kernel's predicted config may be what fails (one the
+                # model prices but Triton does not compile), so once more with those at the
+                # default, as tuning ran before the waiting configs were predicted
+                after = blocks[blocks.index(op) + 1:]
+                if all(call.configs[o.id] == DEFAULT_WAITING for o in after):
+                    raise
+                call.configs.update({o.id: DEFAULT_WAITING for o in after})
+                call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
         pred = estimate(graph, device_params, call.configs)
         if not gpu:
             return ProfileResult(graph, call.configs, None, pred, False, call.trials)

@@ -324,3 +324,39 @@ def test_kernels_wait_their_turn_at_configs_that_fit(monkeypatch):
     res = tune(g, inputs={}, device_params=H100, budget_s=None)
     assert set(res.configs) == set(blocks)
     assert all(lowered_shared_memory(blocks[k], c) <= smem for k, c in res.configs.items())
+
+
+def test_a_waiting_kernel_whose_predicted_config_fails_falls_back_to_the_default(monkeypatch):
+    """The other way round: a waiting kernel's best predicted config is one Triton does not
+    compile. Nothing runs while the kernel before it is tuned; tune tries that kernel once more
+    with the waiting ones at the default, and the waiting kernel then tunes to a config that
+    runs."""
+    import importlib
+
+    import mugraph as mg
+    from lower.profile import DEFAULT_WAITING, tune
+
+    g = mg.KernelGraph("norm_then_projection")
+    X, W = g.input("X", (8, 256), "bfloat16"), g.input("W", (256, 256), "bfloat16")
+    first = mg.BlockGraph((8, 1, 1), 1)
+    first.output(first.accum(mg.scale(first.input(X, (0, None, None)), 2)), (0, None, None))
+    (T,) = g.kernel(first)
+    proj = mg.BlockGraph((8, 1, 1), 16)
+    proj.output(proj.accum(proj.input(T, (0, None, None), 1) @ proj.input(W, fmap=0)), (0, None, None))
+    for y in g.kernel(proj):
+        g.output(y)
+    k_first, k_proj = (op.id for op in g.ops if op.kind == "graph_defined")
+    broken = tune(g, predict_only=True).configs[k_proj]  # the projection's best predicted config
+    assert broken != DEFAULT_WAITING
+
+    prof = importlib.import_module("lower.profile")
+
+    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph"):
+        if configs[k_proj] == broken:
+            raise RuntimeError("compile failed")
+        return 1.0 + 0.01 * sum(c.num_warps for c in configs.values()), None, 0.0
+
+    monkeypatch.setattr(prof.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(prof, "_time", fake_time)
+    res = tune(g, inputs={})
+    assert set(res.configs) == {k_first, k_proj} and res.configs[k_proj] != broken
