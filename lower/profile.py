@@ -745,7 +745,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         spaces = {op.id: _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
                   for op in blocks}
         call.configs.update(initial_configs(spaces))
-        for op in blocks:
+        for i, op in enumerate(blocks):
             space = spaces[op.id]
             if not gpu:
                 call.configs[op.id] = space.cands[0][1]
@@ -757,7 +757,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 # nothing ran: a waiting kernel's predicted config may be what fails (one the
                 # model prices but Triton does not compile), so once more with those at the
                 # default, as tuning ran before the waiting configs were predicted
-                after = blocks[blocks.index(op) + 1:]
+                after = blocks[i + 1:]
                 if all(call.configs[o.id] == DEFAULT_WAITING for o in after):
                     raise
                 call.configs.update({o.id: DEFAULT_WAITING for o in after})

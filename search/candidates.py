@@ -61,9 +61,10 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
     # spread it over the grid, and a split phase that used the whole share had left them
     # none (a 4096 × 5120 projection's composed forms, split but not retiled, timed 253 μs
     # against 34.9 for the program)
+    split_end = None if end is None else t0 + (end - t0) / 2
     best: dict[int, float] = {}
-    proposals = splits(srcs, sequential(state.checker), state.dstats, None if end is None else t0 + (end - t0) / 2,
-                       limit=4 * state.cfg.split_sources, best=best, estimate=state.estimate)
+    proposals = splits(srcs, sequential(state.checker), state.dstats, split_end, limit=4 * state.cfg.split_sources,
+                       best=best, estimate=state.estimate)
     # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
     # block of each tile, no second launch): a kernel of few blocks and a long loop is worth
     # what its best split is, and verified in that rank (decode_h32 on two cores: the

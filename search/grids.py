@@ -25,7 +25,7 @@ every variant against the program all the same.
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import BlockGraph, KernelGraph, Op, Tensor
@@ -119,12 +119,8 @@ def introduce_grid(g: KernelGraph, op_id: int, cuts: dict[int, int], saved: list
 
     def build(rb: Rebuild, _: Op) -> list[Tensor]:
         grid = tuple(blocks if k == a else (1 if join else n) for k, n in enumerate(bg.grid))
-        k = BlockGraph(grid, bg.forloop)
-        tm = _replay_ops(bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]),
-                                                  with_axis(o.attrs["imap"], cuts.get(o.id)), o.attrs["fmap"]))
-        for sv, d in zip(bg.savers, saved):
-            k.output(tm[sv.tensor], with_axis(sv.omap, d))
-        return rb.graph.kernel(k)
+        return rb.graph.kernel(_remapped(bg, grid, lambda o: with_axis(o.attrs["imap"], cuts.get(o.id)),
+                                         lambda i, sv: with_axis(sv.omap, saved[i]), rb.get))
 
     try:
         return rebuild(g, replace={(op_id, None): build}, name=g.name)
@@ -139,13 +135,21 @@ def joined(bg: BlockGraph) -> Optional[BlockGraph]:
     :func:`introduce_grid` spreads it again). None where an op does not take the larger
     tiles (a block-level reshape to its old tile's shape)."""
     none = (None,) * len(bg.grid)
-    k = BlockGraph((1,) * len(bg.grid), bg.forloop)
     try:
-        tm = _replay_ops(bg, k, lambda o: k.input(bg.sources[o.attrs["source"]], none, o.attrs["fmap"]))
-        for sv in bg.savers:
-            k.output(tm[sv.tensor], none)
+        return _remapped(bg, (1,) * len(bg.grid), lambda o: none, lambda i, sv: none)
     except MugraphError:
         return None
+
+
+def _remapped(bg: BlockGraph, grid: tuple, imap: Callable[[Op], tuple], omap: Callable[[int, object], tuple],
+              source: Callable[[Tensor], Tensor] = lambda t: t) -> BlockGraph:
+    """``bg``'s ops replayed in a block graph on ``grid``: each iterator ``o`` reads
+    ``source`` of its tensor through ``imap(o)`` (its loop map kept), saver ``i`` writes
+    through ``omap(i, saver)``."""
+    k = BlockGraph(grid, bg.forloop)
+    tm = _replay_ops(bg, k, lambda o: k.input(source(bg.sources[o.attrs["source"]]), imap(o), o.attrs["fmap"]))
+    for i, sv in enumerate(bg.savers):
+        k.output(tm[sv.tensor], omap(i, sv))
     return k
 
 

@@ -98,15 +98,19 @@ _RANDOM = Profile(square=64, grid=((1,), (1,), (1,)), forloops=(1, 2),
                   max_magnitude=None, exp_arg=None, name="random_one_block")
 
 
-def test_every_grid_introduced_into_a_random_kernel_is_equivalent():
+def _all_equivalent(pairs) -> int:
+    """How many (seed, source, variant) triples were checked, each asserted equivalent."""
     checked = 0
-    for seed in range(120):
-        g = random_ugraph(seed, _RANDOM)
-        for h in grid_variants(g)[:1]:
-            v = verify.equivalent(g, h, seed=seed, float_check=False)
-            assert v.equivalent, f"seed {seed}: {v}"
-            checked += 1
-    assert checked >= 20
+    for seed, g, h in pairs:
+        v = verify.equivalent(g, h, seed=seed, float_check=False)
+        assert v.equivalent, f"seed {seed}: {v}"
+        checked += 1
+    return checked
+
+
+def test_every_grid_introduced_into_a_random_kernel_is_equivalent():
+    randoms = ((seed, random_ugraph(seed, _RANDOM)) for seed in range(120))
+    assert _all_equivalent((seed, g, h) for seed, g in randoms for h in grid_variants(g)[:1]) >= 20
 
 
 def test_a_grid_over_rows_that_rereads_the_weights_is_joined_and_spread_over_columns():
@@ -137,17 +141,11 @@ def test_a_grid_over_rows_that_rereads_the_weights_is_joined_and_spread_over_col
 def test_every_grid_a_joined_random_kernel_is_spread_over_is_equivalent():
     # random kernels put on a grid by one variant, then joined and spread again by another
     # wherever that grid makes them re-read more than they cut
-    checked = 0
-    for seed in range(120):
-        g = random_ugraph(seed, _RANDOM)
-        for h in grid_variants(g)[-1:]:  # the coarsest grid: the most re-read per block cut
-            if not rereads_dominate(_block(h)):
-                continue
-            for j in grid_variants(h)[:1]:
-                v = verify.equivalent(g, j, seed=seed, float_check=False)
-                assert v.equivalent, f"seed {seed}: {v}"
-                checked += 1
-    assert checked >= 5
+    randoms = ((seed, random_ugraph(seed, _RANDOM)) for seed in range(120))
+    on_grids = ((seed, g, h) for seed, g in randoms
+                for h in grid_variants(g)[-1:]  # the coarsest grid: the most re-read per block cut
+                if rereads_dominate(_block(h)))
+    assert _all_equivalent((seed, g, j) for seed, g, h in on_grids for j in grid_variants(h)[:1]) >= 5
 
 
 def test_a_block_whose_ops_do_not_take_the_joined_tiles_gets_no_joined_grid():
