@@ -265,3 +265,44 @@ def test_a_piece_offers_the_keys_and_the_estimates_favourites_in_turns():
     # priced by the estimate, the key's favourite also first: it is offered once
     same = [graph_key(g) for g in _piece_graphs(graphs, lambda g: far[graph_key(g)], float("inf"), {})]
     assert same == keys[:PIECE_RESULTS]
+
+
+def test_the_retile_phase_climbs_to_a_tiling_two_steps_away():
+    """With an estimate, the tile variants go on from the cheapest one while the price
+    falls (search.derive.climb): a price that prefers 256 loop steps reaches them from the
+    source's 64 through 128 — one step of variants stops at 128 — and proposes them first;
+    without an estimate nothing is climbed."""
+    from search.derive import CLIMB_STEPS, kernel_shape, retiles
+
+    g = _full_attention()
+    loop = lambda h: h.ops[3].attrs["block"].forloop  # noqa: E731 - one-line reading
+    price = lambda h: abs(loop(h) - 256)  # noqa: E731 - one-line price
+    stats: dict = {}
+    out = retiles([g], stats, limit=4, estimate=price)
+    assert stats["retile_climbed"] == 1 and loop(out[0].graph) == 256
+    assert all(o.origin == "retile" for o in out)
+    # one step alone offers 32 and 128 steps, never 256
+    plain: dict = {}
+    assert 256 not in {loop(p.graph) for p in retiles([g], plain, limit=8)} and "retile_climbed" not in plain
+    # the climb stops where no variant is cheaper, and after CLIMB_STEPS steps
+    far = lambda h: -loop(h)  # noqa: E731 - always one more doubling
+    stats = {}
+    climbed = retiles([g], stats, limit=4, estimate=far)
+    assert stats["retile_climbed"] <= CLIMB_STEPS
+    assert loop(climbed[0].graph) == 128 * 2 ** stats["retile_climbed"]
+    assert len({kernel_shape(p.graph) for p in climbed}) == len(climbed)
+
+
+def test_a_climb_keeps_to_its_time_and_survives_a_failing_price():
+    import time
+
+    from search.derive import climb
+
+    g = _full_attention()
+
+    def broken(h):
+        raise ValueError("outside what the lowering prices")
+
+    stats: dict = {}
+    assert climb([g], broken, None, None, stats) == [] and stats["retile_climbed"] == 0
+    assert climb([g], lambda h: 0.0, time.monotonic() - 1, None, {}) == []
