@@ -550,7 +550,10 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_b
                 # the shipped graph's kernels (blocks x loop steps), and where the search's time went
                 "structure": kernel_structure(opt.best.graph) if opt.best.origin == "search" else opt.best.origin,
                 **search_digest(stats),
+                "candidates": candidates_digest(opt.candidates, opt.best),
                 "optimized": opt}
+    if not cached and _INFO[k]["candidates"]:
+        log.info("mugraph: %s: candidates (μs, p predicted, m measured): %s", bp.name, _INFO[k]["candidates"])
     return True
 
 
@@ -571,11 +574,54 @@ def search_digest(stats: dict) -> dict[str, Any]:
         "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)} "
                      f"({d.get('split_priced', 0)} priced, {d.get('split_fingerprinted', 0)} fingerprinted, "
                      f"{d.get('split_s', 0)} s), "
-                     f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)} ({d.get('retile_s', 0)} s)"
+                     f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)} "
+                     f"({_climbed(d)}{d.get('retile_s', 0)} s)"
                      if "split_variants" in d or "retile_variants" in d else None),
         "warm_up_s": stats.get("warm_up_seconds"),
         "verify_s_median": stats.get("verify_seconds_median"),
     }
+
+
+def _climbed(d: dict) -> str:
+    """The retile climb's steps for :func:`search_digest` (nothing where it did not run)."""
+    n = d.get("retile_climbed")
+    return "" if n is None else f"climbed {n}, "
+
+
+#: the most candidates :func:`candidates_digest` lists
+DIGEST_CANDIDATES = 12
+
+
+def candidates_digest(candidates: list, best=None, most: int = DIGEST_CANDIDATES) -> str | None:
+    """One clause per candidate of a piece's call, in the order the call lists them: where it came from, its
+    kernels (``blocks×loop``), the model's price and the GPU's time in μs, and why it was set
+    aside, and a timed one's kernel configs (``[w4s3k4L]``) — ``*`` marks the one chosen; None
+    without candidates. Why: a decoder layer's row
+    says which form a piece shipped, not what else was proven and how it timed, and a form
+    that timed 10.6 μs alone but lost in the layer could not be told from one never timed."""
+    if not candidates:
+        return None
+
+    def us(v: float | None) -> str:
+        return "-" if v is None else f"{v * 1e6:.3g}"
+
+    out = []
+    for c in candidates[:most]:
+        what = c.found_by or c.origin
+        shape = kernel_structure(c.graph) if c.origin == "search" else f"{c.num_kernels} kernels"
+        why = f" ({c.rejected.split(':')[0][:40]})" if c.rejected else ""
+        tuned = f" [{_config_labels(c.configs)}]" if c.configs and c.measured_s is not None else ""
+        out.append(f"{'*' if c is best else ''}{what} {shape} p{us(c.predicted_s)} m{us(c.measured_s)}{tuned}{why}")
+    more = len(candidates) - most
+    return "; ".join(out) + (f"; +{more} more" if more > 0 else "")
+
+
+def _config_labels(configs: dict) -> str:
+    """A timed candidate's kernel configs as their labels (``w4s3k4L``), kernel by kernel."""
+    try:
+        return ", ".join(lower.KernelConfig.from_dict(v).label() for _, v in sorted(configs.items()))
+    except Exception:  # noqa: BLE001 - a digest never fails the compile
+        return "?"
 
 
 def _piece_how(p: dict) -> str:

@@ -392,6 +392,37 @@ def test_search_digest_says_where_a_pieces_time_went():
                              "piece 1: 1 in 4.6 s (processes after 2.61 s serial); "
                              "piece 2: 1 in 0 s (built); 2 of 8 composed matched")
     assert d["variants"] == "split 8/32 (20 priced, 12 fingerprinted, 1.2 s), retile 4/36 (0.3 s)"
+    stats["derived"]["retile_climbed"] = 2
+    assert search_digest(stats)["variants"].endswith("retile 4/36 (climbed 2, 0.3 s)")
     assert d["verify_s_median"] == 0.2 and d["warm_up_s"] is None
     assert search_digest({}) == {"phases_started": "", "composed": None, "variants": None, "warm_up_s": None,
                                  "verify_s_median": None}
+
+
+def test_candidates_digest_lists_what_was_proven_and_how_it_timed():
+    """A piece's info lists its candidates in their ranking — where each came from, its
+    kernels, the model's price and the GPU's time, why it was set aside — the chosen one
+    marked, at most DIGEST_CANDIDATES of them."""
+    import mugraph as mg
+    from mugraph.frontend.run import candidates_digest
+    from mugraph.pipeline.results import Candidate
+
+    g = mg.KernelGraph("mm")
+    x = g.input("X", (4, 64), "float32"); w = g.input("W", (64, 8), "float32")
+    b = mg.BlockGraph((2, 1, 1), 4)
+    b.output(b.accum(b.input(x, (None, None, None), 1) @ b.input(w, (1, None, None), 0)), (1, None, None))
+    g.output(g.kernel(b)[0])
+    from dataclasses import asdict
+
+    import lower
+
+    best = Candidate(g, "search", predicted_s=10.64e-6, measured_s=11.2e-6, found_by="retile",
+                     configs={3: asdict(lower.KernelConfig.from_label("w4s3k4L"))})
+    cands = [best,
+             Candidate(g, "search", predicted_s=14.7e-6, found_by="split-loop",
+                       rejected="not checked: the wall-time budget was spent"),
+             Candidate(g, "program", predicted_s=21.3e-6, measured_s=61.7e-6)]
+    assert candidates_digest(cands, best) == ("*retile 2x4 p10.6 m11.2 [w4s3k4L]; split-loop 2x4 p14.7 m- "
+                                              "(not checked); program 1 kernels p21.3 m61.7")
+    assert candidates_digest(cands, best, most=1) == "*retile 2x4 p10.6 m11.2 [w4s3k4L]; +2 more"
+    assert candidates_digest([], None) is None
