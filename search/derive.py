@@ -441,6 +441,7 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
         if _past(half):
             break
         priced.append((price(g), len(priced), g))
+    stats["retile_climbed"] = 0
     if not priced:
         return []
     here_price, _, here = min(priced, key=lambda x: x[:2])

@@ -305,4 +305,5 @@ def test_a_climb_keeps_to_its_time_and_survives_a_failing_price():
 
     stats: dict = {}
     assert climb([g], broken, None, None, stats) == [] and stats["retile_climbed"] == 0
-    assert climb([g], lambda h: 0.0, time.monotonic() - 1, None, {}) == []
+    stats = {}
+    assert climb([g], lambda h: 0.0, time.monotonic() - 1, None, stats) == [] and stats["retile_climbed"] == 0
