@@ -313,13 +313,13 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: O
     any: the sources are often one kernel in several equivalent spellings, whose variants
     would fill the limit alike. ``fingerprint`` None: every one chosen is proposed as it is.
     Counts go to ``stats`` under ``prefix``."""
-    ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])]
-    first, rest = one_per_shape(ranked, key=kernel_shape)
+    ranked = _key_order(variants)
     if estimate is not None:
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
-        ranked, stats[f"{prefix}_priced"] = _by_estimate((first + rest)[:SHORTLIST * limit], estimate, end)
-        first, rest = one_per_shape(ranked, key=kernel_shape)
-    chosen = (first + rest)[:limit]
+        priced, stats[f"{prefix}_priced"] = _by_estimate(ranked[:SHORTLIST * limit], estimate, end)
+        first, rest = one_per_shape(priced, key=kernel_shape)
+        ranked = first + rest
+    chosen = ranked[:limit]
     if fingerprint is None:  # proposed as they are: the verifier decides
         answers = [True] * len(chosen)
     else:
@@ -328,6 +328,23 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: O
     out = [Proposal(h, origin) for h, a in zip(chosen, answers) if a]
     stats[f"{prefix}_matches"] = len(out)
     return out
+
+
+def _key_order(variants: dict[str, tuple[tuple, int, KernelGraph]]) -> list[KernelGraph]:
+    """``variants`` (graph key -> (cost key, order, graph)) by cost key, one per kernel shape
+    before a second of any: the order an estimate prices them in (the first
+    :data:`SHORTLIST` ``× limit``)."""
+    first, rest = one_per_shape([h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])], key=kernel_shape)
+    return first + rest
+
+
+def _price(estimate: Callable[[KernelGraph], float], g: KernelGraph) -> Optional[float]:
+    """``estimate(g)``, None where it fails (``g`` is outside what the lowering prices): a
+    price is a preference, never a reason to fail the search."""
+    try:
+        return float(estimate(g))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float],
@@ -351,10 +368,11 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
             unpriced.append(g)
             continue
         t0 = time.monotonic()
-        try:
-            priced.append((float(estimate(g)), i, g))
-        except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
+        p = _price(estimate, g)
+        if p is None:
             unpriced.append(g)
+        else:
+            priced.append((p, i, g))
         longest = max(longest, time.monotonic() - t0)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
 
@@ -400,8 +418,8 @@ def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = 
     if estimate is not None and variants:
         estimate = _remembered(estimate)
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * CLIMB_SHARE
-        ranked = [h for _, _, h in sorted(variants.values(), key=lambda v: v[:2])][:SHORTLIST * limit]
-        for h in climb(ranked, estimate, end, smem_budget, stats):
+        # from the shortlist the proposals' ranking prices, so those prices serve it again
+        for h in climb(_key_order(variants)[:SHORTLIST * limit], estimate, end, smem_budget, stats):
             add(h)
     stats["retile_variants"] = len(variants)
     return _propose(variants, None, stats, "retile", "retile", deadline, limit, estimate)
@@ -429,10 +447,8 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
     lowering), the 128-key ones 14.1, its SDPA 13.2 — and the 64-key form was two steps away.
     A price that fails (outside what the lowering prices) counts as no better."""
     def price(h: KernelGraph) -> float:
-        try:
-            return float(estimate(h))
-        except Exception:  # noqa: BLE001 - a price is a preference, never a reason to fail the search
-            return float("inf")
+        p = _price(estimate, h)
+        return float("inf") if p is None else p
 
     # the starting point is priced in the first half of the time, the steps in the rest
     half = None if end is None else time.monotonic() + max(0.0, end - time.monotonic()) / 2
