@@ -1,7 +1,8 @@
 """The whole-row safe softmax and its online μGraph written by hand (docs/design.md §3.4),
 shared by the verifier's and the search's tests of the online form; attention-shaped
 online μGraphs — rows of one head with or without an additive mask, and a decode block per
-KV head — shared by the lowering's tests."""
+KV head — shared by the lowering's tests; a grouped-query attention's kernel of one block
+per KV head, which the search's split and tile tests rewrite."""
 
 import math
 
@@ -89,4 +90,18 @@ def _online_tail(g: mg.KernelGraph, bg: mg.BlockGraph, s, v) -> mg.KernelGraph:
     bg.output(bg.accum(e @ v, m) / bg.accum(mg.sum(e, last), m), (0, None, None))
     (o,) = g.kernel(bg)
     g.output(o)
+    return g
+
+
+def gqa_blocks(p: mg.Program, blocks: int, loop: int) -> mg.KernelGraph:
+    """``p`` (a grouped-query attention program: Q, Kᵀ, V) as one kernel of ``blocks`` blocks
+    along the KV heads, looping ``loop`` times over the keys, without the max (exp, then the
+    two sums)."""
+    g = mg.KernelGraph("gqa")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    b = mg.BlockGraph((blocks, 1, 1), loop)
+    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
+    e = mg.exp(qt @ kt)
+    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
+    g.output(g.kernel(b)[0])
     return g

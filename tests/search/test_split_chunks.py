@@ -3,6 +3,7 @@ and the SM count (not a fixed list); split_variants ranks the combine kernel in.
 
 import mugraph as mg
 from mugraph.core.benchmarks import programs
+from online_graphs import gqa_blocks
 from search.enumerate import GPU_SMS, cost_key
 from search.rewrite import MAX_SPLIT_BLOCKS, combine_dims, split_chunks, split_loop, split_variants
 
@@ -44,18 +45,7 @@ def _kernel(g):
 
 def _attention(grid0, loop):
     p = programs.program("gqa", 1, small=True)
-    return p, _attention_of(p, grid0, loop)
-
-
-def _attention_of(p, grid0, loop):
-    g = mg.KernelGraph("gqa")
-    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
-    b = mg.BlockGraph((grid0, 1, 1), loop)
-    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
-    e = mg.exp(qt @ kt)
-    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
-    g.output(g.kernel(b)[0])
-    return g
+    return p, gqa_blocks(p, grid0, loop)
 
 
 def test_combine_dims_are_elementwise_free_dims_only():
@@ -91,7 +81,7 @@ def test_regridded_combine_is_equivalent_and_its_cost_counted():
     # the cost key prices the combining kernel: at gqa b=1's shape (16 chunks of 256 rows ×
     # 64 per head) the combine on 2 blocks is slower than re-gridded over 32
     full = programs.gqa(1)
-    one = _attention_of(full, 2, 64)
+    one = gqa_blocks(full, 2, 64)
     k = _kernel(one)
     assert cost_key(split_loop(one, k, 16, combine_tiles=16))[1] < cost_key(split_loop(one, k, 16))[1]
 
@@ -162,7 +152,7 @@ def test_search_verifies_split_kv_pairs_of_attention():
 def _full_attention():
     """gqa b=1 at full size, one block per KV head looping over all 4096 keys."""
     p = programs.program("gqa", 1)
-    return _attention_of(p, 2, 64)
+    return gqa_blocks(p, 2, 64)
 
 
 def _match_all(graphs, end):
@@ -245,7 +235,7 @@ def test_a_piece_offers_the_keys_and_the_estimates_favourites_in_turns():
     from search.rewrite import graph_key, split_variants
 
     gqa = programs.program("gqa", 1)
-    graphs = [h for loop in (64, 128) for h in split_variants(_attention_of(gqa, 2, loop))]
+    graphs = [h for loop in (64, 128) for h in split_variants(gqa_blocks(gqa, 2, loop))]
     assert len(graphs) > 2 * PIECE_RESULTS
     keys = [graph_key(g) for g in graphs]
     far = {k: i for i, k in enumerate(keys)}

@@ -13,6 +13,7 @@ import pytest
 import mugraph as mg
 import search
 from mugraph.core.benchmarks import programs
+from online_graphs import gqa_blocks
 from search import SearchConfig
 from search.check import Checker
 from search.derive import kernel_shape, composed, sequential, splits
@@ -231,13 +232,7 @@ def test_the_tile_variants_keep_half_of_the_split_phase(monkeypatch):
     from mugraph.core.serialize import graph_to_json
 
     p = programs.gqa(1, queries=16, head_dim=16, kv=4096)
-    g = mg.KernelGraph("gqa")
-    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
-    b = mg.BlockGraph((2, 1, 1), 256)
-    qt = b.input(q, (0, None, None)); kt = b.input(k, (0, None, None), 2); vt = b.input(v, (0, None, None), 1)
-    e = mg.exp(qt @ kt)
-    b.output(b.accum(e @ vt) / b.accum(mg.sum(e, 2)), (0, None, None))
-    g.output(g.kernel(b)[0])
+    g = gqa_blocks(p, 2, 256)
     state = RunState.start(p, SearchConfig(workers=1, executor="serial", time_limit=4.0, progress=False))
     state.estimate = lambda h: cost_key(h)[1]
 
