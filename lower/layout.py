@@ -51,7 +51,7 @@ from typing import Mapping
 
 from mugraph.core.errors import InputError
 from mugraph.core.ir import KernelGraph, Tensor
-from mugraph.core.ops import reduction, reorders, selects
+from mugraph.core.ops import is_elementwise, reduction, reorders, selects
 
 from .plan import plan
 
@@ -92,6 +92,31 @@ def check_strides(t: Tensor, strides) -> tuple[int, ...]:
             raise InputError(f"{where}={st}: elements of {t.shape} would overlap")
         span = st[d] * t.shape[d]
     return st
+
+
+def loaded_fast_dim(t: Tensor, source_strides: list[tuple[int, ...]]) -> int | None:
+    """The dim of block tile ``t`` along which its elements lie next to each other in the
+    memory they were loaded from: the stride-1 dim of its iterator's source
+    (``source_strides[i]``: the strides of the block's source ``i``), through the permutes
+    and one-input element-wise ops between the load and ``t``; ``None`` when ``t`` is made
+    otherwise or its source has no single stride-1 dim longer than 1."""
+    op = t.op
+    if op.kind == "iterator":
+        st = source_strides[op.attrs["source"]]
+        fast = [d for d, s in enumerate(st) if s == 1 and t.shape[d] > 1]
+        return fast[0] if len(fast) == 1 else None
+    if reorders(op.kind):  # dim o of the permute is dim perm[o] of its input
+        d = loaded_fast_dim(op.inputs[0], source_strides)
+        return None if d is None else list(op.attrs["perm"]).index(d)
+    if len(op.inputs) == 1 and is_elementwise(op.kind) and op.inputs[0].shape == t.shape:
+        return loaded_fast_dim(op.inputs[0], source_strides)
+    return None
+
+
+def k_major(b: Tensor, source_strides: list[tuple[int, ...]]) -> bool:
+    """Whether ``b``, a matmul's right operand (.., k, n), lies k-major in the memory it
+    was loaded from — a key-major KV cache read as Kᵀ for ``q @ k.transpose(-1, -2)``."""
+    return loaded_fast_dim(b, source_strides) == b.ndim - 2
 
 
 def _sectors(tile: tuple[int, ...], d: int, esize: int) -> float:

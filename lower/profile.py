@@ -38,8 +38,10 @@ import torch
 from mugraph.core.checks import _is_sequence, short, strict_int
 from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from mugraph.core.ir import BlockGraph, KernelGraph
+from mugraph.core.ops import is_contraction
 
 from .compile_guard import bounded_compiles
+from .layout import k_major, solve as solve_layout
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import DeviceParams, default_params, estimate
 from .plan import KernelPlan, plan
@@ -113,6 +115,23 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
         if "va" in menu and info("va").deferred:
             modes.append("va")
     return modes
+
+
+def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU) -> tuple[str, ...]:
+    """The small-matmul lowerings worth timing for kernel ``op`` whose sources lie with
+    ``source_strides``: ``menu`` less the CUDA-core ones when a matmul they would move off
+    ``tl.dot`` reads its right operand k-major (:func:`lower.layout.k_major`: Kᵀ of a
+    key-major KV cache). Such a product sums across the warps of every step: Phi-3-mini's
+    one-row decode over 2,304 keys (H200) ran 28.1 μs on the CUDA cores against 11.3–11.6 with
+    ``tl.dot``, and the cost model, which sees no strides, priced the CUDA cores first. A menu
+    without ``"dot"`` is the caller's own and kept."""
+    if "dot" not in menu or len(menu) == 1:
+        return tuple(menu)
+    blk = op.attrs["block"]
+    cores = plan(blk, KernelConfig(small_mm="v")).info.dot_ops
+    if any(k_major(b.inputs[1], source_strides) for b in blk.ops if is_contraction(b.kind) and b.id not in cores):
+        return ("dot",)
+    return tuple(menu)
 
 
 def layout_choices(block: BlockGraph, max_programs: int = 8192, min_tile: int = DOT_MIN,
@@ -742,7 +761,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     # on the GPU, a configuration whose assembly runs minutes counts as not compiling
     with bounded_compiles() if gpu else nullcontext(), shared_analyses():
-        spaces = {op.id: _space(graph, op, call.configs, top, warps, stages, small_mm, device_params)
+        lay = solve_layout(graph, use_z3=False, input_strides=strides_of(call.inputs) if call.inputs else None)
+        spaces = {op.id: _space(graph, op, call.configs, top, warps, stages,
+                                small_mm_menu(op, [lay.strides[t.id] for t in op.inputs], small_mm), device_params)
                   for op in blocks}
         call.configs.update(initial_configs(spaces))
         for i, op in enumerate(blocks):

@@ -289,3 +289,68 @@ def test_dirty_padding_never_reaches_the_contraction(mm):
     prog = lower.compile(kg, device="cpu", configs={op.id: KernelConfig(num_stages=2, small_mm=mm)}, poison=True)
     assert ("tl.dot(" in prog.triton_source()) == (mm == "dot")
     assert max(check(prog, kg, random_inputs(kg, 11))) <= 1e-4, mm
+
+
+@pytest.mark.parametrize("how", ["permute in the block", "strided input"])
+def test_a_key_major_right_operand_multiplies_over_m_n_k(how):
+    """K held a key per row (a KV cache), read as Kᵀ for q @ kᵀ: the CUDA-core product runs
+    over (m, n, k), the lanes along k as it lies in memory (over (m, k, n) every lane of a
+    warp read one shared-memory bank: 4.5× slower on an H200). Whether Kᵀ comes from a
+    permute in the block or arrives as a strided view, the result matches float64 with
+    logits large enough to overflow without the running max; the V product, n-major, keeps
+    (m, k, n). K stored key-minor keeps (m, k, n) for both."""
+    sys.path.append(str(__import__("pathlib").Path(__file__).parent.parent))
+    from online_graphs import decode_ugraph
+    import torch
+
+    heads, d, kv = 2, 32, 256
+    g = decode_ugraph(heads=heads, rows=1, d=d, kv=kv, keys=64, k_rows=how == "permute in the block")
+    op = next(o for o in g.ops if o.kind == "graph_defined")
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = 40 * torch.randn(heads, 1, d, generator=gen), torch.randn(heads, kv, d, generator=gen), \
+        torch.randn(heads, kv, d, generator=gen)
+    qd, kd, vd = (x.half().double() for x in (q, k, v))
+    ref = torch.softmax(qd @ kd.transpose(1, 2) / d ** 0.5, -1) @ vd
+    assert torch.isfinite(ref).all() and (qd @ kd.transpose(1, 2) / d ** 0.5).max() > 12  # exp overflows fp16
+    kt = k.half() if how == "permute in the block" else k.half().transpose(1, 2)   # (heads, d, kv) view
+    strides = None if how == "permute in the block" else {"K": tuple(kt.stride())}
+    for label in ("w4s3v", "w4s3k4Lv"):
+        prog = lower.compile(g, device="cpu", configs={op.id: KernelConfig.from_label(label)}, input_strides=strides)
+        src = prog.triton_source()
+        assert src.count("over (m, n, k), b read k-major") == 1 and src.count("over (m, k, n)") == 1, label
+        out = prog(Q=q.half(), K=kt, V=v.half()).double()
+        assert (out - ref).abs().max().item() < 2e-3 * ref.abs().max().item(), label
+    plain = decode_ugraph(heads=heads, rows=1, d=d, kv=kv, keys=64)
+    src = lower.compile(plain, device="cpu", configs={next(o for o in plain.ops if o.kind == "graph_defined").id:
+                                                      KernelConfig.from_label("w4s3v")}).triton_source()
+    assert "k-major" not in src and src.count("over (m, k, n)") == 2
+
+
+def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
+    """The cost model sees no strides, so the tuner's menu does: a one-row decode whose Kᵀ
+    lies key-major (a permute of a key-per-row cache, or a transposed view handed in) is
+    tuned on ``tl.dot`` only; stored key-minor, the CUDA-core lowering stays on the menu.
+    A menu the caller gave without ``"dot"`` is kept."""
+    sys.path.append(str(__import__("pathlib").Path(__file__).parent.parent))
+    from online_graphs import decode_ugraph
+    import torch
+    from lower.profile import small_mm_menu
+
+    def kernel(g):
+        return next(o for o in g.ops if o.kind == "graph_defined")
+
+    rows, plain = decode_ugraph(heads=2, rows=1, d=32, kv=256, keys=64, k_rows=True), \
+        decode_ugraph(heads=2, rows=1, d=32, kv=256, keys=64)
+    row_major = [lower.layout.strides_for(t.shape, t.ndim - 1) for t in kernel(plain).inputs]
+    assert small_mm_menu(kernel(plain), row_major) == ("dot", "v")
+    assert small_mm_menu(kernel(rows), [lower.layout.strides_for(t.shape, t.ndim - 1) for t in kernel(rows).inputs]) \
+        == ("dot",)
+    kt = torch.randn(2, 256, 32).half().transpose(1, 2)           # Kᵀ (heads, d, kv), a view
+    viewed = [row_major[0], tuple(kt.stride()), row_major[2]]
+    assert small_mm_menu(kernel(plain), viewed) == ("dot",)
+    assert small_mm_menu(kernel(plain), viewed, ("v",)) == ("v",)
+    labels = {lab for lab, _, _ in lower.tune(plain, predict_only=True).trials}
+    assert any(lab.endswith("v") for lab in labels)
+    x = {"Q": torch.randn(2, 1, 32).half(), "K": kt, "V": torch.randn(2, 256, 32).half()}
+    labels = {lab for lab, _, _ in lower.tune(plain, inputs=x, predict_only=True).trials}
+    assert labels and not any("v" in lab for lab in labels)
