@@ -312,7 +312,7 @@ def time_steps(launches: dict, device: str) -> dict:
     return out
 
 
-def kernel_profile(launches: dict, reps: int = 20, top: int = 12) -> dict:
+def kernel_profile(launches: dict, reps: int = 20, top: int = 40) -> dict:
     """Where each launch's time goes on the GPU, kernel by kernel: ``reps`` calls under
     ``torch.profiler`` (no CUDA graph, so launches are eager's), per launch the kernels'
     summed device time per call, their count per call and the ``top`` kernels by time.

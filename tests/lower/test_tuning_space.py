@@ -360,3 +360,38 @@ def test_a_waiting_kernel_whose_predicted_config_fails_falls_back_to_the_default
     monkeypatch.setattr(prof, "_time", fake_time)
     res = tune(g, inputs={})
     assert set(res.configs) == {k_first, k_proj} and res.configs[k_proj] != broken
+
+
+def test_split_factors_are_the_loops_divisors_not_only_powers_of_two():
+    """A static cache of 8,192 + 256 slots is 132 steps of 64 keys: its power-of-two splits
+    stop at 4. Every divisor up to MAX_SPLIT is a split factor; none leaves a step over."""
+    from lower.profile import MAX_SPLIT, split_factors
+
+    assert split_factors(64) == [1, 2, 4, 8, 16]
+    assert split_factors(36) == [1, 2, 3, 4, 6, 9, 12, 18]
+    assert split_factors(132) == [1, 2, 3, 4, 6, 11, 12, 22]
+    assert split_factors(1) == [1] and split_factors(7) == [1, 7]
+    assert all(48 % s == 0 and s <= MAX_SPLIT for s in split_factors(48)) and 24 in split_factors(48)
+
+
+def test_a_one_row_decode_over_36_steps_is_timed_split_12_ways_early():
+    """The first round leads with the best predicted config of every split factor: a
+    one-row decode over 2,304 keys (36 steps, Kᵀ read key-major, so tl.dot only) times a
+    12-way split among them — 384 programs for 32 heads, where 4 ways give 128 on 132 SMs —
+    and before the 2-way split and the single pass."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).parent.parent))
+    from online_graphs import decode_ugraph
+
+    from lower.cost_model import H200
+    from lower.profile import _space
+
+    g = decode_ugraph(heads=32, rows=1, d=96, kv=2304, keys=64, k_rows=True)
+    op = _kernel(g)
+    space = _space(g, op, {}, 6, WARPS, STAGES, ("dot",), H200)
+    head = [c for _, c in space.picked[:space.head]]
+    assert {c.split for c in head} == {1, 2, 3, 4, 6, 9, 12, 18}
+    order = [c.split for c in head]
+    assert order.index(12) < min(order.index(2), order.index(1)), [c.label() for c in head]
