@@ -41,9 +41,9 @@ from mugraph.core.ir import BlockGraph, KernelGraph
 from mugraph.core.ops import is_contraction
 
 from .compile_guard import bounded_compiles
-from .layout import k_major, solve as solve_layout
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import DeviceParams, default_params, estimate
+from .layout import k_major, solve as solve_layout
 from .plan import KernelPlan, plan
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
