@@ -354,3 +354,23 @@ def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     x = {"Q": torch.randn(2, 1, 32).half(), "K": kt, "V": torch.randn(2, 256, 32).half()}
     labels = {lab for lab, _, _ in lower.tune(plain, inputs=x, predict_only=True).trials}
     assert labels and not any("v" in lab for lab in labels)
+
+
+def test_the_fast_dim_of_a_tile_is_read_back_to_its_source():
+    """``lower.layout.loaded_fast_dim``: the stride-1 dim of the iterator's source, through a
+    permute (dim o of it is its input's perm[o]) and one-input element-wise ops; a tile made
+    by another op, or loaded from a source with no stride-1 dim longer than 1, has none."""
+    from lower.layout import k_major, loaded_fast_dim
+
+    g = mg.KernelGraph("fast")
+    x = g.input("X", (4, 32, 8), "float16")
+    b = mg.BlockGraph((4, 1, 1), 1)
+    t = b.input(x, (0, None, None))                        # tile (1, 32, 8)
+    p = mg.permute(mg.scale(t, 2), (0, 2, 1))              # (1, 8, 32)
+    s = mg.sum(t, 2)
+    row_major, transposed = [(256, 8, 1)], [(256, 1, 32)]
+    assert loaded_fast_dim(t, row_major) == 2 and loaded_fast_dim(t, transposed) == 1
+    assert loaded_fast_dim(p, row_major) == 1 and loaded_fast_dim(p, transposed) == 2
+    assert loaded_fast_dim(s, row_major) is None                # a reduction makes its tile
+    assert loaded_fast_dim(t, [(256, 0, 0)]) is None            # no stride-1 dim
+    assert k_major(t, row_major) is False and k_major(t, transposed) is True   # t as (.., k=32, n=8)
