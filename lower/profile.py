@@ -131,19 +131,32 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
     return modes
 
 
+def _per_step(t) -> bool:
+    """Whether block tile ``t`` changes from one loop step to the next: a loop tile (an
+    iterator with an fmap) or made from one, not through an accumulator."""
+    op = t.op
+    if op.kind == "iterator":
+        return op.attrs.get("fmap") is not None
+    return op.kind != "accum" and any(_per_step(x) for x in op.inputs)
+
+
 def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU) -> tuple[str, ...]:
     """The small-matmul lowerings worth timing for kernel ``op`` whose sources lie with
     ``source_strides``: ``menu`` less the CUDA-core ones when a matmul they would move off
     ``tl.dot`` reads its right operand k-major (:func:`lower.layout.k_major`: Kᵀ of a
-    key-major KV cache). Such a product sums across the warps of every step: Phi-3-mini's
-    one-row decode over 2,304 keys (H200) ran 28.1 μs on the CUDA cores against 11.3–11.6 with
-    ``tl.dot``, and the cost model, which sees no strides, priced the CUDA cores first. A menu
-    without ``"dot"`` is the caller's own and kept."""
+    key-major KV cache) while its left operand is the same every loop step (a decode's
+    query rows, loaded once). Phi-3-mini's one-row decode over 2,304 keys (H200) ran 28.1 μs
+    so on the CUDA cores against 11.3–11.6 with ``tl.dot``, and the cost model, which sees
+    no strides, priced the CUDA cores first. A projection's GEMV, whose activation and
+    k-major weight both step along k, keeps them: Gemma-2B's output projection ran 4.65 μs
+    on the CUDA cores over its weight's transposed view (H200). A menu without ``"dot"`` is
+    the caller's own and kept."""
     if "dot" not in menu or len(menu) == 1:
         return tuple(menu)
     blk = op.attrs["block"]
     cores = plan(blk, KernelConfig(small_mm="v")).info.dot_ops
-    if any(k_major(b.inputs[1], source_strides) for b in blk.ops if is_contraction(b.kind) and b.id not in cores):
+    if any(k_major(b.inputs[1], source_strides) and not _per_step(b.inputs[0])
+           for b in blk.ops if is_contraction(b.kind) and b.id not in cores):
         return ("dot",)
     return tuple(menu)
 

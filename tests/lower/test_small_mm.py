@@ -329,8 +329,9 @@ def test_a_key_major_right_operand_multiplies_over_m_n_k(how):
 def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     """The cost model sees no strides, so the tuner's menu does: a one-row decode whose Kᵀ
     lies key-major (a permute of a key-per-row cache, or a transposed view handed in) is
-    tuned on ``tl.dot`` only; stored key-minor, the CUDA-core lowering stays on the menu.
-    A menu the caller gave without ``"dot"`` is kept."""
+    tuned on ``tl.dot`` only; stored key-minor, the CUDA-core lowering stays on the menu,
+    and so it does for a GEMV whose weight is a transposed view (its activation steps along
+    k with it). A menu the caller gave without ``"dot"`` is kept."""
     sys.path.append(str(__import__("pathlib").Path(__file__).parent.parent))
     from online_graphs import decode_ugraph
     import torch
@@ -346,11 +347,18 @@ def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     assert small_mm_menu(kernel(rows), [lower.layout.strides_for(t.shape, t.ndim - 1) for t in kernel(rows).inputs]) \
         == ("dot",)
     kt = torch.randn(2, 256, 32).half().transpose(1, 2)           # Kᵀ (heads, d, kv), a view
-    viewed = [row_major[0], tuple(kt.stride()), row_major[2]]
+    viewed = [tuple(kt.stride()) if t.name == "K" else st for t, st in zip(kernel(plain).inputs, row_major)]
     assert small_mm_menu(kernel(plain), viewed) == ("dot",)
     assert small_mm_menu(kernel(plain), viewed, ("v",)) == ("v",)
     labels = {lab for lab, _, _ in lower.tune(plain, predict_only=True).trials}
     assert any(lab.endswith("v") for lab in labels)
+    gemv = mg.KernelGraph("gemv")
+    X, W = gemv.input("X", (1, 256), "float16"), gemv.input("W", (256, 64), "float16")
+    b = mg.BlockGraph((4, 1, 1), 4)
+    b.output(b.accum(b.input(X, (None, None, None), 1) @ b.input(W, (1, None, None), 0)), (1, None, None))
+    (y,) = gemv.kernel(b)
+    gemv.output(y)
+    assert small_mm_menu(kernel(gemv), [(256, 1), (1, 256)]) == ("dot", "v")     # W = linear weightᵀ
     x = {"Q": torch.randn(2, 1, 32).half(), "K": kt, "V": torch.randn(2, 256, 32).half()}
     labels = {lab for lab, _, _ in lower.tune(plain, inputs=x, predict_only=True).trials}
     assert labels and not any("v" in lab for lab in labels)
