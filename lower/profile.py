@@ -144,8 +144,8 @@ def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU)
     """The small-matmul lowerings worth timing for kernel ``op`` whose sources lie with
     ``source_strides``: ``menu`` less the CUDA-core ones when a matmul they would move off
     ``tl.dot`` reads its right operand k-major (:func:`lower.layout.k_major`: Kᵀ of a
-    key-major KV cache) while its left operand is the same every loop step (a decode's
-    query rows, loaded once). Phi-3-mini's one-row decode over 2,304 keys (H200) ran 28.1 μs
+    key-major KV cache) while its left operand is the same every step of the kernel's loop
+    (a decode's query rows, loaded once). Phi-3-mini's one-row decode over 2,304 keys (H200) ran 28.1 μs
     so on the CUDA cores against 11.3–11.6 with ``tl.dot``, and the cost model, which sees
     no strides, priced the CUDA cores first. A projection's GEMV, whose activation and
     k-major weight both step along k, keeps them: Gemma-2B's output projection ran 4.65 μs
@@ -154,6 +154,8 @@ def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU)
     if "dot" not in menu or len(menu) == 1:
         return tuple(menu)
     blk = op.attrs["block"]
+    if blk.forloop <= 1:  # measured in a loop only
+        return tuple(menu)
     cores = plan(blk, KernelConfig(small_mm="v")).info.dot_ops
     if any(k_major(b.inputs[1], source_strides) and not _per_step(b.inputs[0])
            for b in blk.ops if is_contraction(b.kind) and b.id not in cores):

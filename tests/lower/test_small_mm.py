@@ -359,6 +359,13 @@ def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     (y,) = gemv.kernel(b)
     gemv.output(y)
     assert small_mm_menu(kernel(gemv), [(256, 1), (1, 256)]) == ("dot", "v")     # W = linear weightᵀ
+    one = mg.KernelGraph("one_step")                                              # no loop: nothing per step
+    X, W = one.input("X", (1, 256), "float16"), one.input("W", (256, 64), "float16")
+    b = mg.BlockGraph((4, 1, 1), 1)
+    b.output(b.accum(b.input(X, (None, None, None)) @ b.input(W, (1, None, None))), (1, None, None))
+    (y,) = one.kernel(b)
+    one.output(y)
+    assert small_mm_menu(kernel(one), [(256, 1), (1, 256)]) == ("dot", "v")
     x = {"Q": torch.randn(2, 1, 32).half(), "K": kt, "V": torch.randn(2, 256, 32).half()}
     labels = {lab for lab, _, _ in lower.tune(plain, inputs=x, predict_only=True).trials}
     assert labels and not any("v" in lab for lab in labels)
