@@ -131,15 +131,6 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
     return modes
 
 
-def _per_step(t) -> bool:
-    """Whether block tile ``t`` changes from one loop step to the next: a loop tile (an
-    iterator with an fmap) or made from one, not through an accumulator."""
-    op = t.op
-    if op.kind == "iterator":
-        return op.attrs.get("fmap") is not None
-    return op.kind != "accum" and any(_per_step(x) for x in op.inputs)
-
-
 def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU) -> tuple[str, ...]:
     """The small-matmul lowerings worth timing for kernel ``op`` whose sources lie with
     ``source_strides``: ``menu`` less the CUDA-core ones when a matmul they would move off
@@ -157,7 +148,8 @@ def small_mm_menu(op, source_strides: list[tuple[int, ...]], menu=SMALL_MM_MENU)
     if blk.forloop <= 1:  # measured in a loop only
         return tuple(menu)
     cores = plan(blk, KernelConfig(small_mm="v")).info.dot_ops
-    if any(k_major(b.inputs[1], source_strides) and not _per_step(b.inputs[0])
+    # (a tile after the loop, acc 1, is computed once: the same at every step too)
+    if any(k_major(b.inputs[1], source_strides) and (b.inputs[0].acc == 1 or blk.loop_invariant(b.inputs[0]))
            for b in blk.ops if is_contraction(b.kind) and b.id not in cores):
         return ("dot",)
     return tuple(menu)

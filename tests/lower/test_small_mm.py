@@ -12,6 +12,7 @@ import re
 import sys
 
 import pytest
+import torch
 
 import lower
 import mugraph as mg
@@ -23,6 +24,7 @@ from lower.testing import check, random_graph, random_inputs
 from lower.plan import plan
 from lower.tiles import SMALL_MM
 from mugraph.core.benchmarks import PROGRAMS, reference
+from online_graphs import decode_ugraph
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
 
@@ -299,9 +301,6 @@ def test_a_key_major_right_operand_multiplies_over_m_n_k(how):
     permute in the block or arrives as a strided view, the result matches float64 with
     logits large enough to overflow without the running max; the V product, n-major, keeps
     (m, k, n). K stored key-minor keeps (m, k, n) for both."""
-    sys.path.append(str(__import__("pathlib").Path(__file__).parent.parent))
-    from online_graphs import decode_ugraph
-    import torch
 
     heads, d, kv = 2, 32, 256
     g = decode_ugraph(heads=heads, rows=1, d=d, kv=kv, keys=64, k_rows=how == "permute in the block")
@@ -332,9 +331,6 @@ def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     tuned on ``tl.dot`` only; stored key-minor, the CUDA-core lowering stays on the menu,
     and so it does for a GEMV whose weight is a transposed view (its activation steps along
     k with it). A menu the caller gave without ``"dot"`` is kept."""
-    sys.path.append(str(__import__("pathlib").Path(__file__).parent.parent))
-    from online_graphs import decode_ugraph
-    import torch
     from lower.profile import small_mm_menu
 
     def kernel(g):

@@ -3,6 +3,7 @@ keeps ``A`` among its choices, and config_space counts what tune may time. No GP
 
 from lower.profile import STAGES, WARPS, config_space, first_round, neighbours
 from mugraph.core.benchmarks import reference
+from online_graphs import decode_ugraph
 
 
 def _kernel(g):
@@ -379,12 +380,6 @@ def test_a_one_row_decode_over_36_steps_is_timed_split_12_ways_early():
     one-row decode over 2,304 keys (36 steps, Kᵀ read key-major, so tl.dot only) times a
     12-way split among them — 384 programs for 32 heads, where 4 ways give 128 on 132 SMs —
     and before the 2-way split and the single pass."""
-    import sys
-    from pathlib import Path
-
-    sys.path.append(str(Path(__file__).parent.parent))
-    from online_graphs import decode_ugraph
-
     from lower.cost_model import H200
     from lower.profile import _space
 
