@@ -40,6 +40,7 @@ from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, Mugr
 from mugraph.core.ir import BlockGraph, KernelGraph
 from mugraph.core.ops import is_contraction
 
+from .cold_inputs import cycling, rotated_sets
 from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import DeviceParams, default_params, estimate
@@ -289,6 +290,8 @@ TIMINGS = {
     "graph": "triton.testing.do_bench_cudagraph: calls unrolled in one CUDA graph, warm L2, median of 10 replays",
     "cold": "one CUDA-graph replay per call, L2 evicted (256 MB read, left clean) before each",
     "warm": "one CUDA-graph replay per call, back to back on the same buffers",
+    "dram": "as graph, each call on its own copy of the inputs of 1 MiB or more (2x the L2 read between two "
+            "uses of a copy): weights and caches from DRAM, as in a model's step",
 }
 """How a program is timed (name -> the line tables print); every table says which. All three replay CUDA graphs and
 report a median, for ours and every PyTorch baseline alike:
@@ -300,6 +303,10 @@ report a median, for ours and every PyTorch baseline alike:
 * ``"cold"``: one call per graph replay, L2 evicted (left clean) before each — the
   setting of the memory floor; adds one graph launch (~4.8 μs measured) to every call.
 * ``"warm"``: one call per graph replay, replays back to back on the same buffers.
+* ``"dram"``: as ``"graph"``, but the calls cycle through copies of the large inputs
+  (:mod:`lower.cold_inputs`), so weights and KV caches come from DRAM as they do in a
+  model's step while activations stay in L2. Needs the inputs: :func:`measure_on`.
+  The ``torch.compile`` backend tunes and judges its pieces so.
 """
 
 
@@ -309,12 +316,23 @@ def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 2
     ``launch`` must be capturable into a CUDA graph (no host synchronization)."""
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {tuple(TIMINGS)}, got {timing!r}")
+    if timing == "dram":
+        raise ValueError("timing 'dram' copies the inputs: time with lower.profile.measure_on(make, inputs, 'dram')")
     if timing == "graph":
         import triton.testing
 
         # do_bench_cudagraph calls launch() uncaptured first (compiles happen there)
         return triton.testing.do_bench_cudagraph(launch, rep=rep_ms, return_mode="median") * 1e-3
     return bench(capture_graph(launch), flush=timing == "cold")
+
+
+def measure_on(make: Callable[[Any], Callable[[], object]], inputs: Any, timing: str = "graph") -> float:
+    """Median seconds of ``make(inputs)()`` under ``timing`` (:data:`TIMINGS`). ``"dram"``
+    makes one launch per set of :func:`lower.cold_inputs.rotated_sets` and times them in
+    turn, as ``"graph"`` times one; the other timings time ``make(inputs)``."""
+    if timing == "dram":
+        return measure(cycling([make(s) for s in rotated_sets(inputs)]), "graph")
+    return measure(make(inputs), timing)
 
 
 def measure_together(launches: dict[str, Callable[[], object]], timing: str = "graph",
@@ -398,7 +416,7 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "gr
         err = max(rel_error(o, r) for o, r in zip(outs, ref))
         if not err <= tol:
             raise ValueError(f"wrong result: relative error {err:.2e} > {tol}")
-    return measure(prog.launcher(**inputs), timing), prog, err
+    return measure_on(lambda s: prog.launcher(**s), inputs, timing), prog, err
 
 
 def _pick(cands: list[tuple[float, KernelConfig]], top: int) -> list[tuple[float, KernelConfig]]:

@@ -22,6 +22,13 @@ from ..core.ops import folds
 #: over goes to the compile's wall time, not to more tuning
 TUNE_PER_SEARCH = 0.6
 
+#: how a piece's configurations are tuned and its two forms timed (``lower.profile.TIMINGS``):
+#: its weights and KV cache read from DRAM, as in the model's step, where the step's other
+#: hundreds of megabytes pass through L2 between two reads of one weight. Timed warm, a
+#: weight under the L2's size ranks configurations by L2 speed (Phi-3-mini's output
+#: projection, 19 MB: 7.3 μs in tuning, 10.1 in the layer, H200)
+PIECE_TIMING = "dram"
+
 #: the least search time a piece gets when ``graph_budget`` is shared among many (seconds)
 MIN_PIECE_S = 2.0
 
@@ -136,8 +143,9 @@ class FrontendOptions:
     :class:`~mugraph.frontend.pieces.BuiltPiece` (the :class:`~mugraph.frontend.graph.Captured`
     graph for the whole-graph comparison) and ``launches`` maps each form to a
     no-argument callable running it once on example inputs at the piece's shapes, strides,
-    dtypes and device. ``None`` (default): on a GPU, CUDA-graph medians timed side by side
-    (``lower.profile.measure_together``); on the CPU nothing is timed (the Triton interpreter
+    dtypes and device (on a GPU, each call on its own copy of the large inputs, as
+    :data:`PIECE_TIMING` says: ``lower.cold_inputs``). ``None`` (default): on a GPU, CUDA-graph
+    medians timed side by side (``lower.profile.measure_together``); on the CPU nothing is timed (the Triton interpreter
     says nothing of a GPU's speed) and every μGraph runs. A timer given here is used on any
     device — to time with other settings, or to decide on a CPU.
     """
@@ -229,7 +237,7 @@ class FrontendOptions:
         # with unfused="torch" a piece whose search verified nothing runs torch's ops: its
         # program needs no float check, tuning or timing
         return {"search": {**self.search, "time_limit": float(self.time_limit)},
-                "tune_s": float(self.tune_s()),
+                "tune_s": float(self.tune_s()), "timing": PIECE_TIMING,
                 "allow_unproven": self.allow_unproven, "check_program_alone": self.unfused != "torch"}
 
     def key(self) -> str:

@@ -194,8 +194,9 @@ def check_args(names, batches, results, timing: str, top_k: int | None, tune_sec
     res = as_path(results, "bench: results") if results is not None else None
     if res is not None and res.exists() and not res.is_dir():
         raise ConfigError(f"bench: results={str(res)!r} is a file, not a folder")
-    if timing not in TIMINGS:
-        raise ConfigError(f"bench: timing={short(timing)}: use one of {sorted(TIMINGS)}")
+    if timing not in TIMINGS or timing == "dram":
+        raise ConfigError(f"bench: timing={short(timing)}: use one of {sorted(set(TIMINGS) - {'dram'})} "
+                          "(the table times library baselines on fixed inputs)")
     if top_k is not None and (type(top_k) is not int or top_k < 1):
         raise ConfigError(f"bench: top_k={short(top_k)} must be a positive int or None")
     if tune_seconds is not None and (isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float))

@@ -26,6 +26,7 @@ import torch
 import search
 from lower.cost_model import default_params, estimate
 from lower.layout import check_strides
+from lower.profile import TIMINGS
 import verify
 from search.checkpoint import fingerprint_of
 from search.config import check_fields, check_keys
@@ -91,6 +92,11 @@ class OptimizeConfig:
     compiled to read them in place: the tile shapes and split that stream a row-major weight
     at full bandwidth are not those that stream its transpose (a GEMV's best layouts differ),
     so tuning on another layout ships the wrong configs. Part of the cache key.
+    ``timing``: how the GPU re-ranking times each configuration (``lower.profile.TIMINGS``):
+    ``"graph"`` (default) back to back in a CUDA graph, the inputs warm in L2; ``"dram"``
+    the same with the large inputs copied so each call reads them from DRAM — what a
+    weight or a KV cache costs inside a model's step (the ``torch.compile`` backend's
+    choice). Part of the cache key: configurations ranked one way are not the other's.
     """
 
     search: dict = field(default_factory=dict)
@@ -102,6 +108,7 @@ class OptimizeConfig:
     check_program_alone: bool = True
     allow_unproven: bool = False
     input_strides: dict[str, tuple[int, ...]] | None = None
+    timing: str = "graph"
 
     def __post_init__(self) -> None:
         self.validate()
@@ -130,6 +137,8 @@ class OptimizeConfig:
                                       f"({', '.join(sorted(DTYPES))})")
             self.float_dtypes = tuple(fd)
         self.input_strides = _check_strides(self.input_strides)
+        if not isinstance(self.timing, str) or self.timing not in TIMINGS or self.timing in ("cold", "warm"):
+            raise ConfigError(f"timing={short(self.timing)}: must be 'graph' or 'dram' (lower.profile.TIMINGS)")
         if not isinstance(self.search, dict):
             raise ConfigError(f"search={short(self.search)}: must be a dict of search.SearchConfig fields")
         for k, arg in _SET_BY_SUPEROPTIMIZE.items():
@@ -146,6 +155,8 @@ class OptimizeConfig:
         d["search"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.search.items()}
         if self.input_strides is not None:
             d["input_strides"] = {k: list(v) for k, v in sorted(self.input_strides.items())}
+        if self.timing == "graph":  # the default: cache keys made before the field existed still hold
+            del d["timing"]
         return d
 
 
@@ -500,8 +511,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         why = "no μGraph verified: the program, priced by the cost model, not checked or timed (check_program_alone=False)"
     elif device == "cuda" and not interrupted:
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k, total_s=_tune_s(cfg, device), phases=phases,
-                                    input_strides=cfg.input_strides)
+            best, why = time_on_gpu(program, alive, cfg.top_k, timing=cfg.timing, total_s=_tune_s(cfg, device),
+                                    phases=phases, input_strides=cfg.input_strides)
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"
