@@ -31,7 +31,7 @@ import torch  # noqa: E402
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
 from lower.cost_model import estimate  # noqa: E402
-from lower.profile import measure  # noqa: E402
+from lower.profile import measure_on  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
 from mugraph.core.benchmarks.handwritten import gated_mlp  # noqa: E402
@@ -69,6 +69,9 @@ def main() -> int:
     ap.add_argument("--small-mm", nargs="+", default=["dot", "v"], choices=["dot", "v", "va"])
     ap.add_argument("--top", type=int, default=8, help="rows printed per shape")
     ap.add_argument("--json", default=None, help="write every row here")
+    ap.add_argument("--timing", default="graph", choices=["graph", "dram"],
+                    help="lower.profile.TIMINGS: graph (weights warm in L2 when they fit) or dram (each call on its "
+                         "own copy of the weights, read from DRAM as in a model's step)")
     ap.add_argument("--gated", default=None, choices=["silu", "gelu_tanh"],
                     help="sweep ACT(X @ W1) * (X @ W2) in one kernel instead of X @ W")
     args = ap.parse_args()
@@ -78,8 +81,8 @@ def main() -> int:
     from mugraph.pipeline.bench import copy_bandwidth
 
     bw = copy_bandwidth()
-    print(f"{torch.cuda.get_device_name()}; μs, median, CUDA-graph replay; copy bandwidth {bw / 1e12:.2f} TB/s; "
-          "W in nn.Linear's layout")
+    print(f"{torch.cuda.get_device_name()}; μs, median, CUDA-graph replay, {args.timing} timing; copy bandwidth "
+          f"{bw / 1e12:.2f} TB/s; W in nn.Linear's layout")
     rows_out = []
     for shape in args.shapes:
         rows, k, n = (int(v) for v in shape.split("x"))
@@ -88,12 +91,13 @@ def main() -> int:
         weights = {name: (torch.randn(n, k, device="cuda", generator=g).half() * 0.1).t()  # (K, N), strides (1, K)
                    for name in (("W1", "W2") if args.gated else ("W",))}
         if args.gated:
-            act, w1, w2 = activation(args.gated), weights["W1"], weights["W2"]
-            ref = act(x.double() @ w1.double()) * (x.double() @ w2.double())
-            mm_s = measure(lambda: act(torch.mm(x, w1)) * torch.mm(x, w2))
+            act = activation(args.gated)
+            ref = act(x.double() @ weights["W1"].double()) * (x.double() @ weights["W2"].double())
+            mm_s = measure_on(lambda s: lambda: act(torch.mm(s["X"], s["W1"])) * torch.mm(s["X"], s["W2"]),
+                              {"X": x, **weights}, args.timing)
         else:
             ref = x.double() @ weights["W"].double()
-            mm_s = measure(lambda: torch.mm(x, weights["W"]))
+            mm_s = measure_on(lambda s: lambda: torch.mm(s["X"], s["W"]), {"X": x, **weights}, args.timing)
         floor_s = k * n * 2 * len(weights) / bw
         timed = []
         for cols, steps in itertools.product(args.cols, args.steps):
@@ -116,7 +120,7 @@ def main() -> int:
                     if not err <= 1e-2:
                         print(f"  wrong: {label}: relative error {err:.2e}", flush=True)
                         continue
-                    t = measure(prog.launcher(X=x, **weights))
+                    t = measure_on(lambda s: prog.launcher(**s), {"X": x, **weights}, args.timing)
                 except Exception as e:  # noqa: BLE001 - a variant the card cannot run (shared memory): say which
                     print(f"  skipped: {label}: {type(e).__name__}: {str(e).splitlines()[0][:100]}", flush=True)
                     continue

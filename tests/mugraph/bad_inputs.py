@@ -679,7 +679,7 @@ row(L, "tune ref a tensor", lambda: ltune(ref=torch.ones(8, 16)), "InputError", 
 row(L, "tune tol NaN", lambda: ltune(tol=float("nan")), "ArgumentTypeError", "tol=nan must be a finite number")
 row(L, "tune tol 0", lambda: ltune(tol=0), "ConfigError", "tol=0 must be > 0")
 row(L, "tune timing 'hot'", lambda: ltune(timing="hot"), "ConfigError",
-    "timing='hot' must be one of ['cold', 'graph', 'warm']")
+    "timing='hot' must be one of ['cold', 'dram', 'graph', 'warm']")
 row(L, "tune small_mm 'dot'", lambda: ltune(small_mm="dot"), "ArgumentTypeError",
     "small_mm='dot' must be a non-empty list or tuple")
 row(L, "tune small_mm ('x',)", lambda: ltune(small_mm=("x",)), "ConfigError", "small_mm holds 'x'")
