@@ -22,7 +22,9 @@ loses nothing the compiled code depends on outside CUDA-graph trees (``mode=
 "reduce-overhead"``), which the backend does not use — except each node's example value,
 which both processes give the copy back (:func:`with_example_values`): without it
 AOTAutograd's cache refuses the graph, and the backend's compile of it repeated the
-trace of the whole model (8 of the 9.9 s it took on a whole LLaMA-3-8B).
+trace of the whole model (8 of the 9.9 s it took on a whole LLaMA-3-8B). A compile that
+starts no child (a warm one) compiles the same copy here (:func:`compile_copy`), so it finds
+what the cold compile cached.
 """
 
 from __future__ import annotations
@@ -191,10 +193,17 @@ def with_example_values(graph: fx.GraphModule, inputs: list[Any]) -> fx.GraphMod
     return graph
 
 
-def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
-    """Start compiling ``gm`` (for inputs like ``args``) in a child process; None — and one
-    log line — when the graph cannot be pickled (then the backend compiles it itself, as
-    before)."""
+class _Copy(NamedTuple):
+    """A pickled copy of a graph and what its compile needs (:func:`_pickled_copy`)."""
+
+    blob: bytes               # the graph, its inputs' description and the compiler settings, pickled
+    graph: fx.GraphModule     # the copy unpickled here, its example values given back
+    inputs: list[Any]         # :func:`describe_inputs` of the call's inputs
+
+
+def _pickled_copy(gm: fx.GraphModule, args: list, why_not: str) -> _Copy | None:
+    """The copy of ``gm`` that the child and this process compile, or None — and one log line
+    ending "(``why_not``: …)" — when pickle cannot carry the graph or it holds too much."""
     import torch._functorch.config as functorch_config
     import torch._inductor.config as inductor_config
 
@@ -205,13 +214,35 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
                              functorch_config.save_config(), torch_settings()))
         graph = with_example_values(pickle.loads(blob)[0], inputs)
     except Exception as e:  # a graph holding something pickle cannot carry
-        log.info("mugraph: the graph without its pieces is compiled after the searches (it cannot be pickled: "
-                 "%s: %s)", type(e).__name__, str(e).splitlines()[0][:160] if str(e) else "")
+        log.info("mugraph: %s (it cannot be pickled: %s: %s)", why_not, type(e).__name__,
+                 str(e).splitlines()[0][:160] if str(e) else "")
         return None
     if len(blob) > MAX_PICKLE_BYTES:
-        log.info("mugraph: the graph without its pieces is compiled after the searches (pickled, it holds %.0f MB)",
-                 len(blob) / 1e6)
+        log.info("mugraph: %s (pickled, it holds %.0f MB)", why_not, len(blob) / 1e6)
         return None
+    return _Copy(blob, graph, inputs)
+
+
+def compile_copy(gm: fx.GraphModule, args: list) -> Callable:
+    """The graph without its pieces compiled here, from the same pickled copy a compile ahead
+    would have compiled (:func:`start`): a cold compile's plain graph came from that copy, so
+    when a warm compile's graph runs without its pieces, Inductor's caches serve it. Compiled
+    from dynamo's own graph instead, a whole Phi-3-mini's warm compile spent 27.4 s in
+    Inductor (H200). A graph that cannot be copied is compiled as it is."""
+    copy = _pickled_copy(gm, args, "the graph without its pieces is compiled from dynamo's graph")
+    if copy is None:
+        return compile_graph(gm, list(args))
+    return compile_graph(copy.graph, fake_inputs(copy.inputs))
+
+
+def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
+    """Start compiling ``gm`` (for inputs like ``args``) in a child process; None — and one
+    log line — when the graph cannot be pickled (then the backend compiles it itself, as
+    before)."""
+    copy = _pickled_copy(gm, args, "the graph without its pieces is compiled after the searches")
+    if copy is None:
+        return None
+    blob, graph, inputs = copy
     fd, path = tempfile.mkstemp(prefix="mugraph_ahead_", suffix=".pkl")
     with os.fdopen(fd, "wb") as f:
         f.write(blob)

@@ -26,7 +26,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .ahead import start as start_ahead
+from .ahead import compile_copy, start as start_ahead
 from .capture import trace
 from .graph import Captured
 from .inductor import compile_graph
@@ -141,8 +141,8 @@ class MugraphCompiled:
             def plain() -> Callable:
                 if not opts.inductor:
                     return self.gm
-                if ahead is None:
-                    return compile_graph(self.gm, list(args))
+                if ahead is None:  # the copy a compile ahead makes: a cold compile's caches serve it
+                    return compile_copy(self.gm, list(args))
                 fn = ahead.finish()
                 cap.timings["ahead_wait_s"] = ahead.waited_s or 0.0
                 return fn

@@ -279,6 +279,12 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
 #: pieces lost (:func:`_fewer_pieces`; each a compile of the graph and a timing, 2–4 s)
 MAX_GRAPH_TRIALS = 6
 
+#: seconds those forms may take in all. A form costs what the first one did — an Inductor
+#: compile of the whole graph and a timing: 2–4 s for a decoder layer, 30–40 s for a whole
+#: model, where six of them took 270 s of a Phi-3-mini's 474 s cold compile (H200). A form
+#: is not started when the time spent on them and its own expected cost would pass this
+MAX_GRAPH_TRIALS_S = 30.0
+
 
 def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], Callable], args: tuple,
                 opts: FrontendOptions, device: str,
@@ -335,10 +341,13 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     base = None
     try:
         base = plain()
+        t0 = time.perf_counter()
         with torch.no_grad():
             times = timer(cap, {"mugraph": _replayable(mine, args, written),
                                 "torch": _replayable(base, args, written)})
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
+        # what one more form costs: a compile like the first one's, and a timing like this one
+        form_s = cap.timings.get("inductor_with_pieces_s", 0.0) + time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - the model still runs: without the pieces where that compiled
         why = f"timing failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
         log.warning("mugraph: the graph runs %s: %s", "without its μGraph pieces" if base else "untimed", why)
@@ -351,7 +360,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     fewer = None
     if not faster and subset is not None and len({bp.name for bp in cap.kept}) > 1:
         try:
-            fewer = _fewer_pieces(cap, subset, base, args, written, timer, mu / tt)
+            fewer = _fewer_pieces(cap, subset, base, args, written, timer, mu / tt, form_s)
         except Exception as e:  # noqa: BLE001 - the verdict without any piece stands
             log.warning("mugraph: timing the graph with fewer pieces failed: %s: %s", type(e).__name__,
                         str(e).splitlines()[0][:200] if str(e) else "")
@@ -370,24 +379,41 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
 
 
 def _fewer_pieces(cap: Any, subset: Callable[[list[BuiltPiece]], Callable], base: Callable, args: tuple,
-                  written: frozenset[int], timer: Callable[..., dict], ratio: float
+                  written: frozenset[int], timer: Callable[..., dict], ratio: float, form_s: float = 0.0
                   ) -> tuple[Callable, set[str], float, float] | None:
     """The graph with some of its kept pieces left to torch, if one such form beats ``base``
     (by :data:`TIE_MARGIN`): greedily, each round times the current form less each piece name in
     turn (identical pieces go together: a whole model's layers share theirs) and keeps the best
     if it improves on ``ratio`` (the current form's time over ``base``'s), at most
-    :data:`MAX_GRAPH_TRIALS` forms. Returns (the form, the names left to torch, its time,
-    ``base``'s time in the same timing), or None. Each form is timed against ``base`` side by
-    side, as the first was; ``cap.trial`` names the pieces of the form being timed."""
+    :data:`MAX_GRAPH_TRIALS` forms and :data:`MAX_GRAPH_TRIALS_S` seconds — a form is not
+    started when the seconds spent and its expected cost (``form_s`` for the first: the first
+    form's compile and timing; then the last form's) would pass them. Returns (the form, the
+    names left to torch, its time, ``base``'s time in the same timing), or None. Each form is
+    timed against ``base`` side by side, as the first was; ``cap.trial`` names the pieces of the
+    form being timed."""
     names = list(dict.fromkeys(bp.name for bp in cap.kept))
     dropped: set[str] = set()
     trials = 0
+    t0 = time.perf_counter()
+
+    def affordable() -> bool:
+        if time.perf_counter() - t0 + form_s <= MAX_GRAPH_TRIALS_S:
+            return True
+        log.info("mugraph: the graph is not tried with fewer pieces%s: a form costs about %.0f s (an Inductor "
+                 "compile of the graph and a timing), past the rule's %g s", " than that" if trials else "",
+                 form_s, MAX_GRAPH_TRIALS_S)
+        return False
+
     try:
         while len(dropped) < len(names) - 1 and trials < MAX_GRAPH_TRIALS:
             best = None
             for name in names:
                 if name in dropped or trials >= MAX_GRAPH_TRIALS:
                     continue
+                if not affordable():  # the round so far: its best form, if it already wins
+                    won = best is not None and faster_by_margin(best[3], best[4])
+                    return (best[2], best[1], best[3], best[4]) if won else None
+                t_form = time.perf_counter()
                 drop = dropped | {name}
                 keep = [bp for bp in cap.kept if bp.name not in drop]
                 cap.trial = [n for n in names if n not in drop]
@@ -396,6 +422,7 @@ def _fewer_pieces(cap: Any, subset: Callable[[list[BuiltPiece]], Callable], base
                     times = timer(cap, {"mugraph": _replayable(fn, args, written),
                                         "torch": _replayable(base, args, written)})
                 trials += 1
+                form_s = time.perf_counter() - t_form
                 mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
                 if best is None or mu / tt < best[0]:
                     best = (mu / tt, drop, fn, mu, tt)

@@ -35,6 +35,7 @@ def _graph() -> tuple[fx.GraphModule, list]:
         return gm.forward
 
     w = torch.randn(16, 16)
+    torch._dynamo.reset()  # one code object compiled by every test: past dynamo's recompile limit it runs eagerly
     torch.compile(lambda x: torch.tanh(x @ w).view(-1) * 3 + 1, backend=grab)(torch.randn(4, 16))
     return seen["gm"], [torch.randn(4, 16), w]
 
@@ -58,6 +59,21 @@ def test_the_childs_compile_serves_the_backends_from_the_cache():
     assert not os.path.exists(job.path) and not os.path.exists(job.path + ".err")
 
 
+def test_a_compile_here_without_a_child_is_served_by_what_a_compile_ahead_cached():
+    """A warm compile whose graph runs without its pieces starts no child: it compiles the
+    same pickled copy here (``compile_copy``), so the cold compile's caches serve it whole."""
+    gm, args = _graph()
+    ahead.compile_copy(gm, args)  # the cold compile (a child's compiles the same copy: the test above)
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    traced = counters["aot_autograd"]["autograd_cache_hit"]
+    fn = ahead.compile_copy(gm, args)
+    assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    assert counters["aot_autograd"]["autograd_cache_hit"] == traced + 1
+    got, want = fn(*args), gm(*args)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got,
+                               want[0] if isinstance(want, (list, tuple)) else want)
+
+
 def test_a_graph_pickle_cannot_carry_is_compiled_here(caplog):
     gm, args = _graph()
     local = lambda t: t  # noqa: E731 - a local function: pickle cannot name it
@@ -68,7 +84,12 @@ def test_a_graph_pickle_cannot_carry_is_compiled_here(caplog):
     gm.recompile()
     with caplog.at_level(logging.INFO, logger="mugraph"):
         assert ahead.start(gm, args) is None
-    assert any("cannot be pickled" in m for m in caplog.messages)
+        fn = ahead.compile_copy(gm, args)  # compiled from the graph itself
+    assert any("compiled after the searches (it cannot be pickled" in m for m in caplog.messages)
+    assert any("compiled from dynamo's graph (it cannot be pickled" in m for m in caplog.messages)
+    got, want = fn(*args), gm(*args)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got,
+                               want[0] if isinstance(want, (list, tuple)) else want)
 
 
 def test_a_child_that_fails_is_said_and_the_compile_made_here(caplog):

@@ -403,3 +403,97 @@ def test_a_graph_slower_with_all_its_pieces_runs_with_those_that_win_in_it(piece
     lose = SubsetTimer(lambda k: 5e-6)
     _, cap3 = compiled_pieces(mixed, x, piece_cache + "3", timer=lose, inductor=False)
     assert cap3.whole["runs"] == "torch" and len(lose.forms) == 3
+
+
+class SlowFormsTimer(SubsetTimer):
+    """A :class:`SubsetTimer` whose every whole-graph timing costs ``form_s`` seconds on the
+    clock the rule reads (a whole model's Inductor compile and timing: 30–40 s a form)."""
+
+    def __init__(self, by_kept, clock: list, form_s: float) -> None:
+        super().__init__(by_kept)
+        self.clock, self.form_s = clock, form_s
+
+    def __call__(self, piece, launches):
+        if isinstance(piece, Captured):
+            self.clock[0] += self.form_s
+        return super().__call__(piece, launches)
+
+
+@pytest.mark.parametrize("second_alone_s, runs", [(3e-6, "mugraph"), (6e-6, "torch")])
+def test_forms_with_fewer_pieces_stop_at_the_rules_seconds(piece_cache, mugraph_log, monkeypatch,
+                                                           second_alone_s, runs):
+    """Each form costs 12 s and the rule gives them 20: after the graph with all its pieces
+    lost, one form with fewer is timed, not the second. If it wins it runs; if not, the graph
+    runs without its pieces — never a compile that spends minutes on forms (six of them took
+    270 s of a whole Phi-3-mini's cold compile)."""
+    import time as real_time
+    from types import SimpleNamespace
+
+    from mugraph.frontend import run
+
+    x = torch.randn(4, 8, generator=g)
+    _, cap = compiled_pieces(mixed, x, piece_cache, timer=SubsetTimer(lambda k: 1e-6), inductor=False)
+    first, second = [bp.name for bp in cap.pieces]
+    _forget_memo()
+    clock = [0.0]
+    monkeypatch.setattr(run, "time", SimpleNamespace(perf_counter=lambda: real_time.perf_counter() + clock[0],
+                                                     time=real_time.time))
+    monkeypatch.setattr(run, "MAX_GRAPH_TRIALS_S", 20.0)
+    times = {frozenset({first, second}): 5e-6, frozenset({second}): second_alone_s, frozenset({first}): 3e-6}
+    timer = SlowFormsTimer(times.__getitem__, clock, 12.0)
+    y, cap = compiled_pieces(mixed, x, piece_cache + f"-{runs}", timer=timer, inductor=False)
+    close(y, mixed(x))
+    assert timer.forms == [frozenset({first, second}), frozenset({second})]  # {first} alone is never tried
+    assert cap.whole["runs"] == runs
+    assert [bp.name for bp in cap.kept] == ([second] if runs == "mugraph" else [first, second])
+    said = [m for m in mugraph_log.messages if "not tried with fewer pieces than that" in m]
+    assert len(said) == 1 and "past the rule's 20 s" in said[0]
+
+
+def test_no_form_with_fewer_pieces_when_one_costs_more_than_the_rules_seconds(piece_cache, mugraph_log,
+                                                                             monkeypatch):
+    """A graph whose one compile and timing already pass the rule's seconds (a whole model's)
+    is not tried with fewer pieces at all: it runs without them."""
+    from mugraph.frontend import run
+
+    x = torch.randn(4, 8, generator=g)
+    monkeypatch.setattr(run, "MAX_GRAPH_TRIALS_S", 0.0)
+    _forget_memo()
+    timer = SubsetTimer(lambda k: 5e-6)
+    _, cap = compiled_pieces(mixed, x, piece_cache + "-costly", timer=timer, inductor=False)
+    assert cap.whole["runs"] == "torch" and len(timer.forms) == 1
+    assert any("the graph is not tried with fewer pieces: a form costs" in m for m in mugraph_log.messages)
+
+
+def test_a_warm_compile_without_its_pieces_is_served_by_the_cold_compiles_caches(piece_cache, mugraph_log,
+                                                                                 monkeypatch):
+    """The cold compile compiles the graph without its pieces ahead, in a child (as on a GPU),
+    from a pickled copy of dynamo's graph; the graph loses with its pieces. A warm compile (the
+    verdict on disk, no search, no child) compiles only the graph without them — from the same
+    copy (``ahead.compile_copy``), so Inductor's FX cache serves it; compiled from dynamo's own
+    graph it missed (27.4 s for a whole Phi-3-mini on an H200)."""
+    from torch._dynamo.utils import counters
+
+    from mugraph.frontend import backend
+
+    lin = torch.nn.Linear(8, 8, bias=False)  # a parameter: dynamo marks it static, a pickled copy does not
+
+    def layers(x):
+        return torch.exp(lin(torch.cos(torch.exp(lin(x))))) * 2
+
+    x = torch.randn(4, 8, generator=g)
+    timer = KeptTimer(1e-6, 3e-6, graph_s=(5e-6, 4e-6))
+    with monkeypatch.context() as m:
+        m.setattr(backend, "compiles_ahead", lambda *a: True)
+        y, cap = compiled_pieces(layers, x, piece_cache + "-plain", timer=timer)
+    assert cap.whole["runs"] == "torch" and "ahead_wait_s" in cap.timings
+    with torch.no_grad():
+        close(y, layers(x))
+    _forget_memo()
+    before = counters["inductor"]["fxgraph_cache_hit"]
+    again = KeptTimer(1e-6, 3e-6, graph_s=(1e-6, 4e-6))  # would keep the pieces; the kept verdict decides
+    y2, cap2 = compiled_pieces(layers, x, piece_cache + "-plain", timer=again)
+    assert cap2.whole["runs"] == "torch" and "graph" not in again.calls
+    assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
+    with torch.no_grad():
+        close(y2, layers(x))
