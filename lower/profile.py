@@ -293,8 +293,8 @@ TIMINGS = {
     "dram": "as graph, each call on its own copy of the inputs of 1 MiB or more (2x the L2 read between two "
             "uses of a copy): weights and caches from DRAM, as in a model's step",
 }
-"""How a program is timed (name -> the line tables print); every table says which. All three replay CUDA graphs and
-report a median, for ours and every PyTorch baseline alike:
+"""How a program is timed (name -> the line tables print); every table says which. All of them replay CUDA graphs
+and report a median, for ours and every PyTorch baseline alike:
 
 * ``"graph"`` (default): ``triton.testing.do_bench_cudagraph`` — many calls unrolled
   into one CUDA graph, L2 warm, the graph's launch cost amortized: each call costs its
