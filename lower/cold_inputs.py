@@ -86,9 +86,10 @@ def rotated_sets(inputs: Inputs, l2: int | None = None) -> list[Inputs]:
     if not large:
         return [inputs]
     first = next(t for _, t in items if _rotates(t))
+    if l2 is None:
+        l2 = l2_bytes(first.device) if first.is_cuda else DEFAULT_L2_BYTES
     free = torch.cuda.mem_get_info(first.device)[0] if first.is_cuda else None
-    n = set_count(large, l2_bytes(first.device) if l2 is None and first.is_cuda else (l2 or DEFAULT_L2_BYTES),
-                  free)
+    n = set_count(large, l2, free)
     sets = [inputs]
     for _ in range(n - 1):
         fresh = [(k, _copy(t) if _rotates(t) else t) for k, t in items]
