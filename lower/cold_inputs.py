@@ -22,6 +22,8 @@ from typing import TypeVar
 
 import torch
 
+from .layout import overlapping
+
 #: inputs at least this large are copied per set (weights, caches); smaller ones are shared
 ROTATE_MIN_BYTES = 1 << 20
 #: the most sets (copies of the large inputs) one timing cycles through
@@ -46,18 +48,7 @@ def _rotates(t: object) -> bool:
     """Whether ``t`` is copied per set: a tensor of :data:`ROTATE_MIN_BYTES` or more whose
     elements each have their own memory (an expanded view cannot be copied into in place)."""
     return (isinstance(t, torch.Tensor) and t.numel() * t.element_size() >= ROTATE_MIN_BYTES
-            and _no_overlap(t))
-
-
-def _no_overlap(t: torch.Tensor) -> bool:
-    """Whether no two elements of ``t`` share memory: by increasing stride, each dim's stride
-    passes the extent of the dims before it."""
-    extent = 0
-    for stride, size in sorted((st, sz) for st, sz in zip(t.stride(), t.size()) if sz > 1):
-        if stride <= extent:
-            return False
-        extent += stride * (size - 1)
-    return True
+            and not overlapping(t.shape, t.stride()))
 
 
 def _copy(t: torch.Tensor) -> torch.Tensor:
@@ -82,17 +73,18 @@ def rotated_sets(inputs: Inputs, l2: int | None = None) -> list[Inputs]:
     large input (:func:`_rotates`) is a fresh copy and the rest are the same objects — as many
     as :func:`set_count` asks for the device's L2 (``l2`` bytes: given, or the device's)."""
     items = list(inputs.items()) if isinstance(inputs, Mapping) else list(enumerate(inputs))
-    large = sum(t.numel() * t.element_size() for _, t in items if _rotates(t))
+    large = [t for _, t in items if _rotates(t)]
     if not large:
         return [inputs]
-    first = next(t for _, t in items if _rotates(t))
+    first = large[0]
     if l2 is None:
         l2 = l2_bytes(first.device) if first.is_cuda else DEFAULT_L2_BYTES
     free = torch.cuda.mem_get_info(first.device)[0] if first.is_cuda else None
-    n = set_count(large, l2, free)
+    n = set_count(sum(t.numel() * t.element_size() for t in large), l2, free)
+    copied = {id(t) for t in large}
     sets = [inputs]
     for _ in range(n - 1):
-        fresh = [(k, _copy(t) if _rotates(t) else t) for k, t in items]
+        fresh = [(k, _copy(t) if id(t) in copied else t) for k, t in items]
         sets.append(dict(fresh) if isinstance(inputs, Mapping) else type(inputs)(t for _, t in fresh))
     return sets
 

@@ -86,12 +86,20 @@ def check_strides(t: Tensor, strides) -> tuple[int, ...]:
     st = tuple(strides) if isinstance(strides, (tuple, list)) else None
     if st is None or len(st) != t.ndim or any(type(s) is not int or s < 0 for s in st):
         raise InputError(f"{where}={strides!r}: one int >= 0 per dim of {t.shape}")
-    span = 1  # non-overlapping: sorted by stride, each dim's stride covers the ones inside it
-    for d in sorted((d for d in range(t.ndim) if t.shape[d] > 1), key=lambda d: st[d]):
-        if st[d] < span:
-            raise InputError(f"{where}={st}: elements of {t.shape} would overlap")
-        span = st[d] * t.shape[d]
+    if overlapping(t.shape, st):
+        raise InputError(f"{where}={st}: elements of {t.shape} would overlap")
     return st
+
+
+def overlapping(shape, strides) -> bool:
+    """Whether a tensor of ``shape`` laid out with ``strides`` may put two elements at one
+    address: sorted by stride, some dim's stride does not cover the dims inside it."""
+    span = 1
+    for d in sorted((d for d in range(len(shape)) if shape[d] > 1), key=lambda d: strides[d]):
+        if strides[d] < span:
+            return True
+        span = strides[d] * shape[d]
+    return False
 
 
 def loaded_fast_dim(t: Tensor, source_strides: list[tuple[int, ...]]) -> int | None:

@@ -23,6 +23,7 @@ config is read from its kernel plan (:func:`lower.plan.plan`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import numbers
@@ -326,12 +327,14 @@ def measure(launch: Callable[[], object], timing: str = "graph", rep_ms: int = 2
     return bench(capture_graph(launch), flush=timing == "cold")
 
 
-def measure_on(make: Callable[[Any], Callable[[], object]], inputs: Any, timing: str = "graph") -> float:
+def measure_on(make: Callable[[Any], Callable[[], object]], inputs: Any, timing: str = "graph",
+               sets: list | None = None) -> float:
     """Median seconds of ``make(inputs)()`` under ``timing`` (:data:`TIMINGS`). ``"dram"``
-    makes one launch per set of :func:`lower.cold_inputs.rotated_sets` and times them in
+    makes one launch per set of :func:`lower.cold_inputs.rotated_sets` (``sets``: those sets,
+    made once by a caller that times many launches on the same inputs) and times them in
     turn, as ``"graph"`` times one; the other timings time ``make(inputs)``."""
     if timing == "dram":
-        return measure(cycling([make(s) for s in rotated_sets(inputs)]), "graph")
+        return measure(cycling([make(s) for s in sets or rotated_sets(inputs)]), "graph")
     return measure(make(inputs), timing)
 
 
@@ -402,7 +405,8 @@ def strides_of(inputs: dict[str, torch.Tensor]) -> dict[str, tuple[int, ...]]:
     return {k: tuple(v.stride()) for k, v in inputs.items() if not v.is_contiguous()}
 
 
-def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "graph") -> tuple[float, object, float]:
+def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "graph",
+          sets: list | None = None) -> tuple[float, object, float]:
     """Compile with ``configs``, check against ``ref`` (float64 outputs; poisoned
     output buffers), time. Returns (seconds, program, worst relative error). An input handed in
     as a strided view (a transposed weight) is read in place (:func:`strides_of`): the time is
@@ -416,7 +420,7 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "gr
         err = max(rel_error(o, r) for o, r in zip(outs, ref))
         if not err <= tol:
             raise ValueError(f"wrong result: relative error {err:.2e} > {tol}")
-    return measure_on(lambda s: prog.launcher(**s), inputs, timing), prog, err
+    return measure_on(lambda s: prog.launcher(**s), inputs, timing, sets), prog, err
 
 
 def _pick(cands: list[tuple[float, KernelConfig]], top: int) -> list[tuple[float, KernelConfig]]:
@@ -557,6 +561,12 @@ class _TuneCall:
     timings: dict[str, float | None] = field(default_factory=dict)
     cut: bool = False                # a kernel's budget share stopped it before its plan was done
 
+    @functools.cached_property
+    def input_sets(self) -> list | None:
+        """The copies of the inputs a ``"dram"`` timing cycles through, made once for every
+        configuration the call times (:func:`lower.cold_inputs.rotated_sets`)."""
+        return rotated_sets(self.inputs) if self.timing == "dram" else None
+
 
 @dataclass
 class _KernelTuning:
@@ -599,7 +609,8 @@ class _KernelTuning:
             call.cut = True
             return None
         try:
-            t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing)
+            t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing,
+                              call.input_sets)
         except Exception as e:  # a config the compiler rejects (resources), or a wrong result
             call.timings[key] = None
             if call.log:
@@ -826,7 +837,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         if not gpu:
             return ProfileResult(graph, call.configs, None, pred, False, call.trials)
         # re-time the final program (the spread between this and the search's time is the noise)
-        t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing)
+        t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing, call.input_sets)
     return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
 
 

@@ -236,7 +236,7 @@ def test_tuner_times_every_split_factor_and_few_warps(monkeypatch):
     prof = sys.modules["lower.profile"]
     seen = []
 
-    def fake_time(graph, configs, inputs, ref=None, tol=0.0, timing="graph"):
+    def fake_time(graph, configs, inputs, ref=None, tol=0.0, timing="graph", sets=None):
         c = list(configs.values())[-1]
         seen.append(c)
         return 1e-5 * (0.5 if c.split == 4 else 1.0) * (0.9 if c.num_warps == 1 else 1.0), None, 0.0

@@ -171,7 +171,7 @@ def test_tuner_times_dot_and_cuda_core_lowerings(monkeypatch):
     for fast in ("v", "dot"):
         seen = []
 
-        def fake_time(graph, configs, inputs, ref=None, tol=0.0, timing="graph"):
+        def fake_time(graph, configs, inputs, ref=None, tol=0.0, timing="graph", sets=None):
             c = list(configs.values())[-1]
             seen.append(c)
             return 1e-5 * (0.8 if c.small_mm == fast else 1.0) * (0.9 if c.num_warps == 2 else 1.0), None, 0.0

@@ -45,7 +45,7 @@ def _fake_gpu(monkeypatch, landscape, clock=None):
 
     calls = []
 
-    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph"):
+    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph", sets=None):
         (c,) = configs.values()
         calls.append(c)
         if clock is not None:
@@ -314,7 +314,7 @@ def test_kernels_wait_their_turn_at_configs_that_fit(monkeypatch):
     prof = importlib.import_module("lower.profile")
     blocks = {op.id: op.attrs["block"] for op in g.ops if op.kind == "graph_defined"}
 
-    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph"):
+    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph", sets=None):
         for k, c in configs.items():  # the launch of any kernel whose tiles do not fit fails
             if lowered_shared_memory(blocks[k], c) > smem:
                 raise RuntimeError("out of resource: shared memory")
@@ -352,7 +352,7 @@ def test_a_waiting_kernel_whose_predicted_config_fails_falls_back_to_the_default
 
     prof = importlib.import_module("lower.profile")
 
-    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph"):
+    def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph", sets=None):
         if configs[k_proj] == broken:
             raise RuntimeError("compile failed")
         return 1.0 + 0.01 * sum(c.num_warps for c in configs.values()), None, 0.0
