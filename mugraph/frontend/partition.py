@@ -197,6 +197,55 @@ def softmax_cores(piece: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.
     return core
 
 
+def _reduced_dims(n: fx.Node) -> set[int] | None:
+    """The dims (non-negative) a reduction node folds, from its ATen call: ``sum``/``mean``/
+    ``amax``'s ``dim`` argument (every dim when it has none); ``None`` when unknown."""
+    x = n.args[0] if n.args else None
+    v = x.meta.get("val") if isinstance(x, fx.Node) else None
+    if not isinstance(v, torch.Tensor):
+        return None
+    dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
+    if dims is None or dims == []:
+        return set(range(v.ndim))
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    return {d % max(v.ndim, 1) for d in dims}
+
+
+def _reduces_product_rows(members: set[fx.Node], info: dict[fx.Node, NodeInfo], core: set[fx.Node]) -> bool:
+    """Whether ``members`` holds a reduction over the last dim of a value computed, inside
+    ``members``, from a contraction's output — a norm of a projection's output, outside a
+    softmax's core (``core``: there the next contraction walks that dim as its loop).
+
+    Why such a piece is cut: a skinny projection's μGraph spreads its output's columns over
+    the grid's blocks, so a reduction over them needs every block's result — a second
+    kernel and a third to apply it (Phi-3-mini's output projection, residual and RMSNorm
+    shipped as 3 kernels, 2.4 μs of them small). The same reduction at the *consumer*
+    projection is a prologue: each block reads the whole row it contracts and reduces it
+    itself (the fused RMSNorm + projection kernels of design §7.13). Cut so, a whole
+    model's pieces are its layers' pieces: the down projection and its residual in one,
+    the next layer's norm with the projections that read it in the next; without the cut,
+    the down projection, the norm and the next layer's QKV projection were one piece
+    whose search and tuning overran their share, and which stayed torch code."""
+    derived: set[fx.Node] = set()
+    for n in sorted(members):
+        kinds = info[n].kinds
+        if any(category(k) is Category.CONTRACTION for k in kinds):
+            derived.add(n)
+            continue
+        from_product = any(a in derived for a in n.all_input_nodes)
+        if not from_product:
+            continue
+        derived.add(n)
+        if n in core or not any(category(k) is Category.REDUCTION for k in kinds):
+            continue
+        dims = _reduced_dims(n)
+        x = n.args[0]
+        ndim = x.meta["val"].ndim if isinstance(x, fx.Node) and isinstance(x.meta.get("val"), torch.Tensor) else 0
+        if dims is None or (ndim - 1) in dims:
+            return True
+    return False
+
+
 def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
          max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
     """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
@@ -207,13 +256,14 @@ def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
     a matmul keeps the element-wise/reduction work next to it (its normalized input, its
     activation, its residual add), and two matmuls meet only within ``max_matmuls``."""
     ops, mms = _size(piece, info)
-    if (max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls):
+    core = softmax_cores(piece, info)
+    if ((max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls)
+            and not _reduces_product_rows(piece, info, core)):
         return [piece]
     # a part is named by a node of it (fx nodes sort in graph order)
     group: dict[fx.Node, fx.Node] = {n: n for n in piece}
     part: dict[fx.Node, set[fx.Node]] = {n: {n} for n in piece}
     d = piece_dtype(piece)
-    core = softmax_cores(piece, info)
 
     def atomic(a: fx.Node, n: fx.Node) -> bool:
         """Never cut: a float32 region between an upcast and its downcast (a cut inside it
@@ -230,7 +280,7 @@ def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
         merged = part[ga] | part[gn]
         o, mm = _size(merged, info)
         over = (max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
-        if over and not atomic(a, n):
+        if (over or _reduces_product_rows(merged, info, core)) and not atomic(a, n):
             continue
         # the piece contracted whole is acyclic with every other piece: a path
         # leaving it never comes back, so only the piece's own nodes are walked
@@ -240,7 +290,45 @@ def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
             group[m] = ga
         part[ga] = merged
         del part[gn]
-    return [part[k] for k in sorted(part)]
+    _sink_into_consumers(part, group, info, core, max_ops, max_matmuls)
+    return [part[k] for k in sorted(part) if part[k]]
+
+
+def _sink_into_consumers(part: dict[fx.Node, set[fx.Node]], group: dict[fx.Node, fx.Node],
+                         info: dict[fx.Node, NodeInfo], core: set[fx.Node],
+                         max_ops: int | None, max_matmuls: int | None) -> None:
+    """Move each element-wise operand of a reduction into the reduction's part when all its
+    users lie there (last nodes first, where the limits allow): its value then never leaves
+    one part only to be reduced in the next. Why: the cut merges equal-byte edges in graph
+    order, so the ``x²`` of a norm whose sum :func:`_reduces_product_rows` keeps from the
+    producer's part stayed there, an output of its own (a float32 norm: a narrower one's
+    float32 core moves as one, :func:`_cut`'s ``atomic``). A product's own epilogue (an op
+    reading the product in its part: the residual add) stays, else the product would be
+    left alone, to the library. The move closes no cycle — every user of the node is in the
+    part it joins, which the part it leaves already fed."""
+    def epilogue(n: fx.Node) -> bool:
+        return any(a in part[group[n]] and _contracts(info[a]) for a in n.all_input_nodes)
+
+    def reduced(n: fx.Node) -> bool:
+        return any(u in info and any(category(k) is Category.REDUCTION for k in info[u].kinds) for u in n.users)
+
+    for n in sorted(group, reverse=True):
+        kinds = info[n].kinds
+        if (n in core or info[n].cast or not kinds or epilogue(n) or not reduced(n)
+                or not all(category(k) in (Category.UNARY, Category.BINARY) for k in kinds)):
+            continue
+        to = {group.get(u) for u in n.users}
+        if len(to) != 1 or None in to or group[n] in to:
+            continue
+        (q,) = to
+        merged = part[q] | {n}
+        o, mm = _size(merged, info)
+        if ((max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
+                or _reduces_product_rows(merged, info, core)):
+            continue
+        part[group[n]].discard(n)
+        part[q] = merged
+        group[n] = q
 
 
 def fold_views(members: set[fx.Node], info: dict[fx.Node, NodeInfo]

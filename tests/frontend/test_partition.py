@@ -85,6 +85,73 @@ def test_a_safe_softmax_is_one_piece_with_its_max():
     assert {"max", "sub", "exp", "sum", "div"} <= {op.kind for op in sm.program.ops}
 
 
+def _piece_of(cap, weight):
+    """The piece whose program reads ``weight`` (by shape: the tests' weights differ)."""
+    (bp,) = [bp for bp in cap.pieces if tuple(weight.shape) in {tuple(t.shape) for t in bp.program.inputs}]
+    return bp
+
+
+def _rms(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def test_a_norm_of_a_products_output_goes_to_the_product_that_reads_it():
+    """A decoder's residual stream: ``h = x @ Wo + r``, then ``rms(h) @ Wg``. The norm
+    reduces ``h``'s columns, which a projection's μGraph spreads over its blocks (two more
+    kernels), while the next projection reads the whole row and can reduce it in its
+    prologue: the norm joins the consumer's piece, the residual stays the producer's
+    epilogue — with no size limit too (the growth alone made one piece of all of it)."""
+    def fn(x, r_, Wo, w, Wg):
+        h = x @ Wo + r_
+        return _rms(h, w) @ Wg, h
+    args = (r(1, 16), r(1, 24), r(16, 24), r(24), r(24, 40))
+    for limits in ({}, {"max_piece_ops": None, "max_piece_matmuls": None}):
+        cap = from_torch(fn, *args, **limits)
+        lax_and_outside(cap)
+        producer, consumer = _piece_of(cap, args[2]), _piece_of(cap, args[4])
+        assert producer is not consumer
+        assert "sum" not in {op.kind for op in producer.program.ops}
+        assert {"add", "matmul"} <= {op.kind for op in producer.program.ops}
+        assert {"square", "sum", "sqrt", "matmul"} <= {op.kind for op in consumer.program.ops}
+        assert len(producer.program.outputs) == 1  # h only: its square is the consumer's (_sink_into_consumers)
+        x = [t.double() for t in args]
+        for got, want in zip(cap.reference()(*x), fn(*x)):
+            torch.testing.assert_close(got, want)
+
+
+def test_a_whole_model_is_cut_as_its_layers():
+    """Two residual blocks in a row (a model's depth): each norm goes with the projections
+    after it, so no piece chains one block's down projection through the next block's norm
+    into that block's projection (the growth alone made one piece of both blocks)."""
+    def block(h, w, Wa, Wb):
+        return h + F.silu(_rms(h, w) @ Wa) @ Wb
+
+    def fn(h, w1, Wa1, Wb1, w2, Wa2, Wb2):
+        return block(block(h, w1, Wa1, Wb1), w2, Wa2, Wb2)
+    args = (r(1, 16), r(16), r(16, 32), r(32, 16), r(16), r(16, 48), r(48, 16))
+    cap = from_torch(fn, *args, max_piece_ops=None, max_piece_matmuls=None)
+    lax_and_outside(cap)
+    assert _piece_of(cap, args[3]) is not _piece_of(cap, args[5])   # Wb1 (down) and Wa2 (next up)
+    for weight in (args[3], args[5]):  # the first norm with its block's projections, the second with the next
+        assert [op.kind for op in _piece_of(cap, weight).program.ops].count("sum") == 1
+    torch.testing.assert_close(cap.reference()(*[t.double() for t in args]), fn(*[t.double() for t in args]))
+
+
+def test_a_reduction_of_a_products_rows_stays_with_it():
+    """A sum over a product's *rows* (not its columns) is inside each block of a skinny
+    projection's grid: it stays in the product's piece. So does a softmax's max and sum
+    over a score's columns, which the next product walks as its loop (the softmax's core)."""
+    def fn(x, W):
+        return (x @ W).sum(0, keepdim=True) * 2.0
+    cap = from_torch(fn, r(4, 16), r(16, 8))
+    assert len(cap.pieces) == 1 and {"matmul", "sum"} <= {op.kind for op in cap.pieces[0].program.ops}
+
+    def attn(q, k, v):
+        return torch.softmax(q @ k.t(), dim=-1) @ v
+    cap = from_torch(attn, r(2, 8), r(16, 8), r(16, 8), max_piece_ops=None)
+    assert len(cap.pieces) == 1
+
+
 def test_no_piece_cycle_through_a_library_op():
     # a -> (library) -> b and a -> b: merging a and b around the library op would need
     # the library op both before and after the piece
