@@ -760,7 +760,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
          device_params: DeviceParams | None = None, warps=WARPS, stages=STAGES, log: Callable | None = None,
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
          budget_s: float | None = None, predict_only: bool = False,
-         history: dict[str, float | None] | None = None) -> ProfileResult:
+         history: dict[str, float | None] | None = None,
+         input_strides: dict[str, tuple[int, ...]] | None = None) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
 
     ``predict_only``: rank the configurations by the cost model alone, as without a GPU —
@@ -775,6 +776,12 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     proportion to their configuration spaces (:func:`config_space`; time one kernel leaves
     unused passes to the next); a kernel stops trying new ones when its share is spent,
     once one has run, and keeps the best so far — for bounded re-ranking runs.
+
+    ``input_strides``: the layout of inputs read as strided views (``lower.compile``'s),
+    for a call given no ``inputs`` (``predict_only``): the configuration space is the one the
+    tuner would time on such inputs (:func:`small_mm_menu` — a key-major Kᵀ is read on
+    ``tl.dot`` only), so a prediction prices what runs. Given ``inputs``, their own strides
+    decide.
 
     ``history``: the :attr:`ProfileResult.timings` of an earlier call on the same graph,
     inputs and timing — its configurations are not compiled or run again, their times are
@@ -811,7 +818,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     # on the GPU, a configuration whose assembly runs minutes counts as not compiling
     with bounded_compiles() if gpu else nullcontext(), shared_analyses():
-        lay = solve_layout(graph, use_z3=False, input_strides=strides_of(call.inputs) if call.inputs else None)
+        lay = solve_layout(graph, use_z3=False,
+                           input_strides=strides_of(call.inputs) if call.inputs else input_strides or None)
         spaces = {op.id: _space(graph, op, call.configs, top, warps, stages,
                                 small_mm_menu(op, [lay.strides[t.id] for t in op.inputs], small_mm), device_params)
                   for op in blocks}

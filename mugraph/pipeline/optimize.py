@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import json
 import logging
 import math
@@ -19,7 +20,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -316,24 +317,33 @@ def _checkpoint_path(folder: Path, program: Program, scfg) -> Path:
     worker count too — finds it, and no other search does."""
     return folder / f"{safe_name(program.name, 48)}-{fingerprint_of(graph_to_json(program), scfg.key())[:24]}.ckpt.json"
 
-def _lowered_estimate(graph) -> float:
+def _lowered_estimate(graph, input_strides: dict[str, tuple[int, ...]] | None = None) -> float:
     """Seconds the lowering's cost model predicts for ``graph`` at its best predicted
-    configs — what the search's split-loop variants are ranked by
-    (``search.derive.splits``), the price this pipeline ranks the verified ones by too."""
-    return predict_tuned(graph).predicted_s
+    configs, its inputs laid out as ``input_strides`` (``OptimizeConfig.input_strides``) —
+    what the search's split-loop variants are ranked by (``search.derive.splits``), the
+    price this pipeline ranks the verified ones by too."""
+    return predict_tuned(graph, input_strides).predicted_s
 
-def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph]):
+
+def _estimator(cfg: OptimizeConfig) -> Callable:
+    """:func:`_lowered_estimate` for ``cfg``'s input layout (a picklable callable: the
+    search's workers price with it)."""
+    return functools.partial(_lowered_estimate, input_strides=cfg.input_strides) if cfg.input_strides \
+        else _lowered_estimate
+
+def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph],
+            estimate: Callable = _lowered_estimate):
     """``search.run`` (``seeds``: :func:`_transferred`); a default checkpoint that cannot be
     read is replaced (with a warning): it is the cache's own file, and the search can only
     start over."""
     try:
-        return search.run(program, scfg, estimate=_lowered_estimate, seeds=seeds)
+        return search.run(program, scfg, estimate=estimate, seeds=seeds)
     except search.CheckpointError as e:
         if not own_checkpoint:
             raise
         log.warning("mugraph checkpoint: %s: starting the search over", str(e)[:300])
         Path(scfg.checkpoint).unlink(missing_ok=True)
-        return search.run(program, scfg, estimate=_lowered_estimate, seeds=seeds)
+        return search.run(program, scfg, estimate=estimate, seeds=seeds)
 
 #: why a searched candidate was not float-checked: the call's time ran out first (it is still
 #: listed as set aside when it is unproven)
@@ -454,7 +464,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
     with phases.phase("search"):
-        found = _search(program, scfg, own_checkpoint, seeds or [])
+        found = _search(program, scfg, own_checkpoint, seeds or [], _estimator(cfg))
     interrupted = found.interrupted
     t_search = phases.seconds["search"]
     # the search verified each graph against this program with the same error and seed;
@@ -479,13 +489,13 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
                 if c.origin == "program" and program_alone:
-                    _price(c)  # the caller runs its own ops: priced, not checked
+                    _price(c, cfg.input_strides)  # the caller runs its own ops: priced, not checked
                     continue
                 if c.origin == "search" and check_until is not None and phases.elapsed() > check_until:
                     c.rejected = UNCHECKED
                     continue
                 if not cfg.allow_unproven and not _proven(c):
-                    _price(c)  # it cannot ship: priced for the report, never float-checked
+                    _price(c, cfg.input_strides)  # it cannot ship: priced for the report, never float-checked
                     continue
                 bound = _check_candidate(program, cfg, seed, dtypes, c, bound, prepared)
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
@@ -610,17 +620,17 @@ def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c
     if not c.float_ok:
         c.rejected = "float check failed"
         return bound
-    _price(c)
+    _price(c, cfg.input_strides)
     return bound
 
 
-def _price(c: Candidate) -> None:
+def _price(c: Candidate, input_strides: dict[str, tuple[int, ...]] | None = None) -> None:
     """``c``'s predicted time and configs by the lowering's cost model — predicted only,
     never compiled here (lower.profile would compile and time the default configs on a GPU
     machine, where one the card cannot hold stopped the whole call): the GPU re-ranking
     (time_on_gpu) compiles, checks and times, and rejects what fails there."""
     default_s = estimate(c.graph)
-    tuned = predict_tuned(c.graph)
+    tuned = predict_tuned(c.graph, input_strides)
     c.predicted_s = min(default_s, tuned.predicted_s)
     c.configs = {k: asdict(v) for k, v in tuned.configs.items()} if tuned.predicted_s <= default_s else {}
 

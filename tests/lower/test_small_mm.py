@@ -367,6 +367,28 @@ def test_the_tuner_leaves_the_cuda_cores_out_for_a_key_major_right_operand():
     assert labels and not any("v" in lab for lab in labels)
 
 
+def test_a_prediction_prices_the_layout_the_inputs_come_in():
+    """The search ranks its candidates, and the pipeline its verified ones, by predictions
+    (``predict_tuned``) that see the inputs' strides (``OptimizeConfig.input_strides``): a
+    decode over a key-major Kᵀ is priced at its ``tl.dot`` configurations, which the tuner
+    times, not at the CUDA-core ones it never runs for it; row-major, the CUDA cores stay
+    in the space. The search's estimate carries the strides to its workers (picklable)."""
+    import pickle
+
+    from mugraph.pipeline import optimize
+    from mugraph.pipeline.timing import predict_tuned
+
+    g = decode_ugraph(heads=2, rows=1, d=32, kv=256, keys=64)
+    kt = {"K": tuple(torch.randn(2, 256, 32).half().transpose(1, 2).stride())}
+    plain, viewed = predict_tuned(g), predict_tuned(g, kt)
+    assert any(lab.endswith("v") for lab, _, _ in plain.trials)
+    assert viewed.trials and not any("v" in lab for lab, _, _ in viewed.trials)
+    assert all(c.small_mm == "dot" for c in viewed.configs.values())
+    est = optimize._estimator(mg.OptimizeConfig(input_strides=kt))
+    assert pickle.loads(pickle.dumps(est))(g) == viewed.predicted_s
+    assert optimize._estimator(mg.OptimizeConfig()) is optimize._lowered_estimate
+
+
 def test_the_fast_dim_of_a_tile_is_read_back_to_its_source():
     """``lower.layout.loaded_fast_dim``: the stride-1 dim of the iterator's source, through a
     permute (dim o of it is its input's perm[o]) and one-input element-wise ops; a tile made
