@@ -158,7 +158,7 @@ def test_killed_and_stuck_workers_cannot_hold_the_result(tmp_path):
     """One worker SIGKILLed (its task retried and reported), the other SIGSTOPped (stuck for
     good): the result still arrives within the limit + 10 s."""
     (tmp_path / "s.py").write_text(GUARDED)
-    cfg = dict(bench=True, max_kernel_ops=1, max_block_ops=9, progress=False, workers=2, time_limit=18.0,
+    cfg = dict(bench=True, max_kernel_ops=1, max_block_ops=9, progress=False, workers=2, time_limit=10.0,
                verify_reserve=0.0, max_verify=1)
     proc = subprocess.Popen([sys.executable, "s.py", json.dumps(cfg)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(), cwd=tmp_path)

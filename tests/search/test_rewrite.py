@@ -252,7 +252,7 @@ def test_the_composition_fuses_a_projection_with_its_gelu_written_out():
     one proven kernel."""
     p = mg.Program("mm_gelu")
     p.output(mg.gelu_tanh(p.input("X", (8, 64), "float32") @ p.input("W", (64, 128), "float32")))
-    cfg = SearchConfig(workers=1, time_limit=16, verify_reserve=6, progress=False, verify_error=1e-3,
+    cfg = SearchConfig(workers=1, time_limit=6, verify_reserve=6, progress=False, verify_error=1e-3,
                        max_verify=2, split_loops=False)
     r = search.run(p, cfg)
     assert any(r.stats["derived"][f"piece{i}"].get("constructed") for i in range(len(r.stats["derived"]["pieces"])))
@@ -280,7 +280,7 @@ def test_compositional_search_fuses_qknorm_attention_into_one_kernel():
     """Too deep for the enumeration (~20 block ops): pieces are searched, spliced, fused, verified."""
     p = programs.qknorm_gqa(1, queries=16, head_dim=16, kv=64)
     cfg = SearchConfig(max_kernel_ops=1, max_block_ops=8, tile_sizes=(16,), forloop_ranges=(4,), workers=1,
-                       time_limit=60, verify_reserve=12, compose_share=0.9, progress=False,
+                       time_limit=30, verify_reserve=12, compose_share=0.9, progress=False,
                        verify_error=1e-3, max_verify=4)
     r = search.run(p, cfg)
     assert r.stats["derived"]["pieces"]
