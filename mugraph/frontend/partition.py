@@ -211,10 +211,18 @@ def _reduced_dims(n: fx.Node) -> set[int] | None:
     return {d % max(v.ndim, 1) for d in dims}
 
 
+#: a product's output rows at most this long may share a piece with a reduction over them
+#: (:func:`_reduces_product_rows`): one block's tile can hold such a row whole, so the search
+#: can fuse the reduction as the product's epilogue. A decode projection's longer rows are
+#: spread over ~100 blocks, as many as it takes to read its weight at the memory's speed.
+ONE_BLOCK_ROW = 256
+
+
 def _reduces_product_rows(members: set[fx.Node], info: dict[fx.Node, NodeInfo], core: set[fx.Node]) -> bool:
-    """Whether ``members`` holds a reduction over the last dim of a value computed, inside
-    ``members``, from a contraction's output — a norm of a projection's output, outside a
-    softmax's core (``core``: there the next contraction walks that dim as its loop).
+    """Whether ``members`` holds a reduction over the last dim (longer than
+    :data:`ONE_BLOCK_ROW`) of a value computed, inside ``members``, from a contraction's
+    output — a norm of a projection's output, outside a softmax's core (``core``: there the
+    next contraction walks that dim as its loop).
 
     Why such a piece is cut: a skinny projection's μGraph spreads its output's columns over
     the grid's blocks, so a reduction over them needs every block's result — a second
@@ -240,8 +248,10 @@ def _reduces_product_rows(members: set[fx.Node], info: dict[fx.Node, NodeInfo], 
             continue
         dims = _reduced_dims(n)
         x = n.args[0]
-        ndim = x.meta["val"].ndim if isinstance(x, fx.Node) and isinstance(x.meta.get("val"), torch.Tensor) else 0
-        if dims is None or (ndim - 1) in dims:
+        v = x.meta.get("val") if isinstance(x, fx.Node) else None
+        if not isinstance(v, torch.Tensor) or v.ndim == 0:
+            continue
+        if (dims is None or (v.ndim - 1) in dims) and v.shape[-1] > ONE_BLOCK_ROW:
             return True
     return False
 

@@ -97,14 +97,15 @@ def _rms(x, w):
 
 def test_a_norm_of_a_products_output_goes_to_the_product_that_reads_it():
     """A decoder's residual stream: ``h = x @ Wo + r``, then ``rms(h) @ Wg``. The norm
-    reduces ``h``'s columns, which a projection's μGraph spreads over its blocks (two more
-    kernels), while the next projection reads the whole row and can reduce it in its
-    prologue: the norm joins the consumer's piece, the residual stays the producer's
-    epilogue — with no size limit too (the growth alone made one piece of all of it)."""
+    reduces ``h``'s columns (384 of them: more than one block holds), which a projection's
+    μGraph spreads over its blocks (two more kernels), while the next projection reads the
+    whole row and can reduce it in its prologue: the norm joins the consumer's piece, the
+    residual stays the producer's epilogue — with no size limit too (the growth alone made
+    one piece of all of it)."""
     def fn(x, r_, Wo, w, Wg):
         h = x @ Wo + r_
         return _rms(h, w) @ Wg, h
-    args = (r(1, 16), r(1, 24), r(16, 24), r(24), r(24, 40))
+    args = (r(1, 16), r(1, 384), r(16, 384), r(384), r(384, 40))
     for limits in ({}, {"max_piece_ops": None, "max_piece_matmuls": None}):
         cap = from_torch(fn, *args, **limits)
         lax_and_outside(cap)
@@ -128,7 +129,7 @@ def test_a_whole_model_is_cut_as_its_layers():
 
     def fn(h, w1, Wa1, Wb1, w2, Wa2, Wb2):
         return block(block(h, w1, Wa1, Wb1), w2, Wa2, Wb2)
-    args = (r(1, 16), r(16), r(16, 32), r(32, 16), r(16), r(16, 48), r(48, 16))
+    args = (r(1, 320), r(320), r(320, 32), r(32, 320), r(320), r(320, 48), r(48, 320))
     cap = from_torch(fn, *args, max_piece_ops=None, max_piece_matmuls=None)
     lax_and_outside(cap)
     assert _piece_of(cap, args[3]) is not _piece_of(cap, args[5])   # Wb1 (down) and Wa2 (next up)
@@ -137,18 +138,27 @@ def test_a_whole_model_is_cut_as_its_layers():
     torch.testing.assert_close(cap.reference()(*[t.double() for t in args]), fn(*[t.double() for t in args]))
 
 
-def test_a_reduction_of_a_products_rows_stays_with_it():
+def test_a_reduction_a_block_can_hold_stays_with_its_product():
     """A sum over a product's *rows* (not its columns) is inside each block of a skinny
-    projection's grid: it stays in the product's piece. So does a softmax's max and sum
-    over a score's columns, which the next product walks as its loop (the softmax's core)."""
+    projection's grid: it stays in the product's piece. So does a norm of rows short enough
+    for one block's tile (``partition.ONE_BLOCK_ROW``), and a softmax's max and sum over a
+    score's columns, which the next product walks as its loop (the softmax's core)."""
+    from mugraph.frontend.partition import ONE_BLOCK_ROW
+
     def fn(x, W):
         return (x @ W).sum(0, keepdim=True) * 2.0
-    cap = from_torch(fn, r(4, 16), r(16, 8))
+    cap = from_torch(fn, r(4, 16), r(16, 512))
     assert len(cap.pieces) == 1 and {"matmul", "sum"} <= {op.kind for op in cap.pieces[0].program.ops}
+
+    def norm_after(x, h, Wo, w, Wg):
+        return _rms(x @ Wo + h, w) @ Wg
+    n = ONE_BLOCK_ROW
+    cap = from_torch(norm_after, r(1, 16), r(1, n), r(16, n), r(n), r(n, 40), max_piece_ops=None)
+    assert len(cap.pieces) == 1
 
     def attn(q, k, v):
         return torch.softmax(q @ k.t(), dim=-1) @ v
-    cap = from_torch(attn, r(2, 8), r(16, 8), r(16, 8), max_piece_ops=None)
+    cap = from_torch(attn, r(2, 8), r(1024, 8), r(1024, 8), max_piece_ops=None)
     assert len(cap.pieces) == 1
 
 
