@@ -28,6 +28,8 @@ class SearchPlan:
     shares: dict[tuple, FrontendOptions]
     position: dict[tuple, int]
     nominal_s: list[float]
+    #: seconds of search and tuning for the graph (:meth:`FrontendOptions.search_budget`)
+    budget_s: float | None = None
 
     @property
     def new_search_s(self) -> float:
@@ -160,9 +162,10 @@ class Captured:
         first: dict[tuple, BuiltPiece] = {}
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
-        shares = {k: opts.for_piece(weights[k], total) for k in first}
+        budget = opts.search_budget(len(self.info), len(first))
+        shares = {k: opts.for_piece(weights[k], total, budget) for k in first}
         return SearchPlan(shares, {k: i for i, k in enumerate(first)},
-                          [new_search_s(bp, shares[k], dev) for k, bp in first.items()])
+                          [new_search_s(bp, shares[k], dev) for k, bp in first.items()], budget)
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
                 plan: SearchPlan | None = None, **kw: Any) -> fx.GraphModule:
@@ -176,11 +179,18 @@ class Captured:
         dev = device or device_of(self.example_devices)
         plan = plan or self.plan(opts, dev)
         least = plan.least_search_s()
-        if opts.graph_budget is not None and least > opts.graph_budget:
-            log.warning("mugraph: graph_budget=%g s is less than the %.0f s the %d new searches take at their "
-                        "least (a search is never cut; each has at least %g s): the compile will run past it",
-                        opts.graph_budget, least, sum(n > 0 for n in plan.nominal_s), MIN_PIECE_S)
-        clock = GraphClock(opts.graph_budget, plan.nominal_s)
+        if plan.budget_s is not None and least > plan.budget_s:
+            said = f"graph_budget={opts.graph_budget:g} s" + ("" if plan.budget_s == opts.graph_budget else
+                                                              f" (cut to {plan.budget_s:g} s by compile_budget)")
+            log.warning("mugraph: %s is less than the %.0f s the %d new searches take at their least (a search "
+                        "is never cut; each has at least %g s): the compile will run past it",
+                        said, least, sum(n > 0 for n in plan.nominal_s), MIN_PIECE_S)
+        elif plan.budget_s is not None and opts.graph_budget is not None and plan.budget_s < opts.graph_budget \
+                and plan.new_search_s > 0:
+            log.info("mugraph: %d ATen ops and %d distinct pieces: the searches get %.0f s of graph_budget=%g s, "
+                     "what compile_budget=%g s leaves for them", len(self.info), len(plan.position),
+                     plan.budget_s, opts.graph_budget, opts.compile_budget)
+        clock = GraphClock(plan.budget_s, plan.nominal_s)
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
@@ -190,8 +200,8 @@ class Captured:
             if r is not None:
                 done[id(bp)] = r[0]
         if clock.overrun_s() > 0:
-            log.warning("mugraph: the graph's searches and tuning ran %.0f s past graph_budget=%g s (a phase that "
-                        "cannot stop midway: a verification, a kernel compile)", clock.overrun_s(), opts.graph_budget)
+            log.warning("mugraph: the graph's searches and tuning ran %.0f s past their budget of %g s (a phase "
+                        "that cannot stop midway: a verification, a kernel compile)", clock.overrun_s(), plan.budget_s)
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
         self.kept = [bp for bp in self.pieces if id(bp) in done]
         self._calls = done

@@ -32,6 +32,17 @@ PIECE_TIMING = "dram"
 #: the least search time a piece gets when ``graph_budget`` is shared among many (seconds)
 MIN_PIECE_S = 2.0
 
+#: seconds a graph's compile spends outside its searches per ATen op of its capture: the
+#: capture itself and Inductor's compile of the graph with its pieces (H200, default options:
+#: a whole LLaMA-3-8B, 2,285 ops, 5.5 + 34.8 s; a whole Phi-3-mini, 2,445 ops, 3.3 + 47.3 s; a
+#: decoder layer, 65-70 ops, 0.2-0.7 + 2.0-4.0 s). What :meth:`FrontendOptions.search_budget`
+#: reserves from ``compile_budget``.
+COMPILE_S_PER_OP = 0.018
+#: seconds each distinct piece takes after its search: lowering its μGraph, registering the
+#: operator, the never-slower rule's timing (the pieces' time less their searches': 16.3 s for
+#: a whole LLaMA-3-8B's 13 distinct pieces, 9.8 s for a layer's 8; H200)
+PIECE_AFTER_SEARCH_S = 1.3
+
 #: default size limits of a piece (docs/design.md §10.3; measured in
 #: examples/piece_search_size.py): larger pieces are cut before their search. 9 ops hold an
 #: RMSNorm whose weight is a function of its own (Gemma's ``1 + w``) with the two
@@ -100,6 +111,13 @@ class FrontendOptions:
     its size (identical layers share their pieces). A hard bound: a piece's checks and tuning
     stop before they eat into the later pieces' time (:class:`GraphClock`). ``None``:
     ``time_limit`` for every piece, each with its own slack.
+    ``compile_budget``: seconds the backend's compile of one graph aims to take — capture,
+    searches, the pieces' lowering and timing, Inductor. The searches get ``graph_budget``,
+    cut to what the rest of the compile leaves (:meth:`search_budget`: predicted from the
+    graph's ATen ops and distinct pieces, so a warm compile asks the result cache for the
+    same shares): a decoder layer's searches keep their 128 s, a whole 7–8B model's get about
+    110. The default 170 s leaves dynamo's own trace of a whole model (5–7 s) within the
+    180 s a cold compile of one is meant to take. ``None``: ``graph_budget`` as given.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -152,6 +170,7 @@ class FrontendOptions:
 
     time_limit: float = 30.0
     graph_budget: float | None = 128.0
+    compile_budget: float | None = 170.0
     min_ops: int = 2
     max_piece_ops: int | None = MAX_PIECE_OPS
     max_piece_matmuls: int | None = MAX_PIECE_MATMULS
@@ -175,6 +194,10 @@ class FrontendOptions:
         if g is not None and (isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 < g < 1e7):
             raise ConfigError(f"graph_budget={short(g)}: seconds of search and tuning for a graph's pieces, "
                               "> 0, or None (time_limit for every piece)")
+        c = self.compile_budget
+        if c is not None and (isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1e7):
+            raise ConfigError(f"compile_budget={short(c)}: seconds a graph's compile aims to take, > 0, or None "
+                              "(graph_budget as given)")
         if type(self.min_ops) is not int or self.min_ops < 0:
             raise ConfigError(f"min_ops={short(self.min_ops)}: must be an int >= 0 (0: search every piece)")
         for name in ("max_piece_ops", "max_piece_matmuls"):
@@ -216,15 +239,31 @@ class FrontendOptions:
                                   + (f"; did you mean {close[0]!r}?" if close else "") + f" (options: {', '.join(names)})")
         return cls(**options)
 
-    def for_piece(self, weight: float, total: float) -> "FrontendOptions":
+    def search_budget(self, aten_ops: int, distinct_pieces: int) -> float | None:
+        """Seconds of search and tuning for a graph of ``aten_ops`` captured ATen ops and
+        ``distinct_pieces`` pieces to search: ``graph_budget``, cut to what ``compile_budget``
+        leaves after the rest of the compile — :data:`COMPILE_S_PER_OP` a op (capture,
+        Inductor) and :data:`PIECE_AFTER_SEARCH_S` a piece — and never below
+        :data:`MIN_PIECE_S`. ``None`` without a ``graph_budget``. It depends only on the graph,
+        so a warm compile's shares are the cold one's (:meth:`for_piece`)."""
+        if self.graph_budget is None:
+            return None
+        if self.compile_budget is None:
+            return self.graph_budget
+        rest = aten_ops * COMPILE_S_PER_OP + distinct_pieces * PIECE_AFTER_SEARCH_S
+        return max(MIN_PIECE_S, min(self.graph_budget, self.compile_budget - rest))
+
+    def for_piece(self, weight: float, total: float, budget: float | None = None) -> "FrontendOptions":
         """These options for a piece of ``weight`` in a graph whose distinct pieces weigh
         ``total`` (:func:`piece_weight`): ``time_limit`` cut to the piece's share of the
-        search's part of ``graph_budget`` (the rest is the re-ranking's tuning:
-        :meth:`tune_s`), the rest as is. The share depends only on the graph, so a warm
-        compile asks the result cache for the same keys the cold one stored."""
-        if self.graph_budget is None or total <= 0:
+        search's part of ``budget`` (default ``graph_budget``; the graph's
+        :meth:`search_budget`; the rest is the re-ranking's tuning: :meth:`tune_s`), the rest
+        as is. The share depends only on the graph, so a warm compile asks the result cache
+        for the same keys the cold one stored."""
+        budget = self.graph_budget if budget is None else budget
+        if budget is None or self.graph_budget is None or total <= 0:
             return self
-        share = max(MIN_PIECE_S, self.graph_budget / (1 + TUNE_PER_SEARCH) * weight / total)
+        share = max(MIN_PIECE_S, budget / (1 + TUNE_PER_SEARCH) * weight / total)
         return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
 
     def tune_s(self) -> float:

@@ -216,3 +216,51 @@ def test_the_graph_hands_each_piece_its_stop(monkeypatch):
     assert sorted(limits) == [MIN_PIECE_S, 10.0]
     # on the CPU a piece asks for its search's limit alone: the first is done 2 s before the end
     assert seen[0][1] == pytest.approx(16 - limits[1], abs=1.0) and seen[1][1] == pytest.approx(16, abs=1.0)
+
+
+def test_the_compile_budget_cuts_a_large_graphs_searches():
+    """``compile_budget``: the searches get ``graph_budget`` cut to what the rest of the
+    compile is predicted to leave — capture and Inductor by the graph's ATen ops, lowering
+    and timing by its distinct pieces. A decoder layer keeps its 128 s; a whole 7-8B model's
+    searches get about 112 s."""
+    from mugraph.frontend.options import COMPILE_S_PER_OP, PIECE_AFTER_SEARCH_S
+
+    o = FrontendOptions()
+    assert o.compile_budget == 170.0
+    assert o.search_budget(65, 8) == 128.0                          # a decoder layer
+    whole = o.search_budget(2285, 13)                               # a whole LLaMA-3-8B
+    assert whole == pytest.approx(170 - 2285 * COMPILE_S_PER_OP - 13 * PIECE_AFTER_SEARCH_S) and 100 < whole < 120
+    assert FrontendOptions(compile_budget=None).search_budget(2285, 13) == 128.0
+    assert FrontendOptions(graph_budget=None).search_budget(2285, 13) is None
+    assert FrontendOptions(compile_budget=10).search_budget(2285, 13) == MIN_PIECE_S
+    assert o.for_piece(2, 16, whole).time_limit == pytest.approx(whole / (1 + TUNE_PER_SEARCH) * 2 / 16)
+    for bad in (0, -1, True, "60"):
+        with pytest.raises(ConfigError, match="compile_budget"):
+            FrontendOptions(compile_budget=bad)
+
+
+def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
+    """The plan's budget, the pieces' shares and the clock's stops follow the cut budget;
+    the plan depends on the graph only, so a warm compile asks for the cold one's shares."""
+    from mugraph.frontend.options import COMPILE_S_PER_OP, PIECE_AFTER_SEARCH_S
+
+    def f(x, w1, w2):
+        a = torch.exp(x @ w1) * 2
+        b = torch.exp(a[:, :256] @ w2) * 3
+        return torch.cos(b)
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                     torch.randn(256, 512, generator=g))
+    rest = len(cap.info) * COMPILE_S_PER_OP + len({(bp.name, bp.layout_key) for bp in cap.pieces}) * PIECE_AFTER_SEARCH_S
+    uncut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=None, cache_dir=False)
+    cut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=rest + 8, cache_dir=False)
+    assert cap.plan(uncut, "cpu").budget_s == 16 and cap.plan(cut, "cpu").budget_s == pytest.approx(8)
+    assert cap.plan(cut, "cpu").shares == cap.plan(cut, "cpu").shares
+    seen = []
+    monkeypatch.setattr(run, "optimize_piece",
+                        lambda bp, opts, dev, stop_by=None: seen.append((opts.time_limit, stop_by - time.time())))
+    cap.compile(cut, device="cpu")
+    limits = sorted(s for s, _ in seen)
+    assert limits == [MIN_PIECE_S, pytest.approx(5.0)]              # 8 / 1.6: the weighed piece's whole share
+    assert seen[-1][1] == pytest.approx(8, abs=1.0)                 # the last piece's stop: the cut budget's end
