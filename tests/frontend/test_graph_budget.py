@@ -14,6 +14,19 @@ from mugraph.frontend import FrontendOptions, from_torch
 from mugraph.frontend.options import MIN_PIECE_S, TUNE_PER_SEARCH, piece_weight, search_weight
 
 
+def _two_pieces():
+    """A captured graph of two pieces of different shapes (each moves ≥ 256 KB) and a
+    cosine after them (a small piece)."""
+    def f(x, w1, w2):
+        a = torch.exp(x @ w1) * 2
+        b = torch.exp(a[:, :256] @ w2) * 3
+        return torch.cos(b)
+
+    g = torch.Generator().manual_seed(0)
+    return from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
+                      torch.randn(256, 512, generator=g))
+
+
 def test_each_distinct_piece_gets_its_share_of_the_budget():
     o = FrontendOptions()
     assert o.graph_budget == 128.0 and o.time_limit == 30.0 and TUNE_PER_SEARCH == 0.6
@@ -35,14 +48,7 @@ def test_a_piece_weighs_one_and_one_per_folded_dim():
 
 
 def test_the_graph_passes_the_share_to_its_pieces(monkeypatch):
-    def f(x, w1, w2):
-        a = torch.exp(x @ w1) * 2                     # two pieces of different shapes,
-        b = torch.exp(a[:, :256] @ w2) * 3            # a cosine between them (each moves ≥ 256 KB)
-        return torch.cos(b)
-
-    g = torch.Generator().manual_seed(0)
-    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
-                     torch.randn(256, 512, generator=g))
+    cap = _two_pieces()
     seen = []
     monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.append(opts.time_limit))
     cap.compile(time_limit=30, graph_budget=16, device="cpu")
@@ -200,14 +206,7 @@ def test_the_graph_clock_keeps_the_later_pieces_time():
 
 
 def test_the_graph_hands_each_piece_its_stop(monkeypatch):
-    def f(x, w1, w2):
-        a = torch.exp(x @ w1) * 2
-        b = torch.exp(a[:, :256] @ w2) * 3
-        return torch.cos(b)
-
-    g = torch.Generator().manual_seed(0)
-    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
-                     torch.randn(256, 512, generator=g))
+    cap = _two_pieces()
     seen = []
     monkeypatch.setattr(run, "optimize_piece",
                         lambda bp, opts, dev, stop_by=None: seen.append((opts.time_limit, stop_by - time.time())))
@@ -244,14 +243,7 @@ def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
     the plan depends on the graph only, so a warm compile asks for the cold one's shares."""
     from mugraph.frontend.options import COMPILE_S_PER_OP, PIECE_AFTER_SEARCH_S
 
-    def f(x, w1, w2):
-        a = torch.exp(x @ w1) * 2
-        b = torch.exp(a[:, :256] @ w2) * 3
-        return torch.cos(b)
-
-    g = torch.Generator().manual_seed(0)
-    cap = from_torch(f, torch.randn(4, 512, generator=g), torch.randn(512, 512, generator=g),
-                     torch.randn(256, 512, generator=g))
+    cap = _two_pieces()
     rest = len(cap.info) * COMPILE_S_PER_OP + len({(bp.name, bp.layout_key) for bp in cap.pieces}) * PIECE_AFTER_SEARCH_S
     uncut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=None, cache_dir=False)
     cut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=rest + 8, cache_dir=False)
