@@ -56,18 +56,58 @@ class Step:
 
 @contextlib.contextmanager
 def _interpret(on: bool):
+    """Triton's interpreter for what runs inside: ``TRITON_INTERPRET`` set (a kernel defined
+    now is an interpreted one) and Triton's library functions written in Triton as the
+    interpreter runs them (:func:`_interpreted_library`)."""
     if not on:
         yield
         return
     old = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
+    restore = _interpreted_library()
     try:
         yield
     finally:
+        restore()
         if old is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = old
+
+
+#: Triton library functions made interpretable, by the compiler's function they stand for
+_INTERPRETED: dict[int, Any] = {}
+
+
+def _interpreted_library() -> Callable[[], None]:
+    """Swap each of ``triton.language``'s functions written in Triton (``tl.sum``, ``tl.max``,
+    their combine functions, …) that is a compiler's ``JITFunction`` for an interpreted one,
+    and return what swaps them back.
+
+    Why: Triton makes its library functions interpreted or compiled once, when
+    ``triton.language`` is first imported, by ``TRITON_INTERPRET`` then. Imported first
+    under :func:`_interpret`, they are interpreted and nothing is swapped. Imported before —
+    by the caller's own code: a Hugging Face Qwen3 model's import does — they are compiled
+    ones, which the interpreter refuses to call ("Cannot call @triton.jit'd outside of the
+    scope of a kernel"), and every kernel with a ``tl.sum`` failed on the CPU. The swap lasts
+    while the interpreter runs; compiled kernels of the same process see the originals."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    swapped: list[tuple[Any, str, Any]] = []
+    for mod in (tl, tl.standard, tl.core, tl.math):
+        for name, member in list(vars(mod).items()):
+            if isinstance(member, JITFunction) and not isinstance(member, InterpretedFunction):
+                if id(member) not in _INTERPRETED:
+                    _INTERPRETED[id(member)] = (member, InterpretedFunction(member.fn))
+                setattr(mod, name, _INTERPRETED[id(member)][1])
+                swapped.append((mod, name, member))
+
+    def restore() -> None:
+        for mod, name, member in reversed(swapped):
+            setattr(mod, name, member)
+    return restore
 
 
 def _ident(s: str) -> str:

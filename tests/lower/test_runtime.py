@@ -249,3 +249,36 @@ def test_tuner_times_every_split_factor_and_few_warps(monkeypatch):
     assert {c.split for c in seen} == splits
     (cfg,) = r.configs.values()
     assert cfg.split == 4 and cfg.num_warps == 1
+
+
+def test_kernels_run_on_the_cpu_when_triton_was_imported_first():
+    """Triton makes its library functions (``tl.sum``, ``tl.max``) interpreted or compiled
+    when ``triton.language`` is first imported. A caller's code may import it before
+    mugraph does (a Hugging Face Qwen3 model does): the CPU runtime then hands the
+    interpreter interpreted ones while its kernels run, and gives the originals back after.
+    Run in a fresh process, whose first import of Triton is the caller's."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
+import torch, mugraph as mg, lower
+assert not isinstance(tl.sum, InterpretedFunction)
+kg = mg.KernelGraph("sums")
+X = kg.input("X", (4, 384), "float32")
+bg = mg.BlockGraph(grid=(4, 1, 1), forloop=1)
+bg.output(bg.accum(mg.sum(mg.square(bg.input(X, imap=(0, None, None))), 1)), omap=(0, None, None))
+(y,) = kg.kernel(bg)
+kg.output(y)
+prog = lower.compile(kg, device="cpu")
+x = torch.randn(4, 384)
+assert torch.allclose(prog(x), x.square().sum(1, keepdim=True), rtol=1e-5)
+assert not isinstance(tl.sum, InterpretedFunction)
+print("ok")
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
