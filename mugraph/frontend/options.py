@@ -117,7 +117,8 @@ class FrontendOptions:
     graph's ATen ops and distinct pieces, so a warm compile asks the result cache for the
     same shares): a decoder layer's searches keep their 128 s, a whole 7–8B model's get about
     110. The default 170 s leaves dynamo's own trace of a whole model (5–7 s) within the
-    180 s a cold compile of one is meant to take. ``None``: ``graph_budget`` as given.
+    180 s a cold compile of one is meant to take. ``None``: ``graph_budget`` as given — and
+    so it is when the options name a ``graph_budget`` but no ``compile_budget``.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.
@@ -237,6 +238,9 @@ class FrontendOptions:
                 close = difflib.get_close_matches(str(k), names, n=1)
                 raise ConfigError(f"mugraph backend: unknown option {short(k, 40)}"
                                   + (f"; did you mean {close[0]!r}?" if close else "") + f" (options: {', '.join(names)})")
+        if "graph_budget" in options and "compile_budget" not in options:
+            # a graph_budget the caller chose is theirs: compile_budget cuts only the default one
+            options = {**options, "compile_budget": None}
         return cls(**options)
 
     def search_budget(self, aten_ops: int, distinct_pieces: int) -> float | None:

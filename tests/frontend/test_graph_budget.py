@@ -236,6 +236,9 @@ def test_the_compile_budget_cuts_a_large_graphs_searches():
     for bad in (0, -1, True, "60"):
         with pytest.raises(ConfigError, match="compile_budget"):
             FrontendOptions(compile_budget=bad)
+    # a graph_budget the caller names is taken as given, unless they name a compile_budget too
+    assert FrontendOptions.of({"graph_budget": 600}).search_budget(2285, 13) == 600
+    assert FrontendOptions.of({"graph_budget": 600, "compile_budget": 170}).search_budget(2285, 13) == whole
 
 
 def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
