@@ -197,18 +197,16 @@ def softmax_cores(piece: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.
     return core
 
 
-def _reduced_dims(n: fx.Node) -> set[int] | None:
-    """The dims (non-negative) a reduction node folds, from its ATen call: ``sum``/``mean``/
-    ``amax``'s ``dim`` argument (every dim when it has none); ``None`` when unknown."""
+def _reduced_row(n: fx.Node) -> int:
+    """The length of the last dim a reduction node folds (its input's last dim, when its
+    ATen call's ``dim`` — every dim when it names none — includes it), else 0."""
     x = n.args[0] if n.args else None
     v = x.meta.get("val") if isinstance(x, fx.Node) else None
-    if not isinstance(v, torch.Tensor):
-        return None
+    if not isinstance(v, torch.Tensor) or v.ndim == 0:
+        return 0
     dims = n.args[1] if len(n.args) > 1 else n.kwargs.get("dim")
-    if dims is None or dims == []:
-        return set(range(v.ndim))
-    dims = [dims] if isinstance(dims, int) else list(dims)
-    return {d % max(v.ndim, 1) for d in dims}
+    dims = range(v.ndim) if dims is None or dims == [] else [dims] if isinstance(dims, int) else dims
+    return v.shape[-1] if (v.ndim - 1) in {d % v.ndim for d in dims} else 0
 
 
 #: a product's output rows at most this long may share a piece with a reduction over them
@@ -244,14 +242,8 @@ def _reduces_product_rows(members: set[fx.Node], info: dict[fx.Node, NodeInfo], 
         if not from_product:
             continue
         derived.add(n)
-        if n in core or not any(category(k) is Category.REDUCTION for k in kinds):
-            continue
-        dims = _reduced_dims(n)
-        x = n.args[0]
-        v = x.meta.get("val") if isinstance(x, fx.Node) else None
-        if not isinstance(v, torch.Tensor) or v.ndim == 0:
-            continue
-        if (dims is None or (v.ndim - 1) in dims) and v.shape[-1] > ONE_BLOCK_ROW:
+        if (n not in core and any(category(k) is Category.REDUCTION for k in kinds)
+                and _reduced_row(n) > ONE_BLOCK_ROW):
             return True
     return False
 
