@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import hashlib
 import linecache
 import os
@@ -75,14 +76,24 @@ def _interpret(on: bool):
             os.environ["TRITON_INTERPRET"] = old
 
 
-#: Triton library functions made interpretable, by the compiler's function they stand for
-_INTERPRETED: dict[int, Any] = {}
+@functools.cache
+def _library_functions() -> tuple[tuple[Any, str, Any, Any], ...]:
+    """(module, name, compiled function, interpreted one) for each of ``triton.language``'s
+    functions written in Triton that is a compiler's ``JITFunction`` — none when Triton was
+    first imported under :func:`_interpret`. Made once: the library does not change."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    from triton.runtime.jit import JITFunction
+
+    return tuple((mod, name, member, InterpretedFunction(member.fn))
+                 for mod in (tl, tl.standard, tl.core, tl.math) for name, member in list(vars(mod).items())
+                 if isinstance(member, JITFunction) and not isinstance(member, InterpretedFunction))
 
 
 def _interpreted_library() -> Callable[[], None]:
     """Swap each of ``triton.language``'s functions written in Triton (``tl.sum``, ``tl.max``,
-    their combine functions, …) that is a compiler's ``JITFunction`` for an interpreted one,
-    and return what swaps them back.
+    their combine functions, …) that is a compiler's ``JITFunction`` for an interpreted one
+    (:func:`_library_functions`), and return what swaps them back.
 
     Why: Triton makes its library functions interpreted or compiled once, when
     ``triton.language`` is first imported, by ``TRITON_INTERPRET`` then. Imported first
@@ -90,23 +101,17 @@ def _interpreted_library() -> Callable[[], None]:
     by the caller's own code: a Hugging Face Qwen3 model's import does — they are compiled
     ones, which the interpreter refuses to call ("Cannot call @triton.jit'd outside of the
     scope of a kernel"), and every kernel with a ``tl.sum`` failed on the CPU. The swap lasts
-    while the interpreter runs; compiled kernels of the same process see the originals."""
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
-    from triton.runtime.jit import JITFunction
-
-    swapped: list[tuple[Any, str, Any]] = []
-    for mod in (tl, tl.standard, tl.core, tl.math):
-        for name, member in list(vars(mod).items()):
-            if isinstance(member, JITFunction) and not isinstance(member, InterpretedFunction):
-                if id(member) not in _INTERPRETED:
-                    _INTERPRETED[id(member)] = (member, InterpretedFunction(member.fn))
-                setattr(mod, name, _INTERPRETED[id(member)][1])
-                swapped.append((mod, name, member))
+    while the interpreter runs (an inner one, finding them swapped, swaps nothing); compiled
+    kernels of the same process see the originals."""
+    swapped = []
+    for mod, name, compiled, interpreted in _library_functions():
+        if getattr(mod, name) is compiled:
+            setattr(mod, name, interpreted)
+            swapped.append((mod, name, compiled))
 
     def restore() -> None:
-        for mod, name, member in reversed(swapped):
-            setattr(mod, name, member)
+        for mod, name, compiled in reversed(swapped):
+            setattr(mod, name, compiled)
     return restore
 
 

@@ -265,7 +265,7 @@ class FrontendOptions:
         as is. The share depends only on the graph, so a warm compile asks the result cache
         for the same keys the cold one stored."""
         budget = self.graph_budget if budget is None else budget
-        if budget is None or self.graph_budget is None or total <= 0:
+        if budget is None or total <= 0:
             return self
         share = max(MIN_PIECE_S, budget / (1 + TUNE_PER_SEARCH) * weight / total)
         return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)

@@ -248,6 +248,15 @@ def _reduces_product_rows(members: set[fx.Node], info: dict[fx.Node, NodeInfo], 
     return False
 
 
+def _breaks(members: set[fx.Node], info: dict[fx.Node, NodeInfo], core: set[fx.Node],
+            max_ops: int | None, max_matmuls: int | None) -> bool:
+    """Whether ``members`` cannot be one part of a cut: more catalog ops or matmuls than the
+    limits allow (:func:`_size`), or a reduction over a product's rows (:func:`_reduces_product_rows`)."""
+    ops, mms = _size(members, info)
+    return ((max_ops is not None and ops > max_ops) or (max_matmuls is not None and mms > max_matmuls)
+            or _reduces_product_rows(members, info, core))
+
+
 def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
          max_ops: int | None, max_matmuls: int | None) -> list[set[fx.Node]]:
     """``piece`` cut into parts of at most ``max_ops`` catalog ops and ``max_matmuls``
@@ -257,10 +266,8 @@ def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
     acyclic. The edges left uncut are the heaviest, so the cut ones are the cheapest:
     a matmul keeps the element-wise/reduction work next to it (its normalized input, its
     activation, its residual add), and two matmuls meet only within ``max_matmuls``."""
-    ops, mms = _size(piece, info)
     core = softmax_cores(piece, info)
-    if ((max_ops is None or ops <= max_ops) and (max_matmuls is None or mms <= max_matmuls)
-            and not _reduces_product_rows(piece, info, core)):
+    if not _breaks(piece, info, core, max_ops, max_matmuls):
         return [piece]
     # a part is named by a node of it (fx nodes sort in graph order)
     group: dict[fx.Node, fx.Node] = {n: n for n in piece}
@@ -280,9 +287,7 @@ def _cut(piece: set[fx.Node], info: dict[fx.Node, NodeInfo],
         if ga == gn:
             continue
         merged = part[ga] | part[gn]
-        o, mm = _size(merged, info)
-        over = (max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
-        if (over or _reduces_product_rows(merged, info, core)) and not atomic(a, n):
+        if _breaks(merged, info, core, max_ops, max_matmuls) and not atomic(a, n):
             continue
         # the piece contracted whole is acyclic with every other piece: a path
         # leaving it never comes back, so only the piece's own nodes are walked
@@ -324,9 +329,7 @@ def _sink_into_consumers(part: dict[fx.Node, set[fx.Node]], group: dict[fx.Node,
             continue
         (q,) = to
         merged = part[q] | {n}
-        o, mm = _size(merged, info)
-        if ((max_ops is not None and o > max_ops) or (max_matmuls is not None and mm > max_matmuls)
-                or _reduces_product_rows(merged, info, core)):
+        if _breaks(merged, info, core, max_ops, max_matmuls):
             continue
         part[group[n]].discard(n)
         part[q] = merged

@@ -331,8 +331,7 @@ def _estimator(cfg: OptimizeConfig) -> Callable:
     return functools.partial(_lowered_estimate, input_strides=cfg.input_strides) if cfg.input_strides \
         else _lowered_estimate
 
-def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph],
-            estimate: Callable = _lowered_estimate):
+def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph], estimate: Callable):
     """``search.run`` (``seeds``: :func:`_transferred`); a default checkpoint that cannot be
     read is replaced (with a warning): it is the cache's own file, and the search can only
     start over."""
