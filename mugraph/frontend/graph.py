@@ -150,20 +150,21 @@ class Captured:
         """Each distinct piece's share of the graph's budget (by weight:
         :func:`.options.search_weight`) and the seconds its first search asks for (0 when
         cached): what :meth:`compile` runs, known before it starts."""
-        from .run import device_of, new_search_s
+        from .run import device_of, new_search_s, unsearched
 
         opts = FrontendOptions.of(options)
         dev = device or device_of(self.example_devices)
         # one search per piece name and input layout (run.optimize_piece)
-        weights = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in self.pieces}
-        if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
-            weights = dict.fromkeys(weights, 1)
-        total = sum(weights.values())
         first: dict[tuple, BuiltPiece] = {}
         for bp in self.pieces:
             first.setdefault((bp.name, bp.layout_key), bp)
+        # the budget is shared by the pieces that will be searched (a piece the space cannot
+        # hold stays torch code unsearched, whatever its share)
+        weights = {k: search_weight(bp.program) for k, bp in first.items() if unsearched(bp, opts) is None}
+        if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
+            weights = dict.fromkeys(weights, 1)
         budget = opts.search_budget(len(self.info), len(first))
-        shares = {k: opts.for_piece(weights[k], total, budget) for k in first}
+        shares = {**dict.fromkeys(first, opts), **opts.for_pieces(weights, budget)}
         return SearchPlan(shares, {k: i for i, k in enumerate(first)},
                           [new_search_s(bp, shares[k], dev) for k, bp in first.items()], budget)
 

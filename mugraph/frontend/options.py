@@ -93,6 +93,35 @@ def search_weight(program) -> int:
     return piece_weight([op.kind for op in program.ops])
 
 
+def piece_seconds(time_limit: float) -> float:
+    """Seconds a piece searched ``time_limit`` seconds asks for on a GPU: the search and the
+    re-ranking's tuning (:meth:`FrontendOptions.tune_s`)."""
+    return time_limit + max(MIN_PIECE_S, time_limit * TUNE_PER_SEARCH)
+
+
+def share_limits(weights: list[float], budget: float, cap: float) -> list[float]:
+    """Search time limits for pieces of ``weights``: ``c · weight`` clamped to
+    [:data:`MIN_PIECE_S`, ``cap``], with the largest ``c`` whose :func:`piece_seconds` add
+    up to at most ``budget`` (found by bisection: the sum grows with ``c``). All at the least
+    when even that is more than ``budget`` (the compile warns: :meth:`Captured.compile`)."""
+    def limits(c: float) -> list[float]:
+        return [min(cap, max(MIN_PIECE_S, c * w)) for w in weights]
+
+    def spent(c: float) -> float:
+        return sum(piece_seconds(t) for t in limits(c))
+
+    heaviest = max(weights, default=0.0)
+    if heaviest <= 0 or spent(0.0) >= budget:
+        return limits(0.0)
+    lo, hi = 0.0, max(cap, MIN_PIECE_S) / min(w for w in weights if w > 0)  # every weighed piece at cap
+    if spent(hi) <= budget:
+        return limits(hi)
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) <= budget else (lo, mid)
+    return limits(lo)
+
+
 @dataclass
 class FrontendOptions:
     """``torch.compile(m, backend="mugraph", options={...})`` takes these keys.
@@ -102,11 +131,13 @@ class FrontendOptions:
     so a piece's search takes about 1.6 times this, not the 240 s of tuning a lone
     ``superoptimize`` may spend.
     ``graph_budget``: seconds of search and tuning for one compiled graph's pieces in all:
-    each of its distinct pieces (one search per name) gets the smaller of ``time_limit`` and
-    its share of ``graph_budget / (1 + TUNE_PER_SEARCH)`` in proportion to its
-    :func:`piece_weight` (at least :data:`MIN_PIECE_S`) — in a LLaMA decode step the
-    attention (two matmuls, a max and a sum: weight 5 of 20) 20 s, a projection with its
-    residual (weight 2) 8 s, at the default 128; a graph of two pieces the full 30 — so a
+    each of its distinct pieces to search (one search per name) gets the smaller of
+    ``time_limit`` and its share in proportion to its :func:`piece_weight`, at least
+    :data:`MIN_PIECE_S`, all of them scaled so that their searches and tuning add up to
+    ``graph_budget`` (:meth:`for_pieces`) — in a LLaMA decode step the attention (two
+    matmuls, a max and a sum: weight 5 of 16, with two pieces at the least share) 23 s, a
+    projection with its residual (weight 2) 9 s, at the default 128; a graph of two pieces
+    the full 30 — so a
     model's cold compile is bounded whatever
     its size (identical layers share their pieces). A hard bound: a piece's checks and tuning
     stop before they eat into the later pieces' time (:class:`GraphClock`). ``None``:
@@ -249,7 +280,7 @@ class FrontendOptions:
         leaves after the rest of the compile — :data:`COMPILE_S_PER_OP` a op (capture,
         Inductor) and :data:`PIECE_AFTER_SEARCH_S` a piece — and never below
         :data:`MIN_PIECE_S`. ``None`` without a ``graph_budget``. It depends only on the graph,
-        so a warm compile's shares are the cold one's (:meth:`for_piece`)."""
+        so a warm compile's shares are the cold one's (:meth:`for_pieces`)."""
         if self.graph_budget is None:
             return None
         if self.compile_budget is None:
@@ -257,18 +288,24 @@ class FrontendOptions:
         rest = aten_ops * COMPILE_S_PER_OP + distinct_pieces * PIECE_AFTER_SEARCH_S
         return max(MIN_PIECE_S, min(self.graph_budget, self.compile_budget - rest))
 
-    def for_piece(self, weight: float, total: float, budget: float | None = None) -> "FrontendOptions":
-        """These options for a piece of ``weight`` in a graph whose distinct pieces weigh
-        ``total`` (:func:`piece_weight`): ``time_limit`` cut to the piece's share of the
-        search's part of ``budget`` (default ``graph_budget``; the graph's
-        :meth:`search_budget`; the rest is the re-ranking's tuning: :meth:`tune_s`), the rest
-        as is. The share depends only on the graph, so a warm compile asks the result cache
-        for the same keys the cold one stored."""
+    def for_pieces(self, weights: dict[Any, float], budget: float | None = None) -> dict[Any, "FrontendOptions"]:
+        """These options for each distinct piece to be searched, by its weight in ``weights``
+        (:func:`search_weight`): ``time_limit`` cut to the piece's share of ``budget``
+        (default ``graph_budget``; the graph's :meth:`search_budget`), the rest as is.
+
+        The shares are in proportion to the weights, each at least :data:`MIN_PIECE_S` and
+        at most ``time_limit``, and scaled so that the pieces' searches and tuning
+        (:func:`piece_seconds`) add up to ``budget``: the least shares are paid out of it
+        first. Why: a whole LLaMA-3-8B's five RoPE and norm pieces weigh nothing and each
+        took the least share on top of the others', 20 s past a 112 s budget (H200, default
+        options). A share depends only on the graph, so a warm compile asks the result
+        cache for the same keys the cold one stored."""
         budget = self.graph_budget if budget is None else budget
-        if budget is None or total <= 0:
-            return self
-        share = max(MIN_PIECE_S, budget / (1 + TUNE_PER_SEARCH) * weight / total)
-        return self if share >= self.time_limit else dataclasses.replace(self, time_limit=share)
+        if budget is None or not weights:
+            return dict.fromkeys(weights, self)
+        limits = share_limits(list(weights.values()), budget, self.time_limit)
+        return {k: self if t >= self.time_limit else dataclasses.replace(self, time_limit=t)
+                for k, t in zip(weights, limits)}
 
     def tune_s(self) -> float:
         """Seconds of GPU tuning for a piece searched ``time_limit`` seconds:
@@ -294,7 +331,7 @@ class GraphClock:
     (``superoptimize``'s ``stop_by``) for the graph's searches and tuning to end within
     ``graph_budget`` of the first one's start.
 
-    Each piece's limits (its share: :meth:`FrontendOptions.for_piece`) stay what they are —
+    Each piece's limits (its share: :meth:`FrontendOptions.for_pieces`) stay what they are —
     they are its result's cache key, so a warm compile finds what the cold one stored — but
     a piece may no longer run past them into the time of the pieces after it: its stop is the
     graph's end less the nominal seconds (search and tuning) of the new searches still to

@@ -11,7 +11,8 @@ import torch
 import mugraph.frontend.run as run
 from mugraph.core.errors import ConfigError
 from mugraph.frontend import FrontendOptions, from_torch
-from mugraph.frontend.options import MIN_PIECE_S, TUNE_PER_SEARCH, piece_weight, search_weight
+from mugraph.frontend.options import (MIN_PIECE_S, TUNE_PER_SEARCH, piece_seconds, piece_weight, search_weight,
+                                      share_limits)
 
 
 def _two_pieces():
@@ -30,15 +31,36 @@ def _two_pieces():
 def test_each_distinct_piece_gets_its_share_of_the_budget():
     o = FrontendOptions()
     assert o.graph_budget == 128.0 and o.time_limit == 30.0 and TUNE_PER_SEARCH == 0.6
-    assert o.for_piece(1, 2) is o                     # 128 / 1.6 / 2 = 40 s: the piece's own 30 s is less
-    assert o.for_piece(2, 16).time_limit == pytest.approx(10.0)
-    assert o.for_piece(5, 20).time_limit == pytest.approx(20.0)  # a decode attention of a LLaMA step
-    assert o.for_piece(1, 1000).time_limit == MIN_PIECE_S
-    assert o.for_piece(2, 16).key() != o.key()        # another limit is another result
-    assert FrontendOptions(graph_budget=None).for_piece(1, 100).time_limit == 30.0
+    assert piece_seconds(10.0) == 16.0 and piece_seconds(MIN_PIECE_S) == 2 * MIN_PIECE_S
+    two = o.for_pieces({"a": 1, "b": 1})
+    assert two["a"] is o and two["b"] is o            # 128 / 1.6 / 2 = 40 s: the piece's own 30 s is less
+    # a LLaMA decode step's searched pieces: attention 5, projections 2, the rest 3 (weights sum to 16)
+    shares = o.for_pieces({"attn": 5, "o": 2, "gate_up": 3, "down": 2, "qkv": 4})
+    assert shares["o"].time_limit == pytest.approx(10.0) and shares["attn"].time_limit == pytest.approx(25.0)
+    assert shares["o"].key() != o.key()               # another limit is another result
+    assert FrontendOptions(graph_budget=None).for_pieces({"a": 1})["a"].time_limit == 30.0
     for bad in (0, -1, True, "60"):
         with pytest.raises(ConfigError, match="graph_budget"):
             FrontendOptions(graph_budget=bad)
+
+
+def test_the_least_shares_are_paid_out_of_the_budget_first():
+    """Pieces that weigh nothing (small, or a reshape of a computed value under
+    ``unfused="lower"``) get :data:`MIN_PIECE_S` each, and the weighed ones share what those
+    leave: the searches and tuning add up to the budget, not past it."""
+    o = FrontendOptions()
+    weights = {"attn": 5, "o": 2, "gate_up": 3, "down": 2, "qkv": 4, **{f"rope{i}": 0 for i in range(5)}}
+    shares = o.for_pieces(weights, 112.0)
+    limits = {k: v.time_limit for k, v in shares.items()}
+    assert all(limits[f"rope{i}"] == MIN_PIECE_S for i in range(5))
+    assert sum(piece_seconds(t) for t in limits.values()) == pytest.approx(112.0, rel=1e-6)
+    assert limits["o"] == pytest.approx((112 - 5 * 2 * MIN_PIECE_S) / (1 + TUNE_PER_SEARCH) * 2 / 16, rel=1e-6)
+    # shares stay in proportion above the least, and at most time_limit
+    assert limits["attn"] / limits["o"] == pytest.approx(2.5)
+    assert o.for_pieces({"a": 1, "b": 100}, 1000.0)["b"].time_limit == 30.0
+    # a budget below the least shares leaves every piece at the least (the compile warns)
+    assert {v.time_limit for v in o.for_pieces(weights, 20.0).values()} == {MIN_PIECE_S}
+    assert share_limits([0, 0], 100.0, 30.0) == [MIN_PIECE_S, MIN_PIECE_S]
 
 
 def test_a_piece_weighs_one_and_one_per_folded_dim():
@@ -54,15 +76,16 @@ def test_the_graph_passes_the_share_to_its_pieces(monkeypatch):
     cap.compile(time_limit=30, graph_budget=16, device="cpu")
     w = {(bp.name, bp.layout_key): search_weight(bp.program) for bp in cap.pieces}
     assert sorted(w.values()) == [0, 3]  # the cosine alone moves 16 KB: a small piece
-    total = sum(w.values())
-    assert len(w) >= 1 and seen == [pytest.approx(max(MIN_PIECE_S, min(30, 16 / (1 + TUNE_PER_SEARCH) * w[(bp.name, bp.layout_key)] / total)))
-                                    for bp in cap.pieces]
+    # the small piece's least share (its search and tuning: 2 × MIN_PIECE_S) is paid first
+    expect = {0: MIN_PIECE_S, 3: (16 - 2 * MIN_PIECE_S) / (1 + TUNE_PER_SEARCH)}
+    assert seen == [pytest.approx(expect[w[(bp.name, bp.layout_key)]]) for bp in cap.pieces]
 
 
 def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
     """A piece whose program reshapes a computed value (a projection's head split before its
-    RoPE) has no μGraph in the search's space but itself: weight 0, the least share, and the
-    budget goes to the pieces that can match (search.proposals.ungenerated_on_computed)."""
+    RoPE) has no μGraph in the search's space but itself: weight 0 — unsearched under the
+    default ``unfused="torch"``, the least share under ``"lower"`` — and the budget goes to
+    the pieces that can match (search.proposals.ungenerated_on_computed)."""
     import mugraph as mg
     from search.proposals import ungenerated_on_computed
 
@@ -87,11 +110,16 @@ def test_a_piece_the_search_cannot_match_gets_the_least_share(monkeypatch):
                      torch.randn(256, 256, generator=g))
     seen = {}
     monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.__setitem__(bp.name, opts.time_limit))
-    cap.compile(time_limit=30, graph_budget=16, device="cpu")
     weights = {bp.name: search_weight(bp.program) for bp in cap.pieces}
     assert sorted(weights.values()) == [0, 2], weights
+    matchable = next(n for n, w in weights.items() if w)
+    # unfused="torch" (the default): the other piece is not searched, the matchable one gets it all
+    cap.compile(time_limit=30, graph_budget=16, device="cpu")
+    assert seen[matchable] == pytest.approx(16 / (1 + TUNE_PER_SEARCH))
+    # unfused="lower": it is searched at the least share, paid first
+    cap.compile(time_limit=30, graph_budget=16, device="cpu", unfused="lower")
     for bp in cap.pieces:
-        want = MIN_PIECE_S if weights[bp.name] == 0 else min(30, 16 / (1 + TUNE_PER_SEARCH))  # the matchable one: all
+        want = MIN_PIECE_S if weights[bp.name] == 0 else (16 - 2 * MIN_PIECE_S) / (1 + TUNE_PER_SEARCH)
         assert seen[bp.name] == pytest.approx(want), (bp.describe(), seen)
 
 
@@ -174,7 +202,7 @@ def test_a_small_piece_gets_the_least_share(monkeypatch):
     seen = {}
     monkeypatch.setattr(run, "optimize_piece", lambda bp, opts, dev, **kw: seen.__setitem__(bp.name, opts.time_limit))
     big.compile(time_limit=30, graph_budget=16, device="cpu")
-    assert sorted(seen.values()) == [MIN_PIECE_S, 10.0], seen
+    assert sorted(seen.values()) == [MIN_PIECE_S, pytest.approx((16 - 2 * MIN_PIECE_S) / (1 + TUNE_PER_SEARCH))], seen
     small = from_torch(f, torch.randn(4, 8, generator=g), torch.randn(8, 8, generator=g),
                        torch.randn(4, 8, generator=g))
     seen.clear()
@@ -212,7 +240,7 @@ def test_the_graph_hands_each_piece_its_stop(monkeypatch):
                         lambda bp, opts, dev, stop_by=None: seen.append((opts.time_limit, stop_by - time.time())))
     cap.compile(time_limit=30, graph_budget=16, device="cpu", cache_dir=False)
     limits = [s for s, _ in seen]
-    assert sorted(limits) == [MIN_PIECE_S, 10.0]
+    assert sorted(limits) == [MIN_PIECE_S, pytest.approx(7.5)]
     # on the CPU a piece asks for its search's limit alone: the first is done 2 s before the end
     assert seen[0][1] == pytest.approx(16 - limits[1], abs=1.0) and seen[1][1] == pytest.approx(16, abs=1.0)
 
@@ -232,7 +260,8 @@ def test_the_compile_budget_cuts_a_large_graphs_searches():
     assert FrontendOptions(compile_budget=None).search_budget(2285, 13) == 128.0
     assert FrontendOptions(graph_budget=None).search_budget(2285, 13) is None
     assert FrontendOptions(compile_budget=10).search_budget(2285, 13) == MIN_PIECE_S
-    assert o.for_piece(2, 16, whole).time_limit == pytest.approx(whole / (1 + TUNE_PER_SEARCH) * 2 / 16)
+    layer = {"attn": 5, "o": 2, "gate_up": 3, "down": 2, "qkv": 4}
+    assert o.for_pieces(layer, whole)["o"].time_limit == pytest.approx(whole / (1 + TUNE_PER_SEARCH) * 2 / 16)
     for bad in (0, -1, True, "60"):
         with pytest.raises(ConfigError, match="compile_budget"):
             FrontendOptions(compile_budget=bad)
@@ -249,13 +278,13 @@ def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
     cap = _two_pieces()
     rest = len(cap.info) * COMPILE_S_PER_OP + len({(bp.name, bp.layout_key) for bp in cap.pieces}) * PIECE_AFTER_SEARCH_S
     uncut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=None, cache_dir=False)
-    cut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=rest + 8, cache_dir=False)
-    assert cap.plan(uncut, "cpu").budget_s == 16 and cap.plan(cut, "cpu").budget_s == pytest.approx(8)
+    cut = FrontendOptions(time_limit=30, graph_budget=16, compile_budget=rest + 12, cache_dir=False)
+    assert cap.plan(uncut, "cpu").budget_s == 16 and cap.plan(cut, "cpu").budget_s == pytest.approx(12)
     assert cap.plan(cut, "cpu").shares == cap.plan(cut, "cpu").shares
     seen = []
     monkeypatch.setattr(run, "optimize_piece",
                         lambda bp, opts, dev, stop_by=None: seen.append((opts.time_limit, stop_by - time.time())))
     cap.compile(cut, device="cpu")
     limits = sorted(s for s, _ in seen)
-    assert limits == [MIN_PIECE_S, pytest.approx(5.0)]              # 8 / 1.6: the weighed piece's whole share
-    assert seen[-1][1] == pytest.approx(8, abs=1.0)                 # the last piece's stop: the cut budget's end
+    assert limits == [MIN_PIECE_S, pytest.approx(5.0)]   # (12 - 2 × 2) / 1.6: what the small piece leaves
+    assert seen[-1][1] == pytest.approx(12, abs=1.0)     # the last piece's stop: the cut budget's end
