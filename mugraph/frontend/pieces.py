@@ -31,6 +31,7 @@ from ..core.lax import check_lax
 from ..core.serialize import graph_to_json
 from .aten import VIEW_OPS, Context
 from .capture import PIECE_CALL, _val, build_node, dtype_name, tensor_args
+from .kernels import counters_of, returns_one
 from .partition import Piece, piece_dtype
 from .simplify import fold_reciprocals
 
@@ -293,11 +294,20 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
                 if not hasattr(gm, name):
                     gm.register_buffer(name, c if device is None else c.to(device))
                 cnodes.append(g.get_attr(name))
-            call = g.call_function(call_of(u), ([new[a] for a in u.inputs] + cnodes,))
+            target = call_of(u)
+            args: tuple = ([new[a] for a in u.inputs] + cnodes,)
+            slots = counters_of(target)
+            if slots:  # split-K counters: one buffer per operator, left zero by every call (kernels.counter_slots)
+                name = "_mugraph_counters_" + hashlib.sha256(str(target).encode()).hexdigest()[:16]
+                if not hasattr(gm, name):
+                    gm.register_buffer(name, torch.zeros(slots, dtype=torch.int32, device=device))
+                args = (*args, g.get_attr(name))
+            call = g.call_function(target, args)
             call.meta[PIECE_CALL] = u.name  # what later passes on the stitched graph tell from torch code
+            one = returns_one(target)
             for k, o in zip(u.output_index, u.outputs):
-                new[o] = g.call_function(operator.getitem, (call, k))
-                new[o].meta = dict(o.meta)
+                new[o] = call if one else g.call_function(operator.getitem, (call, k))
+                new[o].meta.update(o.meta)
         else:
             new[u] = g.node_copy(u, lambda a: new[a])
         for v in users.get(id(u), ()):

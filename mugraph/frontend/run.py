@@ -33,7 +33,7 @@ from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
 from ..core.files import as_path
 from .inductor import compile_graph
-from .kernels import make_op
+from .kernels import call as call_op, make_op
 from . import verdicts
 from .options import PIECE_TIMING, FrontendOptions
 from .pieces import BuiltPiece, example_inputs, torch_module
@@ -258,7 +258,7 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
         # on a GPU the calls cycle through copies of the large inputs (PIECE_TIMING): a weight
         # comes from DRAM in the model's step, and each form is timed so
         sets = rotated_sets(xs) if device == "cuda" and PIECE_TIMING == "dram" else [xs]
-        launches = {"mugraph": cycling([lambda s=s: op(s) for s in sets]),
+        launches = {"mugraph": cycling([lambda s=s: call_op(op, s) for s in sets]),
                     "torch": cycling([lambda s=s: torch_fn(*s[:n]) for s in sets])}
         with torch.no_grad():
             times = timer(bp, launches)
