@@ -36,6 +36,8 @@ _OPS: dict = {}
 _COUNTERS: dict = {}
 #: the counters eager calls of an operator pass (:func:`call`), by operator and device
 _EAGER_COUNTERS: dict = {}
+#: the registered operators that return their one output as a tensor, not in a list
+_RETURNS_ONE: set = set()
 
 
 def counter_slots(prog: CompiledProgram) -> int:
@@ -98,10 +100,10 @@ def register(name: str, program: Program, run: Callable, triton: bool,
         return [torch.empty(s, dtype=d, device=dev) if st is None else torch.empty_strided(s, st, dtype=d, device=dev)
                 for s, st, d in specs]
 
+    # an operator that mutates an argument must return tensors, not a list (functionalization
+    # does not take a list): one tensor, or a tuple of as many as the program has outputs
+    single = len(specs) == 1
     if counters:
-        # an operator that mutates an argument must return tensors, not a list (functionalization
-        # does not take a list): one tensor, or a tuple of as many as the program has outputs
-        single = len(specs) == 1
 
         def body(xs: List[torch.Tensor], counters: torch.Tensor):
             outs = run(list(xs), counters)
@@ -123,15 +125,18 @@ def register(name: str, program: Program, run: Callable, triton: bool,
     op.register_fake(fake)
     _OPS[qual] = getattr(torch.ops.mugraph, name).default
     _COUNTERS[_OPS[qual]] = counters
+    if counters and single:
+        _RETURNS_ONE.add(_OPS[qual])
     return _OPS[qual]
 
 
 def returns_one(op: Any) -> bool:
-    """Whether operator ``op`` returns its one output as a tensor (one that takes counters),
-    not as a list of outputs."""
-    schema = getattr(op, "_schema", None)
-    return (counters_of(op) > 0 and schema is not None and len(schema.returns) == 1
-            and not str(schema.returns[0].type).endswith("[]"))
+    """Whether operator ``op`` returns its one output as a tensor (one that takes counters
+    and has one output), not in a list of outputs."""
+    try:
+        return op in _RETURNS_ONE
+    except TypeError:  # an unhashable callable is no registered operator
+        return False
 
 
 def counters_of(op: Any) -> int:

@@ -106,3 +106,37 @@ def test_the_stitched_graph_passes_one_buffer_per_operator(monkeypatch):
 @pytest.mark.parametrize("bad", [None, 3])
 def test_counters_of_anything_else_is_zero(bad):
     assert counters_of(bad) == 0 and counters_of(lambda xs: xs) == 0 and counters_of([1]) == 0
+
+
+def test_an_operator_of_two_outputs_returns_them_as_a_tuple_under_inductor():
+    """A mutating operator cannot return a list: one of two outputs returns a tuple, which
+    ``call`` hands back as a list and Inductor indexes; the counters stay the caller's."""
+    import mugraph as mg
+    from mugraph.frontend.kernels import register, returns_one
+
+    p = mg.Program("two_outputs")
+    x = p.input("x", (4, 8), dtype="float32")
+    p.output(x * 2)
+    p.output(x + 1)
+    seen = []
+
+    def run(xs, counters=None):
+        seen.append(int(counters.sum()))  # the kernels would count up and reset; zero on entry
+        return [xs[0] * 2, xs[0] + 1]
+
+    op = register("test_counters_two_outputs", p, run, False, None, 4)
+    assert counters_of(op) == 4 and not returns_one(op)
+    a, b = call(op, [torch.ones(4, 8)])
+    assert torch.equal(a, torch.full((4, 8), 2.0)) and torch.equal(b, torch.full((4, 8), 2.0))
+
+    class M(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("counters", torch.zeros(4, dtype=torch.int32))
+
+        def forward(self, x):
+            two, one = op([x], self.counters)
+            return two - one
+
+    f = torch.compile(M(), backend="inductor", fullgraph=True)
+    assert torch.equal(f(torch.ones(4, 8)), torch.zeros(4, 8)) and seen == [0, 0]
