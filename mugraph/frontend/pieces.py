@@ -297,8 +297,9 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
             target = call_of(u)
             args: tuple = ([new[a] for a in u.inputs] + cnodes,)
             slots = counters_of(target)
-            if slots:  # split-K counters: one buffer per operator, left zero by every call (kernels.counter_slots)
-                name = "_mugraph_counters_" + hashlib.sha256(str(target).encode()).hexdigest()[:16]
+            if slots:  # split-K counters: one buffer per operator and device, left zero by every call
+                # (kernels.counter_slots)
+                name = "_mugraph_counters_" + hashlib.sha256(f"{target} {device}".encode()).hexdigest()[:16]
                 if not hasattr(gm, name):
                     gm.register_buffer(name, torch.zeros(slots, dtype=torch.int32, device=device))
                 args = (*args, g.get_attr(name))
