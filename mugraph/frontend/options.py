@@ -93,10 +93,17 @@ def search_weight(program) -> int:
     return piece_weight([op.kind for op in program.ops])
 
 
+def tune_seconds(time_limit: float) -> float:
+    """Seconds of GPU tuning for a piece searched ``time_limit`` seconds:
+    :data:`TUNE_PER_SEARCH` of it, and never below :data:`MIN_PIECE_S` (a compile and a
+    timing of the program and of the predicted best candidate)."""
+    return max(MIN_PIECE_S, time_limit * TUNE_PER_SEARCH)
+
+
 def piece_seconds(time_limit: float) -> float:
     """Seconds a piece searched ``time_limit`` seconds asks for on a GPU: the search and the
-    re-ranking's tuning (:meth:`FrontendOptions.tune_s`)."""
-    return time_limit + max(MIN_PIECE_S, time_limit * TUNE_PER_SEARCH)
+    re-ranking's tuning (:func:`tune_seconds`)."""
+    return time_limit + tune_seconds(time_limit)
 
 
 def share_limits(weights: list[float], budget: float, cap: float) -> list[float]:
@@ -110,10 +117,10 @@ def share_limits(weights: list[float], budget: float, cap: float) -> list[float]
     def spent(c: float) -> float:
         return sum(piece_seconds(t) for t in limits(c))
 
-    heaviest = max(weights, default=0.0)
-    if heaviest <= 0 or spent(0.0) >= budget:
+    weighed = [w for w in weights if w > 0]
+    if not weighed or spent(0.0) >= budget:
         return limits(0.0)
-    lo, hi = 0.0, max(cap, MIN_PIECE_S) / min(w for w in weights if w > 0)  # every weighed piece at cap
+    lo, hi = 0.0, max(cap, MIN_PIECE_S) / min(weighed)  # every weighed piece at cap
     if spent(hi) <= budget:
         return limits(hi)
     for _ in range(60):
@@ -308,10 +315,8 @@ class FrontendOptions:
                 for k, t in zip(weights, limits)}
 
     def tune_s(self) -> float:
-        """Seconds of GPU tuning for a piece searched ``time_limit`` seconds:
-        :data:`TUNE_PER_SEARCH` of it, and never below :data:`MIN_PIECE_S` (a compile and a
-        timing of the program and of the predicted best candidate)."""
-        return max(MIN_PIECE_S, self.time_limit * TUNE_PER_SEARCH)
+        """Seconds of GPU tuning for a piece searched ``time_limit`` seconds (:func:`tune_seconds`)."""
+        return tune_seconds(self.time_limit)
 
     def optimize_config(self) -> dict:
         # with unfused="torch" a piece whose search verified nothing runs torch's ops: its

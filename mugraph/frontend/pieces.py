@@ -280,29 +280,30 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
     tie = len(units)
     g = fx.Graph()
     new: dict[fx.Node, fx.Node] = {}
+
+    def buffer(name: str, make: Callable[[], torch.Tensor]) -> fx.Node:
+        """A ``get_attr`` of ``gm``'s buffer ``name``, registered from ``make()`` the first time."""
+        if not hasattr(gm, name):
+            gm.register_buffer(name, make())
+        return g.get_attr(name)
+
     emitted = 0
     while heap:
         _, _, u = heapq.heappop(heap)
         emitted += 1
         if isinstance(u, BuiltPiece):
-            cnodes = []
             # a row's constants (RoPE's rotation matrix) are built on the CPU: they go where the piece runs
             device = next((a.meta["val"].device for a in u.inputs if isinstance(a.meta.get("val"), torch.Tensor)),
                           None)
-            for j, c in enumerate(u.constants):
-                name = f"_mugraph_{u.name}_c{j}"
-                if not hasattr(gm, name):
-                    gm.register_buffer(name, c if device is None else c.to(device))
-                cnodes.append(g.get_attr(name))
+            cnodes = [buffer(f"_mugraph_{u.name}_c{j}", lambda c=c: c if device is None else c.to(device))
+                      for j, c in enumerate(u.constants)]
             target = call_of(u)
             args: tuple = ([new[a] for a in u.inputs] + cnodes,)
             slots = counters_of(target)
             if slots:  # split-K counters: one buffer per operator and device, left zero by every call
                 # (kernels.counter_slots)
                 name = "_mugraph_counters_" + hashlib.sha256(f"{target} {device}".encode()).hexdigest()[:16]
-                if not hasattr(gm, name):
-                    gm.register_buffer(name, torch.zeros(slots, dtype=torch.int32, device=device))
-                args = (*args, g.get_attr(name))
+                args = (*args, buffer(name, lambda: torch.zeros(slots, dtype=torch.int32, device=device)))
             call = g.call_function(target, args)
             call.meta[PIECE_CALL] = u.name  # what later passes on the stitched graph tell from torch code
             one = returns_one(target)

@@ -35,7 +35,7 @@ from ..core.files import as_path
 from .inductor import compile_graph
 from .kernels import call as call_op, make_op
 from . import verdicts
-from .options import PIECE_TIMING, FrontendOptions
+from .options import PIECE_TIMING, FrontendOptions, piece_seconds
 from .pieces import BuiltPiece, example_inputs, torch_module
 
 log = logging.getLogger("mugraph")
@@ -113,7 +113,7 @@ def new_search_s(bp: BuiltPiece, opts: FrontendOptions, device: str) -> float:
     :class:`~.options.GraphClock` reserves these)."""
     if _key(bp, opts, device) in _INFO or unsearched(bp, opts) or _is_cached(bp, opts, device):
         return 0.0
-    return opts.time_limit + (opts.tune_s() if device == "cuda" else 0.0)
+    return piece_seconds(opts.time_limit) if device == "cuda" else opts.time_limit
 
 
 def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: float | None = None):
