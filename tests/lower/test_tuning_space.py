@@ -390,3 +390,35 @@ def test_a_one_row_decode_over_36_steps_is_timed_split_12_ways_early():
     assert {c.split for c in head} == {1, 2, 3, 4, 6, 9, 12, 18}
     order = [c.split for c in head]
     assert order.index(12) < min(order.index(2), order.index(1)), [c.label() for c in head]
+
+
+def test_a_mispriced_combine_mode_is_learned_once_in_the_first_round(monkeypatch):
+    """Combining split-K partials in the last program is faster here than the cost model says
+    (decode attention on an H200: 2-2.5 us faster than a combine kernel priced 0.5 us cheaper).
+    The first split factor is timed in both combine modes; every later factor of the first
+    round is then timed combined by the last program, and a budget that ends with the first
+    round ships that mode."""
+    import math
+
+    from lower.cost_model import H100
+    from lower.profile import SMALL_MM_MENU, _space, tune
+
+    g = reference("gated_mlp", 8)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100)
+    splits = [c.split for _, c in space.picked[:space.head]]
+    assert len([s for s in splits if s > 1]) >= 3
+
+    def landscape(c):
+        return 1.0 - 0.01 * math.log2(c.split) - (0.2 if c.combine == "last" else 0.0)
+
+    clock = [0.0]
+    calls = _fake_gpu(monkeypatch, landscape, clock)
+    res = tune(g, inputs={}, budget_s=len(splits) + 1)
+    first_split = next(i for i, c in enumerate(calls) if c.split > 1)
+    assert {calls[first_split].combine, calls[first_split + 1].combine} == {"kernel", "last"}
+    assert calls[first_split].split == calls[first_split + 1].split
+    later = [c for c in calls[first_split + 2:len(splits) + 1] if c.split > 1]
+    assert later and all(c.combine == "last" for c in later)
+    assert sorted({c.split for c in calls}) == sorted(splits)  # still one of each factor
+    assert res.configs[op.id].combine == "last"
