@@ -690,39 +690,44 @@ class _KernelTuning:
         With a budget, the picks it expects to lose by more than :data:`DEFER` wait until after
         the climbs and sweeps: those are returned.
 
-        The split-K factors are timed in the order of their best predictions; the first one
-        split also in its other combine mode, right after it (:meth:`time_combine_sibling`), and
-        each later factor as its layout whose prediction, corrected by what has been measured
-        so far, is best (:meth:`head_choice`) — so a combine mode the model misprices is learned
-        once, not met once per factor. Phi-3-mini's decode attention (32 heads of one query row,
-        8,448 keys, H200): combined by the last program, split-K 12 measured 30.6–32.7 μs, the
-        model pricing it 0.5 μs *above* a combine kernel; the tuning timed the combine kernel
-        for each of its ten factors (32.7–35.2 μs at best) and its budget ended there."""
+        The split-K factors are timed in the order of their best predictions, the first one
+        split in both combine modes (:meth:`time_combine_sibling`); each later factor's pick is
+        then timed in the mode that measured faster — so a combine mode the model misprices is
+        learned once, not met once per factor, while the rest of each pick's layout stays the
+        model's choice. Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys,
+        H200): combined by the last program, split-K 12 measured 30.6–32.7 μs, the model
+        pricing it 0.5 μs *above* a combine kernel; the tuning timed the combine kernel for each
+        of its ten factors (32.7–35.2 μs at best) and its budget ended there."""
         head = space.picked[:space.head]
         left: list[tuple[float, KernelConfig]] = []
-        for i, (pred, c) in enumerate(head):
-            pick = (pred, c) if i == 0 else self.head_choice(space, c.split)
-            if pick[1] != c:
-                left.append((pred, c))
+        faster: str | None = None  # the combine mode the sibling pair measured faster
+        for pred, c in head:
+            pick = (pred, c)
+            if faster is not None and c.split > 1 and c.combine != faster:
+                pick = self.in_cands(space, dataclasses.replace(c, combine=faster)) or pick
+                if pick[1] != c:
+                    left.append((pred, c))
             self.time_one(*pick)
-            if pick[1].split > 1 and not any(x.split > 1 for _, x in head[:i]):
-                self.time_combine_sibling(space, pick[1])
+            if faster is None and pick[1].split > 1:
+                faster = self.time_combine_sibling(space, pick[1])
         return self.time_in_order(space.picked[space.head:] + left, defer=DEFER if self.end is not None else None)
 
-    def head_choice(self, space: _KernelSpace, split: int) -> tuple[float, KernelConfig]:
-        """The first-round layout of split-K factor ``split`` whose prediction, corrected by the
-        times measured so far, is best."""
-        mine = [(p, c) for p, c in space.cands if c.split == split and p < math.inf]
-        return min(mine, key=lambda x: self.errors.corrected(x[1], x[0]))
+    @staticmethod
+    def in_cands(space: _KernelSpace, c: KernelConfig) -> tuple[float, KernelConfig] | None:
+        """``c`` with its prediction, where the first round has it."""
+        return next(((p, s) for p, s in space.cands if s == c), None)
 
-    def time_combine_sibling(self, space: _KernelSpace, c: KernelConfig) -> None:
-        """Time ``c`` (split-K) with its partials combined the other way (:data:`lower.config.COMBINES`),
-        where the first round has that layout."""
+    def time_combine_sibling(self, space: _KernelSpace, c: KernelConfig) -> str:
+        """Time ``c`` (split-K, just timed) with its partials combined the other way
+        (:data:`lower.config.COMBINES`), where the first round has that layout; the mode that
+        measured faster (``c``'s where the other did not run)."""
         other = "last" if c.combine == "kernel" else "kernel"
-        for p, s in space.cands:
-            if s == dataclasses.replace(c, combine=other):
-                self.time_one(p, s)
-                return
+        sib = self.in_cands(space, dataclasses.replace(c, combine=other))
+        if sib is None:
+            return c.combine
+        self.time_one(*sib)
+        times = {x: t for t, x in self.timed if x in (c, sib[1])}
+        return other if sib[1] in times and times[sib[1]] < times.get(c, math.inf) else c.combine
 
     def climb_layouts(self, space: _KernelSpace) -> None:
         """A climb through layouts one step from the winner's (:func:`lower.tuning_order.layout_steps`):
