@@ -22,10 +22,11 @@ node became, whether they are Lax, and how many exponentiations lie on it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.fx as fx
@@ -312,7 +313,16 @@ def unfold_column_slices(gm: fx.GraphModule) -> int:
     of several rows a kept piece reads (:func:`_read_by_piece`) — a column slice of a joined
     product is not laid out as the part the piece was compiled for, and would be copied
     before each call. Returns how many projections were joined."""
-    g = gm.graph
+    count = unfold_column_slices_in(gm.graph)
+    if count:
+        gm.recompile()
+    return count
+
+
+def unfold_column_slices_in(g: fx.Graph) -> int:
+    """:func:`unfold_column_slices` on a graph (linted when changed), its module's code left
+    to the caller: a stitched graph is unfolded before its module is made, whose code is then
+    generated once (a 32-layer graph's code took a tenth of a second to generate)."""
     index = {n: i for i, n in enumerate(g.nodes)}
     groups: dict[tuple, list] = {}
     for n in g.nodes:
@@ -352,7 +362,6 @@ def unfold_column_slices(gm: fx.GraphModule) -> int:
         count += len(parts)
     if count:
         g.lint()
-        gm.recompile()
     return count
 
 
@@ -542,6 +551,65 @@ def build_node(node: fx.Node, env: dict[fx.Node, Any], ctx: Context):
 
 def dtype_name(t: torch.dtype) -> str:
     return str(t).removeprefix("torch.")
+
+
+#: argument values a probe's key spells by their ``repr`` (their type named beside it: ``1``,
+#: ``1.0`` and ``True`` are equal in Python but not to a row)
+_PLAIN = (type(None), bool, int, float, str, torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+class _Unkeyed(Exception):
+    """An argument :func:`probe_key` cannot spell: the node is probed on its own."""
+
+
+def probe_key(node: fx.Node) -> tuple | None:
+    """What :func:`probe` reads of ``node``: its target, its arguments with each tensor input
+    named by its place among :func:`tensor_args` (with its shape and dtype) and each other
+    value spelled out, and its result's shape and dtype — or None when an argument is not
+    one of those (a tensor literal, a node of no tensor: the row's refusal names it)."""
+    out = _val(node)
+    if node.op != "call_function" or not isinstance(out, torch.Tensor):
+        return None
+    inputs = tensor_args(node)
+    place = {a: i for i, a in enumerate(inputs)}
+
+    def spell(a: Any) -> Any:
+        if isinstance(a, fx.Node):
+            if a not in place:
+                raise _Unkeyed
+            return ("t", place[a])
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, tuple(spell(x) for x in a))
+        if isinstance(a, _PLAIN):
+            return (type(a).__name__, repr(a))
+        raise _Unkeyed
+    try:
+        key = (node.target, spell(tuple(node.args)), tuple(sorted((k, spell(v)) for k, v in node.kwargs.items())),
+               tuple((tuple(_val(a).shape), _val(a).dtype) for a in inputs), tuple(out.shape), out.dtype)
+        hash(key)  # a symbolic size does not hash
+    except (_Unkeyed, TypeError):
+        return None
+    return key
+
+
+def probe_all(nodes: Iterable[fx.Node]) -> dict[fx.Node, NodeInfo]:
+    """:func:`probe` of each call node of ``nodes``, nodes of one :func:`probe_key` probed
+    once. Why: what a probe finds depends on that key alone (a row sees shapes, dtypes and
+    argument values, never the node), and a model's identical layers repeat a few dozen
+    keys over thousands of nodes — probing each node built thousands of scratch Programs."""
+    found: dict[tuple, NodeInfo] = {}
+    out: dict[fx.Node, NodeInfo] = {}
+    for n in nodes:
+        if n.op != "call_function":
+            continue
+        key = probe_key(n)
+        if key is None:
+            out[n] = probe(n)
+        else:
+            if key not in found:
+                found[key] = probe(n)
+            out[n] = dataclasses.replace(found[key])  # a record of its own per node
+    return out
 
 
 def probe(node: fx.Node) -> NodeInfo:

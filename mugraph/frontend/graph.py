@@ -10,7 +10,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .capture import NodeInfo, probe, trace, unfold_column_slices
+from .capture import NodeInfo, probe_all, trace, unfold_column_slices_in
 from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, FrontendOptions, GraphClock, search_weight
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, reference_call, rewrite
@@ -48,7 +48,7 @@ class Captured:
     def __init__(self, gm: fx.GraphModule, min_ops: int = 2, max_piece_ops: int | None = MAX_PIECE_OPS,
                  max_piece_matmuls: int | None = MAX_PIECE_MATMULS) -> None:
         self.graph_module = gm
-        self.info: dict[fx.Node, NodeInfo] = {n: probe(n) for n in gm.graph.nodes if n.op == "call_function"}
+        self.info: dict[fx.Node, NodeInfo] = probe_all(gm.graph.nodes)
         self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(gm.graph, self.info, min_ops,
                                                                            max_piece_ops, max_piece_matmuls)]
         inside = {n for bp in self.pieces for n in bp.piece.nodes}
@@ -126,9 +126,8 @@ class Captured:
         """The graph with each piece (of ``pieces``, default all) as one call of ``call_of(piece)``;
         the projections the capture split by weight columns join again where torch runs them all
         (:func:`.capture.unfold_column_slices`)."""
-        gm = rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of)
-        unfold_column_slices(gm)
-        return gm
+        return rewrite(self.graph_module, self.pieces if pieces is None else pieces, call_of,
+                       edit=unfold_column_slices_in)
 
     def reference(self) -> fx.GraphModule:
         """The pieces run by mugraph's float64 interpreter, the rest by torch: what the

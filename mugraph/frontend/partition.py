@@ -58,6 +58,8 @@ class Piece:
 def _exp_ok(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
     """At most one exponentiation on any path inside ``members`` (walked in graph order:
     fx nodes sort topologically)."""
+    if sum(info[n].exps for n in members) <= 1:  # no path holds more than all of them: nothing to walk
+        return True
     depth: dict[fx.Node, int] = {}
     for n in sorted(members):
         d = info[n].exps + max((depth[a] for a in n.all_input_nodes if a in depth), default=0)
@@ -445,10 +447,10 @@ def _components(members: set[fx.Node]) -> list[set[fx.Node]]:
     return out
 
 
-def _boundary_views(members: set[fx.Node], inside: set[fx.Node], order: list[fx.Node],
-                    info: dict[fx.Node, NodeInfo]) -> list[fx.Node]:
+def _boundary_views(members: set[fx.Node], inside: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> list[fx.Node]:
     """The mapped views outside every piece that feed ``members`` or read one of them,
-    directly or through a chain of such views (a transpose of a transpose of an input)."""
+    directly or through a chain of such views (a transpose of a transpose of an input), in
+    graph order."""
     def free_view(n: fx.Node) -> bool:
         return n not in inside and n in info and info[n].mapped and info[n].view
 
@@ -460,7 +462,7 @@ def _boundary_views(members: set[fx.Node], inside: set[fx.Node], order: list[fx.
             if n not in found:
                 found.add(n)
                 todo += [a for a in step(n) if free_view(a)]
-    return [n for n in order if n in found]
+    return sorted(found)  # graph order (fx nodes sort by it), not a scan of the graph per piece
 
 
 def _outside_inputs(members: set[fx.Node]) -> set[fx.Node]:
@@ -512,7 +514,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
             break
         refused |= bad
     inside = set().union(*parts) if parts else set()
-    pieces = [Piece([n for n in order if n in m], _boundary_views(m, inside, order, info)) for m in parts]
+    pieces = [Piece(sorted(m), _boundary_views(m, inside, info)) for m in parts]
     pieces = [p for p in pieces if p.worth(info, min_ops)]
-    pieces.sort(key=lambda p: order.index(p.nodes[0]))
+    pieces.sort(key=lambda p: p.nodes[0])  # graph order
     return pieces

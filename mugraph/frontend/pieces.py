@@ -241,12 +241,14 @@ def reference_call(bp: BuiltPiece) -> PieceCall:
     return call
 
 
-def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[BuiltPiece], Any]) -> fx.GraphModule:
+def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[BuiltPiece], Any],
+            edit: Callable[[fx.Graph], Any] | None = None) -> fx.GraphModule:
     """A new graph in which each piece is one call of ``call_of(piece)`` (taking the
     list of its inputs, returning the list of its outputs) and every other node is
     copied. Nodes are emitted in a topological order of the contracted graph that
     keeps the original order wherever it can (the graph is functional, so any
-    topological order computes the same values)."""
+    topological order computes the same values). ``edit``: applied to the new graph
+    before its module is made, so that the module's code is generated once."""
     owner: dict[fx.Node, BuiltPiece] = {n: bp for bp in pieces for n in bp.piece.nodes}
     order = list(gm.graph.nodes)
     index = {n: i for i, n in enumerate(order)}
@@ -319,6 +321,8 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
                 heapq.heappush(heap, (pos[id(v)], tie, v))
     if emitted != len(units):
         raise AssertionError("the contracted graph has a cycle (the partition must prevent this)")
+    if edit is not None:
+        edit(g)
     out = fx.GraphModule(gm, g)
     out.graph.lint()
     return out
