@@ -10,6 +10,10 @@ candidate like any other: the driver verifies it against the new program from sc
 (origin ``"transfer"``) and derives its split and tile variants; nothing is assumed about
 it. :func:`structure_key` names what must agree for a transfer to be tried: the programs'
 ops, attributes, dtypes and ranks, everything but sizes.
+
+The other direction serves a program too large to search well at its own sizes
+(:func:`shrunk`): the same program at smaller sizes is searched first, and what it finds
+is carried up as seeds (``mugraph.pipeline.optimize``, the scout).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Optional
+
+import math
 
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import BlockGraph, KernelGraph, Op, Program, Tensor
@@ -132,3 +138,73 @@ def _kernel_builder(op: Op):
         return _replay_block(rb, bg, k, lambda o: k.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"],
                                                           o.attrs["fmap"]))
     return build
+
+
+#: a program one of whose tensors holds more elements than this is worth scouting at smaller
+#: sizes first: an 8k-token prompt's attention (scores of 2^30 elements) matched nothing in a
+#: 60 s search on an H200, where its 2k form (2^27) matched at 34 s
+SCOUT_ELEMENTS = 2 ** 28
+#: the scaled-down copy's largest tensor holds at most this many elements (where the dims allow):
+#: an 8k-token prompt of 16 heads is scouted at 512 tokens. What a search there finds is a tile
+#: structure (the rows and keys of a block's step), which carries up unchanged; each of its
+#: fingerprints and verifications costs a 256th of one at full size
+SCOUT_TARGET = 2 ** 22
+#: dims of at least this many elements shrink; none shrinks below :data:`MIN_SHRUNK`
+SHRINK_FROM = 1024
+MIN_SHRUNK = 256
+
+
+def largest_tensor(program: KernelGraph) -> int:
+    """Elements of ``program``'s largest tensor (an input or an op's result)."""
+    return max((math.prod(t.shape) for op in program.ops for t in op.outputs), default=0)
+
+
+def shrunk(program: Program, target: Optional[int] = None) -> Optional[Program]:
+    """``program`` at smaller sizes: every input dim of at least :data:`SHRINK_FROM` elements
+    divided by one power of two — by value, so dims that were equal stay equal and the ops
+    still agree — the smallest that brings its largest tensor to ``target`` elements
+    (default :data:`SCOUT_TARGET`) or
+    below (or the largest the dims allow: none below :data:`MIN_SHRUNK`, none left
+    fractional); reshapes' target shapes follow by value. None when no dim can shrink or
+    the program does not replay at the new sizes.
+
+    Nothing rests on the copy being the same function: it is only searched, and what is
+    found for it is carried back to ``program``'s sizes (:func:`transfer`) and verified
+    there from scratch. Its constants are ``program``'s own (a mean's 1/N keeps the old N),
+    so a μGraph found for it holds the constants ``program`` needs."""
+    target = SCOUT_TARGET if target is None else target
+    sizes = sorted({d for t in program.inputs for d in t.shape if d >= SHRINK_FROM})
+    best = None
+    f = 2
+    while sizes:
+        by = {d: d // f for d in sizes if d % f == 0 and d // f >= MIN_SHRUNK}
+        if not by:
+            break
+        small = _resized(program, by)
+        if small is not None:
+            best = small
+            if largest_tensor(small) <= target:
+                break
+        f *= 2
+    return best
+
+
+def _resized(program: Program, by: dict[int, int]) -> Optional[Program]:
+    """``program`` replayed on inputs whose dims are mapped by ``by`` (by value), its
+    reshapes' shapes alike; None where a rule of the IR refuses the new sizes."""
+    def size(shape) -> tuple[int, ...]:
+        return tuple(by.get(d, d) for d in shape)
+
+    def reshape(rb, op: Op) -> list[Tensor]:
+        return [rb.add(op, rb.inputs(op), attrs={**op.attrs, "shape": size(op.attrs["shape"])})]
+
+    small = Program(f"{program.name}_scout")
+    m: dict[Tensor, Tensor] = {}
+    try:
+        splice(small, program, m, replace={(op.id, None): reshape for op in program.ops if op.kind == "reshape"},
+               input_shape=lambda t: size(t.shape))
+        for t in program.outputs:
+            small.output(m[t])
+    except (MugraphError, ValueError, KeyError, IndexError):
+        return None
+    return small

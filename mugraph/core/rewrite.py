@@ -126,12 +126,15 @@ class Rebuild:
 def splice(ng: KernelGraph, g: KernelGraph, m: dict[Tensor, Tensor], *,
            replace: dict[Site, OpBuilder] | None = None, drop: Iterable[Site] = (),
            reads: dict[Tensor, Tensor] | None = None,
-           savers: dict[tuple[int, int], object] | None = None) -> dict[Tensor, Tensor]:
+           savers: dict[tuple[int, int], object] | None = None,
+           input_shape: Callable[[Tensor], tuple[int, ...]] | None = None) -> dict[Tensor, Tensor]:
     """Replay ``g``'s ops into ``ng`` with the edits; ``m`` maps ``g``'s tensors to
     ``ng``'s and is extended (and returned).
 
     Inputs of ``g`` already in ``m`` are taken from it (splicing into a larger
-    graph); the others become inputs of ``ng``. ``g``'s outputs are not marked."""
+    graph); the others become inputs of ``ng``, in ``g``'s order, each of the shape
+    ``input_shape(t)`` gives (default: its own — another gives the same graph at other
+    sizes). ``g``'s outputs are not marked."""
     rb = Rebuild(ng, m, replace or {}, drop, reads or {}, savers or {})
     for op in g.ops:
         site = (op.id, None)
@@ -140,7 +143,7 @@ def splice(ng: KernelGraph, g: KernelGraph, m: dict[Tensor, Tensor], *,
         if op.kind == "input":
             t = op.outputs[0]
             if t not in m:
-                m[t] = ng.input(t.name, t.shape, t.dtype, fill=t.fill)
+                m[t] = ng.input(t.name, t.shape if input_shape is None else input_shape(t), t.dtype, fill=t.fill)
             continue
         rb._map(op, rb.op(site, op))
     return m

@@ -407,6 +407,7 @@ class Phases:
 
 #: what a phase that overran the budget spent its time on (the warning line's reason)
 _WHY_SLOW = {
+    "scout": "the search of the program at smaller sizes (its share of the time limit, then its verifications)",
     "search": "the search's workers outlived its time limit (a verification or task past the deadline)",
     "check": "float-checking and pricing the verified candidates (large weights: float64 on the CPU)",
     "gpu_reference": "the float64 reference of the GPU re-ranking (large weights)",
@@ -451,6 +452,49 @@ def _transferred(root: Path, program: Program, key_doc: dict) -> list[KernelGrap
 
 #: the most cached relatives a search is seeded with
 MAX_SEEDS = 4
+#: the share of a search's time limit its scout takes (:func:`_scouted`)
+SCOUT_SHARE = 0.4
+#: seconds the search of the program itself keeps at least after its scout
+MIN_SEARCH_AFTER_SCOUT_S = 5.0
+
+
+def scouts(program: Program, scfg) -> bool:
+    """Whether ``program``'s search is scouted at smaller sizes first (:func:`_scouted`): it has a
+    time limit, no checkpoint to resume (a resumed search has its own matches), and a tensor
+    of more than :data:`search.transfer.SCOUT_ELEMENTS` elements."""
+    from search.transfer import SCOUT_ELEMENTS, largest_tensor
+
+    return (scfg.time_limit is not None and not (scfg.checkpoint and Path(scfg.checkpoint).exists())
+            and largest_tensor(program) > SCOUT_ELEMENTS)
+
+
+def _scouted(program: Program, scfg, estimate: Callable | None) -> tuple[list[KernelGraph], dict | None]:
+    """Seeds for the search of a program too large to search well at its sizes: the same
+    program at smaller sizes (:func:`search.transfer.shrunk`) searched for
+    :data:`SCOUT_SHARE` of the time limit, and its verified μGraphs carried back to the
+    program's sizes (:func:`search.transfer.transfer`), where the search verifies them from
+    scratch before its own enumeration — as it does a cached relative's (:func:`_transferred`).
+    Why: every fingerprint and verification evaluates the program at its sizes, so a large
+    one's search tries few candidates (an 8k-token prompt's attention, 2^30 scores: 645
+    candidates and no match in 60 s on an H200, where at 2k tokens the first matched at 34 s),
+    while its μGraphs at small sizes carry up tile for tile. Returns the seeds and what the
+    report says of the scout (None when no smaller copy replays)."""
+    from search.transfer import largest_tensor, shrunk, transfer
+
+    small = shrunk(program)
+    if small is None:
+        return [], None
+    share = SCOUT_SHARE * float(scfg.time_limit)
+    shapes = {t.name: list(t.shape) for t in small.inputs}
+    log.info("mugraph: %r holds %d elements in one tensor: its search is scouted for %.0f s at smaller sizes (%s)",
+             program.name, largest_tensor(program), share,
+             ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items()))
+    small_cfg = dataclasses.replace(scfg, time_limit=share, checkpoint=None)
+    t0 = time.perf_counter()
+    found = search.run(small, small_cfg, estimate=estimate)
+    seeds = [h for h in (transfer(g, program) for g in found.graphs[:MAX_SEEDS]) if h is not None]
+    return seeds, {"shapes": shapes, "found": len(found.graphs), "seeds": len(seeds),
+                   "wall_s": round(time.perf_counter() - t0, 3)}
 
 
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
@@ -462,6 +506,11 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     own_checkpoint = checkpoint_dir is not None and not scfg.checkpoint
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
+    scout = None
+    if not seeds and scouts(program, scfg):
+        with phases.phase("scout"):
+            seeds, scout = _scouted(program, scfg, None if cfg.input_strides else _estimator(cfg))
+        scfg.time_limit = max(MIN_SEARCH_AFTER_SCOUT_S, float(scfg.time_limit) - phases.seconds["scout"])
     with phases.phase("search"):
         found = _search(program, scfg, own_checkpoint, seeds or [], _estimator(cfg))
     interrupted = found.interrupted
@@ -540,6 +589,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
               "cut_to_s": phases.budget_s if stop_by is not None and phases.budget_s is not None
               and phases.budget_s < _budget(cfg, device, scfg) else None,
               "total_s": phases.elapsed(), "versions": versions()}
+    if scout is not None:
+        report["scout"] = scout
     if cfg.input_strides:
         report["input_strides"] = {k: list(v) for k, v in cfg.input_strides.items()}
     return Optimized(program, best, cands, report, device)

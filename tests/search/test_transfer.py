@@ -115,3 +115,75 @@ def test_superoptimize_seeds_its_search_with_a_cached_relative(tmp_path, monkeyp
     assert seen[2][1] == []  # another configuration: no relative
     mg.superoptimize(_decode(4096), device="cpu", cache_dir=tmp_path, progress=False)
     assert seen[3][1] == [[((2, 1, 1), 32)]]  # the 1024 entry's best was the program: only 256's carries
+
+
+def test_a_large_program_is_shrunk_by_value_for_its_scout():
+    """The scout's copy of an 8k-token causal prompt: the 8,192-token dims (queries, keys, the
+    mask's both) divided alike until its largest tensor holds at most 2^22 elements; heads and
+    head dim untouched; the same structure, inputs and fills — what ``transfer`` needs to carry
+    its μGraphs back."""
+    from mugraph.core.benchmarks.programs import prefill_attention
+    from search.transfer import SCOUT_ELEMENTS, SCOUT_TARGET, largest_tensor, shrunk
+
+    p = prefill_attention(heads=16, q=8192, kv=8192, head_dim=128, causal=True, safe=True)
+    assert largest_tensor(p) == 2 ** 30 > SCOUT_ELEMENTS
+    s = shrunk(p)
+    assert [t.shape for t in s.inputs] == [(16, 512, 128), (16, 128, 512), (16, 512, 128), (512, 512)]
+    assert largest_tensor(s) <= SCOUT_TARGET
+    assert structure_key(s) == structure_key(p) and [t.name for t in s.inputs] == [t.name for t in p.inputs]
+    assert [t.op.attrs.get("fill") for t in s.inputs] == [t.op.attrs.get("fill") for t in p.inputs]
+    mg.check_lax(s)
+
+
+def test_reshapes_follow_the_shrunk_dims_and_what_cannot_shrink_is_refused():
+    from search.transfer import shrunk
+
+    p = mg.Program("heads")
+    x = p.input("X", (4096, 4, 16), "float16")
+    p.output(mg.exp(mg.reshape(x, (4096, 64))))
+    s = shrunk(p, target=2 ** 14)
+    assert s.inputs[0].shape == (256, 4, 16) and s.outputs[0].shape == (256, 64)
+    small = mg.Program("small")
+    small.output(mg.exp(small.input("X", (512, 64), "float16")))
+    assert shrunk(small) is None  # no dim of 1,024 elements or more
+    split = mg.Program("split")
+    y = split.input("Y", (2048, 64), "float16")
+    split.output(mg.exp(mg.reshape(y, (1024, 128))))  # a reshape that folds the large dim: not by value
+    assert shrunk(split) is None
+
+
+def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
+    """A program past the scout's size (lowered here to a test's) is searched at smaller sizes
+    first; what that finds is carried to the program's sizes and seeds its search, whose
+    time limit is what the scout left. The stubbed scout search returns the found μGraph."""
+    import search as search_pkg
+    import search.transfer as tr
+
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 16)
+    monkeypatch.setattr(tr, "SCOUT_TARGET", 2 ** 14)
+    scouted, searched = [], []
+
+    class Found:
+        graphs = [_found()]
+
+    def scout_run(program, cfg, estimate=None):
+        scouted.append(([t.shape for t in program.inputs], cfg.time_limit, cfg.checkpoint))
+        return Found()
+
+    def main_search(program, scfg, own_checkpoint, seeds, estimate):
+        searched.append(([_kernels(s) for s in seeds], scfg.time_limit))
+        raise KeyboardInterrupt  # the rest of the pipeline is not this test's
+
+    monkeypatch.setattr(search_pkg, "run", scout_run)
+    monkeypatch.setattr(opt_mod, "_search", main_search)
+    cfg = {"search": {"time_limit": 20, "workers": 1}}
+    with pytest.raises(opt_mod.Interrupted):
+        mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
+    assert scouted == [([(2, 4, 32), (2, 32, 256), (2, 256, 32)], 8.0, None)]
+    ((seeds, limit),) = searched
+    assert seeds == [[((2, 1, 1), 32)]] and 5.0 <= limit <= 20.0
+    searched.clear()
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 20)  # below the size: no scout, the whole limit
+    with pytest.raises(opt_mod.Interrupted):
+        mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
+    assert searched == [([], 20)] and len(scouted) == 1
