@@ -59,6 +59,10 @@ _VERDICTS: dict[tuple, dict] = {}
 _UNSEARCHED: dict[tuple, str] = {}
 #: the keys of ``_DONE`` whose lowering failed -> why (for ``bp.info`` of later captures)
 _LOWER_FAILED: dict[tuple, str] = {}
+#: (result-cache entry, its modification time and size) -> whether it serves the piece asked
+#: (:func:`_is_cached`). Why: a compile asks twice per distinct piece — its plan, then its
+#: search — and each answer read and parsed the whole entry; a changed file is asked again
+_SERVED: dict[tuple, bool] = {}
 
 
 def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
@@ -70,7 +74,14 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
         return False
     root = default_cache_dir() if opts.cache_dir is None else as_path(opts.cache_dir, "cache_dir")
     path, doc = locate(root, bp.program, make_config(optimize_config(bp, opts)), opts.seed, device)
-    return cached(path, bp.program, doc, quiet=True) is not None
+    try:
+        st = path.stat()
+    except OSError:  # no entry (or none readable): not served
+        return False
+    k = (str(path), st.st_mtime_ns, st.st_size)
+    if k not in _SERVED:
+        _SERVED[k] = cached(path, bp.program, doc, quiet=True) is not None
+    return _SERVED[k]
 
 
 def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
@@ -83,7 +94,7 @@ def forget() -> None:
     """Forget this process's tables of searched, compiled, timed and unsearched pieces, so the
     next compile finds its pieces as a fresh process would: in the caches on disk (a
     benchmark's warm start, a test's second compile)."""
-    for table in (_INFO, _DONE, _VERDICTS, _LOWER_FAILED, _UNSEARCHED):
+    for table in (_INFO, _DONE, _VERDICTS, _LOWER_FAILED, _UNSEARCHED, _SERVED):
         table.clear()
 
 
