@@ -217,6 +217,16 @@ class Optimized:
             wall = s.get("wall_s", 0)
             wall = f"{wall:.1f}" if isinstance(wall, (int, float)) else "?"
             lines.append(f"  search: {s.get('graphs', 0)} verified μGraphs in {wall} s")
+            derived = (s.get("stats") or {}).get("derived") or {}
+            if derived.get("transfer_seeds"):
+                lines.append(f"  seeds carried from other sizes: {derived['transfer_seeds']}, "
+                             f"{derived.get('transfer_verified', 0)} verified first "
+                             f"({derived.get('transfer_verify_s', 0)} s)")
+        scout = r.get("scout")
+        if isinstance(scout, dict):
+            sizes = ", ".join(f"{k} {tuple(v)}" for k, v in (scout.get("shapes") or {}).items())
+            lines.append(f"  scout: searched at {sizes} for {scout.get('wall_s')} s: {scout.get('found')} verified "
+                         f"there, {scout.get('seeds')} carried back as seeds")
         lines.append(f"  verification bound (worst candidate): {r.get('error_bound')}")
         v = self.best.verified if self.best.origin == "search" else None
         if isinstance(v, dict) and isinstance(v.get("error_bound"), (int, float)):

@@ -187,3 +187,14 @@ def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
     with pytest.raises(opt_mod.Interrupted):
         mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
     assert searched == [([], 20)] and len(scouted) == 1
+
+
+def test_the_summary_says_what_the_scout_and_the_seeds_did():
+    best = opt_mod.Candidate(_found(), "search")
+    report = {"device": "cpu", "why": "stub", "error_bound": None,
+              "scout": {"shapes": {"K": [2, 32, 256]}, "found": 2, "seeds": 1, "wall_s": 5.7},
+              "search": {"graphs": 1, "wall_s": 11.2,
+                         "stats": {"derived": {"transfer_seeds": 1, "transfer_verified": 1, "transfer_verify_s": 3.0}}}}
+    text = opt_mod.Optimized(_decode(256), best, [best], report, "cpu").summary()
+    assert "scout: searched at K (2, 32, 256) for 5.7 s: 2 verified there, 1 carried back as seeds" in text
+    assert "seeds carried from other sizes: 1, 1 verified first (3.0 s)" in text
