@@ -491,9 +491,13 @@ def _scouted(program: Program, scfg, estimate: Callable | None) -> tuple[list[Ke
              ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items()))
     small_cfg = dataclasses.replace(scfg, time_limit=share, checkpoint=None)
     t0 = time.perf_counter()
-    found = search.run(small, small_cfg, estimate=estimate)
-    seeds = [h for h in (transfer(g, program) for g in found.graphs[:MAX_SEEDS]) if h is not None]
-    return seeds, {"shapes": shapes, "found": len(found.graphs), "seeds": len(seeds),
+    try:
+        graphs = search.run(small, small_cfg, estimate=estimate).graphs
+    except MugraphError as e:  # the scout only helps: whatever stops it, the program's own search runs
+        log.warning("mugraph: the scout of %r stopped: %s", program.name, str(e).splitlines()[0][:300])
+        graphs = []
+    seeds = [h for h in (transfer(g, program) for g in graphs[:MAX_SEEDS]) if h is not None]
+    return seeds, {"shapes": shapes, "found": len(graphs), "seeds": len(seeds),
                    "wall_s": round(time.perf_counter() - t0, 3)}
 
 

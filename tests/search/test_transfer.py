@@ -198,3 +198,29 @@ def test_the_summary_says_what_the_scout_and_the_seeds_did():
     text = opt_mod.Optimized(_decode(256), best, [best], report, "cpu").summary()
     assert "scout: searched at K (2, 32, 256) for 5.7 s: 2 verified there, 1 carried back as seeds" in text
     assert "seeds carried from other sizes: 1, 1 verified first (3.0 s)" in text
+
+
+def test_a_scout_that_fails_leaves_the_search_its_time(monkeypatch):
+    """Whatever stops the scout's search (here an error of the search itself), the program's
+    own search runs, without seeds, with what the scout left of the limit."""
+    import search as search_pkg
+    import search.transfer as tr
+    from mugraph.core.errors import ResourceError
+
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 16)
+    searched = []
+
+    def scout_run(program, cfg, estimate=None):
+        raise ResourceError("out of memory in a worker")
+
+    def main_search(program, scfg, own_checkpoint, seeds, estimate):
+        searched.append((list(seeds), scfg.time_limit))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_pkg, "run", scout_run)
+    monkeypatch.setattr(opt_mod, "_search", main_search)
+    with pytest.raises(opt_mod.Interrupted):
+        mg.superoptimize(_decode(4096), {"search": {"time_limit": 20, "workers": 1}}, device="cpu",
+                         cache_dir=False, progress=False)
+    ((seeds, limit),) = searched
+    assert seeds == [] and 5.0 <= limit <= 20.0
