@@ -59,9 +59,10 @@ _VERDICTS: dict[tuple, dict] = {}
 _UNSEARCHED: dict[tuple, str] = {}
 #: the keys of ``_DONE`` whose lowering failed -> why (for ``bp.info`` of later captures)
 _LOWER_FAILED: dict[tuple, str] = {}
-#: (result-cache entry, its modification time and size) -> whether it serves the piece asked
-#: (:func:`_is_cached`). Why: a compile asks twice per distinct piece — its plan, then its
-#: search — and each answer read and parsed the whole entry; a changed file is asked again
+#: (result-cache entry, its modification time and size, the asking code's versions) -> whether
+#: it serves the piece asked (:func:`_is_cached`). Why: a compile asks twice per distinct
+#: piece — its plan, then its search — and each answer read and parsed the whole entry; a
+#: changed file, or other code asking, is answered again
 _SERVED: dict[tuple, bool] = {}
 
 
@@ -78,7 +79,8 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
         st = path.stat()
     except OSError:  # no entry (or none readable): not served
         return False
-    k = (str(path), st.st_mtime_ns, st.st_size)
+    # what the entry is checked against besides its file: the code and versions asking now
+    k = (str(path), st.st_mtime_ns, st.st_size, tuple(sorted((doc.get("versions") or {}).items())))
     if k not in _SERVED:
         _SERVED[k] = cached(path, bp.program, doc, quiet=True) is not None
     return _SERVED[k]
