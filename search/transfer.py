@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Optional
 
-import math
-
 from mugraph.core.errors import MugraphError
+from mugraph.core.ops import CATALOG
 from mugraph.core.ir import BlockGraph, KernelGraph, Op, Program, Tensor
 from mugraph.core.rewrite import GD, Rebuild, splice
 from mugraph.core.serialize import graph_to_json
@@ -163,10 +163,9 @@ def shrunk(program: Program, target: Optional[int] = None) -> Optional[Program]:
     """``program`` at smaller sizes: every input dim of at least :data:`SHRINK_FROM` elements
     divided by one power of two — by value, so dims that were equal stay equal and the ops
     still agree — the smallest that brings its largest tensor to ``target`` elements
-    (default :data:`SCOUT_TARGET`) or
-    below (or the largest the dims allow: none below :data:`MIN_SHRUNK`, none left
-    fractional); reshapes' target shapes follow by value. None when no dim can shrink or
-    the program does not replay at the new sizes.
+    (default :data:`SCOUT_TARGET`) or below (or the largest the dims allow: none below
+    :data:`MIN_SHRUNK`, none left fractional); reshape targets and other shape-valued attributes follow by value. None
+    when no dim can shrink or the program does not replay at the new sizes.
 
     Nothing rests on the copy being the same function: it is only searched, and what is
     found for it is carried back to ``program``'s sizes (:func:`transfer`) and verified
@@ -189,19 +188,27 @@ def shrunk(program: Program, target: Optional[int] = None) -> Optional[Program]:
     return best
 
 
+def _shape_attrs(kind: str) -> tuple[str, ...]:
+    """The attributes of ``kind`` that hold a shape (a reshape's target, a constant's
+    broadcast shape), from the catalog."""
+    return tuple(a.name for a in CATALOG[kind].attrs if a.type == "shape") if kind in CATALOG else ()
+
+
 def _resized(program: Program, by: dict[int, int]) -> Optional[Program]:
-    """``program`` replayed on inputs whose dims are mapped by ``by`` (by value), its
-    reshapes' shapes alike; None where a rule of the IR refuses the new sizes."""
+    """``program`` replayed on inputs whose dims are mapped by ``by`` (by value), every
+    shape-valued attribute alike (:func:`_shape_attrs`); None where a rule of the IR refuses
+    the new sizes."""
     def size(shape) -> tuple[int, ...]:
         return tuple(by.get(d, d) for d in shape)
 
-    def reshape(rb, op: Op) -> list[Tensor]:
-        return [rb.add(op, rb.inputs(op), attrs={**op.attrs, "shape": size(op.attrs["shape"])})]
+    def resized_attrs(rb, op: Op) -> list[Tensor]:
+        attrs = {**op.attrs, **{a: size(op.attrs[a]) for a in _shape_attrs(op.kind) if a in op.attrs}}
+        return [rb.add(op, rb.inputs(op), attrs=attrs)]
 
     small = Program(f"{program.name}_scout")
     m: dict[Tensor, Tensor] = {}
     try:
-        splice(small, program, m, replace={(op.id, None): reshape for op in program.ops if op.kind == "reshape"},
+        splice(small, program, m, replace={(op.id, None): resized_attrs for op in program.ops if _shape_attrs(op.kind)},
                input_shape=lambda t: size(t.shape))
         for t in program.outputs:
             small.output(m[t])
