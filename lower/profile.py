@@ -474,6 +474,9 @@ WARPS, STAGES = (1, 2, 4, 8, 16), (2, 3, 4, 5)
 SECONDS_PER_CONFIG = 1.5
 #: the second-best first-round layout is swept too when it measured within this factor of the best
 SECOND_LAYOUT = 1.1
+#: the first round's combine pair decides the later split factors' combine mode only when one mode
+#: measured faster by more than this factor (Phi-3-mini's decode attention, H200: 8-10 %)
+COMBINE_MARGIN = 1.03
 #: with a budget, first-round picks whose corrected prediction is more than this factor over the
 #: fastest measured are timed only after the layout climb and the sweeps
 DEFER = 1.5
@@ -692,7 +695,7 @@ class _KernelTuning:
 
         The split-K factors are timed in the order of their best predictions, the first one
         split in both combine modes (:meth:`time_combine_sibling`); each later factor's pick is
-        then timed in the mode that measured faster — so a combine mode the model misprices is
+        then timed in the mode that measured clearly faster — so a combine mode the model misprices is
         learned once, not met once per factor, while the rest of each pick's layout stays the
         model's choice. Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys,
         H200): combined by the last program, split-K 12 measured 30.6–32.7 μs, the model
@@ -700,7 +703,8 @@ class _KernelTuning:
         of its ten factors (32.7–35.2 μs at best) and its budget ended there."""
         head = space.picked[:space.head]
         left: list[tuple[float, KernelConfig]] = []
-        faster: str | None = None  # the combine mode the sibling pair measured faster
+        paired = False
+        faster: str | None = None  # the combine mode the sibling pair measured clearly faster
         for pred, c in head:
             pick = (pred, c)
             if faster is not None and c.split > 1 and c.combine != faster:
@@ -708,8 +712,8 @@ class _KernelTuning:
                 if pick[1] != c:
                     left.append((pred, c))
             self.time_one(*pick)
-            if faster is None and pick[1].split > 1:
-                faster = self.time_combine_sibling(space, pick[1])
+            if not paired and pick[1].split > 1:
+                paired, faster = True, self.time_combine_sibling(space, pick[1])
         return self.time_in_order(space.picked[space.head:] + left, defer=DEFER if self.end is not None else None)
 
     @staticmethod
@@ -717,17 +721,24 @@ class _KernelTuning:
         """``c`` with its prediction, where the first round has it."""
         return next(((p, s) for p, s in space.cands if s == c), None)
 
-    def time_combine_sibling(self, space: _KernelSpace, c: KernelConfig) -> str:
+    def time_combine_sibling(self, space: _KernelSpace, c: KernelConfig) -> str | None:
         """Time ``c`` (split-K, just timed) with its partials combined the other way
         (:data:`lower.config.COMBINES`), where the first round has that layout; the mode that
-        measured faster (``c``'s where the other did not run)."""
+        measured faster by more than :data:`COMBINE_MARGIN` (the one that ran, where only one
+        did), or None: within the margin one pair of timings is noise, and each later split
+        factor keeps the model's mode."""
         other = "last" if c.combine == "kernel" else "kernel"
         sib = self.in_cands(space, dataclasses.replace(c, combine=other))
         if sib is None:
-            return c.combine
+            return None
         self.time_one(*sib)
         times = {x: t for t, x in self.timed if x in (c, sib[1])}
-        return other if sib[1] in times and times[sib[1]] < times.get(c, math.inf) else c.combine
+        mine, theirs = times.get(c, math.inf), times.get(sib[1], math.inf)
+        if theirs * COMBINE_MARGIN < mine:
+            return other
+        if mine * COMBINE_MARGIN < theirs:
+            return c.combine
+        return None
 
     def climb_layouts(self, space: _KernelSpace) -> None:
         """A climb through layouts one step from the winner's (:func:`lower.tuning_order.layout_steps`):

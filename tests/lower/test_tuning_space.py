@@ -422,3 +422,28 @@ def test_a_mispriced_combine_mode_is_learned_once_in_the_first_round(monkeypatch
     assert later and all(c.combine == "last" for c in later)
     assert sorted({c.split for c in calls}) == sorted(splits)  # still one of each factor
     assert res.configs[op.id].combine == "last"
+
+
+def test_a_combine_pair_within_the_noise_leaves_the_model_its_modes(monkeypatch):
+    """When the first split factor's two combine modes time within COMBINE_MARGIN of each
+    other, the later factors are timed in the modes the model picked for them (rmsnorm_matmul
+    b=1: combined by the last program at split 4, by a kernel at 8 and 16): one pair of
+    timings that close does not overrule it."""
+    from lower.cost_model import H100
+    from lower.profile import COMBINE_MARGIN, SMALL_MM_MENU, _space, tune
+
+    g = reference("rmsnorm_matmul", 1)
+    (op,) = [o for o in g.ops if o.kind == "graph_defined"]
+    head = [c for _, c in _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H100).picked]
+    head = head[:len({c.split for c in head})]
+    assert {c.combine for c in head if c.split > 1} == {"kernel", "last"}
+
+    def landscape(c):  # the combine kernel faster, by half the margin
+        return 1.0 - (0.5 * (COMBINE_MARGIN - 1) if c.combine == "kernel" else 0.0)
+
+    clock = [0.0]
+    calls = _fake_gpu(monkeypatch, landscape, clock)
+    tune(g, inputs={}, budget_s=len(head) + 1)
+    first_split = next(i for i, c in enumerate(calls) if c.split > 1)
+    later = calls[first_split + 2:len(head) + 1]
+    assert later and later == [c for c in head if c.split > 1][1:][:len(later)]
