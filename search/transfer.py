@@ -164,8 +164,9 @@ def shrunk(program: Program, target: Optional[int] = None) -> Optional[Program]:
     divided by one power of two — by value, so dims that were equal stay equal and the ops
     still agree — the smallest that brings its largest tensor to ``target`` elements
     (default :data:`SCOUT_TARGET`) or below (or the largest the dims allow: none below
-    :data:`MIN_SHRUNK`, none left fractional); reshape targets and other shape-valued attributes follow by value. None
-    when no dim can shrink or the program does not replay at the new sizes.
+    :data:`MIN_SHRUNK`, none left fractional); reshape targets and other shape-valued
+    attributes follow by value. None when no dim can shrink or the program does not replay
+    at the new sizes.
 
     Nothing rests on the copy being the same function: it is only searched, and what is
     found for it is carried back to ``program``'s sizes (:func:`transfer`) and verified
@@ -208,8 +209,8 @@ def _resized(program: Program, by: dict[int, int]) -> Optional[Program]:
     small = Program(f"{program.name}_scout")
     m: dict[Tensor, Tensor] = {}
     try:
-        splice(small, program, m, replace={(op.id, None): resized_attrs for op in program.ops if _shape_attrs(op.kind)},
-               input_shape=lambda t: size(t.shape))
+        replace = {(op.id, None): resized_attrs for op in program.ops if _shape_attrs(op.kind)}
+        splice(small, program, m, replace=replace, input_shape=lambda t: size(t.shape))
         for t in program.outputs:
             small.output(m[t])
     except (MugraphError, ValueError, KeyError, IndexError):

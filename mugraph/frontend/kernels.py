@@ -32,12 +32,11 @@ log = logging.getLogger("mugraph")
 
 #: registered operators by qualified name (a name can be defined once per process)
 _OPS: dict = {}
-#: int32 counter slots each registered operator takes as its ``counters`` argument (0: none)
-_COUNTERS: dict = {}
+#: per registered operator that takes split-K counters: (its int32 counter slots, whether it
+#: returns its one output as a tensor rather than a tuple); operators without counters are absent
+_TAKES_COUNTERS: dict = {}
 #: the counters eager calls of an operator pass (:func:`call`), by operator and device
 _EAGER_COUNTERS: dict = {}
-#: the registered operators that return their one output as a tensor, not in a list
-_RETURNS_ONE: set = set()
 
 
 def counter_slots(prog: CompiledProgram) -> int:
@@ -124,27 +123,28 @@ def register(name: str, program: Program, run: Callable, triton: bool,
         op = define(qual, body, mutates_args=())
     op.register_fake(fake)
     _OPS[qual] = getattr(torch.ops.mugraph, name).default
-    _COUNTERS[_OPS[qual]] = counters
-    if counters and single:
-        _RETURNS_ONE.add(_OPS[qual])
+    if counters:
+        _TAKES_COUNTERS[_OPS[qual]] = (counters, single)
     return _OPS[qual]
+
+
+def _counters_entry(op: Any) -> tuple[int, bool]:
+    """``op``'s entry of :data:`_TAKES_COUNTERS`; ``(0, False)`` for any other callable."""
+    try:
+        return _TAKES_COUNTERS.get(op, (0, False))
+    except TypeError:  # an unhashable callable is no registered operator
+        return 0, False
 
 
 def returns_one(op: Any) -> bool:
     """Whether operator ``op`` returns its one output as a tensor (one that takes counters
     and has one output), not in a list of outputs."""
-    try:
-        return op in _RETURNS_ONE
-    except TypeError:  # an unhashable callable is no registered operator
-        return False
+    return _counters_entry(op)[1]
 
 
 def counters_of(op: Any) -> int:
     """The counter slots operator ``op`` takes (:func:`register`; 0 for any other callable)."""
-    try:
-        return _COUNTERS.get(op, 0)
-    except TypeError:  # an unhashable callable is no registered operator
-        return 0
+    return _counters_entry(op)[0]
 
 
 def call(op: Any, xs: List[torch.Tensor]) -> List[torch.Tensor]:
