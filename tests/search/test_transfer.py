@@ -94,6 +94,31 @@ def test_the_driver_verifies_a_seed_first_and_ships_it():
     assert bad.stats["derived"].get("transfer_verified", 0) == 0 and "transfer" not in bad.origins
 
 
+@pytest.mark.parametrize("program, ships", [(_decode, True), (_sum_not_softmax, False)],
+                         ids=["proven-seed", "near-miss-seed"])
+def test_a_seed_verdict_counts_when_the_warm_up_runs_past_the_time_limit(monkeypatch, program, ships):
+    """A seed is verified before the enumeration; when the verification warm-up (the
+    program's side of every test, on a GPU) is still running at the time limit, no new
+    verification starts, but the seed's verdict stands: proven, it ships; not equivalent
+    (a near miss of the softmax), it does not. Before, the search then returned nothing
+    verified, and an 8k-token prompt whose four scouted seeds had been proven shipped the
+    program (H200)."""
+    import time
+
+    from search.check import Checker
+
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))  # the warm-up runs (the verifier stays on the CPU)
+    monkeypatch.setattr(Checker, "warm", lambda self: time.sleep(7))
+    cfg = SearchConfig(time_limit=5, workers=2, executor="processes", progress=False, smem_budget=16 * 1024,
+                       compose=False, split_loops=False, max_results=1, verify_per_kernels=1)
+    r = driver.run(program(4096), cfg, seeds=[transfer(_found(), _decode(4096))])
+    assert r.stats["derived"]["transfer_seeds"] == 1 and "verify_skipped_warm_up" in r.stats["search"]
+    assert ("transfer" in r.origins) is ships
+    if ships:
+        v = r.verdicts[r.origins.index("transfer")]
+        assert v["equivalent"] and v["bound_met"]
+
+
 def test_superoptimize_seeds_its_search_with_a_cached_relative(tmp_path, monkeypatch):
     """A cached winner of the same program at other sizes (same configuration, seed,
     device, versions) is carried to the new sizes and handed to the search as a seed; a
