@@ -179,15 +179,22 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
 
 
 def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
-    """The seeds as proposals (origin ``"transfer"``), each verified here first, cheapest
-    first, while a verification fits in the time (``state.known_verdicts``: the verify phase
-    reads them there). Why before the enumeration: a seed is a μGraph proven at other sizes,
+    """The seeds as proposals (origin ``"transfer"``), verified here first, cheapest first,
+    until one is proven and while a verification fits in the time (``state.known_verdicts``:
+    the verify phase reads them there; a seed not verified here is verified there like any
+    proposal, as its time allows). Why before the enumeration: a seed is a μGraph proven at other sizes,
     the likeliest winner, and at large sizes one verification costs seconds (a causal
     prompt attention at 2,048 tokens on two cores: 9.6 s), which the verify phase's reserve,
     after the enumeration and the split variants' fingerprints, did not leave it."""
     state.dstats["transfer_seeds"] = len(seeds)
-    for g in sorted(seeds, key=cost_key):
-        if state.verify_cost.fits():
+    proven = False
+    for i, g in enumerate(sorted(seeds, key=cost_key)):
+        # until one is proven, and past the first only while the search has time: the rest
+        # stay proposals for the verify phase. Why: on a GPU nothing limited them (the first
+        # verification always fits there), and an 8k-token prompt's four seeds took 51 s of a
+        # 39 s search, leaving its float checks no time (H200)
+        late = state.clock.t_end is not None and time.monotonic() >= state.clock.t_end
+        if not proven and (i == 0 or not late) and state.verify_cost.fits():
             # not a sample of the verify phase's cost: the first verification here also
             # computes the program's side of every test, and a median of it can tell the
             # verify phase that nothing more fits (the suspected reason an H200's seeded 8k
@@ -197,7 +204,8 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
             state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0)
                                                       + time.monotonic() - t0, 3)
             state.known_verdicts[graph_key(graph_to_json(g))] = None if v is None else v.to_json()
-            state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + bool(v and v.equivalent)
+            proven = bool(v and v.equivalent)
+            state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + proven
         state.derived.append(Proposal(g, "transfer"))
 
 

@@ -511,6 +511,9 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     if own_checkpoint:
         scfg.checkpoint = str(_checkpoint_path(checkpoint_dir, program, scfg))
     scout = None
+    # the search's own limit, before a scout takes its share: the checks' end is counted
+    # from the call's start, scout included
+    search_limit = None if scfg.time_limit is None else float(scfg.time_limit)
     if not seeds and scouts(program, scfg):
         with phases.phase("scout"):
             seeds, scout = _scouted(program, scfg, None if cfg.input_strides else _estimator(cfg))
@@ -531,8 +534,8 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     program_alone = not cfg.check_program_alone and not any(c.origin == "search" for c in cands)
     # the checks end where the GPU's share of the budget begins (half the slack left for them,
     # or half of what a stop_by leaves after the search)
-    check_until = None if scfg.time_limit is None else float(scfg.time_limit) + min(
-        slack_s(float(scfg.time_limit), _tune_s(cfg, device)), phases.budget_s - float(scfg.time_limit)) / 2
+    check_until = None if search_limit is None else search_limit + min(
+        slack_s(search_limit, _tune_s(cfg, device)), phases.budget_s - search_limit) / 2
     try:
         with phases.phase("check"):
             # the program's side of every float check computed once, on the GPU when there is one
@@ -549,7 +552,13 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                 if not cfg.allow_unproven and not _proven(c):
                     _price(c, cfg.input_strides)  # it cannot ship: priced for the report, never float-checked
                     continue
-                bound = _check_candidate(program, cfg, seed, dtypes, c, bound, prepared)
+                try:
+                    bound = _check_candidate(program, cfg, seed, dtypes, c, bound, prepared)
+                except torch.cuda.OutOfMemoryError as e:
+                    # one candidate's float check too large for the GPU's memory (an 8k-token
+                    # causal prompt's scores, evaluated whole): that candidate is not shipped
+                    c.rejected = f"float check: out of GPU memory ({str(e).splitlines()[0][:80]})"
+                    torch.cuda.empty_cache()
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
         interrupted = True
         for c in cands:

@@ -243,3 +243,37 @@ def test_stop_by_cuts_the_checks_and_tuning_not_the_search_or_the_key(tmp_path):
     for bad in ("soon", True, float("nan")):
         with pytest.raises(mg.ConfigError, match="stop_by"):
             mg.superoptimize(p, cfg, device="cpu", cache_dir=False, progress=False, stop_by=bad)
+
+
+def test_a_float_check_out_of_gpu_memory_rejects_that_candidate_only(monkeypatch):
+    """A candidate whose float check does not fit the GPU's memory (an 8k-token causal prompt's
+    scores, evaluated whole, on an H200) is rejected with the reason in one line; the call goes
+    on and ships what is left — here the program — instead of ending in a traceback."""
+    import json
+    from pathlib import Path
+
+    import verify
+    from mugraph.core.benchmarks.programs import decode_attention
+    from mugraph.core.serialize import graph_from_json, graph_to_json
+    from mugraph.pipeline import optimize as opt_mod
+    from search.driver import SearchResult
+    from search.records import Found
+
+    prog = decode_attention(b=1, heads=8, kv_heads=2, kv=256, head_dim=32, safe=True, dtype="float16")
+    g = graph_from_json(json.loads((Path(__file__).parents[1] / "search" / "data" / "decode_online_kv256.json")
+                                   .read_text()))
+    verdict = verify.equivalent(prog, g).to_json()
+    monkeypatch.setattr(opt_mod, "_search", lambda p, scfg, own, seeds, est: SearchResult(
+        p.name, [Found(graph_to_json(g), "enumeration", verdict)], {"complete": True}))
+    real = verify.float_check
+
+    def float_check(program, candidate, **kw):
+        if candidate is not program:  # the searched candidate
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB.")
+        return real(program, candidate, **kw)
+    monkeypatch.setattr(verify, "float_check", float_check)
+    opt = mg.superoptimize(prog, {"search": {"time_limit": 5, "workers": 1}}, device="cpu", cache_dir=False,
+                           progress=False)
+    (searched,) = [c for c in opt.candidates if c.origin == "search"]
+    assert searched.rejected.startswith("float check: out of GPU memory (CUDA out of memory.")
+    assert opt.best.origin == "program"

@@ -11,7 +11,7 @@ import pytest
 import mugraph as mg
 import verify
 from mugraph.core.benchmarks.programs import decode_attention
-from mugraph.core.serialize import graph_from_json
+from mugraph.core.serialize import graph_from_json, graph_to_json
 from mugraph.pipeline import optimize as opt_mod
 from search import driver
 from search.config import SearchConfig
@@ -85,8 +85,11 @@ def test_the_driver_verifies_a_seed_first_and_ships_it():
     a seed that is not equivalent to the program is rejected and never ships."""
     cfg = SearchConfig(time_limit=6, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
                        split_loops=False, max_results=1, verify_per_kernels=1)
-    r = driver.run(_decode(4096), cfg, seeds=[transfer(_found(), _decode(4096))])
-    assert r.stats["derived"]["transfer_seeds"] == 1 and r.stats["derived"]["transfer_verified"] == 1
+    seed = transfer(_found(), _decode(4096))
+    # two seeds: once the first is proven the second is not verified before the enumeration
+    # (each costs seconds at large sizes); it stays a proposal for the verify phase
+    r = driver.run(_decode(4096), cfg, seeds=[seed, seed])
+    assert r.stats["derived"]["transfer_seeds"] == 2 and r.stats["derived"]["transfer_verified"] == 1
     assert "transfer" in r.origins
     i = r.origins.index("transfer")
     assert r.verdicts[i]["equivalent"] and r.verdicts[i]["bound_met"]
@@ -212,6 +215,46 @@ def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
     with pytest.raises(opt_mod.Interrupted):
         mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
     assert searched == [([], 20)] and len(scouted) == 1
+
+
+def test_a_scouts_seconds_do_not_count_twice_against_the_checks(monkeypatch):
+    """The checks after the search end at the call's own limit plus half its slack, counted
+    from the call's start, scout included. Before, the end was counted from the search's limit
+    as the scout had cut it, so the scout's seconds counted twice: an 8k-token prompt whose
+    scouted seed was proven had every candidate rejected unchecked (H200). A fake clock: the
+    scout takes 12 s of a 20 s limit, the search 10 s; the proven seed is checked and ships."""
+    import types
+
+    import search as search_pkg
+    import search.transfer as tr
+    from search.driver import SearchResult
+    from search.records import Found
+
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 16)
+    monkeypatch.setattr(tr, "SCOUT_TARGET", 2 ** 14)
+    skew = [0.0]
+    real = opt_mod.time
+    clock = types.SimpleNamespace(**{n: getattr(real, n) for n in dir(real) if not n.startswith("_")})
+    clock.perf_counter = lambda: real.perf_counter() + skew[0]
+    monkeypatch.setattr(opt_mod, "time", clock)
+    program = _decode(4096)
+    seed = transfer(_found(), program)
+    verdict = verify.equivalent(program, seed).to_json()
+
+    def scout_run(prog, cfg, estimate=None):
+        skew[0] += 12.0
+        return types.SimpleNamespace(graphs=[_found()])
+
+    def main_search(prog, scfg, own_checkpoint, seeds, estimate):
+        skew[0] += 10.0
+        return SearchResult(prog.name, [Found(graph_to_json(seeds[0]), "transfer", verdict)], {"complete": True})
+
+    monkeypatch.setattr(search_pkg, "run", scout_run)
+    monkeypatch.setattr(opt_mod, "_search", main_search)
+    opt = mg.superoptimize(program, {"search": {"time_limit": 20, "workers": 1}}, device="cpu", cache_dir=False,
+                           progress=False)
+    (carried,) = [c for c in opt.candidates if c.origin == "search"]
+    assert carried.rejected == "" and carried.float_ok and opt.best is carried
 
 
 def test_the_summary_says_what_the_scout_and_the_seeds_did():
