@@ -217,12 +217,10 @@ def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
     assert searched == [([], 20)] and len(scouted) == 1
 
 
-def test_a_scouts_seconds_do_not_count_twice_against_the_checks(monkeypatch):
-    """The checks after the search end at the call's own limit plus half its slack, counted
-    from the call's start, scout included. Before, the end was counted from the search's limit
-    as the scout had cut it, so the scout's seconds counted twice: an 8k-token prompt whose
-    scouted seed was proven had every candidate rejected unchecked (H200). A fake clock: the
-    scout takes 12 s of a 20 s limit, the search 10 s; the proven seed is checked and ships."""
+def _scouted_call(monkeypatch, scout_s: float, search_s: float, found: int):
+    """``superoptimize`` of a 4,096-key decode attention past a lowered scout size, on a fake
+    clock: the stubbed scout takes ``scout_s`` of a 20 s limit and the stubbed search
+    ``search_s``, returning the scout's μGraph carried up and proven, ``found`` times."""
     import types
 
     import search as search_pkg
@@ -238,23 +236,43 @@ def test_a_scouts_seconds_do_not_count_twice_against_the_checks(monkeypatch):
     clock.perf_counter = lambda: real.perf_counter() + skew[0]
     monkeypatch.setattr(opt_mod, "time", clock)
     program = _decode(4096)
-    seed = transfer(_found(), program)
-    verdict = verify.equivalent(program, seed).to_json()
+    verdict = verify.equivalent(program, transfer(_found(), program)).to_json()
 
     def scout_run(prog, cfg, estimate=None):
-        skew[0] += 12.0
+        skew[0] += scout_s
         return types.SimpleNamespace(graphs=[_found()])
 
     def main_search(prog, scfg, own_checkpoint, seeds, estimate):
-        skew[0] += 10.0
-        return SearchResult(prog.name, [Found(graph_to_json(seeds[0]), "transfer", verdict)], {"complete": True})
+        skew[0] += search_s
+        return SearchResult(prog.name, [Found(graph_to_json(seeds[0]), "transfer", verdict)] * found,
+                            {"complete": True})
 
     monkeypatch.setattr(search_pkg, "run", scout_run)
     monkeypatch.setattr(opt_mod, "_search", main_search)
-    opt = mg.superoptimize(program, {"search": {"time_limit": 20, "workers": 1}}, device="cpu", cache_dir=False,
-                           progress=False)
+    return mg.superoptimize(program, {"search": {"time_limit": 20, "workers": 1}}, device="cpu", cache_dir=False,
+                            progress=False)
+
+
+def test_a_scouts_seconds_do_not_count_twice_against_the_checks(monkeypatch):
+    """The checks after the search end at the call's own limit plus half its slack, counted
+    from the call's start, scout included. Before, the end was counted from the search's limit
+    as the scout had cut it, so the scout's seconds counted twice: an 8k-token prompt whose
+    scouted seed was proven had every candidate rejected unchecked (H200). The scout takes
+    12 s of a 20 s limit, the search 10 s: the proven seed is checked and ships."""
+    opt = _scouted_call(monkeypatch, 12.0, 10.0, 1)
     (carried,) = [c for c in opt.candidates if c.origin == "search"]
     assert carried.rejected == "" and carried.float_ok and opt.best is carried
+
+
+def test_past_the_checks_end_the_first_proven_candidate_is_still_checked(monkeypatch):
+    """Past the checks' end one searched candidate is still checked — the first, the proven
+    ones first — and the rest are not: a proven μGraph is checked late rather than thrown
+    away (an 8k causal prompt's one proven μGraph came 0.8 s past the end, and the program
+    shipped at 0.09× SDPA; H200). The search here ends 7 s past the checks' end (25 s)."""
+    opt = _scouted_call(monkeypatch, 12.0, 20.0, 2)
+    first, second = [c for c in opt.candidates if c.origin == "search"]
+    assert first.rejected == "" and first.float_ok and opt.best is first
+    assert second.rejected == opt_mod.UNCHECKED
 
 
 def test_the_summary_says_what_the_scout_and_the_seeds_did():
