@@ -309,3 +309,45 @@ def test_no_unmixed_index_is_refused_with_the_value_named():
     assert parallel_indices(p) == []
     with pytest.raises(mg.ResourceError, match="t2 \\(64, 64\\) would hold 4096 elements"):
         mg.evaluate(p, {"X": np.ones((64, 1)), "W": np.ones((1, 64))}, max_elements=1024)
+
+
+class _LiveCounting(FloatAlgebra):
+    """Float64, counting how many values the ops made are alive (weakly referenced) at each
+    op: the evaluation's memory in values."""
+
+    def __init__(self):
+        super().__init__("float64")
+        self.made, self.peak = [], 0
+
+    def apply(self, kind, inputs, attrs):
+        import gc
+        import weakref
+
+        gc.collect()
+        self.peak = max(self.peak, sum(r() is not None for r in self.made))
+        out = super().apply(kind, inputs, attrs)
+        self.made.append(weakref.ref(out))
+        return out
+
+
+@pytest.mark.parametrize("sliced", [False, True], ids=["whole", "sliced"])
+def test_an_evaluation_holds_only_the_values_still_to_be_read(sliced):
+    """Values are dropped after their last reader, and a sliced evaluation keeps only each
+    slice's outputs until the slices are joined: at most a few values are alive at once,
+    not every intermediate of the program. Why: an 8k-token causal prompt's float check held
+    all of its 8.6 GB float64 intermediates, slice after slice, and ran an H200 out of memory."""
+    from mugraph.core.benchmarks import prefill_attention
+
+    p = prefill_attention(heads=4, q=64, kv=64, head_dim=16, causal=True)
+    ins = _inputs(p, np.random.default_rng(11))
+    inter = max(t.numel for op in p.ops for t in op.outputs if t not in {*p.inputs, *p.outputs})
+    limit = max(max(t.numel for t in [*p.inputs, *p.outputs]), inter // 4) if sliced else 1 << 30
+    alg = _LiveCounting()
+    got = mg.evaluate(p, ins, alg, max_elements=limit)
+    want = mg.evaluate(p, ins)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-13, atol=1e-14)
+    ops = sum(op.kind != "input" for op in p.ops)
+    # whole: the value being made and the one it reads (8 before); sliced: besides those, each
+    # slice's output until the join (35 before: every slice's intermediates)
+    assert ops >= 8 and alg.peak <= (8 if sliced else 3), (ops, alg.peak)
