@@ -118,3 +118,19 @@ def test_a_whole_model_decode_step_is_the_same_step_each_time(family):
     tied = emb.data_ptr() == model.get_output_embeddings().weight.data_ptr()
     unread = 0 if tied else (emb.shape[0] - 2) * emb.shape[1] * es
     assert M.floor_bytes(cfg, model, 2, 16, torch.float32) == weights - unread + kv
+
+
+def test_piece_headroom_smoke(tmp_path, capsys):
+    """``examples/piece_headroom.py`` on the CPU: a tiny layer's gated projection piece
+    superoptimized alone, one row with what shipped and the cost model's price (nothing is
+    timed on a CPU), and the JSON with its candidates."""
+    import json
+
+    import piece_headroom as P
+
+    out = tmp_path / "rows.json"
+    assert P.main(["--family", "llama", "--small", "--device", "cpu", "--kv", "16", "--search", "2",
+                   "--workers", "1", "--only", "silu", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "silu" in row["piece"] and row["predicted_us"] > 0 and row["mugraph_us"] is None and row["candidates"]
+    assert "| piece | shipped" in capsys.readouterr().out
