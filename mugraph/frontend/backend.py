@@ -32,6 +32,7 @@ from .graph import Captured
 from .inductor import compile_graph
 from .options import FrontendOptions
 from .run import device_of, judge_graph
+from .trace_memo import folder_of, traced
 
 log = logging.getLogger("mugraph")
 
@@ -122,9 +123,12 @@ class MugraphCompiled:
 
             prestart()  # the search workers' fork server imports while the capture runs
         with torch.no_grad():
-            cap = Captured(trace(self.gm, args), opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
+            # on a warm start the trace is rebuilt from the one an earlier compile stored
+            gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
+            cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
         self.captured[sig] = cap
         cap.timings["capture_s"] = time.perf_counter() - t0
+        cap.timings["stored_trace"] = float(stored)
         dev = device_of(args)
         plan = cap.plan(opts, dev)
         # the whole-graph rule's other side does not depend on the searches: compiled beside them

@@ -81,7 +81,8 @@ class Captured:
         """One line: where the compile's seconds went (:attr:`timings`)."""
         t = self.timings
         searched, new = self.search_seconds()
-        parts = [f"{t.get('total_s', 0.0):.1f} s: capture {t.get('capture_s', 0.0):.1f} s",
+        stored = " (the stored trace)" if t.get("stored_trace") else ""
+        parts = [f"{t.get('total_s', 0.0):.1f} s: capture {t.get('capture_s', 0.0):.1f} s{stored}",
                  f"pieces {t.get('pieces_s', 0.0):.1f} s (searches {searched:.1f} s, {new} new)"]
         if "inductor_with_pieces_s" in t or "inductor_without_s" in t:
             parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "

@@ -1,0 +1,112 @@
+"""The stored ATen trace (mugraph.frontend.trace_memo): a warm start rebuilds the graph an
+earlier compile traced — the same nodes, targets, arguments and values' layouts, so the same
+pieces — and anything it cannot store or rebuild is traced again."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.fx as fx
+
+import mugraph.frontend  # noqa: F401 - registers the backend
+from mugraph.frontend import trace_memo as M
+from mugraph.frontend.backend import recent_graphs
+from mugraph.frontend.capture import trace
+from mugraph.frontend.graph import Captured
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import _layers as L  # noqa: E402
+
+
+def _step(family: str = "llama"):
+    cfg, layer, rope = L.build_layer(family, True, "cpu", torch.float32, "sdpa", 64)
+    ins, _ = L.static_inputs(cfg, rope, 1, 16, "cpu", torch.float32)
+    return L.make_static_step(layer), ins
+
+
+def _dynamo_graph(fn, ins):
+    got = {}
+
+    def grab(gm, example_inputs):
+        got["gm"], got["inputs"] = gm, tuple(example_inputs)
+        return gm
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(fn, backend=grab)(*ins)
+    return got["gm"], got["inputs"]
+
+
+def _layout(v):
+    return None if v is None else (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype, v.device.type)
+
+
+@pytest.mark.parametrize("family", ["llama", "phi3"])
+def test_a_stored_trace_rebuilds_the_same_graph_and_pieces(family):
+    gm, ins = _dynamo_graph(*_step(family))
+    with torch.no_grad():
+        traced = trace(gm, ins)
+    rebuilt = M.loads(M.dumps(traced), ins)
+    a, b = list(traced.graph.nodes), list(rebuilt.graph.nodes)
+    assert [(n.op, n.target, str(n.args)) for n in a] == [(n.op, n.target, str(n.args)) for n in b]
+    assert any(callable(n.target) and not isinstance(n.target, torch._ops.OpOverload) for n in b)  # rotate_half
+    assert [_layout(n.meta.get("val")) for n in a] == [_layout(n.meta.get("val")) for n in b]
+    ca, cb = Captured(traced), Captured(rebuilt)
+    assert [(p.name, p.layout_key) for p in ca.pieces] == [(p.name, p.layout_key) for p in cb.pieces]
+    assert len(ca.library) == len(cb.library) and ca.pieces
+
+
+def test_a_warm_compile_rebuilds_the_stored_trace_and_a_bad_file_is_traced_again(tmp_path, caplog):
+    step, ins = _step()
+    with torch.no_grad():
+        want = step(*ins)
+    opts = {"cache_dir": str(tmp_path), "time_limit": 2.0, "inductor": False}
+
+    def compile_once():
+        torch._dynamo.reset()
+        from mugraph.frontend import run
+        run.forget()
+        with torch.no_grad():
+            got = torch.compile(step, backend="mugraph", options=opts)(*ins)
+        (cap,) = recent_graphs()[-1].captured.values()
+        return got, cap
+
+    got, cap = compile_once()
+    assert cap.timings["stored_trace"] == 0.0
+    (stored,) = (tmp_path / "traces").glob("*.trace")
+    again, cap2 = compile_once()
+    assert cap2.timings["stored_trace"] == 1.0 and "the stored trace" in cap2.timing_summary()
+    assert [p.name for p in cap2.pieces] == [p.name for p in cap.pieces]
+    torch.testing.assert_close(again, got)
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+    # a file cut short: one log line, the graph traced again (and stored again, whole)
+    stored.write_bytes(stored.read_bytes()[:100])
+    caplog.set_level("INFO", logger="mugraph")
+    third, cap3 = compile_once()
+    assert cap3.timings["stored_trace"] == 0.0 and any("could not be rebuilt" in m for m in caplog.messages)
+    torch.testing.assert_close(third, got)
+    assert stored.stat().st_size > 100  # stored again, whole
+
+
+def test_what_the_memo_cannot_store_is_traced_every_time(tmp_path):
+    """A graph holding a tensor of its own (a get_attr constant) is not stored; ``cache_dir=False``
+    stores nothing; the key changes with the inputs' layout."""
+    class WithConstant(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("w", torch.ones(4))
+
+        def forward(self, x):
+            return x * self.w
+
+    gm = fx.symbolic_trace(WithConstant())
+    x = torch.randn(2, 4)
+    with pytest.raises(M.NotStorable):
+        M.dumps(gm)
+    out, stored = M.traced(gm, (x,), tmp_path, lambda g, ins: g)
+    assert out is gm and not stored and not list(tmp_path.glob("*.trace"))
+    assert M.folder_of(False) is None and M.folder_of(str(tmp_path)) == tmp_path / "traces"
+    plain = fx.symbolic_trace(lambda a: a + 1)
+    assert M.key(plain, (x,)) != M.key(plain, (x.t().contiguous().t(),)) != M.key(plain, (torch.randn(3, 4),))
