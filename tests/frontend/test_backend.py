@@ -318,7 +318,8 @@ def test_the_search_workers_start_before_the_capture(piece_cache, monkeypatch):
     order: list[str] = []
     monkeypatch.setattr(search.executors, "prestart", lambda: order.append("prestart"))
     traced = backend.trace
-    monkeypatch.setattr(backend, "trace", lambda *a, **k: (order.append("capture"), traced(*a, **k))[1])
+    captured = backend.traced  # the capture: traced, or rebuilt from the trace an earlier compile stored
+    monkeypatch.setattr(backend, "traced", lambda *a, **k: (order.append("capture"), captured(*a, **k))[1])
     w = r(8, 8)
     fn = lambda x: torch.exp(x @ w) * 2  # noqa: E731
     for executor, expect in (("processes", ["prestart", "capture"]), ("serial", ["capture"])):
