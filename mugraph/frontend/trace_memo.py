@@ -58,7 +58,7 @@ def key(gm: fx.GraphModule, example_inputs: tuple) -> str:
     """The memo's key for ``gm`` traced with inputs like ``example_inputs``."""
     from ..pipeline.cache import versions
 
-    specs = [(tuple(x.shape), tuple(x.stride()), str(x.dtype), x.device.type, x.requires_grad)
+    specs = [(tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), x.requires_grad)
              if isinstance(x, torch.Tensor) else ("value", repr(x)) for x in example_inputs]
     state = [(n, tuple(v.shape), str(v.dtype)) for n, v in [*gm.named_parameters(), *gm.named_buffers()]]
     doc = {"format": FORMAT, "code": gm.code, "inputs": specs, "state": state, "versions": versions()}
@@ -122,7 +122,7 @@ def _spec(v: Any) -> tuple | None:
     if v is None:
         return None
     if isinstance(v, torch.Tensor):
-        return (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype, v.device.type)
+        return (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype, str(v.device))
     raise NotStorable(f"a value of type {type(v).__name__}")
 
 
