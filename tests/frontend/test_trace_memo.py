@@ -43,7 +43,7 @@ def _layout(v):
     return None if v is None else (tuple(v.shape), tuple(v.stride()), v.storage_offset(), v.dtype, v.device.type)
 
 
-@pytest.mark.parametrize("family", ["llama", "phi3"])
+@pytest.mark.parametrize("family", list(L.FAMILIES))
 def test_a_stored_trace_rebuilds_the_same_graph_and_pieces(family):
     gm, ins = _dynamo_graph(*_step(family))
     with torch.no_grad():
