@@ -57,9 +57,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    pieces = capture_pieces(args.family, args.small, args.tokens, args.kv, device, dtype)
+    captured = capture(args.family, args.small, args.tokens, args.kv, device, dtype)
     rows = []
-    for bp in distinct(pieces):
+    for bp in captured.distinct().values():  # identical layers share one search
         if args.only and not {op.kind for op in bp.program.ops} & set(args.only):
             continue
         rows.append(headroom(bp, args.search, args.tune, args.workers, device))
@@ -76,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def capture_pieces(family: str, small: bool, tokens: int, kv: int, device: str, dtype) -> list:
+def capture(family: str, small: bool, tokens: int, kv: int, device: str, dtype):
     """The layer's decode step over a static cache, traced and cut as the backend does it
-    (``Captured``: its default size limits): its pieces."""
+    (``Captured``, its default size limits)."""
     import torch
 
     from mugraph.frontend.capture import trace
@@ -96,17 +96,7 @@ def capture_pieces(family: str, small: bool, tokens: int, kv: int, device: str, 
     with torch.no_grad():
         torch._dynamo.reset()
         torch.compile(step, backend=grab)(*ins)
-        return Captured(trace(got["gm"], tuple(got["inputs"]))).pieces
-
-
-def distinct(pieces: list) -> list:
-    """One piece of each name and input layout (identical layers share their search)."""
-    seen, out = set(), []
-    for bp in pieces:
-        if (bp.name, bp.layout_key) not in seen:
-            seen.add((bp.name, bp.layout_key))
-            out.append(bp)
-    return out
+        return Captured(trace(got["gm"], tuple(got["inputs"])))
 
 
 def headroom(bp, search_s: float, tune_s: float, workers: int | None, device: str) -> dict:
@@ -130,19 +120,12 @@ def headroom(bp, search_s: float, tune_s: float, workers: int | None, device: st
     best = opt.best
     row.update(seconds=time.perf_counter() - t0, origin=best.found_by or best.origin,
                structure=kernel_structure(best.graph) if best.origin == "search" else f"{best.num_kernels} kernels",
-               configs=labels(best.configs),
+               configs=run.config_labels(best.configs) if best.configs else "",
                mugraph_us=None if best.measured_s is None else best.measured_s * 1e6,
                predicted_us=None if best.predicted_s is None else best.predicted_s * 1e6,
                candidates=run.candidates_digest(opt.candidates, best, most=30))
     row["torch_us"] = torch_us(bp) if device == "cuda" else None
     return row
-
-
-def labels(configs: dict) -> str:
-    """A tuned candidate's kernel configs as their labels (``w4s3k4L``), kernel by kernel."""
-    from lower import KernelConfig
-
-    return ", ".join(KernelConfig.from_dict(v).label() for _, v in sorted(configs.items())) if configs else ""
 
 
 def torch_us(bp) -> float | None:
@@ -151,13 +134,13 @@ def torch_us(bp) -> float | None:
     import torch
 
     from lower.profile import measure_on
-    from mugraph.frontend.inductor import compile_graph
     from mugraph.frontend.options import PIECE_TIMING
-    from mugraph.frontend.pieces import example_inputs, torch_module
+    from mugraph.frontend.pieces import example_inputs
+    from mugraph.frontend.run import torch_form
 
     try:
         xs = example_inputs(bp, "cuda")[:len(bp.inputs)]
-        fn = compile_graph(torch_module(bp), xs)
+        fn = torch_form(bp, xs, inductor=True)
         with torch.no_grad():
             return measure_on(lambda s: (lambda: fn(*s)), xs, PIECE_TIMING) * 1e6
     except Exception:  # noqa: BLE001 - a row without the torch time

@@ -94,8 +94,7 @@ def known_only(state: RunState, matches: list[Match]) -> Verified:
     already known (``state.known_verdicts``), taken in verification order with its caps."""
     if not state.cfg.verify or not state.known_verdicts:
         return [], Counter()
-    found, st = verify_best(order(matches), state.cfg, len(matches),
-                            KnownVerdicts(_NoTimeLeft(), state.known_verdicts))
+    found, st = verify_best(order(matches), state.cfg, len(matches), with_known(state, _NoTimeLeft()))
     st.pop("verify_skipped_time", None)  # counted as skipped for the warm-up by the caller
     return found, st
 
@@ -156,10 +155,8 @@ def verify(state: RunState, matches: list[Match]) -> Verified:
         first, rest = one_per_shape(ranked, key=lambda m: kernel_shape(graph_from_json(m.graph)))
         return [Found(m.graph, m.origin) for m in first + rest], Counter()
     state.set_phase("verify")
-    source = verdict_source(state)
-    if state.known_verdicts:
-        source = KnownVerdicts(source, state.known_verdicts)
-    return verify_best(order(matches), state.cfg, len(matches), source, seen=state.verdict_seen)
+    return verify_best(order(matches), state.cfg, len(matches), with_known(state, verdict_source(state)),
+                       seen=state.verdict_seen)
 
 
 def verify_after_interrupt(state: RunState, matches: list[Match]) -> Verified:
@@ -168,12 +165,16 @@ def verify_after_interrupt(state: RunState, matches: list[Match]) -> Verified:
         return [], Counter()
     state.set_phase("verify (interrupted)")
     try:
-        source: Any = LocalVerdicts(state.checker, state.verify_cost)
-        if state.known_verdicts:  # a seed proven before the enumeration is not verified again
-            source = KnownVerdicts(source, state.known_verdicts)
+        source = with_known(state, LocalVerdicts(state.checker, state.verify_cost))
         return verify_best(order(matches), state.cfg, len(matches), source, stop_after=1, seen=state.verdict_seen)
     except KeyboardInterrupt:
         return [], Counter({"verify_skipped_interrupt": 1})
+
+
+def with_known(state: RunState, source: Any) -> Any:
+    """``source``, its answers preceded by the verdicts already known (the seeds', computed
+    before the enumeration: :class:`KnownVerdicts`) — never computed twice."""
+    return KnownVerdicts(source, state.known_verdicts) if state.known_verdicts else source
 
 
 def verdict_source(state: RunState) -> "LocalVerdicts | ExecutorVerdicts":

@@ -68,14 +68,19 @@ class Captured:
         #: rule compiles), ``graph_rule_s`` (those and its timing), ``total_s``
         self.timings: dict[str, float] = {}
 
+    def distinct(self) -> dict[tuple, BuiltPiece]:
+        """The first piece of each name and input layout, by that key: what is searched once
+        for all of them (identical layers share one search; run.optimize_piece)."""
+        first: dict[tuple, BuiltPiece] = {}
+        for bp in self.pieces:
+            first.setdefault((bp.name, bp.layout_key), bp)
+        return first
+
     def search_seconds(self) -> tuple[float, int]:
         """Seconds the searches of this compile took (each distinct piece once: identical
         layers share one) and how many of them were new, not served by the result cache."""
-        seen: dict[tuple, dict] = {}
-        for bp in self.pieces:
-            seen.setdefault((bp.name, bp.layout_key), bp.info)
-        return (sum(i.get("search_s") or 0.0 for i in seen.values()),
-                sum(i.get("cached") is False for i in seen.values()))
+        seen = [bp.info for bp in self.distinct().values()]
+        return (sum(i.get("search_s") or 0.0 for i in seen), sum(i.get("cached") is False for i in seen))
 
     def timing_summary(self) -> str:
         """One line: where the compile's seconds went (:attr:`timings`)."""
@@ -154,10 +159,7 @@ class Captured:
 
         opts = FrontendOptions.of(options)
         dev = device or device_of(self.example_devices)
-        # one search per piece name and input layout (run.optimize_piece)
-        first: dict[tuple, BuiltPiece] = {}
-        for bp in self.pieces:
-            first.setdefault((bp.name, bp.layout_key), bp)
+        first = self.distinct()  # one search per piece name and input layout
         # the budget is shared by the pieces that will be searched (a piece the space cannot
         # hold stays torch code unsearched, whatever its share)
         weights = {k: search_weight(bp.program) for k, bp in first.items() if unsearched(bp, opts) is None}

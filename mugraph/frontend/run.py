@@ -267,7 +267,7 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
     try:
         xs = example_inputs(bp, device, opts.seed)
         n = len(bp.inputs)
-        torch_fn = _torch_form(bp, xs[:n], opts.inductor)
+        torch_fn = torch_form(bp, xs[:n], opts.inductor)
         # on a GPU the calls cycle through copies of the large inputs (PIECE_TIMING): a weight
         # comes from DRAM in the model's step, and each form is timed so
         sets = rotated_sets(xs) if device == "cuda" and PIECE_TIMING == "dram" else [xs]
@@ -513,7 +513,7 @@ def _copies(args: tuple, written: frozenset[int]) -> tuple:
     return tuple(a.clone() if i in written and isinstance(a, torch.Tensor) else a for i, a in enumerate(args))
 
 
-def _torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
+def torch_form(bp: BuiltPiece, xs: list[torch.Tensor], inductor: bool) -> Callable:
     """The piece's torch ops as they would run in the model: compiled by Inductor (when the
     backend uses it), else eagerly."""
     gm = torch_module(bp)
@@ -657,13 +657,13 @@ def candidates_digest(candidates: list, best=None, most: int = DIGEST_CANDIDATES
         what = c.found_by or c.origin
         shape = kernel_structure(c.graph) if c.origin == "search" else f"{c.num_kernels} kernels"
         why = f" ({c.rejected.split(':')[0][:40]})" if c.rejected else ""
-        tuned = f" [{_config_labels(c.configs)}]" if c.configs and c.measured_s is not None else ""
+        tuned = f" [{config_labels(c.configs)}]" if c.configs and c.measured_s is not None else ""
         out.append(f"{'*' if c is best else ''}{what} {shape} p{us(c.predicted_s)} m{us(c.measured_s)}{tuned}{why}")
     more = len(candidates) - most
     return "; ".join(out) + (f"; +{more} more" if more > 0 else "")
 
 
-def _config_labels(configs: dict) -> str:
+def config_labels(configs: dict) -> str:
     """A timed candidate's kernel configs as their labels (``w4s3k4L``), kernel by kernel."""
     try:
         return ", ".join(lower.KernelConfig.from_dict(v).label() for _, v in sorted(configs.items()))

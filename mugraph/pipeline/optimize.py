@@ -540,6 +540,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         with phases.phase("check"):
             # the program's side of every float check computed once, on the GPU when there is one
             prepared = FloatReference(program, seed=seed, dtypes=dtypes, device=device)
+            checked_search = False  # whether a searched candidate has been float-checked
             # the proven ones first: an unproven candidate is only checked for the report
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
@@ -551,7 +552,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                 # 8k-token causal prompt's one proven μGraph, its first verification 41 s long,
                 # came 0.8 s past the end, and the program shipped at 0.09× SDPA (H200)
                 late = check_until is not None and phases.elapsed() > check_until
-                if c.origin == "search" and late and any(d.float_ok is not None for d in cands if d.origin == "search"):
+                if c.origin == "search" and late and checked_search:
                     c.rejected = UNCHECKED
                     continue
                 if not cfg.allow_unproven and not _proven(c):
@@ -564,6 +565,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                     # causal prompt's scores, evaluated whole): that candidate is not shipped
                     c.rejected = f"float check: out of GPU memory ({str(e).splitlines()[0][:80]})"
                     torch.cuda.empty_cache()
+                checked_search = checked_search or (c.origin == "search" and c.float_ok is not None)
     except KeyboardInterrupt:  # keep what is fully checked; the rest is not shipped
         interrupted = True
         for c in cands:
