@@ -47,6 +47,7 @@ from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, conf
 from .cost_model import DeviceParams, default_params, estimate
 from .layout import k_major, solve as solve_layout
 from .plan import KernelPlan, plan
+from .precompile import Precompiler, kernel_job, shared as shared_precompiler, summary as precompile_summary
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
 from .tiles import DOT_MIN, SMALL_MM, loop_chunks, per_frozen_block, shared_analyses
@@ -480,6 +481,9 @@ COMBINE_MARGIN = 1.03
 #: with a budget, first-round picks whose corrected prediction is more than this factor over the
 #: fastest measured are timed only after the layout climb and the sweeps
 DEFER = 1.5
+#: how far down a kernel's timing order configurations are handed to the worker processes that
+#: compile ahead (:mod:`lower.precompile`; the pool itself keeps a few per worker under way)
+AHEAD_LOOK = 32
 
 
 @dataclass
@@ -563,6 +567,9 @@ class _TuneCall:
     trials: list[tuple[str, float | None, float]] = field(default_factory=list)
     timings: dict[str, float | None] = field(default_factory=dict)
     cut: bool = False                # a kernel's budget share stopped it before its plan was done
+    #: worker processes compiling the configurations to be timed next (None: each is
+    #: compiled at its first launch, here)
+    precompiler: Precompiler | None = None
 
     @functools.cached_property
     def input_sets(self) -> list | None:
@@ -611,6 +618,8 @@ class _KernelTuning:
         if self.over():
             call.cut = True
             return None
+        if call.precompiler is not None:
+            call.precompiler.claim(key)
         try:
             t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing,
                               call.input_sets)
@@ -632,6 +641,22 @@ class _KernelTuning:
         trying the rest one by one would hold the tuning for as long again each."""
         return self.end is not None and not self.timed and time.monotonic() > self.end + NONE_RAN_GRACE_S
 
+    def ahead(self, cs: list[KernelConfig]) -> None:
+        """Hand the configurations ``cs`` (next first) to the worker processes that compile
+        ahead (:mod:`lower.precompile`), those not tried nor in the history."""
+        call, pre = self.call, self.call.precompiler
+        if pre is None:
+            return
+        jobs = []
+        for c in cs:
+            configs = {**call.configs, self.op.id: c}
+            key = program_key(call.blocks, configs)
+            if c in self.seen or (call.history is not None and key in call.history):
+                continue
+            jobs.append((key, functools.partial(kernel_job, call.graph, configs, self.op.id,
+                                                input_strides=strides_of(call.inputs))))
+        pre.ahead(jobs)
+
     def time_one(self, pred: float, c: KernelConfig) -> None:
         """Time ``c`` unless it was tried already (or the kernel is :meth:`hopeless`)."""
         if c in self.seen or self.hopeless():
@@ -650,9 +675,11 @@ class _KernelTuning:
         todo = [x for x in todo if x[1] not in self.seen]
         while todo:
             corrected = [self.errors.corrected(c, p) for p, c in todo]
-            i = min(range(len(todo)), key=corrected.__getitem__)
+            order = sorted(range(len(todo)), key=corrected.__getitem__)
+            i = order[0]
             if defer is not None and self.timed and corrected[i] > defer * min(t for t, _ in self.timed):
                 return todo
+            self.ahead([todo[j][1] for j in order[1:AHEAD_LOOK + 1]])
             self.time_one(*todo.pop(i))
         return []
 
@@ -705,12 +732,13 @@ class _KernelTuning:
         left: list[tuple[float, KernelConfig]] = []
         paired = False
         faster: str | None = None  # the combine mode the sibling pair measured clearly faster
-        for pred, c in head:
+        for i, (pred, c) in enumerate(head):
             pick = (pred, c)
             if faster is not None and c.split > 1 and c.combine != faster:
                 pick = self.in_cands(space, dataclasses.replace(c, combine=faster)) or pick
                 if pick[1] != c:
                     left.append((pred, c))
+            self.ahead([x for _, x in [pick, *head[i + 1:], *space.picked[space.head:]][:AHEAD_LOOK]])
             self.time_one(*pick)
             if not paired and pick[1].split > 1:
                 paired, faster = True, self.time_combine_sibling(space, pick[1])
@@ -808,7 +836,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
          ref=None, tol: float = 2e-2, timing: str = "graph", small_mm=SMALL_MM_MENU,
          budget_s: float | None = None, predict_only: bool = False,
          history: dict[str, float | None] | None = None,
-         input_strides: dict[str, tuple[int, ...]] | None = None) -> ProfileResult:
+         input_strides: dict[str, tuple[int, ...]] | None = None,
+         precompile: bool = True) -> ProfileResult:
     """Choose a :class:`KernelConfig` for every graph-defined op (see the module docstring).
 
     ``predict_only``: rank the configurations by the cost model alone, as without a GPU —
@@ -846,13 +875,17 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     so far on this kernel (:class:`lower.tuning_order.ErrorModel`), so a budget cut keeps
     what the measurements point to.
 
+    ``precompile``: on a GPU, the configurations to be timed next are compiled ahead in worker
+    processes (:mod:`lower.precompile`; ``MUGRAPH_PRECOMPILE_WORKERS`` sets how many, 0 none);
+    what is timed and chosen does not change, only how long each trial waits for Triton.
+
     Every argument is checked first (:func:`_check_tune_args`): a wrong one is a one-line
     :class:`~mugraph.core.errors.MugraphError` naming it, before anything is ranked or compiled.
     """
     if device_params is None:
         device_params = default_params()
     warps, stages, small_mm = _check_tune_args(graph, inputs, top, device_params, warps, stages, log, ref, tol,
-                                               timing, small_mm, budget_s, predict_only, history)
+                                               timing, small_mm, budget_s, predict_only, history, precompile)
     t_start = time.monotonic()
     gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
@@ -860,6 +893,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                      configs={op.id: DEFAULT_WAITING for op in blocks})
     if gpu and inputs is None:
         call.inputs = random_inputs(graph, 0, device="cuda")
+    if gpu and precompile:
+        call.precompiler = shared_precompiler()
+    counts0 = dict(call.precompiler.stats) if call.precompiler is not None else {}
     ends = {}
     if budget_s is not None and gpu:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
@@ -879,6 +915,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
                 continue
             try:
                 call.configs[op.id] = _KernelTuning(call, op, ends.get(op.id)).choose(space)
+                if call.precompiler is not None:  # the next kernel's module differs: theirs are of no use
+                    call.precompiler.withdraw_all()
             except ResourceError:
                 # nothing ran: a waiting kernel's predicted config may be what fails (one the
                 # model prices but Triton does not compile), so once more with those at the
@@ -893,6 +931,11 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             return ProfileResult(graph, call.configs, None, pred, False, call.trials)
         # re-time the final program (the spread between this and the search's time is the noise)
         t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing, call.input_sets)
+    if call.precompiler is not None:
+        call.precompiler.withdraw_all()
+        if log:
+            log("  " + precompile_summary({k: v - counts0.get(k, 0) for k, v in call.precompiler.stats.items()},
+                                          time.monotonic() - t_start))
     return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
 
 
@@ -913,7 +956,7 @@ def _choices(v: Any, name: str, ok: Callable[[Any], bool], allowed: str) -> tupl
 
 def _check_tune_args(graph: Any, inputs: Any, top: Any, device_params: Any, warps: Any, stages: Any, log: Any,
                      ref: Any, tol: Any, timing: Any, small_mm: Any, budget_s: Any, predict_only: Any,
-                     history: Any) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
+                     history: Any, precompile: Any = True) -> tuple[tuple[int, ...], tuple[int, ...], tuple[str, ...]]:
     """:func:`tune`'s arguments checked up front, each by type and range, so a wrong one is a
     one-line error naming it — not a ``TypeError`` from deep in the sweep after minutes of
     compiling, or a silent misuse (``warps=4`` iterated, a NaN tolerance that passes nothing).
@@ -967,8 +1010,9 @@ def _check_tune_args(graph: Any, inputs: Any, top: Any, device_params: Any, warp
                                     "seconds >= 0")
         if budget_s < 0:
             raise ConfigError(f"lower.tune: budget_s={budget_s} must be >= 0 seconds")
-    if not isinstance(predict_only, bool):
-        raise ArgumentTypeError(f"lower.tune: predict_only={short(predict_only)} must be True or False")
+    for name, flag in (("predict_only", predict_only), ("precompile", precompile)):
+        if not isinstance(flag, bool):
+            raise ArgumentTypeError(f"lower.tune: {name}={short(flag)} must be True or False")
     if history is not None:
         if not isinstance(history, Mapping):
             raise ArgumentTypeError(f"lower.tune: history must be the timings dict of an earlier ProfileResult, "

@@ -419,6 +419,63 @@ def _matmul_add(step: Step, env: dict[str, torch.Tensor]) -> torch.Tensor:
     return torch.baddbmm(r, a, b)
 
 
+def emit(graph: KernelGraph, configs: Mapping[int, KernelConfig], lay: layout_mod.LayoutPlan, *,
+         interpret: bool, pdl: bool, smem_budget: int = DEFAULT_SMEM_BUDGET) -> tuple[list[Step], str]:
+    """The scheduled steps of ``graph`` and the Triton module that holds its kernels, as
+    :func:`compile` loads it (``configs`` checked already, ``lay`` solved). Kept apart so
+    that a process compiling kernels ahead of the tuner (:mod:`lower.precompile`) builds
+    the very same module text: Triton's compile cache keys a kernel by its module and the
+    line it starts on."""
+    order = kernel_order(graph)
+    base = _ident(graph.name)
+
+    def devarg(t: Tensor) -> DevArg:
+        return DevArg(t.label(), t.shape, lay.strides[t.id], t.dtype)
+
+    adds = matmul_adds(graph)
+    fused = {mm.id for mm in adds.values()}
+    steps: list[Step] = []
+    parts = ["import triton", "import triton.language as tl"]
+    if pdl:
+        parts.append("from triton.language.extra.cuda import gdc_wait")
+    parts += ["",
+             f"# mugraph lowering of {graph.name!r}: {len(order)} scheduled ops", ""]
+    schedule_lines = []
+    for i, op in enumerate(order):
+        if op.kind == "graph_defined":
+            bg = op.attrs["block"]
+            cfg = configs.get(op.id, KernelConfig())
+            name = f"{base}_k{op.id}"
+            check_shared_memory(bg, 1, smem_budget, name)
+            try:
+                k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
+                             interpret=interpret, pdl=pdl)
+            except KernelConfigError as e:  # a config this block cannot take: name whose it is
+                if op.id not in configs:
+                    raise
+                raise KernelConfigError(f"lower.compile: configs[{op.id}] ({cfg.label()}): {e}") from None
+            steps.append(Step(op, k, name))
+            parts.append(k.source)
+            for ln in k.launches:
+                schedule_lines.append(f"#   {i}: {ln.fn}[({ln.grid},)]({', '.join(ln.args)}) "
+                                      f"num_warps={ln.num_warps} num_stages={ln.num_stages}"
+                                      + (" launch_pdl=True" if ln.pdl else ""))
+        elif op.id in fused:
+            continue  # its one reader, an add, runs it (below)
+        else:
+            mm = adds.get(op.id)
+            steps.append(Step(op, None, op.kind, fused_matmul=mm))
+            line = source_line(op.kind, op.outputs[0].label(), [x.label() for x in op.inputs], op.attrs)
+            if mm is not None:
+                call = "addmm" if mm.inputs[0].ndim == 2 else "baddbmm"
+                line = (f"{op.outputs[0].label()} = {call}({_residual(op, mm).label()}, "
+                        f"{mm.inputs[0].label()}, {mm.inputs[1].label()})  # {mm.outputs[0].label()} fused")
+            schedule_lines.append("#   " + f"{i}: " + line)
+    parts.append("# launch schedule")
+    parts += schedule_lines
+    return steps, "\n".join(parts) + "\n"
+
+
 def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, KernelConfig | dict | str] | None = None,
             *, cuda_graphs: bool = True, use_z3: bool = True, poison: bool = False, copy_outputs: bool = True,
             smem_budget: int = DEFAULT_SMEM_BUDGET, pdl: bool | None = None,
@@ -470,54 +527,7 @@ def compile(graph: KernelGraph, device: str = "cuda", configs: Mapping[int, Kern
         raise InputError(f"lower.compile: output_strides must map output indices 0..{len(graph.outputs) - 1} to "
                          f"strides, got {output_strides!r}"[:300])
     lay = layout_mod.solve(graph, use_z3=use_z3, input_strides=input_strides, output_strides=output_strides)
-    order = kernel_order(graph)
-    base = _ident(graph.name)
-
-    def devarg(t: Tensor) -> DevArg:
-        return DevArg(t.label(), t.shape, lay.strides[t.id], t.dtype)
-
-    adds = matmul_adds(graph)
-    fused = {mm.id for mm in adds.values()}
-    steps: list[Step] = []
-    parts = ["import triton", "import triton.language as tl"]
-    if use_pdl:
-        parts.append("from triton.language.extra.cuda import gdc_wait")
-    parts += ["",
-             f"# mugraph lowering of {graph.name!r}: {len(order)} scheduled ops", ""]
-    schedule_lines = []
-    for i, op in enumerate(order):
-        if op.kind == "graph_defined":
-            bg = op.attrs["block"]
-            cfg = configs.get(op.id, KernelConfig())
-            name = f"{base}_k{op.id}"
-            check_shared_memory(bg, 1, smem_budget, name)
-            try:
-                k = generate(bg, name, [devarg(t) for t in op.inputs], [devarg(t) for t in op.outputs], cfg,
-                             interpret=device == "cpu", pdl=use_pdl)
-            except KernelConfigError as e:  # a config this block cannot take: name whose it is
-                if op.id not in configs:
-                    raise
-                raise KernelConfigError(f"lower.compile: configs[{op.id}] ({cfg.label()}): {e}") from None
-            steps.append(Step(op, k, name))
-            parts.append(k.source)
-            for ln in k.launches:
-                schedule_lines.append(f"#   {i}: {ln.fn}[({ln.grid},)]({', '.join(ln.args)}) "
-                                      f"num_warps={ln.num_warps} num_stages={ln.num_stages}"
-                                      + (" launch_pdl=True" if ln.pdl else ""))
-        elif op.id in fused:
-            continue  # its one reader, an add, runs it (below)
-        else:
-            mm = adds.get(op.id)
-            steps.append(Step(op, None, op.kind, fused_matmul=mm))
-            line = source_line(op.kind, op.outputs[0].label(), [x.label() for x in op.inputs], op.attrs)
-            if mm is not None:
-                call = "addmm" if mm.inputs[0].ndim == 2 else "baddbmm"
-                line = (f"{op.outputs[0].label()} = {call}({_residual(op, mm).label()}, "
-                        f"{mm.inputs[0].label()}, {mm.inputs[1].label()})  # {mm.outputs[0].label()} fused")
-            schedule_lines.append("#   " + f"{i}: " + line)
-    parts.append("# launch schedule")
-    parts += schedule_lines
-    source = "\n".join(parts) + "\n"
+    steps, source = emit(graph, configs, lay, interpret=device == "cpu", pdl=use_pdl, smem_budget=smem_budget)
 
     # memory plan: intermediates of graph-defined kernels and kernel workspaces
     step_of = {s.op.id: i for i, s in enumerate(steps)}
