@@ -55,6 +55,7 @@ from verify import shared_draws
 
 from .candidates import collect_matches
 from .config import SearchConfig
+from .derive import _by_estimate, _remembered, climb
 from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match, Proposal
@@ -188,7 +189,7 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
     after the enumeration and the split variants' fingerprints, did not leave it."""
     state.dstats["transfer_seeds"] = len(seeds)
     proven = False
-    for i, g in enumerate(sorted(seeds, key=cost_key)):
+    for i, g in enumerate(_seed_order(state, seeds)):
         # until one is proven, and past the first only while the search has time: the rest
         # stay proposals for the verify phase. Why: on a GPU nothing limited them (the first
         # verification always fits there), and an 8k-token prompt's four seeds took 51 s of a
@@ -207,6 +208,39 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
             proven = bool(v and v.equivalent)
             state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + proven
         state.derived.append(Proposal(g, "transfer"))
+
+
+#: the share of the search's time limit spent pricing its seeds and their tile variants
+SEED_PRICE_SHARE = 0.1
+
+
+def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> list[KernelGraph]:
+    """The order seeds are verified in. With the lowering's price (``state.estimate``): the
+    seeds and the tile variants reached by following that price down from the cheapest of
+    them (:func:`search.derive.climb`), cheapest first, priced for at most
+    :data:`SEED_PRICE_SHARE` of the time limit (those not priced by then follow in
+    :func:`~search.enumerate.cost_key` order). Without a price: the seeds by ``cost_key``.
+
+    Why: a seed is carried from another size tile for tile (:mod:`search.transfer`), and a
+    tile that suited the smaller size can be far from the best at this one. A causal
+    8k-token prompt attention's scout, at 512 tokens, found kernels stepping over 8 keys a
+    loop step; carried up they loop 1,024 times, and the first one proven (75 s at 8k on an
+    H200) shipped at 0.42× SDPA. Its variants of longer steps are the same kernel on other
+    tiles — verified from scratch like every seed, and ranked with them by price."""
+    by_key = sorted(seeds, key=cost_key)
+    if state.estimate is None or not by_key:
+        return by_key
+    limit = state.cfg.time_limit
+    end = None if limit is None else time.monotonic() + SEED_PRICE_SHARE * float(limit)
+    if state.clock.t_end is not None:
+        end = state.clock.t_end if end is None else min(end, state.clock.t_end)
+    price = _remembered(state.estimate)
+    variants = climb(by_key, price, end, state.cfg.smem_budget, state.dstats)
+    seen = {graph_key(graph_to_json(g)) for g in by_key}
+    fresh = [h for h in variants if graph_key(graph_to_json(h)) not in seen]
+    ranked, state.dstats["transfer_priced"] = _by_estimate(by_key + fresh, price, end)
+    state.dstats["transfer_variants"] = len(fresh)
+    return ranked
 
 
 def _piece_search(state: RunState) -> PieceSearch:

@@ -97,6 +97,27 @@ def test_the_driver_verifies_a_seed_first_and_ships_it():
     assert bad.stats["derived"].get("transfer_verified", 0) == 0 and "transfer" not in bad.origins
 
 
+def test_seeds_are_verified_cheapest_first_with_their_tile_variants():
+    """With the lowering's price, a seed's tile variants reached by following the price down
+    are verified with the seeds, cheapest first: the seed carried from 256 keys steps over 128
+    keys 32 times; a price that wants 32-key steps (as a long prompt's kernels want other tiles
+    than its scout's) has the 128-step variant verified first, and it ships, proven."""
+    import math
+
+    def price(g):
+        (_, loop), = _kernels(g)
+        return 1.0 + abs(math.log2(loop) - 7)
+
+    cfg = SearchConfig(time_limit=8, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
+                       split_loops=False, max_results=1, verify_per_kernels=1)
+    r = driver.run(_decode(4096), cfg, estimate=price, seeds=[transfer(_found(), _decode(4096))])
+    d = r.stats["derived"]
+    assert d["transfer_variants"] == 2 and d["transfer_verified"] == 1
+    assert _kernels(r.graphs[r.origins.index("transfer")]) == [((2, 1, 1), 128)]
+    v = r.verdicts[r.origins.index("transfer")]
+    assert v["equivalent"] and v["bound_met"]
+
+
 @pytest.mark.parametrize("program, ships", [(_decode, True), (_sum_not_softmax, False)],
                          ids=["proven-seed", "near-miss-seed"])
 def test_a_seed_verdict_counts_when_the_warm_up_runs_past_the_time_limit(monkeypatch, program, ships):
