@@ -45,11 +45,15 @@ def tune_once(g, budget: float, pool: bool, timing: str) -> dict:
     wall = time.monotonic() - t0
     timed = [t for _, t, _ in r.trials if t is not None]
     row = {"pool": pool, "wall_s": round(wall, 1), "trials": len(r.trials), "timed": len(timed),
-           "final_us": r.measured_s * 1e6, "best_trial_us": min(timed) * 1e6 if timed else None,
+           "final_us": None if r.time_s is None else r.time_s * 1e6, "best_trial_us": min(timed) * 1e6 if timed else None,
            "configs": {k: c.label() for k, c in r.configs.items()}}
     if pool and pre:
         row["pool_counts"] = {k: v - before.get(k, 0) for k, v in pre.stats.items()}
     return row
+
+
+def _us(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -90,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 pc = row.get("pool_counts")
                 used = f"{pc['compiled']} / {pc['submitted']}" if pc else "-"
-                print(f"| {name} | {b} | {kernels} | {'on' if pool else 'off'} | {row['timed']} | {row['final_us']:.2f} "
-                      f"| {row['best_trial_us']:.2f} | {row['wall_s']} | {used} |", flush=True)
+                print(f"| {name} | {b} | {kernels} | {'on' if pool else 'off'} | {row['timed']} | {_us(row['final_us'])} "
+                      f"| {_us(row['best_trial_us'])} | {row['wall_s']} | {used} |", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "budget_s": a.budget, "workers": pre.workers,

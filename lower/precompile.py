@@ -21,8 +21,8 @@ options). A compile that misses the key (an input that is an unaligned view), fa
 not done in time costs the tuner nothing but its own compile, as without the pool; the
 tuner still checks and times every configuration itself.
 
-Workers: ``MUGRAPH_PRECOMPILE_WORKERS`` (0: none), by default the host's cores less two, at
-most :data:`MAX_WORKERS`. Each worker imports torch and Triton once (a few seconds, while
+Workers: ``MUGRAPH_PRECOMPILE_WORKERS`` (0: none), by default half the host's cores (none on fewer
+than four), at most :data:`MAX_WORKERS`. Each worker imports torch and Triton once (a few seconds, while
 the tuner's first configurations compile in the tuner itself) and holds a CUDA context
 (Triton asks the device for its target). The pool lives as long as the process, so every
 tuning of a ``torch.compile`` model's pieces shares it. Under ``bounded_compiles`` like the
@@ -37,6 +37,7 @@ import logging
 import multiprocessing
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Mapping
 
@@ -47,7 +48,9 @@ from .config import KernelConfig
 log = logging.getLogger("mugraph")
 
 #: the most worker processes a pool starts (each holds torch, Triton and a CUDA context)
-MAX_WORKERS = 12
+MAX_WORKERS = 8
+#: hosts with fewer cores run no pool: the tuner and the timing's host work need them
+MIN_CORES = 4
 #: configurations handed to the pool ahead of the one being timed, per worker
 AHEAD_PER_WORKER = 2
 #: seconds the tuner waits for a worker's compile already under way of the configuration it
@@ -57,8 +60,10 @@ CLAIM_WAIT_S = 60.0
 
 def default_workers() -> int:
     """Worker processes for a pool: ``MUGRAPH_PRECOMPILE_WORKERS`` where set (0: no pool),
-    else the cores this process may use less two (the tuner's own thread and the GPU
-    timing's host work), at most :data:`MAX_WORKERS`."""
+    else half the cores this process may use, at most :data:`MAX_WORKERS` and none below
+    :data:`MIN_CORES` cores — the rest are the
+    tuner's own, the GPU timing's host work and whatever else the process runs beside it (a
+    ``torch.compile`` compiles the graph without its pieces in a child process meanwhile)."""
     env = os.environ.get("MUGRAPH_PRECOMPILE_WORKERS")
     if env is not None:
         try:
@@ -70,7 +75,7 @@ def default_workers() -> int:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
-    return max(0, min(MAX_WORKERS, cores - 2))
+    return 0 if cores < MIN_CORES else min(MAX_WORKERS, cores // 2)
 
 
 @dataclass(frozen=True)
@@ -224,9 +229,12 @@ class Precompiler:
             self.stats["submitted"] += 1
             room -= 1
 
-    def claim(self, key: Hashable) -> None:
+    def claim(self, key: Hashable, until: float | None = None) -> None:
         """Just before the tuner compiles ``key`` itself: wait for a worker's compile of it
-        that has started (at most :data:`CLAIM_WAIT_S`), withdraw one that has not."""
+        that has started — at most :data:`CLAIM_WAIT_S`, and not past ``until`` (monotonic:
+        the end of the kernel's share of the tuning budget) — and withdraw one that has not.
+        Why the bound: a worker's ``ptxas`` can run until ``bounded_compiles`` stops it (45 s),
+        and a tuner waiting for it past its share would overrun the budget."""
         f = self.futures.get(key)
         if f is None:
             return
@@ -235,8 +243,9 @@ class Precompiler:
             return
         if not f.done():
             self.stats["waited"] += 1
+        wait = CLAIM_WAIT_S if until is None else max(0.0, min(CLAIM_WAIT_S, until - time.monotonic()))
         try:
-            err = f.result(timeout=CLAIM_WAIT_S)
+            err = f.result(timeout=wait)
         except Exception:  # noqa: BLE001 - a broken pool or a late compile: the tuner compiles
             return
         self.stats["compiled" if err is None else "failed"] += 1

@@ -619,7 +619,7 @@ class _KernelTuning:
             call.cut = True
             return None
         if call.precompiler is not None:
-            call.precompiler.claim(key)
+            call.precompiler.claim(key, self.end)
         try:
             t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing,
                               call.input_sets)

@@ -160,7 +160,7 @@ class _Recorder:
                 self.events.append(("ahead", key))
                 self.jobs.append(make())
 
-    def claim(self, key):
+    def claim(self, key, until=None):
         self.events.append(("claim", key))
 
     def withdraw_all(self):
@@ -208,3 +208,47 @@ def test_tune_checks_the_precompile_flag():
 
     with pytest.raises(ArgumentTypeError, match="precompile"):
         prof.tune(reference("rmsnorm_matmul", 1, small=True), precompile="yes")
+
+
+def test_no_pool_on_a_small_host(monkeypatch):
+    monkeypatch.delenv("MUGRAPH_PRECOMPILE_WORKERS", raising=False)
+    monkeypatch.setattr(pc.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    assert pc.default_workers() == 0
+    monkeypatch.setattr(pc.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    assert pc.default_workers() == pc.MAX_WORKERS
+
+
+def test_a_claim_does_not_wait_past_the_kernels_share(monkeypatch):
+    """A worker's compile under way when the tuner reaches it is waited for only until the
+    kernel's share of the budget ends (a stuck ``ptxas`` runs up to 45 s before it is stopped)."""
+    import time
+
+    release = threading.Event()
+    monkeypatch.setattr(pc, "compile_job", lambda job: release.wait(5))
+    pre = pc.Precompiler(1, pool=cf.ThreadPoolExecutor(1))
+    pre.ahead([("a", lambda: pc.KernelJob("", ()))])
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    pre.claim("a", until=time.monotonic() + 0.2)
+    assert time.monotonic() - t0 < 1.0 and pre.stats["waited"] == 1 and pre.stats["compiled"] == 0
+    release.set()
+    pre.pool.shutdown(wait=True)
+
+
+def test_the_tuning_speed_example_makes_its_row(monkeypatch, tmp_path):
+    """examples/tuning_speed.py's row from one tuning, on a pretend GPU (no pool here)."""
+    import sys
+    from pathlib import Path
+
+    monkeypatch.setenv("MUGRAPH_PRECOMPILE_WORKERS", "0")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))  # restored after: the example sets its own
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "examples"))
+    sys.modules.pop("tuning_speed", None)
+    import tuning_speed
+
+    calls: list = []
+    _fake_gpu(monkeypatch, calls)
+    monkeypatch.setattr(prof, "random_inputs", lambda graph, seed, device: {})
+    row = tuning_speed.tune_once(reference("rmsnorm_matmul", 1, small=True), 5.0, True, "graph")
+    assert row["timed"] == len(calls) - 1 and row["final_us"] > 0 and row["best_trial_us"] > 0
+    assert "pool_counts" not in row  # no pool on this host
