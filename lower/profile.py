@@ -68,6 +68,8 @@ class ProfileResult:
     timings: dict[str, float | None] = field(default_factory=dict)
     #: the budget stopped some kernel's tuning before every configuration it plans had run
     cut: bool = False
+    #: configurations timed whose compile a worker process had done ahead (:mod:`lower.precompile`)
+    compiled_ahead: int = 0
 
     def summary(self) -> str:
         if not self.measured:
@@ -931,12 +933,14 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
             return ProfileResult(graph, call.configs, None, pred, False, call.trials)
         # re-time the final program (the spread between this and the search's time is the noise)
         t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing, call.input_sets)
+    ahead = 0
     if call.precompiler is not None:
         call.precompiler.withdraw_all()
+        counts = {k: v - counts0.get(k, 0) for k, v in call.precompiler.stats.items()}
+        ahead = counts["compiled"]
         if log:
-            log("  " + precompile_summary({k: v - counts0.get(k, 0) for k, v in call.precompiler.stats.items()},
-                                          time.monotonic() - t_start))
-    return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut)
+            log("  " + precompile_summary(counts, time.monotonic() - t_start))
+    return ProfileResult(graph, call.configs, t, pred, True, call.trials, prog, call.timings, call.cut, ahead)
 
 
 def _finite(v: Any) -> bool:

@@ -422,6 +422,7 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
     plan = plan_rerank(alive, top_k, tune_seconds, total_s)
     first = first_installment(plan.timed, total_s * FIRST_PASS) if installments else plan.timed
     tuned: dict[int, ProfileResult] = {}  # id(candidate) -> its latest tuning
+    ahead = [0]  # configurations timed whose compile a worker had done ahead (lower.precompile)
 
     def time_one(c: "Candidate", secs: float | None) -> None:
         before = tuned.get(id(c))
@@ -433,6 +434,7 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
                 c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
             return
         tuned[id(c)] = res
+        ahead[0] += getattr(res, "compiled_ahead", 0)
         if before is None or res.time_s < c.measured_s:  # a resumed tuning keeps the better of the two
             c.measured_s = res.time_s
             c.configs = {k: asdict(v) for k, v in res.configs.items()}
@@ -454,10 +456,13 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
         if any(x.measured_s is not None for x in alive if x.origin != "program"):
             break
         time_one(c, tune_seconds or MIN_TUNE_S)
+    why = plan.why
     if leaders:
-        return (f"{plan.why}; then {len(leaders)} leader(s) within {LEADER_SPREAD:g}x tuned on with the rest "
-                "(successive halving)")
-    return plan.why
+        why += f"; then {len(leaders)} leader(s) within {LEADER_SPREAD:g}x tuned on with the rest (successive halving)"
+    timed = sum(sum(t is not None for _, t, _ in r.trials) for r in tuned.values())
+    if timed:
+        why += f"; {timed} configurations timed" + (f", {ahead[0]} of them compiled ahead" if ahead[0] else "")
+    return why
 
 
 def halve(leaders: list["Candidate"], left, time_one, unfinished) -> None:

@@ -396,3 +396,22 @@ def test_the_float64_reference_is_the_float_facets_bit_for_bit_with_a_causal_mas
     want = mg.evaluate(p, {k: v.double() for k, v in inputs.items()})
     assert len(ref) == len(want) and all(torch.equal(r, w) for r, w in zip(ref, want))
     assert ref[0].device.type == "cpu" and ref[0].dtype == torch.float64
+
+
+def test_the_reason_counts_what_was_timed_and_compiled_ahead(monkeypatch):
+    """The re-ranking's reason says how many configurations its tunings timed, and how many
+    of those a worker process had compiled ahead (lower.precompile)."""
+    from lower.profile import ProfileResult
+
+    clock = _Clock()
+    monkeypatch.setattr(timing, "time", clock)
+    a, b = _cand(10, tag="a"), _cand(10.5, tag="b")
+    monkeypatch.setattr(timing, "config_space", lambda g: {1: 4})
+
+    def tune(c, secs, history):
+        clock.t += 1
+        trials = [(f"c{i}", 1e-6 * (i + 1), 1e-6) for i in range(3)] + [("bad", None, 1e-6)]
+        return ProfileResult(c.graph, {}, 1e-6, 1e-6, True, trials, timings={"x": 1e-6}, compiled_ahead=2)
+
+    why = timing.rerank([a, b], tune, tune_seconds=5, total_s=120)
+    assert why.endswith("; 6 configurations timed, 4 of them compiled ahead"), why
