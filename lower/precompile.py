@@ -24,8 +24,9 @@ tuner still checks and times every configuration itself.
 Workers: ``MUGRAPH_PRECOMPILE_WORKERS`` (0: none), by default half the host's cores (none on fewer
 than four), at most :data:`MAX_WORKERS`. Each worker imports torch and Triton once (a few seconds, while
 the tuner's first configurations compile in the tuner itself) and holds a CUDA context
-(Triton asks the device for its target). The pool lives as long as the process, so every
-tuning of a ``torch.compile`` model's pieces shares it. Under ``bounded_compiles`` like the
+(Triton asks the device for its target). The pool lives while tunings use it and a minute
+after (:data:`IDLE_S`), so the tunings of a ``torch.compile`` model's pieces share it and its
+workers exit once the compile is over. Under ``bounded_compiles`` like the
 tuner: a worker's ``ptxas`` that runs for minutes is stopped.
 """
 
@@ -38,8 +39,9 @@ import multiprocessing
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Mapping
+from typing import Callable, Hashable, Iterator, Mapping
 
 from mugraph.core.ir import DEFAULT_SMEM_BUDGET, KernelGraph
 
@@ -53,6 +55,9 @@ MAX_WORKERS = 8
 MIN_CORES = 4
 #: configurations handed to the pool ahead of the one being timed, per worker
 AHEAD_PER_WORKER = 2
+#: seconds without a tuning after which a pool's workers are stopped (the next tuning starts
+#: them again, in a few seconds, while its first configurations compile in the tuner)
+IDLE_S = 60.0
 #: seconds the tuner waits for a worker's compile already under way of the configuration it
 #: is about to time (a compile the tuner started itself would take as long again)
 CLAIM_WAIT_S = 60.0
@@ -194,20 +199,57 @@ class Precompiler:
     futures: dict[Hashable, cf.Future] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=lambda: {"submitted": 0, "compiled": 0, "failed": 0,
                                                            "waited": 0, "withdrawn": 0})
+    #: seconds without a tuning after which the workers are stopped (:meth:`in_use`)
+    idle_s: float = IDLE_S
+    _users: int = 0
+    _timer: threading.Timer | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _warming: list = field(default_factory=list)
 
     def _pool(self) -> cf.ProcessPoolExecutor:
+        """The running pool; a new one (its workers warmed: :meth:`start`) when there is none."""
         if self.pool is None:
             # spawned, never forked: the tuner's process holds a CUDA context
             self.pool = cf.ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
                                                initializer=_start_worker)
+            self._warming = [self.pool.submit(_warm_worker, 0.2) for _ in range(self.workers)]
         return self.pool
 
     def start(self, wait: bool = False) -> None:
         """Start the workers and have each load Triton and make its CUDA context now, not at
         its first job (seconds each); ``wait``: return when they have."""
-        fs = [self._pool().submit(_warm_worker, 0.2) for _ in range(self.workers)]
+        self._pool()
         if wait:
-            cf.wait(fs)
+            cf.wait(self._warming)
+
+    @contextmanager
+    def in_use(self) -> Iterator["Precompiler"]:
+        """The pool while a tuning uses it: started now (the first configurations compile in
+        the tuner meanwhile); when the block ends, what was not started is withdrawn, and the
+        workers are stopped once no tuning has used them for :attr:`idle_s` seconds — each
+        holds torch, Triton and a CUDA context, which a model compiled by the backend should
+        get back once its compile is over, not at the process's exit."""
+        with self._lock:
+            self._users += 1
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+        self.start()
+        try:
+            yield self
+        finally:
+            self.withdraw_all()
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self.idle_s is not None:
+                    self._timer = threading.Timer(self.idle_s, self._stop_if_idle)
+                    self._timer.daemon = True
+                    self._timer.start()
+
+    def _stop_if_idle(self) -> None:
+        with self._lock:
+            if self._users == 0:
+                self.shutdown()
 
     def ahead(self, jobs: list[tuple[Hashable, Callable[[], KernelJob]]]) -> None:
         """Hand the pool each ``(key, make_job)`` not handed over yet, in order, until
@@ -259,9 +301,11 @@ class Precompiler:
         self.futures = {k: f for k, f in self.futures.items() if not f.done()}
 
     def shutdown(self) -> None:
+        """Stop the workers (a compile under way is let finish; nothing waits for it)."""
         if self.pool is not None:
             self.pool.shutdown(wait=False, cancel_futures=True)
             self.pool = None
+            self.futures = {}
 
 
 def _done(value: object) -> cf.Future:
@@ -284,7 +328,6 @@ def shared(workers: int | None = None) -> Precompiler | None:
             if n <= 0:
                 return None
             _shared = Precompiler(n)
-            _shared.start()
             atexit.register(_shared.shutdown)
         return _shared
 
@@ -298,4 +341,4 @@ def summary(stats: Mapping[str, int], seconds: float | None = None) -> str:
 
 __all__ = ["Precompiler", "KernelJob", "LaunchSpec", "kernel_job", "compile_job", "shared", "default_workers",
            "summary", "MAX_WORKERS", "AHEAD_PER_WORKER",
-           "CLAIM_WAIT_S"]
+           "CLAIM_WAIT_S", "IDLE_S"]

@@ -902,7 +902,8 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
     if budget_s is not None and gpu:
         ends = _budget_ends(graph, blocks, budget_s, t_start, top, warps, stages, small_mm, device_params)
     # on the GPU, a configuration whose assembly runs minutes counts as not compiling
-    with bounded_compiles() if gpu else nullcontext(), shared_analyses():
+    in_use = call.precompiler.in_use() if call.precompiler is not None else nullcontext()
+    with bounded_compiles() if gpu else nullcontext(), shared_analyses(), in_use:
         lay = solve_layout(graph, use_z3=False,
                            input_strides=strides_of(call.inputs) if call.inputs else input_strides or None)
         spaces = {op.id: _space(graph, op, call.configs, top, warps, stages,
@@ -935,7 +936,6 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         t, prog, _ = _time(graph, call.configs, call.inputs, ref, tol, timing, call.input_sets)
     ahead = 0
     if call.precompiler is not None:
-        call.precompiler.withdraw_all()
         counts = {k: v - counts0.get(k, 0) for k, v in call.precompiler.stats.items()}
         ahead = counts["compiled"]
         if log:

@@ -166,6 +166,11 @@ class _Recorder:
     def withdraw_all(self):
         pass
 
+    def in_use(self):
+        import contextlib
+
+        return contextlib.nullcontext(self)
+
 
 def _fake_gpu(monkeypatch, calls):
     def fake_time(graph, configs, inputs, ref=None, tol=2e-2, timing="graph", sets=None):
@@ -252,3 +257,31 @@ def test_the_tuning_speed_example_makes_its_row(monkeypatch, tmp_path):
     row = tuning_speed.tune_once(reference("rmsnorm_matmul", 1, small=True), 5.0, True, "graph")
     assert row["timed"] == len(calls) - 1 and row["final_us"] > 0 and row["best_trial_us"] > 0
     assert "pool_counts" not in row  # no pool on this host
+
+
+def test_the_workers_stop_once_no_tuning_has_used_them_for_a_while(monkeypatch):
+    """The pool is started for a tuning and stopped ``idle_s`` after the last one ended (its
+    workers hold CUDA contexts a compiled model should get back); a tuning in between keeps it."""
+    import time
+
+    monkeypatch.setattr(pc, "_warm_worker", lambda hold_s: None)
+    made = []
+
+    class Pool(cf.ThreadPoolExecutor):
+        def __init__(self, *a, **kw):
+            super().__init__(1)
+            made.append(self)
+
+    monkeypatch.setattr(pc.cf, "ProcessPoolExecutor", Pool)
+    pre = pc.Precompiler(1, idle_s=0.3)
+    with pre.in_use():
+        assert pre.pool is made[0]
+    time.sleep(0.1)
+    with pre.in_use():          # within idle_s: the same pool
+        time.sleep(0.5)         # a long tuning: no stop while it runs
+        assert pre.pool is made[0]
+    time.sleep(0.6)
+    assert pre.pool is None and made[0]._shutdown
+    with pre.in_use():          # the next tuning starts a new one
+        assert pre.pool is made[1]
+    pre.shutdown()
