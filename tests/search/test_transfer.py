@@ -118,6 +118,32 @@ def test_seeds_are_verified_cheapest_first_with_their_tile_variants():
     assert v["equivalent"] and v["bound_met"]
 
 
+def test_a_variant_the_price_barely_prefers_waits_behind_the_seed(monkeypatch):
+    """The price ranks close tilings no better than chance: a tile variant priced only a
+    little below the seed is verified after it (the seed's tiles were the best measured at
+    its size), one priced clearly below before it."""
+    import math
+
+    seed = transfer(_found(), _decode(4096))
+    order = []
+    real = driver._seed_order
+
+    def spy(state, seeds):
+        out = real(state, seeds)
+        order.append([_kernels(g)[0][1] for g in out])
+        return out
+
+    monkeypatch.setattr(driver, "_seed_order", spy)
+    cfg = SearchConfig(time_limit=6, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
+                       split_loops=False, max_results=1, verify_per_kernels=1)
+    for slope, expect_first in ((0.01, 32), (1.0, 128)):
+        def price(g, slope=slope):
+            (_, loop), = _kernels(g)
+            return 1.0 + slope * abs(math.log2(loop) - 7)
+        driver.run(_decode(4096), cfg, estimate=price, seeds=[seed])
+        assert order[-1][0] == expect_first and sorted(order[-1]) == [32, 64, 128], order[-1]
+
+
 @pytest.mark.parametrize("program, ships", [(_decode, True), (_sum_not_softmax, False)],
                          ids=["proven-seed", "near-miss-seed"])
 def test_a_seed_verdict_counts_when_the_warm_up_runs_past_the_time_limit(monkeypatch, program, ships):
