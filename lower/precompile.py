@@ -161,8 +161,6 @@ def compile_job(job: KernelJob) -> str | None:
 def _warm_worker(hold_s: float) -> None:
     """Load Triton and make the CUDA context a compile asks for; held ``hold_s`` so that each
     worker of a starting pool gets one."""
-    import time
-
     import torch
     import triton  # noqa: F401
 
