@@ -242,7 +242,7 @@ def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> list[KernelGra
     price = _remembered(state.estimate)
     variants = climb(by_key, price, end, state.cfg.smem_budget, state.dstats)
     seen = {graph_key(graph_to_json(g)) for g in by_key}
-    fresh = [h for h in variants if graph_key(graph_to_json(h)) not in seen]
+    fresh = list({k: h for h in variants if (k := graph_key(graph_to_json(h))) not in seen}.values())
     ranked, n = _by_estimate(by_key + fresh, price, end)
     state.dstats["transfer_priced"], state.dstats["transfer_variants"] = n, len(fresh)
     # a variant goes before the seeds only when it is priced clearly cheaper than the best of
@@ -250,8 +250,7 @@ def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> list[KernelGra
     # (Phi-3-mini's decode attention: 32-key steps priced 37.1 μs against 36.6 for 64-key
     # steps, measured 30.0 against 34.8 on an H200). ``ranked[:n]`` are the priced, cheapest
     # first; their prices are remembered.
-    fresh_keys = {graph_key(graph_to_json(h)) for h in fresh}
-    is_variant = [graph_key(graph_to_json(g)) in fresh_keys for g in ranked]
+    is_variant = [any(g is h for h in fresh) for g in ranked]
     seed_prices = [price(g) for g, v in zip(ranked[:n], is_variant) if not v]
     if not seed_prices:
         return ranked
