@@ -55,6 +55,10 @@ MAX_WORKERS = 8
 MIN_CORES = 4
 #: configurations handed to the pool ahead of the one being timed, per worker
 AHEAD_PER_WORKER = 2
+#: the errors of a worker's compile that the tuner's own compile of the same job would raise
+#: too (Triton's compiler on the kernel's source: its front end, or ``ptxas`` — failed, or
+#: stopped by ``bounded_compiles``); any other error (the worker's own set-up) is not trusted
+COMPILE_ERRORS = ("CompilationError", "PTXASError")
 #: seconds without a tuning after which a pool's workers are stopped (the next tuning starts
 #: them again, in a few seconds, while its first configurations compile in the tuner)
 IDLE_S = 60.0
@@ -269,26 +273,31 @@ class Precompiler:
             self.stats["submitted"] += 1
             room -= 1
 
-    def claim(self, key: Hashable, until: float | None = None) -> None:
+    def claim(self, key: Hashable, until: float | None = None) -> str | None:
         """Just before the tuner compiles ``key`` itself: wait for a worker's compile of it
         that has started — at most :data:`CLAIM_WAIT_S`, and not past ``until`` (monotonic:
         the end of the kernel's share of the tuning budget) — and withdraw one that has not.
         Why the bound: a worker's ``ptxas`` can run until ``bounded_compiles`` stops it (45 s),
-        and a tuner waiting for it past its share would overrun the budget."""
+        and a tuner waiting for it past its share would overrun the budget.
+
+        Returns the worker's error when its compile failed in the kernel's own compiler
+        (:data:`COMPILE_ERRORS`: the same source, options and Triton fail the same way in the
+        tuner, which need not compile it a second time), else None."""
         f = self.futures.get(key)
         if f is None:
-            return
+            return None
         if not f.done() and f.cancel():
             self.stats["withdrawn"] += 1
-            return
+            return None
         if not f.done():
             self.stats["waited"] += 1
         wait = CLAIM_WAIT_S if until is None else max(0.0, min(CLAIM_WAIT_S, until - time.monotonic()))
         try:
             err = f.result(timeout=wait)
         except Exception:  # noqa: BLE001 - a broken pool or a late compile: the tuner compiles
-            return
+            return None
         self.stats["compiled" if err is None else "failed"] += 1
+        return err if err is not None and err.split(":", 1)[0] in COMPILE_ERRORS else None
 
     def withdraw_all(self) -> None:
         """Withdraw every compile not started and forget those done (the tuning they were for
@@ -339,4 +348,4 @@ def summary(stats: Mapping[str, int], seconds: float | None = None) -> str:
 
 __all__ = ["Precompiler", "KernelJob", "LaunchSpec", "kernel_job", "compile_job", "shared", "default_workers",
            "summary", "MAX_WORKERS", "AHEAD_PER_WORKER",
-           "CLAIM_WAIT_S", "IDLE_S"]
+           "CLAIM_WAIT_S", "IDLE_S", "COMPILE_ERRORS"]

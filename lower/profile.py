@@ -620,8 +620,12 @@ class _KernelTuning:
         if self.over():
             call.cut = True
             return None
-        if call.precompiler is not None:
-            call.precompiler.claim(key, self.end)
+        failed = call.precompiler.claim(key, self.end) if call.precompiler is not None else None
+        if failed is not None:  # a worker's compile of it failed in Triton's compiler: so would this one
+            call.timings[key] = None
+            if call.log:
+                call.log(f"  k{op.id} {c.label()} failed (compiled ahead): {failed[:160]}")
+            return None
         try:
             t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing,
                               call.input_sets)

@@ -285,3 +285,41 @@ def test_the_workers_stop_once_no_tuning_has_used_them_for_a_while(monkeypatch):
     with pre.in_use():          # the next tuning starts a new one
         assert pre.pool is made[1]
     pre.shutdown()
+
+
+def test_a_compile_error_a_worker_met_is_not_compiled_again(monkeypatch):
+    """A configuration whose compile failed in a worker in Triton's own compiler (``ptxas``
+    out of registers) counts as failed without the tuner compiling it again; a worker's other
+    errors (its own set-up) are not trusted — the tuner compiles those itself."""
+    errors = iter(["PTXASError: ptxas fatal: (C7602) Insufficient registers", "RuntimeError: no CUDA driver"])
+    monkeypatch.setattr(pc, "compile_job", lambda job: next(errors))
+    pre = pc.Precompiler(1, pool=cf.ThreadPoolExecutor(1))
+    job = pc.KernelJob("", ())
+    pre.ahead([("a", lambda: job)])
+    pre.futures["a"].result()
+    assert pre.claim("a").startswith("PTXASError")
+    pre.ahead([("b", lambda: job)])
+    pre.futures["b"].result()
+    assert pre.claim("b") is None and pre.stats["failed"] == 2
+    pre.pool.shutdown(wait=True)
+
+    g = reference("rmsnorm_matmul", 8, small=True)
+    calls: list = []
+    _fake_gpu(monkeypatch, calls)
+    rec = _Recorder()
+    bad = []
+
+    def claim(key, until=None):
+        rec.events.append(("claim", key))
+        if len(bad) < 2:  # the first two configurations timed failed in a worker
+            bad.append(key)
+            return "PTXASError: ptxas fatal"
+        return None
+
+    rec.claim = claim
+    monkeypatch.setattr(prof, "shared_precompiler", lambda: rec)
+    r = prof.tune(g, inputs={}, top=3)
+    op = _kernel(g)
+    timed = {prof.program_key([op], {op.id: c}) for c in calls}
+    assert len(bad) == 2 and not timed & set(bad)
+    assert all(r.timings[k] is None for k in bad)
