@@ -36,7 +36,7 @@ runtime = importlib.import_module("lower.runtime")
 def tune_once(g, budget: float, pool: bool, timing: str) -> dict:
     """One tuning of ``g`` from nothing compiled: a fresh Triton cache folder, no generated
     module kept from before (a kept module holds its compiled kernels)."""
-    runtime._MODULES.clear()
+    runtime.forget_modules()
     os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="triton-")
     pre = precompile.shared()
     before = dict(pre.stats) if pre else {}

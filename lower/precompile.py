@@ -46,6 +46,7 @@ from typing import Callable, Hashable, Iterator, Mapping
 from mugraph.core.ir import DEFAULT_SMEM_BUDGET, KernelGraph
 
 from .config import KernelConfig
+from .layout import LayoutPlan
 
 log = logging.getLogger("mugraph")
 
@@ -115,16 +116,19 @@ class KernelJob:
 
 def kernel_job(graph: KernelGraph, configs: Mapping[int, KernelConfig], op_id: int, *,
                input_strides: Mapping[str, tuple[int, ...]] | None = None, use_z3: bool = True,
-               pdl: bool | None = None, smem_budget: int = DEFAULT_SMEM_BUDGET) -> KernelJob:
+               pdl: bool | None = None, smem_budget: int = DEFAULT_SMEM_BUDGET,
+               layout: LayoutPlan | None = None) -> KernelJob:
     """The job that compiles kernel ``op_id`` of ``graph`` lowered with ``configs`` for the
     GPU, as ``lower.compile(graph, "cuda", configs, use_z3=…, input_strides=…)`` would build
-    it (:func:`lower.runtime.emit`). A config the kernel cannot take raises as ``compile``
-    does."""
+    it (:func:`lower.runtime.emit`). ``layout``: that call's layout, solved already (it does
+    not depend on the configs; the tuner solves it once for all its jobs). A config the
+    kernel cannot take raises as ``compile`` does."""
     from . import layout as layout_mod
     from .runtime import emit, pdl_supported
 
     use_pdl = pdl_supported("cuda") if pdl is None else pdl
-    lay = layout_mod.solve(graph, use_z3=use_z3, input_strides=dict(input_strides) if input_strides else None)
+    lay = layout if layout is not None else layout_mod.solve(
+        graph, use_z3=use_z3, input_strides=dict(input_strides) if input_strides else None)
     steps, source = emit(graph, configs, lay, interpret=False, pdl=use_pdl, smem_budget=smem_budget)
     step = next(s for s in steps if s.op.id == op_id and s.kernel is not None)
     kernel = step.kernel
@@ -207,6 +211,9 @@ class Precompiler:
     _timer: threading.Timer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _warming: list = field(default_factory=list)
+    #: keys whose job could not be built (the config's lowering failed): marked handed over, so
+    #: not built again, but never counted as compiled
+    unbuilt: set = field(default_factory=set)
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         """The running pool; a new one (its workers warmed: :meth:`start`) when there is none."""
@@ -268,6 +275,7 @@ class Precompiler:
                 job = make()
             except Exception:  # noqa: BLE001 - the tuner meets the config's error itself
                 self.futures[key] = _done(None)
+                self.unbuilt.add(key)
                 continue
             self.futures[key] = self._pool().submit(compile_job, job)
             self.stats["submitted"] += 1
@@ -284,7 +292,7 @@ class Precompiler:
         (:data:`COMPILE_ERRORS`: the same source, options and Triton fail the same way in the
         tuner, which need not compile it a second time), else None."""
         f = self.futures.get(key)
-        if f is None:
+        if f is None or key in self.unbuilt:  # nothing compiled: the tuner compiles it and meets its error
             return None
         if not f.done() and f.cancel():
             self.stats["withdrawn"] += 1

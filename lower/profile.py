@@ -574,6 +574,13 @@ class _TuneCall:
     precompiler: Precompiler | None = None
 
     @functools.cached_property
+    def compile_layout(self):
+        """The layout ``lower.compile`` solves for every configuration :func:`_time` compiles
+        (Z3, the inputs' own strides): the same for all of them, so solved once for the jobs
+        the workers that compile ahead are given (:func:`lower.precompile.kernel_job`)."""
+        return solve_layout(self.graph, use_z3=True, input_strides=strides_of(self.inputs))
+
+    @functools.cached_property
     def input_sets(self) -> list | None:
         """The copies of the inputs a ``"dram"`` timing cycles through, made once for every
         configuration the call times (:func:`lower.cold_inputs.rotated_sets`)."""
@@ -660,7 +667,7 @@ class _KernelTuning:
             if c in self.seen or (call.history is not None and key in call.history):
                 continue
             jobs.append((key, functools.partial(kernel_job, call.graph, configs, self.op.id,
-                                                input_strides=strides_of(call.inputs))))
+                                                layout=call.compile_layout)))
         pre.ahead(jobs)
 
     def time_one(self, pred: float, c: KernelConfig) -> None:

@@ -125,6 +125,13 @@ def _ident(s: str) -> str:
 _MODULES: dict[tuple[str, bool], types.ModuleType] = {}
 
 
+def forget_modules() -> None:
+    """Drop the generated modules this process keeps: the next compile of the same source
+    loads it afresh and finds its kernels in Triton's cache, or compiles them — what a new
+    process does (``examples/tuning_speed.py`` times tunings from nothing compiled so)."""
+    _MODULES.clear()
+
+
 def _load_module(source: str, interpret: bool) -> types.ModuleType:
     """Load the generated module from memory.
 

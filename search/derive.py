@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from mugraph.core.ir import KernelGraph, Program
 
@@ -476,6 +476,51 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
         path.append(here)
     stats["retile_climbed"] = len(path)
     return path
+
+
+#: a seed's tile variant is verified before the seeds only when priced below this factor of
+#: the cheapest seed (the price ranks close tilings no better than chance: design §7.10)
+VARIANT_MARGIN = 0.8
+
+
+def seed_order(seeds: Sequence[KernelGraph], estimate: Optional[Callable[[KernelGraph], float]],
+               end: Optional[float], smem_budget: Optional[int], stats: dict) -> list[KernelGraph]:
+    """The order a search verifies its seeds in (``search.driver._verify_seeds``). With a price
+    (``estimate``, the lowering's): the tile variants reached by following it down from the
+    cheapest seed (:func:`climb`) priced below :data:`VARIANT_MARGIN` × the cheapest seed's
+    price, cheapest first; then the seeds, cheapest first; then the other variants — all priced
+    until ``end`` (monotonic; those not priced by then follow in ``cost_key`` order). Without a
+    price: the seeds by :func:`~search.enumerate.cost_key`. Counts go to ``stats``.
+
+    Why: a seed is carried from another size tile for tile (:mod:`search.transfer`), and a
+    tile that suited the smaller size can be far from the best at this one. A causal
+    8k-token prompt attention's scout, at 512 tokens, found kernels stepping over 8 keys a
+    loop step; carried up they loop 1,024 times, and the first one proven (75 s at 8k on an
+    H200) shipped at 0.42× SDPA. Its variants of longer steps are the same kernel on other
+    tiles — verified from scratch like every seed, and ranked with them by price. The margin:
+    a tiling measured best at the other size is kept over one the price barely prefers
+    (Phi-3-mini's decode attention: 32-key steps priced 37.1 μs against 36.6 for 64-key
+    steps, measured 30.0 against 34.8 on an H200)."""
+    by_key = sorted(seeds, key=cost_key)
+    if estimate is None or not by_key:
+        return by_key
+    price = _remembered(estimate)
+    seen = {graph_key(g) for g in by_key}
+    fresh = list({k: h for h in climb(by_key, price, end, smem_budget, stats)
+                  if (k := graph_key(h)) not in seen}.values())
+    ranked, priced = _by_estimate(by_key + fresh, price, end)  # the priced first, cheapest first
+    stats["transfer_priced"], stats["transfer_variants"] = priced, len(fresh)
+    variant = [any(g is h for h in fresh) for g in ranked]
+    seed_prices = [price(g) for g, v in zip(ranked[:priced], variant) if not v]  # remembered
+    if not seed_prices:
+        return ranked
+    bar = VARIANT_MARGIN * min(seed_prices)
+
+    def group(i: int) -> int:  # 0: a variant clearly cheaper than every seed; 1: a seed; 2: the rest
+        if not variant[i]:
+            return 1
+        return 0 if i < priced and price(ranked[i]) < bar else 2
+    return [ranked[i] for i in sorted(range(len(ranked)), key=lambda i: (group(i), i))]
 
 
 def _remembered(estimate: Callable[[KernelGraph], float]) -> Callable[[KernelGraph], float]:

@@ -55,12 +55,11 @@ from verify import shared_draws
 
 from .candidates import collect_matches
 from .config import SearchConfig
-from .derive import _by_estimate, _remembered, climb
+from .derive import seed_order
 from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match, Proposal
 from .run_state import GRACE, Outer, RunState
-from .enumerate import cost_key
 from .verification import (after_warm_up, graph_key, settle_warm_up, split_and_verify, start_warm_up,
                            verify_after_interrupt)
 
@@ -212,53 +211,16 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
 
 #: the share of the search's time limit spent pricing its seeds and their tile variants
 SEED_PRICE_SHARE = 0.1
-#: a seed's tile variant is verified before the seeds only when priced below this factor of
-#: the cheapest seed (the price ranks close tilings no better than chance: design §7.10)
-VARIANT_MARGIN = 0.8
 
 
 def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> list[KernelGraph]:
-    """The order seeds are verified in. With the lowering's price (``state.estimate``): the
-    tile variants reached by following that price down from the cheapest seed
-    (:func:`search.derive.climb`) priced below :data:`VARIANT_MARGIN` × the cheapest seed's
-    price, cheapest first; then the seeds, cheapest first; then the other variants — all
-    priced for at most :data:`SEED_PRICE_SHARE` of the time limit (those not priced by then
-    follow in :func:`~search.enumerate.cost_key` order). Without a price: the seeds by
-    ``cost_key``.
-
-    Why: a seed is carried from another size tile for tile (:mod:`search.transfer`), and a
-    tile that suited the smaller size can be far from the best at this one. A causal
-    8k-token prompt attention's scout, at 512 tokens, found kernels stepping over 8 keys a
-    loop step; carried up they loop 1,024 times, and the first one proven (75 s at 8k on an
-    H200) shipped at 0.42× SDPA. Its variants of longer steps are the same kernel on other
-    tiles — verified from scratch like every seed, and ranked with them by price."""
-    by_key = sorted(seeds, key=cost_key)
-    if state.estimate is None or not by_key:
-        return by_key
+    """The order seeds are verified in (:func:`search.derive.seed_order`), pricing for at most
+    :data:`SEED_PRICE_SHARE` of the time limit and not past the search's end."""
     limit = state.cfg.time_limit
     end = None if limit is None else time.monotonic() + SEED_PRICE_SHARE * float(limit)
     if state.clock.t_end is not None:
         end = state.clock.t_end if end is None else min(end, state.clock.t_end)
-    price = _remembered(state.estimate)
-    variants = climb(by_key, price, end, state.cfg.smem_budget, state.dstats)
-    seen = {graph_key(graph_to_json(g)) for g in by_key}
-    fresh = list({k: h for h in variants if (k := graph_key(graph_to_json(h))) not in seen}.values())
-    ranked, n = _by_estimate(by_key + fresh, price, end)
-    state.dstats["transfer_priced"], state.dstats["transfer_variants"] = n, len(fresh)
-    # a variant goes before the seeds only when it is priced clearly cheaper than the best of
-    # them: a tiling measured best at the other size is kept over one the price barely prefers
-    # (Phi-3-mini's decode attention: 32-key steps priced 37.1 μs against 36.6 for 64-key
-    # steps, measured 30.0 against 34.8 on an H200). ``ranked[:n]`` are the priced, cheapest
-    # first; their prices are remembered.
-    is_variant = [any(g is h for h in fresh) for g in ranked]
-    seed_prices = [price(g) for g, v in zip(ranked[:n], is_variant) if not v]
-    if not seed_prices:
-        return ranked
-    bar = VARIANT_MARGIN * min(seed_prices)
-    first = [i for i in range(n) if is_variant[i] and price(ranked[i]) < bar]
-    seeds_next = [i for i in range(len(ranked)) if not is_variant[i]]
-    rest = [i for i in range(len(ranked)) if is_variant[i] and i not in first]
-    return [ranked[i] for i in first + seeds_next + rest]
+    return seed_order(seeds, state.estimate, end, state.cfg.smem_budget, state.dstats)
 
 
 def _piece_search(state: RunState) -> PieceSearch:

@@ -434,7 +434,7 @@ def rerank(alive: list[Candidate], tune, top_k: int | None = None, tune_seconds:
                 c.rejected = f"does not run on this GPU: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
             return
         tuned[id(c)] = res
-        ahead[0] += getattr(res, "compiled_ahead", 0)
+        ahead[0] += res.compiled_ahead
         if before is None or res.time_s < c.measured_s:  # a resumed tuning keeps the better of the two
             c.measured_s = res.time_s
             c.configs = {k: asdict(v) for k, v in res.configs.items()}
