@@ -14,10 +14,10 @@ and verification), ``driver`` (schedule, deadlines, retries, merge), ``executors
 
 from .config import SearchConfig
 from .checkpoint import CheckpointError
-from .driver import SearchResult, run
+from .driver import SearchResult, prepared_checker, run
 from .executors import WorkerError
 from .expr import abstract_expr
 from .oracle import SubexprOracle
 
-__all__ = ["run", "SearchConfig", "SearchResult", "abstract_expr", "SubexprOracle", "CheckpointError",
+__all__ = ["run", "prepared_checker", "SearchConfig", "SearchResult", "abstract_expr", "SubexprOracle", "CheckpointError",
            "WorkerError"]

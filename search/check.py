@@ -9,6 +9,7 @@ first: :class:`verify.Fingerprinter`) and, if the fingerprint matches, verified 
 from __future__ import annotations
 
 import logging
+import threading
 
 import verify
 from verify import EvaluationStopped  # noqa: F401 - re-exported: a fingerprint cut at its deadline
@@ -30,6 +31,12 @@ class Checker:
         self.seed = seed
         self._fingerprinter: verify.Fingerprinter | None = None
         self._reference = None  # verify.Reference: the program's side of every test, shared by the candidates
+        self._preparing: threading.Thread | None = None  # prepare_in_background's thread, until it is joined
+
+    def serves(self, program: KernelGraph, error: float, seed: int) -> bool:
+        """Whether this checker gives the verdicts a search of ``program`` with this error
+        bound and seed asks for."""
+        return self.program is program and self.error == error and self.seed == seed
 
     @staticmethod
     def on_gpu() -> bool:
@@ -38,10 +45,44 @@ class Checker:
         return verify.field.resolve_device("auto").type == "cuda"
 
     def warm(self) -> None:
-        """Verify the program against itself: draws the residues, evaluates the program
-        on them and prepares its float check, all kept for the candidates' verdicts —
-        what the first verification would otherwise spend on the program's side."""
-        self.verdict(self.program)
+        """Prepare the program's side of every field test and of the float check
+        (:meth:`verify.Reference.prepare`), kept for the candidates' verdicts — what the first
+        verification would otherwise spend on it. A failure is a warning line at most: the
+        first verdict then computes what it needs."""
+        self._settle()
+        try:
+            self._ref().prepare(error=self.error)
+        except MugraphError:
+            pass
+        except Exception as e:  # noqa: BLE001 — a verifier bug must not end the search
+            log.warning("mugraph search: preparing the verification of %r failed (%s: %s)", self.program.name,
+                        type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+
+    def prepare_in_background(self, threads: int) -> None:
+        """Run :meth:`warm` on a thread of its own, its torch and BLAS pools at ``threads``
+        (:func:`on_threads`); every verdict waits for it first, so the two never evaluate at
+        once. Why: a scouted search knows its program's side will be needed once the scout
+        ends (the causal 8k-token prompt's first verification on an H200: 33 s of a 47 s
+        search), and the scout's own verifications, at small sizes, leave the GPU idle."""
+        if self._preparing is None:
+            self._preparing = threading.Thread(target=lambda: on_threads(threads, self.warm),
+                                               name="mugraph-verify-prepare", daemon=True)
+            self._preparing.start()
+
+    def _settle(self) -> None:
+        """Wait for :meth:`prepare_in_background`'s thread (in short waits: Ctrl-C still
+        interrupts), unless called on that thread."""
+        t = self._preparing
+        if t is None or t is threading.current_thread():
+            return
+        while t.is_alive():
+            t.join(0.5)
+        self._preparing = None
+
+    def _ref(self) -> verify.Reference:
+        if self._reference is None:
+            self._reference = verify.Reference(self.program, seed=self.seed)
+        return self._reference
 
     def fingerprinter(self) -> verify.Fingerprinter:
         """The program's fingerprinter, made on first use."""
@@ -71,10 +112,9 @@ class Checker:
         """``verify.equivalent``'s Verdict (None when the verifier cannot evaluate the graph).
         An unexpected error inside the verifier is one warning line and no verdict for this
         candidate — never shipped, and the search goes on with the others."""
+        self._settle()
         try:
-            if self._reference is None:
-                self._reference = verify.Reference(self.program, seed=self.seed)
-            return self._reference.equivalent(graph, error=self.error)
+            return self._ref().equivalent(graph, error=self.error)
         except MugraphError:
             return None
         except Exception as e:  # noqa: BLE001 — a verifier bug must not end the search
@@ -91,3 +131,20 @@ class Checker:
         if not self.fingerprint_matches(graph):
             return False, False
         return True, self.verified(graph)
+
+
+def on_threads(threads: int, fn) -> None:
+    """``fn()`` with this process's torch, BLAS and OpenMP pools at ``threads`` threads, as
+    they were after. The verification warm-up runs while the workers enumerate: at full
+    width its pools would take the cores the workers were given (each worker has its share,
+    :func:`search.worker.share_cores`); it gets those the workers leave, at least one."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        with threadpool_limits(limits=threads):
+            fn()
+    finally:
+        torch.set_num_threads(before)

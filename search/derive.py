@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 from mugraph.core.ir import KernelGraph, Program
@@ -483,8 +483,64 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
 VARIANT_MARGIN = 0.8
 
 
+@dataclass
+class SeedOrder:
+    """The seeds and their tile variants in the order a search verifies them (``graphs``), and
+    the remembered price they were ranked by (None: no price given) — for :meth:`near_ties`."""
+
+    graphs: list[KernelGraph]
+    price: Optional[Callable[[KernelGraph], float]] = None
+    smem_budget: Optional[int] = None
+
+    def near_ties(self, proven: KernelGraph, end: Optional[float], stats: dict) -> list[KernelGraph]:
+        """What to verify beside ``proven`` (the first of :attr:`graphs` proven), so that the
+        GPU's timing, not the price, chooses among tilings the price cannot tell apart: the
+        graphs of the order and ``proven``'s own tile variants priced within :data:`NEAR_TIE`
+        of it, at most :data:`NEAR_TIES` — those whose loops step differently from
+        ``proven``'s first (the lowering sub-tiles a block's rows itself but never cuts or,
+        for a running max, merges a step, so only the μGraph offers another step), each group
+        cheapest first. Prices are computed until ``end`` (monotonic; None: no limit).
+
+        Why: the price ranks close tilings no better than chance (design §7.10). The causal
+        8k-token prompt shipped a 64-row kernel stepping over 128 keys (1,012 μs on an H200,
+        0.96× SDPA), priced 2 % below the same kernel over 64-key steps, which had run 876 μs."""
+        if self.price is None:
+            return []
+        p0 = _price(self.price, proven)
+        if p0 is None:
+            return []
+        key0, loops0 = graph_key(proven), _loops(proven)
+        pool = {graph_key(g): g for g in self.graphs}
+        for h in tile_variants(proven, self.smem_budget):
+            pool.setdefault(graph_key(h), h)
+        ties = []
+        for k, g in pool.items():
+            if k == key0 or _past(end):
+                continue
+            p = _price(self.price, g)
+            if p is not None and p <= NEAR_TIE * p0:
+                ties.append((_loops(g) == loops0, p, len(ties), g))
+        ties.sort(key=lambda t: t[:3])
+        stats["transfer_near_ties"] = len(ties)
+        return [g for *_, g in ties[:NEAR_TIES]]
+
+
+#: a graph priced within this factor of a proven seed is one the price cannot tell from it
+#: (the re-ranking's own spread is 1.3, ``mugraph.pipeline.timing.SPREAD``; within one μGraph
+#: the model's favourite configuration was up to 21 % slower than the best, ``lower.calibration``)
+NEAR_TIE = 1.1
+#: how many near ties of a proven seed are verified beside it (each a full verification of
+#: the candidate's side: seconds at an 8k-token prompt's size)
+NEAR_TIES = 2
+
+
+def _loops(g: KernelGraph) -> tuple:
+    """The loop lengths of ``g``'s kernels, in order (``kernel_shape``'s loop part)."""
+    return tuple(s[1] if isinstance(s, tuple) else s for s in kernel_shape(g))
+
+
 def seed_order(seeds: Sequence[KernelGraph], estimate: Optional[Callable[[KernelGraph], float]],
-               end: Optional[float], smem_budget: Optional[int], stats: dict) -> list[KernelGraph]:
+               end: Optional[float], smem_budget: Optional[int], stats: dict) -> SeedOrder:
     """The order a search verifies its seeds in (``search.driver._verify_seeds``). With a price
     (``estimate``, the lowering's): the tile variants reached by following it down from the
     cheapest seed (:func:`climb`) priced below :data:`VARIANT_MARGIN` × the cheapest seed's
@@ -503,7 +559,7 @@ def seed_order(seeds: Sequence[KernelGraph], estimate: Optional[Callable[[Kernel
     steps, measured 30.0 against 34.8 on an H200)."""
     by_key = sorted(seeds, key=cost_key)
     if estimate is None or not by_key:
-        return by_key
+        return SeedOrder(by_key)
     price = _remembered(estimate)
     seen = {graph_key(g) for g in by_key}
     fresh = list({k: h for h in climb(by_key, price, end, smem_budget, stats)
@@ -513,14 +569,14 @@ def seed_order(seeds: Sequence[KernelGraph], estimate: Optional[Callable[[Kernel
     variant = [any(g is h for h in fresh) for g in ranked]
     seed_prices = [price(g) for g, v in zip(ranked[:priced], variant) if not v]  # remembered
     if not seed_prices:
-        return ranked
+        return SeedOrder(ranked, price, smem_budget)
     bar = VARIANT_MARGIN * min(seed_prices)
 
     def group(i: int) -> int:  # 0: a variant clearly cheaper than every seed; 1: a seed; 2: the rest
         if not variant[i]:
             return 1
         return 0 if i < priced and price(ranked[i]) < bar else 2
-    return [ranked[i] for i in sorted(range(len(ranked)), key=lambda i: (group(i), i))]
+    return SeedOrder([ranked[i] for i in sorted(range(len(ranked)), key=lambda i: (group(i), i))], price, smem_budget)
 
 
 def _remembered(estimate: Callable[[KernelGraph], float]) -> Callable[[KernelGraph], float]:

@@ -54,12 +54,14 @@ from mugraph.core.serialize import graph_from_json, graph_to_json
 from verify import shared_draws
 
 from .candidates import collect_matches
+from .check import Checker
 from .config import SearchConfig
-from .derive import seed_order
+from .derive import SeedOrder, seed_order
 from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match, Proposal
 from .run_state import GRACE, Outer, RunState
+from .worker import usable_cores
 from .verification import (after_warm_up, graph_key, settle_warm_up, split_and_verify, start_warm_up,
                            verify_after_interrupt)
 
@@ -123,7 +125,7 @@ class SearchResult:
 
 def run(program: Program, config: Optional[SearchConfig] = None,
         estimate: Optional[Callable[[KernelGraph], float]] = None,
-        seeds: Sequence[KernelGraph] = ()) -> SearchResult:
+        seeds: Sequence[KernelGraph] = (), checker: Optional[Checker] = None) -> SearchResult:
     """Search μGraphs equivalent to ``program``; see :class:`SearchConfig` for the knobs.
 
     Returns within ``config.time_limit`` (default 300 s) plus a few seconds, earlier when
@@ -139,18 +141,33 @@ def run(program: Program, config: Optional[SearchConfig] = None,
     the same program at other sizes carried to these (:mod:`search.transfer`). Each is a
     proposal like the split and tile variants (origin ``"transfer"``): verified against
     ``program`` from scratch, ranked by its cost with the matches, and a source of split and
-    tile variants; none is trusted. The enumeration runs as without them."""
-    return _search(program, config or SearchConfig(), estimate, outer=None, seeds=seeds)
+    tile variants; none is trusted. The enumeration runs as without them.
+
+    ``checker``: the verifier of ``program`` made ahead (:func:`prepared_checker`), used when it
+    serves this search's error bound and seed."""
+    return _search(program, config or SearchConfig(), estimate, outer=None, seeds=seeds, checker=checker)
+
+
+def prepared_checker(program: Program, config: SearchConfig) -> Optional[Checker]:
+    """A verifier for a search of ``program`` under ``config`` that starts now, on a thread of
+    its own, to prepare the program's side of its verifications — where they run on this
+    process's GPU (else None: on a CPU the workers' cores are the ones it would take). Hand it
+    to :func:`run` (``checker=``) once what runs meanwhile is done."""
+    if not config.verify or not Checker.on_gpu():
+        return None
+    checker = Checker(program, config.verify_error, config.seed)
+    checker.prepare_in_background(max(1, usable_cores() - config.workers))
+    return checker
 
 
 def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[KernelGraph], float]],
-            outer: Optional[Outer], seeds: Sequence[KernelGraph] = ()) -> SearchResult:
+            outer: Optional[Outer], seeds: Sequence[KernelGraph] = (), checker: Optional[Checker] = None) -> SearchResult:
     """One search, whole or a piece of one (``outer``: the search it serves): its phases
     in order over one :class:`RunState`. On Ctrl-C (a whole search only: a piece's is its
     outer search's) the workers are stopped, the checkpoint saved, and the cheapest
     matches verified here until one passes. Whatever happens, the executor is stopped,
     the checkpoint saved and the progress closed."""
-    state = RunState.start(program, cfg, estimate, outer)
+    state = RunState.start(program, cfg, estimate, outer, checker)
     try:
         state.bar = _progress(state)
         with _shared_draws(state):
@@ -182,38 +199,65 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
     """The seeds as proposals (origin ``"transfer"``), verified here first, cheapest first,
     until one is proven and while a verification fits in the time (``state.known_verdicts``:
     the verify phase reads them there; a seed not verified here is verified there like any
-    proposal, as its time allows). Why before the enumeration: a seed is a μGraph proven at other sizes,
+    proposal, as its time allows); then the proven one's near ties
+    (:meth:`~search.derive.SeedOrder.near_ties`), so that the GPU's timing chooses among them.
+    Why before the enumeration: a seed is a μGraph proven at other sizes,
     the likeliest winner, and at large sizes one verification costs seconds (a causal
     prompt attention at 2,048 tokens on two cores: 9.6 s), which the verify phase's reserve,
     after the enumeration and the split variants' fingerprints, did not leave it."""
     state.dstats["transfer_seeds"] = len(seeds)
-    proven = False
-    for i, g in enumerate(_seed_order(state, seeds)):
+    order = _seed_order(state, seeds)
+    proven: Optional[KernelGraph] = None
+    took = 0.0
+    for i, g in enumerate(order.graphs):
         # until one is proven, and past the first only while the search has time: the rest
         # stay proposals for the verify phase. Why: on a GPU nothing limited them (the first
         # verification always fits there), and an 8k-token prompt's four seeds took 51 s of a
         # 39 s search, leaving its float checks no time (H200)
-        late = state.clock.t_end is not None and time.monotonic() >= state.clock.t_end
-        if not proven and (i == 0 or not late) and state.verify_cost.fits():
+        if proven is None and (i == 0 or not _late(state)) and state.verify_cost.fits():
             # not a sample of the verify phase's cost: the first verification here also
             # computes the program's side of every test, and a median of it can tell the
             # verify phase that nothing more fits (the suspected reason an H200's seeded 8k
             # decode verified no other candidate; not measured since)
-            t0 = time.monotonic()
-            v = state.checker.verdict(g)
-            state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0)
-                                                      + time.monotonic() - t0, 3)
-            state.known_verdicts[graph_key(graph_to_json(g))] = None if v is None else v.to_json()
-            proven = bool(v and v.equivalent)
-            state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + proven
+            took, ok = _verify_seed(state, g)
+            proven = g if ok else None
         state.derived.append(Proposal(g, "transfer"))
+    if proven is None:
+        return
+    listed = {id(g) for g in order.graphs}  # near_ties hands back the order's own graphs
+    for g in order.near_ties(proven, state.clock.t_end, state.dstats):
+        # a near tie's verification reuses the program's side of every test, so it costs at
+        # most what the proven one's did: started only when that much time is left
+        if state.clock.t_end is not None and time.monotonic() + took > state.clock.t_end:
+            break
+        _verify_seed(state, g)
+        state.dstats["transfer_near_ties_verified"] = state.dstats.get("transfer_near_ties_verified", 0) + 1
+        if id(g) not in listed:
+            state.derived.append(Proposal(g, "transfer"))
+
+
+def _late(state: RunState) -> bool:
+    return state.clock.t_end is not None and time.monotonic() >= state.clock.t_end
+
+
+def _verify_seed(state: RunState, g: KernelGraph) -> tuple[float, bool]:
+    """Verify one seed (or a near tie of one), its verdict kept for the verify phase:
+    ``(seconds, proven)``."""
+    t0 = time.monotonic()
+    v = state.checker.verdict(g)
+    took = time.monotonic() - t0
+    state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0) + took, 3)
+    state.known_verdicts[graph_key(graph_to_json(g))] = None if v is None else v.to_json()
+    proven = bool(v and v.equivalent)
+    state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + proven
+    return took, proven
 
 
 #: the share of the search's time limit spent pricing its seeds and their tile variants
 SEED_PRICE_SHARE = 0.1
 
 
-def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> list[KernelGraph]:
+def _seed_order(state: RunState, seeds: Sequence[KernelGraph]) -> SeedOrder:
     """The order seeds are verified in (:func:`search.derive.seed_order`), pricing for at most
     :data:`SEED_PRICE_SHARE` of the time limit and not past the search's end."""
     limit = state.cfg.time_limit

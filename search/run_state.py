@@ -189,12 +189,16 @@ class RunState:
     @classmethod
     def start(cls, program: Program, cfg: SearchConfig,
               estimate: Optional[Callable[[KernelGraph], float]] = None,
-              outer: Optional[Outer] = None) -> "RunState":
-        """The state at the start: the clock running and the config's executor checked."""
+              outer: Optional[Outer] = None, checker: Optional[Checker] = None) -> "RunState":
+        """The state at the start: the clock running and the config's executor checked.
+        ``checker``: one made for this program, error and seed ahead of the search (its
+        program's side perhaps prepared: :meth:`Checker.prepare_in_background`); any other
+        is not used."""
         clock = Clock.start(cfg, outer)
         if cfg.executor not in EXECUTORS:
             raise ConfigError(f"executor={cfg.executor!r}: use one of {', '.join(EXECUTORS)}")
-        checker = Checker(program, cfg.verify_error, cfg.seed)
+        if checker is None or not checker.serves(program, cfg.verify_error, cfg.seed):
+            checker = Checker(program, cfg.verify_error, cfg.seed)
         return cls(program, cfg, estimate, clock, outer, checker,
                    verify_here=cfg.executor == "serial" or checker.on_gpu(),
                    verify_cost=VerifyCost(clock.t_end, first_past_end=checker.on_gpu()))

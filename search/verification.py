@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 from mugraph.core.serialize import graph_from_json
 
 from .candidates import split_loops
+from .check import on_threads
 from .config import SearchConfig
 from .derive import kernel_shape, one_per_shape
 from .records import Found, Match
@@ -30,23 +31,6 @@ SETTLE_MAX_S = 60.0
 
 
 # ----------------------------------------------------------------- warm-up
-def on_threads(threads: int, fn) -> None:
-    """``fn()`` with this process's torch, BLAS and OpenMP pools at ``threads`` threads, as
-    they were after. The verification warm-up runs while the workers enumerate: at full
-    width its pools would take the cores the workers were given (each worker has its share,
-    :func:`search.worker.share_cores`); it gets those the workers leave, at least one."""
-    import torch
-    from threadpoolctl import threadpool_limits
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
-        with threadpool_limits(limits=threads):
-            fn()
-    finally:
-        torch.set_num_threads(before)
-
-
 def start_warm_up(state: RunState) -> None:
     """With a GPU (verifications run in this process), prepare the program's side of
     every field test and of the float check while the workers enumerate: this process

@@ -427,6 +427,12 @@ class FloatReference:
         ins = {k: x.to(_TORCH[dtype]) for k, x in self.draw(i).items()}
         return {k: x.abs() for k, x in ins.items()} if positive else ins
 
+    def prepare(self) -> None:
+        """Every case computed now (and kept within the budget), so a check reads them."""
+        for i in range(len(self.scales)):
+            for dtype in self.dtypes:
+                self.case(i, dtype)
+
     def case(self, i: int, dtype: str) -> _Case:
         """Case (scale index ``i``, ``dtype``): computed, or kept from an earlier call."""
         got = self._cases.get((i, dtype))

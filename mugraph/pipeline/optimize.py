@@ -331,12 +331,13 @@ def _estimator(cfg: OptimizeConfig) -> Callable:
     return functools.partial(_lowered_estimate, input_strides=cfg.input_strides) if cfg.input_strides \
         else _lowered_estimate
 
-def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph], estimate: Callable):
-    """``search.run`` (``seeds``: :func:`_transferred`); a default checkpoint that cannot be
-    read is replaced (with a warning): it is the cache's own file, and the search can only
-    start over."""
+def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph], estimate: Callable,
+            checker=None):
+    """``search.run`` (``seeds``: :func:`_transferred`; ``checker``: :func:`search.prepared_checker`);
+    a default checkpoint that cannot be read is replaced (with a warning): it is the cache's
+    own file, and the search can only start over."""
     try:
-        return search.run(program, scfg, estimate=estimate, seeds=seeds)
+        return search.run(program, scfg, estimate=estimate, seeds=seeds, checker=checker)
     except search.CheckpointError as e:
         if not own_checkpoint:
             raise
@@ -514,12 +515,16 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     # the search's own limit, before a scout takes its share: the checks' end is counted
     # from the call's start, scout included
     search_limit = None if scfg.time_limit is None else float(scfg.time_limit)
+    checker = None
     if not seeds and scouts(program, scfg):
+        # the program's side of its verifications prepared on the GPU while the scout runs
+        # (design §6.10): the scout's seeds are verified first thing after it
+        checker = search.prepared_checker(program, scfg)
         with phases.phase("scout"):
             seeds, scout = _scouted(program, scfg, None if cfg.input_strides else _estimator(cfg))
         scfg.time_limit = max(MIN_SEARCH_AFTER_SCOUT_S, float(scfg.time_limit) - phases.seconds["scout"])
     with phases.phase("search"):
-        found = _search(program, scfg, own_checkpoint, seeds or [], _estimator(cfg))
+        found = _search(program, scfg, own_checkpoint, seeds or [], _estimator(cfg), checker)
     interrupted = found.interrupted
     t_search = phases.seconds["search"]
     # the search verified each graph against this program with the same error and seed;

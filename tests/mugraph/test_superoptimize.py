@@ -187,7 +187,7 @@ def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
 
     seen = {}
 
-    def spy(program, cfg, estimate=None, seeds=()):
+    def spy(program, cfg, estimate=None, seeds=(), checker=None):
         seen["estimate"] = estimate
         raise KeyboardInterrupt  # stop before any search: nothing was verified
 
@@ -263,7 +263,7 @@ def test_a_float_check_out_of_gpu_memory_rejects_that_candidate_only(monkeypatch
     g = graph_from_json(json.loads((Path(__file__).parents[1] / "search" / "data" / "decode_online_kv256.json")
                                    .read_text()))
     verdict = verify.equivalent(prog, g).to_json()
-    monkeypatch.setattr(opt_mod, "_search", lambda p, scfg, own, seeds, est: SearchResult(
+    monkeypatch.setattr(opt_mod, "_search", lambda p, scfg, own, seeds, est, checker=None: SearchResult(
         p.name, [Found(graph_to_json(g), "enumeration", verdict)], {"complete": True}))
     real = verify.float_check
 

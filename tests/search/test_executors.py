@@ -182,7 +182,7 @@ def test_the_verification_warm_up_runs_on_the_cores_the_workers_leave():
     import torch
     from threadpoolctl import threadpool_info
 
-    from search.verification import on_threads as _on_threads
+    from search.check import on_threads as _on_threads
 
     before = torch.get_num_threads()
     seen = {}

@@ -37,8 +37,8 @@ def test_the_piece_searcher_hands_on_the_end_and_the_progress(monkeypatch):
     seen = []
     real = RunState.start
 
-    def spy(program, cfg, estimate=None, outer=None):
-        st = real(program, cfg, estimate, outer)
+    def spy(program, cfg, estimate=None, outer=None, checker=None):
+        st = real(program, cfg, estimate, outer, checker)
         seen.append(st)
         return st
 

@@ -130,7 +130,7 @@ def test_a_variant_the_price_barely_prefers_waits_behind_the_seed(monkeypatch):
 
     def spy(state, seeds):
         out = real(state, seeds)
-        order.append([_kernels(g)[0][1] for g in out])
+        order.append([_kernels(g)[0][1] for g in out.graphs])
         return out
 
     monkeypatch.setattr(driver, "_seed_order", spy)
@@ -142,6 +142,31 @@ def test_a_variant_the_price_barely_prefers_waits_behind_the_seed(monkeypatch):
             return 1.0 + slope * abs(math.log2(loop) - 7)
         driver.run(_decode(4096), cfg, estimate=price, seeds=[seed])
         assert order[-1][0] == expect_first and sorted(order[-1]) == [32, 64, 128], order[-1]
+
+
+def test_the_near_ties_of_a_proven_seed_are_verified_beside_it():
+    """Once a seed is proven, the graphs the price cannot tell from it (within ``NEAR_TIE``)
+    are verified too, those stepping differently first, so the GPU's timing chooses among
+    them: a flat price proves the seed's 32-step kernel first, then its 128- and 64-step
+    variants; all three ship proven (the enumeration may find one of them too). A price that
+    sets the variants apart verifies none."""
+    import math
+
+    from search.derive import NEAR_TIES
+
+    cfg = SearchConfig(time_limit=20, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
+                       split_loops=False, max_results=4, verify_per_kernels=4)
+    seed = transfer(_found(), _decode(4096))
+    for slope, ties in ((0.01, NEAR_TIES), (1.0, 0)):
+        def price(g, slope=slope):
+            (_, loop), = _kernels(g)
+            return 1.0 + slope * abs(math.log2(loop) - 7)
+        r = driver.run(_decode(4096), cfg, estimate=price, seeds=[seed])
+        d = r.stats["derived"]
+        assert d.get("transfer_near_ties_verified", 0) == ties and d["transfer_verified"] == 1 + ties
+        shipped = {_kernels(g)[0][1] for g in r.graphs}
+        assert not ties or shipped >= {32, 64, 128}, shipped
+        assert all(v["equivalent"] and v["bound_met"] for v in r.verdicts)
 
 
 @pytest.mark.parametrize("program, ships", [(_decode, True), (_sum_not_softmax, False)],
@@ -245,7 +270,7 @@ def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
         scouted.append(([t.shape for t in program.inputs], cfg.time_limit, cfg.checkpoint))
         return Found()
 
-    def main_search(program, scfg, own_checkpoint, seeds, estimate):
+    def main_search(program, scfg, own_checkpoint, seeds, estimate, checker=None):
         searched.append(([_kernels(s) for s in seeds], scfg.time_limit))
         raise KeyboardInterrupt  # the rest of the pipeline is not this test's
 
@@ -262,6 +287,64 @@ def test_superoptimize_scouts_a_large_program_and_seeds_its_search(monkeypatch):
     with pytest.raises(opt_mod.Interrupted):
         mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
     assert searched == [([], 20)] and len(scouted) == 1
+
+
+def test_the_program_side_is_prepared_while_the_scout_runs(monkeypatch):
+    """On a GPU (pretended: the verifier stays on the CPU) a scouted call starts preparing the
+    program's side of its verifications before the scout and hands that checker to the
+    program's search, which verifies its seeds with it: the seed's verdict evaluates the
+    program no more. On a CPU nothing is prepared ahead (the workers have the cores)."""
+    import search as search_pkg
+    import search.transfer as tr
+    from search.check import Checker
+
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 16)
+    monkeypatch.setattr(tr, "SCOUT_TARGET", 2 ** 14)
+    real_run = search_pkg.run
+    handed = []
+
+    class Found:
+        graphs = [_found()]
+
+    def run(program, cfg, estimate=None, seeds=(), checker=None):
+        if not seeds:  # the scout
+            return Found()
+        handed.append(checker)
+        if checker is None:
+            raise KeyboardInterrupt
+        checker._settle()
+        before = checker._reference.evaluations
+        r = real_run(program, cfg, estimate=estimate, seeds=seeds, checker=checker)
+        assert r.stats["derived"]["transfer_verified"] >= 1  # the seed, and its near ties
+        assert checker._reference.evaluations == before  # the seed's verdict read the prepared side
+        raise KeyboardInterrupt  # the rest of the pipeline is not this test's
+
+    monkeypatch.setattr(search_pkg, "run", run)
+    cfg = {"search": {"time_limit": 20, "workers": 1, "executor": "serial", "compose": False,
+                      "split_loops": False, "smem_budget": 16 * 1024}}
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: False))
+    with pytest.raises(opt_mod.Interrupted):
+        mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
+    assert handed == [None]
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
+    with pytest.raises(opt_mod.Interrupted):
+        mg.superoptimize(_decode(4096), cfg, device="cpu", cache_dir=False, progress=False)
+    assert isinstance(handed[-1], Checker) and handed[-1]._reference.evaluations > 0
+
+
+def test_a_checker_made_for_other_settings_is_not_used():
+    """``search.run(checker=)`` uses a checker only for the program, error bound and seed it
+    was made for."""
+    from search.check import Checker
+    from search.run_state import RunState
+
+    p = _decode(1024)
+    cfg = SearchConfig(time_limit=5, workers=1, progress=False, seed=3)
+    mine = Checker(p, cfg.verify_error, 3)
+    assert RunState.start(p, cfg, checker=mine).checker is mine
+    for other in (Checker(p, cfg.verify_error, 4), Checker(_decode(1024), cfg.verify_error, 3),
+                  Checker(p, cfg.verify_error / 2, 3)):
+        assert RunState.start(p, cfg, checker=other).checker is not other
 
 
 def _scouted_call(monkeypatch, scout_s: float, search_s: float, found: int):
@@ -289,7 +372,7 @@ def _scouted_call(monkeypatch, scout_s: float, search_s: float, found: int):
         skew[0] += scout_s
         return types.SimpleNamespace(graphs=[_found()])
 
-    def main_search(prog, scfg, own_checkpoint, seeds, estimate):
+    def main_search(prog, scfg, own_checkpoint, seeds, estimate, checker=None):
         skew[0] += search_s
         return SearchResult(prog.name, [Found(graph_to_json(seeds[0]), "transfer", verdict)] * found,
                             {"complete": True})
@@ -346,7 +429,7 @@ def test_a_scout_that_fails_leaves_the_search_its_time(monkeypatch):
     def scout_run(program, cfg, estimate=None):
         raise ResourceError("out of memory in a worker")
 
-    def main_search(program, scfg, own_checkpoint, seeds, estimate):
+    def main_search(program, scfg, own_checkpoint, seeds, estimate, checker=None):
         searched.append((list(seeds), scfg.time_limit))
         raise KeyboardInterrupt
 

@@ -37,3 +37,32 @@ def test_default_cache_sizes_follow_the_memory(monkeypatch):
                       (0, eq.DRAW_CACHE_BYTES)]:
         monkeypatch.setattr(eq, "_physical_memory", lambda m=mem: m)
         assert eq.default_cache_bytes(cpu) == want
+
+
+def test_prepare_computes_the_program_side_a_verdict_reads():
+    """``Reference.prepare`` evaluates the program on every draw a candidate's trial needs and
+    prepares the float check's reference side; a later verdict then evaluates the program
+    no more, and is the verdict of an unprepared reference — a near miss still fails."""
+    from mugraph.core.benchmarks import program as bench_program
+
+    p, g = bench_program("gqa", small=True), reference("gqa", small=True)
+    ref = verify.Reference(p, seed=5, device="cpu")
+    tests = ref.prepare()
+    assert tests >= 2 and ref.evaluations >= tests
+    before = ref.evaluations
+    v = ref.equivalent(g)
+    assert v.ok and v.tests == tests and ref.evaluations == before
+    fresh = verify.Reference(p, seed=5, device="cpu").equivalent(g)
+    assert (v.equivalent, v.tests, v.error_bound, v.float_check.passed) == \
+        (fresh.equivalent, fresh.tests, fresh.error_bound, fresh.float_check.passed)
+    assert ref.equivalent(_unnormalized(p)).equivalent is False  # a near miss: no normalization
+
+
+def _unnormalized(p):
+    """``p``'s attention without dividing by the sum of the exponentials."""
+    import mugraph as mg
+
+    g = mg.Program("unnormalized")
+    q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
+    g.output(mg.exp(q @ k) @ v)
+    return g
