@@ -40,6 +40,28 @@ def propose(matches: list[Match], p: Proposal) -> None:
                          signature(p.graph), p.origin))
 
 
+#: a field test's program evaluation at most this long (seconds, on average) makes a full
+#: verification cheap enough to need no fingerprint first (:func:`verifications_cheap`)
+CHEAP_TEST_S = 0.01
+
+
+def verifications_cheap(state: RunState) -> bool:
+    """Whether this search's verifications run here on a GPU and each field test's evaluation
+    of the program took at most :data:`CHEAP_TEST_S` on average: then a split variant is
+    proposed for verification without a fingerprint first, as a tile variant is — a split
+    preserves the function by construction, the verifier decides either way, and the
+    fingerprints only spend the split phase's share. Why: a Phi-3-mini RMSNorm + qkv piece on
+    an H200 verified candidates in 16 ms each, but its split variants' fingerprints answered
+    none in the 0.85 s left them, so the split kernel that ran 19.1 μs (the torch ops 21.8) was
+    never proposed and the piece stayed torch code; in another run of the same piece one
+    fingerprint finished and that kernel shipped. Where tests are slow (an 8k-token prompt:
+    about a second each) the fingerprints still filter what the verification spends on."""
+    if not (state.verify_here and state.checker.on_gpu()):
+        return False
+    s = state.checker.seconds_per_test()
+    return s is not None and s <= CHEAP_TEST_S
+
+
 def split_loops(state: RunState, matches: list[Match]) -> None:
     """The split-loop phase: propose the split variants of the cheapest matches, and
     credit a match the lowering can split with its best split's estimate."""
@@ -63,7 +85,9 @@ def split_loops(state: RunState, matches: list[Match]) -> None:
     # against 34.9 for the program)
     split_end = None if end is None else t0 + (end - t0) / 2
     best: dict[int, float] = {}
-    proposals = splits(srcs, sequential(state.checker), state.dstats, split_end, limit=4 * state.cfg.split_sources,
+    fingerprint = None if verifications_cheap(state) else sequential(state.checker)
+    state.dstats["split_unfingerprinted"] = fingerprint is None
+    proposals = splits(srcs, fingerprint, state.dstats, split_end, limit=4 * state.cfg.split_sources,
                        best=best, estimate=state.estimate)
     # the lowering splits a kernel's loop itself (split-K, its partials summed by the last
     # block of each tile, no second launch): a kernel of few blocks and a long loop is worth

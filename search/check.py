@@ -79,6 +79,14 @@ class Checker:
             t.join(0.5)
         self._preparing = None
 
+    def seconds_per_test(self) -> float | None:
+        """What one field test's evaluation of the program has cost (with its draw), the
+        median so far — the first pays for the process's first GPU and compiled-loop work:
+        about what a candidate's costs too. None before any."""
+        r = self._reference
+        times = sorted(r.evaluation_times) if r is not None else []
+        return times[len(times) // 2] if times else None
+
     def _ref(self) -> verify.Reference:
         if self._reference is None:
             self._reference = verify.Reference(self.program, seed=self.seed)

@@ -248,3 +248,37 @@ def test_the_tile_variants_keep_half_of_the_split_phase(monkeypatch):
     # with the whole share they ran to its end and the tile variants got none
     assert 1 <= stats["split_fingerprinted"] < 4 and stats["split_s"] < 0.8
     assert stats["retile_variants"] >= 1 and stats["retile_matches"] >= 1
+
+
+def test_split_variants_skip_the_fingerprint_only_where_verifying_is_cheap(monkeypatch):
+    """Where verifications run here on a GPU (pretended; the verifier stays on the CPU) and a
+    field test's program evaluation is cheap, the split variants are proposed without a
+    fingerprint (the verifier decides, as for tile variants): slow fingerprints no longer
+    starve them. On the CPU, or where tests are slow, they are fingerprinted first."""
+    import time
+
+    from search import candidates
+    from search.candidates import split_loops
+    from search.check import Checker
+    from search.records import Match
+    from search.run_state import RunState
+    from search.enumerate import signature
+    from mugraph.core.serialize import graph_to_json
+
+    p = programs.gqa(1, queries=16, head_dim=16, kv=4096)
+    g = gqa_blocks(p, 2, 256)
+
+    def run(gpu: bool, test_s: float) -> dict:
+        monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: gpu))
+        monkeypatch.setattr(Checker, "seconds_per_test", lambda self: test_s)
+        state = RunState.start(p, SearchConfig(workers=2, executor="processes", time_limit=4.0, progress=False))
+        state.estimate = lambda h: cost_key(h)[1]
+        monkeypatch.setattr(state.checker, "fingerprint_matches", lambda h, stop_at=None: time.sleep(0.5) or True)
+        split_loops(state, [Match(tuple(cost_key(g)), 0, 0, graph_to_json(g), signature(g), "enumeration")])
+        return state.dstats
+
+    cheap = run(True, candidates.CHEAP_TEST_S / 2)
+    assert cheap["split_unfingerprinted"] and "split_fingerprinted" not in cheap and cheap["split_matches"] >= 4
+    for gpu, test_s in ((False, 0.001), (True, 1.0)):
+        d = run(gpu, test_s)
+        assert not d["split_unfingerprinted"] and d["split_fingerprinted"] <= 2 and d["split_matches"] <= 2
