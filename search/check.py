@@ -80,9 +80,10 @@ class Checker:
         self._preparing = None
 
     def seconds_per_test(self) -> float | None:
-        """What one field test's evaluation of the program has cost (with its draw), the
-        median so far — the first pays for the process's first GPU and compiled-loop work:
-        about what a candidate's costs too. None before any."""
+        """What one field test's evaluation of the program has cost (its inputs' draw aside:
+        the candidates read the same draws), the median so far — the first pays for the
+        process's first GPU and compiled-loop work: about what a candidate's costs too. None
+        before any."""
         r = self._reference
         times = sorted(r.evaluation_times) if r is not None else []
         return times[len(times) // 2] if times else None

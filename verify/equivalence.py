@@ -546,7 +546,7 @@ class Reference:
         self._outputs: dict[tuple, object] = {}
         self._float: dict[tuple, FloatReference] = {}
         self.evaluations = 0  # of the reference (a statistic: one per draw, not per candidate)
-        self.evaluation_times: list[float] = []  # what each of those evaluations took (with its draw), seconds
+        self.evaluation_times: list[float] = []  # what each of those evaluations took (its draw aside), seconds
 
     @property
     def live(self) -> KernelGraph:
@@ -568,14 +568,16 @@ class Reference:
         if got is None:
             f, omega = draws.field(k)
             self.evaluations += 1
-            t0 = time.perf_counter()
+            t0 = None
             try:
-                got = evaluate_field(self.live, draws.inputs(k, self.graph, need_q), f, omega, self.device,
-                                     free=_free_shifts(self.seed, k, 0))
+                inputs = draws.inputs(k, self.graph, need_q)
+                t0 = time.perf_counter()
+                got = evaluate_field(self.live, inputs, f, omega, self.device, free=_free_shifts(self.seed, k, 0))
                 size = sum(_nbytes(t) for o in got for t in o)
             except (ZeroDivisorDraw, FieldError) as e:
                 got, size = e, 0
-            self.evaluation_times.append(time.perf_counter() - t0)
+            if t0 is not None:
+                self.evaluation_times.append(time.perf_counter() - t0)
             if size <= self.output_budget[0]:
                 self.output_budget[0] -= size
                 self._outputs[key] = got

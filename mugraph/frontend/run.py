@@ -619,7 +619,7 @@ def search_digest(stats: dict) -> dict[str, Any]:
                      + f"; {d.get('composed_matches', 0)} of {d.get('composed_graphs', 0)} composed matched"
                      if pieces else None),
         "variants": (f"split {d.get('split_matches', 0)}/{d.get('split_variants', 0)} "
-                     f"({d.get('split_priced', 0)} priced, {d.get('split_fingerprinted', 0)} fingerprinted, "
+                     f"({d.get('split_priced', 0)} priced, {_fingerprinted(d)}, "
                      f"{d.get('split_s', 0)} s), "
                      f"retile {d.get('retile_matches', 0)}/{d.get('retile_variants', 0)} "
                      f"({_climbed(d)}{d.get('retile_s', 0)} s)"
@@ -627,6 +627,15 @@ def search_digest(stats: dict) -> dict[str, Any]:
         "warm_up_s": stats.get("warm_up_seconds"),
         "verify_s_median": stats.get("verify_seconds_median"),
     }
+
+
+def _fingerprinted(d: dict) -> str:
+    """How the split variants were screened, for :func:`search_digest`: fingerprinted (how many),
+    or proposed without (verifications cheap: a field test's median seconds)."""
+    if d.get("split_unfingerprinted"):
+        return f"not fingerprinted: a test {d.get('test_s', 0) * 1e3:.1f} ms"
+    return f"{d.get('split_fingerprinted', 0)} fingerprinted" + (f" (a test {d['test_s'] * 1e3:.1f} ms)"
+                                                                if "test_s" in d else "")
 
 
 def _climbed(d: dict) -> str:

@@ -368,7 +368,9 @@ def test_a_piece_at_new_sizes_is_seeded_with_its_cached_winner(tmp_path):
         (info,) = [i for key, i in run._INFO.items() if key[0] == bp.name]
         derived.append(info["optimized"].report["search"]["stats"]["derived"])
     assert derived[0]["transfer_seeds"] == 0
-    assert derived[1]["transfer_seeds"] == 1 and derived[1]["transfer_verified"] == 1, derived[1]
+    # the seed proven, and beside it its near ties (the tilings the price cannot tell from it)
+    d = derived[1]
+    assert d["transfer_seeds"] == 1 and d["transfer_verified"] == 1 + d.get("transfer_near_ties_verified", 0), d
 
 
 def test_search_digest_says_where_a_pieces_time_went():
