@@ -154,8 +154,8 @@ def test_the_near_ties_of_a_proven_seed_are_verified_beside_it():
 
     from search.derive import NEAR_TIES
 
-    cfg = SearchConfig(time_limit=20, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
-                       split_loops=False, max_results=4, verify_per_kernels=4)
+    cfg = SearchConfig(time_limit=6, workers=1, progress=False, smem_budget=16 * 1024, compose=False,
+                       split_loops=False, max_results=8, verify_per_kernels=8)
     seed = transfer(_found(), _decode(4096))
     for slope, ties in ((0.01, NEAR_TIES), (1.0, 0)):
         def price(g, slope=slope):
@@ -320,7 +320,7 @@ def test_the_program_side_is_prepared_while_the_scout_runs(monkeypatch):
         raise KeyboardInterrupt  # the rest of the pipeline is not this test's
 
     monkeypatch.setattr(search_pkg, "run", run)
-    cfg = {"search": {"time_limit": 20, "workers": 1, "executor": "serial", "compose": False,
+    cfg = {"search": {"time_limit": 8, "workers": 1, "executor": "serial", "compose": False,
                       "split_loops": False, "smem_budget": 16 * 1024}}
     monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: False))
     with pytest.raises(opt_mod.Interrupted):
