@@ -598,6 +598,8 @@ def _search(bp: BuiltPiece, opts: FrontendOptions, device: str, k: tuple, stop_b
                 "structure": kernel_structure(opt.best.graph) if opt.best.origin == "search" else opt.best.origin,
                 **search_digest(stats),
                 "candidates": candidates_digest(opt.candidates, opt.best),
+                # which candidates the GPU re-ranking timed and with what tuning shares, and why
+                "ranking": opt.report.get("why"),
                 "optimized": opt}
     if not cached and _INFO[k]["candidates"]:
         log.info("mugraph: %s: candidates (μs, p predicted, m measured): %s", bp.name, _INFO[k]["candidates"])
