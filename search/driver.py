@@ -237,16 +237,19 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
 
 
 def _late(state: RunState) -> bool:
+    """Whether the search's time limit has passed."""
     return state.clock.t_end is not None and time.monotonic() >= state.clock.t_end
 
 
 def _verify_seed(state: RunState, g: KernelGraph) -> tuple[float, bool]:
     """Verify one seed (or a near tie of one), its verdict kept for the verify phase:
-    ``(seconds, proven)``."""
+    ``(seconds, proven)`` — the verification's own seconds, not the wait for a preparation
+    still running (:meth:`~search.check.Checker.prepare_in_background`)."""
     t0 = time.monotonic()
     v = state.checker.verdict(g)
-    took = time.monotonic() - t0
-    state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0) + took, 3)
+    waited = time.monotonic() - t0
+    took = waited if v is None else min(waited, v.seconds)
+    state.dstats["transfer_verify_s"] = round(state.dstats.get("transfer_verify_s", 0.0) + waited, 3)
     state.known_verdicts[graph_key(graph_to_json(g))] = None if v is None else v.to_json()
     proven = bool(v and v.equivalent)
     state.dstats["transfer_verified"] = state.dstats.get("transfer_verified", 0) + proven
