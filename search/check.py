@@ -32,6 +32,7 @@ class Checker:
         self._fingerprinter: verify.Fingerprinter | None = None
         self._reference = None  # verify.Reference: the program's side of every test, shared by the candidates
         self._preparing: threading.Thread | None = None  # prepare_in_background's thread, until it is joined
+        self._stop = threading.Event()  # stop_preparing: the preparation ends before its next draw
 
     def serves(self, program: KernelGraph, error: float, seed: int) -> bool:
         """Whether this checker gives the verdicts a search of ``program`` with this error
@@ -51,7 +52,7 @@ class Checker:
         first verdict then computes what it needs."""
         self._settle()
         try:
-            self._ref().prepare(error=self.error)
+            self._ref().prepare(error=self.error, stop=self._stop.is_set)
         except MugraphError:
             pass
         except Exception as e:  # noqa: BLE001 — a verifier bug must not end the search
@@ -68,6 +69,17 @@ class Checker:
             self._preparing = threading.Thread(target=lambda: on_threads(threads, self.warm),
                                                name="mugraph-verify-prepare", daemon=True)
             self._preparing.start()
+
+    def stop_preparing(self) -> None:
+        """End a preparation under way before its next draw (what it computed stays kept): the
+        caller will not verify after all — Ctrl-C or an error during the scout — and its GPU
+        work must not go on behind the caller's back. A later :meth:`warm` prepares again."""
+        self._stop.set()
+        t = self._preparing
+        if t is not None and t is not threading.current_thread():
+            t.join()
+        self._preparing = None
+        self._stop.clear()
 
     def _settle(self) -> None:
         """Wait for :meth:`prepare_in_background`'s thread (in short waits: Ctrl-C still

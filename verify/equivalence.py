@@ -47,7 +47,7 @@ import zlib
 from dataclasses import dataclass, field as dc_field
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
-from typing import Iterable, Sequence, Union
+from typing import Callable, Iterable, Sequence, Union
 
 import numpy as np
 import torch
@@ -636,14 +636,15 @@ class Reference:
         return fr
 
     def prepare(self, *, error: float = DEFAULT_ERROR, max_tests: int = 128, float_check: bool = True,
-                float_kwargs: dict | None = None) -> int:
+                float_kwargs: dict | None = None, stop: Callable[[], bool] | None = None) -> int:
         """Compute now the program's side of what a candidate's verdict reads: its outputs on
         the draws of the field tests the program against itself needs (void draws counted as
         a trial counts them), and the reference side of the float check — kept as
         :meth:`equivalent_many` keeps them, so a later verdict evaluates only its candidate.
         Returns the tests prepared (0 for a program outside Lax: nothing to prepare). Nothing
         here decides a verdict: the same draws and evaluations would be made by the first
-        candidate's.
+        candidate's. ``stop()``, asked before each draw, ends the preparation early (what is
+        done stays kept).
 
         Why: at large sizes the program's side is most of a first verification (a causal
         2,048-token prompt attention on a CPU: 4.4 of 6.3 s), and a caller that knows it will
@@ -662,6 +663,8 @@ class Reference:
         with eval_threads(self.graph), reuse_memory(self.graph):
             k = 0
             while trial.active() and trial.row < MAX_FAILED_DRAWS:
+                if stop is not None and stop():
+                    return trial.tests
                 try:
                     draws.field(k)
                 except FieldError:

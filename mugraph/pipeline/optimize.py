@@ -520,8 +520,13 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         # the program's side of its verifications prepared on the GPU while the scout runs
         # (design §6.10): the scout's seeds are verified first thing after it
         checker = search.prepared_checker(program, scfg)
-        with phases.phase("scout"):
-            seeds, scout = _scouted(program, scfg, None if cfg.input_strides else _estimator(cfg))
+        try:
+            with phases.phase("scout"):
+                seeds, scout = _scouted(program, scfg, None if cfg.input_strides else _estimator(cfg))
+        except BaseException:  # Ctrl-C or a failure: no search follows, so nothing is prepared for it
+            if checker is not None:
+                checker.stop_preparing()
+            raise
         scfg.time_limit = max(MIN_SEARCH_AFTER_SCOUT_S, float(scfg.time_limit) - phases.seconds["scout"])
     with phases.phase("search"):
         found = _search(program, scfg, own_checkpoint, seeds or [], _estimator(cfg), checker)

@@ -332,6 +332,38 @@ def test_the_program_side_is_prepared_while_the_scout_runs(monkeypatch):
     assert isinstance(handed[-1], Checker) and handed[-1]._reference.evaluations > 0
 
 
+def test_a_scout_stopped_by_ctrl_c_stops_the_preparation(monkeypatch):
+    """Ctrl-C during the scout: no search follows, so the preparation started for it is
+    stopped before its next draw, and its thread is gone when ``superoptimize`` raises."""
+    import threading
+    import time
+
+    import search as search_pkg
+    import search.transfer as tr
+    from search.check import Checker
+
+    monkeypatch.setattr(tr, "SCOUT_ELEMENTS", 2 ** 16)
+    monkeypatch.setattr(tr, "SCOUT_TARGET", 2 ** 14)
+    monkeypatch.setattr(Checker, "on_gpu", staticmethod(lambda: True))
+
+    def endless(self, *, error=None, stop=None, **kw):  # a preparation that runs until stopped
+        while not stop():
+            time.sleep(0.01)
+        return 0
+
+    monkeypatch.setattr(verify.Reference, "prepare", endless)
+
+    def scout(program, cfg, estimate=None, seeds=(), checker=None):
+        time.sleep(0.2)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(search_pkg, "run", scout)
+    with pytest.raises((KeyboardInterrupt, opt_mod.Interrupted)):
+        mg.superoptimize(_decode(4096), {"search": {"time_limit": 8, "workers": 1}}, device="cpu",
+                         cache_dir=False, progress=False)
+    assert not any(t.name == "mugraph-verify-prepare" and t.is_alive() for t in threading.enumerate())
+
+
 def test_a_checker_made_for_other_settings_is_not_used():
     """``search.run(checker=)`` uses a checker only for the program, error bound and seed it
     was made for."""

@@ -66,3 +66,11 @@ def _unnormalized(p):
     q, k, v = (g.input(t.name, t.shape, t.dtype) for t in p.inputs)
     g.output(mg.exp(q @ k) @ v)
     return g
+
+
+def test_prepare_stops_when_asked():
+    """``stop()`` is asked before each draw: asked to stop at once, nothing is evaluated."""
+    from mugraph.core.benchmarks import program as bench_program
+
+    ref = verify.Reference(bench_program("gqa", small=True), seed=5, device="cpu")
+    assert ref.prepare(stop=lambda: True) == 0 and ref.evaluations == 0
