@@ -75,11 +75,10 @@ class Checker:
         caller will not verify after all — Ctrl-C or an error during the scout — and its GPU
         work must not go on behind the caller's back. A later :meth:`warm` prepares again."""
         self._stop.set()
-        t = self._preparing
-        if t is not None and t is not threading.current_thread():
-            t.join()
-        self._preparing = None
-        self._stop.clear()
+        try:
+            self._settle()
+        finally:
+            self._stop.clear()
 
     def _settle(self) -> None:
         """Wait for :meth:`prepare_in_background`'s thread (in short waits: Ctrl-C still
