@@ -28,7 +28,7 @@ import torch.fx as fx
 
 from .ahead import compile_copy, start as start_ahead
 from .capture import trace
-from .graph import Captured
+from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
 from .options import FrontendOptions
 from .run import device_of, judge_graph
@@ -122,19 +122,31 @@ class MugraphCompiled:
             from search.executors import prestart
 
             prestart()  # the search workers' fork server imports while the capture runs
-        with torch.no_grad():
-            # on a warm start the trace is rebuilt from the one an earlier compile stored
-            gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
-            cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
-        self.captured[sig] = cap
-        cap.timings["capture_s"] = time.perf_counter() - t0
-        cap.timings["stored_trace"] = float(stored)
-        dev = device_of(args)
-        plan = cap.plan(opts, dev)
+        with gc_paused() as pause:
+            with torch.no_grad():
+                # on a warm start the trace is rebuilt from the one an earlier compile stored
+                gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
+                cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
+            self.captured[sig] = cap
+            cap.timings["capture_s"] = time.perf_counter() - t0
+            cap.timings["stored_trace"] = float(stored)
+            dev = device_of(args)
+            plan = cap.plan(opts, dev)
+            if plan.new_search_s > 0:  # searches and tunings ahead (seconds to minutes): collected as usual
+                pause.resume()
+            return self._finish(cap, plan, args, dev, t0, pause)
+
+    def _finish(self, cap: Captured, plan: SearchPlan, args: tuple, dev: str, t0: float,
+                pause: gc_paused) -> Callable:
+        """The pieces searched (or read from the cache) and stitched in, the graph compiled,
+        and the whole-graph rule's choice: the callable the signature runs. The collector
+        resumes before Inductor, whose compile may be a cold one of a minute."""
+        opts = self.options
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         try:
             stitched = cap.compile(opts, dev, plan=plan)
+            pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
             slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
             log.info("mugraph: graph of %d ATen ops: %d of %d Lax pieces superoptimized%s, %d library ops",

@@ -110,3 +110,62 @@ def test_what_the_memo_cannot_store_is_traced_every_time(tmp_path):
     assert M.folder_of(False) is None and M.folder_of(str(tmp_path)) == tmp_path / "traces"
     plain = fx.symbolic_trace(lambda a: a + 1)
     assert M.key(plain, (x,)) != M.key(plain, (x.t().contiguous().t(),)) != M.key(plain, (torch.randn(3, 4),))
+
+
+def test_the_key_reads_the_nodes_not_generated_code(tmp_path):
+    """The key is the nodes' printed form: it changes with a constant argument and a target,
+    is the same for an equal graph traced again; a node naming an object only by its address
+    has no key (another process would never find it), and such a graph is traced, not stored."""
+    x = torch.randn(2, 4)
+    a, b = fx.symbolic_trace(lambda t: t * 2 + 1), fx.symbolic_trace(lambda t: t * 2 + 1)
+    assert M.key(a, (x,)) == M.key(b, (x,))
+    assert M.key(a, (x,)) != M.key(fx.symbolic_trace(lambda t: t * 3 + 1), (x,))
+    assert M.key(a, (x,)) != M.key(fx.symbolic_trace(lambda t: t * 2 - 1), (x,))
+    text = M.graph_text(a)
+    assert "mul" in text and "add" in text and " at 0x" not in text
+
+    g = fx.Graph()
+    p = g.placeholder("t")
+    g.output(g.call_function(getattr, (p, object())))  # an argument printed by its address
+    anonymous = M.lazy_module(g)  # (its code would not compile)
+    with pytest.raises(M.NotStorable):
+        M.key(anonymous, (x,))
+    out, stored = M.traced(anonymous, (x,), tmp_path, lambda gm, ins: gm)
+    assert out is anonymous and not stored and not list(tmp_path.glob("*.trace"))
+
+    lazy = M.lazy_module(a.graph)
+    assert "t * 2" not in lazy.__dict__.get("_code", "")  # nothing generated yet ...
+    torch.testing.assert_close(lazy(x), x * 2 + 1)  # ... and it still runs when called
+
+
+def test_the_rebuilt_trace_is_code_free_until_called():
+    gm, ins = _dynamo_graph(*_step())
+    with torch.no_grad():
+        traced = trace(gm, ins)
+        rebuilt = M.loads(M.dumps(traced), ins)
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+        assert isinstance(rebuilt, _LazyGraphModule) and rebuilt._needs_recompile()
+        torch.testing.assert_close(rebuilt(*ins), traced(*ins))
+
+
+def test_the_collector_is_paused_only_for_the_block():
+    import gc
+
+    from mugraph.frontend.graph import gc_paused
+
+    assert gc.isenabled()
+    with gc_paused() as pause:
+        assert not gc.isenabled()
+        pause.resume()
+        assert gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), gc_paused():
+        raise RuntimeError("a failing block")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused() as pause:
+            pause.resume()
+            assert not gc.isenabled()  # a caller's own pause is left as it was
+    finally:
+        gc.enable()
