@@ -319,11 +319,11 @@ class FrontendOptions:
         return tune_seconds(self.time_limit)
 
     def optimize_config(self) -> dict:
-        # with unfused="torch" a piece whose search verified nothing runs torch's ops: its
-        # program needs no float check, tuning or timing
+        # with unfused="torch" torch's ops run wherever the program would be the answer, and
+        # the never-slower rule times them: the program needs no float check, tuning or timing
         return {"search": {**self.search, "time_limit": float(self.time_limit)},
                 "tune_s": float(self.tune_s()), "timing": PIECE_TIMING,
-                "allow_unproven": self.allow_unproven, "check_program_alone": self.unfused != "torch"}
+                "allow_unproven": self.allow_unproven, "time_program": self.unfused != "torch"}
 
     def key(self) -> str:
         """What decides a piece's result (not where it is cached, not how it is run)."""

@@ -74,12 +74,15 @@ class OptimizeConfig:
     ``float_dtypes``: dtypes of the float check (default: the program's dtype).
     ``keep_program``: let the unfused program itself (one library call per op)
     compete, so the answer is never slower than what came in.
-    ``check_program_alone``: when the search verified no μGraph, still float-check the
-    program itself and tune and time it on a GPU (default). ``False`` returns it priced by
-    the cost model alone — for a caller that runs its own ops in that case, as the
-    ``torch.compile`` backend does (``unfused="torch"``): measured on an H200, a LLaMA-3-8B
-    gated MLP piece with nothing verified spent 2.9 s float-checking the program and 4.7 s
-    computing its float64 reference for a GPU timing nobody used.
+    ``time_program``: float-check, tune and time the unfused program on a GPU as a contender
+    (default). ``False``: the caller runs its own ops wherever the program would be the
+    answer, as the ``torch.compile`` backend does (``unfused="torch"``), and times them against
+    the answer itself (its never-slower rule) — so the program is only priced by the cost
+    model: it is the answer when no μGraph is verified (or none runs on the GPU), never
+    checked or tuned. Measured on an H200: a LLaMA-3-8B gated MLP piece with nothing verified
+    spent 2.9 s float-checking the program and 4.7 s computing its float64 reference for a
+    GPU timing nobody used, and Phi-3-mini's decode attention piece gave a third of its
+    10 s of tuning to the program, whose lowered time decides nothing a torch op runs.
     ``allow_unproven``: ship a searched μGraph whose verification did not reach ``error``
     (its field tests passed, but the bound on a false accept stayed above the target:
     evidence, not a proof) when no proven one is faster — with a warning line. Off by
@@ -105,7 +108,7 @@ class OptimizeConfig:
     tune_s: float | None = None
     float_dtypes: tuple[str, ...] | None = None
     keep_program: bool = True
-    check_program_alone: bool = True
+    time_program: bool = True
     allow_unproven: bool = False
     input_strides: dict[str, tuple[int, ...]] | None = None
     timing: str = "graph"
@@ -124,7 +127,7 @@ class OptimizeConfig:
         t = self.tune_s
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 0):
             raise ConfigError(f"tune_s={short(t)}: must be None or a number of seconds > 0 (GPU tuning in all)")
-        for name in ("keep_program", "check_program_alone", "allow_unproven"):
+        for name in ("keep_program", "time_program", "allow_unproven"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         fd = self.float_dtypes
@@ -429,6 +432,27 @@ def _budget(cfg: OptimizeConfig, device: str, scfg, stop_by: float | None = None
     return min(own, max(float(scfg.time_limit) + MIN_SLACK_S, stop_by - time.time()))
 
 
+def _timed_on_gpu(program: Program, alive: list[Candidate], cfg: OptimizeConfig, phases: "Phases"
+                  ) -> tuple[Candidate, str]:
+    """The fastest of ``alive`` on the GPU (:func:`.timing.time_on_gpu`) and why. With
+    ``time_program=False`` the program is not among those timed: its caller runs its own ops
+    wherever it would win and times them against the answer itself, so the program is the
+    answer only, as priced, when none of the μGraphs runs on the card."""
+    priced_only = not cfg.time_program
+    contenders = [c for c in alive if not (priced_only and c.origin == "program")]
+    try:
+        best, why = time_on_gpu(program, contenders, cfg.top_k, timing=cfg.timing, total_s=_tune_s(cfg, "cuda"),
+                                phases=phases, input_strides=cfg.input_strides)
+    except MugraphError as e:
+        fallback = next((c for c in alive if c.origin == "program"), None)
+        if not priced_only or fallback is None:
+            raise
+        return fallback, f"the program, priced, not timed (time_program=False): {str(e).splitlines()[0][:300]}"
+    if priced_only:
+        why += "; the program priced, not timed: its caller runs its own ops (time_program=False)"
+    return best, why
+
+
 def _tune_s(cfg: OptimizeConfig, device: str) -> float:
     """Seconds of GPU tuning the call may spend (none without a GPU)."""
     return (TOTAL_TUNE_S if cfg.tune_s is None else float(cfg.tune_s)) if device == "cuda" else 0.0
@@ -540,8 +564,9 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
         cands.append(Candidate(program, "program"))
     dtypes = cfg.float_dtypes or (program.inputs[0].dtype,)  # validated before the search
     bound = None
-    # nothing verified, and the caller needs no numbers for the program alone
-    program_alone = not cfg.check_program_alone and not any(c.origin == "search" for c in cands)
+    # the caller runs its own ops in the program's place: no numbers of the program are needed
+    priced_only = not cfg.time_program
+    program_alone = priced_only and not any(c.origin == "search" for c in cands)
     # the checks end where the GPU's share of the budget begins (half the slack left for them,
     # or half of what a stop_by leaves after the search)
     check_until = None if search_limit is None else search_limit + min(
@@ -554,7 +579,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
             # the proven ones first: an unproven candidate is only checked for the report
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
-                if c.origin == "program" and program_alone:
+                if c.origin == "program" and priced_only:
                     _price(c, cfg.input_strides)  # the caller runs its own ops: priced, not checked
                     continue
                 # past the checks' end, a searched candidate is checked only while none has been:
@@ -595,11 +620,10 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
     best, why = alive[0], (f"no GPU: ranked by the analytic cost model ({default_params().name} parameters, best "
                            "predicted kernel configs), not timed")
     if program_alone:
-        why = "no μGraph verified: the program, priced by the cost model, not checked or timed (check_program_alone=False)"
+        why = "no μGraph verified: the program, priced by the cost model, not checked or timed (time_program=False)"
     elif device == "cuda" and not interrupted:
         try:
-            best, why = time_on_gpu(program, alive, cfg.top_k, timing=cfg.timing, total_s=_tune_s(cfg, device),
-                                    phases=phases, input_strides=cfg.input_strides)
+            best, why = _timed_on_gpu(program, alive, cfg, phases)
         except KeyboardInterrupt:
             interrupted = True
             why = "interrupted while timing on the GPU: ranked by the analytic cost model, not timed"

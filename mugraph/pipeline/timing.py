@@ -106,8 +106,10 @@ SCOUT_S = 2.0
 #: tuning seconds of one re-ranking, all candidates together (see the module docstring)
 TOTAL_TUNE_S = 240.0
 #: seconds of a call's budget kept back from the tuning for the final re-timing of each
-#: timed candidate (a compile and a timing each) when ``superoptimize`` passes its phases
-RETIME_RESERVE_S = 10.0
+#: timed candidate (a compile and a timing each) when ``superoptimize`` passes its phases: at
+#: most RETIME_RESERVE_S, and for a short call RETIME_SHARE of what is left, not below
+#: MIN_RETIME_RESERVE_S (:func:`retime_reserve`)
+RETIME_RESERVE_S, RETIME_SHARE, MIN_RETIME_RESERVE_S = 10.0, 0.2, 2.5
 #: share of the tuning budget the first installment plans with (the rest goes to the leaders)
 FIRST_PASS = 0.5
 #: candidates measured within this factor of the fastest after the first installment resume tuning
@@ -367,7 +369,7 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
 
     ``phases`` (``superoptimize``'s wall-time record): the float64 reference and the tuning
     are timed as its ``gpu_reference`` and ``gpu_tuning`` phases, and the tuning gets at most
-    what is left of the call's budget less :data:`RETIME_RESERVE_S` (never less than
+    what is left of the call's budget less :func:`retime_reserve` (never less than
     :data:`MIN_TUNE_S`, or ``total_s`` when that is smaller: the program and the best
     candidate are always timed, and a call that asked for a few seconds of tuning gets them,
     not ten — the ``torch.compile`` backend gives a small piece 2 s)."""
@@ -397,12 +399,22 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
                   f"(median, {timing} timing: lower.profile.TIMINGS); {why}")
 
 
+def retime_reserve(left_s: float) -> float:
+    """Seconds kept back from a tuning for what follows it when ``left_s`` are left: the
+    final re-timing of each candidate tuned and the configuration running when a share ends.
+    :data:`RETIME_RESERVE_S` for a long call, :data:`RETIME_SHARE` of a short one (at least
+    :data:`MIN_RETIME_RESERVE_S`). Why: a piece of a ``torch.compile`` graph has 15–35 s in
+    all, and the flat 10 s left its tuning at the 10 s floor, of which a third went to the
+    program; every piece of Phi-3-mini's layer still ended 1–3 s before its cut (H200)."""
+    return min(RETIME_RESERVE_S, max(MIN_RETIME_RESERVE_S, RETIME_SHARE * left_s))
+
+
 def tuning_seconds(asked_s: float, left_s: float) -> float:
     """Seconds of tuning for a call that asked for ``asked_s`` with ``left_s`` of its budget
-    left: what is left less :data:`RETIME_RESERVE_S`, at most what was asked, and at least
+    left: what is left less :func:`retime_reserve`, at most what was asked, and at least
     :data:`MIN_TUNE_S` — or ``asked_s`` when that is less (a 2 s share got 10 s of tuning
     before: on a whole LLaMA-3-8B its RoPE piece tuned for 19.4 s, H200)."""
-    return max(min(MIN_TUNE_S, asked_s), min(asked_s, left_s - RETIME_RESERVE_S))
+    return max(min(MIN_TUNE_S, asked_s), min(asked_s, left_s - retime_reserve(left_s)))
 
 
 def _phase(phases: "Phases | None", name: str):

@@ -212,12 +212,12 @@ def test_a_small_piece_gets_the_least_share(monkeypatch):
 
 def test_a_piece_left_to_torch_when_nothing_is_verified_skips_the_programs_checks():
     """With ``unfused="torch"`` a piece whose search verified nothing runs torch's ops, so
-    its program is neither float-checked nor timed (``check_program_alone``); with
+    its program is neither float-checked nor timed (``time_program``); with
     ``unfused="lower"`` the lowered program runs and is checked as before. The choice is part
     of the result's key."""
     torch_opts, lower_opts = FrontendOptions(), FrontendOptions(unfused="lower")
-    assert torch_opts.optimize_config()["check_program_alone"] is False
-    assert lower_opts.optimize_config()["check_program_alone"] is True
+    assert torch_opts.optimize_config()["time_program"] is False
+    assert lower_opts.optimize_config()["time_program"] is True
     assert torch_opts.key() != lower_opts.key()
 
 

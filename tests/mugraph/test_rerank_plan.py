@@ -350,12 +350,16 @@ def test_a_small_tuning_request_is_not_raised_to_ten_seconds():
     """The tuning gets what the call's budget has left (less the re-timing's reserve), at
     most what it asked, and at least MIN_TUNE_S — unless it asked for less: a backend piece
     with a 2 s share tunes 2 s, not 10."""
-    from mugraph.pipeline.timing import MIN_TUNE_S, RETIME_RESERVE_S, tuning_seconds
+    from mugraph.pipeline.timing import (MIN_RETIME_RESERVE_S, MIN_TUNE_S, RETIME_RESERVE_S, retime_reserve,
+                                         tuning_seconds)
 
     assert tuning_seconds(20.0, 100.0) == 20.0
-    assert tuning_seconds(20.0, 25.0) == 25.0 - RETIME_RESERVE_S
+    assert tuning_seconds(60.0, 55.0) == 55.0 - RETIME_RESERVE_S  # a long call keeps the whole reserve
+    assert tuning_seconds(20.0, 16.0) == pytest.approx(16.0 * 0.8)  # a short one a fifth of what is left
     assert tuning_seconds(20.0, 3.0) == MIN_TUNE_S          # the program and the best are always timed
     assert tuning_seconds(2.0, 3.0) == 2.0 and tuning_seconds(2.0, 100.0) == 2.0
+    assert retime_reserve(1.0) == MIN_RETIME_RESERVE_S and retime_reserve(1e4) == RETIME_RESERVE_S
+    assert all(retime_reserve(a) <= retime_reserve(b) for a, b in [(5, 10), (10, 30), (30, 60), (60, 600)])
 
 
 def test_check_inputs_are_drawn_on_the_device_in_each_inputs_dtype():

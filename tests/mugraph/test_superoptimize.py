@@ -200,25 +200,62 @@ def test_the_search_prices_its_split_variants_with_the_lowering(monkeypatch):
 
 
 def test_the_program_alone_is_priced_not_checked_when_the_caller_runs_its_own_ops():
-    """``check_program_alone=False`` (the torch.compile backend with ``unfused="torch"``): a
+    """``time_program=False`` (the torch.compile backend with ``unfused="torch"``): a
     search that verifies nothing returns the program priced by the cost model, its float
     check skipped; by default the program is float-checked as before."""
     p = program("lora", small=True, dtype="float32")
     nothing = {"search": {"workers": 1, "time_limit": 20, "forloop_ranges": [4], "tile_sizes": [64],
                           "max_kernel_ops": 1, "max_block_ops": 1}}
     checked = mg.superoptimize(p, nothing, device="cpu", cache_dir=False, progress=False)
-    alone = mg.superoptimize(p, {**nothing, "check_program_alone": False}, device="cpu", cache_dir=False,
+    alone = mg.superoptimize(p, {**nothing, "time_program": False}, device="cpu", cache_dir=False,
                              progress=False)
     for opt in (checked, alone):
         assert opt.best.origin == "program" and opt.best.predicted_s > 0
     assert checked.best.float_ok and checked.best.float_summary
-    assert alone.best.float_summary == "" and "check_program_alone=False" in alone.report["why"]
+    assert alone.best.float_summary == "" and "time_program=False" in alone.report["why"]
     x = {t.name: torch.randn(t.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(0)).float()
          for t in p.inputs}
     ref = mg.evaluate(p, {k: v.double() for k, v in x.items()})[0]
     assert torch.allclose(alone(**x).double(), ref, rtol=1e-4, atol=1e-4)  # still the program, lowered
-    with pytest.raises(mg.ConfigError, match="check_program_alone"):
-        mg.OptimizeConfig(check_program_alone="no")
+    with pytest.raises(mg.ConfigError, match="time_program"):
+        mg.OptimizeConfig(time_program="no")
+
+
+def test_a_caller_running_its_own_ops_gets_the_fastest_mugraph_and_no_program_timing(monkeypatch):
+    """``time_program=False`` on a GPU (the re-ranking pretended): only the μGraphs are timed —
+    the caller times its own ops against the answer — and the fastest of them is the answer
+    even where the lowered program would have timed faster; when none runs on the card the
+    program is the answer, as priced. By default the program is timed with them."""
+    from mugraph.core.benchmarks import reference
+    from mugraph.pipeline import optimize
+    from mugraph.pipeline.results import Candidate
+
+    p = program("lora", small=True, dtype="float32")
+    g = reference("lora", small=True)
+    handed = []
+
+    def fake_time_on_gpu(program_, alive, *a, **k):
+        handed.append([c.origin for c in alive])
+        runs = [c for c in alive if c.predicted_s is not None and c.predicted_s < 1.0]
+        if not runs:
+            raise mg.MugraphError("superoptimize: no candidate runs on this GPU: out of resources")
+        for c in runs:
+            c.measured_s = c.predicted_s
+        best = min(runs, key=lambda c: c.measured_s)
+        return best, "fastest (pretend)"
+    monkeypatch.setattr(optimize, "time_on_gpu", fake_time_on_gpu)
+
+    def alive(mu_s: float):
+        return [Candidate(p, "program", predicted_s=1e-6), Candidate(g, "search", predicted_s=mu_s)]
+    own = optimize.OptimizeConfig(time_program=False)
+    best, why = optimize._timed_on_gpu(p, alive(5e-6), own, None)
+    assert handed[-1] == ["search"] and best.origin == "search" and "time_program=False" in why
+    best, why = optimize._timed_on_gpu(p, alive(5e-6), optimize.OptimizeConfig(), None)
+    assert handed[-1] == ["program", "search"] and best.origin == "program"  # timed, and faster
+    best, why = optimize._timed_on_gpu(p, alive(5.0), own, None)  # the μGraph does not run
+    assert best.origin == "program" and best.measured_s is None and "no candidate runs" in why
+    with pytest.raises(mg.MugraphError, match="no candidate runs"):
+        optimize._timed_on_gpu(p, [Candidate(g, "search", predicted_s=5.0)], own, None)
 
 
 def test_stop_by_cuts_the_checks_and_tuning_not_the_search_or_the_key(tmp_path):
@@ -230,7 +267,7 @@ def test_stop_by_cuts_the_checks_and_tuning_not_the_search_or_the_key(tmp_path):
 
     p = program("lora", small=True, dtype="float32")
     cfg = {"search": {"workers": 1, "time_limit": 20, "forloop_ranges": [4], "tile_sizes": [64],
-                      "max_kernel_ops": 1, "max_block_ops": 1}, "check_program_alone": False}
+                      "max_kernel_ops": 1, "max_block_ops": 1}, "time_program": False}
     t0 = time.time()
     cut = mg.superoptimize(p, cfg, device="cpu", cache_dir=tmp_path, progress=False, stop_by=t0 + 22)
     assert 20 + MIN_SLACK_S - 0.5 <= cut.report["budget_s"] <= 20 + MIN_SLACK_S + 0.5  # 20 s + the least slack
