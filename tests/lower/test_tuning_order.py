@@ -41,3 +41,27 @@ def test_error_model_learns_a_field_value_that_measures_far_slower_than_predicte
     # no prediction: nothing learned, nothing corrected
     e.observe(K("w4s3c4"), math.inf, 1.0)
     assert e.corrected(K("w4s3c16"), math.inf) == math.inf
+
+
+def test_a_split_step_reaches_the_next_factor_the_loop_offers():
+    """A 264-step loop splits 2, 3, 4, 6, 8, 11, 12, 22 or 24 ways: from 8 the next factors are
+    6 and 11 (and 4 by halving); 12 is two steps away. A climb over measured times with one
+    valley (Phi-3-mini's decode attention, H200: 33.6 μs at 8, 32.4 at 11, 30.6 at 12, 41.8 at
+    22) walks from 8 to 12 and stops there."""
+    splits = (2, 3, 4, 6, 8, 11, 12, 22, 24)
+    layouts = [K(f"w4s3k{k}L") for k in splits]
+    assert {c.split for c in layout_steps(K("w4s3k8L"), layouts)} == {4, 6, 11}
+    assert is_layout_step(K("w4s3k8L"), K("w4s3k11L"), splits)
+    assert not is_layout_step(K("w4s3k8L"), K("w4s3k11L"))  # without the loop's factors: doubling only
+    assert not is_layout_step(K("w4s3k8L"), K("w4s3k12L"), splits)
+    assert not is_layout_step(K("w4s3k8L"), K("w4s3k11"), splits)  # a split step keeps the combine
+    measured = {4: 51.5, 6: 43.1, 8: 33.6, 11: 32.4, 12: 30.6, 22: 41.8, 24: 44.2}
+    cur, seen = 8, [8]
+    while True:
+        best = min((c.split for c in layout_steps(K(f"w4s3k{cur}L"), layouts) if c.split in measured),
+                   key=measured.__getitem__)
+        seen.append(best)
+        if measured[best] >= measured[cur]:
+            break
+        cur = best
+    assert cur == 12 and seen[:3] == [8, 11, 12]
