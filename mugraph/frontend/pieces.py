@@ -34,6 +34,7 @@ from .capture import PIECE_CALL, _val, build_node, dtype_name, tensor_args
 from .kernels import counters_of, returns_one
 from .partition import Piece, piece_dtype
 from .simplify import fold_reciprocals
+from .trace_memo import lazy_module
 
 
 @dataclass(eq=False)
@@ -323,6 +324,6 @@ def rewrite(gm: fx.GraphModule, pieces: list[BuiltPiece], call_of: Callable[[Bui
         raise AssertionError("the contracted graph has a cycle (the partition must prevent this)")
     if edit is not None:
         edit(g)
-    out = fx.GraphModule(gm, g)
+    out = lazy_module(g, gm)  # its code is generated where it is called or keyed, once
     out.graph.lint()
     return out

@@ -154,6 +154,8 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
         return None
     opt = _INFO[k]["optimized"]
     bp.info = {n: v for n, v in _INFO[k].items() if n != "optimized"}
+    if not first:  # served by an earlier piece's search in this process: none of its seconds are this one's
+        bp.info.update(search_s=0.0, cached="memo")
     if opt.best.origin == "program" and opts.unfused == "torch":
         why = f"the search found nothing better than the program op by op ({program_won(opt)})"
         if first:

@@ -429,3 +429,23 @@ def test_candidates_digest_lists_what_was_proven_and_how_it_timed():
                                               "(not checked); program 1 kernels p21.3 m61.7")
     assert candidates_digest(cands, best, most=1) == "*retile 2x4 p10.6 m11.2 [w4s3k4L]; +2 more"
     assert candidates_digest([], None) is None
+
+
+def test_inductor_keys_the_graph_by_its_own_placeholder_names(monkeypatch):
+    """Inside the backend's Inductor compile, AOTAutograd's cache keys the graph without
+    renaming its placeholders first (the renaming generated the graph's code twice; the
+    backend's graphs keep their names from one warm start to the next); outside it, torch's
+    own setting is back."""
+    import torch._functorch.config as fconfig
+    import torch._inductor.compile_fx as cfx
+
+    from mugraph.frontend.inductor import compile_graph
+
+    if not hasattr(fconfig, "autograd_cache_normalize_inputs"):
+        pytest.skip("this torch has no such setting")
+    before = fconfig.autograd_cache_normalize_inputs
+    seen = []
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ins: seen.append(fconfig.autograd_cache_normalize_inputs) or gm)
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    compile_graph(gm, [torch.randn(2)])
+    assert seen == [False] and fconfig.autograd_cache_normalize_inputs == before

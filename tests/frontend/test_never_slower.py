@@ -500,3 +500,17 @@ def test_a_warm_compile_without_its_pieces_is_served_by_the_cold_compiles_caches
     assert counters["inductor"]["fxgraph_cache_hit"] == before + 1
     with torch.no_grad():
         close(y2, layers(x))
+
+
+def test_a_piece_served_by_an_earlier_search_in_the_process_counts_no_search(piece_cache):
+    """A second compile in the same process finds its pieces in the in-process memo: its
+    summary counts no search and no search seconds (it used to count the first compile's
+    search again, with its seconds, as a new one of its own)."""
+    _forget_memo()
+    x = torch.randn(4, 8, generator=g)
+    _, first = compiled_pieces(two_blocks, x, piece_cache, inductor=False, timer=FixedTimer(1e-6, 3e-6))
+    _, again = compiled_pieces(two_blocks, x, piece_cache, inductor=False, timer=FixedTimer(1e-6, 3e-6))
+    assert again.search_seconds() == (0.0, 0)
+    assert {bp.info["cached"] for bp in again.pieces} == {"memo"}
+    assert {bp.info["cached"] for bp in first.pieces} <= {True, False, "memo"}
+    assert "(searches 0.0 s, 0 new)" in again.timing_summary()
