@@ -19,9 +19,10 @@ with its history (``tune(history=...)``) walks the same path:
   one measurement from condemning a value outright.
 * :func:`layout_steps` — the layouts one step from a config's (split-K or chunk ×2 or ÷2,
   split-K to the next factor the loop offers, the other combine, one sub-tiled class ×2 or
-  ÷2, another small-matmul lowering): the tuner climbs through them from the first round's winner before it sweeps warps and
-  stages, so a layout the first round did not pick (split-K 8 without sub-tiles, where the
-  first round picked split-K 8 only with them) is reached when its neighbour wins.
+  ÷2, another small-matmul lowering): the tuner climbs through them from the first round's
+  winner before it sweeps warps and stages, so a layout the first round did not pick
+  (split-K 8 without sub-tiles, where the first round picked split-K 8 only with them) is
+  reached when its neighbour wins.
 """
 
 from __future__ import annotations

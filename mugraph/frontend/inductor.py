@@ -39,7 +39,10 @@ def _placeholder_names_kept() -> Iterator[None]:
     spent in Inductor on a CPU, for a graph of 2,500 nodes. The backend's graphs are rebuilt
     from the stored trace with the same names at every warm start, so the key needs no
     renaming to be found again. Where this torch has no such setting, nothing changes."""
-    config = getattr(torch._functorch, "config", None)
+    try:
+        from torch._functorch import config
+    except ImportError:  # pragma: no cover - a torch without AOTAutograd's config
+        config = None
     if config is None or not hasattr(config, "autograd_cache_normalize_inputs"):
         yield
         return

@@ -440,11 +440,13 @@ def _timed_on_gpu(program: Program, alive: list[Candidate], cfg: OptimizeConfig,
     answer only, as priced, when none of the μGraphs runs on the card."""
     priced_only = not cfg.time_program
     contenders = [c for c in alive if not (priced_only and c.origin == "program")]
+    fallback = next((c for c in alive if c.origin == "program"), None)
+    if not contenders and fallback is not None:  # every μGraph was set aside: no reference to compute
+        return fallback, "the program, priced, not timed (time_program=False): no μGraph left to time"
     try:
         best, why = time_on_gpu(program, contenders, cfg.top_k, timing=cfg.timing, total_s=_tune_s(cfg, "cuda"),
                                 phases=phases, input_strides=cfg.input_strides)
     except MugraphError as e:
-        fallback = next((c for c in alive if c.origin == "program"), None)
         if not priced_only or fallback is None:
             raise
         return fallback, f"the program, priced, not timed (time_program=False): {str(e).splitlines()[0][:300]}"
