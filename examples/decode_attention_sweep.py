@@ -36,7 +36,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
-from lower.cost_model import estimate  # noqa: E402
+from lower.cost_model import estimate, residency  # noqa: E402
 from lower.profile import measure_on  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
@@ -140,12 +140,20 @@ def main() -> int:
                         print(f"  wrong: {label}: relative error {err:.2e}", flush=True)
                         continue
                     t = measure_on(lambda s: prog.launcher(**s), inputs, "dram")
+                    card = prog.resources(**inputs)[0]
+                    mine = residency(next(o for o in kg.ops if o.id == op), c)
+                    label += (f"  [card: {card.regs} regs, {card.spills} spilled, {card.shared // 1024} KB, "
+                              f"{card.resident()}/SM; model: {mine['regs']:.0f} regs, {mine['shared'] / 1024:.0f} KB, "
+                              f"{mine['resident']}/SM]")
                 except Exception as e:  # noqa: BLE001 - a variant the card cannot run (shared memory): say which
                     print(f"  skipped: {label}: {type(e).__name__}: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
                 timed.append((t, model_s, label))
                 rows_out.append(dict(shape=shape, steps=steps, config=c.label(), us=t * 1e6, model_us=model_s * 1e6,
-                                     sdpa_us=sdpa_s * 1e6, floor_us=floor_s * 1e6))
+                                     sdpa_us=sdpa_s * 1e6, floor_us=floor_s * 1e6, regs=card.regs,
+                                     spills=card.spills, shared=card.shared, resident=card.resident(),
+                                     model_regs=mine["regs"], model_shared=mine["shared"],
+                                     model_resident=mine["resident"]))
         timed.sort()
         print(f"\n{shape} ({'additive mask' if mask4 is not None else 'no mask'}): SDPA {sdpa_s * 1e6:.2f} μs, "
               f"floor {floor_s * 1e6:.2f} μs; fastest of {len(timed)}:")

@@ -213,17 +213,9 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # bytes in flight: resident programs × (stages − 1) loop steps each (uniform: see t_serial below
     # for the one case charged differently)
     pipe = max(1, min(cfg.num_stages - 1, steps))
-    # on-chip bytes per program: a step's tiles for each stage kept ahead (in shared memory when
-    # pipelined, else in registers), or the shared memory at padded extents where that is more
-    # (tl.dot pads m, n to 16 and stages its operands)
-    lowered = float(padded_shared_memory(p))
-    smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
-    # registers: accumulators plus a few per thread of everything else (64 K per SM); a thread
-    # holds at most 255, beyond that the compiler spills to local memory
-    regs = acc_regs + _loop_tile_regs(p) + 16 * 32 * cfg.num_warps
+    lowered, smem, regs = _on_chip(p, step_bytes, acc_regs)
     spill = max(1.0, regs / (32 * cfg.num_warps) / 255)
-    resident = max(1, min(int(dev.smem // smem), 64 // cfg.num_warps, int(65536 // regs) or 1,
-                          math.ceil(total / dev.sms)))
+    resident = max(1, min(_resident(smem, regs, cfg, dev), math.ceil(total / dev.sms)))
     active = min(total, dev.sms * resident)
     inflight = active * max(step_bytes, 1.0) * pipe
     eff = min(1.0, inflight / (bw * lat_mem), min(total, dev.sms) * dev.sm_bw / bw)
@@ -279,6 +271,44 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
         costs.append(LaunchCost(f"k{op.id}", total, dram, l2, tc + ew, dram / bw / eff * quant,
                                 l2 / dev.l2_bw / busy, t_c, serial, dev.launch, t_fma, t_cone))
     return costs
+
+
+def _on_chip(p: KernelPlan, step_bytes: float, acc_regs: float) -> tuple[float, float, float]:
+    """One program's on-chip needs: (shared memory at padded extents, shared memory the model
+    charges, registers of all its threads).
+
+    Shared memory: a step's tiles for each stage kept ahead (in shared memory when pipelined,
+    else in registers), or the shared memory at padded extents where that is more (tl.dot pads
+    m, n to 16 and stages its operands). Registers: accumulators plus a few per thread of
+    everything else (64 K per SM); a thread holds at most 255, beyond that the compiler spills
+    to local memory."""
+    cfg = p.config
+    lowered = float(padded_shared_memory(p))
+    smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
+    regs = acc_regs + _loop_tile_regs(p) + 16 * 32 * cfg.num_warps
+    return lowered, smem, regs
+
+
+#: shared memory the card sets aside for each resident program beside its own
+SMEM_RESERVED = 1024
+
+
+def _resident(smem: float, regs: float, cfg: KernelConfig, dev: DeviceParams) -> int:
+    """Programs one SM holds at once by the model's shared memory (with the card's
+    :data:`SMEM_RESERVED` per program), registers and warps."""
+    return max(1, min(int(dev.smem // (smem + SMEM_RESERVED)), 64 // cfg.num_warps, int(65536 // regs) or 1))
+
+
+def residency(op: Op, cfg: KernelConfig, dev: DeviceParams | None = None) -> dict[str, float]:
+    """What the model assumes of graph-defined ``op``'s kernel under ``cfg`` on one SM: its
+    registers per thread, shared memory per program, and programs resident at once — to set
+    beside what the compiled kernel has (:meth:`lower.runtime.CompiledProgram.resources`)."""
+    dev = dev or default_params()
+    p = plan(op.attrs["block"], cfg)
+    _, _, step_bytes = _traffic(op, p)
+    _, _, _, acc_regs = _work(p)
+    _, smem, regs = _on_chip(p, step_bytes, acc_regs)
+    return {"regs": regs / (32 * cfg.num_warps), "shared": smem, "resident": _resident(smem, regs, cfg, dev)}
 
 
 def _traffic(op: Op, p: KernelPlan) -> tuple[float, float, float]:

@@ -94,9 +94,21 @@ def padded_shared_memory(p: KernelPlan) -> int:
       code generator asks to stage with ``tl.range``; asked in the attention combine
       loops it measured slower, L2-resident partials, docs/history/lowering.md, rmsnorm_matmul b=8 probed);
     * the operands of a ``tl.dot`` outside a pipelined loop (a block without a loop,
-      or loop-invariant operands), staged whole at padded size.
+      or loop-invariant operands), staged whole at padded size;
+    * the operands of a ``tl.dot`` inside a pipelined loop that are loaded once, before the
+      loop (a decode step's query rows), or computed from another ``tl.dot``'s result (the
+      exponentials before ``e @ V``) — once each, at padded size: they reach the tensor
+      cores through shared memory. An operand computed from the staged loads alone (a
+      normalized row, ``x · g``) is converted in registers and takes none (rmsnorm_matmul on
+      the H100: the first two terms were exactly what Triton 3.6 allocated).
 
-    Layout-conversion scratch (a few KB) is not counted.
+    The last term was measured on Phi-3-mini's decode attention (one query row per head, 96
+    columns, 32 or 64 keys a step; H200, Triton 3.6): the compiled kernels took exactly
+    5,120 and 6,144 bytes more than the pipelining buffers at every stage count — the query
+    rows padded to 16 × 128 (4,096) and the exponentials padded to 16 rows (1,024 or 2,048).
+    Without it the model held six of its programs per SM where the card holds five, and
+    priced split-K 22 and 24 (704 and 768 programs) as one wave; they run 1.44× slower than
+    split-K 12 (``examples/decode_attention_sweep.py``).
     """
     info = p.info
 
@@ -112,9 +124,25 @@ def padded_shared_memory(p: KernelPlan) -> int:
         for t in p.loop_tiles:
             total += (p.config.num_stages - 1) * padded_bytes(t)
             staged.add(t.id)
+    def after_dot(t, seen: set[int]) -> bool:
+        """``t`` is computed from a ``tl.dot``'s result (walking back to the block's inputs)."""
+        if t.id in seen or t.op.kind == "iterator":
+            return False
+        seen.add(t.id)
+        return t.op.id in info.dot_ops or any(after_dot(x, seen) for x in t.op.inputs)
+
+    in_loop: set[int] = set()  # operands counted of the dots in a pipelined loop
     for op in p.block.ops:
-        if op.id in info.dot_ops and not (p.pipelined and op.id in p.loop_ops):
+        if op.id not in info.dot_ops:
+            continue
+        if not (p.pipelined and op.id in p.loop_ops):
             total += sum(padded_bytes(x) for x in op.inputs if x.id not in staged)
+            continue
+        for x in op.inputs:
+            invariant = x.op.kind == "iterator" and x.id not in staged
+            if x.id not in in_loop and (invariant or after_dot(x, set())):
+                total += padded_bytes(x)
+                in_loop.add(x.id)
     return total
 
 

@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import linecache
+import math
 import os
 import re
 import sys
@@ -349,6 +350,27 @@ class CompiledProgram:
         res = [o.clone() for o in outs] if (self.copy_outputs and out is None) else outs
         return res[0] if len(res) == 1 else tuple(res)
 
+    def resources(self, *args, **kwargs) -> list["LaunchResources"]:
+        """What each Triton launch was compiled to on this card, in launch order: registers per
+        thread, spilled registers, shared memory per program, warps — and so how many of its
+        programs one SM holds at once (:meth:`LaunchResources.resident`). Runs the program once
+        on the given inputs (a GPU only: the interpreter compiles nothing)."""
+        if self.interpret:
+            raise InputError(f"{self.graph.name}: resources are those of a compiled kernel; this program runs "
+                             "in Triton's interpreter")
+        inputs = self._bind(args, kwargs)
+        env: dict[str, torch.Tensor] = dict(self.views)
+        for t, v in zip(self.graph.inputs, inputs):
+            env[t.label()] = v
+        for t, o in zip(self.graph.outputs, self.outputs):
+            env[t.label()] = o
+        got: list[LaunchResources] = []
+
+        def record(fn):
+            return _Recording(fn, got)
+        self.run_steps(env, self.arena.device, wrap=record, keep_options=True)
+        return got
+
     def launcher(self, *args, **kwargs) -> Callable[[], None]:
         """A zero-argument callable that launches the program's kernels on these
         inputs into the static output buffers, without a CUDA graph of its own — for
@@ -385,11 +407,12 @@ class CompiledProgram:
         self.run_steps(env, self.arena.device)
 
     def run_steps(self, env: dict[str, torch.Tensor], device: torch.device | str,
-                  wrap: Callable | None = None) -> None:
+                  wrap: Callable | None = None, keep_options: bool = False) -> None:
         """Run the schedule on the buffers in ``env`` (tensor label -> tensor: inputs,
         outputs and every view of the plan): pre-defined ops as torch calls, the rest as
         Triton launches, each through ``wrap(fn)`` when given (``torch.library.wrap_triton``,
-        which takes no launch option but warps and stages: ``launch_pdl`` is dropped)."""
+        which takes no launch option but warps and stages: ``launch_pdl`` is dropped unless
+        ``keep_options``)."""
         with _interpret(self.interpret):
             for step in self.steps:
                 op = step.op
@@ -407,8 +430,47 @@ class CompiledProgram:
                     continue
                 for fn, ln, opts in zip(step.fns, step.kernel.launches, step.options):
                     if wrap is not None:
-                        fn, opts = wrap(fn), {k: v for k, v in opts.items() if k != "launch_pdl"}
+                        fn = wrap(fn)
+                        opts = opts if keep_options else {k: v for k, v in opts.items() if k != "launch_pdl"}
                     fn[(ln.grid,)](*[env[a] for a in ln.args], **opts)
+
+
+@dataclass(frozen=True)
+class LaunchResources:
+    """One Triton launch as compiled for the card (:meth:`CompiledProgram.resources`)."""
+
+    name: str
+    num_warps: int
+    regs: int      # registers per thread
+    spills: int    # registers spilled to local memory, per thread
+    shared: int    # shared memory per program, bytes
+    programs: int  # programs launched
+
+    def resident(self, smem_per_sm: int = 228 * 1024, regs_per_sm: int = 65536, max_warps: int = 64,
+                 max_programs: int = 32) -> int:
+        """Programs one SM holds at once (a Hopper SM's limits by default): registers are
+        given out per warp in units of 256, and each program reserves 1 KB of shared memory
+        beside its own."""
+        regs_per_warp = -(-max(self.regs, 1) * 32 // 256) * 256
+        by_regs = regs_per_sm // (regs_per_warp * self.num_warps)
+        by_smem = smem_per_sm // (self.shared + 1024)
+        return max(0, min(by_regs, by_smem, max_warps // self.num_warps, max_programs))
+
+
+class _Recording:
+    """A Triton kernel whose launches append what they were compiled to (:class:`LaunchResources`)."""
+
+    def __init__(self, fn: Any, into: list[LaunchResources]) -> None:
+        self.fn, self.into = fn, into
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            k = self.fn[grid](*args, **kwargs)
+            programs = math.prod(grid)
+            self.into.append(LaunchResources(k.name, k.metadata.num_warps, k.n_regs, k.n_spills,
+                                             k.metadata.shared, programs))
+            return k
+        return launch
 
 
 def _residual(add: Op, mm: Op) -> Tensor:
