@@ -477,9 +477,12 @@ WARPS, STAGES = (1, 2, 4, 8, 16), (2, 3, 4, 5)
 SECONDS_PER_CONFIG = 1.5
 #: the second-best first-round layout is swept too when it measured within this factor of the best
 SECOND_LAYOUT = 1.1
-#: the first round's combine pair decides the later split factors' combine mode only when one mode
-#: measured faster by more than this factor (Phi-3-mini's decode attention, H200: 8-10 %)
+#: the first round's combine pair (or small-matmul lowerings) decides the later split factors' mode only
+#: when one mode measured faster by more than this factor (Phi-3-mini's decode attention, H200: 8-10 %)
 COMBINE_MARGIN = 1.03
+#: the layout choices the first round times its first pick in every value of, to time the later
+#: split-K factors in the one that measured clearly faster (:meth:`_KernelTuning.first_round`)
+SIBLING_FIELDS = ("combine", "small_mm")
 #: with a budget, first-round picks whose corrected prediction is more than this factor over the
 #: fastest measured are timed only after the layout climb and the sweeps
 DEFER = 1.5
@@ -733,28 +736,38 @@ class _KernelTuning:
         With a budget, the picks it expects to lose by more than :data:`DEFER` wait until after
         the climbs and sweeps: those are returned.
 
-        The split-K factors are timed in the order of their best predictions, the first one
-        split in both combine modes (:meth:`time_combine_sibling`); each later factor's pick is
-        then timed in the mode that measured clearly faster — so a combine mode the model misprices is
-        learned once, not met once per factor, while the rest of each pick's layout stays the
-        model's choice. Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys,
-        H200): combined by the last program, split-K 12 measured 30.6–32.7 μs, the model
-        pricing it 0.5 μs *above* a combine kernel; the tuning timed the combine kernel for each
-        of its ten factors (32.7–35.2 μs at best) and its budget ended there."""
+        The split-K factors are timed in the order of their best predictions. The first pick a
+        choice of :data:`SIBLING_FIELDS` applies to is also timed with each other value of it
+        (:meth:`time_siblings`); each later factor's pick is then timed with the value that
+        measured clearly faster — so a mode the model misprices is learned once, not met once
+        per factor, while the rest of each pick's layout stays the model's choice.
+
+        * The combine: Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys,
+          H200), combined by the last program, split-K 12 measured 30.6–32.7 μs, the model
+          pricing it 0.5 μs *above* a combine kernel; the tuning timed the combine kernel for
+          each of its ten factors (32.7–35.2 μs at best) and its budget ended there.
+        * The small-matmul lowering: in the same kernel the model priced the CUDA-core product
+          (``v``) of every split factor from 8 to 24 at 33.1 μs, below every ``tl.dot`` config
+          (37.1 and up); the first round's ten factors began with ten ``v`` picks, and a 10 s
+          tuning reached only split-K 8 of the ``tl.dot`` kernel (34.0 μs, where split-K 12 runs
+          30.6)."""
         head = space.picked[:space.head]
         left: list[tuple[float, KernelConfig]] = []
-        paired = False
-        faster: str | None = None  # the combine mode the sibling pair measured clearly faster
+        tried: set[str] = set()
+        decided: dict[str, object] = {}  # field -> the value its siblings measured clearly faster
         for i, (pred, c) in enumerate(head):
-            pick = (pred, c)
-            if faster is not None and c.split > 1 and c.combine != faster:
-                pick = self.in_cands(space, dataclasses.replace(c, combine=faster)) or pick
-                if pick[1] != c:
-                    left.append((pred, c))
+            pick = self.conform(space, (pred, c), decided)
+            if pick[1] != c:
+                left.append((pred, c))
             self.ahead([x for _, x in [pick, *head[i + 1:], *space.picked[space.head:]][:AHEAD_LOOK]])
             self.time_one(*pick)
-            if not paired and pick[1].split > 1:
-                paired, faster = True, self.time_combine_sibling(space, pick[1])
+            for name in SIBLING_FIELDS:
+                sibs = [] if name in tried else self.siblings(space, pick[1], name)
+                if sibs:
+                    tried.add(name)
+                    faster = self.time_siblings(pick[1], sibs, name)
+                    if faster is not None:
+                        decided[name] = faster
         return self.time_in_order(space.picked[space.head:] + left, defer=DEFER if self.end is not None else None)
 
     @staticmethod
@@ -762,23 +775,42 @@ class _KernelTuning:
         """``c`` with its prediction, where the first round has it."""
         return next(((p, s) for p, s in space.cands if s == c), None)
 
-    def time_combine_sibling(self, space: _KernelSpace, c: KernelConfig) -> str | None:
-        """Time ``c`` (split-K, just timed) with its partials combined the other way
-        (:data:`lower.config.COMBINES`), where the first round has that layout; the mode that
-        measured faster by more than :data:`COMBINE_MARGIN` (the one that ran, where only one
-        did), or None: within the margin one pair of timings is noise, and each later split
-        factor keeps the model's mode."""
-        other = "last" if c.combine == "kernel" else "kernel"
-        sib = self.in_cands(space, dataclasses.replace(c, combine=other))
-        if sib is None:
-            return None
-        self.time_one(*sib)
-        times = {x: t for t, x in self.timed if x in (c, sib[1])}
-        mine, theirs = times.get(c, math.inf), times.get(sib[1], math.inf)
-        if theirs * COMBINE_MARGIN < mine:
-            return other
-        if mine * COMBINE_MARGIN < theirs:
-            return c.combine
+    def siblings(self, space: _KernelSpace, c: KernelConfig, name: str) -> list[tuple[float, KernelConfig]]:
+        """``c`` with each other value of field ``name`` the first round has (with predictions);
+        none for the combine of a config without split-K."""
+        if name == "combine" and c.split == 1:
+            return []
+        values = dict.fromkeys(getattr(x, name) for _, x in space.cands)
+        out = [self.in_cands(space, dataclasses.replace(c, **{name: v})) for v in values if v != getattr(c, name)]
+        return [x for x in out if x is not None]
+
+    def conform(self, space: _KernelSpace, pick: tuple[float, KernelConfig], decided: dict[str, object]
+                ) -> tuple[float, KernelConfig]:
+        """``pick`` with the ``decided`` values (where they apply): the same config with them where
+        the first round has it, else the best-predicted config of its split-K factor with them,
+        else ``pick`` itself."""
+        c = pick[1]
+        want = {k: v for k, v in decided.items() if getattr(c, k) != v and not (k == "combine" and c.split == 1)}
+        if not want:
+            return pick
+        same = self.in_cands(space, dataclasses.replace(c, **want))
+        if same is not None:
+            return same
+        fits = [(p, x) for p, x in space.cands if x.split == c.split and p < math.inf
+                and all(getattr(x, k) == v for k, v in want.items())]
+        return min(fits, key=lambda x: x[0]) if fits else pick
+
+    def time_siblings(self, c: KernelConfig, sibs: list[tuple[float, KernelConfig]], name: str) -> object | None:
+        """Time the siblings ``sibs`` of ``c`` (just timed) that differ from it in field ``name``;
+        the value whose config measured faster than every other by more than
+        :data:`COMBINE_MARGIN` (the one that ran, where only one did), or None: within the
+        margin one set of timings is noise, and each later split factor keeps the model's value."""
+        for sib in sibs:
+            self.time_one(*sib)
+        mine = {x: t for t, x in self.timed}
+        times = sorted((mine.get(x, math.inf), getattr(x, name)) for x in [c, *(s for _, s in sibs)])
+        if times[0][0] < math.inf and times[0][0] * COMBINE_MARGIN < times[1][0]:
+            return times[0][1]
         return None
 
     def climb_layouts(self, space: _KernelSpace) -> None:

@@ -443,7 +443,44 @@ def test_a_combine_pair_within_the_noise_leaves_the_model_its_modes(monkeypatch)
 
     clock = [0.0]
     calls = _fake_gpu(monkeypatch, landscape, clock)
-    tune(g, inputs={}, budget_s=len(head) + 1)
-    first_split = next(i for i, c in enumerate(calls) if c.split > 1)
-    later = calls[first_split + 2:len(head) + 1]
-    assert later and later == [c for c in head if c.split > 1][1:][:len(later)]
+    tune(g, inputs={}, budget_s=len(head) + 3)  # the head, and the first pick's siblings
+    first_timed: dict[int, object] = {}
+    for c in calls:
+        first_timed.setdefault(c.split, c)
+    later = [s for s in first_timed if s > 1][1:]
+    assert later and all(first_timed[s] == next(c for c in head if c.split == s) for s in later)
+
+
+def test_a_mispriced_small_matmul_lowering_is_learned_once_in_the_first_round(monkeypatch):
+    """Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys in 32-key steps):
+    the model prices the CUDA-core product (``v``) of most split factors below every tl.dot
+    config, so the first round's head begins with ``v`` picks. Where ``v`` measures slower,
+    the first pick is timed in every lowering and each later split factor in tl.dot — so a
+    budget the size of the head reaches tl.dot's split-K 12, not one factor of it."""
+    import sys
+    from pathlib import Path
+
+    from lower.cost_model import H200
+    from lower.profile import SMALL_MM_MENU, _space, tune
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from decode_attention_sweep import decode_attention
+
+    g = decode_attention(32, 1, 8448, 96, 32, mask=True)
+    op = _kernel(g)
+    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H200)
+    head = [c for _, c in space.picked[:space.head]]
+    assert sum(c.small_mm != "dot" for c in head[:5]) >= 3  # the model's premise
+
+    def landscape(c):  # tl.dot twice as fast; its valley at split-K 12
+        return (1.0 if c.small_mm == "dot" else 2.0) * (1.0 + abs(c.split - 12) / 100)
+
+    clock = [0.0]
+    calls = _fake_gpu(monkeypatch, landscape, clock)
+    res = tune(g, inputs={}, budget_s=len(head) + 2, device_params=H200)
+    n_sibs = len({c.small_mm for _, c in space.cands}) - 1
+    first = calls[0]
+    assert {c.small_mm for c in calls[:1 + n_sibs + 1]} >= {first.small_mm, "dot"}
+    later = calls[len(head) // 2:len(head)]
+    assert later and all(c.small_mm == "dot" for c in later), [c.label() for c in calls]
+    assert res.configs[op.id].small_mm == "dot" and res.configs[op.id].split == 12
