@@ -484,3 +484,29 @@ def test_a_mispriced_small_matmul_lowering_is_learned_once_in_the_first_round(mo
     later = calls[len(head) // 2:len(head)]
     assert later and all(c.small_mm == "dot" for c in later), [c.label() for c in calls]
     assert res.configs[op.id].small_mm == "dot" and res.configs[op.id].split == 12
+
+
+def test_near_tied_split_factors_are_timed_fullest_wave_first():
+    """Phi-3-mini's decode attention, Kᵀ read key-major (tl.dot only): the model prices split-K
+    8, 11 and 12 within 7 % of each other; the card ran them 33.6, 32.4 and 30.6 μs (256, 352
+    and 384 programs, five an SM). The head times the fullest single wave first, and the
+    factors that need a second wave (22, 24: 704, 768 programs) after every near tie."""
+    import sys
+    from pathlib import Path
+
+    from lower.cost_model import H200
+    from lower.profile import NEAR_TIE, _space
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from decode_attention_sweep import decode_attention
+
+    g = decode_attention(32, 1, 8448, 96, 32, mask=True)
+    op = _kernel(g)
+    space = _space(g, op, {}, 6, WARPS, STAGES, ("dot",), H200)
+    head = space.picked[:space.head]
+    best = min(p for p, _ in head)
+    near = [c.split for p, c in head if p <= best * NEAR_TIE]
+    assert {8, 11, 12} <= set(near)
+    assert [c.split for _, c in head][:3] == [12, 11, 8]
+    order = [c.split for _, c in head]
+    assert all(order.index(s) > order.index(8) for s in (22, 24) if s in order)
