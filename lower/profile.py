@@ -427,7 +427,7 @@ def _time(graph, configs, inputs, ref=None, tol: float = 2e-2, timing: str = "gr
 
 
 def _pick(cands: list[tuple[float, KernelConfig]], top: int,
-          waves: Callable[[KernelConfig], float] | None = None) -> list[tuple[float, KernelConfig]]:
+          waves: Callable[[KernelConfig], tuple[float, int]] | None = None) -> list[tuple[float, KernelConfig]]:
     """The first-round configs :func:`tune` times, from ``cands`` ((prediction, config),
     best first), in the order :func:`_split_factors_first` gives.
 
@@ -458,16 +458,19 @@ def _pick(cands: list[tuple[float, KernelConfig]], top: int,
 
 
 def _split_factors_first(picked: list[tuple[float, KernelConfig]],
-                         waves: Callable[[KernelConfig], float] | None = None) -> list[tuple[float, KernelConfig]]:
+                         waves: Callable[[KernelConfig], tuple[float, int]] | None = None) -> list[tuple[float, KernelConfig]]:
     """The order :func:`tune` times the first round in: the best predicted config of every
     split-K factor first (in order of prediction), then the rest by prediction — a budget
     that ends inside the first round has then measured each degree of parallelism once.
     The model's per-SM terms are what it gets most wrong: decode_h32 b=8's single kernel (64
     blocks on 132 SMs) has 46 first-round picks, its split-K 8 and 16 ranked 12th–17th.
 
-    With ``waves`` (a config's programs over what the SMs hold at once), the factors predicted
-    within :data:`NEAR_TIE` of the best lead by how full they leave the chip's one wave —
-    the fullest first, those needing a second wave after them. A memory-bound loop pulls
+    With ``waves`` (a config's programs over what the SMs hold at once, and the loop steps
+    each program runs), the factors predicted within :data:`NEAR_TIE` of the best lead by how
+    full they leave the chip's one wave — the fullest first; those needing a second wave, or
+    leaving a program fewer than twice its pipeline's stages in steps, after them by
+    prediction (the same kernel over 2,304 keys, 72 steps: split-K 12, six steps a program,
+    12.4 μs; split-K 18, four steps, 14.5). A memory-bound loop pulls
     faster the more of its programs each SM keeps in flight, which the model does not see
     while its bytes in flight already cover the latency: Phi-3-mini's decode attention
     (264 steps, five programs an SM) measured 51.5, 43.1, 33.6, 32.4 and 30.6 μs at split-K
@@ -481,8 +484,12 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
     first = list(head.values())
     if waves is not None and first:
         near = [x for x in first if x[0] <= first[0][0] * NEAR_TIE]
-        fill = {id(x): waves(x[1]) for x in near}
-        near.sort(key=lambda x: (fill[id(x)] > 1, -fill[id(x)] if fill[id(x)] <= 1 else fill[id(x)]))
+
+        def rank(x: tuple[float, KernelConfig]) -> tuple[bool, float]:
+            w, steps = waves(x[1])
+            held_back = w > 1 or steps < 2 * x[1].num_stages
+            return held_back, x[0] if held_back else -w
+        near.sort(key=rank)
         first = near + first[len(near):]
     return first + [x for x in ordered if not any(x is h for h in first)]
 
@@ -533,8 +540,9 @@ def _space(graph: KernelGraph, op, configs: dict, top: int, warps, stages, small
                     for c in first_round(blk, small_mm)), key=lambda x: x[0])
     dev = device_params or default_params()
 
-    def waves(c: KernelConfig) -> float:
-        return plan(blk, c).programs * c.split / (dev.sms * residency(op, c, dev)["resident"])
+    def waves(c: KernelConfig) -> tuple[float, int]:
+        p = plan(blk, c)
+        return p.programs * c.split / (dev.sms * residency(op, c, dev)["resident"]), p.steps
     picked = _pick(cands, top, waves)
     sts = stages if blk.forloop > 1 else (3,)
     sweep = len(neighbours(blk, cands[0][1], warps, sts)) if cands else 0
