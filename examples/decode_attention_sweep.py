@@ -16,7 +16,9 @@ by the last program (``L``) or by a second kernel. Every variant is checked agai
 first (a wrong one is reported, not timed); each is timed from DRAM (``"dram"``: every call on
 its own copy of the cache, as a model's step reads it). Prints the fastest variants per shape
 with their ratio to SDPA (with ``enable_gqa``, the mask as the model passes it) and to the
-copy floor of the cache, and the cost model's price of each; ``--json`` writes every row.
+copy floor of the cache, the cost model's price of each, and what each kernel compiled to
+beside what the model assumes (registers a thread, spills, shared memory, programs an SM:
+``CompiledProgram.resources()``, ``lower.cost_model.residency``); ``--json`` writes every row.
 Without CUDA it says so and exits 0.
 """
 
