@@ -467,15 +467,15 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
 
     With ``waves`` (a config's programs over what the SMs hold at once, and the loop steps
     each program runs), the factors predicted within :data:`NEAR_TIE` of the best lead by how
-    full they leave the chip's one wave — the fullest first; those needing a second wave, or
-    leaving a program fewer than twice its pipeline's stages in steps, after them by
-    prediction (the same kernel over 2,304 keys, 72 steps: split-K 12, six steps a program,
-    12.4 μs; split-K 18, four steps, 14.5). A memory-bound loop pulls
-    faster the more of its programs each SM keeps in flight, which the model does not see
-    while its bytes in flight already cover the latency: Phi-3-mini's decode attention
-    (264 steps, five programs an SM) measured 51.5, 43.1, 33.6, 32.4 and 30.6 μs at split-K
-    4, 6, 8, 11 and 12 (128–384 programs), then 41.8 and 44.2 at 22 and 24 (a second wave),
-    where the model priced split-K 8 to 12 within 7 % and its tuning reached split-K 8 only."""
+    full they leave the chip's one wave, the fullest first. A memory-bound loop pulls faster
+    the more of its programs each SM keeps in flight, which the model does not see while its
+    bytes in flight already cover the latency: Phi-3-mini's decode attention (264 steps,
+    five programs an SM) measured 51.5, 43.1, 33.6, 32.4 and 30.6 μs at split-K 4, 6, 8, 11
+    and 12 (128–384 programs), then 41.8 and 44.2 at 22 and 24 (a second wave), where the
+    model priced split-K 8 to 12 within 7 % and its tuning reached split-K 8 only. A factor
+    that needs a second wave, or leaves a program fewer than twice its pipeline's stages in
+    loop steps, follows by prediction: the same kernel over 2,304 keys (72 steps) ran
+    12.4 μs at split-K 12 (six steps a program) and 14.5 at 18 (four)."""
     ordered = sorted(picked, key=lambda x: x[0])
     head: dict[int, tuple[float, KernelConfig]] = {}
     for x in ordered:

@@ -358,17 +358,9 @@ class CompiledProgram:
         if self.interpret:
             raise InputError(f"{self.graph.name}: resources are those of a compiled kernel; this program runs "
                              "in Triton's interpreter")
-        inputs = self._bind(args, kwargs)
-        env: dict[str, torch.Tensor] = dict(self.views)
-        for t, v in zip(self.graph.inputs, inputs):
-            env[t.label()] = v
-        for t, o in zip(self.graph.outputs, self.outputs):
-            env[t.label()] = o
+        env = self._env(self._bind(args, kwargs), self.outputs)
         got: list[LaunchResources] = []
-
-        def record(fn):
-            return _Recording(fn, got)
-        self.run_steps(env, self.arena.device, wrap=record, keep_options=True)
+        self.run_steps(env, self.arena.device, wrap=lambda fn: _Recording(fn, got), keep_options=True)
         return got
 
     def launcher(self, *args, **kwargs) -> Callable[[], None]:
@@ -398,13 +390,17 @@ class CompiledProgram:
             self._graphs[key] = replay
         replay()
 
-    def _run(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+    def _env(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Every buffer the schedule names: the plan's views, the inputs and the outputs."""
         env: dict[str, torch.Tensor] = dict(self.views)
         for t, v in zip(self.graph.inputs, inputs):
             env[t.label()] = v
         for t, o in zip(self.graph.outputs, outs):
             env[t.label()] = o
-        self.run_steps(env, self.arena.device)
+        return env
+
+    def _run(self, inputs: list[torch.Tensor], outs: list[torch.Tensor]) -> None:
+        self.run_steps(self._env(inputs, outs), self.arena.device)
 
     def run_steps(self, env: dict[str, torch.Tensor], device: torch.device | str,
                   wrap: Callable | None = None, keep_options: bool = False) -> None:
