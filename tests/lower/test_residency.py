@@ -70,3 +70,28 @@ def test_resources_need_a_compiled_kernel():
     prog = lower_compile(kg, device="cpu", configs={op.id: KernelConfig(num_warps=4, num_stages=3)})
     with pytest.raises(InputError, match="interpreter"):
         prog.resources()
+
+
+def test_a_recorded_launch_reads_what_the_kernel_compiled_to():
+    """``CompiledProgram.resources`` wraps each Triton kernel: a launch still runs (its result
+    returned) and leaves its compiled kernel's registers, spills, shared memory, warps and
+    programs behind, in launch order."""
+    from types import SimpleNamespace
+
+    from lower.runtime import _Recording
+
+    ran = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                ran.append((grid, args, kwargs))
+                return SimpleNamespace(name="k4_partial", n_regs=80, n_spills=0,
+                                       metadata=SimpleNamespace(num_warps=4, shared=39936))
+            return launch
+
+    got: list[LaunchResources] = []
+    k = _Recording(Kernel(), got)[(384,)]("a", num_warps=4, num_stages=3)
+    assert k.name == "k4_partial" and ran == [((384,), ("a",), {"num_warps": 4, "num_stages": 3})]
+    assert got == [LaunchResources("k4_partial", num_warps=4, regs=80, spills=0, shared=39936, programs=384)]
+    assert got[0].resident() == 5
