@@ -131,7 +131,8 @@ def main() -> int:
             if slots % steps:
                 continue
             kg = decode_attention(kvh, rows, slots, d, steps, mask4 is not None)
-            op = next(o.id for o in kg.ops if o.kind == "graph_defined")
+            kernel = next(o for o in kg.ops if o.kind == "graph_defined")
+            op = kernel.id
             for c in configs(slots // steps, args.splits, args.warps, args.stages, args.combines):
                 label = f"{slots // steps} steps of {steps} keys, {c.label()}"
                 try:
@@ -143,7 +144,7 @@ def main() -> int:
                         continue
                     t = measure_on(lambda s: prog.launcher(**s), inputs, "dram")
                     card = prog.resources(**inputs)[0]
-                    mine = residency(next(o for o in kg.ops if o.id == op), c)
+                    mine = residency(kernel, c)
                     label += (f"  [card: {card.regs} regs, {card.spills} spilled, {card.shared // 1024} KB, "
                               f"{card.resident()}/SM; model: {mine['regs']:.0f} regs, {mine['shared'] / 1024:.0f} KB, "
                               f"{mine['resident']}/SM]")

@@ -838,8 +838,8 @@ class _KernelTuning:
         margin one set of timings is noise, and each later split factor keeps the model's value."""
         for sib in sibs:
             self.time_one(*sib)
-        mine = {x: t for t, x in self.timed}
-        times = sorted((mine.get(x, math.inf), getattr(x, name)) for x in [c, *(s for _, s in sibs)])
+        time_of = {x: t for t, x in self.timed}
+        times = sorted((time_of.get(x, math.inf), getattr(x, name)) for x in [c, *(s for _, s in sibs)])
         if times[0][0] < math.inf and times[0][0] * COMBINE_MARGIN < times[1][0]:
             return times[0][1]
         return None

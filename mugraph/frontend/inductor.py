@@ -43,10 +43,9 @@ def _placeholder_names_kept() -> Iterator[None]:
         from torch._functorch import config
     except ImportError:  # pragma: no cover - a torch without AOTAutograd's config
         config = None
-    if config is None or not hasattr(config, "autograd_cache_normalize_inputs"):
-        yield
-        return
-    with config.patch(autograd_cache_normalize_inputs=False):
+    patch = (config.patch(autograd_cache_normalize_inputs=False)
+             if hasattr(config, "autograd_cache_normalize_inputs") else contextlib.nullcontext())
+    with patch:
         yield
 
 
