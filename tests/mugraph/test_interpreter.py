@@ -197,15 +197,21 @@ def test_reference_graphs_at_batch_8(name):
 
 
 def test_full_grid_and_loop_evaluates_fast():
-    """gated_mlp at full size: 64 blocks × 64 iterations, vectorized (not a Python loop)."""
+    """gated_mlp at full size: 64 blocks × 64 iterations, vectorized (not a Python loop).
+
+    The best of three runs: one run alone takes about 0.2 s on 2 cores, but a full xdist
+    suite on them once stretched a single run to 3.8 s."""
     g = reference("gated_mlp")
     bg = g.ops_of_kind("graph_defined")[0].attrs["block"]
     assert bg.num_blocks == 64 and bg.forloop == 64
     ins = _inputs(g, np.random.default_rng(5))
     mg.evaluate(g, ins)
-    t0 = time.perf_counter()
-    mg.evaluate(g, ins)
-    assert time.perf_counter() - t0 < 3.0
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        mg.evaluate(g, ins)
+        best = min(best, time.perf_counter() - t0)
+    assert best < 3.0
 
 
 def test_input_checks():
