@@ -136,6 +136,23 @@ def params_for(device_name: str | None) -> DeviceParams:
     return H100
 
 
+#: timings whose calls read every input from DRAM (``lower.profile.TIMINGS``): ``"cold"`` flushes
+#: the L2 before each call, ``"dram"`` cycles through copies of the large inputs
+COLD_TIMINGS = ("cold", "dram")
+
+
+def for_timing(dev: DeviceParams, timing: str) -> DeviceParams:
+    """``dev`` as ``timing`` runs a graph: under a cold timing (:data:`COLD_TIMINGS`) nothing
+    stays in L2 between calls, so no graph is priced as L2-resident, however small.
+
+    Why: a decode step reads each layer's weights once, from DRAM, and the ``torch.compile``
+    backend times its pieces so (``"dram"``). Priced as L2-resident, Phi-3-mini's output
+    projection (3072 × 3072, 18.9 MB) ranked 96 programs without split-K first, at 6.1-7.0 μs;
+    from DRAM they ran 7.9-12.1 μs, and split-K 4 ran 7.8 (H200, docs/results.md, "Priced as
+    the timing runs them")."""
+    return replace(dev, l2_bytes=0) if timing in COLD_TIMINGS else dev
+
+
 def default_params() -> DeviceParams:
     """The parameters the model prices with when a caller names none: the GPU this process
     already uses (it never initializes CUDA itself: a forked search worker must not), else
@@ -228,7 +245,11 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # full latency (H100 rmsnorm_matmul b=8, 96 programs, no split-K: 64 / 32 / 16 steps measured
     # 51 / 36 / 29 μs, 24 / - / 20 with every load staged; docs/history/lowering.md, staged loads). Dot-free loops are not
     # charged so: the attention combine loops over L2-resident partials do not show it (same history, rmsnorm_matmul b=8 probed).
-    exposed = p.loop_has_dot and bool(p.unpipelined_loads)
+    # A loop whose matmul runs on the CUDA cores (small_mm "v"/"va") waits for each step's tiles
+    # too: one row times Phi-3-mini's projections from DRAM ran 0.7-1.3 μs a step more than the
+    # model's pipelined price (11.9-104 μs against 6.6-20.4; the tl.dot forms of the same tilings
+    # 7.8-9.4; H200, docs/results.md, "Priced as the timing runs them")
+    exposed = (p.loop_has_dot and bool(p.unpipelined_loads)) or (fma > 0 and steps > 1)
     per_step_latency = lat_step if exposed else lat_step / pipe
     serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
@@ -502,7 +523,7 @@ def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:
 def breakdown(graph: KernelGraph, device_params: DeviceParams | None = None,
               configs: dict[int, KernelConfig] | None = None) -> Breakdown:
     """Per-launch cost terms of ``graph`` lowered with ``configs`` (``device_params``: by
-    default :func:`default_params`)."""
+    default :func:`default_params`; :func:`for_timing` makes them price a cold timing)."""
     configs = configs or {}
     device_params = device_params or default_params()
     out = Breakdown()

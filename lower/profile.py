@@ -44,7 +44,7 @@ from mugraph.core.ops import is_contraction
 from .cold_inputs import cycling, rotated_sets
 from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
-from .cost_model import DeviceParams, default_params, estimate, residency
+from .cost_model import DeviceParams, default_params, estimate, for_timing, residency
 from .layout import k_major, solve as solve_layout
 from .plan import KernelPlan, plan
 from .precompile import Precompiler, kernel_job, shared as shared_precompiler, summary as precompile_summary
@@ -921,7 +921,9 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
 
     ``ref``: float64 outputs every timed variant must match (relative error ≤
     ``tol``; a variant that does not is logged and dropped). ``timing``: how each
-    variant is timed (:data:`TIMINGS`, :func:`measure`). ``small_mm``: the
+    variant is timed (:data:`TIMINGS`, :func:`measure`); a cold one (``"dram"``, ``"cold"``)
+    is also how the model prices (:func:`lower.cost_model.for_timing`), in ``predict_only``
+    too. ``small_mm``: the
     lowerings of small matmuls to consider (:data:`SMALL_MM_MENU`; add ``"va"``
     to time the un-reduced accumulation too). ``budget_s``: seconds of trying
     configurations in all (each costs a Triton compile, ~1 s), shared by the kernels in
@@ -962,6 +964,7 @@ def tune(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, top:
         device_params = default_params()
     warps, stages, small_mm = _check_tune_args(graph, inputs, top, device_params, warps, stages, log, ref, tol,
                                                timing, small_mm, budget_s, predict_only, history, precompile)
+    device_params = for_timing(device_params, timing)
     t_start = time.monotonic()
     gpu = torch.cuda.is_available() and not predict_only
     blocks = [op for op in graph.ops if op.kind == "graph_defined"]
@@ -1128,7 +1131,7 @@ def profile(graph: KernelGraph, inputs: dict[str, torch.Tensor] | None = None, t
     if not isinstance(graph, KernelGraph):
         raise ArgumentTypeError(f"lower.profile: expected a KernelGraph or Program, got {type(graph).__name__}")
     configs = configs_for(graph, configs, "lower.profile")
-    pred = estimate(graph, kw.get("device_params"), configs)
+    pred = estimate(graph, for_timing(kw.get("device_params") or default_params(), kw.get("timing", "graph")), configs)
     if not torch.cuda.is_available():
         return ProfileResult(graph, configs, None, pred, False)
     if inputs is None:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 import search
-from lower.cost_model import default_params, estimate
+from lower.cost_model import default_params, estimate, for_timing
 from lower.layout import check_strides
 import verify
 from search.checkpoint import fingerprint_of
@@ -99,7 +99,9 @@ class OptimizeConfig:
     ``"graph"`` (default) back to back in a CUDA graph, the inputs warm in L2; ``"dram"``
     the same with the large inputs copied so each call reads them from DRAM — what a
     weight or a KV cache costs inside a model's step (the ``torch.compile`` backend's
-    choice). Part of the cache key: configurations ranked one way are not the other's.
+    choice), and how the cost model prices the search's candidates and their configurations
+    (``lower.cost_model.for_timing``). Part of the cache key: configurations ranked one way
+    are not the other's.
     """
 
     search: dict = field(default_factory=dict)
@@ -320,19 +322,21 @@ def _checkpoint_path(folder: Path, program: Program, scfg) -> Path:
     worker count too — finds it, and no other search does."""
     return folder / f"{safe_name(program.name, 48)}-{fingerprint_of(graph_to_json(program), scfg.key())[:24]}.ckpt.json"
 
-def _lowered_estimate(graph, input_strides: dict[str, tuple[int, ...]] | None = None) -> float:
+def _lowered_estimate(graph, input_strides: dict[str, tuple[int, ...]] | None = None,
+                      timing: str = "graph") -> float:
     """Seconds the lowering's cost model predicts for ``graph`` at its best predicted
-    configs, its inputs laid out as ``input_strides`` (``OptimizeConfig.input_strides``) —
-    what the search's split-loop variants are ranked by (``search.derive.splits``), the
-    price this pipeline ranks the verified ones by too."""
-    return predict_tuned(graph, input_strides).predicted_s
+    configs, its inputs laid out as ``input_strides`` (``OptimizeConfig.input_strides``) and
+    read as ``timing`` reads them (``OptimizeConfig.timing``) — what the search's split-loop
+    variants are ranked by (``search.derive.splits``), the price this pipeline ranks the
+    verified ones by too."""
+    return predict_tuned(graph, input_strides, timing).predicted_s
 
 
 def _estimator(cfg: OptimizeConfig) -> Callable:
-    """:func:`_lowered_estimate` for ``cfg``'s input layout (a picklable callable: the
-    search's workers price with it)."""
-    return functools.partial(_lowered_estimate, input_strides=cfg.input_strides) if cfg.input_strides \
-        else _lowered_estimate
+    """:func:`_lowered_estimate` for ``cfg``'s input layout and timing (a picklable callable:
+    the search's workers price with it)."""
+    given = {k: v for k, v in (("input_strides", cfg.input_strides), ("timing", cfg.timing)) if v and v != "graph"}
+    return functools.partial(_lowered_estimate, **given) if given else _lowered_estimate
 
 def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph], estimate: Callable,
             checker=None):
@@ -582,7 +586,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
             # when it cannot ship, so it never takes the budget from one that can
             for c in sorted(cands, key=lambda c: not _proven(c)):
                 if c.origin == "program" and priced_only:
-                    _price(c, cfg.input_strides)  # the caller runs its own ops: priced, not checked
+                    _price(c, cfg.input_strides, cfg.timing)  # the caller runs its own ops: priced, not checked
                     continue
                 # past the checks' end, a searched candidate is checked only while none has been:
                 # the first (the proven come first) is checked late rather than not at all — an
@@ -593,7 +597,7 @@ def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: 
                     c.rejected = UNCHECKED
                     continue
                 if not cfg.allow_unproven and not _proven(c):
-                    _price(c, cfg.input_strides)  # it cannot ship: priced for the report, never float-checked
+                    _price(c, cfg.input_strides, cfg.timing)  # it cannot ship: priced for the report, never float-checked
                     continue
                 try:
                     bound = _check_candidate(program, cfg, seed, dtypes, c, bound, prepared)
@@ -726,17 +730,18 @@ def _check_candidate(program: Program, cfg: OptimizeConfig, seed: int, dtypes, c
     if not c.float_ok:
         c.rejected = "float check failed"
         return bound
-    _price(c, cfg.input_strides)
+    _price(c, cfg.input_strides, cfg.timing)
     return bound
 
 
-def _price(c: Candidate, input_strides: dict[str, tuple[int, ...]] | None = None) -> None:
+def _price(c: Candidate, input_strides: dict[str, tuple[int, ...]] | None = None, timing: str = "graph") -> None:
     """``c``'s predicted time and configs by the lowering's cost model — predicted only,
     never compiled here (lower.profile would compile and time the default configs on a GPU
     machine, where one the card cannot hold stopped the whole call): the GPU re-ranking
-    (time_on_gpu) compiles, checks and times, and rejects what fails there."""
-    default_s = estimate(c.graph)
-    tuned = predict_tuned(c.graph, input_strides)
+    (time_on_gpu) compiles, checks and times, and rejects what fails there. Priced as
+    ``timing`` reads the inputs (:func:`lower.cost_model.for_timing`)."""
+    default_s = estimate(c.graph, for_timing(default_params(), timing))
+    tuned = predict_tuned(c.graph, input_strides, timing)
     c.predicted_s = min(default_s, tuned.predicted_s)
     c.configs = {k: asdict(v) for k, v in tuned.configs.items()} if tuned.predicted_s <= default_s else {}
 

@@ -501,12 +501,15 @@ def halve(leaders: list["Candidate"], left, time_one, unfinished) -> None:
         leaders = still[:max(1, math.ceil(len(still) / 2))] if rounds > 1 else still[:1]
 
 
-def predict_tuned(graph: KernelGraph, input_strides: dict[str, tuple[int, ...]] | None = None):
+def predict_tuned(graph: KernelGraph, input_strides: dict[str, tuple[int, ...]] | None = None,
+                  timing: str = "graph"):
     """The cost model's best kernel configs (``lower.tune`` ranking its configuration space
     by the model alone). Nothing is compiled, on a GPU machine either: a configuration the
     card cannot hold is the GPU re-ranking's to reject (:func:`time_on_gpu`).
     ``input_strides``: the layout the caller passes its inputs in
     (``OptimizeConfig.input_strides``): the space is then the one the re-ranking tunes — a
     decode attention reading its key-major Kᵀ is priced on ``tl.dot``, as it runs, not on
-    the CUDA cores the tuner never times for it."""
-    return lower.tune(graph, predict_only=True, input_strides=input_strides)
+    the CUDA cores the tuner never times for it. ``timing``: the timing the re-ranking will
+    time it under (``OptimizeConfig.timing``): a cold one prices every input from DRAM
+    (``lower.cost_model.for_timing``)."""
+    return lower.tune(graph, predict_only=True, input_strides=input_strides, timing=timing)
