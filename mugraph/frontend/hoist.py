@@ -23,7 +23,9 @@ such reader instead, the reader's other operands taking the inverse regrouping
 (``view(m, (b, s, o)) + r = view(m + view(r, (b·s, o)), (b, s, o))``), again and again:
 it reaches the piece's outputs, where the partition leaves it to torch, or meets the next
 ``linear``'s view and the two cancel. Only views of what no view moves above (a matmul, a
-library op) move down, so the two passes never undo each other.
+library op) move down, and only views that merge no dims (a ``linear``'s view back splits
+them), so the two passes never undo each other: the view that flattens an attention's heads
+for the output projection, moved above the element-wise op between them, stays there.
 """
 
 from __future__ import annotations
@@ -71,13 +73,16 @@ def _new_shape(shape: tuple, rank: int, k: int, p_in: tuple, p_out: tuple) -> tu
     """An operand's shape after the view moves above the op (the op's output has rank
     ``rank`` and a common suffix of ``k`` dims): unchanged when it has no leading dims,
     its suffix when it is broadcast along all of them, ``p_out`` + its suffix when it spans
-    them as ``p_in``; None when neither."""
+    them as ``p_in``; None when neither. A suffix of no dims is ``(1,)``, not a 0-d
+    scalar: the catalog's tensors have at least one dim, and a 0-d operand kept an
+    element-wise op out of every piece (the attention's all-masked-row factor, multiplied
+    into its output before the output projection's view, stayed torch code of its own)."""
     if len(shape) <= k:
         return shape
     full = (1,) * (rank - len(shape)) + tuple(shape)
     pre, suf = full[:rank - k], full[rank - k:]
     if all(d == 1 for d in pre):
-        return suf
+        return suf or (1,)
     if pre == p_in:
         return tuple(p_out) + suf
     return None
@@ -345,6 +350,12 @@ def _move_views(gm: fx.GraphModule, work: list[fx.Node], step) -> int:
     return moves
 
 
+def _merges_dims(v: fx.Node) -> bool:
+    """Whether view ``v`` has fewer dims than its source (a ``linear``'s input view, which
+    :func:`hoist_views` moves up, never down)."""
+    return _val(v).ndim < _val(v.args[0]).ndim
+
+
 def _sinks_from(src) -> bool:
     """Whether views of ``src`` may move down: ``src`` is computed by an op no view moves
     above (not element-wise, not a suffix reduction, not a view)."""
@@ -408,5 +419,5 @@ def sink_views(gm: fx.GraphModule) -> int:
     the element-wise ops that read it (the module doc), and cancel it against a regrouping
     reader; then merge equal views. Returns how many views moved."""
     work = [n for n in gm.graph.nodes if n.op == "call_function" and n.target in _REGROUP and n.args
-            and _sinks_from(n.args[0])]
+            and _sinks_from(n.args[0]) and not _merges_dims(n)]
     return _move_views(gm, work, _sink_one)

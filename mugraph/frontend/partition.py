@@ -93,16 +93,27 @@ def _closes_cycle(merged: set[fx.Node], group: dict[fx.Node, Any], members: dict
     return False
 
 
-def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.Node]) -> list[set[fx.Node]]:
-    """Greedy growth of Lax pieces (the module doc); nodes in ``refused`` stay outside."""
+def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.Node],
+          max_ops: int | None = None) -> list[set[fx.Node]]:
+    """Greedy growth of Lax pieces (the module doc); nodes in ``refused`` stay outside.
+
+    A node with products inside that has ``max_ops`` catalog ops or more (an attention: its
+    whole softmax in one node) fills a piece alone: once it joins a piece, no later node
+    joins that piece. Its ops would be cut from any that did, and a piece grown through it
+    carries its exponential downstream — the output projection's piece, reached through
+    the element-wise op between them, could then not take the gated MLP's SiLU (a second
+    exponential on one path), and the layer's last three projections were cut apart
+    differently. An element-wise node as large (a GeLU-tanh) stays open: what follows it
+    (the gate's product with the up projection) belongs with it."""
     group: dict[fx.Node, int] = {}
     members: dict[int, set[fx.Node]] = {}
+    closed: set[int] = set()
     next_id = 0
     for n in order:
         i = info.get(n)
         if i is None or not (i.mapped and i.lax) or n in refused:
             continue
-        producers = sorted({group[a] for a in n.all_input_nodes if a in group},
+        producers = sorted({group[a] for a in n.all_input_nodes if a in group and group[a] not in closed},
                            key=lambda g: -len(members[g]))
         choices = ([producers] if len(producers) > 1 else []) + [[g] for g in producers] + [[]]
         for gs in choices:
@@ -120,6 +131,8 @@ def _grow(order: list[fx.Node], info: dict[fx.Node, NodeInfo], refused: set[fx.N
             members[target] = merged
             for m in merged:
                 group[m] = target
+            if max_ops is not None and i.num_ops >= max_ops and _contracts(i):
+                closed.add(target)
             break
     return [m for _, m in sorted(members.items())]
 
@@ -503,7 +516,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
     while True:
         # views at a grown piece's boundary are folded off before the size limits count
         # its ops, and again after the cut (a view next to a cut edge is at a boundary now)
-        grown = [fold_views(m, info)[0] for m in _grow(order, info, refused)]
+        grown = [fold_views(m, info)[0] for m in _grow(order, info, refused, max_ops)]
         grown = [m for m in grown if m]
         parts: list[set[fx.Node]] = []
         for m in grown:

@@ -350,3 +350,29 @@ def test_slices_of_a_fused_projection_become_projections_by_weight_slices():
     assert any("slice" in kinds(bp) for bp in cap.pieces) or aten.slice.Tensor in [n.target for n in cap.library]
     for a, b in zip(cap.reference()(*[x.double() for x in xs]), both(*[x.double() for x in xs])):
         torch.testing.assert_close(a, b)
+
+
+def test_the_all_masked_row_factor_joins_the_output_projection():
+    """SDPA with an additive float mask zeroes the rows no key may see: the capture multiplies
+    its output by a 0/1 factor per row (``aten.sdpa``'s ``rows``), one element for one query
+    row over heads sharing a mask. The heads' merge for the output projection is hoisted
+    above that product and the factor is viewed to ``(1,)``, not to a 0-d scalar (no catalog
+    tensor has 0 dims): so the product joins the projection's piece, ``(A · s) @ W + R``,
+    where it had been torch code of its own between the attention and the projection (one
+    more kernel in a decode step: ``all``, ``mul`` and the heads' transpose, H200)."""
+    def fn(q, k, v, mask, res, w):
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return res + F.linear(a.transpose(1, 2).reshape(1, 1, -1), w)
+    mask = torch.zeros(1, 1, 1, 32)
+    mask[..., 20:] = float("-inf")
+    xs = r(1, 4, 1, 16), r(1, 4, 32, 16), r(1, 4, 32, 16), mask, r(1, 1, 64), r(64, 64)
+    cap = from_torch(fn, *xs)
+    proj = [bp for bp in cap.pieces if "matmul" in kinds(bp) and "exp" not in kinds(bp)]
+    assert [kinds(bp) for bp in proj] == [["mul", "matmul", "add"]]
+    assert sorted(tuple(t.shape) for t in proj[0].program.inputs) == [(1,), (1, 64), (1, 64), (64, 64)]
+    assert not any(n.target == aten.mul.Tensor for n in cap.library)
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    hidden = mask.clone()
+    hidden[...] = float("-inf")  # no key visible: SDPA's row is 0, and so is the projection's input
+    ys = (*xs[:3], hidden, *xs[4:])
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in ys]), xs[4].double() + 0 * xs[5].double()[0])
