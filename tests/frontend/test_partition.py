@@ -257,3 +257,33 @@ def test_random_programs_partition_into_acyclic_lax_pieces():
         got = cap.reference()(x.double(), w.double())
         want = fn(x.double(), w.double())
         torch.testing.assert_close(got, want)
+
+
+def test_an_attention_fills_its_piece_and_the_gated_mlp_after_it_keeps_its_silu():
+    """A decoder layer's second half behind its attention: ``o = (sdpa(q, k, v, mask) · rows)
+    @ Wo + r``, then an RMSNorm and a SiLU-gated MLP. The attention node holds a whole softmax
+    (nine catalog ops: a piece at the default limit) and closes its piece as it grows, so the
+    masked rows' factor starts the output projection's piece and the attention's exponential
+    does not run on into the MLP's: the gate and up projections keep their SiLU and product
+    in one piece, the down projection has its own. Grown through the attention, the MLP's
+    SiLU could join no piece with the gate's product (two exponentials on one path): the gate
+    and up products went with the norm and the SiLU with the down projection (Phi-3-mini,
+    eight new tokens)."""
+    def fn(q, k, v, mask, res, Wo, w, Wg, Wu, Wd):
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        h = res + a.transpose(1, 2).reshape(1, 4, -1) @ Wo
+        x = _rms(h, w)
+        return h + (F.silu(x @ Wg) * (x @ Wu)) @ Wd
+    mask = torch.zeros(1, 1, 4, 32)
+    mask[..., 28:] = float("-inf")
+    args = (r(1, 4, 4, 16), r(1, 4, 32, 16), r(1, 4, 32, 16), mask, r(1, 4, 64), r(64, 64), r(64),
+            r(64, 96), r(64, 96).add(1), r(96, 64))
+    cap = from_torch(fn, *args)
+    lax_and_outside(cap)
+    gated = [bp for bp in cap.pieces if any(op.kind == "silu" for op in bp.program.ops)]
+    assert len(gated) == 1 and [op.kind for op in gated[0].program.ops].count("matmul") == 2
+    down = _piece_of(cap, args[9])
+    assert down is not gated[0] and "silu" not in {op.kind for op in down.program.ops}
+    assert "mul" in {op.kind for op in _piece_of(cap, args[5]).program.ops}  # the rows' factor
+    x = [t.double() for t in args]
+    torch.testing.assert_close(cap.reference()(*x), fn(*x))
