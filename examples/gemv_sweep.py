@@ -6,12 +6,18 @@ search and the tuner find.
     python examples/gemv_sweep.py                                   # a GPU machine
     python examples/gemv_sweep.py --shapes 1x4096x4096 --cols 32 64 --steps 128 256
     python examples/gemv_sweep.py --gated gelu_tanh --shapes 1x2048x16384    # act(X@W1) * (X@W2)
+    python examples/gemv_sweep.py --form residual --timing dram --dtype bfloat16 --shapes 1x3072x3072 \
+        --cols 32 64 128 --steps 64 128 256 --splits 1 2 3 4 6 8 12 --warps 4 --stages 3 4
 
 Each μGraph: a grid over W's columns (``--cols`` per block), a loop over K (``--steps``
 deep); every variant is checked against float64 first (a wrong one is reported, not timed).
 Prints the fastest variants per shape with their ratio to ``mm`` and to the copy floor of W,
-and the cost model's price of each (H100 parameters: the ranking is what it is for);
-``--json`` writes every row. ``--gated ACT`` sweeps the gated projection of an MLP instead —
+the cost model's price of each (for the card it runs on, read as ``--timing`` reads the inputs:
+``lower.cost_model.for_timing``; the ranking is what it is for), the measured time of the
+model's favourite and the rank agreement (Spearman) of model and measurement over the shape's
+variants; ``--json`` writes every row. ``--form`` sweeps a decode step's forms of the product:
+``residual`` (``X @ W + R``, the output and down projections, against ``addmm``) or ``norm``
+(``rms_norm(X)·g @ W``, the RMSNorm fused into the projection that reads it, against ``mm``). ``--gated ACT`` sweeps the gated projection of an MLP instead —
 ``ACT(X @ W1) * (X @ W2)`` in one kernel, both weights walked by one loop and the gate in its
 epilogue — against torch's two ``mm`` and its element-wise ops. Without CUDA it says so and exits 0.
 """
@@ -21,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+from fractions import Fraction
 import os
 import sys
 
@@ -30,7 +37,9 @@ import torch  # noqa: E402
 
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
-from lower.cost_model import estimate  # noqa: E402
+from lower.calibration import spearman  # noqa: E402
+from lower.cost_model import default_params, estimate, for_timing  # noqa: E402
+from lower.cold_inputs import rotated_sets  # noqa: E402
 from lower.profile import measure_on  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
@@ -38,14 +47,30 @@ from mugraph.core.benchmarks.handwritten import gated_mlp  # noqa: E402
 from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 
 
-def gemv(rows: int, k: int, n: int, cols: int, steps: int) -> mg.KernelGraph:
+FORMS = ("plain", "residual", "norm")
+
+
+def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
+         dtype: str = "float16") -> mg.KernelGraph:
     """``X @ W``: ``n / cols`` blocks, each a ``cols``-wide column slice of W, its loop
-    walking K ``steps`` rows at a time."""
-    kg = mg.KernelGraph(f"gemv_{rows}x{k}x{n}")
-    X, W = kg.input("X", (rows, k), "float16"), kg.input("W", (k, n), "float16")
+    walking K ``steps`` rows at a time. ``form`` (:data:`FORMS`): ``"residual"`` adds a row
+    ``R`` after the loop; ``"norm"`` multiplies X by ``g`` in the loop, sums X² beside the
+    product and divides by the root mean square after it (an RMSNorm fused into the
+    projection, without its epsilon)."""
+    kg = mg.KernelGraph(f"gemv_{form}_{rows}x{k}x{n}")
+    X, W = kg.input("X", (rows, k), dtype), kg.input("W", (k, n), dtype)
+    G = kg.input("G", (k,), dtype) if form == "norm" else None
+    R = kg.input("R", (rows, n), dtype) if form == "residual" else None
     bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
     x, w = bg.input(X, imap=(None,), fmap=1), bg.input(W, imap=(1,), fmap=0)
-    bg.output(bg.accum(x @ w), omap=(1,))
+    if form == "norm":
+        acc = bg.accum(mg.matmul(x * bg.input(G, fmap=0), w))
+        out = acc / mg.sqrt(mg.scale(bg.accum(mg.sum(mg.square(x), 1)), Fraction(1, k)))
+    else:
+        out = bg.accum(x @ w)
+        if form == "residual":
+            out = out + bg.input(R, imap=(1,))
+    bg.output(out, omap=(1,))
     (Y,) = kg.kernel(bg)
     kg.output(Y)
     return kg
@@ -55,6 +80,30 @@ def configs(forloop: int, splits, warps, stages, small_mm) -> list[KernelConfig]
     """Split-K factors that divide the loop (combined by the last program), times the rest."""
     return [KernelConfig(num_warps=w, num_stages=s, split=k, combine="last" if k > 1 else "kernel", small_mm=mm)
             for k, mm, w, s in itertools.product(splits, small_mm, warps, stages) if forloop % k == 0]
+
+
+def _inputs(form: str, gated: str | None, rows: int, k: int, n: int, dtype: torch.dtype):
+    """``(inputs, float64 reference, torch's form)`` of one shape: W (W1, W2) in ``nn.Linear``'s
+    layout, ``G`` for the norm, ``R`` for the residual; torch's form the baseline timed beside."""
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = (torch.randn(rows, k, device="cuda", generator=g) * 0.1).to(dtype)
+    ins = {"X": x, **{name: (torch.randn(n, k, device="cuda", generator=g) * 0.1).to(dtype).t()  # (K, N), strides (1, K)
+                      for name in (("W1", "W2") if gated else ("W",))}}
+    if form == "norm":
+        ins["G"] = (torch.rand(k, device="cuda", generator=g) + 0.5).to(dtype)
+    if form == "residual":
+        ins["R"] = torch.randn(rows, n, device="cuda", generator=g).to(dtype)
+    d = {name: v.double() for name, v in ins.items()}
+    if gated:
+        act = activation(gated)
+        return ins, act(d["X"] @ d["W1"]) * (d["X"] @ d["W2"]), lambda s: lambda: act(torch.mm(s["X"], s["W1"])) * \
+            torch.mm(s["X"], s["W2"])
+    if form == "norm":
+        ref = (d["X"] * d["G"]) @ d["W"] / (d["X"] ** 2).mean(1, keepdim=True).sqrt()
+        return ins, ref, lambda s: lambda: torch.mm(s["X"], s["W"])
+    if form == "residual":
+        return ins, d["X"] @ d["W"] + d["R"], lambda s: lambda: torch.addmm(s["R"], s["X"], s["W"])
+    return ins, d["X"] @ d["W"], lambda s: lambda: torch.mm(s["X"], s["W"])
 
 
 def main() -> int:
@@ -74,69 +123,79 @@ def main() -> int:
                          "own copy of the weights, read from DRAM as in a model's step)")
     ap.add_argument("--gated", default=None, choices=["silu", "gelu_tanh"],
                     help="sweep ACT(X @ W1) * (X @ W2) in one kernel instead of X @ W")
+    ap.add_argument("--form", default="plain", choices=FORMS,
+                    help="X @ W; X @ W + R (residual); rms_norm(X)·g @ W (norm)")
+    ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     args = ap.parse_args()
+    if args.gated and args.form != "plain":
+        ap.error("--gated sweeps its own form: leave --form plain")
     if not torch.cuda.is_available():
         print("gemv_sweep: no CUDA device — nothing to time. Skipping.")
         return 0
     from mugraph.pipeline.bench import copy_bandwidth
 
     bw = copy_bandwidth()
+    dev = for_timing(default_params(), args.timing)
     print(f"{torch.cuda.get_device_name()}; μs, median, CUDA-graph replay, {args.timing} timing; copy bandwidth "
-          f"{bw / 1e12:.2f} TB/s; W in nn.Linear's layout")
+          f"{bw / 1e12:.2f} TB/s; W in nn.Linear's layout; {args.form} form, {args.dtype}; the model at "
+          f"{dev.name}'s parameters, {'every input from DRAM' if dev.l2_bytes == 0 else 'small graphs in L2'}")
     rows_out = []
     for shape in args.shapes:
         rows, k, n = (int(v) for v in shape.split("x"))
-        g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(rows, k, device="cuda", generator=g).half() * 0.1
-        weights = {name: (torch.randn(n, k, device="cuda", generator=g).half() * 0.1).t()  # (K, N), strides (1, K)
-                   for name in (("W1", "W2") if args.gated else ("W",))}
-        if args.gated:
-            act = activation(args.gated)
-            ref = act(x.double() @ weights["W1"].double()) * (x.double() @ weights["W2"].double())
-            mm_s = measure_on(lambda s: lambda: act(torch.mm(s["X"], s["W1"])) * torch.mm(s["X"], s["W2"]),
-                              {"X": x, **weights}, args.timing)
-        else:
-            ref = x.double() @ weights["W"].double()
-            mm_s = measure_on(lambda s: lambda: torch.mm(s["X"], s["W"]), {"X": x, **weights}, args.timing)
-        floor_s = k * n * 2 * len(weights) / bw
+        ins, ref, torch_form = _inputs(args.form, args.gated, rows, k, n, getattr(torch, args.dtype))
+        sets = rotated_sets(ins) if args.timing == "dram" else None
+        mm_s = measure_on(torch_form, ins, args.timing, sets)
+        floor_s = k * n * ins["X"].element_size() * (2 if args.gated else 1) / bw
+        strides = {name: tuple(w.stride()) for name, w in ins.items() if name.startswith("W")}
         timed = []
         for cols, steps in itertools.product(args.cols, args.steps):
             if n % cols or k % steps:
                 continue
             try:
                 kg = (gated_mlp(rows=rows, hidden=k, out=n, col_tile=cols, loop=k // steps, act=args.gated)
-                      if args.gated else gemv(rows, k, n, cols, steps))
+                      if args.gated else gemv(rows, k, n, cols, steps, args.form, args.dtype))
             except Exception as e:  # noqa: BLE001 - tiles too large for shared memory: say which
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
                 continue
             op = next(o.id for o in kg.ops if o.kind == "graph_defined")
-            strides = {name: tuple(w.stride()) for name, w in weights.items()}
             for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm):
                 label = f"{n // cols} blocks of {cols} cols, {steps}-deep steps, {c.label()}"
                 try:
-                    model_s = estimate(kg, configs={op: c})
+                    model_s = estimate(kg, dev, configs={op: c})
                     prog = lower_compile(kg, device="cuda", configs={op: c}, input_strides=strides)
-                    err = rel_error(prog(X=x, **weights), ref)
-                    if not err <= 1e-2:
+                    err = rel_error(prog(**ins), ref)
+                    if not err <= 2e-2:
                         print(f"  wrong: {label}: relative error {err:.2e}", flush=True)
                         continue
-                    t = measure_on(lambda s: prog.launcher(**s), {"X": x, **weights}, args.timing)
+                    t = measure_on(lambda s: prog.launcher(**s), ins, args.timing, sets)
                 except Exception as e:  # noqa: BLE001 - a variant the card cannot run (shared memory): say which
                     print(f"  skipped: {label}: {type(e).__name__}: {str(e).splitlines()[0][:100]}", flush=True)
                     continue
                 timed.append((t, model_s, label))
-                rows_out.append(dict(shape=shape, gated=args.gated, cols=cols, steps=steps, config=c.label(),
-                                     us=t * 1e6, model_us=model_s * 1e6, mm_us=mm_s * 1e6, floor_us=floor_s * 1e6))
-        timed.sort()
-        base = "torch (mm, mm, element-wise)" if args.gated else "cuBLAS mm"
-        print(f"\n{shape}: {base} {mm_s * 1e6:.2f} μs, floor {floor_s * 1e6:.2f} μs; fastest of {len(timed)}:")
-        for t, model_s, label in timed[:args.top]:
-            print(f"  {t * 1e6:7.2f} μs  {mm_s / t:5.2f}× torch  {t / floor_s:5.2f}× floor  "
-                  f"model {model_s * 1e6:6.1f}  {label}", flush=True)
+                rows_out.append(dict(shape=shape, gated=args.gated, form=args.form, cols=cols, steps=steps,
+                                     config=c.label(), us=t * 1e6, model_us=model_s * 1e6, mm_us=mm_s * 1e6,
+                                     floor_us=floor_s * 1e6))
+        _report(shape, timed, mm_s, floor_s, "torch (mm, mm, element-wise)" if args.gated else
+                {"residual": "cuBLAS addmm", "norm": "cuBLAS mm (no norm)"}.get(args.form, "cuBLAS mm"), args.top)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows_out, f, indent=1)
     return 0
+
+
+def _report(shape: str, timed: list[tuple[float, float, str]], mm_s: float, floor_s: float, base: str,
+            top: int) -> None:
+    """The fastest variants of one shape, the model's favourite and the rank agreement."""
+    timed.sort()
+    print(f"\n{shape}: {base} {mm_s * 1e6:.2f} μs, floor {floor_s * 1e6:.2f} μs; fastest of {len(timed)}:")
+    for t, model_s, label in timed[:top]:
+        print(f"  {t * 1e6:7.2f} μs  {mm_s / t:5.2f}× torch  {t / floor_s:5.2f}× floor  "
+              f"model {model_s * 1e6:6.1f}  {label}", flush=True)
+    if timed:
+        fav = min(timed, key=lambda r: r[1])
+        rho = spearman([r[1] for r in timed], [r[0] for r in timed])
+        print(f"  the model's favourite: {fav[0] * 1e6:.2f} μs ({fav[2]}), {fav[0] / timed[0][0]:.2f}× the "
+              f"fastest; rank agreement (Spearman) over the {len(timed)}: {rho:.2f}", flush=True)
 
 
 if __name__ == "__main__":

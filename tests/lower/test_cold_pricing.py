@@ -79,3 +79,28 @@ def test_the_search_and_pipeline_price_as_the_configured_timing():
     cold = pickle.loads(pickle.dumps(est))(g)
     assert cold == predict_tuned(g, timing="dram").predicted_s > predict_tuned(g).predicted_s
     assert optimize._estimator(mg.OptimizeConfig()) is optimize._lowered_estimate
+
+
+def test_the_sweeps_forms_compute_what_they_say():
+    """``examples/gemv_sweep.py --form``: the residual and norm forms of its hand-written GEMV
+    equal ``X @ W + R`` and ``rms_norm(X)·g @ W`` (float64 interpreter), so the measured
+    configurations are of the programs the layer's pieces are."""
+    import os
+    import sys
+
+    import torch
+
+    from mugraph.core.interpreter import evaluate
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    from gemv_sweep import gemv
+
+    g = torch.Generator().manual_seed(3)
+    x, w, r, gw = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((1, 64), (64, 32), (1, 32), (64,)))
+    want = {"plain": x @ w, "residual": x @ w + r,
+            "norm": (x * gw) @ w / (x ** 2).mean(1, keepdim=True).sqrt()}
+    for form, ref in want.items():
+        kg = gemv(1, 64, 32, 16, 16, form, "float32")
+        ins = {"X": x, "W": w, **({"R": r} if form == "residual" else {}), **({"G": gw} if form == "norm" else {})}
+        (got,) = evaluate(kg, ins)
+        torch.testing.assert_close(torch.as_tensor(got, dtype=torch.float64), ref)
