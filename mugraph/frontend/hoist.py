@@ -353,7 +353,8 @@ def _move_views(gm: fx.GraphModule, work: list[fx.Node], step) -> int:
 def _merges_dims(v: fx.Node) -> bool:
     """Whether view ``v`` has fewer dims than its source (a ``linear``'s input view, which
     :func:`hoist_views` moves up, never down)."""
-    return _val(v).ndim < _val(v.args[0]).ndim
+    out, src = _val(v), _val(v.args[0])
+    return isinstance(out, torch.Tensor) and isinstance(src, torch.Tensor) and out.ndim < src.ndim
 
 
 def _sinks_from(src) -> bool:
