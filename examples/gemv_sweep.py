@@ -76,10 +76,14 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
     return kg
 
 
-def configs(forloop: int, splits, warps, stages, small_mm) -> list[KernelConfig]:
-    """Split-K factors that divide the loop (combined by the last program), times the rest."""
-    return [KernelConfig(num_warps=w, num_stages=s, split=k, combine="last" if k > 1 else "kernel", small_mm=mm)
-            for k, mm, w, s in itertools.product(splits, small_mm, warps, stages) if forloop % k == 0]
+def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,)) -> list[KernelConfig]:
+    """Split-K factors that divide the loop (combined by the last program) and re-chunkings
+    (``chunk`` loop iterations a generated step) that divide what each split keeps, times
+    the rest."""
+    return [KernelConfig(num_warps=w, num_stages=s, split=k, combine="last" if k > 1 else "kernel", small_mm=mm,
+                         chunk=c)
+            for k, c, mm, w, s in itertools.product(splits, chunks, small_mm, warps, stages)
+            if forloop % k == 0 and (forloop // k) % c == 0]
 
 
 def _inputs(form: str, gated: str | None, rows: int, k: int, n: int, dtype: torch.dtype):
@@ -116,6 +120,8 @@ def main() -> int:
     ap.add_argument("--warps", type=int, nargs="+", default=[4, 8])
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 5])
     ap.add_argument("--small-mm", nargs="+", default=["dot", "v"], choices=["dot", "v", "va"])
+    ap.add_argument("--chunks", type=int, nargs="+", default=[1], choices=[1, 2, 4, 8, 16],
+                    help="loop iterations a generated step runs (KernelConfig.chunk)")
     ap.add_argument("--top", type=int, default=8, help="rows printed per shape")
     ap.add_argument("--json", default=None, help="write every row here")
     ap.add_argument("--timing", default="graph", choices=["graph", "dram"],
@@ -158,7 +164,7 @@ def main() -> int:
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
                 continue
             op = next(o.id for o in kg.ops if o.kind == "graph_defined")
-            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm):
+            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks):
                 label = f"{n // cols} blocks of {cols} cols, {steps}-deep steps, {c.label()}"
                 try:
                     model_s = estimate(kg, dev, configs={op: c})

@@ -99,8 +99,17 @@ def test_the_sweeps_forms_compute_what_they_say():
     x, w, r, gw = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((1, 64), (64, 32), (1, 32), (64,)))
     want = {"plain": x @ w, "residual": x @ w + r,
             "norm": (x * gw) @ w / (x ** 2).mean(1, keepdim=True).sqrt()}
+    import lower
+    from gemv_sweep import configs
+    from lower.testing import check
+
     for form, ref in want.items():
         kg = gemv(1, 64, 32, 16, 16, form, "float32")
         ins = {"X": x, "W": w, **({"R": r} if form == "residual" else {}), **({"G": gw} if form == "norm" else {})}
         (got,) = evaluate(kg, ins)
         torch.testing.assert_close(torch.as_tensor(got, dtype=torch.float64), ref)
+        # the sweep's split and re-chunked configurations lower to the same function (interpreter)
+        op = next(o.id for o in kg.ops if o.kind == "graph_defined")
+        for cfg in configs(4, (2,), (2,), (2,), ("dot",), (2,)):
+            prog = lower.compile(kg, device="cpu", configs={op: cfg}, poison=True)
+            assert max(check(prog, kg, {k: v.float() for k, v in ins.items()})) <= 1e-4, (form, cfg.label())
