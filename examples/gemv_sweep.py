@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-from fractions import Fraction
 import os
 import sys
 
@@ -43,7 +42,7 @@ from lower.cold_inputs import rotated_sets  # noqa: E402
 from lower.profile import measure_on  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
-from mugraph.core.benchmarks.handwritten import gated_mlp  # noqa: E402
+from mugraph.core.benchmarks.handwritten import gated_mlp, rmsnorm_matmul  # noqa: E402
 from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 
 
@@ -54,22 +53,18 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
          dtype: str = "float16") -> mg.KernelGraph:
     """``X @ W``: ``n / cols`` blocks, each a ``cols``-wide column slice of W, its loop
     walking K ``steps`` rows at a time. ``form`` (:data:`FORMS`): ``"residual"`` adds a row
-    ``R`` after the loop; ``"norm"`` multiplies X by ``g`` in the loop, sums X² beside the
-    product and divides by the root mean square after it (an RMSNorm fused into the
-    projection, without its epsilon)."""
+    ``R`` after the loop; ``"norm"`` is the benchmark's rmsnorm_matmul at ``rows`` rows
+    (X times ``g`` in the loop, X² summed beside the product, divided by the root mean
+    square after it: an RMSNorm fused into the projection, without its epsilon)."""
+    if form == "norm":
+        return rmsnorm_matmul(hidden=k, out=n, dtype=dtype, col_tile=cols, loop=k // steps, rows=rows)
     kg = mg.KernelGraph(f"gemv_{form}_{rows}x{k}x{n}")
     X, W = kg.input("X", (rows, k), dtype), kg.input("W", (k, n), dtype)
-    G = kg.input("G", (k,), dtype) if form == "norm" else None
     R = kg.input("R", (rows, n), dtype) if form == "residual" else None
     bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    x, w = bg.input(X, imap=(None,), fmap=1), bg.input(W, imap=(1,), fmap=0)
-    if form == "norm":
-        acc = bg.accum(mg.matmul(x * bg.input(G, fmap=0), w))
-        out = acc / mg.sqrt(mg.scale(bg.accum(mg.sum(mg.square(x), 1)), Fraction(1, k)))
-    else:
-        out = bg.accum(x @ w)
-        if form == "residual":
-            out = out + bg.input(R, imap=(1,))
+    out = bg.accum(bg.input(X, imap=(None,), fmap=1) @ bg.input(W, imap=(1,), fmap=0))
+    if R is not None:
+        out = out + bg.input(R, imap=(1,))
     bg.output(out, omap=(1,))
     (Y,) = kg.kernel(bg)
     kg.output(Y)

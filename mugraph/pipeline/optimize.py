@@ -335,7 +335,11 @@ def _lowered_estimate(graph, input_strides: dict[str, tuple[int, ...]] | None = 
 def _estimator(cfg: OptimizeConfig) -> Callable:
     """:func:`_lowered_estimate` for ``cfg``'s input layout and timing (a picklable callable:
     the search's workers price with it)."""
-    given = {k: v for k, v in (("input_strides", cfg.input_strides), ("timing", cfg.timing)) if v and v != "graph"}
+    given: dict[str, Any] = {}
+    if cfg.input_strides:
+        given["input_strides"] = cfg.input_strides
+    if cfg.timing != "graph":
+        given["timing"] = cfg.timing
     return functools.partial(_lowered_estimate, **given) if given else _lowered_estimate
 
 def _search(program: Program, scfg, own_checkpoint: bool, seeds: list[KernelGraph], estimate: Callable,

@@ -9,23 +9,27 @@ as the timing runs them"). CPU only: prices, nothing run."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 
+import torch
+
+import lower
 import mugraph as mg
 from lower import cost_model
 from lower.config import KernelConfig
 from lower.cost_model import H200, estimate, for_timing
+from lower.testing import check
+from mugraph.core.interpreter import evaluate
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+from gemv_sweep import configs, gemv  # noqa: E402
 
 
 def _gemv(k: int, n: int, cols: int, steps: int) -> tuple[mg.KernelGraph, int]:
-    """``X(1×k) @ W + R``: ``n / cols`` blocks, each walking K ``steps`` rows a step."""
-    kg = mg.KernelGraph(f"gemv_{k}x{n}")
-    X, W, R = kg.input("X", (1, k), "bfloat16"), kg.input("W", (k, n), "bfloat16"), kg.input("R", (1, n), "bfloat16")
-    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    x, w, r = bg.input(X, imap=(None,), fmap=1), bg.input(W, imap=(1,), fmap=0), bg.input(R, imap=(1,))
-    bg.output(bg.accum(x @ w) + r, omap=(1,))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
+    """``X(1×k) @ W + R`` as ``examples/gemv_sweep.py`` sweeps it, and its kernel's op id."""
+    kg = gemv(1, k, n, cols, steps, "residual", "bfloat16")
     return kg, next(o.id for o in kg.ops if o.kind == "graph_defined")
 
 
@@ -85,24 +89,10 @@ def test_the_sweeps_forms_compute_what_they_say():
     """``examples/gemv_sweep.py --form``: the residual and norm forms of its hand-written GEMV
     equal ``X @ W + R`` and ``rms_norm(X)·g @ W`` (float64 interpreter), so the measured
     configurations are of the programs the layer's pieces are."""
-    import os
-    import sys
-
-    import torch
-
-    from mugraph.core.interpreter import evaluate
-
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-    from gemv_sweep import gemv
-
     g = torch.Generator().manual_seed(3)
     x, w, r, gw = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((1, 64), (64, 32), (1, 32), (64,)))
     want = {"plain": x @ w, "residual": x @ w + r,
             "norm": (x * gw) @ w / (x ** 2).mean(1, keepdim=True).sqrt()}
-    import lower
-    from gemv_sweep import configs
-    from lower.testing import check
-
     for form, ref in want.items():
         kg = gemv(1, 64, 32, 16, 16, form, "float32")
         ins = {"X": x, "W": w, **({"R": r} if form == "residual" else {}), **({"G": gw} if form == "norm" else {})}

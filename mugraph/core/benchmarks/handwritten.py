@@ -27,11 +27,12 @@ def _fit(size: int, want: int) -> int:
 
 
 def rmsnorm_matmul(b: int = 1, hidden: int = 4096, out: int = 6144, dtype: str = "float16",
-                   col_tile: int = 64, loop: int = 64) -> KernelGraph:
+                   col_tile: int = 64, loop: int = 64, rows: int | None = None) -> KernelGraph:
     """Paper Fig. 3b: grid over W's columns, loop over the hidden dim; the matmul and
-    the sum of squares accumulate side by side; the division runs after the loop."""
+    the sum of squares accumulate side by side; the division runs after the loop.
+    ``rows``: X's rows (default the benchmark's ``2·b``; one for a decode step's token)."""
     kg = KernelGraph("rmsnorm_matmul")
-    X = kg.input("X", (2 * b, hidden), dtype)
+    X = kg.input("X", (2 * b if rows is None else rows, hidden), dtype)
     G = kg.input("G", (hidden,), dtype)
     W = kg.input("W", (hidden, out), dtype)
     gx, F = out // _fit(out, col_tile), _fit(hidden, loop)
