@@ -36,6 +36,7 @@ import torch  # noqa: E402
 
 import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
+from lower.config import parse_sub  # noqa: E402
 from lower.calibration import spearman  # noqa: E402
 from lower.cost_model import default_params, estimate, for_timing  # noqa: E402
 from lower.cold_inputs import rotated_sets  # noqa: E402
@@ -71,13 +72,13 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
     return kg
 
 
-def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,)) -> list[KernelConfig]:
-    """Split-K factors that divide the loop (combined by the last program) and re-chunkings
-    (``chunk`` loop iterations a generated step) that divide what each split keeps, times
-    the rest."""
+def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,), subs=((),)) -> list[KernelConfig]:
+    """Split-K factors that divide the loop (combined by the last program), re-chunkings
+    (``chunk`` loop iterations a generated step) that divide what each split keeps and
+    sub-tilings (``KernelConfig.sub``), times the rest."""
     return [KernelConfig(num_warps=w, num_stages=s, split=k, combine="last" if k > 1 else "kernel", small_mm=mm,
-                         chunk=c)
-            for k, c, mm, w, s in itertools.product(splits, chunks, small_mm, warps, stages)
+                         chunk=c, sub=sub)
+            for k, c, sub, mm, w, s in itertools.product(splits, chunks, subs, small_mm, warps, stages)
             if forloop % k == 0 and (forloop // k) % c == 0]
 
 
@@ -117,6 +118,9 @@ def main() -> int:
     ap.add_argument("--small-mm", nargs="+", default=["dot", "v"], choices=["dot", "v", "va"])
     ap.add_argument("--chunks", type=int, nargs="+", default=[1], choices=[1, 2, 4, 8, 16],
                     help="loop iterations a generated step runs (KernelConfig.chunk)")
+    ap.add_argument("--subs", nargs="+", default=["-"],
+                    help="sub-tilings, as KernelConfig labels write them after 'p' (class:factor, e.g. 2:2); "
+                         "'-' for none")
     ap.add_argument("--top", type=int, default=8, help="rows printed per shape")
     ap.add_argument("--json", default=None, help="write every row here")
     ap.add_argument("--timing", default="graph", choices=["graph", "dram"],
@@ -130,6 +134,10 @@ def main() -> int:
     args = ap.parse_args()
     if args.gated and args.form != "plain":
         ap.error("--gated sweeps its own form: leave --form plain")
+    try:
+        subs = [() if t == "-" else parse_sub(t) for t in args.subs]
+    except ValueError:
+        ap.error(f"--subs: {' '.join(args.subs)}: each is '-' or class:factor[xclass:factor…], e.g. 2:2")
     if not torch.cuda.is_available():
         print("gemv_sweep: no CUDA device — nothing to time. Skipping.")
         return 0
@@ -159,7 +167,7 @@ def main() -> int:
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
                 continue
             op = next(o.id for o in kg.ops if o.kind == "graph_defined")
-            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks):
+            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks, subs):
                 label = f"{n // cols} blocks of {cols} cols, {steps}-deep steps, {c.label()}"
                 try:
                     model_s = estimate(kg, dev, configs={op: c})

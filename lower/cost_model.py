@@ -37,7 +37,9 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
   (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load);
   stretched when a thread would need more than 255 registers (spills), infinite
-  when the padded tiles do not fit shared memory at all.
+  when the padded tiles do not fit shared memory at all; paid once per round of programs
+  an SM runs (a grid larger than the SMs hold at once runs in rounds, each starting as the
+  last ends).
 
 Residency (programs per SM) is bounded by shared memory at *padded* extents
 (:func:`lower.memory.padded_shared_memory` of the kernel's plan), warps, and registers (accumulators —
@@ -251,7 +253,13 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # 7.8-9.4; H200, docs/results.md, "Priced as the timing runs them")
     exposed = (p.loop_has_dot and bool(p.unpipelined_loads)) or (fma > 0 and steps > 1)
     per_step_latency = lat_step if exposed else lat_step / pipe
-    serial = (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
+    # each SM runs its share of the grid in rounds of `resident` programs; a round starts as the
+    # last ends, so the chain is paid per round (H200 from DRAM, one row's RMSNorm fused into a
+    # 3072 x 9216 projection: 1,152 programs of 8 columns, 48 steps each, ran 46-83 us where the
+    # chain charged once priced 16-42; with it the rank agreement over 140 tilings and configs
+    # went from -0.19 to 0.68; docs/results.md, "Chunks, sub-tiles and rounds")
+    rounds = math.ceil(total / (dev.sms * resident))
+    serial = rounds * (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
         serial = math.inf
     costs = []
