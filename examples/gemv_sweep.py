@@ -8,6 +8,8 @@ search and the tuner find.
     python examples/gemv_sweep.py --gated gelu_tanh --shapes 1x2048x16384    # act(X@W1) * (X@W2)
     python examples/gemv_sweep.py --form residual --timing dram --dtype bfloat16 --shapes 1x3072x3072 \
         --cols 32 64 128 --steps 64 128 256 --splits 1 2 3 4 6 8 12 --warps 4 --stages 3 4
+    python examples/gemv_sweep.py --form norm --timing dram --dtype bfloat16 --shapes 1x3072x9216 \
+        --cols 64 128 --steps 64 --chunks 1 2 4 8 --subs - 2:2 2:8 --small-mm dot --stages 3
 
 Each μGraph: a grid over W's columns (``--cols`` per block), a loop over K (``--steps``
 deep); every variant is checked against float64 first (a wrong one is reported, not timed).
