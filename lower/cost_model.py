@@ -255,8 +255,8 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     per_step_latency = lat_step if exposed else lat_step / pipe
     # each SM runs its share of the grid in rounds of `resident` programs; a round starts as the
     # last ends, so the chain is paid per round (H200 from DRAM, one row's RMSNorm fused into a
-    # 3072 x 9216 projection: 1,152 programs of 8 columns, 48 steps each, ran 46-83 us where the
-    # chain charged once priced 16-42; with it the rank agreement over 140 tilings and configs
+    # 3072 x 9216 projection: 1,152 programs of 8 columns ran 46-83 us where the chain charged
+    # once priced 16-42; with it the rank agreement over 140 tilings and configs
     # went from -0.19 to 0.68; docs/results.md, "Chunks, sub-tiles and rounds")
     rounds = math.ceil(total / (dev.sms * resident))
     serial = rounds * (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill

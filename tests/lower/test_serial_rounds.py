@@ -3,7 +3,7 @@ per round of programs an SM runs: when a grid has more programs than the SMs hol
 the next round starts only as the last one ends. Measured on an H200 from DRAM
 (``examples/gemv_sweep.py --form norm|residual --timing dram``, bf16, docs/results.md, "Chunks,
 sub-tiles and rounds"): one row's RMSNorm fused into a 3072 × 9216 projection, in 1,152
-programs of 8 columns (48 loop steps each, several rounds an SM), ran 46-83 μs, where 72
+programs of 8 columns (several rounds an SM), ran 46-83 μs, where 72
 programs of 128 columns split four ways ran 17.7; the model, charging the chain once, priced
 the first at 16.2 μs and ranked it above the second. CPU only: prices, nothing run."""
 
@@ -29,7 +29,7 @@ def _price(k: int, n: int, cols: int, steps: int, form: str, label: str) -> floa
 
 def test_many_small_programs_pay_their_chain_each_round():
     """The fused norm in 8-column programs (measured 48.1 μs) is priced above 128-column
-    programs split four ways (17.7 μs); so is the output projection's split-K 8 with its
+    programs split four ways (17.7 μs); so is the down projection's split-K 8 with its
     loop re-chunked to one step a program (29.7 against 15.4 for split-K 4 unchunked)."""
     assert _price(3072, 9216, 64, 64, "norm", "w4s3c8p2:8") > _price(3072, 9216, 128, 64, "norm", "w4s3k4L")
     assert _price(8192, 3072, 32, 128, "residual", "w4s3c8k8L") > _price(8192, 3072, 32, 128, "residual", "w4s3k4L")
