@@ -17,7 +17,8 @@ Prints the fastest variants per shape with their ratio to ``mm`` and to the copy
 the cost model's price of each (for the card it runs on, read as ``--timing`` reads the inputs:
 ``lower.cost_model.for_timing``; the ranking is what it is for), the measured time of the
 model's favourite and the rank agreement (Spearman) of model and measurement over the shape's
-variants; ``--json`` writes every row. ``--form`` sweeps a decode step's forms of the product:
+variants; ``--json`` writes every row, with the μGraph of each tiling and the card's name
+(``python -m lower.calibration --add-sweep`` records such a file for the model's checks). ``--form`` sweeps a decode step's forms of the product:
 ``residual`` (``X @ W + R``, the output and down projections, against ``addmm``) or ``norm``
 (``rms_norm(X)·g @ W``, the RMSNorm fused into the projection that reads it, against ``mm``). ``--gated ACT`` sweeps the gated projection of an MLP instead —
 ``ACT(X @ W1) * (X @ W2)`` in one kernel, both weights walked by one loop and the gate in its
@@ -47,6 +48,7 @@ from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
 from mugraph.core.benchmarks.handwritten import gated_mlp, rmsnorm_matmul  # noqa: E402
 from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
+from mugraph.core.serialize import graph_to_json  # noqa: E402
 
 
 FORMS = ("plain", "residual", "norm")
@@ -150,7 +152,7 @@ def main() -> int:
     print(f"{torch.cuda.get_device_name()}; μs, median, CUDA-graph replay, {args.timing} timing; copy bandwidth "
           f"{bw / 1e12:.2f} TB/s; W in nn.Linear's layout; {args.form} form, {args.dtype}; the model at "
           f"{dev.name}'s parameters, {'every input from DRAM' if dev.l2_bytes == 0 else 'small graphs in L2'}")
-    rows_out = []
+    rows_out, graphs = [], {}
     for shape in args.shapes:
         rows, k, n = (int(v) for v in shape.split("x"))
         ins, ref, torch_form = _inputs(args.form, args.gated, rows, k, n, getattr(torch, args.dtype))
@@ -169,6 +171,7 @@ def main() -> int:
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
                 continue
             op = next(o.id for o in kg.ops if o.kind == "graph_defined")
+            graphs[f"{shape} {cols}x{steps}"] = graph_to_json(kg)
             for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks, subs):
                 label = f"{n // cols} blocks of {cols} cols, {steps}-deep steps, {c.label()}"
                 try:
@@ -189,8 +192,10 @@ def main() -> int:
         _report(shape, timed, mm_s, floor_s, "torch (mm, mm, element-wise)" if args.gated else
                 {"residual": "cuBLAS addmm", "norm": "cuBLAS mm (no norm)"}.get(args.form, "cuBLAS mm"), args.top)
     if args.json:
+        doc = dict(kind="gemv_sweep", device=torch.cuda.get_device_name(), timing=args.timing, dtype=args.dtype,
+                   graphs=graphs, rows=rows_out)
         with open(args.json, "w") as f:
-            json.dump(rows_out, f, indent=1)
+            json.dump(doc, f, indent=1)
     return 0
 
 

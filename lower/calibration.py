@@ -1,4 +1,4 @@
-"""How well the cost model ranks configurations the H100 actually timed.
+"""How well the cost model ranks configurations the H100 and the H200 actually timed.
 
 ``lower/data/h100_graph_timing.csv`` holds measurements of the reference μGraphs at
 full shapes (``"graph"`` timing, ``lower.profile.TIMINGS``): every variant the tuner
@@ -9,6 +9,12 @@ grid), so rows of different μGraphs of one benchmark are ranked separately. The
 model is meant to *rank* (the tuner times its best few), so what matters is rank
 agreement within one benchmark and how much slower the model's favourite is than
 the measured best ("regret"). No GPU needed: predictions are recomputed here.
+
+Two more records, each with its μGraphs: ``h200_candidates.jsonl.gz``, the candidates of
+different structures a GPU re-ranking timed (:func:`structure_agreement`), and
+``h200_sweeps.jsonl.gz``, every configuration of hand-written one-row projections that
+``examples/gemv_sweep.py`` timed, all tilings of one shape ranked together
+(:func:`sweep_agreement`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from mugraph.core.serialize import graph_from_json
 from mugraph.core.text import kernel_structure
 
 from .config import KernelConfig
-from .cost_model import H100, DeviceParams, estimate, params_for
+from .cost_model import H100, DeviceParams, estimate, for_timing, params_for
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")
 
@@ -258,6 +264,94 @@ def structure_agreement(device: DeviceParams | None = None, path: str = CANDIDAT
     return StructureAgreement(rows)
 
 
+SWEEPS = os.path.join(os.path.dirname(__file__), "data", "h200_sweeps.jsonl.gz")
+
+
+class SweptGraph(NamedTuple):
+    """One tiling of a swept shape and the times of its configurations."""
+
+    device: str
+    date: str
+    run: str                  # which run of that day (e.g. the commit whose sweep timed it)
+    sweep: str                # the shape and form swept ("residual 1x8192x3072"): tilings ranked together
+    timing: str               # lower.profile.TIMINGS: how the inputs were read
+    graph: dict               # the μGraph (mugraph.core.serialize), one graph-defined kernel
+    seconds: dict[str, float]  # KernelConfig label -> measured seconds
+
+
+def record_sweep(files: list[str], date: str, run: str = "", path: str = SWEEPS) -> int:
+    """Append the tilings timed in ``examples/gemv_sweep.py --json`` files to ``path``; returns
+    how many. Each file names its card and timing; each row its shape, form, tiling and config.
+    A tiling already recorded for the same card, date, run and sweep is not added twice."""
+    seen = ({(g.device, g.date, g.run, g.sweep, json.dumps(g.graph, sort_keys=True)) for g in swept_graphs(path)}
+            if os.path.exists(path) else set())
+    lines = []
+    for name in files:
+        with open(name, encoding="utf-8") as f:
+            doc = json.load(f)
+        if not isinstance(doc, dict) or doc.get("kind") != "gemv_sweep":
+            raise ValueError(f"{name}: not an examples/gemv_sweep.py --json file (a document of kind 'gemv_sweep')")
+        tilings: dict[tuple[str, str], dict[str, float]] = {}
+        for r in doc["rows"]:
+            KernelConfig.from_label(r["config"])
+            form = f"gated {r['gated']}" if r.get("gated") else r.get("form", "plain")
+            tilings.setdefault((f"{form} {r['shape']}", f"{r['shape']} {r['cols']}x{r['steps']}"), {})[r["config"]] = r["us"]
+        for (sweep, key), times in tilings.items():
+            graph = doc["graphs"][key]
+            graph_from_json(graph)
+            k = (doc["device"], date, run, sweep, json.dumps(graph, sort_keys=True))
+            if k in seen:
+                continue
+            seen.add(k)
+            lines.append(json.dumps({"device": doc["device"], "date": date, "run": run, "sweep": sweep,
+                                     "timing": doc["timing"], "graph": graph, "measured_us": times}, sort_keys=True))
+    if lines:
+        with gzip.open(path, "at", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+    return len(lines)
+
+
+def swept_graphs(path: str = SWEEPS) -> list[SweptGraph]:
+    """Every recorded tiling of a sweep."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f if line.strip()]
+    return [SweptGraph(d["device"], d["date"], d["run"], d["sweep"], d["timing"], d["graph"],
+                       {k: v * 1e-6 for k, v in d["measured_us"].items()}) for d in docs]
+
+
+@dataclass
+class SweepAgreement:
+    """Per sweep (device, date, run, shape and form): the model against the times of every
+    tiling and configuration timed, each priced as its timing read the inputs."""
+
+    rows: dict[tuple, list[tuple[float, float, str]]]   # (model s, measured s, "tiling config")
+
+    @property
+    def spearman(self) -> dict[tuple, float]:
+        return {k: spearman([m for m, _, _ in v], [t for _, t, _ in v]) for k, v in self.rows.items()}
+
+    @property
+    def regret(self) -> dict[tuple, float]:
+        """Measured time of the model's favourite over the fastest measured, − 1."""
+        return {k: min(v)[1] / min(t for _, t, _ in v) - 1 for k, v in self.rows.items()}
+
+
+def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> SweepAgreement:
+    """Rank agreement of the cost model with the recorded sweeps, each priced with the
+    parameters of the card it was timed on (``device``: these for all) as its timing reads
+    the inputs (:func:`lower.cost_model.for_timing`)."""
+    rows: dict[tuple, list[tuple[float, float, str]]] = {}
+    for g in swept_graphs(path):
+        kg = graph_from_json(g.graph)
+        (op,) = [o.id for o in kg.ops if o.kind == "graph_defined"]
+        dev = for_timing(device or params_for(g.device), g.timing)
+        tiling = kernel_structure(kg)
+        rows.setdefault((g.device, g.date, g.run, g.sweep), []).extend(
+            (estimate(kg, dev, {op: KernelConfig.from_label(label)}), t, f"{tiling} {label}")
+            for label, t in g.seconds.items())
+    return SweepAgreement(rows)
+
+
 def main(argv: list[str] | None = None) -> None:
     """``python -m lower.calibration [--add DATE RESULTS… [--run LABEL]]``: print both
     agreements; with ``--add``, first record the timed candidates of re-ranking results files."""
@@ -266,15 +360,21 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m lower.calibration", description=main.__doc__)
     ap.add_argument("--add", nargs="+", metavar=("DATE", "RESULTS"),
                     help="ISO date of the run, then *.gpu.mug.json results files to record")
+    ap.add_argument("--add-sweep", nargs="+", metavar=("DATE", "SWEEP"),
+                    help="ISO date of the run, then examples/gemv_sweep.py --json files to record")
     ap.add_argument("--run", default="", metavar="LABEL",
-                    help="with --add: which run of that day (e.g. the commit), so runs are compared apart")
+                    help="with --add or --add-sweep: which run of that day (e.g. the commit), so runs are "
+                         "compared apart")
     a = ap.parse_args(argv)
-    if a.run and not a.add:
-        ap.error("--run labels the timings --add records: give --add DATE RESULTS… too")
+    if a.run and not (a.add or a.add_sweep):
+        ap.error("--run labels the timings --add or --add-sweep records: give one of them too")
+    for given, what in ((a.add, "--add"), (a.add_sweep, "--add-sweep")):
+        if given and len(given) < 2:
+            ap.error(f"{what} takes a date and at least one file")
     if a.add:
-        if len(a.add) < 2:
-            ap.error("--add takes a date and at least one results file")
         print(f"recorded {record_candidates(a.add[1:], a.add[0], run=a.run)} candidate timings in {CANDIDATES}")
+    if a.add_sweep:
+        print(f"recorded {record_sweep(a.add_sweep[1:], a.add_sweep[0], run=a.run)} swept tilings in {SWEEPS}")
     ag = agreement()
     print(f"configs of the reference μGraphs ({DATA}): Spearman {ag.spearman_all:.2f} over all, "
           f"median {ag.median_within:.2f} within one μGraph, regret ≤ {max(ag.regret.values()):.0%}")
@@ -288,6 +388,13 @@ def main(argv: list[str] | None = None) -> None:
             note = "  (hand-written reference)" if r.reference else ""
             print(f"    measured {r.measured * 1e6:7.1f}  predicted {r.model * 1e6:7.1f}  "
                   f"ratio {r.measured / r.model:5.2f}  {r.structure}{note}")
+    sw = sweep_agreement()
+    print(f"\nswept one-row projections ({SWEEPS}): every tiling and config of a shape ranked together")
+    for k, v in sorted(sw.rows.items()):
+        fav = min(v)
+        print(f"{k[3]:<32} {k[0]:<12} {k[1]} {k[2]:<8} {len(v):4d} configs  Spearman {sw.spearman[k]:5.2f}  "
+              f"regret {sw.regret[k]:5.0%}  (favourite {fav[2]}: {fav[1] * 1e6:.2f} μs, fastest "
+              f"{min(t for _, t, _ in v) * 1e6:.2f})")
 
 
 if __name__ == "__main__":
