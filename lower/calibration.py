@@ -33,6 +33,7 @@ from mugraph.core.text import kernel_structure
 
 from .config import KernelConfig
 from .cost_model import H100, DeviceParams, estimate, for_timing, params_for
+from .replay import replay
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")
 
@@ -158,10 +159,7 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES, run
     for r in results:
         # read as JSON here (the results' own loader belongs to the product, above this stage);
         # each graph and config is parsed, so a malformed file stops before anything is written
-        with open(r, encoding="utf-8") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or doc.get("kind") != "Optimized":
-            raise ValueError(f"{r}: not a saved mugraph result (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
+        doc = _document(r, "Optimized", "a saved mugraph result")
         program = os.path.basename(r).split(".")[0]
         device = (doc.get("report") or {}).get("device", "")
         for c in doc["candidates"]:
@@ -179,6 +177,20 @@ def record_candidates(results: list[str], date: str, path: str = CANDIDATES, run
                                      "origin": c["origin"], "predicted_us": None if pred is None else pred * 1e6,
                                      "found_by": c.get("found_by", ""), **({"run": run} if run else {})},
                                     sort_keys=True))
+    return _append(path, lines)
+
+
+def _document(name: str, kind: str, what: str) -> dict:
+    """The JSON document in file ``name``; a ValueError naming the file unless it is of ``kind``."""
+    with open(name, encoding="utf-8") as f:
+        doc = json.load(f)
+    if not isinstance(doc, dict) or doc.get("kind") != kind:
+        raise ValueError(f"{name}: not {what} (kind {doc.get('kind') if isinstance(doc, dict) else None!r})")
+    return doc
+
+
+def _append(path: str, lines: list[str]) -> int:
+    """Append ``lines`` to the gzipped JSON-lines record ``path``; returns how many."""
     if lines:
         with gzip.open(path, "at", encoding="utf-8") as f:
             f.write("\n".join(lines) + "\n")
@@ -287,10 +299,7 @@ def record_sweep(files: list[str], date: str, run: str = "", path: str = SWEEPS)
             if os.path.exists(path) else set())
     lines = []
     for name in files:
-        with open(name, encoding="utf-8") as f:
-            doc = json.load(f)
-        if not isinstance(doc, dict) or doc.get("kind") != "gemv_sweep":
-            raise ValueError(f"{name}: not an examples/gemv_sweep.py --json file (a document of kind 'gemv_sweep')")
+        doc = _document(name, "gemv_sweep", "an examples/gemv_sweep.py --json file")
         tilings: dict[tuple[str, str], dict[str, float]] = {}
         for r in doc["rows"]:
             KernelConfig.from_label(r["config"])
@@ -305,10 +314,7 @@ def record_sweep(files: list[str], date: str, run: str = "", path: str = SWEEPS)
             seen.add(k)
             lines.append(json.dumps({"device": doc["device"], "date": date, "run": run, "sweep": sweep,
                                      "timing": doc["timing"], "graph": graph, "measured_us": times}, sort_keys=True))
-    if lines:
-        with gzip.open(path, "at", encoding="utf-8") as f:
-            f.write("\n".join(lines) + "\n")
-    return len(lines)
+    return _append(path, lines)
 
 
 def swept_graphs(path: str = SWEEPS) -> list[SweptGraph]:
@@ -395,6 +401,15 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{k[3]:<32} {k[0]:<12} {k[1]} {k[2]:<8} {len(v):4d} configs  Spearman {sw.spearman[k]:5.2f}  "
               f"regret {sw.regret[k]:5.0%}  (favourite {fav[2]}: {fav[1] * 1e6:.2f} μs, fastest "
               f"{min(t for _, t, _ in v) * 1e6:.2f})")
+    print("\nthe tuner's order replayed on each swept tiling (lower.replay): its best after 2, 4, 6, 8 timings over "
+          "the tiling's fastest; timings on configurations the sweep did not time find nothing")
+    for g in swept_graphs():
+        kg = graph_from_json(g.graph)
+        r = replay(kg, g.seconds, for_timing(params_for(g.device), g.timing))
+        missing = [label for label, t in r.timed[:8] if t is None]
+        print(f"{g.sweep:<32} {kernel_structure(kg):<8} {g.date} {g.run:<8} "
+              + " ".join(f"{r.best_after(n):5.2f}" for n in (2, 4, 6, 8))
+              + (f"  not swept: {', '.join(missing)}" if missing else ""))
 
 
 if __name__ == "__main__":

@@ -606,6 +606,9 @@ class _TuneCall:
     #: worker processes compiling the configurations to be timed next (None: each is
     #: compiled at its first launch, here)
     precompiler: Precompiler | None = None
+    #: stands in for compiling and timing on the GPU: the program's configs -> seconds (None:
+    #: it did not run); :mod:`lower.replay` replays the tuner's order against recorded times
+    timer: Callable[[dict[int, KernelConfig]], float | None] | None = None
 
     @functools.cached_property
     def compile_layout(self):
@@ -668,12 +671,18 @@ class _KernelTuning:
                 call.log(f"  k{op.id} {c.label()} failed (compiled ahead): {failed[:160]}")
             return None
         try:
-            t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol, call.timing,
-                              call.input_sets)
+            if call.timer is not None:
+                t, err = call.timer({**call.configs, op.id: c}), 0.0
+            else:
+                t, _, err = _time(call.graph, {**call.configs, op.id: c}, call.inputs, call.ref, call.tol,
+                                  call.timing, call.input_sets)
         except Exception as e:  # a config the compiler rejects (resources), or a wrong result
             call.timings[key] = None
             if call.log:
                 call.log(f"  k{op.id} {c.label()} failed: {type(e).__name__}: {str(e)[:160]}")
+            return None
+        if t is None:
+            call.timings[key] = None
             return None
         call.timings[key] = t
         call.trials.append((f"k{op.id}:{c.label()}", t, pred))
