@@ -17,7 +17,8 @@ Prints the fastest variants per shape with their ratio to ``mm`` and to the copy
 the cost model's price of each (for the card it runs on, read as ``--timing`` reads the inputs:
 ``lower.cost_model.for_timing``; the ranking is what it is for), the measured time of the
 model's favourite and the rank agreement (Spearman) of model and measurement over the shape's
-variants; ``--json`` writes every row, with the μGraph of each tiling and the card's name
+variants (``--chunks``, ``--subs``, ``--combines`` and ``--staging`` widen the configurations
+to re-chunked loops, sub-tiles, the combine kernel and staged loads); ``--json`` writes every row, with the μGraph of each tiling and the card's name
 (``python -m lower.calibration --add-sweep`` records such a file for the model's checks). ``--form`` sweeps a decode step's forms of the product:
 ``residual`` (``X @ W + R``, the output and down projections, against ``addmm``) or ``norm``
 (``rms_norm(X)·g @ W``, the RMSNorm fused into the projection that reads it, against ``mm``). ``--gated ACT`` sweeps the gated projection of an MLP instead —
@@ -76,14 +77,20 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
     return kg
 
 
-def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,), subs=((),)) -> list[KernelConfig]:
-    """Split-K factors that divide the loop (combined by the last program), re-chunkings
-    (``chunk`` loop iterations a generated step) that divide what each split keeps and
-    sub-tilings (``KernelConfig.sub``), times the rest."""
-    return [KernelConfig(num_warps=w, num_stages=s, split=k, combine="last" if k > 1 else "kernel", small_mm=mm,
-                         chunk=c, sub=sub)
-            for k, c, sub, mm, w, s in itertools.product(splits, chunks, subs, small_mm, warps, stages)
-            if forloop % k == 0 and (forloop // k) % c == 0]
+def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,), subs=((),), combines=("last",),
+            staging=(False,)) -> list[KernelConfig]:
+    """Split-K factors that divide the loop (each combined as ``combines`` lists: ``"last"``
+    program or a ``"kernel"`` of its own), re-chunkings (``chunk`` loop iterations a generated
+    step) that divide what each split keeps, sub-tilings (``KernelConfig.sub``) and staged loads
+    (``stage_all_loads``), times the rest."""
+    out = []
+    for k, c, sub, mm, w, s, a in itertools.product(splits, chunks, subs, small_mm, warps, stages, staging):
+        if forloop % k or (forloop // k) % c:
+            continue
+        for combine in (combines if k > 1 else ("kernel",)):
+            out.append(KernelConfig(num_warps=w, num_stages=s, split=k, combine=combine, small_mm=mm, chunk=c,
+                                    sub=sub, stage_all_loads=a))
+    return out
 
 
 def _inputs(form: str, gated: str | None, rows: int, k: int, n: int, dtype: torch.dtype):
@@ -125,6 +132,10 @@ def main() -> int:
     ap.add_argument("--subs", nargs="+", default=["-"],
                     help="sub-tilings, as KernelConfig labels write them after 'p' (class:factor, e.g. 2:2); "
                          "'-' for none")
+    ap.add_argument("--combines", nargs="+", default=["last"], choices=["last", "kernel"],
+                    help="how split-K partials are combined (KernelConfig.combine)")
+    ap.add_argument("--staging", nargs="+", default=["-"], choices=["-", "A"],
+                    help="'A': every load staged through shared memory (KernelConfig.stage_all_loads)")
     ap.add_argument("--top", type=int, default=8, help="rows printed per shape")
     ap.add_argument("--json", default=None, help="write every row here")
     ap.add_argument("--timing", default="graph", choices=["graph", "dram"],
@@ -172,7 +183,8 @@ def main() -> int:
                 continue
             op = next(o.id for o in kg.ops if o.kind == "graph_defined")
             graphs[f"{shape} {cols}x{steps}"] = graph_to_json(kg)
-            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks, subs):
+            for c in configs(k // steps, args.splits, args.warps, args.stages, args.small_mm, args.chunks, subs,
+                             args.combines, [t == "A" for t in args.staging]):
                 label = f"{n // cols} blocks of {cols} cols, {steps}-deep steps, {c.label()}"
                 try:
                     model_s = estimate(kg, dev, configs={op: c})
