@@ -54,7 +54,11 @@ def replay(graph: KernelGraph, seconds: dict[str, float], device_params: DeviceP
     """The tuner on ``graph``'s one graph-defined kernel, each configuration's time taken from
     ``seconds`` (config label → recorded seconds), for its first ``most`` timings; priced as
     ``device_params`` (already :func:`lower.cost_model.for_timing` as the sweep timed)."""
-    (op,) = [o for o in graph.ops if o.kind == "graph_defined"]
+    kernels = [o for o in graph.ops if o.kind == "graph_defined"]
+    if len(kernels) != 1 or not seconds:
+        raise ValueError(f"lower.replay: {graph.name} has {len(kernels)} graph-defined kernels and {len(seconds)} "
+                         "recorded times; a replay needs one kernel and at least one time")
+    (op,) = kernels
     timed: list[tuple[str, float | None]] = []
 
     def timer(configs: dict[int, KernelConfig]) -> float | None:
@@ -67,9 +71,8 @@ def replay(graph: KernelGraph, seconds: dict[str, float], device_params: DeviceP
     call = _TuneCall(graph, [op], None, None, 0.0, "replay", None, None, device_params, WARPS, STAGES,
                      configs={op.id: DEFAULT_WAITING}, timer=timer)
     space = _space(graph, op, call.configs, 6, WARPS, STAGES, SMALL_MM_MENU, device_params)
-    if seconds:
-        try:
-            _KernelTuning(call, op, None).choose(space)
-        except ResourceError:
-            pass  # nothing the replay timed was recorded
+    try:
+        _KernelTuning(call, op, None).choose(space)
+    except ResourceError:
+        pass  # nothing the replay timed was recorded
     return Replay(timed, min(seconds.values()))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 from lower.calibration import swept_graphs
 from lower.cost_model import H200, for_timing, params_for
 from lower.replay import replay
@@ -42,3 +44,5 @@ def test_a_configuration_not_recorded_is_a_timing_that_finds_nothing():
     assert r.timed[0] == (first, 6e-6) and r.fastest == 4e-6
     assert r.best_after(1) == 1.5 and r.best_after(0) == float("inf")
     assert r.reached(1.0) == 1 + [label for label, _ in r.timed].index(sixth)
+    with pytest.raises(ValueError, match="a replay needs one kernel and at least one time"):
+        replay(kg, {}, dram)
