@@ -429,7 +429,7 @@ def start_run(args) -> Run:
     from mugraph.frontend.options import FrontendOptions
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    logging.getLogger("mugraph").setLevel(logging.INFO if args.verbose else logging.WARNING)
+    logging.getLogger("mugraph").setLevel({0: logging.WARNING, 1: logging.INFO}.get(int(args.verbose), logging.DEBUG))
     device = "cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available()) else "cpu"
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

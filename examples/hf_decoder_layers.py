@@ -103,7 +103,8 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="GPU: also profile each variant kernel by kernel (torch.profiler, no CUDA graph): "
                          "kernels per step, their summed time and the largest, into layers.json and the log")
-    ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines (searches, verdicts)")
+    ap.add_argument("-v", "--verbose", action="count", default=0,
+                    help="the backend's log lines (searches, verdicts); -vv also each configuration a tuning times")
     ap.add_argument("--merge", nargs="+", default=None, metavar="LAYERS_JSON",
                     help="measure nothing: print one table of the rows of these layers.json files (runs "
                          "split over GPUs or processes), each row with the commit its run recorded, "

@@ -243,7 +243,8 @@ def main() -> int:
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--small", action="store_true", help="tiny configs, two layers (a CPU smoke run)")
     ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
-    ap.add_argument("-v", "--verbose", action="store_true", help="the backend's log lines")
+    ap.add_argument("-v", "--verbose", action="count", default=0,
+                    help="the backend's log lines; -vv also each configuration a tuning times")
     args = ap.parse_args()
     run = L.start_run(args)
     import torch

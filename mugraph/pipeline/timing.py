@@ -81,6 +81,7 @@ from verify.floatcheck import KernelFloatAlgebra, normal_inputs
 from ..core.errors import MugraphError
 from ..core.interpreter import evaluate
 from ..core.ir import KernelGraph, dataflow_key
+from ..core.text import kernel_structure
 
 if TYPE_CHECKING:
     from .optimize import Phases
@@ -386,7 +387,8 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
         total_s = tuning_seconds(total_s, phases.left())
 
     def tune(c: "Candidate", secs: float | None, history: dict | None) -> ProfileResult:
-        return lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=secs, timing=timing, history=history)
+        return lower.profile(c.graph, inputs=inputs, ref=ref, tol=tol, budget_s=secs, timing=timing, history=history,
+                             log=_trial_log(c))
 
     with _phase(phases, "gpu_tuning"):
         why = rerank(alive, tune, top_k, tune_seconds, total_s)
@@ -397,6 +399,17 @@ def time_on_gpu(program: KernelGraph, alive: list[Candidate], top_k: int | None 
     best = min(timed, key=lambda c: c.measured_s)
     return best, (f"fastest of {len(timed)} autotuned and timed on {device_name('cuda')} "
                   f"(median, {timing} timing: lower.profile.TIMINGS); {why}")
+
+
+def _trial_log(c: "Candidate"):
+    """Where the tuning of ``c`` says each configuration it times, in its order: the ``mugraph``
+    logger at DEBUG, each line naming the candidate's grids (None when DEBUG is off — the lines
+    are then not even formatted). What a short tuning share reached, and in what order, is what
+    decides the configuration a piece ships; its INFO summary names only the fastest."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return None
+    name = kernel_structure(c.graph)
+    return lambda line: log.debug("mugraph: tuning %s:%s", name, line)
 
 
 def retime_reserve(left_s: float) -> float:

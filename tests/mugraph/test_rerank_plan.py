@@ -419,3 +419,18 @@ def test_the_reason_counts_what_was_timed_and_compiled_ahead(monkeypatch):
 
     why = timing.rerank([a, b], tune, tune_seconds=5, total_s=120)
     assert why.endswith("; 6 configurations timed, 4 of them compiled ahead"), why
+
+
+def test_each_configuration_a_tuning_times_is_logged_at_debug(caplog):
+    """With the ``mugraph`` logger at DEBUG a candidate's tuning says every configuration it
+    times, naming the candidate's grids; below DEBUG it is given no log at all."""
+    import logging
+    from types import SimpleNamespace
+
+    c = SimpleNamespace(graph=_graph(1, "a", blocks=4))
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert timing._trial_log(c) is None
+    with caplog.at_level(logging.DEBUG, logger="mugraph"):
+        say = timing._trial_log(c)
+        say("  k1 w4s3  2.00 us  (pred 3.00, err 1e-06)")
+    assert "mugraph: tuning 4x1:  k1 w4s3  2.00 us" in caplog.text
