@@ -223,22 +223,29 @@ class TimedRow(NamedTuple):
 
 
 @dataclass
-class StructureAgreement:
+class _Ranked:
+    """Groups of timed rows, each row ``(model s, measured s, …)``: per group the rank
+    agreement of model and measurement, and the regret of the model's favourite."""
+
+    rows: dict[tuple, list]
+
+    @property
+    def spearman(self) -> dict[tuple, float]:
+        return {k: spearman([r[0] for r in v], [r[1] for r in v]) for k, v in self.rows.items()}
+
+    @property
+    def regret(self) -> dict[tuple, float]:
+        """Measured time of the model's favourite over the fastest measured, − 1."""
+        return {k: min(v, key=lambda r: (r[0], r[1]))[1] / min(r[1] for r in v) - 1 for k, v in self.rows.items()}
+
+
+@dataclass
+class StructureAgreement(_Ranked):
     """Per program run (program, device, date, run label — "" for the records without one,
     which are grouped by day): the model's predictions at the timed configs against the
     times, over candidates of different structures."""
 
     rows: dict[tuple, list[TimedRow]]
-
-    @property
-    def spearman(self) -> dict[tuple, float]:
-        return {k: spearman([r.model for r in v], [r.measured for r in v]) for k, v in self.rows.items()}
-
-    @property
-    def regret(self) -> dict[tuple, float]:
-        """Measured time of the model's favourite over the fastest measured, − 1."""
-        return {k: min(v, key=lambda r: (r.model, r.measured)).measured / min(r.measured for r in v) - 1
-                for k, v in self.rows.items()}
 
     @property
     def window(self) -> dict[tuple, float]:
@@ -290,6 +297,10 @@ class SweptGraph(NamedTuple):
     graph: dict               # the μGraph (mugraph.core.serialize), one graph-defined kernel
     seconds: dict[str, float]  # KernelConfig label -> measured seconds
 
+    def priced_as(self, device: DeviceParams | None = None) -> DeviceParams:
+        """The model's parameters for this sweep: its card's (or ``device``), read as its timing read the inputs."""
+        return for_timing(device or params_for(self.device), self.timing)
+
 
 def record_sweep(files: list[str], date: str, run: str = "", path: str = SWEEPS) -> int:
     """Append the tilings timed in ``examples/gemv_sweep.py --json`` files to ``path``; returns
@@ -326,20 +337,11 @@ def swept_graphs(path: str = SWEEPS) -> list[SweptGraph]:
 
 
 @dataclass
-class SweepAgreement:
+class SweepAgreement(_Ranked):
     """Per sweep (device, date, run, shape and form): the model against the times of every
     tiling and configuration timed, each priced as its timing read the inputs."""
 
     rows: dict[tuple, list[tuple[float, float, str]]]   # (model s, measured s, "tiling config")
-
-    @property
-    def spearman(self) -> dict[tuple, float]:
-        return {k: spearman([m for m, _, _ in v], [t for _, t, _ in v]) for k, v in self.rows.items()}
-
-    @property
-    def regret(self) -> dict[tuple, float]:
-        """Measured time of the model's favourite over the fastest measured, − 1."""
-        return {k: min(v)[1] / min(t for _, t, _ in v) - 1 for k, v in self.rows.items()}
 
 
 def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> SweepAgreement:
@@ -350,7 +352,7 @@ def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> S
     for g in swept_graphs(path):
         kg = graph_from_json(g.graph)
         (op,) = [o.id for o in kg.ops if o.kind == "graph_defined"]
-        dev = for_timing(device or params_for(g.device), g.timing)
+        dev = g.priced_as(device)
         tiling = kernel_structure(kg)
         rows.setdefault((g.device, g.date, g.run, g.sweep), []).extend(
             (estimate(kg, dev, {op: KernelConfig.from_label(label)}), t, f"{tiling} {label}")
@@ -405,7 +407,7 @@ def main(argv: list[str] | None = None) -> None:
           "the tiling's fastest; timings on configurations the sweep did not time find nothing")
     for g in swept_graphs():
         kg = graph_from_json(g.graph)
-        r = replay(kg, g.seconds, for_timing(params_for(g.device), g.timing))
+        r = replay(kg, g.seconds, g.priced_as())
         missing = [label for label, t in r.timed[:8] if t is None]
         print(f"{g.sweep:<32} {kernel_structure(kg):<8} {g.date} {g.run:<8} "
               + " ".join(f"{r.best_after(n):5.2f}" for n in (2, 4, 6, 8))
