@@ -36,14 +36,16 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
   all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
   (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load);
-  stretched when a thread would need more than 255 registers (spills), infinite
+  a CUDA-core matmul's step also pays the reduction across threads before the next loads
+  (:attr:`DeviceParams.fma_step_latency`); stretched when a thread would need more than 255 registers (spills), infinite
   when the padded tiles do not fit shared memory at all; paid once per round of programs
   an SM runs (a grid larger than the SMs hold at once runs in rounds, each starting as the
   last ends).
 
 Residency (programs per SM) is bounded by shared memory at *padded* extents
 (:func:`lower.memory.padded_shared_memory` of the kernel's plan), warps, and registers (accumulators —
-the un-reduced products of ``small_mm="va"`` included).
+the un-reduced products of ``small_mm="va"`` included — and the loop ``tl.dot``'s operands in the
+MMA's layout, which a deep step can push past 255 a thread: :func:`_dot_operand_regs`).
 
 Split-K adds the partials' bytes (running maxima handed over with rescaled partials
 included) and either a combine launch or (``combine="last"``)
@@ -114,6 +116,7 @@ class DeviceParams:
                                   # H100's 50 MB: it is two partitions; rms' 48 MiB streams from DRAM)
     l2_latency: float = 0.2e-6    # s: L2 round trip (fitted: see the module docstring, "Latencies")
     cone_reduce: float = 5.0e9    # elements/s one SM reduces inside a tl.dot operand (see _block_cost)
+    fma_step_latency: float = 1.0e-6  # s a CUDA-core matmul's loop step waits beyond the memory's step latency
 
 
 H100 = DeviceParams("NVIDIA H100 SXM", dram_bw=3.0e12, l2_bw=9.0e12, tc_flops=6.0e14, fp32_flops=5.0e13,
@@ -253,6 +256,13 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # 7.8-9.4; H200, docs/results.md, "Priced as the timing runs them")
     exposed = (p.loop_has_dot and bool(p.unpipelined_loads)) or (fma > 0 and steps > 1)
     per_step_latency = lat_step if exposed else lat_step / pipe
+    # a CUDA-core matmul's step waits longer than an unpipelined memory step: its product is
+    # reduced across the threads before the next step's loads issue (H200, one row times 8192 x
+    # 3072 on the CUDA cores in 128-deep steps: 2.0 us a step where the model charged 0.7; with
+    # this term the rank agreement over that sweep's 228 configs went from 0.73 to 0.81,
+    # lower/data/h200_sweeps.jsonl.gz)
+    if fma > 0 and steps > 1:
+        per_step_latency += dev.fma_step_latency
     # each SM runs its share of the grid in rounds of `resident` programs; a round starts as the
     # last ends, so the chain is paid per round (H200 from DRAM, one row's RMSNorm fused into a
     # 3072 x 9216 projection: 1,152 programs of 8 columns ran 46-83 us where the chain charged
@@ -314,7 +324,7 @@ def _on_chip(p: KernelPlan, step_bytes: float, acc_regs: float) -> tuple[float, 
     cfg = p.config
     lowered = float(padded_shared_memory(p))
     smem = max(step_bytes * max(1, cfg.num_stages - 1), lowered, 1.0)
-    regs = acc_regs + _loop_tile_regs(p) + 16 * 32 * cfg.num_warps
+    regs = acc_regs + _loop_tile_regs(p) + _dot_operand_regs(p) + 16 * 32 * cfg.num_warps
     return lowered, smem, regs
 
 
@@ -476,10 +486,36 @@ def _cone_reduced(p: KernelPlan) -> float:
                      and feeds_dot(op.outputs[0])))
 
 
+def _dot_operand_regs(p: KernelPlan) -> float:
+    """32-bit registers (per program) the loop ``tl.dot`` operands take once converted to the
+    MMA's operand layout: A (m padded to 16 × the step's K) is held whole by every warp along n,
+    B (K × n) split over the warps; of a loop with several dots, the largest's (they run one
+    after another, and one's operands are dead before the next's are loaded: an attention step's
+    q·kᵀ and p·v at 39,936 bytes of shared memory still ran five programs an SM).
+
+    Why: with few rows the MMA is the register-operand kind (a warpgroup MMA needs 64 rows),
+    and a deep step's operands alone can pass what a thread holds. One row times 8192 × 3072 on
+    an H200, 32 columns a program at 4 warps: 1,024-deep steps (A: 256 registers a thread,
+    B: 128) ran 19.0 μs where the model priced 14.4, and 512-deep ones 15.1 as priced; with
+    the operands counted the rank agreement over the recorded sweeps went from 0.68–0.76 to
+    0.70–0.84 and the model's favourite of each shape is its fastest or within 9 % of it
+    (was 26–38 %); over the H100 table from 0.64 to 0.70 (median within a μGraph 0.42 →
+    0.57; lower/calibration.py)."""
+    if p.block.forloop <= 1:
+        return 0.0
+    info, w = p.info, p.config.num_warps
+
+    def regs(o: Op) -> float:
+        a, b = o.inputs[0], o.inputs[1]
+        rep = max(1, w // max(1, info.padded(a)[-2] // 16))
+        return (math.prod(info.padded(a)) * rep * DTYPES[a.dtype] + math.prod(info.padded(b)) * DTYPES[b.dtype]) / 4
+    return max((regs(o) for o in p.block.ops if o.id in info.dot_ops and o.id in p.loop_ops), default=0.0)
+
+
 def _loop_tile_regs(p: KernelPlan) -> float:
     """fp32 registers (elements, per program) the loop's loaded tiles take while element-wise
     ops use them: every loop tile with a use outside ``tl.dot`` (twice with split loads, one copy
-    per layout). ``tl.dot`` operands go through shared memory in fragments and are not counted."""
+    per layout). ``tl.dot`` operands: :func:`_dot_operand_regs`."""
     if p.block.forloop <= 1:
         return 0.0
     info = p.info
