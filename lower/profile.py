@@ -503,6 +503,12 @@ SECOND_LAYOUT = 1.1
 #: the first round's combine pair (or small-matmul lowerings) decides the later split factors' mode only
 #: when one mode measured faster by more than this factor (Phi-3-mini's decode attention, H200: 8-10 %)
 COMBINE_MARGIN = 1.03
+#: a value the first pick's siblings decided applies to a later split factor's pick only where the
+#: model prices the pick with it within this factor of the pick itself: a mode measured faster at one
+#: layout is not always faster at another (Phi-3-mini's down projection, one row, 8192 → 3072, H200:
+#: the CUDA-core product of 16-column programs at split-K 2 ran 17.1 μs against tl.dot's 18.1, and
+#: of 32-column programs at split-K 4 and 8 ran 23.2 and 38.2 against 15.5 and 15.7)
+CONFORM_SPREAD = 1.25
 #: the layout choices the first round times its first pick in every value of, to time the later
 #: split-K factors in the one that measured clearly faster (:meth:`_KernelTuning.first_round`)
 SIBLING_FIELDS = ("combine", "small_mm")
@@ -780,7 +786,8 @@ class _KernelTuning:
         choice of :data:`SIBLING_FIELDS` applies to is also timed with each other value of it
         (:meth:`time_siblings`); each later factor's pick is then timed with the value that
         measured clearly faster — so a mode the model misprices is learned once, not met once
-        per factor, while the rest of each pick's layout stays the model's choice.
+        per factor, while the rest of each pick's layout stays the model's choice — where the
+        model prices the pick with that value within :data:`CONFORM_SPREAD` of the pick itself.
 
         * The combine: Phi-3-mini's decode attention (32 heads of one query row, 8,448 keys,
           H200), combined by the last program, split-K 12 measured 30.6–32.7 μs, the model
@@ -834,11 +841,11 @@ class _KernelTuning:
         if not want:
             return pick
         same = self.in_cands(space, dataclasses.replace(c, **want))
-        if same is not None:
-            return same
-        fits = [(p, x) for p, x in space.cands if x.split == c.split and p < math.inf
-                and all(getattr(x, k) == v for k, v in want.items())]
-        return min(fits, key=lambda x: x[0]) if fits else pick
+        if same is None:
+            fits = [(p, x) for p, x in space.cands if x.split == c.split and p < math.inf
+                    and all(getattr(x, k) == v for k, v in want.items())]
+            same = min(fits, key=lambda x: x[0]) if fits else None
+        return same if same is not None and same[0] <= CONFORM_SPREAD * pick[0] else pick
 
     def time_siblings(self, c: KernelConfig, sibs: list[tuple[float, KernelConfig]], name: str) -> object | None:
         """Time the siblings ``sibs`` of ``c`` (just timed) that differ from it in field ``name``;

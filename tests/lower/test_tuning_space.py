@@ -1,6 +1,8 @@
 """lower.profile's tuning space: the sweep around a winner that stages every load (``A``)
 keeps ``A`` among its choices, and config_space counts what tune may time. No GPU needed."""
 
+import dataclasses
+
 from lower.profile import STAGES, WARPS, config_space, first_round, neighbours
 from mugraph.core.benchmarks import reference
 from online_graphs import decode_ugraph
@@ -468,7 +470,9 @@ def test_a_mispriced_small_matmul_lowering_is_learned_once_in_the_first_round(mo
 
     g = decode_attention(32, 1, 8448, 96, 32, mask=True)
     op = _kernel(g)
-    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, H200)
+    # the model that mispriced it: CUDA-core steps at the memory's step latency alone
+    mispriced = dataclasses.replace(H200, fma_step_latency=0.0)
+    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, mispriced)
     head = [c for _, c in space.picked[:space.head]]
     assert sum(c.small_mm != "dot" for c in head[:5]) >= 3  # the model's premise
 
@@ -477,7 +481,7 @@ def test_a_mispriced_small_matmul_lowering_is_learned_once_in_the_first_round(mo
 
     clock = [0.0]
     calls = _fake_gpu(monkeypatch, landscape, clock)
-    res = tune(g, inputs={}, budget_s=len(head) + 2, device_params=H200)
+    res = tune(g, inputs={}, budget_s=len(head) + 2, device_params=mispriced)
     n_sibs = len({c.small_mm for _, c in space.cands}) - 1
     first = calls[0]
     assert {c.small_mm for c in calls[:1 + n_sibs + 1]} >= {first.small_mm, "dot"}
@@ -529,3 +533,46 @@ def test_near_tied_split_factors_leave_each_program_a_pipelines_worth_of_steps()
     space = _space(g, _kernel(g), {}, 6, WARPS, STAGES, ("dot",), H200)
     order = [c.split for _, c in space.picked[:space.head]]
     assert order.index(12) < order.index(18) and order.index(8) < order.index(18), order
+
+
+def test_a_lowering_faster_at_the_first_pick_is_not_imposed_where_the_model_prices_it_far_dearer(monkeypatch):
+    """The first pick's siblings decide a mode for the later split factors only where the model
+    prices that mode within CONFORM_SPREAD of their own pick: Phi-3-mini's down projection (one
+    row, 8192 → 3072, H200) ran the CUDA-core product of 16-column programs at split-K 2 in
+    17.1 μs against tl.dot's 18.1, and of 32-column programs at split-K 4 and 8 in 23.2 and 38.2
+    against 15.5 and 15.7. Here the CUDA-core lowering is faster at the first pick's layout
+    only: the later factors are still timed in tl.dot."""
+    import os
+    import sys
+
+    from lower.cost_model import H200, for_timing
+    from lower.profile import CONFORM_SPREAD, SMALL_MM_MENU, _space, tune
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    from gemv_sweep import gemv
+
+    g = gemv(1, 8192, 3072, 32, 128, "residual", "bfloat16")
+    op = _kernel(g)
+    dev = for_timing(H200, "dram")
+    space = _space(g, op, {}, 6, WARPS, STAGES, SMALL_MM_MENU, dev)
+    head = [c for _, c in space.picked[:space.head]]
+    first = head[0]
+    pred = {c.label(): p for p, c in space.cands}
+
+    def layout(c):
+        return (c.split, c.sub, c.chunk)
+
+    def landscape(c):  # the CUDA-core product wins at the first pick's layout, loses twice over elsewhere
+        if c.small_mm == "dot":
+            return 1.0
+        return 0.9 if layout(c) == layout(first) else 2.0
+
+    calls = _fake_gpu(monkeypatch, landscape, [0.0])
+    tune(g, inputs={}, budget_s=len(head) + 3, device_params=dev)
+    assert calls[0] == first and any(c.small_mm != "dot" and layout(c) == layout(first) for c in calls[1:3])
+    later = {}
+    for c in calls[3:]:
+        later.setdefault(c.split, c)
+    dear = [c for s, c in later.items() if s != first.split
+            and pred.get(dataclasses.replace(c, small_mm="v").label(), float("inf")) > CONFORM_SPREAD * pred[c.label()]]
+    assert dear and all(c.small_mm == "dot" for c in dear), [c.label() for c in calls]
