@@ -14,6 +14,12 @@ error, and the tuner counts that configuration as one that does not compile — 
 for any practical purpose: a kernel that takes minutes to assemble is a kernel of spilled,
 fully unrolled tiles, never a fast one. Linux only (it reads ``/proc``); elsewhere a
 no-op.
+
+Triton prints the whole PTX of a kernel whose ``ptxas`` failed to standard output (tens of
+thousands of lines: a Qwen2-7B decode layer's log on an H200 held 250,000 of them, three
+dumps of stopped assemblers). While the bound is on, such a dump is dropped — the tuner
+logs the failure in one line, and the stopped assembler's warning says why — and
+everything else printed passes through unchanged (:class:`_DropAssemblerDumps`).
 """
 
 from __future__ import annotations
@@ -21,11 +27,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TextIO
 
 log = logging.getLogger("mugraph")
 
@@ -87,10 +94,40 @@ def watch(stop: threading.Event, limit_s: float, poll_s: float = POLL_S) -> None
                 first_seen[p] = float("inf")  # once
 
 
+#: the line that ends Triton's dump of a kernel whose assembler failed
+DUMP_END = "please share the reproducer above with Triton project"
+
+
+class _DropAssemblerDumps:
+    """Standard output with Triton's assembler-failure dumps left out (one ``print`` each,
+    ending with :data:`DUMP_END`); every other write passes through to ``stream``."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, s: str) -> int:
+        if DUMP_END in s:
+            first = next((ln for ln in s.splitlines() if ln.strip() and not ln.startswith("=")), "")
+            log.debug("mugraph: Triton's PTX dump of a failed assembler left out (%s)", first.strip())
+            return len(s)
+        return self.stream.write(s)
+
+    def __getattr__(self, name: str):
+        return getattr(self.stream, name)
+
+
 @contextmanager
 def bounded_compiles(limit_s: float = PTXAS_LIMIT_S) -> Iterator[None]:
     """While the block runs, an assembler (``ptxas``) child running longer than ``limit_s``
-    seconds is killed (module docstring). Nested blocks share the outermost's watcher."""
+    seconds is killed, and Triton's dump of a failed assembler's PTX is left out of standard
+    output (module docstring). Nested blocks share the outermost's watcher."""
+    with redirect_stdout(_DropAssemblerDumps(sys.stdout)):
+        with _bounded_assembler(limit_s):
+            yield
+
+
+@contextmanager
+def _bounded_assembler(limit_s: float) -> Iterator[None]:
     global _depth, _stop
     if not Path("/proc/self/task").is_dir():
         yield

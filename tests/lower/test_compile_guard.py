@@ -43,3 +43,18 @@ def test_a_quick_assembler_finishes_and_the_watcher_stops(tmp_path):
     assert compile_guard._depth == 0 and compile_guard._stop is None
     after = subprocess.Popen([ptxas, "1.5"])  # outside the block nothing watches
     assert after.wait(timeout=10) == 0
+
+
+def test_tritons_dump_of_a_failed_assembler_is_left_out_and_other_output_is_not(capsys):
+    """Triton prints a failed ``ptxas``'s whole PTX (tens of thousands of lines) to standard
+    output before raising; under the bound that one print is dropped, the rest passes."""
+    ptx = "\n".join(f"\tld.global.v4.b32 {{%r{i}}}, [%rd{i}];" for i in range(5000))
+    dump = (f"\n\n{'=' * 64}\n`ptxas` failed with error code -9\n`ptxas` stderr:\n\nRepro command: ptxas x.ptx\n\n"
+            f"{ptx}\n{'=' * 64}\nplease share the reproducer above with Triton project.\n")
+    with bounded_compiles(limit_s=30):
+        print("before")
+        print(dump)
+        print("after")
+    print("outside")
+    out = capsys.readouterr().out
+    assert out == "before\n\nafter\noutside\n"
