@@ -497,10 +497,10 @@ def _dot_operand_regs(p: KernelPlan) -> float:
     and a deep step's operands alone can pass what a thread holds. One row times 8192 × 3072 on
     an H200, 32 columns a program at 4 warps: 1,024-deep steps (A: 256 registers a thread,
     B: 128) ran 19.0 μs where the model priced 14.4, and 512-deep ones 15.1 as priced; with
-    the operands counted the rank agreement over the recorded sweeps went from 0.68–0.76 to
-    0.70–0.84 and the model's favourite of each shape is its fastest or within 9 % of it
-    (was 26–38 %); over the H100 table from 0.64 to 0.70 (median within a μGraph 0.42 →
-    0.57; lower/calibration.py)."""
+    the operands counted the rank agreement over the recorded sweeps went from 0.59–0.70 to
+    0.70–0.84 (with the CUDA-core step price below) and the model's favourite of each shape
+    is its fastest or within 9 % of it (was 9–38 %); over the H100 table from 0.64 to 0.68
+    (median within a μGraph 0.42 → 0.53; lower/calibration.py)."""
     if p.block.forloop <= 1:
         return 0.0
     info, w = p.info, p.config.num_warps
