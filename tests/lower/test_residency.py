@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lower import KernelConfig
-from lower.cost_model import H200, estimate, residency
+from lower.cost_model import H200, estimate, for_timing, residency
 from lower.memory import lowered_shared_memory
 from lower.runtime import LaunchResources
 from lower.runtime import compile as lower_compile
@@ -95,3 +95,20 @@ def test_a_recorded_launch_reads_what_the_kernel_compiled_to():
     assert k.name == "k4_partial" and ran == [((384,), ("a",), {"num_warps": 4, "num_stages": 3})]
     assert got == [LaunchResources("k4_partial", num_warps=4, regs=80, spills=0, shared=39936, programs=384)]
     assert got[0].resident() == 5
+
+
+def test_a_deep_one_row_step_holds_its_dot_operands_past_what_a_thread_has():
+    """With a few rows the MMA takes its operands from registers: one row, 32 columns, 4 warps,
+    a 1,024-deep step holds A (16 × 1024, whole in each warp) and B (1024 × 32, split) —
+    384 registers a thread — and spills (Triton's ptxas for sm_90a: 19,888 bytes of spill
+    stores; it ran 19.0 μs on an H200 where the model had priced 14.4); 512 deep it does not
+    (144 registers compiled)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    from gemv_sweep import gemv
+
+    kg = gemv(1, 8192, 3072, 32, 128, "residual", "bfloat16")
+    op = next(o for o in kg.ops if o.kind == "graph_defined")
+    deep, half = (KernelConfig(num_warps=4, num_stages=3, chunk=c) for c in (8, 4))
+    assert residency(op, deep, H200)["regs"] > 255 >= residency(op, half, H200)["regs"]
+    dram = for_timing(H200, "dram")
+    assert estimate(kg, dram, {op.id: deep}) > estimate(kg, dram, {op.id: half})  # 19.0 and 16.1 μs measured
