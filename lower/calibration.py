@@ -24,6 +24,7 @@ import gzip
 import json
 import math
 import os
+import re
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -360,9 +361,59 @@ def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> S
     return SweepAgreement(rows)
 
 
+def unswept(g: SweptGraph, first: int = 8) -> list[KernelConfig]:
+    """The configurations among the tuner's first ``first`` timings of ``g`` (:func:`lower.replay.replay`)
+    that its sweep did not time: what a replay of ``g`` cannot answer."""
+    r = replay(graph_from_json(g.graph), g.seconds, g.priced_as(), most=first)
+    return [KernelConfig.from_label(label) for label, t in r.timed if t is None]
+
+
+def _flag_order(v: object) -> tuple:
+    """Numbers in order, then words ("-" first)."""
+    return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
+
+
+def next_sweeps(path: str = SWEEPS, first: int = 8) -> list[str]:
+    """Per recorded sweep (its shape and form), the ``examples/gemv_sweep.py`` command that times
+    what the tuner's first ``first`` timings of its tilings ask for and no sweep of them timed
+    (:func:`unswept`): the product of the values those configurations take, so its ``--json``,
+    recorded with ``--add-sweep``, lets the replay answer them. Empty when nothing is missing."""
+    asked: dict[tuple, dict[str, set]] = {}
+    for g in swept_graphs(path):
+        missing = unswept(g, first)
+        if not missing:
+            continue
+        kg = graph_from_json(g.graph)
+        (op,) = [o for o in kg.ops if o.kind == "graph_defined"]
+        bg = op.attrs["block"]
+        form, shape = g.sweep.rsplit(" ", 1)
+        _, k, n = (int(v) for v in shape.split("x"))
+        key = (form, shape, g.timing, kg.inputs[0].dtype)
+        want = asked.setdefault(key, {f: set() for f in ("cols", "steps", "splits", "chunks", "subs", "combines",
+                                                         "staging", "small-mm", "warps", "stages")})
+        want["cols"].add(n // bg.grid[0])
+        want["steps"].add(k // bg.forloop)
+        for c in missing:
+            sub = re.search(r"p(\d+:\d+(?:x\d+:\d+)*)", c.label())
+            for f, v in (("splits", c.split), ("chunks", c.chunk), ("subs", sub.group(1) if sub else "-"),
+                         ("combines", c.combine), ("staging", "A" if c.stage_all_loads else "-"),
+                         ("small-mm", c.small_mm), ("warps", c.num_warps), ("stages", c.num_stages)):
+                want[f].add(v)
+    out = []
+    for (form, shape, timing, dtype), want in sorted(asked.items()):
+        how = f"--gated {form.split()[1]}" if form.startswith("gated ") else f"--form {form}"
+        flags = " ".join(f"--{f} {' '.join(str(v) for v in sorted(vals, key=_flag_order))}"
+                         for f, vals in want.items())
+        out.append(f"python examples/gemv_sweep.py {how} --timing {timing} --dtype {dtype} --shapes {shape} {flags} "
+                   f"--json {form.replace(' ', '_')}_{shape}.json")
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
-    """``python -m lower.calibration [--add DATE RESULTS… [--run LABEL]]``: print both
-    agreements; with ``--add``, first record the timed candidates of re-ranking results files."""
+    """``python -m lower.calibration [--add DATE RESULTS… [--run LABEL]]``: print the agreements,
+    the tuner's order replayed on each swept tiling and the sweeps that would answer what the
+    replays could not (:func:`next_sweeps`); with ``--add``, first record the timed candidates of
+    re-ranking results files."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m lower.calibration", description=main.__doc__)
@@ -412,6 +463,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{g.sweep:<32} {kernel_structure(kg):<8} {g.date} {g.run:<8} "
               + " ".join(f"{r.best_after(n):5.2f}" for n in (2, 4, 6, 8))
               + (f"  not swept: {', '.join(missing)}" if missing else ""))
+    commands = next_sweeps()
+    if commands:
+        print("\nwhat the replays ask for and no sweep timed, as sweeps to run on the card "
+              "(then --add-sweep DATE FILE --run LABEL):")
+        for cmd in commands:
+            print(f"    {cmd}")
 
 
 if __name__ == "__main__":

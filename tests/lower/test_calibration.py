@@ -288,3 +288,29 @@ def test_a_sweep_is_recorded_once_with_its_graphs(tmp_path):
     bad.write_text(json.dumps(doc["rows"]))
     with pytest.raises(ValueError, match="rows.json: not an examples/gemv_sweep.py --json file"):
         record_sweep([str(bad)], "2026-12-01", path=out)
+
+
+def test_the_sweeps_to_run_next_time_what_the_replays_could_not_answer():
+    """``python -m lower.calibration`` ends with the gemv_sweep commands that time what the tuner's
+    first timings ask for on the recorded tilings and no sweep timed (the norm's staged loads,
+    the combine kernel): every such configuration is in its sweep's product of flags, the shape,
+    form and timing are the record's, and nothing is asked where nothing is missing."""
+    from lower.calibration import next_sweeps, swept_graphs, unswept
+
+    commands = {c.split("--shapes ")[1].split()[0]: c for c in next_sweeps()}
+    for g in swept_graphs():
+        missing = unswept(g)
+        shape = g.sweep.rsplit(" ", 1)[1]
+        if not missing:
+            continue
+        cmd = commands[shape]
+        assert f"--form {g.sweep.split()[0]}" in cmd and f"--timing {g.timing}" in cmd
+
+        def flag(name: str) -> list[str]:
+            return cmd.split(f"--{name} ")[1].split(" --")[0].split()
+        for c in missing:
+            sub = c.label().split("p")[1].rstrip("vaA") if "p" in c.label() else "-"
+            assert str(c.split) in flag("splits") and str(c.chunk) in flag("chunks") and sub in flag("subs"), c.label()
+            assert c.small_mm in flag("small-mm") and ("A" if c.stage_all_loads else "-") in flag("staging")
+            assert c.combine in flag("combines") and str(c.num_stages) in flag("stages")
+    assert "A" in commands["1x3072x9216"].split("--staging ")[1].split(" --")[0].split()
