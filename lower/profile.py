@@ -834,8 +834,9 @@ class _KernelTuning:
     def conform(self, space: _KernelSpace, pick: tuple[float, KernelConfig], decided: dict[str, object]
                 ) -> tuple[float, KernelConfig]:
         """``pick`` with the ``decided`` values (where they apply): the same config with them where
-        the first round has it, else the best-predicted config of its split-K factor with them,
-        else ``pick`` itself."""
+        the first round has it, else the best-predicted config of its split-K factor with them —
+        either only where the model prices it within :data:`CONFORM_SPREAD` of ``pick`` — else
+        ``pick`` itself."""
         c = pick[1]
         want = {k: v for k, v in decided.items() if getattr(c, k) != v and not (k == "combine" and c.split == 1)}
         if not want:
