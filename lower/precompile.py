@@ -214,6 +214,8 @@ class Precompiler:
     #: keys whose job could not be built (the config's lowering failed): marked handed over, so
     #: not built again, but never counted as compiled
     unbuilt: set = field(default_factory=set)
+    #: keys the tuner has claimed since the last :meth:`withdraw_all`
+    claimed: set = field(default_factory=set)
 
     def _pool(self) -> cf.ProcessPoolExecutor:
         """The running pool; a new one (its workers warmed: :meth:`start`) when there is none."""
@@ -291,6 +293,7 @@ class Precompiler:
         Returns the worker's error when its compile failed in the kernel's own compiler
         (:data:`COMPILE_ERRORS`: the same source, options and Triton fail the same way in the
         tuner, which need not compile it a second time), else None."""
+        self.claimed.add(key)
         f = self.futures.get(key)
         if f is None or key in self.unbuilt:  # nothing compiled: the tuner compiles it and meets its error
             return None
@@ -309,11 +312,18 @@ class Precompiler:
 
     def withdraw_all(self) -> None:
         """Withdraw every compile not started and forget those done (the tuning they were for
-        has ended; what they compiled stays in Triton's cache)."""
-        for f in self.futures.values():
+        has ended; what they compiled stays in Triton's cache). A compile that failed and the
+        tuner never claimed is named at DEBUG: its error was met only in a worker (a ``ptxas``
+        that ``bounded_compiles`` stopped, say), and the summary's counts do not say which."""
+        for key, f in self.futures.items():
             if f.cancel():
                 self.stats["withdrawn"] += 1
+            elif f.done() and key not in self.claimed and key not in self.unbuilt:
+                err = f.exception() or f.result()
+                if err is not None:
+                    log.debug("mugraph: compiled ahead, failed, not timed: %s: %s", key, str(err).splitlines()[0][:200])
         self.futures = {k: f for k, f in self.futures.items() if not f.done()}
+        self.claimed.clear()
 
     def shutdown(self) -> None:
         """Stop the workers (a compile under way is let finish; nothing waits for it)."""

@@ -325,3 +325,24 @@ def test_a_compile_error_a_worker_met_is_not_compiled_again(monkeypatch):
     timed = {prof.program_key([op], {op.id: c}) for c in calls}
     assert len(bad) == 2 and not timed & set(bad)
     assert all(r.timings[k] is None for k in bad)
+
+
+def test_a_compile_that_failed_in_a_worker_and_was_never_timed_is_named_at_debug(monkeypatch, caplog):
+    """The pool's summary counts failures; which configurations failed only in a worker (a
+    ``ptxas`` the bound stopped for one the tuner never reached) is said at DEBUG, by key, when
+    the tuning ends — a claimed one is the tuner's to report, and is not said twice."""
+    import logging
+
+    monkeypatch.setattr(pc, "compile_job", lambda job: "PTXASError: `ptxas` failed with error code -9")
+    pre = pc.Precompiler(1, pool=cf.ThreadPoolExecutor(1))
+    job = pc.KernelJob("", ())
+    pre.ahead([("k3:w4s3c4va", lambda: job), ("k3:w4s3c4", lambda: job)])
+    for f in list(pre.futures.values()):
+        f.result()
+    pre.claim("k3:w4s3c4")
+    with caplog.at_level(logging.DEBUG, logger="mugraph"):
+        pre.withdraw_all()
+    said = [r.getMessage() for r in caplog.records if "compiled ahead, failed" in r.getMessage()]
+    assert said == ["mugraph: compiled ahead, failed, not timed: k3:w4s3c4va: PTXASError: `ptxas` failed with "
+                    "error code -9"]
+    pre.pool.shutdown(wait=True)
