@@ -24,7 +24,6 @@ import gzip
 import json
 import math
 import os
-import re
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
@@ -32,9 +31,9 @@ from mugraph.core.benchmarks import reference
 from mugraph.core.serialize import graph_from_json
 from mugraph.core.text import kernel_structure
 
-from .config import KernelConfig
+from .config import KernelConfig, sub_text
 from .cost_model import H100, DeviceParams, estimate, for_timing, params_for
-from .replay import replay
+from .replay import Replay, replay
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "h100_graph_timing.csv")
 
@@ -361,11 +360,16 @@ def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> S
     return SweepAgreement(rows)
 
 
-def unswept(g: SweptGraph, first: int = 8) -> list[KernelConfig]:
-    """The configurations among the tuner's first ``first`` timings of ``g`` (:func:`lower.replay.replay`)
-    that its sweep did not time: what a replay of ``g`` cannot answer."""
-    r = replay(graph_from_json(g.graph), g.seconds, g.priced_as(), most=first)
-    return [KernelConfig.from_label(label) for label, t in r.timed if t is None]
+def replayed(path: str = SWEEPS) -> list[tuple[SweptGraph, Replay]]:
+    """Every recorded tiling with the tuner's order replayed on it (:func:`lower.replay.replay`)."""
+    return [(g, replay(graph_from_json(g.graph), g.seconds, g.priced_as())) for g in swept_graphs(path)]
+
+
+def unswept(g: SweptGraph, first: int = 8, r: Replay | None = None) -> list[KernelConfig]:
+    """The configurations among the tuner's first ``first`` timings of ``g`` (its replay ``r``,
+    made here when not given) that its sweep did not time: what a replay of ``g`` cannot answer."""
+    r = r or replay(graph_from_json(g.graph), g.seconds, g.priced_as(), most=first)
+    return [KernelConfig.from_label(label) for label, t in r.timed[:first] if t is None]
 
 
 def _flag_order(v: object) -> tuple:
@@ -373,14 +377,16 @@ def _flag_order(v: object) -> tuple:
     return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
 
 
-def next_sweeps(path: str = SWEEPS, first: int = 8) -> list[str]:
+def next_sweeps(path: str = SWEEPS, first: int = 8,
+                replays: list[tuple[SweptGraph, Replay]] | None = None) -> list[str]:
     """Per recorded sweep (its shape and form), the ``examples/gemv_sweep.py`` command that times
     what the tuner's first ``first`` timings of its tilings ask for and no sweep of them timed
     (:func:`unswept`): the product of the values those configurations take, so its ``--json``,
-    recorded with ``--add-sweep``, lets the replay answer them. Empty when nothing is missing."""
+    recorded with ``--add-sweep``, lets the replay answer them. Empty when nothing is missing.
+    ``replays``: the record's tilings already replayed (:func:`replayed`)."""
     asked: dict[tuple, dict[str, set]] = {}
-    for g in swept_graphs(path):
-        missing = unswept(g, first)
+    for g, r in replays if replays is not None else replayed(path):
+        missing = unswept(g, first, r)
         if not missing:
             continue
         kg = graph_from_json(g.graph)
@@ -394,8 +400,7 @@ def next_sweeps(path: str = SWEEPS, first: int = 8) -> list[str]:
         want["cols"].add(n // bg.grid[0])
         want["steps"].add(k // bg.forloop)
         for c in missing:
-            sub = re.search(r"p(\d+:\d+(?:x\d+:\d+)*)", c.label())
-            for f, v in (("splits", c.split), ("chunks", c.chunk), ("subs", sub.group(1) if sub else "-"),
+            for f, v in (("splits", c.split), ("chunks", c.chunk), ("subs", sub_text(c.sub) or "-"),
                          ("combines", c.combine), ("staging", "A" if c.stage_all_loads else "-"),
                          ("small-mm", c.small_mm), ("warps", c.num_warps), ("stages", c.num_stages)):
                 want[f].add(v)
@@ -456,14 +461,13 @@ def main(argv: list[str] | None = None) -> None:
               f"{min(t for _, t, _ in v) * 1e6:.2f})")
     print("\nthe tuner's order replayed on each swept tiling (lower.replay): its best after 2, 4, 6, 8 timings over "
           "the tiling's fastest; timings on configurations the sweep did not time find nothing")
-    for g in swept_graphs():
-        kg = graph_from_json(g.graph)
-        r = replay(kg, g.seconds, g.priced_as())
-        missing = [label for label, t in r.timed[:8] if t is None]
-        print(f"{g.sweep:<32} {kernel_structure(kg):<8} {g.date} {g.run:<8} "
+    replays = replayed()
+    for g, r in replays:
+        missing = [c.label() for c in unswept(g, 8, r)]
+        print(f"{g.sweep:<32} {kernel_structure(graph_from_json(g.graph)):<8} {g.date} {g.run:<8} "
               + " ".join(f"{r.best_after(n):5.2f}" for n in (2, 4, 6, 8))
               + (f"  not swept: {', '.join(missing)}" if missing else ""))
-    commands = next_sweeps()
+    commands = next_sweeps(replays=replays)
     if commands:
         print("\nwhat the replays ask for and no sweep timed, as sweeps to run on the card "
               "(then --add-sweep DATE FILE --run LABEL):")

@@ -176,7 +176,7 @@ class KernelConfig:
         if self.split > 1:
             s += f"k{self.split}" + ("L" if self.combine == "last" else "")
         if self.sub:
-            s += "p" + "x".join(f"{c}:{r}" for c, r in self.sub)
+            s += "p" + sub_text(self.sub)
         if self.small_mm != "dot":
             s += self.small_mm
         if not self.defer_sums:
@@ -241,3 +241,8 @@ def configs_for(graph: KernelGraph, configs: Any, where: str) -> dict[int, Kerne
 def parse_sub(text: str) -> tuple[tuple[int, int], ...]:
     """``KernelConfig.sub`` from its label form ``"1:2x3:4"`` (``""``: none)."""
     return tuple(tuple(int(x) for x in p.split(":")) for p in text.split("x")) if text else ()
+
+
+def sub_text(sub: tuple[tuple[int, int], ...]) -> str:
+    """``KernelConfig.sub`` in its label form (``"1:2x3:4"``; ``""``: none): :func:`parse_sub` inverted."""
+    return "x".join(f"{c}:{r}" for c, r in sub)

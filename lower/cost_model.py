@@ -503,12 +503,12 @@ def _dot_operand_regs(p: KernelPlan) -> float:
     (median within a μGraph 0.42 → 0.53; lower/calibration.py)."""
     if p.block.forloop <= 1:
         return 0.0
-    info, w = p.info, p.config.num_warps
+    info = p.info
 
     def regs(o: Op) -> float:
         a, b = o.inputs[0], o.inputs[1]
-        rep = max(1, w // max(1, info.padded(a)[-2] // 16))
-        return (math.prod(info.padded(a)) * rep * DTYPES[a.dtype] + math.prod(info.padded(b)) * DTYPES[b.dtype]) / 4
+        return (math.prod(info.padded(a)) * _a_copies(p, o) * DTYPES[a.dtype]
+                + math.prod(info.padded(b)) * DTYPES[b.dtype]) / 4
     return max((regs(o) for o in p.block.ops if o.id in info.dot_ops and o.id in p.loop_ops), default=0.0)
 
 
@@ -523,6 +523,12 @@ def _loop_tile_regs(p: KernelPlan) -> float:
                      if any(c.id not in info.dot_ops for c in p.consumers[t])))
 
 
+def _a_copies(p: KernelPlan, dot: Op) -> int:
+    """Warps that each hold the whole A operand of ``dot``: the warps along n, ``num_warps /
+    (m / 16)`` when its m rows (padded to ≥ 16) are fewer than 16 a warp."""
+    return max(1, p.config.num_warps // max(1, p.info.padded(dot.inputs[0])[-2] // 16))
+
+
 def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     """Block op id -> how many times the generated code computes it per program.
 
@@ -532,24 +538,24 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     times when m is small (the x·g of rmsnorm_matmul at M = 2: 4× at 4 warps; TTGIR,
     docs/history/lowering.md, balanced grids). B operands are split over the warps along n, not replicated.
     """
-    info, cons, num_warps = p.info, p.consumers, p.config.num_warps
+    info, cons = p.info, p.consumers
     out: dict[int, int] = {}
     for op in p.block.ops:
         if op.id not in info.dot_ops:
             continue
         a = op.inputs[0]
-        r = max(1, num_warps // max(1, info.padded(a)[-2] // 16))
+        r = _a_copies(p, op)
         if r == 1:
             continue
         stack = [a]
         while stack:  # the cone of element-wise producers used by this operand only
             t = stack.pop()
-            p = t.op
-            if (p.kind in ("iterator", "accum") or category(p.kind) in (Category.CONTRACTION, Category.CONSTANT)
+            src = t.op
+            if (src.kind in ("iterator", "accum") or category(src.kind) in (Category.CONTRACTION, Category.CONSTANT)
                     or any(c is not op and c.id not in out for c in cons[t])):
                 continue
-            out[p.id] = r
-            stack += list(p.inputs)
+            out[src.id] = r
+            stack += list(src.inputs)
     return out
 
 
