@@ -37,8 +37,8 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
   (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load);
   a CUDA-core matmul's step also pays the reduction across threads before the next loads
-  (:attr:`DeviceParams.fma_step_latency`); stretched when a thread would need more than 255 registers (spills), infinite
-  when the padded tiles do not fit shared memory at all; paid once per round of programs
+  (:attr:`DeviceParams.fma_step_latency`); stretched when a thread would need more than 255
+  registers (spills), infinite when the padded tiles do not fit shared memory at all; paid once per round of programs
   an SM runs (a grid larger than the SMs hold at once runs in rounds, each starting as the
   last ends).
 
