@@ -201,14 +201,21 @@ def main() -> int:
                 rows_out.append(dict(shape=shape, gated=args.gated, form=args.form, cols=cols, steps=steps,
                                      config=c.label(), us=t * 1e6, model_us=model_s * 1e6, mm_us=mm_s * 1e6,
                                      floor_us=floor_s * 1e6))
+                if args.json:  # after every row: a sweep stopped by a time limit keeps what it timed
+                    _write(args.json, args, graphs, rows_out)
         _report(shape, timed, mm_s, floor_s, "torch (mm, mm, element-wise)" if args.gated else
                 {"residual": "cuBLAS addmm", "norm": "cuBLAS mm (no norm)"}.get(args.form, "cuBLAS mm"), args.top)
-    if args.json:
-        doc = dict(kind="gemv_sweep", device=torch.cuda.get_device_name(), timing=args.timing, dtype=args.dtype,
-                   graphs=graphs, rows=rows_out)
-        with open(args.json, "w") as f:
-            json.dump(doc, f, indent=1)
     return 0
+
+
+def _write(path: str, args: argparse.Namespace, graphs: dict, rows: list[dict]) -> None:
+    """Write the sweep so far to ``path`` (through a temporary file, so that a sweep killed
+    mid-write leaves the previous version whole)."""
+    doc = dict(kind="gemv_sweep", device=torch.cuda.get_device_name(), timing=args.timing, dtype=args.dtype,
+               graphs=graphs, rows=rows)
+    with open(path + ".part", "w") as f:
+        json.dump(doc, f, indent=1)
+    os.replace(path + ".part", path)
 
 
 def _report(shape: str, timed: list[tuple[float, float, str]], mm_s: float, floor_s: float, base: str,
