@@ -372,6 +372,12 @@ def unswept(g: SweptGraph, first: int = 8, r: Replay | None = None) -> list[Kern
     return [KernelConfig.from_label(label) for label, t in r.timed[:first] if t is None]
 
 
+def _tiling_key(g: SweptGraph) -> tuple:
+    """One tiling of one shape on one card, timed one way: sweeps of it on other days or runs
+    answer for one another."""
+    return g.device, g.sweep, g.timing, json.dumps(g.graph, sort_keys=True)
+
+
 def _flag_order(v: object) -> tuple:
     """Numbers in order, then words ("-" first)."""
     return (0, v, "") if isinstance(v, int) else (1, 0, str(v))
@@ -384,9 +390,13 @@ def next_sweeps(path: str = SWEEPS, first: int = 8,
     (:func:`unswept`): the product of the values those configurations take, so its ``--json``,
     recorded with ``--add-sweep``, lets the replay answer them. Empty when nothing is missing.
     ``replays``: the record's tilings already replayed (:func:`replayed`)."""
+    pairs = replays if replays is not None else replayed(path)
+    timed_anywhere: dict[tuple, set[str]] = {}   # a tiling's configs timed by any sweep of it
+    for g, _ in pairs:
+        timed_anywhere.setdefault(_tiling_key(g), set()).update(g.seconds)
     asked: dict[tuple, dict[str, set]] = {}
-    for g, r in replays if replays is not None else replayed(path):
-        missing = unswept(g, first, r)
+    for g, r in pairs:
+        missing = [c for c in unswept(g, first, r) if c.label() not in timed_anywhere[_tiling_key(g)]]
         if not missing:
             continue
         kg = graph_from_json(g.graph)

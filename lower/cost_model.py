@@ -35,12 +35,16 @@ Per launch (a Triton kernel of a graph-defined op, or a torch call)::
   after another by each program, each paying a latency that software pipelining
   (``num_stages``) hides in part (re-chunking the loop makes fewer, longer steps) —
   all of it when a loop with a ``tl.dot`` also loads a tile Triton does not stage
-  (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load);
+  (:attr:`lower.plan.KernelPlan.unpipelined_loads`: every step waits for that load), less
+  what the other programs resident on the SM transfer meanwhile;
   a CUDA-core matmul's step also pays the reduction across threads before the next loads
   (:attr:`DeviceParams.fma_step_latency`); stretched when a thread would need more than 255
   registers (spills), infinite when the padded tiles do not fit shared memory at all; paid once per round of programs
   an SM runs (a grid larger than the SMs hold at once runs in rounds, each starting as the
-  last ends).
+  last ends; a last, partial round shares each SM among fewer programs), with two round trips
+  more for a program that hands its partial to the last one (split-K, ``combine="last"``: the
+  fenced stores and the counter). A last, partial *wave* moves its bytes at what its programs
+  pull (``sm_bw`` each), not at a whole wave's time.
 
 Residency (programs per SM) is bounded by shared memory at *padded* extents
 (:func:`lower.memory.padded_shared_memory` of the kernel's plan), warps, and registers (accumulators —
@@ -49,8 +53,9 @@ MMA's layout, which a deep step can push past 255 a thread: :func:`_dot_operand_
 
 Split-K adds the partials' bytes (running maxima handed over with rescaled partials
 included) and either a combine launch or (``combine="last"``)
-a chain of round trips for the last program of each tile (store, atomic, loads); either
-way one program per tile reads the partials back, so they come at most ``sm_bw`` a tile.
+the last program of each tile loading the partials (the stores and the atomic every
+program pays, above); either way one program per tile reads the partials back, so they
+come at most ``sm_bw`` a tile.
 
 Latencies. A graph that fits in L2 pays its round trips at :attr:`DeviceParams.l2_latency`
 (0.2 μs), but the ``"last"`` fix-up chain at the memory's (1 μs: the partials are fenced
@@ -241,9 +246,18 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     active = min(total, dev.sms * resident)
     inflight = active * max(step_bytes, 1.0) * pipe
     eff = min(1.0, inflight / (bw * lat_mem), min(total, dev.sms) * dev.sm_bw / bw)
-    # a grid that is not a whole number of waves idles part of the chip in its last wave
+    # a grid that is not a whole number of waves runs its last, partial wave on fewer programs,
+    # at the bandwidth they pull (one an SM first, each SM at most sm_bw): the card's whole
+    # bandwidth unless the tail is small. Charging the partial wave as a whole one priced a
+    # one-row norm + projection (3072 x 9216) split 6 ways, 864 programs in 1.09 waves, at
+    # 1.8x its DRAM time; it ran 18.3 us, as fast as split-K 4 in one wave (17.7; H200,
+    # lower/data/h200_sweeps.jsonl.gz, run 2d310f5)
     waves = total / (dev.sms * resident)
-    quant = math.ceil(waves) / waves if waves > 1 else 1.0
+    whole_waves = math.floor(waves)
+    quant = 1.0
+    if waves > 1 and waves > whole_waves:
+        tail_bw = min(bw, min(total - whole_waves * dev.sms * resident, dev.sms) * dev.sm_bw)
+        quant = (whole_waves + (waves - whole_waves) * bw / tail_bw) / waves
     busy = min(1.0, total / dev.sms)
     # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM.
     # A loop with a tl.dot that loads some tile Triton does not stage waits for it every step: the
@@ -256,6 +270,13 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # 7.8-9.4; H200, docs/results.md, "Priced as the timing runs them")
     exposed = (p.loop_has_dot and bool(p.unpipelined_loads)) or (fma > 0 and steps > 1)
     per_step_latency = lat_step if exposed else lat_step / pipe
+    # while one program waits for its unstaged load, the others resident on its SM transfer their
+    # steps: that wait is hidden up to their transfer time. Without this, every load staged
+    # (``stage_all_loads``) priced 13 % cheaper (median over 132 pairs) where it ran 2 % dearer:
+    # one row's RMSNorm fused into a 3072 x 9216 projection, 2-7 programs an SM (same record)
+    if exposed and not fma:
+        unstaged_wait = lat_step - lat_step / pipe
+        per_step_latency -= min(unstaged_wait, (resident - 1) * step_bytes / dev.sm_bw)
     # a CUDA-core matmul's step waits longer than an unpipelined memory step: its product is
     # reduced across the threads before the next step's loads issue (H200, one row times 8192 x
     # 3072 on the CUDA cores in 128-deep steps: 2.0 us a step where the model charged 0.7; with
@@ -268,8 +289,19 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # 3072 x 9216 projection: 1,152 programs of 8 columns ran 46-83 us where the chain charged
     # once priced 16-42; with it the rank agreement over 140 tilings and configs
     # went from -0.19 to 0.68; docs/results.md, "Chunks, sub-tiles and rounds")
-    rounds = math.ceil(total / (dev.sms * resident))
-    serial = rounds * (lat_mem + steps * (per_step_latency + step_bytes * resident / dev.sm_bw)) * spill
+    # A program that leaves its partial for the last one to combine (split-K, combine "last")
+    # fences its stores and takes the tile's counter before it exits: two round trips more in
+    # every round, not only the last program's (short split programs: 1,152 of 3 steps ran 23.5
+    # us where 576 of 12 ran 17.7 — the model had them even). A last, partial round shares each
+    # SM among fewer programs, so its steps move faster.
+    exit_wait = 2 * dev.mem_latency if split > 1 and cfg.combine == "last" else 0.0
+
+    def chain(sharing: int) -> float:
+        """One program's round trip and steps, ``sharing`` programs pulling on its SM."""
+        return lat_mem + exit_wait + steps * (per_step_latency + step_bytes * sharing / dev.sm_bw)
+
+    full_rounds, tail = divmod(total, dev.sms * resident)
+    serial = (full_rounds * chain(resident) + (chain(math.ceil(tail / dev.sms)) if tail else 0.0)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
         serial = math.inf
     costs = []
@@ -296,11 +328,11 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
         # 12.5 μs where the aggregate bandwidth predicted 6.2; 16 programs reading 8, 7.4-7.6)
         pull = min(bw, min(nprog, dev.sms) * dev.sm_bw)
         if cfg.combine == "last":
-            # no launch; the last program of each tile pays a chain of round trips: its partial
-            # stores, the counter's atomic, the partials' loads (longer the more partials) — at
-            # the memory's latency even when the graph sits in L2: the stores are fenced to the
-            # device's point of coherence before the atomic (module docstring, "Latencies")
-            fixup = dev.mem_latency * (2 + split / 8)
+            # no launch; the last program of each tile, past the fenced stores and the counter
+            # every program pays (exit_wait above), loads the partials: longer the more there
+            # are — at the memory's latency even when the graph sits in L2, the stores being
+            # fenced to the device's point of coherence (module docstring, "Latencies")
+            fixup = dev.mem_latency * (split / 8)
             costs.append(LaunchCost(f"k{op.id}_fixup", nprog, out_b, out_b, 0.0, out_b / pull,
                                     out_b / dev.l2_bw, 0.0, fixup, 0.0))
         else:

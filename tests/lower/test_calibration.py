@@ -290,15 +290,32 @@ def test_a_sweep_is_recorded_once_with_its_graphs(tmp_path):
         record_sweep([str(bad)], "2026-12-01", path=out)
 
 
-def test_the_sweeps_to_run_next_time_what_the_replays_could_not_answer():
+def _records(tmp_path, keep) -> str:
+    """The recorded sweeps ``keep(record)`` keeps, as a records file of their own."""
+    import gzip
+    import json
+
+    from lower.calibration import SWEEPS
+
+    with gzip.open(SWEEPS, "rt", encoding="utf-8") as f:
+        docs = [json.loads(line) for line in f if line.strip()]
+    path = str(tmp_path / "sweeps.jsonl.gz")
+    with gzip.open(path, "wt", encoding="utf-8") as f:
+        f.writelines(json.dumps(d) + "\n" for d in docs if keep(d))
+    return path
+
+
+def test_the_sweeps_to_run_next_time_what_the_replays_could_not_answer(tmp_path):
     """``python -m lower.calibration`` ends with the gemv_sweep commands that time what the tuner's
     first timings ask for on the recorded tilings and no sweep timed (the norm's staged loads,
     the combine kernel): every such configuration is in its sweep's product of flags, the shape,
-    form and timing are the record's, and nothing is asked where nothing is missing."""
+    form and timing are the record's, and nothing is asked where nothing is missing. On the
+    sweeps of the first run alone (1197e49) the norm's staged loads are asked for."""
     from lower.calibration import next_sweeps, swept_graphs, unswept
 
-    commands = {c.split("--shapes ")[1].split()[0]: c for c in next_sweeps()}
-    for g in swept_graphs():
+    first_run = _records(tmp_path, lambda d: d["run"] == "1197e49")
+    commands = {c.split("--shapes ")[1].split()[0]: c for c in next_sweeps(first_run)}
+    for g in swept_graphs(first_run):
         missing = unswept(g)
         shape = g.sweep.rsplit(" ", 1)[1]
         if not missing:
@@ -314,3 +331,16 @@ def test_the_sweeps_to_run_next_time_what_the_replays_could_not_answer():
             assert c.small_mm in flag("small-mm") and ("A" if c.stage_all_loads else "-") in flag("staging")
             assert c.combine in flag("combines") and str(c.num_stages) in flag("stages")
     assert "A" in commands["1x3072x9216"].split("--staging ")[1].split(" --")[0].split()
+
+
+def test_a_later_sweep_of_a_tiling_answers_what_an_earlier_one_left_out():
+    """The norm's first sweep (1197e49) timed none of the tuner's first eight (staged loads);
+    the later sweep of the same tilings (2d310f5) timed them: its replay finds the tiling's
+    fastest within 3 % by the fourth timing, and no command asks for the norm again."""
+    from lower.calibration import next_sweeps, replayed
+
+    later = [(g, r) for g, r in replayed() if g.sweep == "norm 1x3072x9216" and g.run == "2d310f5"]
+    assert len(later) == 2
+    for g, r in later:
+        assert r.best_after(4) <= 1.03, (g.run, r.timed[:4])
+    assert not [c for c in next_sweeps() if "--form norm" in c]
