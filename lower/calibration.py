@@ -360,9 +360,30 @@ def sweep_agreement(device: DeviceParams | None = None, path: str = SWEEPS) -> S
     return SweepAgreement(rows)
 
 
+def merged_tilings(path: str = SWEEPS) -> list[SweptGraph]:
+    """Every recorded tiling once: the sweeps of one tiling on one card, timed one way, on
+    several days or runs, as one — its ``seconds`` the union of theirs (a configuration
+    timed more than once at the mean), its ``date`` and ``run`` theirs joined by ``+``. A later
+    sweep that times what an earlier one left out so answers the replay of both."""
+    groups: dict[tuple, list[SweptGraph]] = {}
+    for g in swept_graphs(path):
+        groups.setdefault(_tiling_key(g), []).append(g)
+    out = []
+    for gs in groups.values():
+        times: dict[str, list[float]] = {}
+        for g in gs:
+            for label, t in g.seconds.items():
+                times.setdefault(label, []).append(t)
+        joined = lambda field: "+".join(dict.fromkeys(getattr(g, field) for g in gs))  # noqa: E731
+        out.append(gs[0]._replace(date=joined("date"), run=joined("run"),
+                                  seconds={label: sum(v) / len(v) for label, v in times.items()}))
+    return out
+
+
 def replayed(path: str = SWEEPS) -> list[tuple[SweptGraph, Replay]]:
-    """Every recorded tiling with the tuner's order replayed on it (:func:`lower.replay.replay`)."""
-    return [(g, replay(graph_from_json(g.graph), g.seconds, g.priced_as())) for g in swept_graphs(path)]
+    """Every recorded tiling (its sweeps merged: :func:`merged_tilings`) with the tuner's order
+    replayed on it (:func:`lower.replay.replay`)."""
+    return [(g, replay(graph_from_json(g.graph), g.seconds, g.priced_as())) for g in merged_tilings(path)]
 
 
 def unswept(g: SweptGraph, first: int = 8, r: Replay | None = None) -> list[KernelConfig]:
@@ -373,8 +394,7 @@ def unswept(g: SweptGraph, first: int = 8, r: Replay | None = None) -> list[Kern
 
 
 def _tiling_key(g: SweptGraph) -> tuple:
-    """One tiling of one shape on one card, timed one way: sweeps of it on other days or runs
-    answer for one another."""
+    """One tiling of one shape on one card, timed one way (:func:`merged_tilings`)."""
     return g.device, g.sweep, g.timing, json.dumps(g.graph, sort_keys=True)
 
 
@@ -390,13 +410,9 @@ def next_sweeps(path: str = SWEEPS, first: int = 8,
     (:func:`unswept`): the product of the values those configurations take, so its ``--json``,
     recorded with ``--add-sweep``, lets the replay answer them. Empty when nothing is missing.
     ``replays``: the record's tilings already replayed (:func:`replayed`)."""
-    pairs = replays if replays is not None else replayed(path)
-    timed_anywhere: dict[tuple, set[str]] = {}   # a tiling's configs timed by any sweep of it
-    for g, _ in pairs:
-        timed_anywhere.setdefault(_tiling_key(g), set()).update(g.seconds)
     asked: dict[tuple, dict[str, set]] = {}
-    for g, r in pairs:
-        missing = [c for c in unswept(g, first, r) if c.label() not in timed_anywhere[_tiling_key(g)]]
+    for g, r in replays if replays is not None else replayed(path):
+        missing = unswept(g, first, r)
         if not missing:
             continue
         kg = graph_from_json(g.graph)
