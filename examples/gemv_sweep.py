@@ -176,7 +176,8 @@ def main() -> int:
             if n % cols or k % steps:
                 continue
             try:
-                kg = (gated_mlp(rows=rows, hidden=k, out=n, col_tile=cols, loop=k // steps, act=args.gated)
+                kg = (gated_mlp(rows=rows, hidden=k, out=n, col_tile=cols, loop=k // steps, act=args.gated,
+                                dtype=args.dtype)
                       if args.gated else gemv(rows, k, n, cols, steps, args.form, args.dtype))
             except Exception as e:  # noqa: BLE001 - tiles too large for shared memory: say which
                 print(f"  skipped: {cols} cols, {steps}-deep steps: {str(e).splitlines()[0][:100]}", flush=True)
