@@ -466,8 +466,9 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
     blocks on 132 SMs) has 46 first-round picks, its split-K 8 and 16 ranked 12th–17th.
 
     With ``waves`` (a config's programs over what the SMs hold at once, and the loop steps
-    each program runs), the factors predicted within :data:`NEAR_TIE` of the best lead by how
-    full they leave the chip's one wave, the fullest first. A memory-bound loop pulls faster
+    each program runs), the best predicted factor leads unless it is held back (below), then
+    the factors predicted within :data:`NEAR_TIE` of it follow by how full they leave the
+    chip's one wave, the fullest first. A memory-bound loop pulls faster
     the more of its programs each SM keeps in flight, which the model does not see while its
     bytes in flight already cover the latency: Phi-3-mini's decode attention (264 steps,
     five programs an SM) measured 51.5, 43.1, 33.6, 32.4 and 30.6 μs at split-K 4, 6, 8, 11
@@ -475,7 +476,11 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
     model priced split-K 8 to 12 within 7 % and its tuning reached split-K 8 only. A factor
     that needs a second wave, or leaves a program fewer than twice its pipeline's stages in
     loop steps, follows by prediction: the same kernel over 2,304 keys (72 steps) ran
-    12.4 μs at split-K 12 (six steps a program) and 14.5 at 18 (four)."""
+    12.4 μs at split-K 12 (six steps a program) and 14.5 at 18 (four). The best predicted leads
+    because where splitting buys nothing the fullest wave is a split: Phi-3-mini's gated
+    projection (3072 → 2 × 8192, one row), priced flat within 10 % over its factors, ran 25.4 μs
+    unsplit (the model's pick) and 27.0–29.2 at split-K 2–6, which the fullest-wave order timed
+    first (lower/data/h200_sweeps.jsonl.gz, "gated silu")."""
     ordered = sorted(picked, key=lambda x: x[0])
     head: dict[int, tuple[float, KernelConfig]] = {}
     for x in ordered:
@@ -485,11 +490,14 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
     if waves is not None and first:
         near = [x for x in first if x[0] <= first[0][0] * NEAR_TIE]
 
-        def rank(x: tuple[float, KernelConfig]) -> tuple[bool, float]:
+        def held_back(x: tuple[float, KernelConfig]) -> bool:
             w, steps = waves(x[1])
-            held_back = w > 1 or steps < 2 * x[1].num_stages
-            return held_back, x[0] if held_back else -w
-        near.sort(key=rank)
+            return w > 1 or steps < 2 * x[1].num_stages
+
+        def rank(x: tuple[float, KernelConfig]) -> tuple[bool, float]:
+            return held_back(x), x[0] if held_back(x) else -waves(x[1])[0]
+        lead = next((x for x in near if not held_back(x)), None)   # the model's own pick, when it may run
+        near = ([lead] if lead is not None else []) + sorted((x for x in near if x is not lead), key=rank)
         first = near + first[len(near):]
     return first + [x for x in ordered if not any(x is h for h in first)]
 
