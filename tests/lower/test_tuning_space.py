@@ -577,3 +577,26 @@ def test_a_lowering_faster_at_the_first_pick_is_not_imposed_where_the_model_pric
     dear = [c for s, c in later.items() if s != first.split
             and pred.get(dataclasses.replace(c, small_mm="v").label(), float("inf")) > CONFORM_SPREAD * pred[c.label()]]
     assert dear and all(c.small_mm == "dot" for c in dear), [c.label() for c in calls]
+
+
+def test_the_best_priced_split_factor_leads_unless_held_back():
+    """Among split factors priced within NEAR_TIE, the best priced is timed first, then the
+    fullest single wave: where splitting buys nothing the fullest wave is a split (Phi-3-mini's
+    gated projection ran 25.4 μs unsplit, the model's pick, and 27.0–29.2 split 2–6 ways, which
+    the fullest-wave order timed first). A best-priced factor that needs a second wave, or runs
+    too few steps a program, does not lead: the best priced of the others does."""
+    from lower import KernelConfig
+    from lower.profile import _split_factors_first
+
+    def pick(split: int, price: float) -> tuple[float, KernelConfig]:
+        return price, KernelConfig(split=split)
+
+    fill = {1: (0.3, 48), 3: (0.6, 16), 6: (0.97, 8), 12: (1.9, 4)}   # split -> (waves, steps a program)
+    waves = lambda c: fill[c.split]  # noqa: E731
+    order = [c.split for _, c in _split_factors_first([pick(1, 26.6), pick(3, 27.0), pick(6, 27.4), pick(12, 27.5)],
+                                                      waves)]
+    assert order == [1, 6, 3, 12]
+    # the best priced needs a second wave: the next best priced leads instead
+    order = [c.split for _, c in _split_factors_first([pick(12, 26.0), pick(1, 26.6), pick(3, 27.0), pick(6, 27.4)],
+                                                      waves)]
+    assert order == [1, 6, 3, 12]
