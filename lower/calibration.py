@@ -485,8 +485,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{k[3]:<32} {k[0]:<12} {k[1]} {k[2]:<8} {len(v):4d} configs  Spearman {sw.spearman[k]:5.2f}  "
               f"regret {sw.regret[k]:5.0%}  (favourite {fav[2]}: {fav[1] * 1e6:.2f} μs, fastest "
               f"{min(t for _, t, _ in v) * 1e6:.2f})")
-    print("\nthe tuner's order replayed on each swept tiling (lower.replay): its best after 2, 4, 6, 8 timings over "
-          "the tiling's fastest; timings on configurations the sweep did not time find nothing")
+    print("\nthe tuner's order replayed on each swept tiling, its sweeps merged (lower.replay): its best after 2, 4, "
+          "6, 8 timings over the tiling's fastest; timings on configurations no sweep timed find nothing")
     replays = replayed()
     for g, r in replays:
         missing = [c.label() for c in unswept(g, 8, r)]
