@@ -252,12 +252,13 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
     # one-row norm + projection (3072 x 9216) split 6 ways, 864 programs in 1.09 waves, at
     # 1.8x its DRAM time; it ran 18.3 us, as fast as split-K 4 in one wave (17.7; H200,
     # lower/data/h200_sweeps.jsonl.gz, run 2d310f5)
-    waves = total / (dev.sms * resident)
-    whole_waves = math.floor(waves)
+    slots = dev.sms * resident                     # programs the chip holds at once
+    full_rounds, tail = divmod(total, slots)       # whole waves, and the programs of a last partial one
     quant = 1.0
-    if waves > 1 and waves > whole_waves:
-        tail_bw = min(bw, min(total - whole_waves * dev.sms * resident, dev.sms) * dev.sm_bw)
-        quant = (whole_waves + (waves - whole_waves) * bw / tail_bw) / waves
+    if full_rounds and tail:
+        tail_bw = min(bw, min(tail, dev.sms) * dev.sm_bw)
+        waves = total / slots
+        quant = (full_rounds + (waves - full_rounds) * bw / tail_bw) / waves
     busy = min(1.0, total / dev.sms)
     # one round trip, then each step's latency (pipelining hides part) plus its transfer into the SM.
     # A loop with a tl.dot that loads some tile Triton does not stage waits for it every step: the
@@ -300,7 +301,6 @@ def _price_block(op: Op, cfg: KernelConfig, dev: DeviceParams, in_l2: bool = Fal
         """One program's round trip and steps, ``sharing`` programs pulling on its SM."""
         return lat_mem + exit_wait + steps * (per_step_latency + step_bytes * sharing / dev.sm_bw)
 
-    full_rounds, tail = divmod(total, dev.sms * resident)
     serial = (full_rounds * chain(resident) + (chain(math.ceil(tail / dev.sms)) if tail else 0.0)) * spill
     if lowered > dev.smem:  # does not fit one SM at all (Triton refuses to compile it)
         serial = math.inf

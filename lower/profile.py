@@ -490,13 +490,15 @@ def _split_factors_first(picked: list[tuple[float, KernelConfig]],
     if waves is not None and first:
         near = [x for x in first if x[0] <= first[0][0] * NEAR_TIE]
 
+        fill = {id(x): waves(x[1]) for x in near}   # each plans the kernel: once a pick
+
         def held_back(x: tuple[float, KernelConfig]) -> bool:
-            w, steps = waves(x[1])
+            w, steps = fill[id(x)]
             return w > 1 or steps < 2 * x[1].num_stages
 
         def rank(x: tuple[float, KernelConfig]) -> tuple[bool, float]:
-            return held_back(x), x[0] if held_back(x) else -waves(x[1])[0]
-        lead = next((x for x in near if not held_back(x)), None)   # the model's own pick, when it may run
+            return held_back(x), x[0] if held_back(x) else -fill[id(x)][0]
+        lead = next((x for x in near if not held_back(x)), None)   # the best priced that may run
         near = ([lead] if lead is not None else []) + sorted((x for x in near if x is not lead), key=rank)
         first = near + first[len(near):]
     return first + [x for x in ordered if not any(x is h for h in first)]
