@@ -129,6 +129,39 @@ FAMILIES = {
                     dict(num_hidden_layers=18, vocab_size=256000, tie_word_embeddings=True)),
 }
 
+#: families beyond the five the tables are kept for: other attention and norm placements, run
+#: by name (``--families qwen3``) to see the backend on layers it was not tuned on
+MORE_FAMILIES = {
+    "qwen3": Family("Qwen3-8B", "qwen3", "Qwen3",
+                    dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                         intermediate_size=12288),
+                    dict(_TINY_GQA, head_dim=16),
+                    dict(rope_theta=1000000.0, rms_norm_eps=1e-6, use_sliding_window=False),
+                    "an RMSNorm of each query and key head before RoPE",
+                    dict(num_hidden_layers=36, vocab_size=151936)),
+    "olmo2": Family("OLMo-2-7B", "olmo2", "Olmo2",
+                    dict(hidden_size=4096, num_attention_heads=32, num_key_value_heads=32, intermediate_size=11008),
+                    dict(_TINY_GQA, num_key_value_heads=4),
+                    dict(rope_theta=500000.0, rms_norm_eps=1e-6),
+                    "norms after attention and MLP; q and k normed over all heads",
+                    dict(num_hidden_layers=32, vocab_size=100352)),
+    "starcoder2": Family("StarCoder2-3B", "starcoder2", "Starcoder2",
+                         dict(hidden_size=3072, num_attention_heads=24, num_key_value_heads=2,
+                              intermediate_size=12288),
+                         _TINY_GQA, dict(rope_theta=999999.4, norm_epsilon=1e-5, use_bias=True, sliding_window=None),
+                         "LayerNorm; biased projections; GeLU-tanh MLP of two products",
+                         dict(num_hidden_layers=30, vocab_size=49152)),
+    "phi": Family("Phi-2", "phi", "Phi",
+                  dict(hidden_size=2560, num_attention_heads=32, num_key_value_heads=32, intermediate_size=10240),
+                  dict(_TINY_GQA, num_key_value_heads=4),
+                  dict(rope_theta=10000.0, layer_norm_eps=1e-5, partial_rotary_factor=0.4),
+                  "LayerNorm; attention and MLP in parallel; biased projections; RoPE on part of each head",
+                  dict(num_hidden_layers=32, vocab_size=51200)),
+}
+#: the five the tables report, then the others
+FIVE = list(FAMILIES)
+FAMILIES = {**FAMILIES, **MORE_FAMILIES}
+
 
 def head_dim(cfg) -> int:
     return getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads

@@ -70,7 +70,7 @@ from _layers import RowTimeout, hard_limit  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--families", nargs="+", choices=list(L.FAMILIES), default=list(L.FAMILIES))
+    ap.add_argument("--families", nargs="+", choices=list(L.FAMILIES), default=L.FIVE)
     ap.add_argument("--tokens", type=int, nargs="+", default=[1, 8], help="new tokens per decode step")
     ap.add_argument("--kv", type=int, nargs="+", default=[2048, 8192], help="cached (past) tokens")
     ap.add_argument("--time-limit", type=float, default=None,

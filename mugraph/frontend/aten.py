@@ -305,6 +305,48 @@ def _split(x, split_size, dim=0):
     return [aten.slice.Tensor(x, dim, s, min(s + split_size, n)) for s in range(0, n, split_size)]
 
 
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    """``var_mean`` as two means, ``mean((x - mean(x))²)`` (torch's own decomposition goes
+    to prims no row reads). It is what LayerNorm's decomposition computes its statistics
+    with, so a LayerNorm maps op by op — its mean, square, rsqrt and affine — and fuses with
+    the projections that read it, as an RMSNorm does."""
+    dims = list(range(x.ndim)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
+        [dim] if isinstance(dim, int) else list(dim)
+    n = math.prod(x.shape[d] for d in dims)
+    c = 1 if correction is None else correction
+    mean = aten.mean.dim(x, dims, True)
+    var = aten.mean.dim(aten.pow.Tensor_Scalar(aten.sub.Tensor(x, mean), 2), dims, keepdim)
+    if c:
+        var = aten.mul.Tensor(var, n / (n - c))
+    return var, (mean if keepdim else aten.squeeze.dims(mean, dims))
+
+
+def _native_layer_norm(x, normalized_shape, weight, bias, eps):
+    """LayerNorm op by op: its statistics in float32 for a narrower input (as ATen's kernel
+    computes them), the centred row times the reciprocal root, the affine in that dtype,
+    then cast back. Written here rather than taken from torch's decomposition, which
+    multiplies a float32 row by a narrower weight with no cast between — a promotion no
+    row maps, so the affine stayed torch code outside the norm's piece."""
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    xf = x if x.dtype == acc else aten._to_copy.default(x, dtype=acc)
+    dims = list(range(x.ndim - len(normalized_shape), x.ndim))
+    mean = aten.mean.dim(xf, dims, True)
+    centred = aten.sub.Tensor(xf, mean)
+    rstd = aten.rsqrt.default(aten.add.Tensor(aten.mean.dim(aten.pow.Tensor_Scalar(centred, 2), dims, True), eps))
+    out = aten.mul.Tensor(centred, rstd)
+    if weight is not None:
+        out = aten.mul.Tensor(out, weight if weight.dtype == acc else aten._to_copy.default(weight, dtype=acc))
+    if bias is not None:
+        out = aten.add.Tensor(out, bias if bias.dtype == acc else aten._to_copy.default(bias, dtype=acc))
+    if out.dtype != x.dtype:
+        out = aten._to_copy.default(out, dtype=x.dtype)
+    return out, mean, rstd
+
+
+def _var(x, dim=None, *, correction=None, keepdim=False):
+    return _var_mean(x, dim, correction=correction, keepdim=keepdim)[0]
+
+
 def _split_with_sizes(x, sizes, dim=0):
     out, s = [], 0
     for k in sizes:
@@ -617,9 +659,12 @@ def decompositions() -> dict:
     lands in a Lax piece; ``_safe_softmax`` (SDPA's math kernel) into that softmax and a
     ``where`` that zeroes the rows all ``-inf`` (torch code reading the piece's result) —
     and the other composite ops a block uses into the rows above (``split``, ``chunk``
-    and ``unbind`` into slices)."""
+    and ``unbind`` into slices); LayerNorm into its statistics (:func:`_var_mean`) and its
+    affine, op by op."""
     from torch._decomp import get_decompositions
 
     return {**get_decompositions([aten._softmax, aten._safe_softmax, aten._log_softmax, aten.silu_backward,
                                   aten.addcmul, aten.t, aten.linear, aten.unbind.int]),
-            aten.split.Tensor: _split, aten.split_with_sizes.default: _split_with_sizes}
+            aten.split.Tensor: _split, aten.split_with_sizes.default: _split_with_sizes,
+            aten.var_mean.correction: _var_mean, aten.var.correction: _var,
+            aten.native_layer_norm.default: _native_layer_norm}

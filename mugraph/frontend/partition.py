@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ..core.ops import Category, category, is_elementwise, is_rearrangement, lax_classes
+from ..core.ops import CATALOG, Category, category, is_elementwise, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES, VIEW_OPS
 from .capture import NodeInfo, slice_span, slices_meet
 
@@ -51,8 +51,36 @@ class Piece:
         if min_ops == 0:  # everything (tests of the mapping)
             return True
         # data movement (the catalog's rearrangements, casts built as the identity) is free:
-        # a lone matmul or element-wise op with its reshapes is not worth a search
-        return sum(not is_rearrangement(k) for n in self.nodes for k in info[n].kinds) >= min_ops
+        # a lone element-wise op with its reshapes is not worth a search, nor a lone matmul
+        # a library GEMM runs near its best — but a skinny one is (:func:`skinny_product`)
+        compute = [k for n in self.nodes for k in info[n].kinds if not is_rearrangement(k)]
+        if len(compute) >= min_ops:
+            return True
+        return compute == ["matmul"] and any(skinny_product(n) for n in self.nodes if "matmul" in info[n].kinds)
+
+
+#: a lone product is searched when it has at most this many rows (a decode step's 1–64 new
+#: tokens) ...
+SKINNY_ROWS = 64
+#: ... and its other operand at least this many elements (a 1024 × 1024 weight: 2 MB in
+#: bf16, a microsecond of the copy floor and more)
+SKINNY_MIN_WEIGHT = 1 << 20
+
+
+def skinny_product(node: fx.Node) -> bool:
+    """Whether ``node``'s matmul multiplies a few rows by a large operand: a projection of a
+    decode step. A library GEMM is tuned for large products; on these it leaves bandwidth
+    unused (cuBLAS moved a 3072 × 3072 bf16 weight at 1.7 TB/s of an H200's 4.8, with a
+    split-K reduce of its own, where a searched GEMV kernel reached 2.4), so a lone one is
+    worth a search — the v projection that the norm's piece leaves out (it holds two
+    matmuls), a projection whose output a norm reads whole. Whether the answer ships is the
+    never-slower rule's timing, as for every piece."""
+    ins = [a.meta.get("val") for a in node.all_input_nodes]
+    out = node.meta.get("val")
+    if out is None or len(ins) < 2 or any(not isinstance(t, torch.Tensor) for t in (*ins, out)) or out.dim() < 2:
+        return False
+    rows = out.numel() // max(1, out.shape[-1])
+    return rows <= SKINNY_ROWS and max(t.numel() for t in ins) >= SKINNY_MIN_WEIGHT
 
 
 def _exp_ok(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
@@ -438,6 +466,57 @@ def _contracting(n: fx.Node) -> bool:
                         torch.ops.aten.matmul.default)
 
 
+def _layout_changes_of_computed(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.Node]:
+    """The nodes of ``members`` that change the layout of a value another member computed in
+    a way the search never generates (a reshape, a concat: ``search.proposals.generated``)."""
+    from search.proposals import generated
+
+    def changes_layout(kind: str) -> bool:  # a constant (arity 0) reads nothing
+        return not generated(kind) and CATALOG[kind].arity != 0
+
+    return {n for n in members
+            if any(changes_layout(k) for k in info[n].kinds) and any(a in members for a in n.all_input_nodes)}
+
+
+def _split_off_projections(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> list[set[fx.Node]]:
+    """``members`` cut at its layout changes of computed values when it holds a skinny
+    product: the projection's part and the rest, the changes left to torch between them
+    (views, a concat). Why: a piece holding such a change has no μGraph but its program op
+    by op and is not searched (``run.unsearched``), so a projection with a bias, viewed into
+    heads and rotated in one piece (Phi-2's, StarCoder2's q and k: no norm's piece takes
+    them, the LayerNorm before them being a piece of its own) stayed a library GEMV. Cut,
+    the projection is a piece the search fuses its bias into. Kept whole when the cut parts
+    would form a cycle once contracted."""
+    cut = _layout_changes_of_computed(members, info)
+    if not cut or not any(skinny_product(n) for n in members if "matmul" in info[n].kinds):
+        return [members]
+    parts = _components(members - cut)
+    where = {n: i for i, c in enumerate(parts) for n in c}
+    # a path between two parts runs through the cut nodes inside ``members`` (none leaves
+    # it and comes back: ``members`` was a valid piece), so the parts' order is read there
+    edges: dict[Any, set] = {}
+    for n in members:
+        src = where.get(n, n)
+        for u in n.users:
+            if u in members:
+                dst = where.get(u, u)
+                if dst != src:
+                    edges.setdefault(src, set()).add(dst)
+    state: dict[Any, int] = {}
+
+    def cyclic(v: Any) -> bool:
+        state[v] = 1
+        for w in edges.get(v, ()):
+            if state.get(w) == 1 or (w not in state and cyclic(w)):
+                return True
+        state[v] = 2
+        return False
+
+    if any(v not in state and cyclic(v) for v in list(edges)):
+        return [members]
+    return parts
+
+
 def _components(members: set[fx.Node]) -> list[set[fx.Node]]:
     """``members`` split into its connected parts (through edges between members). A fold
     can disconnect a piece (two ops that met only at a view of one input); each part is a
@@ -522,6 +601,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
         for m in grown:
             parts += _cut(m, info, max_ops, max_matmuls)
         parts = [c for m in parts for c in _components(fold_views(m, info)[0])]
+        parts = [c for m in parts for c in _split_off_projections(m, info)]
         bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
             break

@@ -186,6 +186,88 @@ def test_lone_elementwise_op_is_left_to_torch():
     assert len(cap.pieces) == 1
 
 
+def test_a_lone_product_is_searched_only_when_skinny():
+    """A lone matmul is a piece when it multiplies at most ``SKINNY_ROWS`` rows by an operand
+    of at least ``SKINNY_MIN_WEIGHT`` elements (a decode step's projection, where a library
+    GEMM leaves bandwidth unused); a small one or one of many rows stays a library call."""
+    from mugraph.frontend.partition import SKINNY_MIN_WEIGHT, SKINNY_ROWS
+
+    side = int(SKINNY_MIN_WEIGHT ** 0.5)
+    cap = from_torch(lambda x, w: x @ w, r(1, side), r(side, side))
+    assert len(cap.pieces) == 1 and [op.kind for op in cap.pieces[0].program.ops if op.kind != "input"] == ["matmul"]
+    cap = from_torch(lambda x, w: x @ w, r(SKINNY_ROWS, side), r(side, side))
+    assert len(cap.pieces) == 1
+    cap = from_torch(lambda x, w: x @ w, r(SKINNY_ROWS + 1, side), r(side, side))  # a prefill's rows
+    assert cap.pieces == []
+    cap = from_torch(lambda x, w: x @ w, r(1, side // 2), r(side // 2, side))  # half the elements
+    assert cap.pieces == []
+
+
+def test_a_projection_viewed_into_heads_is_cut_from_its_rotation():
+    """A biased projection viewed into heads and rotated (Phi-2's and StarCoder2's q and k,
+    no norm's piece before them) grows into one piece that holds a reshape of a computed
+    value, which the search never generates: such a piece would not be searched at all. The
+    view is cut out instead; the projection and its bias are a piece of their own, the
+    rotation another, the view a torch view between them — and the result is unchanged."""
+    from mugraph.frontend.run import unsearched
+    from mugraph.frontend.options import FrontendOptions
+
+    heads, d = 8, 128
+
+    def fn(x, w, b, cos, sin):
+        q = F.linear(x, w, b).view(1, 1, heads, d).transpose(1, 2)
+        rot = torch.cat((-q[..., d // 2:], q[..., :d // 2]), dim=-1)
+        return q * cos + rot * sin
+    args = (r(1, 1, heads * d), r(heads * d, heads * d), r(heads * d), r(1, 1, 1, d), r(1, 1, 1, d))
+    cap = from_torch(fn, *args)
+    lax_and_outside(cap)
+    kinds = [sorted(op.kind for op in bp.program.ops if op.kind != "input") for bp in cap.pieces]
+    assert ["add", "matmul"] in kinds, kinds
+    assert all(unsearched(bp, FrontendOptions()) is None for bp in cap.pieces), [bp.describe() for bp in cap.pieces]
+    xs = [x.double() for x in args]
+    torch.testing.assert_close(cap.reference()(*xs), fn(*xs))
+
+
+def test_a_layer_norm_maps_op_by_op():
+    """``F.layer_norm`` (ATen's ``native_layer_norm``, one library call before) is traced as
+    its statistics and its affine (``aten._native_layer_norm``), so it lands in Lax pieces
+    (one in bfloat16, whose float32 core counts as one op; its statistics and its
+    normalization in float32, 12 ops over the size limit) and the values are ATen's: in float32, and in bfloat16 with its statistics in
+    float32 as ATen's kernel computes them."""
+    for dtype in (torch.float32, torch.bfloat16):
+        def fn(x, w, b):
+            return F.layer_norm(x, (64,), w, b, 1e-5)
+        args = (r(2, 3, 64).to(dtype), r(64).to(dtype), r(64).to(dtype))
+        cap = from_torch(fn, *args)
+        lax_and_outside(cap)
+        assert cap.pieces and not [n for n in cap.library if "layer_norm" in str(n.target)]
+        kinds = {op.kind for bp in cap.pieces for op in bp.program.ops}
+        assert {"sum", "sub", "square", "sqrt", "mul", "add"} <= kinds, kinds
+        want = F.layer_norm(args[0].double(), (64,), args[1].double(), args[2].double(), 1e-5)
+        torch.testing.assert_close(cap.reference()(*[x.double() for x in args]), want)
+        if dtype == torch.bfloat16:  # the traced graph as torch runs it: ATen's own values
+            out = cap.graph_module(*args)
+            torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out, fn(*args), rtol=0, atol=0)
+
+
+def test_var_mean_is_two_means():
+    """``var_mean`` and ``var`` (LayerNorm's statistics) decompose into means of the centred
+    square, for any dims, correction and ``keepdim``."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from mugraph.frontend.aten import decompositions
+
+    x = r(3, 5, 7)
+    for dim, correction, keep in [([1], 0, False), ([1, 2], 1, True), (None, 1, False), (2, 0, True)]:
+        got = make_fx(lambda x: torch.var_mean(x, dim, correction=correction, keepdim=keep),
+                      decomposition_table=decompositions())(x)(x)
+        for a, b in zip(got, torch.var_mean(x, dim, correction=correction, keepdim=keep)):
+            torch.testing.assert_close(a, b)
+        one = make_fx(lambda x: torch.var(x, dim, correction=correction, keepdim=keep),
+                      decomposition_table=decompositions())
+        torch.testing.assert_close(one(x)(x), torch.var(x, dim, correction=correction, keepdim=keep))
+        assert "var" not in str(one(x).code).replace("var_", "")  # nothing of var left to run as one call
+
+
 def test_equal_pieces_share_a_name():
     def fn(x, y):
         return torch.exp(x * 2) + 1, torch.exp(y * 2) + 1
