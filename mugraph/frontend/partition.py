@@ -30,7 +30,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ..core.ops import CATALOG, Category, category, is_elementwise, is_rearrangement, lax_classes
+from ..core.ops import CATALOG, Category, category, is_contraction, is_elementwise, is_rearrangement, lax_classes
 from .aten import CAST_DTYPES, VIEW_OPS
 from .capture import NodeInfo, slice_span, slices_meet
 
@@ -56,7 +56,8 @@ class Piece:
         compute = [k for n in self.nodes for k in info[n].kinds if not is_rearrangement(k)]
         if len(compute) >= min_ops:
             return True
-        return compute == ["matmul"] and any(skinny_product(n) for n in self.nodes if "matmul" in info[n].kinds)
+        return len(compute) == 1 and is_contraction(compute[0]) and any(skinny_product(n) for n in self.nodes
+                                                                         if _contracts(info[n]))
 
 
 #: a lone product is searched when it has at most this many rows (a decode step's 1–64 new
@@ -488,7 +489,7 @@ def _split_off_projections(members: set[fx.Node], info: dict[fx.Node, NodeInfo])
     the projection is a piece the search fuses its bias into. Kept whole when the cut parts
     would form a cycle once contracted."""
     cut = _layout_changes_of_computed(members, info)
-    if not cut or not any(skinny_product(n) for n in members if "matmul" in info[n].kinds):
+    if not cut or not any(skinny_product(n) for n in members if _contracts(info[n])):
         return [members]
     parts = _components(members - cut)
     where = {n: i for i, c in enumerate(parts) for n in c}
