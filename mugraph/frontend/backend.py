@@ -9,8 +9,9 @@ line), keeps a piece's μGraph only where it times faster than the piece's own t
 ops on the GPU (the never-slower rule, :mod:`.run`), stitches the kept pieces in as
 torch operators and hands the result to Inductor, which compiles the rest — and runs that
 only if it beats the graph compiled by Inductor alone (the same rule for the whole graph).
-Specializing per signature is what lets dynamo's dynamic shapes through: a
-symbolic graph is traced again at each concrete shape it meets.
+A graph with dynamic shapes (a dim dynamo saw change) runs as Inductor compiles it,
+without pieces, unless ``dynamic="specialize"``: then each concrete shape it meets is
+traced again as a static graph of its own.
 
 Inference only: a call that needs gradients runs the graph through Inductor
 without pieces (one log line says so) — the pieces have no backward.
@@ -180,9 +181,36 @@ class MugraphCompiled:
         return fn
 
 
+def symbolic_dims(example_inputs: list) -> list[str]:
+    """The symbolic sizes among a dynamo graph's example inputs (``s0``, …): dynamo traces a
+    graph with them after meeting an input at two sizes of one dim."""
+    dims = [a for a in example_inputs if isinstance(a, torch.SymInt)]
+    for a in example_inputs:
+        if isinstance(a, torch.Tensor):
+            dims += [d for d in a.shape if isinstance(d, torch.SymInt)]
+    return sorted({str(d) for d in dims})
+
+
 def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:
-    """``torch.compile(m, backend="mugraph", options={...})``: see :class:`FrontendOptions`."""
+    """``torch.compile(m, backend="mugraph", options={...})``: see :class:`FrontendOptions`.
+
+    A graph with dynamic shapes runs as Inductor compiles it, without pieces, unless the
+    options say ``dynamic="specialize"``. Why: specialized, every size is a new trace, new
+    searches of the pieces that depend on it and a new Inductor compile — a ``generate``
+    over transformers' default (growing) cache paid them at every token; compiled once
+    with its symbolic dims, the graph runs as ``torch.compile``'s."""
     opts = FrontendOptions.of({**(options or {}), **kw})
+    dims = symbolic_dims(example_inputs)
+    if dims and opts.dynamic == "inductor":
+        log.warning("mugraph: a graph of dynamic shapes (%s: a dim that changed between calls, such as a growing "
+                    "KV cache) runs as Inductor compiles it, without μGraph pieces; static shapes get them "
+                    "(transformers: cache_implementation=\"static\"), or options dynamic=\"specialize\" "
+                    "searches each size", ", ".join(dims[:4]) + (", …" if len(dims) > 4 else ""))
+        if not opts.inductor:
+            return gm.forward
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs)
     return MugraphCompiled(gm, opts)
 
 

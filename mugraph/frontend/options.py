@@ -205,6 +205,14 @@ class FrontendOptions:
     medians timed side by side (``lower.profile.measure_together``); on the CPU nothing is timed (the Triton interpreter
     says nothing of a GPU's speed) and every μGraph runs. A timer given here is used on any
     device — to time with other settings, or to decide on a CPU.
+    ``dynamic``: what a graph with dynamic shapes runs — one dynamo traced with a symbolic
+    dim after meeting it at two sizes, as a KV cache that grows by a token each step makes
+    it. ``"inductor"`` (default): the graph as Inductor compiles it, once for every size, no
+    μGraph pieces (one log line says so and why); ``"specialize"``: each size met is traced,
+    searched, tuned and compiled as a static graph of its own — pieces whose shapes change
+    with the dim (the attention over the cache) are searched again at each size, and every
+    size pays an Inductor compile, seconds to a minute for a whole model. A static shape
+    (transformers' ``cache_implementation="static"``) gets the pieces at one search each.
     """
 
     time_limit: float = 30.0
@@ -224,6 +232,7 @@ class FrontendOptions:
     never_slower: bool = True
     compile_ahead: bool = True
     timer: Callable[..., dict] | None = None
+    dynamic: str = "inductor"
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -253,6 +262,8 @@ class FrontendOptions:
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
         if self.unfused not in ("torch", "lower"):
             raise ConfigError(f"unfused={short(self.unfused)}: use 'torch' or 'lower'")
+        if self.dynamic not in ("inductor", "specialize"):
+            raise ConfigError(f"dynamic={short(self.dynamic)}: use 'inductor' or 'specialize'")
         if self.timer is not None and not callable(self.timer):
             raise ConfigError(f"timer={short(self.timer)}: a callable timer(piece, launches) -> "
                               "{'mugraph': s, 'torch': s}, or None")

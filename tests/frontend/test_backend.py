@@ -35,7 +35,8 @@ def test_safe_softmax_under_the_backend(piece_cache, mugraph_log):
         return (p / p.sum(dim=-1, keepdim=True)) @ v
     q, k, v = r(8, 16), r(8, 16), r(8, 16)
     with torch.no_grad():  # the whole attention is one piece (max included): a longer search than 3 s
-        f = torch.compile(attn, backend="mugraph", options=opts(piece_cache, t=10.0))
+        # (dynamic=False: dynamo traces each shape as a static graph, which the backend searches)
+        f = torch.compile(attn, backend="mugraph", dynamic=False, options=opts(piece_cache, t=10.0))
         y = f(q, k, v)
     torch.testing.assert_close(y, attn(q, k, v), atol=1e-5, rtol=1e-5)
     assert len(new_searches(mugraph_log)) >= 1
@@ -94,6 +95,8 @@ def test_options_are_checked():
         mugraph.frontend.mugraph_backend(None, [], options={"kernel_op": "cuda"})
     with pytest.raises(mg.ConfigError, match="unfused"):
         mugraph.frontend.mugraph_backend(None, [], options={"unfused": "never"})
+    with pytest.raises(mg.ConfigError, match="dynamic='yes'"):
+        mugraph.frontend.mugraph_backend(None, [], options={"dynamic": "yes"})
     # a piece's GPU tuning is bounded like its search (not superoptimize's 240 s default)
     from mugraph.frontend.options import FrontendOptions
     cfg = mg.OptimizeConfig(**FrontendOptions.of({"time_limit": 12}).optimize_config())
@@ -146,6 +149,36 @@ def test_gradients_fall_back_to_inductor(piece_cache, caplog):
     y.sum().backward()
     assert w.grad is not None
     assert any("inference only" in m for m in caplog.messages)
+
+
+def test_a_graph_of_dynamic_shapes_runs_as_inductor_compiles_it(piece_cache, mugraph_log):
+    """A dim that changes between calls (a growing KV cache) makes dynamo trace the graph
+    with a symbolic size: the backend compiles that graph once, as Inductor does, without
+    pieces — no trace, search or compile per size — and says so in one line; under
+    ``dynamic="specialize"`` each size is a static graph of its own, searched."""
+    w = r(16, 16)
+
+    def fn(x):
+        return torch.softmax(x @ w, dim=-1) * 2
+
+    for mode in ("inductor", "specialize"):
+        torch._dynamo.reset()
+        mugraph_log.clear()
+        f = torch.compile(fn, backend="mugraph", options=opts(piece_cache, t=2.0, inductor=False, dynamic=mode))
+        before = len(recent_graphs())
+        with torch.no_grad():
+            for n in (3, 4, 5, 6):
+                x = r(n, 16)
+                torch.testing.assert_close(f(x), fn(x))
+        said = [m for m in mugraph_log.messages if "dynamic shapes" in m]
+        graphs = recent_graphs()[before:]
+        if mode == "inductor":
+            # the first size is static; the symbolic graph after it is one compile for the rest
+            assert len(said) == 1 and "cache_implementation" in said[0], mugraph_log.messages
+            assert len(graphs) == 1 and len(graphs[0].variants) == 1
+        else:
+            assert not said
+            assert sum(len(c.variants) for c in graphs) == 4  # one static graph a size
 
 
 def test_llama_decoder_layer(piece_cache, mugraph_log):
