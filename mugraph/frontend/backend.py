@@ -9,9 +9,9 @@ line), keeps a piece's μGraph only where it times faster than the piece's own t
 ops on the GPU (the never-slower rule, :mod:`.run`), stitches the kept pieces in as
 torch operators and hands the result to Inductor, which compiles the rest — and runs that
 only if it beats the graph compiled by Inductor alone (the same rule for the whole graph).
-A graph with dynamic shapes (a dim dynamo saw change) runs as Inductor compiles it,
-without pieces, unless ``dynamic="specialize"``: then each concrete shape it meets is
-traced again as a static graph of its own.
+A graph with dynamic shapes (a dim dynamo saw change) specializes the first
+``DYNAMIC_SIZES`` concrete shapes it meets, each traced again as a static graph of its
+own, and runs the later ones as Inductor compiles it, without pieces (``dynamic="auto"``).
 
 Inference only: a call that needs gradients runs the graph through Inductor
 without pieces (one log line says so) — the pieces have no backward.
@@ -31,7 +31,7 @@ from .ahead import compile_copy, start as start_ahead
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
-from .options import FrontendOptions
+from .options import DYNAMIC_SIZES, FrontendOptions
 from .run import device_of, judge_graph
 from .trace_memo import folder_of, traced
 
@@ -98,20 +98,51 @@ def recent_graphs() -> list["MugraphCompiled"]:
 
 class MugraphCompiled:
     """What the backend returns for one dynamo graph: a callable specialized per
-    input signature (``variants``)."""
+    input signature (``variants``) — for a graph of dynamic shapes (``dims``, its symbolic
+    sizes) under ``dynamic="auto"``, its first :data:`~.options.DYNAMIC_SIZES` signatures,
+    the later ones running the graph as Inductor compiles it with those dims
+    (:meth:`general`)."""
 
-    def __init__(self, gm: fx.GraphModule, options: FrontendOptions) -> None:
+    def __init__(self, gm: fx.GraphModule, options: FrontendOptions, example_inputs: list | None = None,
+                 dims: list[str] | None = None) -> None:
         self.gm, self.options = gm, options
         _RECENT.append(self)
         self.variants: dict[tuple, Callable] = {}
         self.captured: dict[tuple, Captured] = {}
+        self.dims = dims or []
+        self._example_inputs = example_inputs if self.dims else None
+        # the compile of the symbolic graph runs later, in the tracing context dynamo handed it in
+        self._tracing = _tracing_context() if self.dims else None
+        self._general: Callable | None | bool = None  # False: its compile failed
 
     def __call__(self, *args: Any):
         sig = _signature(args)
         fn = self.variants.get(sig)
         if fn is None:
+            if self.dims and self.options.dynamic == "auto" and len(self.variants) >= DYNAMIC_SIZES:
+                general = self.general()
+                if general:
+                    return general(*args)
             fn = self.variants[sig] = self._specialize(sig, args)
         return fn(*args)
+
+    def general(self) -> Callable | None:
+        """The graph compiled once for every size of its symbolic dims, as Inductor (or,
+        without Inductor, as torch) runs it — no pieces; None when that compile failed (the
+        sizes are then specialized, as before)."""
+        if self._general is None:
+            log.warning("mugraph: a graph of dynamic shapes (%s: a dim that changes between calls, such as a "
+                        "growing KV cache) met %d sizes; the others run as Inductor compiles it, without μGraph "
+                        "pieces. Static shapes get them (transformers: cache_implementation=\"static\"; "
+                        "torch.compile(..., dynamic=False)), or options dynamic=\"specialize\" searches every size",
+                        _dims_text(self.dims), len(self.variants))
+            try:
+                self._general = compile_dynamic(self.gm, self._example_inputs, self.options, self._tracing)
+            except Exception as e:  # noqa: BLE001 - Inductor's many errors: the sizes are specialized instead
+                log.warning("mugraph: the graph of dynamic shapes did not compile (%s: %s); each size is "
+                            "specialized", type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+                self._general = False
+        return self._general or None
 
     def _specialize(self, sig: tuple, args: tuple) -> Callable:
         opts = self.options
@@ -181,6 +212,29 @@ class MugraphCompiled:
         return fn
 
 
+def _tracing_context() -> Any:
+    from torch._guards import TracingContext
+
+    return TracingContext.try_get()
+
+
+def _dims_text(dims: list[str]) -> str:
+    return ", ".join(dims[:4]) + (", …" if len(dims) > 4 else "")
+
+
+def compile_dynamic(gm: fx.GraphModule, example_inputs: list, opts: FrontendOptions, tracing_context: Any) -> Callable:
+    """``gm`` compiled by Inductor for every size of its symbolic dims — what ``torch.compile``
+    itself runs — in the tracing context dynamo handed it in (a later compile needs its
+    shape environment); ``gm`` itself without Inductor."""
+    if not opts.inductor:
+        return gm.forward
+    from torch._guards import tracing
+    from torch._inductor.compile_fx import compile_fx
+
+    with tracing(tracing_context):
+        return compile_fx(gm, example_inputs)
+
+
 def symbolic_dims(example_inputs: list) -> list[str]:
     """The symbolic sizes among a dynamo graph's example inputs (``s0``, …): dynamo traces a
     graph with them after meeting an input at two sizes of one dim."""
@@ -194,24 +248,21 @@ def symbolic_dims(example_inputs: list) -> list[str]:
 def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:
     """``torch.compile(m, backend="mugraph", options={...})``: see :class:`FrontendOptions`.
 
-    A graph with dynamic shapes runs as Inductor compiles it, without pieces, unless the
-    options say ``dynamic="specialize"``. Why: specialized, every size is a new trace, new
-    searches of the pieces that depend on it and a new Inductor compile — a ``generate``
-    over transformers' default (growing) cache paid them at every token; compiled once
-    with its symbolic dims, the graph runs as ``torch.compile``'s."""
+    A graph with dynamic shapes specializes its first sizes and runs the others as Inductor
+    compiles it, without pieces (``dynamic="auto"``; ``"inductor"`` compiles it so at once,
+    ``"specialize"`` specializes every size). Why: specialized, every size is a new trace,
+    new searches of the pieces that depend on it and a new Inductor compile — a
+    ``generate`` over transformers' default (growing) cache paid them at every token;
+    compiled once with its symbolic dims, the graph runs as ``torch.compile``'s."""
     opts = FrontendOptions.of({**(options or {}), **kw})
     dims = symbolic_dims(example_inputs)
     if dims and opts.dynamic == "inductor":
         log.warning("mugraph: a graph of dynamic shapes (%s: a dim that changed between calls, such as a growing "
                     "KV cache) runs as Inductor compiles it, without μGraph pieces; static shapes get them "
-                    "(transformers: cache_implementation=\"static\"), or options dynamic=\"specialize\" "
-                    "searches each size", ", ".join(dims[:4]) + (", …" if len(dims) > 4 else ""))
-        if not opts.inductor:
-            return gm.forward
-        from torch._inductor.compile_fx import compile_fx
-
-        return compile_fx(gm, example_inputs)
-    return MugraphCompiled(gm, opts)
+                    "(transformers: cache_implementation=\"static\"; torch.compile(..., dynamic=False)), or "
+                    "options dynamic=\"specialize\" searches each size", _dims_text(dims))
+        return compile_dynamic(gm, example_inputs, opts, _tracing_context())
+    return MugraphCompiled(gm, opts, example_inputs, dims if opts.dynamic == "auto" else None)
 
 
 def register() -> None:

@@ -49,6 +49,9 @@ PIECE_AFTER_SEARCH_S = 1.3
 #: projections that read it, which a norm with a plain weight reaches at 8; such a piece
 #: composes on two CPU workers in 13 s (2048 × 2048 and 2048 × 256 bf16 weights)
 MAX_PIECE_OPS = 9
+#: sizes a graph of dynamic shapes specializes under ``dynamic="auto"`` before the rest run
+#: as Inductor compiles it (:class:`FrontendOptions`)
+DYNAMIC_SIZES = 4
 MAX_PIECE_MATMULS = 2
 
 
@@ -206,13 +209,18 @@ class FrontendOptions:
     says nothing of a GPU's speed) and every μGraph runs. A timer given here is used on any
     device — to time with other settings, or to decide on a CPU.
     ``dynamic``: what a graph with dynamic shapes runs — one dynamo traced with a symbolic
-    dim after meeting it at two sizes, as a KV cache that grows by a token each step makes
-    it. ``"inductor"`` (default): the graph as Inductor compiles it, once for every size, no
-    μGraph pieces (one log line says so and why); ``"specialize"``: each size met is traced,
-    searched, tuned and compiled as a static graph of its own — pieces whose shapes change
-    with the dim (the attention over the cache) are searched again at each size, and every
-    size pays an Inductor compile, seconds to a minute for a whole model. A static shape
-    (transformers' ``cache_implementation="static"``) gets the pieces at one search each.
+    dim after meeting it at two sizes (a batch of another size; a KV cache that grows by a
+    token each step). ``"specialize"``: each size met is traced, searched, tuned and
+    compiled as a static graph of its own — pieces whose shapes change with the dim (the
+    attention over the cache) are searched again at each size, and every size pays an
+    Inductor compile, seconds to a minute for a whole model; ``"inductor"``: the graph as
+    Inductor compiles it, once for every size, without μGraph pieces — what
+    ``torch.compile`` runs; ``"auto"`` (default): the first :data:`DYNAMIC_SIZES` sizes
+    specialized, every later one the Inductor compile (one log line says so and why) — a
+    few sizes (a batch of 1 and of 8) get their pieces, and a growing cache stops paying a
+    search and a compile at every token. A static shape (transformers'
+    ``cache_implementation="static"``; ``torch.compile(..., dynamic=False)``) is a graph of
+    its own, searched once.
     """
 
     time_limit: float = 30.0
@@ -232,7 +240,7 @@ class FrontendOptions:
     never_slower: bool = True
     compile_ahead: bool = True
     timer: Callable[..., dict] | None = None
-    dynamic: str = "inductor"
+    dynamic: str = "auto"
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -262,8 +270,8 @@ class FrontendOptions:
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
         if self.unfused not in ("torch", "lower"):
             raise ConfigError(f"unfused={short(self.unfused)}: use 'torch' or 'lower'")
-        if self.dynamic not in ("inductor", "specialize"):
-            raise ConfigError(f"dynamic={short(self.dynamic)}: use 'inductor' or 'specialize'")
+        if self.dynamic not in ("auto", "inductor", "specialize"):
+            raise ConfigError(f"dynamic={short(self.dynamic)}: use 'auto', 'inductor' or 'specialize'")
         if self.timer is not None and not callable(self.timer):
             raise ConfigError(f"timer={short(self.timer)}: a callable timer(piece, launches) -> "
                               "{'mugraph': s, 'torch': s}, or None")

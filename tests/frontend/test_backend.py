@@ -151,34 +151,43 @@ def test_gradients_fall_back_to_inductor(piece_cache, caplog):
     assert any("inference only" in m for m in caplog.messages)
 
 
-def test_a_graph_of_dynamic_shapes_runs_as_inductor_compiles_it(piece_cache, mugraph_log):
+def test_a_graph_of_dynamic_shapes_specializes_a_few_sizes_then_runs_as_inductor_compiles_it(piece_cache,
+                                                                                             mugraph_log):
     """A dim that changes between calls (a growing KV cache) makes dynamo trace the graph
-    with a symbolic size: the backend compiles that graph once, as Inductor does, without
-    pieces — no trace, search or compile per size — and says so in one line; under
-    ``dynamic="specialize"`` each size is a static graph of its own, searched."""
+    with a symbolic size. By default (``dynamic="auto"``) the backend specializes its first
+    ``DYNAMIC_SIZES`` sizes and runs every later one as Inductor compiles the graph once —
+    no trace, search or compile per size — and says so in one line; ``"inductor"`` does so
+    from the first; under ``"specialize"`` each size is a static graph of its own."""
+    from mugraph.frontend.options import DYNAMIC_SIZES
+
     w = r(16, 16)
 
     def fn(x):
         return torch.softmax(x @ w, dim=-1) * 2
 
-    for mode in ("inductor", "specialize"):
+    sizes = list(range(3, 3 + DYNAMIC_SIZES + 3))
+    for mode in ("auto", "inductor", "specialize"):
         torch._dynamo.reset()
         mugraph_log.clear()
         f = torch.compile(fn, backend="mugraph", options=opts(piece_cache, t=2.0, inductor=False, dynamic=mode))
         before = len(recent_graphs())
         with torch.no_grad():
-            for n in (3, 4, 5, 6):
+            for n in sizes:
                 x = r(n, 16)
                 torch.testing.assert_close(f(x), fn(x))
         said = [m for m in mugraph_log.messages if "dynamic shapes" in m]
         graphs = recent_graphs()[before:]
-        if mode == "inductor":
-            # the first size is static; the symbolic graph after it is one compile for the rest
+        specialized = sum(len(c.variants) for c in graphs)
+        # the first size is a static graph; dynamo traces the symbolic one at the second
+        if mode == "auto":
             assert len(said) == 1 and "cache_implementation" in said[0], mugraph_log.messages
-            assert len(graphs) == 1 and len(graphs[0].variants) == 1
+            assert specialized == 1 + DYNAMIC_SIZES
+        elif mode == "inductor":
+            assert len(said) == 1 and "cache_implementation" in said[0], mugraph_log.messages
+            assert specialized == 1
         else:
             assert not said
-            assert sum(len(c.variants) for c in graphs) == 4  # one static graph a size
+            assert specialized == len(sizes)
 
 
 def test_llama_decoder_layer(piece_cache, mugraph_log):
