@@ -51,7 +51,7 @@ PIECE_AFTER_SEARCH_S = 1.3
 MAX_PIECE_OPS = 9
 #: sizes a graph of dynamic shapes specializes under ``dynamic="auto"`` before the rest run
 #: as Inductor compiles it (:class:`FrontendOptions`)
-DYNAMIC_SIZES = 4
+DYNAMIC_SIZES = 2
 MAX_PIECE_MATMULS = 2
 
 
