@@ -310,8 +310,7 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     to prims no row reads). It is what LayerNorm's decomposition computes its statistics
     with, so a LayerNorm maps op by op — its mean, square, rsqrt and affine — and fuses with
     the projections that read it, as an RMSNorm does."""
-    dims = list(range(x.ndim)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
-        [dim] if isinstance(dim, int) else list(dim)
+    dims = _dims(x, dim)
     n = math.prod(x.shape[d] for d in dims)
     c = 1 if correction is None else correction
     mean = aten.mean.dim(x, dims, True)

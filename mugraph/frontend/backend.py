@@ -99,27 +99,29 @@ def recent_graphs() -> list["MugraphCompiled"]:
 class MugraphCompiled:
     """What the backend returns for one dynamo graph: a callable specialized per
     input signature (``variants``) — for a graph of dynamic shapes (``dims``, its symbolic
-    sizes) under ``dynamic="auto"``, its first :data:`~.options.DYNAMIC_SIZES` signatures,
-    the later ones running the graph as Inductor compiles it with those dims
-    (:meth:`general`)."""
+    sizes), its first ``sizes`` signatures (:data:`~.options.DYNAMIC_SIZES` under
+    ``dynamic="auto"``, none under ``"inductor"``), the later ones running the graph as
+    Inductor compiles it with those dims (:meth:`general`)."""
 
-    def __init__(self, gm: fx.GraphModule, options: FrontendOptions, example_inputs: list | None = None,
-                 dims: list[str] | None = None) -> None:
+    def __init__(self, gm: fx.GraphModule, options: FrontendOptions, example_inputs: list | None = None) -> None:
         self.gm, self.options = gm, options
         _RECENT.append(self)
         self.variants: dict[tuple, Callable] = {}
         self.captured: dict[tuple, Captured] = {}
-        self.dims = dims or []
-        self._example_inputs = example_inputs if self.dims else None
+        #: the graph's symbolic sizes, and how many signatures it specializes before the
+        #: rest run :meth:`general` (none of either: every signature is specialized)
+        self.dims = symbolic_dims(example_inputs or [])
+        self.sizes = {"auto": DYNAMIC_SIZES, "inductor": 0}.get(options.dynamic) if self.dims else None
+        self._example_inputs = example_inputs if self.sizes is not None else None
         # the compile of the symbolic graph runs later, in the tracing context dynamo handed it in
-        self._tracing = _tracing_context() if self.dims else None
+        self._tracing = _tracing_context() if self.sizes is not None else None
         self._general: Callable | None | bool = None  # False: its compile failed
 
     def __call__(self, *args: Any):
         sig = _signature(args)
         fn = self.variants.get(sig)
         if fn is None:
-            if self.dims and self.options.dynamic == "auto" and len(self.variants) >= DYNAMIC_SIZES:
+            if self.sizes is not None and len(self.variants) >= self.sizes:
                 general = self.general()
                 if general:
                     return general(*args)
@@ -131,11 +133,12 @@ class MugraphCompiled:
         without Inductor, as torch) runs it — no pieces; None when that compile failed (the
         sizes are then specialized, as before)."""
         if self._general is None:
+            dims = ", ".join(self.dims[:4]) + (", …" if len(self.dims) > 4 else "")
+            past = f" past the {len(self.variants)} sizes it specialized" if self.variants else ""
             log.warning("mugraph: a graph of dynamic shapes (%s: a dim that changes between calls, such as a "
-                        "growing KV cache) met %d sizes; the others run as Inductor compiles it, without μGraph "
-                        "pieces. Static shapes get them (transformers: cache_implementation=\"static\"; "
-                        "torch.compile(..., dynamic=False)), or options dynamic=\"specialize\" searches every size",
-                        _dims_text(self.dims), len(self.variants))
+                        "growing KV cache) runs as Inductor compiles it%s, without μGraph pieces. Static shapes "
+                        "get them (transformers: cache_implementation=\"static\"; torch.compile(..., "
+                        "dynamic=False)), or options dynamic=\"specialize\" searches every size", dims, past)
             try:
                 self._general = compile_dynamic(self.gm, self._example_inputs, self.options, self._tracing)
             except Exception as e:  # noqa: BLE001 - Inductor's many errors: the sizes are specialized instead
@@ -218,10 +221,6 @@ def _tracing_context() -> Any:
     return TracingContext.try_get()
 
 
-def _dims_text(dims: list[str]) -> str:
-    return ", ".join(dims[:4]) + (", …" if len(dims) > 4 else "")
-
-
 def compile_dynamic(gm: fx.GraphModule, example_inputs: list, opts: FrontendOptions, tracing_context: Any) -> Callable:
     """``gm`` compiled by Inductor for every size of its symbolic dims — what ``torch.compile``
     itself runs — in the tracing context dynamo handed it in (a later compile needs its
@@ -238,31 +237,20 @@ def compile_dynamic(gm: fx.GraphModule, example_inputs: list, opts: FrontendOpti
 def symbolic_dims(example_inputs: list) -> list[str]:
     """The symbolic sizes among a dynamo graph's example inputs (``s0``, …): dynamo traces a
     graph with them after meeting an input at two sizes of one dim."""
-    dims = [a for a in example_inputs if isinstance(a, torch.SymInt)]
-    for a in example_inputs:
-        if isinstance(a, torch.Tensor):
-            dims += [d for d in a.shape if isinstance(d, torch.SymInt)]
-    return sorted({str(d) for d in dims})
+    sizes = [d for a in example_inputs for d in (a.shape if isinstance(a, torch.Tensor) else (a,))]
+    return sorted({str(d) for d in sizes if isinstance(d, torch.SymInt)})
 
 
 def mugraph_backend(gm: fx.GraphModule, example_inputs: list, options: dict | None = None, **kw: Any) -> Callable:
     """``torch.compile(m, backend="mugraph", options={...})``: see :class:`FrontendOptions`.
 
     A graph with dynamic shapes specializes its first sizes and runs the others as Inductor
-    compiles it, without pieces (``dynamic="auto"``; ``"inductor"`` compiles it so at once,
-    ``"specialize"`` specializes every size). Why: specialized, every size is a new trace,
+    compiles it, without pieces (``dynamic="auto"``; ``"inductor"`` from the first size,
+    ``"specialize"`` specializes every size: :class:`MugraphCompiled`). Why: specialized, every size is a new trace,
     new searches of the pieces that depend on it and a new Inductor compile — a
     ``generate`` over transformers' default (growing) cache paid them at every token;
     compiled once with its symbolic dims, the graph runs as ``torch.compile``'s."""
-    opts = FrontendOptions.of({**(options or {}), **kw})
-    dims = symbolic_dims(example_inputs)
-    if dims and opts.dynamic == "inductor":
-        log.warning("mugraph: a graph of dynamic shapes (%s: a dim that changed between calls, such as a growing "
-                    "KV cache) runs as Inductor compiles it, without μGraph pieces; static shapes get them "
-                    "(transformers: cache_implementation=\"static\"; torch.compile(..., dynamic=False)), or "
-                    "options dynamic=\"specialize\" searches each size", _dims_text(dims))
-        return compile_dynamic(gm, example_inputs, opts, _tracing_context())
-    return MugraphCompiled(gm, opts, example_inputs, dims if opts.dynamic == "auto" else None)
+    return MugraphCompiled(gm, FrontendOptions.of({**(options or {}), **kw}), example_inputs)
 
 
 def register() -> None:

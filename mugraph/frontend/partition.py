@@ -56,8 +56,7 @@ class Piece:
         compute = [k for n in self.nodes for k in info[n].kinds if not is_rearrangement(k)]
         if len(compute) >= min_ops:
             return True
-        return len(compute) == 1 and is_contraction(compute[0]) and any(skinny_product(n) for n in self.nodes
-                                                                         if _contracts(info[n]))
+        return len(compute) == 1 and is_contraction(compute[0]) and _holds_skinny_product(self.nodes, info)
 
 
 #: a lone product is searched when it has at most this many rows (a decode step's 1–64 new
@@ -82,6 +81,10 @@ def skinny_product(node: fx.Node) -> bool:
         return False
     rows = out.numel() // max(1, out.shape[-1])
     return rows <= SKINNY_ROWS and max(t.numel() for t in ins) >= SKINNY_MIN_WEIGHT
+
+
+def _holds_skinny_product(nodes: Any, info: dict[fx.Node, NodeInfo]) -> bool:
+    return any(skinny_product(n) for n in nodes if _contracts(info[n]))
 
 
 def _exp_ok(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> bool:
@@ -489,7 +492,7 @@ def _split_off_projections(members: set[fx.Node], info: dict[fx.Node, NodeInfo])
     the projection is a piece the search fuses its bias into. Kept whole when the cut parts
     would form a cycle once contracted."""
     cut = _layout_changes_of_computed(members, info)
-    if not cut or not any(skinny_product(n) for n in members if _contracts(info[n])):
+    if not cut or not _holds_skinny_product(members, info):
         return [members]
     parts = _components(members - cut)
     where = {n: i for i, c in enumerate(parts) for n in c}
