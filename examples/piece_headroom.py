@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=None, help="search workers (default: the search's)")
     ap.add_argument("--only", nargs="+", default=None, metavar="KIND",
                     help="only the pieces holding one of these catalog ops (max, sqrt, silu, ...)")
+    ap.add_argument("--match", default=None, metavar="TEXT",
+                    help="only the pieces whose description holds TEXT (e.g. '2 ops (add×1, matmul×1)')")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--small", action="store_true", help="the family's tiny config (a CPU smoke run)")
     ap.add_argument("--json", default=None, help="write every row here")
@@ -61,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for bp in captured.distinct().values():  # identical layers share one search
         if args.only and not {op.kind for op in bp.program.ops} & set(args.only):
+            continue
+        if args.match and args.match not in bp.describe():
             continue
         rows.append(headroom(bp, args.search, args.tune, args.workers, device))
         print(format_row(rows[-1]), flush=True)

@@ -547,10 +547,18 @@ def _dot_operand_regs(p: KernelPlan) -> float:
 def _loop_tile_regs(p: KernelPlan) -> float:
     """fp32 registers (elements, per program) the loop's loaded tiles take while element-wise
     ops use them: every loop tile with a use outside ``tl.dot`` (twice with split loads, one copy
-    per layout). ``tl.dot`` operands: :func:`_dot_operand_regs`."""
-    if p.block.forloop <= 1:
-        return 0.0
+    per layout). ``tl.dot`` operands: :func:`_dot_operand_regs`.
+
+    A loop-free kernel loads each of its tiles once, whole: those a matmul on the CUDA cores
+    multiplies are counted (:attr:`lower.plan.KernelPlan.core_operands`). Why: one
+    row times Phi-2's 2560 × 2560 projection as 80 programs of one 2,560-deep step, its
+    product on the CUDA cores (the only form whose operands fit shared memory), ran 27.1 μs
+    where the model, counting no tile of a loop-free kernel, priced 7.11 — below the looped
+    tilings it ranked second (80 programs of 512-deep steps: 6.38 μs); a short tuning timed
+    it first and nothing else (H200, docs/results.md, "Loop-free tiles in registers")."""
     info = p.info
+    if p.block.forloop <= 1:
+        return float(sum(math.prod(info.padded(t)) for t in p.core_operands))
     return float(sum(math.prod(info.padded(t)) * (2 if t.id in p.dot_operand_loads else 1) for t in p.loop_tiles
                      if any(c.id not in info.dot_ops for c in p.consumers[t])))
 
@@ -591,15 +599,31 @@ def _dot_operand_replication(p: KernelPlan) -> dict[int, int]:
     return out
 
 
+#: rows up to which a library matmul is priced as the split-K pair cuBLAS runs it (:func:`_torch_cost`)
+LIBRARY_SKINNY_ROWS = 64
+
+
 def _torch_cost(op: Op, dev: DeviceParams) -> LaunchCost:
+    """A library call (cuBLAS, an ATen kernel): its bytes at the card's bandwidth, one launch.
+
+    A matmul of at most :data:`LIBRARY_SKINNY_ROWS` rows pays two launches and two memory
+    round trips more than its bytes: cuBLAS runs it as a split-K kernel and a reduce kernel
+    (``splitKreduce_kernel`` beside ``nvjet…splitK`` in the profiles of decode steps). Priced
+    at its bytes alone, one row times Mistral-7B's v projection (4096 × 1024) ranked first
+    at 4.05 μs and ran 9.1 (H200, from DRAM), ahead of tilings that ran 5.4; with these terms
+    8.05. OLMo-2-7B's q projection (4096 × 4096): 14.2 against 14.1–14.8 measured, its down
+    projection (11008 × 4096): 28 against 27.3–29.0 (docs/results.md, "Loop-free tiles in
+    registers")."""
     nbytes = sum(t.nbytes for t in op.inputs) + sum(t.nbytes for t in op.outputs)
-    flops = 0.0
+    flops, launch, wait = 0.0, dev.launch, 0.0
     if is_contraction(op.kind):
         a = op.inputs[0]
         flops = 2.0 * op.outputs[0].numel * a.shape[-1]
+        if a.shape[-2] <= LIBRARY_SKINNY_ROWS:
+            launch, wait = 2 * dev.launch, 2 * dev.mem_latency
     t_c = flops / dev.tc_flops
-    return LaunchCost(op.kind, dev.sms, nbytes, nbytes, flops, nbytes / dev.dram_bw, nbytes / dev.l2_bw, t_c, 0.0,
-                      dev.launch)
+    return LaunchCost(op.kind, dev.sms, nbytes, nbytes, flops, nbytes / dev.dram_bw + wait, nbytes / dev.l2_bw + wait,
+                      t_c, 0.0, launch)
 
 
 def breakdown(graph: KernelGraph, device_params: DeviceParams | None = None,

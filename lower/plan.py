@@ -180,6 +180,16 @@ class KernelPlan:
         return terms
 
     @cached_property
+    def core_operands(self) -> list[Tensor]:
+        """The tiles a loop-free kernel loads for a matmul on the CUDA cores (``small_mm``
+        ``"v"``/``"va"``: broadcast against the other operand, then summed). Loaded once and
+        whole, they are held in registers, as a loop's tiles are step by step; none in a loop."""
+        if self.block.forloop > 1:
+            return []
+        return [t for t in self.block.tensors if t.op.kind == "iterator"
+                and any(is_contraction(c.kind) and c.id not in self.info.dot_ops for c in self.consumers[t])]
+
+    @cached_property
     def mean_steps(self) -> float:
         """Loop steps a program runs, on average over the programs and splits: :attr:`steps`
         less those a band mask hides from the whole program (:mod:`lower.skipping`). Read

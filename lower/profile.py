@@ -218,10 +218,13 @@ def first_round_warps(p: KernelPlan) -> int:
     :data:`FIRST_ROUND_REGS` registers a thread at 4. Why: short tunings (a few seconds a
     candidate under a model's budget) time the first round and little of the sweep, and a
     128 × 128 tile at 4 warps spills — a prompt attention at head dim 128 (H200): 128-row
-    tiles 328–417 μs at 4 warps and 3 stages, 176–190 at 8; 64-row tiles 177 at 4, 333 at 8."""
+    tiles 328–417 μs at 4 warps and 3 stages, 176–190 at 8; 64-row tiles 177 at 4, 333 at 8. A
+    loop-free kernel's CUDA-core operands count too (:attr:`lower.plan.KernelPlan.core_operands`):
+    one row times Mistral-7B's v projection (4096 × 1024) as 64 programs of one 4,096-deep step
+    ran 7.88–7.92 μs at 4 warps, 5.70 at 8 (H200)."""
     info = p.info
     tiles = [op.outputs[0] for op in p.block.ops
-             if op.id in p.loop_ops and (op.kind == "accum" or op.id in info.dot_ops)]
+             if op.id in p.loop_ops and (op.kind == "accum" or op.id in info.dot_ops)] + p.core_operands
     largest = max((math.prod(info.padded(t)) for t in tiles), default=0)
     return 8 if largest > FIRST_ROUND_REGS * 32 * 4 and MAX_WARPS >= 8 else 4
 

@@ -84,6 +84,10 @@ def _jsonable(x):
     return x
 
 
+#: orders of a candidate's outputs fingerprinted at most (:meth:`Searcher._orders`)
+MAX_ORDERS = 6
+
+
 class Searcher:
     """Grows μGraphs for one program; reports verified ones to ``self.results``.
 
@@ -99,6 +103,11 @@ class Searcher:
         self.in_labels, self.out_labels, self.reduced = lb.program_labels(program)
         self.targets = ex.output_exprs(program)
         self.out_shapes = [t.shape for t in program.outputs]
+        #: the outputs the program also reads (a projection's result that a later op scales): a
+        #: block may save such a tile while it goes on using it, and a graph may read such a
+        #: tensor after writing it out (:meth:`_reread_output`)
+        readers = program.consumers()
+        self.reread = tuple(k for k, t in enumerate(program.outputs) if readers.get(t))
         self.oracle = oracle or SubexprOracle(
             self.targets, max_nodes=cfg.egraph_max_nodes, time_limit=cfg.egraph_time_limit,
             z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
@@ -252,13 +261,16 @@ class Searcher:
 
     def _close(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level) -> None:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
-        frontier = []
+        frontier, kept = [], []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
             if u == 0 and bs.producer[i] != POOL:
                 if a != 1:
                     return
                 frontier.append(i)
-        if not frontier or len(frontier) > self.cfg.max_block_outputs:
+            elif a == 1 and bs.producer[i] not in (POOL, "input") and self._reread_output(bs.terms[i]):
+                kept.append(i)  # an output the block reads on: saved beside the frontier
+        frontier += kept
+        if not frontier or len(frontier) - len(kept) == 0 or len(frontier) > self.cfg.max_block_outputs:
             return
         options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
         last = ks.last_key
@@ -278,7 +290,7 @@ class Searcher:
             outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
             ks.push(("block", inputs, bspec), key, inputs, outs)
             try:
-                if final and (len(ks.ops) < self.walk.emit_kops or self._outputs(ks, len(outs)) is None):
+                if final and (len(ks.ops) < self.walk.emit_kops or not self._orders(ks, len(outs))):
                     # the kernel graph's last op, and what it leaves are not the program's
                     # outputs: a dead end, known before the costly validity check
                     if not replay:
@@ -310,38 +322,55 @@ class Searcher:
 
     # ------------------------------------------------------------- candidates
     def _complete(self, ks: _Level, new: int) -> None:
-        perm = self._outputs(ks, new)
-        if perm is not None:
-            self._emit(ks, perm)
+        for order in self._orders(ks, new):
+            if self._emit(ks, order):
+                return
 
-    def _outputs(self, ks: _Level, new: int) -> Optional[tuple[int, ...]]:
-        """The tensors that would be the program's outputs, in order, if the graph
-        ended here (its last op made ``new`` tensors), or None: the unused tensors
-        must be exactly as many as the outputs, one of them new, each matching its
-        output in shape, index labels and abstract expression."""
+    def _orders(self, ks: _Level, new: int) -> list[tuple[int, ...]]:
+        """The tensors that could be the program's outputs, in order, if the graph ended
+        here (its last op made ``new`` tensors): each a tuple of tensor indices, the orders
+        most outputs match for certain first; none where the graph cannot end here. The
+        unused tensors must be exactly as many as the outputs (with those written out and
+        read again, where the program reads an output: :attr:`reread`), one of them new,
+        each matching its output in shape, index labels and abstract expression.
+
+        Several orders where expressions cannot tell outputs apart: an output and the same
+        output scaled have one abstract expression (constant factors are abstracted away),
+        and only the fingerprint tells which is which — a graph fingerprinted in one order
+        alone was lost whenever that order was the wrong one."""
         n = len(ks.shapes)
         unused = [i for i in range(n) if ks.uses[i] == 0]
         m = len(self.out_shapes)
-        if len(unused) != m or not any(i >= n - new for i in unused):
-            return None
+        if len(unused) > m or not any(i >= n - new for i in unused):
+            return []
+        if len(unused) < m:  # the rest: tensors written out and read again, each an output the program reads
+            read = [i for i in range(len(self.program.inputs), n)
+                    if ks.uses[i] and self._reread_output(ks.terms[i])]
+            if len(unused) + len(read) != m:
+                return []
+            unused += read
+        found = []
         for perm in itertools.permutations(unused):
-            ok = True
+            known = 0  # outputs the abstract expressions match for certain (not merely undecided)
             for k, i in enumerate(perm):
                 if ks.shapes[i] != self.out_shapes[k]:
-                    ok = False
                     break
                 if self.cfg.prune_labels and not lb.compatible(ks.labs[i], self.out_labels[k]):
-                    ok = False
                     break
-                if self.oracle.equivalent(ks.terms[i], k) is False:
-                    ok = False
+                same = self.oracle.equivalent(ks.terms[i], k)
+                if same is False:
                     break
-            if ok:
-                return perm
-        return None
+                known += same is True
+            else:
+                found.append((-known, len(found), perm))
+        return [perm for _, _, perm in sorted(found)[:MAX_ORDERS]]
 
-    def _emit(self, ks: _Level, outputs: tuple) -> None:
-        """Fingerprint a complete candidate; a match is reported with its cost key.
+    def _reread_output(self, term) -> bool:
+        """Whether abstract expression ``term`` is that of an output the program also reads."""
+        return any(self.oracle.equivalent(term, k) is True for k in self.reread)
+
+    def _emit(self, ks: _Level, outputs: tuple) -> bool:
+        """Fingerprint a complete candidate; a match is reported with its cost key (True).
 
         Full verification (many field tests and the float check, seconds each at
         full shapes) is left to the driver, which verifies a bounded number of the
@@ -351,19 +380,20 @@ class Searcher:
             g = materialize(self.program, ks.ops, outputs)
         except MugraphError:
             self.stats["candidates_invalid"] += 1
-            return
+            return False
         self.stats["fingerprints"] += 1
         try:
             # cut mid-evaluation at the walk's deadline: at a large weight one candidate's
             # fingerprint takes seconds, and the task would hold its worker that long past it
             if not self.checker.fingerprint_matches(g, stop_at=self.walk.deadline):
-                return
+                return False
         except EvaluationStopped:
             self.stats["fingerprints_stopped"] += 1
-            return
+            return False
         self.stats["fingerprint_matches"] += 1
         self.results.append({"graph": graph_to_json(g), "cost": list(cost_key(g)), "sig": signature(g),
                              "path": list(self.walk.path)})
+        return True
 
 
     # ------------------------------------------------------------------ tasks

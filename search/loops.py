@@ -36,10 +36,10 @@ from typing import Callable, Optional
 
 from mugraph.core.errors import MugraphError
 from mugraph.core.ir import SUM, BlockGraph, KernelGraph, Op, Tensor, accum_monoid
-from mugraph.core.ops import CATALOG, adds_up
+from mugraph.core.ops import CATALOG, adds_up, is_contraction
 from mugraph.core.rewrite import GD, Rebuild, rebuild
 
-from .rewrite import _replay_block, fits
+from .rewrite import _replay_block, fits, replay_op
 
 #: loop-body tile states besides "cut along a dim" (an int)
 INVARIANT = "invariant"
@@ -201,17 +201,98 @@ def _grids(bg: BlockGraph) -> list[tuple]:
     return out
 
 
+def _contracted(t: Tensor) -> bool:
+    """Whether a contraction is upstream of block tile ``t``."""
+    seen, todo = set(), [t]
+    while todo:
+        x = todo.pop()
+        if x.op.kind == "iterator" or x.id in seen:
+            continue
+        seen.add(x.id)
+        if is_contraction(x.op.kind):
+            return True
+        todo += x.op.inputs
+    return False
+
+
+def _hoistable(bg: BlockGraph) -> dict[int, tuple[int, int]]:
+    """The sums of two terms (ops the catalog calls linear: ``add``, ``sub``) of loop-free ``bg``
+    read only by a sum accumulator, one term with a contraction upstream and the other without:
+    op id -> (the summed term's index, the addend's)."""
+    cons = bg.consumers()
+    out = {}
+    for acc in bg.ops:
+        if acc.kind != "accum" or accum_monoid(acc) != SUM:
+            continue
+        a = acc.inputs[0].op
+        d = CATALOG.get(a.kind)  # (an accumulator may read an iterator's tile: no catalog op)
+        if d is None or d.lax != "linear" or len(a.inputs) != 2 or len(cons[a.outputs[0]]) != 1:
+            continue
+        summed = [_contracted(t) for t in a.inputs]
+        if summed.count(True) == 1:
+            p = summed.index(True)
+            out[a.id] = (p, 1 - p)
+    return out
+
+
+def hoist_addends(g: KernelGraph, op_id: int) -> Optional[KernelGraph]:
+    """Loop-free kernel ``op_id`` with each accumulator of a sum ``x + c`` — ``x`` a
+    product's, ``c`` free of any (a bias) — written ``accum(x) + c``; None where there is
+    none (or the IR rejects the result).
+
+    Why: over one step an accumulator is its input, and the enumeration spells such a sum
+    inside it (a loop-free block reads every tile in its loop body). Both forms compute the
+    same, but only the hoisted one can take a loop — a loop sums ``x`` over its steps, and
+    ``c`` once. Phi-2's ``fc1`` with its bias and the GeLU's first halving was found only
+    loop-free (two outputs: 24.2 μs against 17.2 for its torch ops, H200) and no loop could
+    be introduced into it."""
+    op = g.ops[op_id]
+    if op.kind != GD or op.attrs["block"].forloop != 1:
+        return None
+    bg: BlockGraph = op.attrs["block"]
+    moves = _hoistable(bg)
+    if not moves:
+        return None
+
+    def build(rb: Rebuild, _: Op) -> list[Tensor]:
+        nb = BlockGraph(tuple(bg.grid), 1)
+        tm: dict[Tensor, Tensor] = {}
+        for o in bg.ops:
+            if o.kind == "iterator":
+                tm[o.outputs[0]] = nb.input(rb.get(bg.sources[o.attrs["source"]]), o.attrs["imap"], None)
+            elif o.id in moves:
+                continue  # replayed after the accumulator that reads it
+            elif o.kind == "accum" and o.inputs[0].op.id in moves:
+                a = o.inputs[0].op
+                p, c = moves[a.id]
+                ins = [None, None]
+                ins[p] = nb.accum_like(o, [tm[a.inputs[p]]])
+                ins[c] = tm[a.inputs[c]]
+                tm[o.outputs[0]] = nb.add_op(a.kind, ins, dict(a.attrs))
+            else:
+                replay_op(nb, o, tm)
+        for sv in bg.savers:
+            nb.output(tm[sv.tensor], sv.omap)
+        return rb.graph.kernel(nb)
+
+    try:
+        return rebuild(g, replace={(op_id, None): build}, name=g.name)
+    except MugraphError:
+        return None
+
+
 def loop_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[KernelGraph]:
-    """Every loop-free kernel of ``g`` with a loop introduced: each assignment of
+    """Every loop-free kernel of ``g`` with a loop introduced (its sums' addends moved past
+    the accumulators first, :func:`hoist_addends`): each assignment of
     :func:`loop_assignments`, each step length of :data:`LOOP_STEPS` that divides every
     stepped tile (the loop of at least two steps), on the kernel's grid and the coarser
     ones of :func:`_grids` — where every tile fits ``smem_budget`` (None: no bound), as
     :func:`search.rewrite.tile_variants`' do."""
     out = []
-    for op in g.ops:
-        if op.kind != GD:
-            continue
-        bg: BlockGraph = op.attrs["block"]
+    for op_id in [op.id for op in g.ops if op.kind == GD]:
+        # the loop goes into the form whose sums can take one
+        base = hoist_addends(g, op_id) or g
+        bg: BlockGraph = base.ops[op_id].attrs["block"]
         for fmaps in loop_assignments(bg):
             for grid in _grids(bg):
                 # each stepped tile's length on this grid, before the loop cuts it
@@ -219,7 +300,7 @@ def loop_variants(g: KernelGraph, smem_budget: Optional[int] = None) -> list[Ker
                 for step in LOOP_STEPS:
                     if any(w % step for w in whole) or len({w // step for w in whole}) != 1 or whole[0] // step < 2:
                         continue
-                    h = introduce_loop(g, op.id, fmaps, whole[0] // step, grid)
+                    h = introduce_loop(base, op_id, fmaps, whole[0] // step, grid)
                     if h is not None and fits(h, smem_budget):
                         out.append(h)
     return out

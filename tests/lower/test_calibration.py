@@ -355,3 +355,26 @@ def test_a_later_sweep_of_a_tiling_answers_what_an_earlier_one_left_out(tmp_path
         alone = first_run[kernel_structure(graph_from_json(g.graph))]
         assert len(unswept(g, 8, r)) < len(unswept(alone, 8)), g.run
         assert r.best_after(4) <= 1.03, (g.run, r.timed[:4])
+
+
+def test_a_library_matmul_of_one_row_is_priced_as_the_split_k_pair_cublas_runs():
+    """One row times Mistral-7B's v projection (4096 × 1024, bf16) as a library call ran
+    9.1 μs on an H200 from DRAM; at its bytes alone it was priced 4.05, first among the
+    candidates, and a short tuning timed it and a kernel beside it in place of the tiling
+    that ran 5.4. A prompt's matmul (rows past ``LIBRARY_SKINNY_ROWS``) keeps one launch
+    and no round trip of its own."""
+    import mugraph as mg
+
+    dev = cost_model.for_timing(cost_model.H200, "dram")
+
+    def lib(rows: int) -> float:
+        g = mg.KernelGraph("lib")
+        x, w = g.input("X", (rows, 4096), "bfloat16"), g.input("W", (4096, 1024), "bfloat16")
+        g.output(x @ w)
+        return cost_model.estimate(g, dev)
+
+    moved = (4096 * 1024 + 4096 + 1024) * 2 / dev.dram_bw
+    assert lib(1) == pytest.approx(2 * dev.launch + 2 * dev.mem_latency + moved)
+    assert 7.5e-6 < lib(1) < 9.5e-6
+    big = (4096 * 4096 + 4096 * 1024 + 4096 * 1024) * 2  # X, W, the output
+    assert lib(4096) == pytest.approx(dev.launch + max(big / dev.dram_bw, 2 * 4096 ** 2 * 1024 / dev.tc_flops))

@@ -285,6 +285,45 @@ def test_the_first_round_starts_large_tiles_at_eight_warps():
         assert plain and {c.num_warps for c in plain} == {warps}, (rows, [c.label() for c in plain])
 
 
+def _gemv(k: int, n: int, cols: int, steps: int):
+    """One row times a (k, n) weight plus a bias row, ``n / cols`` programs, ``k / steps`` loop
+    steps (loop-free at ``steps == k``)."""
+    import mugraph as mg
+
+    g = mg.KernelGraph("gemv")
+    x, w, r = g.input("X", (1, k), "bfloat16"), g.input("W", (k, n), "bfloat16"), g.input("R", (1, n), "bfloat16")
+    loop = k // steps
+    b = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=loop)
+    xt = b.input(x, (None,), 1 if loop > 1 else None)
+    wt = b.input(w, (1,), 0 if loop > 1 else None)
+    b.output(b.accum(xt @ wt) + b.input(r, (1,)), (1,))
+    (y,) = g.kernel(b)
+    g.output(y)
+    return g
+
+
+def test_a_loop_free_product_on_the_cuda_cores_holds_its_operands_in_registers():
+    """One row times Phi-2's 2560 × 2560 projection: 80 programs of one 2,560-deep step, the
+    product on the CUDA cores, ran 27.1 μs on an H200, 80 programs of 512-deep steps on
+    ``tl.dot`` 6.38. The model priced the loop-free form 7.11 μs, below the looped one (7.32),
+    counting none of its tiles in registers; a short tuning timed it first and nothing else.
+    Now its 2,560 × 32 operand tile spills at 4 warps and is first timed at 8 (Mistral-7B's v
+    projection in that form: 7.88 μs at 4 warps, 5.70 at 8), still dearer than the loop."""
+    from lower.config import KernelConfig
+    from lower.cost_model import estimate, for_timing, params_for
+
+    dev = for_timing(params_for("NVIDIA H200"), "dram")
+    flat, looped = _gemv(2560, 2560, 32, 2560), _gemv(2560, 2560, 32, 512)
+    op = _kernel(flat)
+    cores = [c for c in first_round(op.attrs["block"]) if c.small_mm == "v"]
+    assert cores and {c.num_warps for c in cores} == {8}, [c.label() for c in cores]
+    at = {w: estimate(flat, dev, {op.id: KernelConfig(num_warps=w, num_stages=3, small_mm="v")}) for w in (4, 8)}
+    loop = estimate(looped, dev, {_kernel(looped).id: KernelConfig(num_warps=4, num_stages=3)})
+    assert at[4] > 2 * at[8] * 0.8 and at[8] > loop, (at, loop)
+    # a loop's tiles are counted as before: the looped form's price does not move with the warps
+    assert loop == estimate(looped, dev, {_kernel(looped).id: KernelConfig(num_warps=8, num_stages=3)})
+
+
 def test_kernels_wait_their_turn_at_configs_that_fit(monkeypatch):
     """Each kernel is timed inside the whole program, the kernels not yet tuned at their best
     predicted configs. At the default (w4s3, whole tiles) the projection below stages

@@ -120,3 +120,38 @@ def test_outputs_of_one_shape_are_tiled_by_one_axis():
     r = search.run(p, cfg)
     cut = [g for g in r.graphs if max(g.ops[-1].attrs["block"].grid) > 1]
     assert cut and all(g.num_kernels == 1 for g in cut)
+
+
+def _projection_and_its_half(first: str) -> mg.Program:
+    """``t = X @ W + b`` and ``t / 2``, both outputs: the program reads its output ``t`` again
+    (a projection whose pre-activation a later piece reads, and which is scaled here)."""
+    p = mg.Program("projection_and_half")
+    b, x, w = p.input("b", (256,), "float32"), p.input("X", (1, 64), "float32"), p.input("W", (64, 256), "float32")
+    t = x @ w + b
+    half = mg.scale(t, 0.5)
+    for out in ((t, half) if first == "t" else (half, t)):
+        p.output(out)
+    return p
+
+
+def test_an_output_the_program_reads_again_is_saved_by_the_block_that_reads_it():
+    """A block saves the tile ``t`` and goes on to scale it: one kernel, both outputs. Before,
+    only tiles nothing read could be saved, and a graph's outputs were its unused tensors —
+    no μGraph of this program existed for the enumeration (Phi-2's ``fc1`` with its bias and
+    the GeLU's first halving: no candidate in 30 s at 2560 × 10240). And the two outputs
+    have one abstract expression (constant factors are abstracted away): fingerprinted in
+    one order only, half the graphs were lost — both orders of the outputs are found."""
+    import search
+
+    cfg = SearchConfig(time_limit=20, workers=1, progress=False, compose=False, split_loops=False,
+                       max_kernel_ops=1)
+    for first in ("t", "half"):
+        p = _projection_and_its_half(first)
+        r = search.run(p, cfg)
+        assert r.graphs, first
+        g = r.graphs[0]
+        (block,) = [op.attrs["block"] for op in g.ops if op.kind == "graph_defined"]
+        assert g.num_kernels == 1 and len(block.savers) == 2
+        readers = block.consumers()
+        assert any(readers[s.tensor] for s in block.savers), "one saved tile is read on by the block"
+        assert r.verdicts[0] and r.verdicts[0]["equivalent"], r.verdicts[0]

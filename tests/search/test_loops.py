@@ -73,6 +73,7 @@ def test_residual_read_after_the_loop_does_not_step():
 
 @pytest.mark.parametrize("body", ["square", "plus_bias", "max"])
 def test_terms_that_do_not_add_up_over_steps_get_no_loop(body):
+    """(A bias inside the sum gets its loop once moved past it: the next test.)"""
     def build(bg, t):
         if body == "square":      # (Σ partials)² is not Σ partials²
             return bg.accum(mg.square(t["X"] @ t["W"]))
@@ -82,7 +83,44 @@ def test_terms_that_do_not_add_up_over_steps_get_no_loop(body):
         return bg.accum(mg.max(t["X"], 1) * (t["X"] @ t["W"]))
     g = _one_kernel(build, {"X": ((2, 256), None), "W": ((256, 512), (1,)), "B": ((2, 512), (1,))})
     assert loop_assignments(_block(g)) == []
-    assert loop_variants(g) == []
+    if body != "plus_bias":
+        assert loop_variants(g) == []
+
+
+def test_a_bias_summed_with_the_product_is_added_after_the_loop():
+    """``accum(X @ W + B)`` over one step is ``accum(X @ W) + B``; only the second can loop (a
+    loop would add B at every step). The enumeration spells a loop-free block's bias inside its
+    accumulator, so the loop is introduced into the hoisted form — with both the sum and a
+    scaled copy of it saved, as a projection whose pre-activation a later op reads (Phi-2's
+    ``fc1``). A term that is a product's on both sides, or on neither, stays."""
+    from search.loops import hoist_addends
+
+    def build(bg, t):
+        return bg.accum(t["B"] + t["X"] @ t["W"])
+    g = _one_kernel(build, {"X": ((2, 256), None), "W": ((256, 512), (1,)), "B": ((2, 512), (1,))})
+    h = hoist_addends(g, next(o.id for o in g.ops if o.kind == GD))
+    post = [o.kind for o in _block(h).ops if o.kind != "iterator"]
+    assert post == ["matmul", "accum", "add"] and verify.equivalent(g, h, seed=0).equivalent
+    vs = loop_variants(g)
+    assert vs and all(_block(v).forloop > 1 for v in vs)
+    assert all(verify.equivalent(g, v, seed=0).equivalent for v in vs)
+
+    kg = KernelGraph("two_saved")
+    ins = {n: kg.input(n, s, "float16") for n, s in (("X", (1, 256)), ("W", (256, 512)), ("B", (512,)))}
+    bg = BlockGraph(grid=(4, 1, 1), forloop=1)
+    t = bg.accum(bg.input(ins["B"], imap=(0,)) + bg.input(ins["X"], imap=(None,)) @ bg.input(ins["W"], imap=(1,)))
+    bg.output(mg.scale(t, 0.5), omap=(1,))
+    bg.output(t, omap=(1,))
+    half, whole = kg.kernel(bg)
+    kg.output(whole)
+    kg.output(half)
+    vs = loop_variants(kg)
+    assert vs and all(verify.equivalent(kg, v, seed=0).equivalent for v in vs)
+
+    def both(bg, t):  # products on both sides: a sum of partials, looped as it is
+        return bg.accum(t["X"] @ t["W"] + t["X"] @ t["V"])
+    g = _one_kernel(both, {"X": ((2, 256), None), "W": ((256, 512), (1,)), "V": ((256, 512), (1,))})
+    assert hoist_addends(g, next(o.id for o in g.ops if o.kind == GD)) is None
 
 
 def test_a_looped_kernel_is_left_to_the_retiling():
