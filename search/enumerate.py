@@ -260,7 +260,9 @@ class Searcher:
                 return
 
     def _close(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level) -> None:
-        """Try to finish the block graph: save its frontier (post-loop tiles nobody uses)."""
+        """Try to finish the block graph: save its frontier (post-loop tiles nobody uses), and
+        beside it, where ``max_block_outputs`` leaves room, the post-loop tiles read on whose
+        expression is an output's the program reads again (:attr:`reread`)."""
         frontier, kept = [], []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
             if u == 0 and bs.producer[i] != POOL:
@@ -269,8 +271,11 @@ class Searcher:
                 frontier.append(i)
             elif a == 1 and bs.producer[i] not in (POOL, "input") and self._reread_output(bs.terms[i]):
                 kept.append(i)  # an output the block reads on: saved beside the frontier
-        frontier += kept
-        if not frontier or len(frontier) - len(kept) == 0 or len(frontier) > self.cfg.max_block_outputs:
+        if not frontier:
+            return
+        if len(frontier) + len(kept) <= self.cfg.max_block_outputs:
+            frontier += kept
+        elif len(frontier) > self.cfg.max_block_outputs:
             return
         options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
         last = ks.last_key
