@@ -153,8 +153,9 @@ class Captured:
             found = f" ({info['origin']}, {info.get('kernels')} kernels)" if info.get("origin") else ""
             lines.append(f"{bp.name}: {info.get('runs', 'mugraph')}{found} — {info.get('why', '')}")
         if self.whole:
-            lines.append(f"the graph: {'with' if self.whole['runs'] == 'mugraph' else 'without'} its μGraph pieces "
-                         f"— {self.whole['why']}")
+            runs = {"mugraph": "with its μGraph pieces", "trace": "as traced, without μGraph pieces"}.get(
+                self.whole["runs"], "without its μGraph pieces")
+            lines.append(f"the graph: {runs} — {self.whole['why']}")
         return "\n".join(lines)
 
     def stitched(self, call_of: Callable[[BuiltPiece], Any], pieces: list[BuiltPiece] | None = None) -> fx.GraphModule:

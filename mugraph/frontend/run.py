@@ -326,22 +326,32 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     loses with all its pieces is tried with fewer (:func:`_fewer_pieces`) before it gives them
     all up: Phi-3-mini's decode step lost by 0.5 % with five pieces that each won alone (7 μs
     for its RMSNorm with the q and k projections, whose weight torch.compile reads as one fused
-    qkv product), and ran without any of them."""
-    if not cap.kept:
-        cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None,
-                     "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
-        return plain()
+    qkv product), and ran without any of them.
+
+    The last form tried, where no kept piece runs (none was kept, or the graph lost with
+    them and with fewer): the backend's own trace with every piece as its torch ops
+    (``runs: "trace"``), against ``plain()``. Its rewriting alone can win: Mistral-7B's decode
+    step as the backend traces it, no μGraph, ran 164.0 μs against 184.3 for dynamo's graph (an
+    H200; dynamo's materializes ``repeat_kv``, the trace's attention operator reads the grouped
+    heads in place) — and it can lose (Phi-3-mini's, 0.96–0.97×): timed, not assumed."""
     timer = opts.timer or (gpu_timer if device == "cuda" else None)
     written = written_inputs(cap.graph_module, len(args))
     why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
            if timer is None else "the graph writes into inputs it cannot tell apart" if written is None else None)
+    if not cap.kept and (why is not None or not cap.pieces):
+        cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None,
+                     "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
+        return plain()
     kept = verdicts.Entry(None, None) if why is not None else \
         verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args), opts.key(), device, timer)
     known = kept.load()
     if known is not None:  # timed at an earlier compile: only the form that runs is compiled
         cap.whole = known
-        log.info("mugraph: the graph runs %s its μGraph pieces: %s (timed at an earlier compile)",
-                 "with" if known["runs"] == "mugraph" else "without", known["why"])
+        log.info("mugraph: the graph runs %s: %s (timed at an earlier compile)", _runs_text(known["runs"]),
+                 known["why"])
+        if known["runs"] == "trace":
+            _leave_to_torch(cap, {bp.name for bp in cap.kept})
+            return subset([]) if subset is not None else stitched()
         if known["runs"] != "mugraph":
             return plain()
         dropped = set(known.get("dropped") or ())
@@ -353,6 +363,8 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
         return mine
+    if not cap.kept:  # the trace is the only form besides torch.compile's
+        return _trace_or_plain(cap, kept, lambda: mine, plain, args, written, timer, None)
     base = None
     try:
         base = plain()
@@ -387,10 +399,56 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         cap.whole = {"runs": "mugraph", "mugraph_s": mu2, "torch_s": tt2, "why": why, "dropped": sorted(dropped)}
         kept.save(cap.whole)
         return fn
+    if not faster and subset is not None:
+        spent = time.perf_counter() - t0
+        if spent + form_s <= MAX_GRAPH_TRIALS_S:
+            return _trace_or_plain(cap, kept, lambda: subset([]), lambda: base, args, written, timer, why)
+        log.info("mugraph: the graph is not tried as traced without its pieces: a form costs about %.0f s, "
+                 "past the rule's %g s", form_s, MAX_GRAPH_TRIALS_S)
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
     cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
     kept.save(cap.whole)
     return mine if faster else base
+
+
+def _runs_text(runs: str) -> str:
+    """How a log line says which form of a graph runs."""
+    return {"mugraph": "with its μGraph pieces", "trace": "as the backend traces it, without μGraph pieces"}.get(
+        runs, "without its μGraph pieces")
+
+
+def _trace_or_plain(cap: Any, kept: Any, trace: Callable[[], Callable], plain: Callable[[], Callable], args: tuple,
+                    written: frozenset[int], timer: Callable[..., dict], before: str | None) -> Callable:
+    """The whole-graph rule's last form: the backend's trace with no piece as a μGraph
+    (``trace()``) against ``plain()``, timed side by side; the trace runs only if faster by
+    :data:`TIE_MARGIN`. ``before``: what the graph with its pieces measured (None: none was
+    kept). The verdict goes to ``cap.whole`` and ``kept`` (one log line)."""
+    base = plain()
+    lead = f"{before}; " if before else "no piece runs a μGraph; "
+    try:
+        fn = trace()
+        cap.trial = []
+        with torch.no_grad():
+            times = timer(cap, {"mugraph": _replayable(fn, args, written), "torch": _replayable(base, args, written)})
+        mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
+    except Exception as e:  # noqa: BLE001 - the graph runs as torch.compile compiles it
+        why = f"{lead}timing the graph as traced failed: {type(e).__name__}: " + \
+            (str(e).splitlines()[0][:200] if str(e) else "")
+        log.warning("mugraph: the graph runs without its μGraph pieces: %s", why)
+        cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": why}
+        return base
+    finally:
+        cap.trial = None
+    faster = faster_by_margin(mu, tt)
+    why = (f"{lead}as traced it takes {mu * 1e6:.4g} μs, as torch.compile compiles it {tt * 1e6:.4g} μs"
+           + ("" if faster else f": not faster by more than {TIE_MARGIN:.0%}"))
+    runs = "trace" if faster else "torch"
+    if faster:
+        _leave_to_torch(cap, {bp.name for bp in cap.kept})
+    log.info("mugraph: the graph runs %s: %s", _runs_text(runs), why)
+    cap.whole = {"runs": runs, "mugraph_s": mu, "torch_s": tt, "why": why}
+    kept.save(cap.whole)
+    return fn if faster else base
 
 
 def _fewer_pieces(cap: Any, subset: Callable[[list[BuiltPiece]], Callable], base: Callable, args: tuple,

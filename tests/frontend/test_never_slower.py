@@ -83,8 +83,9 @@ def test_a_piece_whose_mugraph_is_slower_stays_torch_code(piece_cache, mugraph_l
         assert bp.info["runs"] == "torch"
         assert (bp.info["mugraph_s"], bp.info["torch_s"]) == (2e-6, 1e-6)
         assert "not faster" in bp.info["why"] and "2 μs" in bp.info["why"], bp.info["why"]
-    assert timer.calls == [cap.pieces[0].name]  # identical pieces: timed once
-    assert cap.whole["runs"] == "torch" and "no piece runs a μGraph" in cap.whole["why"]  # untimed: torch.compile's
+    assert timer.calls == [cap.pieces[0].name, "graph"]  # identical pieces: timed once; then the trace
+    assert cap.whole["runs"] == "torch" and "no piece runs a μGraph" in cap.whole["why"]  # torch.compile's
+    assert "as traced it takes 2 μs" in cap.whole["why"]
     said = [m for m in mugraph_log.messages if "stays torch code" in m and "never-slower" in m]
     assert len(said) == 1 and cap.pieces[0].name in said[0]
     assert "torch (program, " in cap.report() and "not faster" in cap.report()
@@ -405,7 +406,42 @@ def test_a_graph_slower_with_all_its_pieces_runs_with_those_that_win_in_it(piece
     _forget_memo()
     lose = SubsetTimer(lambda k: 5e-6)
     _, cap3 = compiled_pieces(mixed, x, piece_cache + "3", timer=lose, inductor=False)
-    assert cap3.whole["runs"] == "torch" and len(lose.forms) == 3
+    # all, each alone, then none (the backend's trace): every form loses to torch.compile's
+    assert cap3.whole["runs"] == "torch" and len(lose.forms) == 4 and lose.forms[-1] == frozenset()
+
+
+def test_the_graph_runs_as_traced_where_that_beats_torch_compiles_graph(piece_cache, mugraph_log):
+    """The last form: the backend's trace with no μGraph (its attention read in place, say)
+    against dynamo's graph under Inductor. With no piece kept it is the only other form; after
+    the graph lost with its pieces and with fewer, it is tried last. It runs only if faster
+    (by the tie margin), its verdict is kept on disk, and a warm compile runs it untimed."""
+    x = torch.randn(4, 8, generator=g)
+    _, cap = compiled_pieces(mixed, x, piece_cache, timer=SubsetTimer(lambda k: 1e-6), inductor=False)
+    first, second = [bp.name for bp in cap.pieces]
+    _forget_memo()
+    times = {frozenset({first, second}): 5e-6, frozenset({first}): 6e-6, frozenset({second}): 6e-6,
+             frozenset(): 3e-6}
+    timer = SubsetTimer(times.__getitem__)
+    y, cap = compiled_pieces(mixed, x, piece_cache + "-trace", timer=timer, inductor=False)
+    close(y, mixed(x))
+    assert cap.whole["runs"] == "trace" and cap.kept == [] and timer.forms[-1] == frozenset()
+    assert (cap.whole["mugraph_s"], cap.whole["torch_s"]) == (3e-6, 4e-6)
+    assert all(bp.info["runs"] == "torch" for bp in cap.pieces)
+    assert "as traced, without μGraph pieces" in cap.report()
+    assert any("runs as the backend traces it" in m for m in mugraph_log.messages)
+    _forget_memo()
+    again = SubsetTimer(lambda k: 9e-6)  # the kept verdict decides, nothing is timed
+    y2, cap2 = compiled_pieces(mixed, x, piece_cache + "-trace", timer=again, inductor=False)
+    close(y2, mixed(x))
+    assert cap2.whole["runs"] == "trace" and not again.forms and cap2.kept == []
+
+    # no piece kept at all (each slower than its torch ops): the trace is timed against torch's
+    _forget_memo()
+    slow = FixedTimer(mugraph_s=2e-6, torch_s=1e-6, graph_s=(3e-6, 4e-6))
+    y3, cap3 = compiled_pieces(two_blocks, x, piece_cache + "-none", timer=slow, inductor=False)
+    close(y3, two_blocks(x))
+    assert cap3.kept == [] and cap3.whole["runs"] == "trace" and slow.calls[-1] == "graph"
+    assert cap3.whole["why"].startswith("no piece runs a μGraph; as traced it takes 3 μs")
 
 
 class SlowFormsTimer(SubsetTimer):
