@@ -504,6 +504,9 @@ def row_notes(r: dict) -> str:
         notes.append("cache not empty before: cold is not cold")
     if r.get("warm_matches_cold") is False:
         notes.append("warm result differs from cold")
+    if r.get("graph_runs") in ("torch", "trace"):
+        notes.append("the graph runs " + ("as traced, without its pieces" if r["graph_runs"] == "trace"
+                                          else "as torch.compile compiles it"))
     return "; ".join(dict.fromkeys(notes))
 
 

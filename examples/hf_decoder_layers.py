@@ -243,6 +243,10 @@ def run_row(row, fam, cfg, layer, rope, args, torch, device, dtype, bw, cache_ro
         row["piece_info"] = [{"piece": bp.describe(), **{k: v for k, v in bp.info.items()
                                                          if isinstance(v, (bool, int, float, str, type(None)))}}
                              for bp in pieces]
+        # the whole-graph rule's verdict: with the pieces, as traced without them, or torch's
+        wholes = [cap.whole for cap in comp[-1].captured.values() if cap.whole] if comp else []
+        if wholes:
+            row["graph_runs"], row["graph_why"] = wholes[-1]["runs"], wholes[-1].get("why")
     except RowTimeout:
         raise
     except Exception as e:  # noqa: BLE001 - eager and Inductor are still timed
