@@ -295,7 +295,7 @@ class Searcher:
             outs = [(shape, bs.terms[i], lab, None, False, GD) for i, (_, shape, lab) in zip(frontier, choice)]
             ks.push(("block", inputs, bspec), key, inputs, outs)
             try:
-                if final and (len(ks.ops) < self.walk.emit_kops or not self._orders(ks, len(outs))):
+                if final and (len(ks.ops) < self.walk.emit_kops or not self._orders(ks, len(outs), most=1)):
                     # the kernel graph's last op, and what it leaves are not the program's
                     # outputs: a dead end, known before the costly validity check
                     if not replay:
@@ -331,7 +331,7 @@ class Searcher:
             if self._emit(ks, order):
                 return
 
-    def _orders(self, ks: _Level, new: int) -> list[tuple[int, ...]]:
+    def _orders(self, ks: _Level, new: int, most: int = MAX_ORDERS) -> list[tuple[int, ...]]:
         """The tensors that could be the program's outputs, in order, if the graph ended
         here (its last op made ``new`` tensors): each a tuple of tensor indices, the orders
         most outputs match for certain first; none where the graph cannot end here. The
@@ -342,7 +342,8 @@ class Searcher:
         Several orders where expressions cannot tell outputs apart: an output and the same
         output scaled have one abstract expression (constant factors are abstracted away),
         and only the fingerprint tells which is which — a graph fingerprinted in one order
-        alone was lost whenever that order was the wrong one."""
+        alone was lost whenever that order was the wrong one. At most ``most`` orders, the
+        first found (a permutation is checked only until then, as one was before)."""
         n = len(ks.shapes)
         unused = [i for i in range(n) if ks.uses[i] == 0]
         m = len(self.out_shapes)
@@ -368,7 +369,9 @@ class Searcher:
                 known += same is True
             else:
                 found.append((-known, len(found), perm))
-        return [perm for _, _, perm in sorted(found)[:MAX_ORDERS]]
+                if len(found) >= most:
+                    break
+        return [perm for _, _, perm in sorted(found)]
 
     def _reread_output(self, term) -> bool:
         """Whether abstract expression ``term`` is that of an output the program also reads."""
