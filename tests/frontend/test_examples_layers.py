@@ -134,3 +134,37 @@ def test_piece_headroom_smoke(tmp_path, capsys):
     (row,) = json.loads(out.read_text())["rows"]
     assert "silu" in row["piece"] and row["predicted_us"] > 0 and row["mugraph_us"] is None and row["candidates"]
     assert "| piece | shipped" in capsys.readouterr().out
+
+
+def test_a_layer_whose_pieces_all_lose_runs_as_traced_where_that_times_faster(tmp_path):
+    """A tiny Mistral decode step over a static cache (written in place every call): its pieces
+    each lose to their torch ops (a fake timer), and the whole-graph rule times the backend's
+    trace, no μGraph, against torch.compile's graph. Told the trace is faster, the graph runs as
+    traced: equal to eager's step, twice (the cache is written once a call), and a row's note
+    says so."""
+    from mugraph.frontend import recent_graphs
+    from mugraph.frontend.graph import Captured
+
+    forms = []
+
+    def timer(piece, launches):
+        for launch in launches.values():
+            launch()
+        if isinstance(piece, Captured):
+            forms.append(piece.trial)
+            return {"mugraph": 1e-6 if piece.trial == [] else 5e-6, "torch": 4e-6}
+        return {"mugraph": 2e-6, "torch": 1.5e-6}
+
+    cfg, layer, rope = L.build_layer("mistral", True, "cpu", torch.float32, "sdpa", 64 + 1 + 16)
+    ins, _ = L.static_inputs(cfg, rope, 1, 64, "cpu", torch.float32)
+    step = L.make_static_step(layer)
+    with torch.no_grad():
+        want = step(*ins)
+        torch._dynamo.reset()
+        f = torch.compile(step, backend="mugraph", options={"timer": timer, "time_limit": 2, "inductor": False,
+                                                             "cache_dir": str(tmp_path)})
+        for _ in range(2):
+            torch.testing.assert_close(f(*ins), want, rtol=1e-5, atol=1e-5)
+    (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
+    assert cap.kept == [] and forms == [[]] and cap.whole["runs"] == "trace"
+    assert "the graph runs as traced" in L.row_notes({"graph_runs": cap.whole["runs"]})
