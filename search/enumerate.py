@@ -47,7 +47,7 @@ from .config import SearchConfig
 from .mappings import Mapping, mappings, omaps
 from .oracle import SubexprOracle
 from .proposals import ACC, GD, POOL, OpProposer, _attr_key, _scales
-from .walk import Walk, _Level
+from .walk import LOADED, Walk, _Level
 
 #: a block node's children: its close choices (ordinals ``c - _CLOSE``, negative, so they
 #: sort first, as the DFS visits them first), then its block-op candidates (``0, 1, …``)
@@ -269,7 +269,7 @@ class Searcher:
                 if a != 1:
                     return
                 frontier.append(i)
-            elif a == 1 and bs.producer[i] not in (POOL, "input") and self._reread_output(bs.terms[i]):
+            elif a == 1 and bs.producer[i] not in (POOL, LOADED) and self._reread_output(bs.terms[i]):
                 kept.append(i)  # an output the block reads on: saved beside the frontier
         if not frontier:
             return

@@ -16,6 +16,10 @@ from typing import Callable, Optional
 from . import labels as lb
 
 
+#: the producer of the tensors a level starts with: the program's inputs, a block's loaded tiles
+LOADED = "input"
+
+
 class _Level:
     """Per-level tensor table with append/pop.
 
@@ -39,7 +43,7 @@ class _Level:
         self.keys: list[tuple] = []
         self.nout: list[int] = []
 
-    def add_tensor(self, shape, term, lab, acc=None, scaled=False, producer="input") -> None:
+    def add_tensor(self, shape, term, lab, acc=None, scaled=False, producer=LOADED) -> None:
         sig = (shape, term, lab)
         n = self.interned.get(sig)
         if n is None:
