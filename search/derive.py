@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Callable, Optional, Sequence
 from mugraph.core.ir import KernelGraph, Program
 
 from .check import EvaluationStopped
-from .compose import compose, partition, pointwise_kernel
+from .compose import compose, partition, pointwise_kernel, separate_contractions
 from .config import SearchConfig
 from .enumerate import cost_key
 from .records import Proposal
@@ -83,7 +83,7 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
     (:func:`_piece_graphs`)."""
     t0 = time.monotonic()
     n_ops = sum(1 for op in program.ops if op.kind != "input")
-    if n_ops <= cfg.compose_above:
+    if n_ops <= cfg.compose_above and not (n_ops > cfg.piece_ops and separate_contractions(program)):
         return []
     pieces = None
     for max_ops in range(cfg.piece_ops, max(cfg.piece_ops, n_ops)):

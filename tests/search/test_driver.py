@@ -406,3 +406,29 @@ def test_a_fingerprint_running_past_the_deadline_is_cut_mid_evaluation(monkeypat
     deadline = limit - min(SearchConfig().verify_reserve, 0.3 * limit)
     assert st["phase_started"]["split-loop"] < deadline + 0.6
     assert st["search"]["fingerprint_matches"] <= st["search"]["fingerprints"] - st["search"]["fingerprints_stopped"]
+
+
+def test_two_projections_of_different_operands_are_composed_below_the_op_count():
+    """A parallel block's output (Phi-2, GPT-J): the attention's output projection and the
+    MLP's second projection, each with its bias, summed with the residual — 8 ops, below
+    ``compose_above``, but two loops over different operands that no kernel holds as one: the
+    compositional search cuts it (an H200's 16 cores enumerated nothing in 16 s at Phi-2's
+    sizes). The same program with one projection reading the other's result is not cut."""
+    from search.compose import separate_contractions
+
+    p = mg.Program("parallel_block_output")
+    a, f = p.input("A", (1, 64), "float32"), p.input("f", (1, 1), "float32")
+    wo, bo = p.input("Wo", (64, 64), "float32"), p.input("Bo", (64,), "float32")
+    h, g = p.input("H", (1, 256), "float32"), p.input("G", (1, 256), "float32")
+    w2, b2 = p.input("W2", (256, 64), "float32"), p.input("Bm", (64,), "float32")
+    r = p.input("R", (1, 64), "float32")
+    p.output(((a * f) @ wo + bo) + ((h * g) @ w2 + b2) + r)
+    assert separate_contractions(p) and sum(op.kind != "input" for op in p.ops) == 8
+    res = search.run(p, SearchConfig(time_limit=20, workers=2, progress=False))
+    assert res.graphs and any(o.startswith("composed") or o == "retile" for o in res.origins), res.origins
+    assert all(v and v["equivalent"] for v in res.verdicts[:1])
+
+    chained = mg.Program("chained")
+    x, w, v = (chained.input(n, s, "float32") for n, s in (("X", (1, 64)), ("W", (64, 64)), ("V", (64, 64))))
+    chained.output((x @ w) @ v)
+    assert not separate_contractions(chained)
