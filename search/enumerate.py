@@ -374,8 +374,9 @@ class Searcher:
         return [perm for _, _, perm in sorted(found)]
 
     def _reread_output(self, term) -> bool:
-        """Whether abstract expression ``term`` is that of an output the program also reads."""
-        return any(self.oracle.equivalent(term, k) is True for k in self.reread)
+        """Whether abstract expression ``term`` is that of an output the program also reads
+        (none to ask of in most programs: every closed block asks)."""
+        return bool(self.reread) and any(self.oracle.equivalent(term, k) is True for k in self.reread)
 
     def _emit(self, ks: _Level, outputs: tuple) -> bool:
         """Fingerprint a complete candidate; a match is reported with its cost key (True).

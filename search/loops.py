@@ -201,24 +201,13 @@ def _grids(bg: BlockGraph) -> list[tuple]:
     return out
 
 
-def _contracted(t: Tensor) -> bool:
-    """Whether a contraction is upstream of block tile ``t``."""
-    seen, todo = set(), [t]
-    while todo:
-        x = todo.pop()
-        if x.op.kind == "iterator" or x.id in seen:
-            continue
-        seen.add(x.id)
-        if is_contraction(x.op.kind):
-            return True
-        todo += x.op.inputs
-    return False
-
-
 def _hoistable(bg: BlockGraph) -> dict[int, tuple[int, int]]:
     """The sums of two terms (ops the catalog calls linear: ``add``, ``sub``) of loop-free ``bg``
     read only by a sum accumulator, one term with a contraction upstream and the other without:
     op id -> (the summed term's index, the addend's)."""
+    # per tile, whether a contraction is upstream of it (the module's dim-flow walk, in op order)
+    contracted = propagate(bg, {op.id: False for op in bg.ops if op.kind == "iterator"},
+                           lambda op, ins: is_contraction(op.kind) or any(ins))
     cons = bg.consumers()
     out = {}
     for acc in bg.ops:
@@ -228,7 +217,7 @@ def _hoistable(bg: BlockGraph) -> dict[int, tuple[int, int]]:
         d = CATALOG.get(a.kind)  # (an accumulator may read an iterator's tile: no catalog op)
         if d is None or d.lax != "linear" or len(a.inputs) != 2 or len(cons[a.outputs[0]]) != 1:
             continue
-        summed = [_contracted(t) for t in a.inputs]
+        summed = [contracted[t] for t in a.inputs]
         if summed.count(True) == 1:
             p = summed.index(True)
             out[a.id] = (p, 1 - p)
