@@ -118,6 +118,8 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
             stats[f"piece{i}"] = {"seconds": seconds, "matches": res.stats["num_graphs"],
                                   "complete": res.stats["complete"], "loop_free_only": not loops,
                                   "executor": res.stats["executor"], "serial_first_s": serial_s}
+            if deadline is not None and not res.stats["complete"]:
+                note_cut(stats, "pieces")
             graphs = _piece_graphs(res.graphs, estimate, time.monotonic() + pricing, stats[f"piece{i}"])
             if graphs:
                 break
@@ -144,6 +146,8 @@ def composed(program: Program, cfg: SearchConfig, budget: float, fingerprint: Fi
     for batch, end in ((first, deadline), (rest, _earlier(deadline, t0 + budget))):
         answers = fingerprint([g for g, _ in batch], end) if batch else []
         tried += sum(a is not None for a in answers)
+        if deadline is not None and any(a is None for a in answers):
+            note_cut(stats, "pieces")
         out += [Proposal(g, origin) for (g, origin), a in zip(batch, answers) if a]
     stats["composed_graphs"] = len(ranked)
     stats["composed_fingerprinted"] = tried
@@ -222,6 +226,18 @@ def _past(deadline: Optional[float]) -> bool:
     return deadline is not None and time.monotonic() > deadline
 
 
+def note_cut(stats: dict, phase: str) -> None:
+    """Record in ``stats["cut"]`` that ``phase`` stopped at its deadline with work left.
+
+    Why: what such a phase proposes depends on the machine's speed, so a search whose
+    enumeration finished is still not complete (:attr:`search.SearchResult.complete`) —
+    more time, or a resume, can give more graphs. Without the record a loaded machine's
+    run reported itself complete with one tile variant fewer than an unhurried one."""
+    cuts = stats.setdefault("cut", [])
+    if phase not in cuts:
+        cuts.append(phase)
+
+
 def _earlier(a: Optional[float], b: float) -> float:
     return b if a is None else min(a, b)
 
@@ -288,6 +304,7 @@ def splits(graphs: list[KernelGraph], fingerprint: Fingerprint, stats: dict,
     variants: dict[str, tuple[tuple, int, KernelGraph]] = {}
     for i, g in enumerate(graphs[:MAX_SPLIT_SOURCES]):
         if _past(deadline):  # the variants of the cheapest sources so far are enough
+            note_cut(stats, "split")
             break
         est = cost_key(g)[1]
         for h in split_variants(g):
@@ -316,7 +333,7 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: O
     ranked = _key_order(variants)
     if estimate is not None:
         end = None if deadline is None else time.monotonic() + max(0.0, deadline - time.monotonic()) * ESTIMATE_SHARE
-        priced, stats[f"{prefix}_priced"] = _by_estimate(ranked[:SHORTLIST * limit], estimate, end)
+        priced, stats[f"{prefix}_priced"] = _by_estimate(ranked[:SHORTLIST * limit], estimate, end, stats, prefix)
         first, rest = one_per_shape(priced, key=kernel_shape)
         ranked = first + rest
     chosen = ranked[:limit]
@@ -324,6 +341,8 @@ def _propose(variants: dict[str, tuple[tuple, int, KernelGraph]], fingerprint: O
         answers = [True] * len(chosen)
     else:
         answers = fingerprint(chosen, deadline) if chosen else []
+        if any(a is None for a in answers):
+            note_cut(stats, prefix)
         stats[f"{prefix}_fingerprinted"] = stats.get(f"{prefix}_fingerprinted", 0) + sum(a is not None for a in answers)
     out = [Proposal(h, origin) for h, a in zip(chosen, answers) if a]
     stats[f"{prefix}_matches"] = len(out)
@@ -348,9 +367,11 @@ def _price(estimate: Callable[[KernelGraph], float], g: KernelGraph) -> Optional
 
 
 def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float],
-                 end: Optional[float]) -> tuple[list[KernelGraph], int]:
+                 end: Optional[float], stats: Optional[dict] = None,
+                 phase: str = "") -> tuple[list[KernelGraph], int]:
     """``graphs`` (ranked by ``cost_key``) ranked by ``estimate``, and how many were
-    priced; those not priced by ``end`` (monotonic; None: no limit) follow, in their order.
+    priced; those not priced by ``end`` (monotonic; None: no limit) follow, in their order
+    (noted as ``phase`` cut in ``stats``, where given: :func:`note_cut`).
 
     Why: ``cost_key`` prices a block as written; the lowering sub-tiles a block's rows
     over several programs and splits its loop itself, so the key under-rates few wide
@@ -366,6 +387,8 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
     for i, g in enumerate(graphs):  # the next is not started when the longest so far would end past `end`
         if end is not None and time.monotonic() + longest > end:
             unpriced.append(g)
+            if stats is not None:
+                note_cut(stats, phase)
             continue
         t0 = time.monotonic()
         p = _price(estimate, g)
@@ -412,6 +435,7 @@ def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = 
 
     for g in graphs[:MAX_RETILE_SOURCES]:
         if _past(deadline):
+            note_cut(stats, "retile")
             break
         for h in tile_variants(g, smem_budget) + loop_variants(g, smem_budget) + grid_variants(g, smem_budget):
             add(h)
@@ -455,6 +479,7 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
     priced = []
     for g in graphs:
         if _past(half):
+            note_cut(stats, "climb")
             break
         priced.append((price(g), len(priced), g))
     stats["retile_climbed"] = 0
@@ -466,6 +491,7 @@ def climb(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], float], e
         best: Optional[tuple[float, KernelGraph]] = None
         for h in tile_variants(here, smem_budget):
             if _past(end):
+                note_cut(stats, "climb")
                 break
             p = price(h)
             if p < here_price and (best is None or p < best[0]):
@@ -564,7 +590,7 @@ def seed_order(seeds: Sequence[KernelGraph], estimate: Optional[Callable[[Kernel
     seen = {graph_key(g) for g in by_key}
     fresh = list({k: h for h in climb(by_key, price, end, smem_budget, stats)
                   if (k := graph_key(h)) not in seen}.values())
-    ranked, priced = _by_estimate(by_key + fresh, price, end)  # the priced first, cheapest first
+    ranked, priced = _by_estimate(by_key + fresh, price, end, stats, "transfer")  # the priced first, cheapest first
     stats["transfer_priced"], stats["transfer_variants"] = priced, len(fresh)
     variant = [any(g is h for h in fresh) for g in ranked]
     seed_prices = [price(g) for g, v in zip(ranked[:priced], variant) if not v]  # remembered

@@ -309,6 +309,7 @@ def _collect(state: RunState, matches: list[Match], found: list[Found],
         found = found[:cfg.max_results]
     timed_out = any(d.timed_out for d in state.done.values())
     tasks_done = sum(1 for r in state.done.values() if not r.timed_out)
+    cut = _cut_phases(state)
     median = state.verify_cost.median()
     stats = {
         "program": state.program.name,
@@ -320,8 +321,13 @@ def _collect(state: RunState, matches: list[Match], found: list[Found],
         "longest_task_seconds": round(max(state.unit_seconds), 3) if state.unit_seconds else None,
         #: tasks whose results came from the checkpoint
         "tasks_resumed": state.resumed,
+        #: the enumeration finished and no later phase stopped at its deadline with work left:
+        #: more time (or a resume) would give the same graphs
         "complete": (state.root is not None and tasks_done == len(state.units) and not timed_out
-                     and not state.interrupted),
+                     and not state.interrupted and not cut),
+        #: the phases after the enumeration that stopped at their deadline with work left
+        #: (:func:`search.derive.note_cut`; "verify": a match left unverified for time)
+        "cut_phases": cut,
         "interrupted": state.interrupted,
         #: tasks whose worker died twice or that raised: [{"task", "spec", "error"}]
         "failed_tasks": state.failed,
@@ -358,6 +364,15 @@ def _collect(state: RunState, matches: list[Match], found: list[Found],
         stats["worker_startup_seconds"] = startup
     return found, stats
 
+
+
+def _cut_phases(state: RunState) -> list[str]:
+    """The phases whose deadline left work undone (derived proposals, their pricing, the
+    verification), in the order they were cut."""
+    cut = list(state.dstats.get("cut", []))
+    if state.counts.get("verify_skipped_time"):
+        cut.append("verify")
+    return cut
 
 
 def _oracle_stats(state: RunState) -> dict[str, Any]:

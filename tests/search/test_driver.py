@@ -92,6 +92,35 @@ def test_checkpoint_resume_gives_same_result(tmp_path):
     assert resumed.graph_json == full.graph_json
 
 
+def test_a_match_left_unverified_for_time_makes_the_search_incomplete(monkeypatch):
+    """``complete`` means more time would give the same graphs: a verification skipped at the
+    time limit leaves the search incomplete (its resume verifies the rest), named in
+    ``cut_phases``. (A loaded machine's 0.3 s run had reported itself complete with one graph
+    fewer than the unhurried run.)"""
+    from search.run_state import VerifyCost
+
+    full = search.run(_program(), _cfg(split_loops=False))
+    assert full.stats["complete"] and full.stats["cut_phases"] == []
+    fits = VerifyCost.fits
+    monkeypatch.setattr(VerifyCost, "fits", lambda self: fits(self) and len(self.seconds) < 2)
+    part = search.run(_program(), _cfg(split_loops=False, time_limit=120.0))
+    assert part.stats["search"]["verify_skipped_time"] >= 1
+    assert not part.stats["complete"] and part.stats["cut_phases"] == ["verify"]
+    assert len(part.graph_json) < len(full.graph_json)
+
+
+def test_a_derived_phase_cut_at_its_deadline_makes_the_search_incomplete(monkeypatch):
+    """The split and tile variants are proposed within a share of the time: a phase that
+    stopped there with sources left is noted (search.derive.note_cut), and the search is not
+    complete though its enumeration is."""
+    from search import derive
+
+    monkeypatch.setattr(derive, "_past", lambda deadline: deadline is not None)
+    r = search.run(_program(), _cfg(time_limit=120.0))
+    assert r.stats["tasks_done"] == r.stats["tasks"]
+    assert {"split", "retile"} <= set(r.stats["cut_phases"]) and not r.stats["complete"]
+
+
 def test_generality_softmax_and_residual_norm():
     p = mg.Program("softmax")
     X = p.input("X", (16, 64))
