@@ -1,0 +1,194 @@
+"""Any Hugging Face causal LM under torch.compile(backend="mugraph"), checked against eager:
+a tiny random-weight configuration of each named ``model_type`` (two layers, hidden 64), a
+prompt's logits and a greedy ``generate`` over transformers' static cache, each family in a
+child process of its own (docs/models.md, "Beyond the tested families").
+
+Where ``tests/frontend/test_models.py`` pins nine families' decoder layers, this reaches
+every architecture transformers ships a config for: its sizes are shrunk by the config
+fields they go by (``hidden_size`` or ``n_embd``, ``num_attention_heads`` or ``n_head``,
+…, whichever the config has), nothing is downloaded and nothing model-specific is written
+here. A family whose model transformers cannot build with SDPA attention is built with its
+eager attention (the softmax written out, as the model's own code spells it).
+
+    python examples/hf_families.py gpt2 falcon mixtral --out /tmp/families.json
+    python examples/hf_families.py llama --batch 2 --attn eager      # left padding; eager attention
+
+Each row: the largest logit difference over the largest logit (the prompt's forward pass,
+no cache), whether ``generate``'s greedy tokens equal eager's, how many of the pieces the
+backend cut (all graphs, both compiles) run as μGraphs, and the seconds each compile and
+run took on this machine; a failure is its one-line error. On a CPU the μGraphs are the
+cost model's picks, run under Triton's interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+#: the families run when none are named: every one checked for docs/models.md's table
+DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma2", "gemma3_text", "cohere",
+                    "stablelm", "granite", "qwen3_moe", "mixtral", "olmo", "mpt", "codegen", "persimmon",
+                    "nemotron", "exaone4", "helium", "smollm3", "glm4", "qwen2_moe", "deepseek_v3",
+                    "hunyuan_v1_dense", "ernie4_5", "seed_oss", "apertus", "arcee", "cohere2", "olmo3", "gpt_oss",
+                    "xglm")
+
+#: config fields set where the config has them: two layers of hidden 64, 4 query and 2
+#: key/value heads of dim 16, a 128-token vocabulary; experts, low-rank attention and partial
+#: rotary dims cut to match
+TINY = {
+    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
+    "hidden_size": 64, "n_embd": 64, "d_model": 64,
+    "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128,
+    "num_attention_heads": 4, "n_head": 4, "num_key_value_heads": 2, "head_dim": 16,
+    "vocab_size": 128, "max_position_embeddings": 256, "n_positions": 256,
+    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+    "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
+    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 32,
+    "rotary_dim": 8, "tie_word_embeddings": False, "pad_token_id": 0,
+}
+
+
+def tiny_config(model_type: str):
+    """``model_type``'s default config with :data:`TINY`'s sizes wherever it has those fields."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.for_model(model_type)
+    for k, v in TINY.items():
+        if hasattr(cfg, k):
+            setattr(cfg, k, v)
+    if hasattr(cfg, "kv_lora_rank"):  # latent attention: each query head has keys and values of its own
+        cfg.num_key_value_heads = cfg.num_attention_heads
+    return cfg
+
+
+def build(model_type: str, attn: str, seed: int = 0):
+    """``(model, attention)``: the tiny random-weight causal LM in eval mode, with ``attn``
+    attention where transformers builds it so, else with its eager attention."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = tiny_config(model_type)
+    try:
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval(), attn
+    except ValueError:  # "does not support an attention implementation through ... yet"
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").eval(), "eager"
+
+
+def inputs(batch: int, length: int = 8, seed: int = 0):
+    """``(input_ids, attention_mask)``: random prompts; from the second row on, the first three
+    positions are left padding (masked), as a batched ``generate`` pads."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(1, 120, (batch, length), generator=g)
+    mask = torch.ones_like(ids)
+    mask[1:, :3] = 0
+    ids[1:, :3] = 0
+    return ids, mask
+
+
+def check(model_type: str, batch: int, attn: str, time_limit: float, new_tokens: int,
+          cache: str | None = None) -> dict:
+    """One family's row (run in this process): the prompt's logits and greedy tokens, under
+    the backend (its result cache in ``cache``; None: the backend's default) and eagerly."""
+    import torch
+
+    from mugraph.frontend import recent_graphs  # importing registers the backend
+
+    row: dict = {"family": model_type, "batch": batch}
+    model, row["attention"] = build(model_type, attn)
+    ids, mask = inputs(batch)
+    opts = {"time_limit": time_limit, **({"cache_dir": cache} if cache else {})}
+    with torch.no_grad():
+        ref = model(ids, attention_mask=mask, use_cache=False).logits
+        t0 = time.perf_counter()
+        got = torch.compile(model, backend="mugraph", options=opts)(ids, attention_mask=mask, use_cache=False).logits
+        row["prompt_s"] = round(time.perf_counter() - t0, 1)
+        # positions all of whose keys are padding are not compared: what a model returns there is its own affair
+        seen = mask.bool()
+        row["logits_rel_err"] = float((got - ref)[seen].abs().max() / ref[seen].abs().max())
+        torch._dynamo.reset()
+        greedy = dict(max_new_tokens=new_tokens, do_sample=False, cache_implementation="static", pad_token_id=0)
+        expected = model.generate(ids, attention_mask=mask, **greedy)
+        model.forward = torch.compile(model.forward, backend="mugraph", options=opts)
+        t0 = time.perf_counter()
+        tokens = model.generate(ids, attention_mask=mask, **greedy)
+        row["generate_s"] = round(time.perf_counter() - t0, 1)
+        row["tokens_equal"] = bool(torch.equal(expected, tokens))
+    pieces = [bp for c in recent_graphs() for cap in c.captured.values() for bp in cap.pieces]
+    row["pieces"] = len(pieces)
+    row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+    return row
+
+
+def run_child(model_type: str, args) -> dict:
+    """:func:`check` in a child process (dynamo's and the backend's state start fresh), its row
+    or its one-line error; stopped after ``args.timeout`` seconds."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", model_type, "--batch", str(args.batch),
+           "--attn", args.attn, "--time-limit", str(args.time_limit), "--new-tokens", str(args.new_tokens)]
+    if args.cache:
+        cmd += ["--cache", args.cache]
+    env = {**os.environ, "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    except subprocess.TimeoutExpired:
+        return {"family": model_type, "error": f"stopped after {args.timeout:g} s"}
+    last = p.stdout.strip().splitlines()[-1:] if p.stdout.strip() else []
+    if p.returncode == 0 and last:
+        return json.loads(last[0])
+    err = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
+    return {"family": model_type, "error": err[-1][:300] if err else f"exit code {p.returncode}"}
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| family | attention | batch | logits rel. err | greedy tokens equal | pieces: μGraph / all "
+             "| compile + run s (prompt, generate) |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['family']} | | | {r['error']} | | | |")
+            continue
+        lines.append(f"| {r['family']} | {r['attention']} | {r['batch']} | {r['logits_rel_err']:.1e} "
+                     f"| {'yes' if r['tokens_equal'] else '**no**'} | {r['pieces_mugraph']} / {r['pieces']} "
+                     f"| {r['prompt_s']:g}, {r['generate_s']:g} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("families", nargs="*", default=list(DEFAULT_FAMILIES), help="transformers model_type names")
+    ap.add_argument("--batch", type=int, default=1, help="prompts (from the second on, left-padded)")
+    ap.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"], help="attention implementation")
+    ap.add_argument("--time-limit", type=float, default=1.0, help="the backend's search seconds a piece")
+    ap.add_argument("--new-tokens", type=int, default=3, help="greedy tokens generated")
+    ap.add_argument("--timeout", type=float, default=600.0, help="a family is stopped after this many s")
+    ap.add_argument("--cache", default=None, help="the backend's result cache (default: its own; a new folder "
+                    "for cold compiles)")
+    ap.add_argument("--out", default=None, help="write the rows here (JSON)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        print(json.dumps(check(args.child, args.batch, args.attn, args.time_limit, args.new_tokens, args.cache)))
+        return 0
+    rows = []
+    for f in args.families:
+        rows.append(run_child(f, args))
+        print(json.dumps(rows[-1]), flush=True)
+    print()
+    print(table(rows))
+    if args.out:
+        with open(args.out, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0 if all("error" not in r and r["tokens_equal"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""examples/hf_families.py's helpers: a family's config shrunk by whichever size fields it
+has, the fallback to eager attention, left-padded prompts, and a family that fails giving a
+one-line row. No compile here: the run itself takes 10-40 s a family on 2 cores."""
+
+import argparse
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+
+import hf_families as F  # noqa: E402
+
+
+@pytest.mark.parametrize("family, width", [("llama", "hidden_size"), ("gpt2", "n_embd"), ("mixtral", "hidden_size")])
+def test_a_config_is_shrunk_by_its_own_field_names(family, width):
+    cfg = F.tiny_config(family)
+    assert getattr(cfg, width) == 64 and cfg.vocab_size == 128
+    model, attn = F.build(family, "sdpa")
+    assert attn == "sdpa" and sum(p.numel() for p in model.parameters()) < 500_000
+
+
+def test_a_model_without_sdpa_is_built_with_its_eager_attention(monkeypatch):
+    import transformers
+
+    real = transformers.AutoModelForCausalLM.from_config
+
+    def no_sdpa(cfg, attn_implementation):
+        if attn_implementation == "sdpa":
+            raise ValueError("does not support an attention implementation through sdpa yet")
+        return real(cfg, attn_implementation=attn_implementation)
+
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_config", no_sdpa)
+    model, attn = F.build("llama", "sdpa")
+    assert attn == "eager" and model.config._attn_implementation == "eager"
+
+
+def test_prompts_after_the_first_are_left_padded():
+    ids, mask = F.inputs(3)
+    assert mask[0].all() and not mask[1:, :3].any() and mask[1:, 3:].all()
+    assert (ids[1:, :3] == 0).all()
+
+
+def test_a_family_that_fails_is_a_row_with_its_one_line_error():
+    args = argparse.Namespace(batch=1, attn="sdpa", time_limit=1.0, new_tokens=1, timeout=120.0, cache=None)
+    row = F.run_child("no_such_model_type", args)
+    assert set(row) == {"family", "error"} and "no_such_model_type" in row["error"]
+    assert "\n" not in row["error"]
+    assert "| no_such_model_type |" in F.table([row])
