@@ -65,6 +65,15 @@ def tiny_config(model_type: str):
             setattr(cfg, k, v)
     if hasattr(cfg, "kv_lora_rank"):  # latent attention: each query head has keys and values of its own
         cfg.num_key_value_heads = cfg.num_attention_heads
+    kinds = getattr(cfg, "layer_types", None)
+    if isinstance(kinds, (list, tuple)) and kinds:
+        # enough layers to hold every kind the model interleaves (a hybrid's full-attention
+        # layer may come fourth: two linear-attention layers alone are another model)
+        n = max(TINY["num_hidden_layers"], max(kinds.index(k) for k in set(kinds)) + 1)
+        for k in ("num_hidden_layers", "n_layer", "num_layers"):
+            if hasattr(cfg, k):
+                setattr(cfg, k, n)
+        cfg.layer_types = list(kinds[:n])
     return cfg
 
 

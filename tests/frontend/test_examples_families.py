@@ -49,3 +49,9 @@ def test_a_family_that_fails_is_a_row_with_its_one_line_error():
     assert set(row) == {"family", "error"} and "no_such_model_type" in row["error"]
     assert "\n" not in row["error"]
     assert "| no_such_model_type |" in F.table([row])
+
+
+def test_a_hybrid_keeps_a_layer_of_every_kind_it_interleaves():
+    cfg = F.tiny_config("qwen3_next")  # linear attention three layers in four, full attention the fourth
+    assert set(cfg.layer_types) == {"linear_attention", "full_attention"}
+    assert cfg.num_hidden_layers == len(cfg.layer_types) == cfg.layer_types.index("full_attention") + 1
