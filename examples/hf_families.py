@@ -62,7 +62,10 @@ def tiny_config(model_type: str):
     cfg = AutoConfig.for_model(model_type)
     for k, v in TINY.items():
         if hasattr(cfg, k):
-            setattr(cfg, k, v)
+            try:
+                setattr(cfg, k, v)
+            except AttributeError:  # a size the config derives (Falcon's head_dim): it follows the others
+                pass
     if hasattr(cfg, "kv_lora_rank"):  # latent attention: each query head has keys and values of its own
         cfg.num_key_value_heads = cfg.num_attention_heads
     kinds = getattr(cfg, "layer_types", None)

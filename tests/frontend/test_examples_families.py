@@ -14,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import hf_families as F  # noqa: E402
 
 
-@pytest.mark.parametrize("family, width", [("llama", "hidden_size"), ("gpt2", "n_embd"), ("mixtral", "hidden_size")])
+@pytest.mark.parametrize("family, width", [("llama", "hidden_size"), ("gpt2", "n_embd"), ("mixtral", "hidden_size"),
+                                           ("falcon", "hidden_size")])  # Falcon derives head_dim: no setter
 def test_a_config_is_shrunk_by_its_own_field_names(family, width):
     cfg = F.tiny_config(family)
     assert getattr(cfg, width) == 64 and cfg.vocab_size == 128
