@@ -44,7 +44,7 @@ DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma
 TINY = {
     "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
     "hidden_size": 64, "n_embd": 64, "d_model": 64,
-    "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128,
+    "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "ffn_hidden_size": 128,
     "num_attention_heads": 4, "n_head": 4, "num_key_value_heads": 2, "head_dim": 16,
     "vocab_size": 128, "max_position_embeddings": 256, "n_positions": 256,
     "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
