@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma2", "gemma3_text", "cohere",
                     "stablelm", "granite", "qwen3_moe", "mixtral", "olmo", "mpt", "codegen", "persimmon",
                     "nemotron", "exaone4", "helium", "smollm3", "glm4", "qwen2_moe", "deepseek_v3",
-                    "hunyuan_v1_dense", "ernie4_5", "seed_oss", "apertus", "arcee", "cohere2", "olmo3", "gpt_oss",
+                    "hunyuan_v1_dense", "ernie4_5", "seed_oss", "apertus", "arcee", "cohere2", "olmo3", "gpt_oss", "qwen3_next",
                     "xglm")
 
 #: config fields set where the config has them: two layers of hidden 64, 4 query and 2
