@@ -147,8 +147,11 @@ class Searcher:
     # ----------------------------------------------------------------- state
     def initial(self) -> _Level:
         ks = _Level(self._interned)
-        for t in self.program.inputs:
+        read = read_inputs(self.program)
+        for i, t in enumerate(self.program.inputs):
             ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
+            if t.name not in read:  # no output depends on it: no μGraph need read it
+                ks.uses[i] = 1
         return ks
 
 
@@ -519,6 +522,25 @@ _BW, _SM_BW, _L2_BW, _FLOPS, _LAUNCH, _L2 = 3.0e12, 6.0e10, 9.0e12, 4.0e14, 2.0e
 #: halves: the lowering's cost model charges 0.3 μs from DRAM, less from L2), and the blocks
 #: one SM runs at once
 _ITER, _RESIDENT = 0.2e-6, 2
+
+
+def read_inputs(program: Program) -> set[str]:
+    """The names of the inputs some output of ``program`` depends on.
+
+    Why: a graph ends only when every tensor it made or loaded is used (the enumeration's
+    last-op rule), so an input no output reads — a bias a variant of the program leaves
+    out — would leave no μGraph at all, the search complete and empty. Such an input counts
+    as used from the start; a μGraph may still load it, and gains nothing by it."""
+    seen, todo, names = set(), list(program.outputs), set()
+    while todo:
+        t = todo.pop()
+        if t.id in seen:
+            continue
+        seen.add(t.id)
+        if t.op.kind == "input":
+            names.add(t.name)
+        todo.extend(t.op.inputs)
+    return names
 
 
 def cost_key(g: KernelGraph) -> tuple[int, float, int, int]:

@@ -155,3 +155,26 @@ def test_an_output_the_program_reads_again_is_saved_by_the_block_that_reads_it()
         readers = block.consumers()
         assert any(readers[s.tensor] for s in block.savers), "one saved tile is read on by the block"
         assert r.verdicts[0] and r.verdicts[0]["equivalent"], r.verdicts[0]
+
+
+def test_an_input_no_output_reads_leaves_the_space_as_it_was():
+    """A graph ends only when every tensor is used; an input no output depends on counts as
+    used from the start (search.enumerate.read_inputs). Without that, the space was empty
+    and the search reported itself complete with no μGraph."""
+    import search
+    from search.enumerate import read_inputs
+
+    def prog(unread: bool):
+        p = mg.Program("unread")
+        if unread:
+            p.input("bias", (16,))
+        X = p.input("X", (8, 64)); W = p.input("W", (64, 32))
+        p.output(mg.exp(X @ W))
+        return p
+
+    assert read_inputs(prog(True)) == {"X", "W"}
+    cfg = SearchConfig(max_kernel_ops=1, max_block_ops=4, tile_sizes=(16,), forloop_ranges=(4,),
+                       executor="serial", progress=False, split_loops=False)
+    with_it, without = search.run(prog(True), cfg), search.run(prog(False), cfg)
+    assert without.graphs and len(with_it.graphs) == len(without.graphs)
+    assert with_it.stats["complete"] and all(f.verdict["equivalent"] for f in with_it.found)
