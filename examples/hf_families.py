@@ -41,8 +41,11 @@ DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma
 #: config fields set where the config has them: two layers of hidden 64, 4 query and 2
 #: key/value heads of dim 16, a 128-token vocabulary; experts, low-rank attention and partial
 #: rotary dims cut to match
+#: the names a config gives its layer count
+LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
+
 TINY = {
-    "num_hidden_layers": 2, "n_layer": 2, "num_layers": 2,
+    **dict.fromkeys(LAYER_FIELDS, 2),
     "hidden_size": 64, "n_embd": 64, "d_model": 64,
     "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "ffn_hidden_size": 128,
     "num_attention_heads": 4, "n_head": 4, "num_key_value_heads": 2, "head_dim": 16,
@@ -73,7 +76,7 @@ def tiny_config(model_type: str):
         # enough layers to hold every kind the model interleaves (a hybrid's full-attention
         # layer may come fourth: two linear-attention layers alone are another model)
         n = max(TINY["num_hidden_layers"], max(kinds.index(k) for k in set(kinds)) + 1)
-        for k in ("num_hidden_layers", "n_layer", "num_layers"):
+        for k in LAYER_FIELDS:
             if hasattr(cfg, k):
                 setattr(cfg, k, n)
         cfg.layer_types = list(kinds[:n])
@@ -148,9 +151,8 @@ def run_child(model_type: str, args) -> dict:
            "--attn", args.attn, "--time-limit", str(args.time_limit), "--new-tokens", str(args.new_tokens)]
     if args.cache:
         cmd += ["--cache", args.cache]
-    env = {**os.environ, "TRITON_INTERPRET": os.environ.get("TRITON_INTERPRET", "1")}
-    try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+    try:  # the child sets TRITON_INTERPRET itself (main), before anything imports triton
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
         return {"family": model_type, "error": f"stopped after {args.timeout:g} s"}
     last = p.stdout.strip().splitlines()[-1:] if p.stdout.strip() else []

@@ -384,11 +384,11 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
     priced: list[tuple[float, int, KernelGraph]] = []
     unpriced: list[KernelGraph] = []
     longest = 0.0  # one price takes 0.1-0.2 s (the lowering tunes each kernel's configs):
+    late = False
     for i, g in enumerate(graphs):  # the next is not started when the longest so far would end past `end`
         if end is not None and time.monotonic() + longest > end:
             unpriced.append(g)
-            if stats is not None:
-                note_cut(stats, phase)
+            late = True
             continue
         t0 = time.monotonic()
         p = _price(estimate, g)
@@ -397,6 +397,8 @@ def _by_estimate(graphs: list[KernelGraph], estimate: Callable[[KernelGraph], fl
         else:
             priced.append((p, i, g))
         longest = max(longest, time.monotonic() - t0)
+    if late and stats is not None:
+        note_cut(stats, phase)
     return [g for _, _, g in sorted(priced, key=lambda x: x[:2])] + unpriced, len(priced)
 
 

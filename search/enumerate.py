@@ -108,6 +108,9 @@ class Searcher:
         #: tensor after writing it out (:meth:`_reread_output`)
         readers = program.consumers()
         self.reread = tuple(k for k, t in enumerate(program.outputs) if readers.get(t))
+        #: the inputs no output depends on: used from the start (:func:`read_inputs`)
+        read = read_inputs(program)
+        self.unread = tuple(i for i, t in enumerate(program.inputs) if t.name not in read)
         self.oracle = oracle or SubexprOracle(
             self.targets, max_nodes=cfg.egraph_max_nodes, time_limit=cfg.egraph_time_limit,
             z3_timeout_ms=cfg.z3_timeout_ms, distribute=cfg.distribute, enabled=cfg.prune_abstract)
@@ -147,11 +150,10 @@ class Searcher:
     # ----------------------------------------------------------------- state
     def initial(self) -> _Level:
         ks = _Level(self._interned)
-        read = read_inputs(self.program)
-        for i, t in enumerate(self.program.inputs):
+        for t in self.program.inputs:
             ks.add_tensor(t.shape, ex.var(t.name), self.in_labels[t.name])
-            if t.name not in read:  # no output depends on it: no μGraph need read it
-                ks.uses[i] = 1
+        for i in self.unread:  # no output depends on it: no μGraph need read it
+            ks.uses[i] = 1
         return ks
 
 
