@@ -161,7 +161,8 @@ class MugraphCompiled:
             with torch.no_grad():
                 # on a warm start the trace is rebuilt from the one an earlier compile stored
                 gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
-                cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls)
+                cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls,
+                               proven_only=not opts.allow_unproven)
             self.captured[sig] = cap
             cap.timings["capture_s"] = time.perf_counter() - t0
             cap.timings["stored_trace"] = float(stored)

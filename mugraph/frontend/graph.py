@@ -14,7 +14,7 @@ import torch.fx as fx
 from .capture import NodeInfo, probe_all, trace, unfold_column_slices_in
 from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, FrontendOptions, GraphClock, search_weight
 from .partition import partition
-from .pieces import BuiltPiece, build_piece, reference_call, rewrite
+from .pieces import BuiltPiece, build_piece, provable, reference_call, rewrite
 
 log = logging.getLogger("mugraph")
 
@@ -75,11 +75,13 @@ class Captured:
     """A traced program cut into Lax pieces (``pieces``) and library ops (``library``)."""
 
     def __init__(self, gm: fx.GraphModule, min_ops: int = 2, max_piece_ops: int | None = MAX_PIECE_OPS,
-                 max_piece_matmuls: int | None = MAX_PIECE_MATMULS) -> None:
+                 max_piece_matmuls: int | None = MAX_PIECE_MATMULS, proven_only: bool = True) -> None:
+        """``proven_only``: cut pieces whose μGraphs the verifier could not prove (the
+        partition's ``provable``); off when unproven μGraphs may ship (``allow_unproven``)."""
         self.graph_module = gm
         self.info: dict[fx.Node, NodeInfo] = probe_all(gm.graph.nodes)
-        self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(gm.graph, self.info, min_ops,
-                                                                           max_piece_ops, max_piece_matmuls)]
+        self.pieces: list[BuiltPiece] = [build_piece(p) for p in partition(
+            gm.graph, self.info, min_ops, max_piece_ops, max_piece_matmuls, provable if proven_only else None)]
         inside = {n for bp in self.pieces for n in bp.piece.nodes}
         #: call nodes that stay torch calls
         self.library: list[fx.Node] = [n for n in self.info if n not in inside]
@@ -258,10 +260,12 @@ class Captured:
 
 
 def from_torch(fn: Callable, *example_inputs: torch.Tensor, min_ops: int = 2,
-               max_piece_ops: int | None = MAX_PIECE_OPS, max_piece_matmuls: int | None = MAX_PIECE_MATMULS) -> Captured:
+               max_piece_ops: int | None = MAX_PIECE_OPS, max_piece_matmuls: int | None = MAX_PIECE_MATMULS,
+               proven_only: bool = True) -> Captured:
     """Trace ``fn`` (a function or ``nn.Module``) at ATen level with inputs shaped like
     ``example_inputs``; probe every node; cut the graph into Lax pieces of at most
     ``max_piece_ops`` catalog ops and ``max_piece_matmuls`` matmuls (``None``: no limit;
-    see :class:`FrontendOptions`)."""
+    see :class:`FrontendOptions`), and where the verifier could prove none of a piece's
+    μGraphs unless ``proven_only`` is off (:class:`Captured`)."""
     FrontendOptions(min_ops=min_ops, max_piece_ops=max_piece_ops, max_piece_matmuls=max_piece_matmuls)  # checks
-    return Captured(trace(fn, example_inputs), min_ops, max_piece_ops, max_piece_matmuls)
+    return Captured(trace(fn, example_inputs), min_ops, max_piece_ops, max_piece_matmuls, proven_only)

@@ -521,6 +521,60 @@ def _split_off_projections(members: set[fx.Node], info: dict[fx.Node, NodeInfo])
     return parts
 
 
+def _contractions_after_exp(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.Node]:
+    """The contractions of ``members`` that read, inside ``members``, a value an
+    exponentiation made (``exp``, ``silu``, a tanh GeLU written with ``exp``), outside a
+    softmax's core (:func:`softmax_cores`: the matmul that reads the probabilities stays with
+    them)."""
+    core = softmax_cores(members, info)
+    tainted: set[fx.Node] = set()
+    found: set[fx.Node] = set()
+    for n in sorted(members):
+        fed = any(a in tainted for a in n.all_input_nodes)
+        if fed and _contracts(info[n]) and n not in core:
+            found.add(n)
+        if fed or info[n].exps:
+            tainted.add(n)
+    return found
+
+
+def _cut_unprovable(members: set[fx.Node], info: dict[fx.Node, NodeInfo],
+                    provable: Callable[[set[fx.Node]], bool] | None) -> list[set[fx.Node]]:
+    """``members`` cut before the contractions that read an exponentiation's values, when the
+    verifier could prove no μGraph of it (``provable(members)`` false) — and kept whole when
+    it could, or when nothing is cut so.
+
+    Why: a product that sums, along its contracted dim, values each divided by its own
+    exponential — a tanh GeLU's or a sigmoid's ``x / (1 + exp(−u))`` between an MLP's two
+    projections (GPT-2's, StarCoder2's) — is a rational function whose common denominator
+    multiplies out one factor per summed element: 2¹²⁸ terms at a width of 128, and a
+    per-test bound of 1 (design §4.6). No number of passing field tests proves such a piece,
+    so its search could ship nothing (a μGraph that passed every test is set aside, by
+    default) and took its share of the budget for it: StarCoder2-3B's MLP piece (15 ops)
+    searched 16 s and shipped no μGraph. Cut, the first projection with its bias and
+    activation (one division per output element: bound 1.7·10⁻⁵ at 3072 → 12288) and the
+    second with its bias and residual are each provable, and each is a skinny product the
+    search fuses its epilogue into. A softmax's division is not cut off its ``@ V``: its
+    divisor is the same along the summed dim, and the verifier counts it once.
+
+    The two parts are what lies above the cut contractions and what lies at or below them;
+    every edge between them runs downward, and no path leaves ``members`` and comes back
+    (it was a piece), so contracting them leaves the graph acyclic."""
+    if provable is None:
+        return [members]
+    after = _contractions_after_exp(members, info)
+    if not after or provable(members):
+        return [members]
+    below: set[fx.Node] = set()
+    for n in sorted(members):
+        if n in after or any(a in below for a in n.all_input_nodes):
+            below.add(n)
+    above = members - below
+    if not above:
+        return [members]
+    return [c for part in (above, below) for c in _components(fold_views(part, info)[0])]
+
+
 def _components(members: set[fx.Node]) -> list[set[fx.Node]]:
     """``members`` split into its connected parts (through edges between members). A fold
     can disconnect a piece (two ops that met only at a view of one input); each part is a
@@ -590,10 +644,13 @@ def piece_dtype(members: set[fx.Node]) -> str | None:
 
 
 def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, max_ops: int | None = None,
-              max_matmuls: int | None = None) -> list[Piece]:
+              max_matmuls: int | None = None, provable: Callable[[set[fx.Node]], bool] | None = None
+              ) -> list[Piece]:
     """The pieces worth a search, in graph order (see the module doc and §10.3): grown,
-    cut to the size limits, and checked against the cast rule — a piece that breaks it
-    gives up its casts (they become library ops) and the partition is redone."""
+    cut to the size limits, cut where the verifier could prove none of a piece's μGraphs
+    (``provable``: whether it could, asked only of a piece with a contraction after an
+    exponentiation; :func:`_cut_unprovable`), and checked against the cast rule — a piece
+    that breaks it gives up its casts (they become library ops) and the partition is redone."""
     order = list(graph.nodes)
     refused: set[fx.Node] = _parts_of_products(order)
     while True:
@@ -606,6 +663,7 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
             parts += _cut(m, info, max_ops, max_matmuls)
         parts = [c for m in parts for c in _components(fold_views(m, info)[0])]
         parts = [c for m in parts for c in _split_off_projections(m, info)]
+        parts = [c for m in parts for c in _cut_unprovable(m, info, provable)]
         bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
             break

@@ -29,6 +29,7 @@ from ..core.interpreter import evaluate
 from ..core.ir import Program
 from ..core.lax import check_lax
 from ..core.serialize import graph_to_json
+from verify.equivalence import per_test_bound
 from .aten import VIEW_OPS, Context
 from .capture import PIECE_CALL, _val, build_node, dtype_name, tensor_args
 from .kernels import counters_of, returns_one
@@ -182,6 +183,29 @@ def build_piece(piece: Piece) -> BuiltPiece:
     strides += [_row_major(tuple(c.shape)) for c in ctx.constants]
     return BuiltPiece(piece, p, inputs, list(ctx.constants), outputs, key, input_strides=strides,
                       output_strides=[st for _, st in out_tensors], output_index=index)
+
+
+#: per-test bounds of pieces' programs against themselves, by structural key: a model's
+#: identical layers ask once
+_SELF_BOUNDS: dict[str, float] = {}
+
+
+def provable(members: set[fx.Node]) -> bool:
+    """Whether the verifier could prove a μGraph of the piece ``members``: a field test of its
+    program against itself has a per-test bound below 1 (design §4.6). A candidate computes
+    the same function, so where the program's own bound is 1 — a sum of values each divided
+    by its own exponential, whose common denominator has a term per summed element — no
+    number of passing tests proves one either, and a search would ship nothing. The
+    partition cuts such a piece (:func:`.partition._cut_unprovable`). A set of nodes that
+    does not build as a piece counts as provable: the partition leaves it as it is."""
+    try:
+        p = build_piece(Piece(sorted(members))).program
+    except Exception:  # noqa: BLE001 - not a piece the partition would cut
+        return True
+    key = structural_key(p)
+    if key not in _SELF_BOUNDS:
+        _SELF_BOUNDS[key] = per_test_bound(p, p)[0]
+    return _SELF_BOUNDS[key] < 1.0
 
 
 def torch_module(bp: BuiltPiece) -> fx.GraphModule:

@@ -353,18 +353,17 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     known = kept.load()
     if known is not None:  # timed at an earlier compile: only the form that runs is compiled
         cap.whole = known
-        log.info("mugraph: the graph runs %s: %s (timed at an earlier compile)", _runs_text(known["runs"]),
-                 known["why"])
+        dropped = set(known.get("dropped") or ()) if known["runs"] == "mugraph" and subset is not None else set()
+        if dropped:
+            _leave_to_torch(cap, dropped)
+        runs = f"with {len(cap.kept)} of its μGraph pieces" if dropped else _runs_text(known["runs"])
+        log.info("mugraph: the graph runs %s: %s (timed at an earlier compile)", runs, known["why"])
         if known["runs"] == "trace":
             _leave_to_torch(cap, {bp.name for bp in cap.kept})
             return subset([]) if subset is not None else stitched()
         if known["runs"] != "mugraph":
             return plain()
-        dropped = set(known.get("dropped") or ())
-        if dropped and subset is not None:
-            _leave_to_torch(cap, dropped)
-            return subset(cap.kept)
-        return stitched()
+        return subset(cap.kept) if dropped else stitched()
     mine = stitched()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}

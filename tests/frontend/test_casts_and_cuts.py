@@ -108,7 +108,9 @@ def test_a_piece_over_the_matmul_limit_is_cut_keeping_each_matmul_with_its_neigh
         h = norm(x, w)
         return x + (F.silu(h @ wq) * (h @ wk)) @ w2
     xs = r(1, 16), r(16).abs() + 0.5, r(16, 32), r(16, 32), r(32, 16)
-    whole = from_torch(fn, *xs, max_piece_ops=None, max_piece_matmuls=None)
+    # (whole, the verifier could prove none of its μGraphs — the SiLU of a normed row summed
+    # by w2 — and the partition would cut it there; this test is about the size limits)
+    whole = from_torch(fn, *xs, max_piece_ops=None, max_piece_matmuls=None, proven_only=False)
     assert len(whole.pieces) == 1 and kinds(whole.pieces[0]).count("matmul") == 3
     cap = from_torch(fn, *xs, max_piece_ops=None, max_piece_matmuls=1)
     assert len(cap.pieces) >= 2

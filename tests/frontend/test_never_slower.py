@@ -403,6 +403,7 @@ def test_a_graph_slower_with_all_its_pieces_runs_with_those_that_win_in_it(piece
     y2, cap2 = compiled_pieces(mixed, x, piece_cache + "2", timer=again, inductor=False)
     close(y2, mixed(x))
     assert [bp.name for bp in cap2.kept] == [first] and not again.forms
+    assert any("runs with 1 of its μGraph pieces" in m and "earlier compile" in m for m in mugraph_log.messages)
     _forget_memo()
     lose = SubsetTimer(lambda k: 5e-6)
     _, cap3 = compiled_pieces(mixed, x, piece_cache + "3", timer=lose, inductor=False)

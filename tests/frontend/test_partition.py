@@ -123,9 +123,11 @@ def test_a_norm_of_a_products_output_goes_to_the_product_that_reads_it():
 def test_a_whole_model_is_cut_as_its_layers():
     """Two residual blocks in a row (a model's depth): each norm goes with the projections
     after it, so no piece chains one block's down projection through the next block's norm
-    into that block's projection (the growth alone made one piece of both blocks)."""
+    into that block's projection (the growth alone made one piece of both blocks). The
+    activation is a square: a SiLU's values summed by ``Wb`` would cut the block there too,
+    the verifier being unable to prove such a piece (the test below)."""
     def block(h, w, Wa, Wb):
-        return h + F.silu(_rms(h, w) @ Wa) @ Wb
+        return h + torch.square(_rms(h, w) @ Wa) @ Wb
 
     def fn(h, w1, Wa1, Wb1, w2, Wa2, Wb2):
         return block(block(h, w1, Wa1, Wb1), w2, Wa2, Wb2)
@@ -369,3 +371,52 @@ def test_an_attention_fills_its_piece_and_the_gated_mlp_after_it_keeps_its_silu(
     assert "mul" in {op.kind for op in _piece_of(cap, args[5]).program.ops}  # the rows' factor
     x = [t.double() for t in args]
     torch.testing.assert_close(cap.reference()(*x), fn(*x))
+
+
+def _gelu_mlp(x, w1, b1, w2, b2, res):
+    """A GPT-2 / StarCoder2 MLP: a tanh GeLU between two biased projections, the residual."""
+    return res + F.gelu(x @ w1 + b1, approximate="tanh") @ w2 + b2
+
+
+def test_an_mlp_summing_gelu_values_is_cut_where_no_proof_could_pass():
+    """The second projection of a tanh-GeLU MLP sums values each divided by its own
+    ``1 + exp(−u)``: as one piece its program's per-test bound against itself is 1, so no
+    μGraph of it could be proven, and it is cut before that projection into two provable
+    pieces — unless unproven μGraphs may ship (``proven_only=False``)."""
+    from mugraph.frontend.pieces import provable
+    from verify.equivalence import per_test_bound
+
+    args = (r(1, 32), r(32, 64), r(64), r(64, 32), r(32), r(1, 32))
+    whole = from_torch(_gelu_mlp, *args, max_piece_ops=None, proven_only=False)
+    (bp,) = whole.pieces
+    assert per_test_bound(bp.program, bp.program)[0] == 1.0
+    assert not provable(set(bp.piece.nodes))
+    cap = from_torch(_gelu_mlp, *args, max_piece_ops=None)
+    lax_and_outside(cap)
+    assert _contracted_is_acyclic(cap)
+    first, second = _piece_of(cap, args[1]), _piece_of(cap, args[3])
+    assert first is not second and len(cap.pieces) == 2
+    assert "exp" in {op.kind for op in first.program.ops} and "exp" not in {op.kind for op in second.program.ops}
+    assert [op.kind for op in second.program.ops].count("add") == 2  # its bias and the residual
+    for part in cap.pieces:
+        assert per_test_bound(part.program, part.program)[0] < 1e-3
+    x = [t.double() for t in args]
+    torch.testing.assert_close(cap.reference()(*x), _gelu_mlp(*x))
+
+
+def test_a_piece_the_verifier_can_prove_is_not_cut_after_its_exponential():
+    """Near misses of the rule above, each kept whole: an attention's ``@ V`` reads its
+    divided exponentials, but their divisor is the same along the summed keys (the verifier
+    counts it once); a SiLU-gated MLP with its down projection in the piece has a bound
+    below 1 as well (its exponents are atoms, design §4.6)."""
+    def attention(q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ v
+    cap = from_torch(attention, r(2, 4, 8), r(2, 16, 8), r(2, 16, 8), max_piece_ops=None)
+    (bp,) = cap.pieces
+    assert [op.kind for op in bp.program.ops].count("matmul") == 2
+
+    def gated(x, w1, w2, w3):
+        return (F.silu(x @ w1) * (x @ w2)) @ w3
+    cap = from_torch(gated, r(4, 16), r(16, 32), r(16, 32), r(32, 16), max_piece_ops=None, max_piece_matmuls=None)
+    (bp,) = cap.pieces
+    assert [op.kind for op in bp.program.ops].count("matmul") == 3
