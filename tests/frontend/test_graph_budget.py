@@ -288,3 +288,31 @@ def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
     limits = sorted(s for s, _ in seen)
     assert limits == [MIN_PIECE_S, pytest.approx(5.0)]   # (12 - 2 × 2) / 1.6: what the small piece leaves
     assert seen[-1][1] == pytest.approx(12, abs=1.0)     # the last piece's stop: the cut budget's end
+
+
+def test_a_rope_piece_whose_only_product_permutes_is_not_searched():
+    """RoPE's rotate-half is captured as ``x @ R``, ``R`` a signed permutation the capture
+    makes: a piece whose only products are such is not searched under ``unfused="torch"``
+    (a μGraph would multiply by ``R``, its torch ops index), and says so. Near misses are
+    searched: the same rotation after a projection in one piece, and any piece under
+    ``unfused="lower"``."""
+    def rope(q, cos, sin):
+        return q * cos + torch.cat((-q[..., 8:], q[..., :8]), dim=-1) * sin
+
+    def projected(x, w, cos, sin):
+        return rope(x @ w, cos, sin)
+
+    g = torch.Generator().manual_seed(0)
+    q, cos, sin = (torch.randn(1, 4, 1, 16, generator=g), torch.randn(1, 1, 1, 16, generator=g),
+                   torch.randn(1, 1, 1, 16, generator=g))
+    (bp,) = from_torch(rope, q, cos, sin).pieces
+    assert "matmul" in {op.kind for op in bp.program.ops}
+    why = run.unsearched(bp, FrontendOptions())
+    assert why is not None and "signed permutation" in why
+    assert run.unsearched(bp, FrontendOptions(unfused="lower")) is None
+    (both,) = from_torch(projected, torch.randn(1, 16, generator=g), torch.randn(16, 16, generator=g),
+                         cos[0, 0], sin[0, 0]).pieces
+    assert [op.kind for op in both.program.ops].count("matmul") == 2
+    assert run.unsearched(both, FrontendOptions()) is None
+    assert not run._signed_permutation(torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
+    assert run._signed_permutation(torch.tensor([[0.0, -1.0], [1.0, 0.0]]))
