@@ -132,6 +132,11 @@ def structural_key(program: Program) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def constant_name(i: int) -> str:
+    """The Program input that carries the piece's ``i``-th constant (:attr:`BuiltPiece.constants`)."""
+    return f"c{i}"
+
+
 def build_piece(piece: Piece) -> BuiltPiece:
     """The piece as a Program (checked to be Lax) and its connections. A piece with float
     casts inside runs at its narrow dtype (:func:`.partition.piece_dtype`): its inputs are
@@ -147,7 +152,7 @@ def build_piece(piece: Piece) -> BuiltPiece:
                 v = _val(a)
                 env[a] = p.input(f"x{len(inputs)}", tuple(int(s) for s in v.shape), dtype or dtype_name(v.dtype))
                 inputs.append(a)
-    ctx = Context(lambda i, t, fill=None: p.input(f"c{i}", tuple(t.shape), dtype_name(t.dtype), fill=fill))
+    ctx = Context(lambda i, t, fill=None: p.input(constant_name(i), tuple(t.shape), dtype_name(t.dtype), fill=fill))
     outputs = [n for n in piece.nodes if any(u not in members for u in n.users)]
     views: dict[tuple, Any] = {}
     for n in piece.nodes:

@@ -37,7 +37,7 @@ from .inductor import compile_graph
 from .kernels import call as call_op, make_op
 from . import verdicts
 from .options import PIECE_TIMING, FrontendOptions, piece_seconds
-from .pieces import BuiltPiece, example_inputs, torch_module
+from .pieces import BuiltPiece, constant_name, example_inputs, torch_module
 
 log = logging.getLogger("mugraph")
 
@@ -130,10 +130,10 @@ def _only_permutes(bp: BuiltPiece) -> bool:
     microsecond, while any μGraph multiplies by ``R``. Measured on an H200 (2026-12-02), the
     RoPE pieces of five decoder layers: their μGraphs 3.1–31.8 μs against 1.07–1.17 of torch
     ops, none shipped, 4.4–11.3 s of search and tuning each in every cold compile."""
-    consts = bp.program.inputs[len(bp.inputs):]
-    perms = {id(t) for t, c in zip(consts, bp.constants) if _signed_permutation(c)}
+    perms = {constant_name(i) for i, c in enumerate(bp.constants) if _signed_permutation(c)}
     products = [op for op in bp.program.ops if is_contraction(op.kind)]
-    return bool(products) and all(any(id(t) in perms for t in op.inputs) for op in products)
+    return bool(products) and all(any(t.op.kind == "input" and t.name in perms for t in op.inputs)
+                                  for op in products)
 
 
 def _signed_permutation(c: torch.Tensor) -> bool:
