@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import subprocess
 import sys
@@ -158,8 +159,15 @@ def run_child(model_type: str, args) -> dict:
     last = p.stdout.strip().splitlines()[-1:] if p.stdout.strip() else []
     if p.returncode == 0 and last:
         return json.loads(last[0])
-    err = [ln for ln in p.stderr.strip().splitlines() if ln.strip()]
-    return {"family": model_type, "error": err[-1][:300] if err else f"exit code {p.returncode}"}
+    return {"family": model_type, "error": error_line(p.stderr) or f"exit code {p.returncode}"}
+
+
+def error_line(stderr: str) -> str:
+    """The line of a child's stderr that names its error: the last one that reads
+    ``SomeError: …`` (torch ends its tracebacks with hints after it), else the last line."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    named = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Failed|Unmapped)\b.*:", ln)]
+    return (named or lines or [""])[-1][:300]
 
 
 def table(rows: list[dict]) -> str:

@@ -220,7 +220,25 @@ def _pickled_copy(gm: fx.GraphModule, args: list, why_not: str) -> _Copy | None:
     if len(blob) > MAX_PICKLE_BYTES:
         log.info("mugraph: %s (pickled, it holds %.0f MB)", why_not, len(blob) / 1e6)
         return None
+    made = constants_made(gm, graph)
+    if made:
+        log.info("mugraph: %s (pickled, it would read %d tensor(s) the graph makes as constants: %s)", why_not,
+                 len(made), ", ".join(sorted(made)[:3]))
+        return None
     return _Copy(blob, graph, inputs)
+
+
+def constants_made(original: fx.GraphModule, copy: fx.GraphModule) -> set[str]:
+    """The constant tensors ``copy`` reads that ``original`` does not: what unpickling made of
+    the original's factory calls. A ``GraphModule`` is pickled as its Python code and traced
+    again when loaded, and a call with no tensor argument — ``torch.zeros`` of a static KV
+    cache that transformers creates on its first write, ``torch.arange`` — runs during that
+    trace and comes back as a constant. Read-only, that is the same function; written in place
+    (the cache's ``index_copy_``) it is state shared by every call, and the copy computed other
+    logits than the graph (a tiny OLMo's prefill: 0.29 apart). Such a copy is not used."""
+    def attrs(gm: fx.GraphModule) -> set[str]:
+        return {n.target for n in gm.graph.nodes if n.op == "get_attr"}
+    return attrs(copy) - attrs(original)
 
 
 def compile_copy(gm: fx.GraphModule, args: list) -> Callable:

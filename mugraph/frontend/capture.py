@@ -99,6 +99,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             v = getattr(gm, n.target, None)
             if isinstance(v, torch.Tensor):
                 n.meta["val"] = v
+    drop_empty_concat_inputs(gm)  # a partial RoPE whose pass-through part is empty
     fold_rotate_half(gm)
     fold_repeat_kv(gm)
     respell_views(gm)  # a transpose of a one-token dim is the view it is; a bmm of one batch an mm
@@ -170,6 +171,38 @@ def _slice_of(n: Any) -> tuple[fx.Node, int, int] | None:
     if span is None or span[1] != _val(span[0]).ndim - 1:
         return None
     return span[0], span[2], span[3]
+
+
+def drop_empty_concat_inputs(gm: fx.GraphModule) -> int:
+    """Drop the empty inputs of each ``cat``; a ``cat`` left with one input becomes a contiguous
+    copy of it (what ``cat`` returns). Returns how many ``cat`` nodes changed.
+
+    Why: a partial RoPE concatenates its rotated part with the part it passes through, and a
+    configuration rotating every column passes through an empty one (a tiny Phi-3's
+    ``partial_rotary_factor``). The traced ``cat`` is contiguous, so the passes after it read it
+    through views (Q regrouped by its KV heads); Inductor drops the empty input too, but keeps
+    the other's strides — a transposed layout no view can read — and the compile failed."""
+    count = 0
+    for n in list(gm.graph.nodes):
+        if not (n.op == "call_function" and n.target == aten.cat.default):
+            continue
+        parts = list(n.args[0])
+        kept = [a for a in parts if not (isinstance(_val(a), torch.Tensor) and _val(a).numel() == 0)]
+        if len(kept) == len(parts) or not kept:
+            continue
+        with gm.graph.inserting_before(n):
+            if len(kept) == 1:
+                r = gm.graph.call_function(aten.clone.default, (kept[0],), {"memory_format": torch.contiguous_format})
+            else:
+                r = gm.graph.call_function(aten.cat.default, (kept, *n.args[1:]), dict(n.kwargs))
+        r.meta = dict(n.meta)
+        n.replace_all_uses_with(r)
+        gm.graph.erase_node(n)
+        count += 1
+    if count:
+        gm.graph.lint()
+        gm.recompile()
+    return count
 
 
 def fold_rotate_half(gm: fx.GraphModule) -> int:

@@ -390,7 +390,14 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         if known["runs"] != "mugraph":
             return plain()
         return subset(cap.kept) if dropped else stitched()
-    mine = stitched()
+    try:
+        mine = stitched()
+    except Exception as e:  # noqa: BLE001 - the model still runs, as torch.compile compiles it
+        failed = f"compiling the graph as the backend traced it failed: {_error_text(e)}"
+        log.warning("mugraph: the graph runs without its μGraph pieces: %s", failed)
+        _leave_to_torch(cap, {bp.name for bp in cap.kept})
+        cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": failed}
+        return plain()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
         return mine

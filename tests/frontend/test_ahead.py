@@ -194,3 +194,43 @@ def test_example_values_are_given_back_or_the_copy_left_as_it_was():
     odd.recompile()
     assert ahead.with_example_values(odd, inputs) is odd
     assert not any("example_value" in n.meta or "val" in n.meta for n in odd.graph.nodes)
+
+
+def test_a_graph_that_makes_a_tensor_and_writes_it_is_compiled_from_itself(caplog):
+    """A tensor the graph makes without tensor arguments (transformers' static cache creates
+    its keys with ``torch.zeros`` at the first write) comes back from pickle as a constant,
+    and a write into it would be state shared by every call: such a graph is not copied, and
+    compiled from dynamo's own graph it gives eager's result on every call."""
+    seen = {}
+
+    def grab(gm, example_inputs):
+        seen["gm"], seen["inputs"] = gm, example_inputs
+        return gm.forward
+
+    def step(x, count):
+        buf = torch.zeros(6, 4)
+        buf.index_copy_(0, torch.arange(2) + count, x)
+        count.add_(2)
+        return buf * 2
+
+    torch._dynamo.reset()
+    torch.compile(step, backend=grab)(torch.randn(2, 4), torch.tensor(0))
+    gm = seen["gm"]
+    x_first = seen["inputs"][0].dim() == 2  # dynamo orders the graph's inputs by first use
+
+    def call_args(x, count):
+        return [x, count] if x_first else [count, x]
+    loaded = pickle.loads(pickle.dumps(gm))
+    assert ahead.constants_made(gm, loaded)  # unpickled, the zeros are a constant
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        assert ahead.start(gm, call_args(torch.randn(2, 4), torch.tensor(0))) is None
+        fn = ahead.compile_copy(gm, call_args(torch.randn(2, 4), torch.tensor(0)))
+    assert any("makes as constants" in m for m in caplog.messages)
+    count, want_count = torch.tensor(0), torch.tensor(0)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        got = fn(*call_args(x, count))
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        torch.testing.assert_close(got, step(x, want_count))
+    plain = _graph()[0]
+    assert ahead.constants_made(plain, pickle.loads(pickle.dumps(plain))) == set()

@@ -186,3 +186,24 @@ def test_halves_of_a_window_are_not_the_rotate_half_of_the_whole():
     cap = from_torch(fn, *xs)
     assert not any(n.target is rotate_half for n in cap.graph_module.graph.nodes)
     torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+
+
+def test_a_concat_with_an_empty_part_is_a_contiguous_copy_of_the_other():
+    """A partial RoPE rotating every column concatenates its rotated part with an empty one
+    (a tiny Phi-3's ``partial_rotary_factor``). The capture drops the empty input, and a
+    ``cat`` left with one is a contiguous copy of it — what ``cat`` returns; Inductor, dropping
+    the empty input itself, kept the other's transposed strides and refused the views read
+    after it."""
+    from mugraph.frontend.capture import trace
+
+    def fn(x, cos):
+        q = x.view(2, 8, 4, 16).transpose(1, 2)
+        rot, passed = q[..., :16], q[..., 16:]
+        return torch.cat((rot * cos, passed), dim=-1).view(2, 2, 16, 16)
+    x, cos = torch.randn(2, 8, 64), torch.randn(16)
+    gm = trace(fn, (x, cos))
+    cats = [n for n in gm.graph.nodes if n.target is torch.ops.aten.cat.default]
+    clones = [n for n in gm.graph.nodes if n.target is torch.ops.aten.clone.default]
+    assert not cats and len(clones) == 1
+    assert clones[0].kwargs["memory_format"] is torch.contiguous_format
+    torch.testing.assert_close(gm(x, cos), fn(x, cos))

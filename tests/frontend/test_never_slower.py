@@ -551,3 +551,27 @@ def test_a_piece_served_by_an_earlier_search_in_the_process_counts_no_search(pie
     assert {bp.info["cached"] for bp in again.pieces} == {"memo"}
     assert {bp.info["cached"] for bp in first.pieces} <= {True, False, "memo"}
     assert "(searches 0.0 s, 0 new)" in again.timing_summary()
+
+
+def test_a_graph_whose_compile_with_its_pieces_fails_runs_as_torch_compile_would(piece_cache, mugraph_log,
+                                                                                  monkeypatch):
+    """Inductor refusing the graph with its pieces (a view the backend's trace wrote that
+    Inductor's decompositions make impossible, say) leaves the model running: the graph runs
+    as torch.compile compiles it, every piece torch code, and one warning line names the error
+    — not a traceback out of ``torch.compile``."""
+    import mugraph.frontend.backend as backend
+    from mugraph.frontend import run
+
+    def refuse(gm, args):
+        raise ValueError("Cannot view a tensor with shape [2, 4, 8, 16]\nWhile executing %view")
+    monkeypatch.setattr(backend, "compile_graph", refuse)
+    monkeypatch.setattr(backend, "compile_copy", lambda gm, args: gm)  # the plain graph, uncompiled here
+    monkeypatch.setattr(run, "compile_graph", lambda gm, args: gm)  # the pieces' torch forms, likewise
+    x = torch.randn(4, 8, generator=g)
+    y, cap = compiled_pieces(two_blocks, x, piece_cache, inductor=True, compile_ahead=False,
+                             timer=FixedTimer(mugraph_s=1e-6, torch_s=2e-6))
+    close(y, two_blocks(x))
+    assert cap.whole["runs"] == "torch" and "ValueError: Cannot view a tensor" in cap.whole["why"]
+    assert not cap.kept and all(bp.info["runs"] == "torch" for bp in cap.pieces)
+    said = [m for m in mugraph_log.messages if "runs without its μGraph pieces" in m]
+    assert len(said) == 1 and "\n" not in said[0]
