@@ -195,10 +195,20 @@ def drop_empty_concat_inputs(gm: fx.GraphModule) -> int:
                 r = gm.graph.call_function(aten.clone.default, (kept[0],), {"memory_format": torch.contiguous_format})
             else:
                 r = gm.graph.call_function(aten.cat.default, (kept, *n.args[1:]), dict(n.kwargs))
-        r.meta = dict(n.meta)
-        n.replace_all_uses_with(r)
-        gm.graph.erase_node(n)
+        _replace(gm, n, r)
         count += 1
+    return _edited(gm, count)
+
+
+def _replace(gm: fx.GraphModule, old: fx.Node, new: fx.Node) -> None:
+    """``new`` in ``old``'s place: its value's metadata, its readers; ``old`` erased."""
+    new.meta = dict(old.meta)
+    old.replace_all_uses_with(new)
+    gm.graph.erase_node(old)
+
+
+def _edited(gm: fx.GraphModule, count: int) -> int:
+    """``count``, after a pass that made that many edits; the module recompiled if any."""
     if count:
         gm.graph.lint()
         gm.recompile()
@@ -226,17 +236,12 @@ def fold_rotate_half(gm: fx.GraphModule) -> int:
             continue
         with gm.graph.inserting_before(n):
             r = gm.graph.call_function(rotate_half, (hi[0],))
-        r.meta = dict(n.meta)
-        n.replace_all_uses_with(r)
-        gm.graph.erase_node(n)
+        _replace(gm, n, r)
         for dead in (first, first.args[0], second):
             if not dead.users:
                 gm.graph.erase_node(dead)
         count += 1
-    if count:
-        gm.graph.lint()
-        gm.recompile()
-    return count
+    return _edited(gm, count)
 
 
 def fold_column_slices(gm: fx.GraphModule) -> int:

@@ -124,7 +124,10 @@ def test_a_linear_view_moves_through_a_type_as_cast():
     cap = from_torch(fn, *xs, max_piece_ops=None, max_piece_matmuls=None)
     assert not any("reshape" in kinds(bp) for bp in cap.pieces), [kinds(bp) for bp in cap.pieces]
     assert sum(kinds(bp).count("matmul") for bp in cap.pieces) == 2
-    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]))
+    # (``fn`` computes its norm in float32 whatever its inputs: float32's tolerance, else the
+    # comparison passes or fails with the draws the tests run before it left)
+    torch.testing.assert_close(cap.reference()(*[x.double() for x in xs]), fn(*[x.double() for x in xs]),
+                               rtol=1e-5, atol=1e-6)
     # a cast to another device is no element-wise op: nothing moves through it
     from mugraph.frontend.hoist import pointwise
     gm = torch.fx.symbolic_trace(lambda t: t)
