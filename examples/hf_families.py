@@ -37,7 +37,7 @@ DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma
                     "stablelm", "granite", "qwen3_moe", "mixtral", "olmo", "mpt", "codegen", "persimmon",
                     "nemotron", "exaone4", "helium", "smollm3", "glm4", "qwen2_moe", "deepseek_v3",
                     "hunyuan_v1_dense", "ernie4_5", "seed_oss", "apertus", "arcee", "cohere2", "olmo3", "gpt_oss", "qwen3_next",
-                    "xglm")
+                    "xglm", "starcoder2", "gpt_bigcode", "phi", "llama", "mistral", "qwen2", "phi3")
 
 #: config fields set where the config has them: two layers of hidden 64, 4 query and 2
 #: key/value heads of dim 16, a 128-token vocabulary; experts, low-rank attention and partial
