@@ -521,21 +521,26 @@ def _split_off_projections(members: set[fx.Node], info: dict[fx.Node, NodeInfo])
     return parts
 
 
+def _fed_by(members: set[fx.Node], start: Callable[[fx.Node], bool]) -> set[fx.Node]:
+    """The nodes of ``members`` for which ``start`` holds, and those that read one of them,
+    inside ``members``, however indirectly (walked in graph order: fx nodes sort
+    topologically)."""
+    fed: set[fx.Node] = set()
+    for n in sorted(members):
+        if start(n) or any(a in fed for a in n.all_input_nodes):
+            fed.add(n)
+    return fed
+
+
 def _contractions_after_exp(members: set[fx.Node], info: dict[fx.Node, NodeInfo]) -> set[fx.Node]:
     """The contractions of ``members`` that read, inside ``members``, a value an
     exponentiation made (``exp``, ``silu``, a tanh GeLU written with ``exp``), outside a
     softmax's core (:func:`softmax_cores`: the matmul that reads the probabilities stays with
     them)."""
     core = softmax_cores(members, info)
-    tainted: set[fx.Node] = set()
-    found: set[fx.Node] = set()
-    for n in sorted(members):
-        fed = any(a in tainted for a in n.all_input_nodes)
-        if fed and _contracts(info[n]) and n not in core:
-            found.add(n)
-        if fed or info[n].exps:
-            tainted.add(n)
-    return found
+    tainted = _fed_by(members, lambda n: info[n].exps > 0)
+    return {n for n in members - core
+            if _contracts(info[n]) and any(a in tainted for a in n.all_input_nodes)}
 
 
 def _cut_unprovable(members: set[fx.Node], info: dict[fx.Node, NodeInfo],
@@ -565,10 +570,7 @@ def _cut_unprovable(members: set[fx.Node], info: dict[fx.Node, NodeInfo],
     after = _contractions_after_exp(members, info)
     if not after or provable(members):
         return [members]
-    below: set[fx.Node] = set()
-    for n in sorted(members):
-        if n in after or any(a in below for a in n.all_input_nodes):
-            below.add(n)
+    below = _fed_by(members, after.__contains__)
     above = members - below
     if not above:
         return [members]

@@ -24,12 +24,13 @@ import numpy as np
 import torch
 import torch.fx as fx
 
+from verify.equivalence import per_test_bound
+
 from ..core import builder as B
 from ..core.interpreter import evaluate
 from ..core.ir import Program
 from ..core.lax import check_lax
 from ..core.serialize import graph_to_json
-from verify.equivalence import per_test_bound
 from .aten import VIEW_OPS, Context
 from .capture import PIECE_CALL, _val, build_node, dtype_name, tensor_args
 from .kernels import counters_of, returns_one
