@@ -20,11 +20,15 @@ The cache is rewound before each step (its write position set back to ``--kv``),
 timed step writes the same slots and sees the same keys: the same step, replayed. Compile
 times: cold (first call, an empty result-cache folder), warm (a fresh ``torch.compile``
 after ``torch._dynamo.reset()`` and forgetting the backend's in-process memo: what a new
-process pays with the cache on disk). Logits are compared with eager's (relative error,
-agreement of each position's argmax).
+process pays with the cache on disk). With ``--saved``, the step is also compiled as a saved
+compile (``mugraph.frontend.saved_forward``: dynamo's trace kept on disk with its guards),
+and a new process — the same model built again, its prompt prefilled — loads it: ``load``
+is that process's first call, load and rebuild from the caches together, the model's build
+and its imports not counted. Logits are compared with eager's (relative error, agreement of
+each position's argmax).
 
     python examples/hf_model.py --families llama --out out/model                 # GPU, public sizes
-    python examples/hf_model.py --small --layers 2 --device cpu --out /tmp/model --kv 16 --time-limit 5
+    python examples/hf_model.py --small --layers 2 --device cpu --out /tmp/model --kv 16 --time-limit 5 --saved
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import importlib
 import inspect
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -81,7 +86,7 @@ class Decode:
         import torch
         import transformers
 
-        self.kv = kv
+        self.kv, self.model = kv, model
         params = inspect.signature(model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
         self.with_cache_position = "cache_position" in params
@@ -137,14 +142,7 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
     rowdir = cache_root / row["family"] / f"t{T}-kv{kv}"
     row["cold_cache_empty"] = not (rowdir.exists() and any(rowdir.iterdir()))
     rowdir.mkdir(parents=True, exist_ok=True)
-    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda",
-            "kernel_op": args.kernel_op}
-    if args.graph_budget is not None:
-        opts["graph_budget"] = args.graph_budget or None
-    if args.workers:
-        opts["search"] = {"workers": args.workers}
-    if args.small:
-        opts["search"] = {**opts.get("search", {}), "max_kernel_ops": 1, "max_block_ops": 4}
+    opts = backend_options(args, rowdir, time_limit, device)
 
     L.forget_backend_memo()
     torch._dynamo.reset()
@@ -204,16 +202,93 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
     t0 = time.perf_counter()
     d.step(torch.compile(model.forward))
     row["inductor_warm_s"] = time.perf_counter() - t0
+    if args.saved:
+        saved_row(row, args, d, got, opts, rowdir / "saved", torch)
+
+
+def backend_options(args, rowdir: Path, time_limit: float, device: str) -> dict:
+    """The backend's options for one row (its result cache is the row's folder)."""
+    opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda",
+            "kernel_op": args.kernel_op}
+    if args.graph_budget is not None:
+        opts["graph_budget"] = args.graph_budget or None
+    if args.workers:
+        opts["search"] = {"workers": args.workers}
+    if args.small:
+        opts["search"] = {**opts.get("search", {}), "max_kernel_ops": 1, "max_block_ops": 4}
+    return opts
+
+
+def saved_row(row: dict, args, d: "Decode", got, opts: dict, folder: Path, torch) -> None:
+    """The step as a saved compile: compiled here (dynamo's trace and the backend's warm
+    compile, the pieces cached by the row's cold compile), then loaded by a new process
+    (:func:`load_saved`): its seconds, and its logits against the cold compile's."""
+    from mugraph.frontend import saved_forward
+
+    torch._dynamo.reset()
+    L.forget_backend_memo()
+    fn = saved_forward(d.model, folder, opts)
+    t0 = time.perf_counter()
+    d.step(fn)
+    row["saved_compile_s"] = time.perf_counter() - t0
+    expected = folder / "expected_logits.pt"
+    torch.save(got.cpu(), expected)
+    cmd = [sys.executable, os.path.abspath(__file__), "--load-saved", str(folder), "--families", row["family"],
+           "--tokens", str(row["tokens"]), "--kv", str(row["kv"]), "--out", str(args.out), "--device", args.device,
+           "--kernel-op", args.kernel_op, "--cache", str(args.cache or Path(args.out) / "cache")]
+    for flag, value in (("--layers", args.layers), ("--time-limit", args.time_limit),
+                        ("--graph-budget", args.graph_budget), ("--workers", args.workers)):
+        if value is not None:
+            cmd += [flag, str(value)]
+    cmd += ["--small"] if args.small else []
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+        if done.returncode != 0 or not lines:
+            row["saved_error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+            return
+        row.update({f"saved_{k}": v for k, v in json.loads(lines[-1]).items()})
+    except subprocess.TimeoutExpired:
+        row["saved_error"] = "the loading process ran past 600 s"
+
+
+def load_saved(args) -> int:
+    """``--load-saved FOLDER``: the model built again, its prompt prefilled, and its step's
+    saved compile loaded from ``FOLDER``; prints one JSON line: the first call's seconds
+    (load and rebuild), how it came (``loaded`` or, when the load failed, ``compiled``), and
+    its logits' relative distance from those of the compile that saved it."""
+    run = L.start_run(args)
+    import torch
+
+    from mugraph.frontend import saved_forward
+
+    fam, T, kv = args.families[0], args.tokens[0], args.kv[0]
+    cap = L.static_capacity(kv, T)
+    cfg, model = build_model(fam, args.small, args.layers, run.device, run.dtype, cap)
+    folder = Path(args.load_saved)
+    rowdir = folder.parent
+    with torch.no_grad():
+        d = Decode(model, cfg, T, kv, cap, run.device)
+        fn = saved_forward(model, folder, backend_options(args, rowdir, run.time_limit, run.device))
+        t0 = time.perf_counter()
+        got = d.step(fn).float()
+        seconds = time.perf_counter() - t0
+    want = torch.load(folder / "expected_logits.pt").to(got.device)
+    info = next(iter(fn.info.values()), {})
+    print(json.dumps({"load_s": seconds, "how": info.get("how"), "load_parts": info,
+                      "rel_err_vs_saved": float((got - want).norm() / want.norm())}))
+    return 0
 
 
 def format_table(rows: list[dict], header: dict) -> str:
     lines = [f"Whole models ({header['sizes']} sizes), one decode step on {header['device']}, {header['dtype']}, "
              f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
              f"{header['copy_bandwidth_GBps']:.0f} GB/s. Search ≤ {header['time_limit_s']:g} s a piece; cold = first "
-             "call with an empty result cache, warm = a fresh compile with the same cache.", "",
+             "call with an empty result cache, warm = a fresh compile with the same cache; saved: the step "
+             "compiled to be saved, and its load's first call in a new process.", "",
              *L.table_head(["model", "layers", "new tokens", "cached", "eager μs", "torch.compile μs", "mugraph μs",
                             "× compile", "floor μs", "mugraph / floor", "Inductor compile s (warm)", "cold s",
-                            "warm s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
+                            "warm s", "saved: compile s, load s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
                             "argmax agrees", "note"])]
     for r in rows:
         pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
@@ -221,7 +296,8 @@ def format_table(rows: list[dict], header: dict) -> str:
             f"| {r['model']} | {r.get('layers', '—')} | {r['tokens']} | {r['kv']} | {L.fmt(r.get('eager_us'), '.1f')} "
             f"| {L.fmt(r.get('compile_us'), '.1f')} | {L.fmt(r.get('mugraph_us'), '.1f')} | {L.fmt(r.get('x_compile'), '.2f')} "
             f"| {L.fmt(r.get('floor_us'), '.1f')} | {L.fmt(r.get('x_floor'), '.2f')} | {L.fmt(r.get('inductor_compile_s'), '.1f')} ({L.fmt(r.get('inductor_warm_s'), '.1f')}) "
-            f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
+            f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} "
+            f"| {L.fmt(r.get('saved_compile_s'), '.1f')}, {L.fmt(r.get('saved_load_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
             f"| {L.fmt(r.get('argmax_agrees'), '.2f')} | {L.row_notes(r)} |")
     return "\n".join(lines)
 
@@ -243,9 +319,14 @@ def main() -> int:
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--small", action="store_true", help="tiny configs, two layers (a CPU smoke run)")
     ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
+    ap.add_argument("--saved", action="store_true",
+                    help="also compile each step as a saved compile and load it in a new process")
+    ap.add_argument("--load-saved", default=None, help=argparse.SUPPRESS)  # the new process of --saved
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="the backend's log lines; -vv also each configuration a tuning times")
     args = ap.parse_args()
+    if args.load_saved:
+        return load_saved(args)
     run = L.start_run(args)
     import torch
     import transformers

@@ -6,6 +6,7 @@ Lax pieces, superoptimize each, run the result as a ``torch.compile`` backend.
     cap.pieces[0].program                   # a mugraph Program (Lax)
     fast = cap.compile(time_limit=30)       # pieces superoptimized; the rest torch
     torch.compile(module, backend="mugraph", options={"time_limit": 30})
+    model.forward = mf.saved_forward(model, "compiled/")   # compiled once, loaded by later processes
 
 Part of the product layer: it imports the pipeline (``mg.superoptimize``) and the
 lowering. Importing it registers the ``"mugraph"`` dynamo backend (the package
@@ -22,6 +23,7 @@ from .graph import Captured, from_torch
 from .options import FrontendOptions
 from .partition import Piece, partition
 from .pieces import BuiltPiece
+from .saved import SavedForward, saved_forward
 
 __all__ = ["from_torch", "Captured", "FrontendOptions", "mugraph_backend", "recent_graphs", "Piece", "BuiltPiece", "NodeInfo",
-           "ROWS", "Unmapped", "partition", "probe", "trace", "rotate_half"]
+           "ROWS", "Unmapped", "partition", "probe", "trace", "rotate_half", "saved_forward", "SavedForward"]

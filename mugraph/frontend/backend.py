@@ -15,11 +15,17 @@ own, and runs the later ones as Inductor compiles it, without pieces (``dynamic=
 
 Inference only: a call that needs gradients runs the graph through Inductor
 without pieces (one log line says so) — the pieces have no backward.
+
+What the backend returns can be saved with the rest of a compile
+(``torch.compiler.save_compiled_function``; :mod:`.saved` does it for a model): it keeps
+dynamo's graph and the options, and a load specializes again at its first call, from the
+caches the saved compile filled.
 """
 
 from __future__ import annotations
 
 import logging
+import pickle
 import time
 from collections import deque
 from typing import Any, Callable
@@ -28,6 +34,7 @@ import torch
 import torch.fx as fx
 
 from .ahead import compile_copy, start as start_ahead
+from ..core.errors import ConfigError
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
@@ -147,6 +154,44 @@ class MugraphCompiled:
                 self._general = False
         return self._general or None
 
+    #: the format of :meth:`serialize_compile_artifacts`; a saved compile of another is not loaded
+    SAVED_FORMAT = 1
+
+    @classmethod
+    def serialize_compile_artifacts(cls, fn: "MugraphCompiled") -> bytes:
+        """What a saved compile keeps of this graph (torch's ``SerializableCallable``): dynamo's
+        graph and the options — not its pieces or kernels, which the result cache, the stored
+        trace and Inductor's caches hold, so a load rebuilds the callable from them at its first
+        call. A graph of dynamic shapes is not saved (its compile for every size needs dynamo's
+        shape environment, which a load does not have)."""
+        if fn.dims:
+            raise ConfigError(f"mugraph: a graph of dynamic shapes ({', '.join(fn.dims[:4])}) cannot be saved; "
+                              "compile it with dynamic=False")
+        from torch.fx._graph_pickler import GraphPickler, Options
+
+        dropped = _drop_unpicklable_meta(fn.gm)
+        try:
+            graph = GraphPickler.dumps(fn.gm, Options(ops_filter=None))
+        finally:
+            for node, meta in dropped:
+                node.meta.update(meta)
+        return pickle.dumps({"format": cls.SAVED_FORMAT, "graph": graph, "options": fn.options})
+
+    @classmethod
+    def deserialize_compile_artifacts(cls, data: bytes) -> "MugraphCompiled":
+        """The callable :meth:`serialize_compile_artifacts` saved, before its first call."""
+        from torch._subclasses import FakeTensorMode
+        from torch.fx._graph_pickler import GraphPickler
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+        state = pickle.loads(data)
+        if state.get("format") != cls.SAVED_FORMAT:
+            raise ConfigError(f"mugraph: a saved graph of format {state.get('format')!r}, not "
+                              f"{cls.SAVED_FORMAT}: compile it again")
+        gm = GraphPickler.loads(state["graph"], FakeTensorMode(shape_env=ShapeEnv()))
+        gm.recompile()
+        return cls(gm, state["options"])
+
     def _specialize(self, sig: tuple, args: tuple) -> Callable:
         opts = self.options
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
@@ -214,6 +259,36 @@ class MugraphCompiled:
         cap.timings["total_s"] = time.perf_counter() - t0
         log.info("mugraph: graph compiled in %s", cap.timing_summary())
         return fn
+
+
+#: node metadata a saved graph leaves out: where each node came from in the model (module
+#: objects and source frames, which do not pickle) and dynamo's example values (the capture
+#: traces the graph again from the call's own inputs)
+_UNSAVED_META = ("nn_module_stack", "source_fn_stack", "example_value", "fwd_nn_module_stack")
+
+
+def _drop_unpicklable_meta(gm: fx.GraphModule) -> list[tuple[fx.Node, dict]]:
+    """Removes :data:`_UNSAVED_META` from ``gm``'s nodes; returns what it removed, per node,
+    so that the caller can put it back (the live graph may be compiled again)."""
+    dropped = []
+    for n in gm.graph.nodes:
+        meta = {k: n.meta.pop(k) for k in _UNSAVED_META if k in n.meta}
+        if meta:
+            dropped.append((n, meta))
+    return dropped
+
+
+def _declare_serializable() -> None:
+    """Declares :class:`MugraphCompiled` one of torch's ``SerializableCallable`` (what
+    ``aot_compile`` asks of a backend's result), where this torch has them."""
+    try:
+        from torch._dynamo.aot_compile_types import SerializableCallable
+    except ImportError:  # pragma: no cover - a torch without saved compiles
+        return
+    SerializableCallable.register(MugraphCompiled)
+
+
+_declare_serializable()
 
 
 def _tracing_context() -> Any:
