@@ -20,11 +20,11 @@ The cache is rewound before each step (its write position set back to ``--kv``),
 timed step writes the same slots and sees the same keys: the same step, replayed. Compile
 times: cold (first call, an empty result-cache folder), warm (a fresh ``torch.compile``
 after ``torch._dynamo.reset()`` and forgetting the backend's in-process memo: what a new
-process pays with the cache on disk). With ``--saved``, the step is also compiled as a saved
-compile (``mugraph.frontend.saved_forward``: dynamo's trace kept on disk with its guards),
-and a new process — the same model built again, its prompt prefilled — loads it: ``load``
-is that process's first call, load and rebuild from the caches together, the model's build
-and its imports not counted. Logits are compared with eager's (relative error, agreement of
+process pays with the cache on disk, less the kernels it loads). With ``--saved``, the step
+is also compiled as a saved compile (``mugraph.frontend.saved_forward``: dynamo's trace kept
+on disk with its guards), and new processes — the same model built again, its prompt
+prefilled — time their first step: the saved compile loaded, a warm compile by the backend,
+and a warm ``torch.compile`` (:func:`child`). Logits are compared with eager's (relative error, agreement of
 each position's argmax).
 
     python examples/hf_model.py --families llama --out out/model                 # GPU, public sizes
@@ -220,9 +220,12 @@ def backend_options(args, rowdir: Path, time_limit: float, device: str) -> dict:
 
 
 def saved_row(row: dict, args, d: "Decode", got, opts: dict, folder: Path, torch) -> None:
-    """The step as a saved compile: compiled here (dynamo's trace and the backend's warm
-    compile, the pieces cached by the row's cold compile), then loaded by a new process
-    (:func:`load_saved`): its seconds, and its logits against the cold compile's."""
+    """The step as a saved compile, compiled here (dynamo's trace and the backend's warm
+    compile, the pieces cached by the row's cold compile); then three new processes, each
+    the model built again and its prompt prefilled, time their first step (:func:`child`):
+    the saved compile loaded, a warm ``torch.compile(backend="mugraph")``, and
+    ``torch.compile``'s own warm start — all three paying what a new process pays (kernels
+    loaded from disk, a CUDA context), which a compile in this process does not."""
     from mugraph.frontend import saved_forward
 
     torch._dynamo.reset()
@@ -231,52 +234,85 @@ def saved_row(row: dict, args, d: "Decode", got, opts: dict, folder: Path, torch
     t0 = time.perf_counter()
     d.step(fn)
     row["saved_compile_s"] = time.perf_counter() - t0
-    expected = folder / "expected_logits.pt"
-    torch.save(got.cpu(), expected)
-    cmd = [sys.executable, os.path.abspath(__file__), "--load-saved", str(folder), "--families", row["family"],
-           "--tokens", str(row["tokens"]), "--kv", str(row["kv"]), "--out", str(args.out), "--device", args.device,
-           "--kernel-op", args.kernel_op, "--cache", str(args.cache or Path(args.out) / "cache")]
+    torch.save(got.cpu(), folder / "expected_logits.pt")
+    for form in ("saved", "mugraph", "inductor"):
+        row.update({f"{form}_{k}": v for k, v in run_child(form, row, args, folder).items()})
+
+
+def run_child(form: str, row: dict, args, folder: Path) -> dict:
+    """One new process of :func:`child`; its JSON line, or ``{"error": ...}``."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", form, "--row-dir", str(folder),
+           "--families", row["family"], "--tokens", str(row["tokens"]), "--kv", str(row["kv"]),
+           "--out", str(args.out), "--device", args.device, "--kernel-op", args.kernel_op,
+           "--cache", str(args.cache or Path(args.out) / "cache"), "-v"]
     for flag, value in (("--layers", args.layers), ("--time-limit", args.time_limit),
                         ("--graph-budget", args.graph_budget), ("--workers", args.workers)):
         if value is not None:
             cmd += [flag, str(value)]
-    cmd += ["--small"] if args.small else []
+    cmd += (["--small"] if args.small else []) + (["--profile"] if args.profile else [])
+    log_path = Path(args.out) / f"{row['family']}-t{row['tokens']}-kv{row['kv']}-{form}.log"
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-        if done.returncode != 0 or not lines:
-            row["saved_error"] = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
-            return
-        row.update({f"saved_{k}": v for k, v in json.loads(lines[-1]).items()})
     except subprocess.TimeoutExpired:
-        row["saved_error"] = "the loading process ran past 600 s"
+        return {"error": "the new process ran past 600 s"}
+    log_path.write_text(done.stderr)
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    if done.returncode != 0 or not lines:
+        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+    return json.loads(lines[-1])
 
 
-def load_saved(args) -> int:
-    """``--load-saved FOLDER``: the model built again, its prompt prefilled, and its step's
-    saved compile loaded from ``FOLDER``; prints one JSON line: the first call's seconds
-    (load and rebuild), how it came (``loaded`` or, when the load failed, ``compiled``), and
-    its logits' relative distance from those of the compile that saved it."""
+def child(args) -> int:
+    """``--child FORM``: a new process's first decode step (the model built again, its prompt
+    prefilled; neither counted), the step compiled as FORM says — ``saved``: the saved compile
+    in ``--row-dir`` loaded (``mugraph.frontend.saved_forward``); ``mugraph``:
+    ``torch.compile(backend="mugraph")``, warm from the row's caches; ``inductor``:
+    ``torch.compile``'s own, warm from Inductor's caches. Prints one JSON line: the first
+    step's seconds, the backend's phases, and the logits' relative distance from those of the
+    compile that saved the step. ``--profile``: the first step under cProfile, its 50 costliest
+    calls (cumulative) written beside the row's log."""
     run = L.start_run(args)
     import torch
 
-    from mugraph.frontend import saved_forward
+    from mugraph.frontend import recent_graphs, saved_forward
 
     fam, T, kv = args.families[0], args.tokens[0], args.kv[0]
     cap = L.static_capacity(kv, T)
     cfg, model = build_model(fam, args.small, args.layers, run.device, run.dtype, cap)
-    folder = Path(args.load_saved)
-    rowdir = folder.parent
+    folder = Path(args.row_dir)
+    opts = backend_options(args, folder.parent, run.time_limit, run.device)
     with torch.no_grad():
         d = Decode(model, cfg, T, kv, cap, run.device)
-        fn = saved_forward(model, folder, backend_options(args, rowdir, run.time_limit, run.device))
+        fn = {"saved": lambda: saved_forward(model, folder, opts),
+              "mugraph": lambda: torch.compile(model.forward, backend="mugraph", options=opts),
+              "inductor": lambda: torch.compile(model.forward)}[args.child]
+        profiler = None
+        if args.profile:
+            import cProfile
+
+            profiler = cProfile.Profile()
+            profiler.enable()
         t0 = time.perf_counter()
-        got = d.step(fn).float()
+        compiled = fn()
+        got = d.step(compiled).float()
+        if run.device == "cuda":
+            torch.cuda.synchronize()
         seconds = time.perf_counter() - t0
+        if profiler is not None:
+            import io
+            import pstats
+
+            profiler.disable()
+            text = io.StringIO()
+            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(50)
+            (Path(args.out) / f"{fam}-t{T}-kv{kv}-{args.child}-profile.txt").write_text(text.getvalue())
     want = torch.load(folder / "expected_logits.pt").to(got.device)
-    info = next(iter(fn.info.values()), {})
-    print(json.dumps({"load_s": seconds, "how": info.get("how"), "load_parts": info,
-                      "rel_err_vs_saved": float((got - want).norm() / want.norm())}))
+    graphs = [c for c in recent_graphs() if c.captured]
+    out = {"first_step_s": seconds, "phases": L.compile_phases(graphs) if graphs else None,
+           "rel_err_vs_saved": float((got - want).norm() / want.norm())}
+    if args.child == "saved":
+        out["parts"] = next(iter(compiled.info.values()), None)
+    print(json.dumps(out))
     return 0
 
 
@@ -285,10 +321,11 @@ def format_table(rows: list[dict], header: dict) -> str:
              f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
              f"{header['copy_bandwidth_GBps']:.0f} GB/s. Search ≤ {header['time_limit_s']:g} s a piece; cold = first "
              "call with an empty result cache, warm = a fresh compile with the same cache; saved: the step "
-             "compiled to be saved, and its load's first call in a new process.", "",
+             "compiled to be saved, and its load's first step in a new process; new process: the first step of a "
+             "warm torch.compile there (the model's build and prefill not counted).", "",
              *L.table_head(["model", "layers", "new tokens", "cached", "eager μs", "torch.compile μs", "mugraph μs",
                             "× compile", "floor μs", "mugraph / floor", "Inductor compile s (warm)", "cold s",
-                            "warm s", "saved: compile s, load s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
+                            "warm s", "saved: compile s, load s", "new process: mugraph warm s", "new process: Inductor warm s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
                             "argmax agrees", "note"])]
     for r in rows:
         pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
@@ -297,7 +334,8 @@ def format_table(rows: list[dict], header: dict) -> str:
             f"| {L.fmt(r.get('compile_us'), '.1f')} | {L.fmt(r.get('mugraph_us'), '.1f')} | {L.fmt(r.get('x_compile'), '.2f')} "
             f"| {L.fmt(r.get('floor_us'), '.1f')} | {L.fmt(r.get('x_floor'), '.2f')} | {L.fmt(r.get('inductor_compile_s'), '.1f')} ({L.fmt(r.get('inductor_warm_s'), '.1f')}) "
             f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} "
-            f"| {L.fmt(r.get('saved_compile_s'), '.1f')}, {L.fmt(r.get('saved_load_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
+            f"| {L.fmt(r.get('saved_compile_s'), '.1f')}, {L.fmt(r.get('saved_first_step_s'), '.1f')} "
+            f"| {L.fmt(r.get('mugraph_first_step_s'), '.1f')} | {L.fmt(r.get('inductor_first_step_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
             f"| {L.fmt(r.get('argmax_agrees'), '.2f')} | {L.row_notes(r)} |")
     return "\n".join(lines)
 
@@ -321,12 +359,15 @@ def main() -> int:
     ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
     ap.add_argument("--saved", action="store_true",
                     help="also compile each step as a saved compile and load it in a new process")
-    ap.add_argument("--load-saved", default=None, help=argparse.SUPPRESS)  # the new process of --saved
+    ap.add_argument("--profile", action="store_true", help="with --saved: each new process's first step profiled")
+    # the new processes of --saved
+    ap.add_argument("--child", choices=["saved", "mugraph", "inductor"], default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--row-dir", default=None, help=argparse.SUPPRESS)
     ap.add_argument("-v", "--verbose", action="count", default=0,
                     help="the backend's log lines; -vv also each configuration a tuning times")
     args = ap.parse_args()
-    if args.load_saved:
-        return load_saved(args)
+    if args.child:
+        return child(args)
     run = L.start_run(args)
     import torch
     import transformers

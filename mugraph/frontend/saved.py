@@ -222,9 +222,11 @@ class SavedForward:
     def _compile(self, path: Path, args: tuple, kwargs: dict) -> Callable:
         """The forward traced by dynamo as one graph and compiled by the backend (searched at
         its first call)."""
-        compiled = torch.compile(call_forward, backend="mugraph", fullgraph=True, dynamic=False,
-                                 options={**self.options, "guard_filter_fn": portable_guards})
         try:
+            # torch releases that hide aot_compile behind a flag read it when torch.compile runs
+            with torch._dynamo.config.patch(enable_aot_compile=True):
+                compiled = torch.compile(call_forward, backend="mugraph", fullgraph=True, dynamic=False,
+                                         options={**self.options, "guard_filter_fn": portable_guards})
             return compiled.aot_compile(((self.model, args, kwargs), {}))
         except ConfigError:
             raise
