@@ -234,6 +234,14 @@ def saved_row(row: dict, args, d: "Decode", got, opts: dict, folder: Path, torch
     t0 = time.perf_counter()
     d.step(fn)
     row["saved_compile_s"] = time.perf_counter() - t0
+    # loaded here, as the warm column compiles here: after a reset, the backend's memo forgotten
+    torch._dynamo.reset()
+    L.forget_backend_memo()
+    loaded = saved_forward(d.model, folder, opts)
+    t0 = time.perf_counter()
+    d.step(loaded)
+    row["saved_load_here_s"] = time.perf_counter() - t0
+    row["saved_load_here_how"] = next(iter(loaded.info.values()), {}).get("how")
     torch.save(got.cpu(), folder / "expected_logits.pt")
     for form in ("saved", "mugraph", "inductor"):
         row.update({f"{form}_{k}": v for k, v in run_child(form, row, args, folder).items()})
@@ -321,11 +329,11 @@ def format_table(rows: list[dict], header: dict) -> str:
              f"SDPA attention, transformers' StaticCache; {header['timing']}. Memory floor at "
              f"{header['copy_bandwidth_GBps']:.0f} GB/s. Search ≤ {header['time_limit_s']:g} s a piece; cold = first "
              "call with an empty result cache, warm = a fresh compile with the same cache; saved: the step "
-             "compiled to be saved, and its load's first step in a new process; new process: the first step of a "
+             "compiled to be saved, and loaded here (after a reset, as warm); new process: the first step of a "
              "warm torch.compile there (the model's build and prefill not counted).", "",
              *L.table_head(["model", "layers", "new tokens", "cached", "eager μs", "torch.compile μs", "mugraph μs",
                             "× compile", "floor μs", "mugraph / floor", "Inductor compile s (warm)", "cold s",
-                            "warm s", "saved: compile s, load s", "new process: mugraph warm s", "new process: Inductor warm s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
+                            "warm s", "saved: compile s, load s (here)", "new process: saved load s", "new process: mugraph warm s", "new process: Inductor warm s", "pieces: μGraph / all (distinct)", "logits rel. err (Inductor's)",
                             "argmax agrees", "note"])]
     for r in rows:
         pieces = f"{r['pieces_mugraph']} / {r['pieces']} ({r['distinct_pieces']})" if "pieces" in r else "—"
@@ -334,7 +342,8 @@ def format_table(rows: list[dict], header: dict) -> str:
             f"| {L.fmt(r.get('compile_us'), '.1f')} | {L.fmt(r.get('mugraph_us'), '.1f')} | {L.fmt(r.get('x_compile'), '.2f')} "
             f"| {L.fmt(r.get('floor_us'), '.1f')} | {L.fmt(r.get('x_floor'), '.2f')} | {L.fmt(r.get('inductor_compile_s'), '.1f')} ({L.fmt(r.get('inductor_warm_s'), '.1f')}) "
             f"| {L.fmt(r.get('cold_s'), '.1f')} | {L.fmt(r.get('warm_s'), '.1f')} "
-            f"| {L.fmt(r.get('saved_compile_s'), '.1f')}, {L.fmt(r.get('saved_first_step_s'), '.1f')} "
+            f"| {L.fmt(r.get('saved_compile_s'), '.1f')}, {L.fmt(r.get('saved_load_here_s'), '.1f')} "
+            f"| {L.fmt(r.get('saved_first_step_s'), '.1f')} "
             f"| {L.fmt(r.get('mugraph_first_step_s'), '.1f')} | {L.fmt(r.get('inductor_first_step_s'), '.1f')} | {pieces} | {L.fmt(r.get('rel_err'), '.1e')} ({L.fmt(r.get('compile_rel_err'), '.1e')}) "
             f"| {L.fmt(r.get('argmax_agrees'), '.2f')} | {L.row_notes(r)} |")
     return "\n".join(lines)

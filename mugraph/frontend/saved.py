@@ -43,6 +43,7 @@ from typing import Any, Callable
 import torch
 
 from ..core.errors import ConfigError
+from .graph import gc_paused
 from .options import FrontendOptions
 
 log = logging.getLogger("mugraph")
@@ -207,7 +208,9 @@ class SavedForward:
         if not path.exists():
             return None
         try:
-            with open(path, "rb") as f:
+            # paused: unpickling a graph and building its guards allocate objects by the hundred
+            # thousand, and each full collection they set off walks the whole model's process
+            with gc_paused(), open(path, "rb") as f:
                 fn = torch.compiler.load_compiled_function(f, f_globals=globals())
         except Exception as e:  # noqa: BLE001 - torch's many load errors: compiled again
             log.warning("mugraph: the saved compile %s did not load (%s: %s); compiling again", path.name,
