@@ -228,20 +228,19 @@ def saved_row(row: dict, args, d: "Decode", got, opts: dict, folder: Path, torch
     loaded from disk, a CUDA context), which a compile in this process does not."""
     from mugraph.frontend import saved_forward
 
-    torch._dynamo.reset()
-    L.forget_backend_memo()
-    fn = saved_forward(d.model, folder, opts)
-    t0 = time.perf_counter()
-    d.step(fn)
-    row["saved_compile_s"] = time.perf_counter() - t0
-    # loaded here, as the warm column compiles here: after a reset, the backend's memo forgotten
-    torch._dynamo.reset()
-    L.forget_backend_memo()
-    loaded = saved_forward(d.model, folder, opts)
-    t0 = time.perf_counter()
-    d.step(loaded)
-    row["saved_load_here_s"] = time.perf_counter() - t0
-    row["saved_load_here_how"] = next(iter(loaded.info.values()), {}).get("how")
+    def first_step() -> tuple[float, dict]:
+        """A fresh saved_forward's first step, after a reset and the backend's memo forgotten."""
+        torch._dynamo.reset()
+        L.forget_backend_memo()
+        fn = saved_forward(d.model, folder, opts)
+        t0 = time.perf_counter()
+        d.step(fn)
+        return time.perf_counter() - t0, next(iter(fn.info.values()), {})
+
+    row["saved_compile_s"], _ = first_step()
+    # loaded here, as the warm column compiles here
+    row["saved_load_here_s"], info = first_step()
+    row["saved_load_here_how"] = info.get("how")
     torch.save(got.cpu(), folder / "expected_logits.pt")
     for form in ("saved", "mugraph", "inductor"):
         row.update({f"{form}_{k}": v for k, v in run_child(form, row, args, folder).items()})
