@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import inspect
 import json
 import logging
 import time
@@ -166,6 +167,9 @@ class SavedForward:
         self.options = dict(options or {})
         FrontendOptions.of(self.options)  # a bad option is said now, not at the first call
         self._fingerprint = model_fingerprint(model)
+        # what inspect.signature says of it: the forward's own parameters (``generate`` reads
+        # them to decide which arguments to pass, e.g. ``cache_position``)
+        self.__signature__ = inspect.signature(type(model).forward.__get__(model))
         self._functions: dict[str, Callable] = {}
         self.info: dict[str, dict] = {}
 

@@ -6,6 +6,7 @@ running a call it was not compiled for.
 Search and lowering as in test_models.py: the shortest search, every piece run lowered under
 Triton's interpreter, Inductor off."""
 
+import inspect
 import logging
 import pickle
 import shutil
@@ -98,14 +99,16 @@ def test_generate_saves_two_compiles_and_a_later_one_loads_them_without_tracing(
 
 
 def test_a_module_returning_a_tensor_is_saved_and_loaded(tmp_path, piece_cache, no_trace):
-    """A plain module: its output comes back as the tensor it returns. A pickled
-    ``SavedForward`` (a model saved with it as its forward) loads its compile again."""
+    """A plain module: its output comes back as the tensor it returns, and its signature is
+    the forward's (``generate`` reads it). A pickled ``SavedForward`` (a model saved with it
+    as its forward) loads its compile again."""
     m = NormLinear()
     x = torch.randn(4, 32)
     opts = {**QUICK, "cache_dir": piece_cache}
     with torch.no_grad():
         want = m(x)
         sf = saved_forward(m, tmp_path, opts)
+        assert list(inspect.signature(sf).parameters) == ["x"]
         torch.testing.assert_close(sf(x), want)
         copy = pickle.loads(pickle.dumps(sf))
         _fresh_process_state()
