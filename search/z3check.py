@@ -20,12 +20,31 @@ import z3
 
 from . import expr as ex
 
+#: Z3's resource units (``rlimit``) to a millisecond of this prover's checks, by Z3's major
+#: version — they count differently: Z3 4 about a million (its proofs took 5–18 M units), Z3
+#: 5.4 about two thousand (every keep of the agreement test's five programs proven within 60 k
+#: units, 25–34 ms at worst on a 2-core CPU)
+UNITS_PER_MS = {4: 1_000_000, 5: 2_000}
+#: the wall-clock timeout is only a backstop, this many times the work bound's milliseconds
+#: and at least :data:`BACKSTOP_MIN_MS` (why: see :meth:`Z3Prover.proves_sub`)
+BACKSTOP_FACTOR, BACKSTOP_MIN_MS = 20, 1000
+
+
+def units_per_ms() -> int:
+    """:data:`UNITS_PER_MS` for the installed Z3 (a version outside the table counts as the
+    nearest one in it)."""
+    known = sorted(UNITS_PER_MS)
+    return UNITS_PER_MS[min(max(z3.get_version()[0], known[0]), known[-1])]
+
 
 class Z3Prover:
-    """Proves ``q ⊑ t`` for abstract expressions, or says it could not."""
+    """Proves ``q ⊑ t`` for abstract expressions, or says it could not. ``timeout_ms`` bounds
+    each check's work (:data:`UNITS_PER_MS` of Z3's resource units a millisecond), not its
+    wall-clock time."""
 
-    def __init__(self, timeout_ms: int = 200, rlimit: int = 300_000_000) -> None:
+    def __init__(self, timeout_ms: int = 200, rlimit: int | None = None) -> None:
         self.timeout_ms = timeout_ms
+        #: a fixed work bound (Z3's units) instead of one from ``timeout_ms``
         self.rlimit = rlimit
         E = self.E = z3.DeclareSort("E")
         I = z3.IntSort()
@@ -104,11 +123,14 @@ class Z3Prover:
     def proves_sub(self, q: ex.Term, target: ex.Term) -> bool:
         """True when Z3 proves ``q ⊑ target`` within the timeout; False means *unknown*."""
         s = z3.Solver()
-        s.set("timeout", self.timeout_ms)
-        # a deterministic work bound as well: with quantified axioms Z3 does not always
-        # reach a point that honours the timeout (seen once: minutes and 14 GB on a CI box);
-        # ~1 M units per ms here, and proofs need 5–18 M
-        s.set("rlimit", self.rlimit)
+        # bounded by work, not by a clock: a wall-clock timeout that fires while Z3's
+        # E-matching runs can leave it matching on, deaf to every limit (Z3 5.4: minutes and
+        # 10–14 GB, at 30 ms under load and at 1 ms every time), and where it ends depends on
+        # the load; a work bound ends each check at the same point on every machine. The
+        # clock stays as a backstop far past it.
+        work = self.rlimit if self.rlimit is not None else max(1, self.timeout_ms) * units_per_ms()
+        s.set("rlimit", work)
+        s.set("timeout", max(BACKSTOP_MIN_MS, BACKSTOP_FACTOR * self.timeout_ms))
         s.add(*self.axioms)
         s.add(z3.Not(self.sub(self.encode(q), self.encode(target))))
         return s.check() == z3.unsat

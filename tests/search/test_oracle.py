@@ -114,6 +114,34 @@ def test_egraph_agrees_with_z3_on_real_queries():
     assert both > 0
 
 
+def _checks_at_a_tiny_bound(name: str) -> int:
+    """Every query of ``name``'s corpus asked of Z3 at a 1 ms bound; how many it proved."""
+    s, qs = _corpus(name, 200)
+    z = s.oracle.z3
+    z.timeout_ms = 1
+    root = s.oracle.targets[0]
+    return sum(z.proves_sub(q, root) for q in qs if ex.node(q)[0] not in ("cat", "top"))
+
+
+def test_every_z3_check_ends_at_a_tiny_bound():
+    """Given a 1 ms wall-clock timeout, Z3 5.4 kept E-matching on one of lora's queries after
+    the timeout fired — minutes, gigabytes, every limit ignored — and at 30 ms it did so under
+    load (a CI run of the agreement test above). The prover bounds a check by Z3's work
+    units instead (``search.z3check.UNITS_PER_MS``), which end it at the same point on every
+    machine. Run in a child process, so that a check that never ends fails this test instead
+    of hanging the suite."""
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=ctx) as pool:
+        future = pool.submit(_checks_at_a_tiny_bound, "lora")
+        try:
+            proved = future.result(timeout=120)
+        except TimeoutError:
+            for p in list(pool._processes.values()):  # a check that never ends: stop it
+                p.kill()
+            raise AssertionError("a Z3 check at a 1 ms bound ran past 120 s") from None
+    assert proved >= 0
+
+
 def _walk_labels(g, ins: dict, reduced: frozenset) -> list:
     """The output labels of μGraph ``g`` as the search's rules give them (``search.labels``):
     kernel ops by ``op_labels``; in a block, an iterator splits a dim's major part by the
