@@ -12,6 +12,7 @@ eager attention (the softmax written out, as the model's own code spells it).
 
     python examples/hf_families.py gpt2 falcon mixtral --out /tmp/families.json
     python examples/hf_families.py llama --batch 2 --attn eager      # left padding; eager attention
+    python examples/hf_families.py gpt2 olmo --saved                  # also through saved compiles
 
 Each row: the largest logit difference over the largest logit (the prompt's forward pass,
 no cache), whether ``generate``'s greedy tokens equal eager's, how many of the pieces the
@@ -112,9 +113,10 @@ def inputs(batch: int, length: int = 8, seed: int = 0):
 
 
 def check(model_type: str, batch: int, attn: str, time_limit: float, new_tokens: int,
-          cache: str | None = None) -> dict:
+          cache: str | None = None, saved: bool = False) -> dict:
     """One family's row (run in this process): the prompt's logits and greedy tokens, under
-    the backend (its result cache in ``cache``; None: the backend's default) and eagerly."""
+    the backend (its result cache in ``cache``; None: the backend's default) and eagerly;
+    with ``saved``, also through a saved compile and its load (:func:`check_saved`)."""
     import torch
 
     from mugraph.frontend import recent_graphs  # importing registers the backend
@@ -142,7 +144,40 @@ def check(model_type: str, batch: int, attn: str, time_limit: float, new_tokens:
     pieces = [bp for c in recent_graphs() for cap in c.captured.values() for bp in cap.pieces]
     row["pieces"] = len(pieces)
     row["pieces_mugraph"] = sum(bp.info.get("runs") == "mugraph" for bp in pieces)
+    if saved:
+        row.update(check_saved(model_type, attn, ids, mask, greedy, expected, opts))
     return row
+
+
+def check_saved(model_type: str, attn: str, ids, mask, greedy: dict, expected, opts: dict) -> dict:
+    """``generate`` through a saved compile (``mugraph.frontend.saved_forward``): compiled and
+    saved, then — dynamo reset, the backend's memo forgotten, the model built again — loaded
+    from the files without a trace; whether each run's tokens equal eager's, and whether every
+    signature of the second came from a file. A failure is its one-line error."""
+    import tempfile
+
+    import torch
+
+    from mugraph.frontend import run, saved_forward
+
+    out: dict = {}
+    folder = tempfile.mkdtemp(prefix=f"saved-{model_type}-")
+    try:
+        for phase in ("saved", "loaded"):
+            torch._dynamo.reset()
+            run.forget()
+            model, _ = build(model_type, attn)
+            with torch.no_grad():
+                model.forward = saved_forward(model, folder, opts)
+                t0 = time.perf_counter()
+                tokens = model.generate(ids, attention_mask=mask, **greedy)
+            out[f"{phase}_s"] = round(time.perf_counter() - t0, 1)
+            out[f"{phase}_tokens_equal"] = bool(torch.equal(expected, tokens))
+            hows = [i["how"] for i in model.forward.info.values()]
+            out[f"{phase}_how"] = ", ".join(sorted(set(hows)))
+    except Exception as e:  # noqa: BLE001 - a family whose forward cannot be saved says why
+        out["saved_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:240] if str(e).strip() else ''}"
+    return out
 
 
 def run_child(model_type: str, args) -> dict:
@@ -152,6 +187,8 @@ def run_child(model_type: str, args) -> dict:
            "--attn", args.attn, "--time-limit", str(args.time_limit), "--new-tokens", str(args.new_tokens)]
     if args.cache:
         cmd += ["--cache", args.cache]
+    if args.saved:
+        cmd += ["--saved"]
     try:  # the child sets TRITON_INTERPRET itself (main), before anything imports triton
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -170,16 +207,39 @@ def error_line(stderr: str) -> str:
     return (named or lines or [""])[-1][:300]
 
 
+def saved_cell(r: dict) -> str:
+    """A row's saved-compile column: tokens equal when compiled and saved, and when loaded
+    (with how the loaded run's signatures came), or the error."""
+    if "saved_error" in r:
+        return r["saved_error"]
+    if "saved_tokens_equal" not in r:
+        return ""
+    yes = {True: "yes", False: "**no**"}
+    return (f"{yes[r['saved_tokens_equal']]}, {yes[r['loaded_tokens_equal']]} ({r['loaded_how']}; "
+            f"{r['saved_s']:g}, {r['loaded_s']:g} s)")
+
+
+def saved_ok(r: dict) -> bool:
+    """Whether a row's saved compile (if it was asked for) generated eager's tokens both times,
+    the second from its files alone."""
+    if "saved_error" in r:
+        return False
+    return "saved_tokens_equal" not in r or (r["saved_tokens_equal"] and r["loaded_tokens_equal"]
+                                             and r["loaded_how"] == "loaded")
+
+
 def table(rows: list[dict]) -> str:
+    saved = any("saved_tokens_equal" in r or "saved_error" in r for r in rows)
+    extra = (" saved compile: tokens equal (saved, loaded) |", "---|") if saved else ("", "")
     lines = ["| family | attention | batch | logits rel. err | greedy tokens equal | pieces: μGraph / all "
-             "| compile + run s (prompt, generate) |", "|---|---|---|---|---|---|---|"]
+             "| compile + run s (prompt, generate) |" + extra[0], "|---|---|---|---|---|---|---|" + extra[1]]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['family']} | | | {r['error']} | | | |")
+            lines.append(f"| {r['family']} | | | {r['error']} | | | |" + (" |" if saved else ""))
             continue
         lines.append(f"| {r['family']} | {r['attention']} | {r['batch']} | {r['logits_rel_err']:.1e} "
                      f"| {'yes' if r['tokens_equal'] else '**no**'} | {r['pieces_mugraph']} / {r['pieces']} "
-                     f"| {r['prompt_s']:g}, {r['generate_s']:g} |")
+                     f"| {r['prompt_s']:g}, {r['generate_s']:g} |" + (f" {saved_cell(r)} |" if saved else ""))
     return "\n".join(lines)
 
 
@@ -193,12 +253,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0, help="a family is stopped after this many s")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: its own; a new folder "
                     "for cold compiles)")
+    ap.add_argument("--saved", action="store_true", help="also generate through a saved compile, then from "
+                    "its files in a fresh state (mugraph.frontend.saved_forward)")
     ap.add_argument("--out", default=None, help="write the rows here (JSON)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-        print(json.dumps(check(args.child, args.batch, args.attn, args.time_limit, args.new_tokens, args.cache)))
+        print(json.dumps(check(args.child, args.batch, args.attn, args.time_limit, args.new_tokens, args.cache,
+                                args.saved)))
         return 0
     rows = []
     for f in args.families:
@@ -209,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         with open(args.out, "w") as fh:
             json.dump(rows, fh, indent=1)
-    return 0 if all("error" not in r and r["tokens_equal"] for r in rows) else 1
+    return 0 if all("error" not in r and r["tokens_equal"] and saved_ok(r) for r in rows) else 1
 
 
 if __name__ == "__main__":
