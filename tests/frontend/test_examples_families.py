@@ -45,7 +45,8 @@ def test_prompts_after_the_first_are_left_padded():
 
 
 def test_a_family_that_fails_is_a_row_with_its_one_line_error():
-    args = argparse.Namespace(batch=1, attn="sdpa", time_limit=1.0, new_tokens=1, timeout=120.0, cache=None)
+    args = argparse.Namespace(batch=1, attn="sdpa", time_limit=1.0, new_tokens=1, timeout=120.0, cache=None,
+                              saved=False)
     row = F.run_child("no_such_model_type", args)
     assert set(row) == {"family", "error"} and "no_such_model_type" in row["error"]
     assert "\n" not in row["error"]
