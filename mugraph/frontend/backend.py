@@ -188,8 +188,11 @@ class MugraphCompiled:
         if state.get("format") != cls.SAVED_FORMAT:
             raise ConfigError(f"mugraph: a saved graph of format {state.get('format')!r}, not "
                               f"{cls.SAVED_FORMAT}: compile it again")
-        # its code is generated as the module is made: no recompile (a whole model's took 0.16 s)
         gm = GraphPickler.loads(state["graph"], FakeTensorMode(shape_env=ShapeEnv()))
+        gm.recompile()  # a module unpickled with a graph of submodules has no forward until then
+        # not a graph dynamo traced in this process: its placeholders have no dynamo sources,
+        # which AOTAutograd asks of a graph marked as dynamo's
+        gm.meta.pop("dynamo_compile_id", None)
         return cls(gm, state["options"])
 
     def _specialize(self, sig: tuple, args: tuple) -> Callable:

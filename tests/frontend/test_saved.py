@@ -117,6 +117,28 @@ def test_a_module_returning_a_tensor_is_saved_and_loaded(tmp_path, piece_cache, 
     assert [i["how"] for i in copy.info.values()] == ["loaded"]
 
 
+def test_a_loaded_graph_with_no_stored_trace_is_traced_again(tmp_path, no_trace):
+    """Without the stored ATen trace (``cache_dir=False``) the loaded graph is traced by the
+    capture itself, so it must run as a module (its code generated at load); and it is not
+    marked as a graph dynamo traced in this process (AOTAutograd would ask its placeholders
+    for dynamo sources it does not have)."""
+    from mugraph.frontend import recent_graphs
+
+    m = NormLinear()
+    x = torch.randn(4, 32)
+    opts = {**QUICK, "cache_dir": False}
+    with torch.no_grad():
+        want = m(x)
+        saved_forward(m, tmp_path, opts)(x)
+        _fresh_process_state()
+        no_trace()
+        loaded = saved_forward(m, tmp_path, opts)
+        torch.testing.assert_close(loaded(x), want)
+    assert [i["how"] for i in loaded.info.values()] == ["loaded"]
+    gm = recent_graphs()[-1].gm
+    assert "dynamo_compile_id" not in gm.meta and callable(gm.forward)
+
+
 def test_a_file_whose_guards_refuse_the_call_is_compiled_again(tmp_path, piece_cache, caplog):
     """A saved compile put where another signature's belongs (its name's key is one thing,
     its guards another): the load's guard check refuses it, a log line says so, and the call
