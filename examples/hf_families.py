@@ -158,6 +158,7 @@ def check_saved(model_type: str, attn: str, ids, mask, greedy: dict, expected, o
 
     import torch
 
+    from mugraph.core.errors import first_line
     from mugraph.frontend import run, saved_forward
 
     out: dict = {}
@@ -176,7 +177,7 @@ def check_saved(model_type: str, attn: str, ids, mask, greedy: dict, expected, o
             hows = [i["how"] for i in model.forward.info.values()]
             out[f"{phase}_how"] = ", ".join(sorted(set(hows)))
     except Exception as e:  # noqa: BLE001 - a family whose forward cannot be saved says why
-        out["saved_error"] = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:240] if str(e).strip() else ''}"
+        out["saved_error"] = first_line(e, 240)
     return out
 
 

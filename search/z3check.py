@@ -46,6 +46,7 @@ class Z3Prover:
         self.timeout_ms = timeout_ms
         #: a fixed work bound (Z3's units) instead of one from ``timeout_ms``
         self.rlimit = rlimit
+        self._units_per_ms = units_per_ms()
         E = self.E = z3.DeclareSort("E")
         I = z3.IntSort()
         self.symbols = ex.symbols()
@@ -128,7 +129,7 @@ class Z3Prover:
         # 10–14 GB, at 30 ms under load and at 1 ms every time), and where it ends depends on
         # the load; a work bound ends each check at the same point on every machine. The
         # clock stays as a backstop far past it.
-        work = self.rlimit if self.rlimit is not None else max(1, self.timeout_ms) * units_per_ms()
+        work = self.rlimit if self.rlimit is not None else max(1, self.timeout_ms) * self._units_per_ms
         s.set("rlimit", work)
         s.set("timeout", max(BACKSTOP_MIN_MS, BACKSTOP_FACTOR * self.timeout_ms))
         s.add(*self.axioms)

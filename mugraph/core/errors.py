@@ -8,6 +8,13 @@ bad program never surfaces as a traceback from deep inside numpy, torch or Z3.
 from __future__ import annotations
 
 
+def first_line(e: BaseException, limit: int = 200) -> str:
+    """``Type: first line of the message`` (its first ``limit`` characters; blank lines
+    skipped): how a log line or a verdict names another library's error in one line."""
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0][:limit] if text else ''}"
+
+
 class MugraphError(Exception):
     """Base class of every error mugraph raises on purpose.
 

@@ -33,8 +33,8 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from .ahead import compile_copy, start as start_ahead
 from ..core.errors import ConfigError
+from .ahead import compile_copy, start as start_ahead
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph

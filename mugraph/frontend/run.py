@@ -27,7 +27,7 @@ import torch
 import lower
 from lower.cold_inputs import cycling, rotated_sets
 
-from ..core.errors import MugraphError
+from ..core.errors import MugraphError, first_line
 from ..core.ops import is_contraction
 from ..core.text import kernel_structure
 from ..pipeline.cache import cached, default_cache_dir, locate
@@ -242,12 +242,6 @@ def program_won(opt: Any) -> str:
 TIE_MARGIN = 0.02
 
 
-def _error_text(e: BaseException) -> str:
-    """``Type: the message's first line`` (its first 200 characters), as a verdict's ``why`` says
-    what failed."""
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-
-
 def faster_by_margin(mugraph_s: float, torch_s: float) -> bool:
     """Whether ``mugraph_s`` beats ``torch_s`` by more than :data:`TIE_MARGIN`."""
     return mugraph_s < torch_s * (1.0 - TIE_MARGIN)
@@ -311,7 +305,7 @@ def _time_both(bp: BuiltPiece, op: Any, opts: FrontendOptions, device: str,
             times = timer(bp, launches)
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
     except Exception as e:  # noqa: BLE001 - the model still runs, as torch code
-        why = f"timing failed: {_error_text(e)}"
+        why = f"timing failed: {first_line(e)}"
         log.warning("mugraph: %s stays torch code: %s", bp.name, why)
         return {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": why}
     faster = faster_by_margin(mu, tt)
@@ -393,7 +387,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     try:
         mine = stitched()
     except Exception as e:  # noqa: BLE001 - the model still runs, as torch.compile compiles it
-        failed = f"compiling the graph as the backend traced it failed: {_error_text(e)}"
+        failed = f"compiling the graph as the backend traced it failed: {first_line(e)}"
         log.warning("mugraph: the graph runs without its μGraph pieces: %s", failed)
         _leave_to_torch(cap, {bp.name for bp in cap.kept})
         cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": failed}
@@ -414,7 +408,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         # what one more form costs: a compile like the first one's, and a timing like this one
         form_s = cap.timings.get("inductor_with_pieces_s", 0.0) + time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - the model still runs: without the pieces where that compiled
-        why = f"timing failed: {_error_text(e)}"
+        why = f"timing failed: {first_line(e)}"
         log.warning("mugraph: the graph runs %s: %s", "without its μGraph pieces" if base else "untimed", why)
         cap.whole = {"runs": "torch" if base else "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
         return base or mine
@@ -427,7 +421,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         try:
             fewer = _fewer_pieces(cap, subset, base, args, written, timer, mu / tt, form_s)
         except Exception as e:  # noqa: BLE001 - the verdict without any piece stands
-            log.warning("mugraph: timing the graph with fewer pieces failed: %s", _error_text(e))
+            log.warning("mugraph: timing the graph with fewer pieces failed: %s", first_line(e))
     if fewer is not None:
         fn, dropped, mu2, tt2 = fewer
         why = f"{timed}; leaving {', '.join(sorted(dropped))} to torch, {mu2 * 1e6:.4g} μs against {tt2 * 1e6:.4g}"
@@ -469,7 +463,7 @@ def _trace_or_plain(cap: Any, kept: Any, trace: Callable[[], Callable], plain: C
             times = timer(cap, {"mugraph": _replayable(fn, args, written), "torch": _replayable(base, args, written)})
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
     except Exception as e:  # noqa: BLE001 - the graph runs as torch.compile compiles it
-        why = f"{lead}timing the graph as traced failed: {_error_text(e)}"
+        why = f"{lead}timing the graph as traced failed: {first_line(e)}"
         log.warning("mugraph: the graph runs without its μGraph pieces: %s", why)
         cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": why}
         return base

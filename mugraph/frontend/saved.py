@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import torch
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, first_line
 from .graph import gc_paused
 from .options import FrontendOptions
 
@@ -165,7 +165,8 @@ class SavedForward:
         self.model = model
         self.folder = Path(folder)
         self.options = dict(options or {})
-        FrontendOptions.of(self.options)  # a bad option is said now, not at the first call
+        # a bad option is said now, not at the first call; the options' text is part of each file's key
+        self._options_text = repr(FrontendOptions.of(self.options))
         self._fingerprint = model_fingerprint(model)
         # what inspect.signature says of it: the forward's own parameters (``generate`` reads
         # them to decide which arguments to pass, e.g. ``cache_position``)
@@ -187,7 +188,7 @@ class SavedForward:
         from ..pipeline.cache import versions
 
         doc = {"format": FORMAT, "model": self._fingerprint, "call": call_signature(self.model, args, kwargs),
-               "options": repr(FrontendOptions.of(self.options)), "versions": versions()}
+               "options": self._options_text, "versions": versions()}
         name = type(self.model).__name__.lower()
         return self.folder / f"{name}-{_digest(doc)}.pt2"
 
@@ -207,11 +208,13 @@ class SavedForward:
         if fn is None:
             fn = self._compile(path, args, kwargs)
         t1 = time.perf_counter()
+        # its guards hold for this call (a load checked them, a compile was traced from it), and
+        # every later call checks them above
+        fn.disable_guard_check()
         out = fn(self.model, args, kwargs)  # a compile's searches, a load's rebuild from the caches
         t2 = time.perf_counter()
         if how == "compiled":
             self._save(fn, path)
-        fn.disable_guard_check()  # checked above at every later call
         self._functions[path.name] = fn
         self.info[path.name] = {"how": how, "seconds": time.perf_counter() - t0,
                                 f"{'load' if how == 'loaded' else 'trace'}_s": t1 - t0, "first_call_s": t2 - t1}
@@ -230,8 +233,7 @@ class SavedForward:
             with gc_paused(), open(path, "rb") as f:
                 fn = torch.compiler.load_compiled_function(f, f_globals=globals())
         except Exception as e:  # noqa: BLE001 - torch's many load errors: compiled again
-            log.warning("mugraph: the saved compile %s did not load (%s: %s); compiling again", path.name,
-                        type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            log.warning("mugraph: the saved compile %s did not load (%s); compiling again", path.name, first_line(e))
             return None
         if not fn.guard_check(self.model, args, kwargs):
             log.warning("mugraph: the saved compile %s does not fit this call (its guards: %s); compiling again",
@@ -251,9 +253,8 @@ class SavedForward:
         except ConfigError:
             raise
         except Exception as e:  # noqa: BLE001 - dynamo's errors: said in one line
-            first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
             raise ConfigError(f"mugraph: {type(self.model).__name__}'s forward could not be compiled to be saved "
-                              f"({type(e).__name__}: {first}); torch.compile(model, backend=\"mugraph\") compiles it "
+                              f"({first_line(e, 300)}); torch.compile(model, backend=\"mugraph\") compiles it "
                               "without saving") from None
 
     def _save(self, fn: Any, path: Path) -> None:
@@ -263,8 +264,8 @@ class SavedForward:
             path.parent.mkdir(parents=True, exist_ok=True)
             fn.save_compiled_function(str(path))
         except Exception as e:  # noqa: BLE001 - pickling's many errors: the compile runs unsaved
-            log.warning("mugraph: the compile of %s's forward could not be saved (%s: %s)",
-                        type(self.model).__name__, type(e).__name__, str(e).splitlines()[0][:200] if str(e) else "")
+            log.warning("mugraph: the compile of %s's forward could not be saved (%s)", type(self.model).__name__,
+                        first_line(e))
 
 
 def _first_failure(fn: Any, model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
