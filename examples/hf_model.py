@@ -276,8 +276,8 @@ def child(args) -> int:
     ``torch.compile(backend="mugraph")``, warm from the row's caches; ``inductor``:
     ``torch.compile``'s own, warm from Inductor's caches. Prints one JSON line: the first
     step's seconds, the backend's phases, and the logits' relative distance from those of the
-    compile that saved the step. ``--profile``: the first step under cProfile, its 50 costliest
-    calls (cumulative) written beside the row's log."""
+    compile that saved the step. ``--profile``: the first step under cProfile, its 150 costliest
+    calls (cumulative) and 40 (own time) written beside the row's log."""
     run = L.start_run(args)
     import torch
 
@@ -299,6 +299,7 @@ def child(args) -> int:
 
             profiler = cProfile.Profile()
             profiler.enable()
+        imported_before = set(sys.modules)
         t0 = time.perf_counter()
         compiled = fn()
         got = d.step(compiled).float()
@@ -311,16 +312,29 @@ def child(args) -> int:
 
             profiler.disable()
             text = io.StringIO()
-            pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(50)
+            stats = pstats.Stats(profiler, stream=text)
+            stats.sort_stats("cumulative").print_stats(150)
+            stats.sort_stats("tottime").print_stats(40)
             (Path(args.out) / f"{fam}-t{T}-kv{kv}-{args.child}-profile.txt").write_text(text.getvalue())
     want = torch.load(folder / "expected_logits.pt").to(got.device)
     graphs = [c for c in recent_graphs() if c.captured]
     out = {"first_step_s": seconds, "phases": L.compile_phases(graphs) if graphs else None,
-           "rel_err_vs_saved": float((got - want).norm() / want.norm())}
+           "rel_err_vs_saved": float((got - want).norm() / want.norm()),
+           **imports_since(imported_before)}
     if args.child == "saved":
         out["parts"] = next(iter(compiled.info.values()), None)
     print(json.dumps(out))
     return 0
+
+
+def imports_since(before: set) -> dict:
+    """How many modules the first step imported, and how many of them have no bytecode cache
+    to read at the next start (Python compiled them from source and could not write one):
+    what a new process pays that a compile in a warm process does not."""
+    new = [m for name, m in list(sys.modules.items()) if name not in before]
+    cached = [getattr(getattr(m, "__spec__", None), "cached", None) for m in new]
+    return {"modules_imported": len(new),
+            "modules_without_bytecode": sum(1 for c in cached if c and not os.path.exists(c))}
 
 
 def format_table(rows: list[dict], header: dict) -> str:
