@@ -35,9 +35,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -83,6 +85,30 @@ def portable_guards(entries: list) -> list[bool]:
     return [not e.is_global and e.guard_type not in unsaved
             and not unsaved.intersection(getattr(e, "derived_guard_types", ()) or ())
             for e in entries]
+
+
+def bytecode_missing() -> bool:
+    """Whether this process writes no bytecode (``PYTHONDONTWRITEBYTECODE``, ``python -B``)
+    and torch's Inductor has none to read: then every new process compiles the modules a
+    compile imports from source — about 550 of them, 2–3 s of a whole Phi-3-mini's 5–7 s
+    first step loaded from a saved compile on an H200 host — before it runs anything.
+    Container images often set that variable; an installed torch otherwise has its bytecode."""
+    if not sys.dont_write_bytecode:
+        return False
+    source = Path(torch.__file__).parent / "_inductor" / "compile_fx.py"
+    try:
+        return source.exists() and not Path(importlib.util.cache_from_source(str(source))).exists()
+    except (NotImplementedError, ValueError):  # no bytecode caching at all in this Python
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _say_bytecode_missing() -> None:
+    """One log line per process where :func:`bytecode_missing` holds."""
+    if bytecode_missing():
+        log.warning("mugraph: Python writes no bytecode here (PYTHONDONTWRITEBYTECODE) and torch's modules have "
+                    "none: each new process compiles Inductor's from source at its first compile (2-3 s); set "
+                    "PYTHONPYCACHEPREFIX to a writable folder, or run `python -m compileall` on torch's folder once")
 
 
 def _qualname(x: Any) -> str:
@@ -227,6 +253,7 @@ class SavedForward:
         whose guards refuse this call (said in one log line; it is compiled again)."""
         if not path.exists():
             return None
+        _say_bytecode_missing()
         try:
             # paused: unpickling a graph and building its guards allocate objects by the hundred
             # thousand, and each full collection they set off walks the whole model's process
@@ -289,4 +316,4 @@ def saved_forward(model: torch.nn.Module, folder: str | Path, options: dict | No
 
 
 __all__ = ["saved_forward", "SavedForward", "call_forward", "portable_guards", "model_fingerprint",
-           "call_signature", "describe"]
+           "call_signature", "describe", "bytecode_missing"]

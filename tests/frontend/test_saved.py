@@ -210,3 +210,22 @@ def test_a_graph_of_dynamic_shapes_is_not_saved():
     compiled.dims = ["s0"]
     with pytest.raises(ConfigError, match="dynamic shapes"):
         MugraphCompiled.serialize_compile_artifacts(compiled)
+
+
+def test_a_process_that_writes_no_bytecode_is_told_when_torch_has_none(tmp_path, monkeypatch):
+    """Where Python writes no bytecode and torch's Inductor has none, every new process compiles
+    Inductor's modules from source (2-3 s of a whole model's loaded first step on an H200
+    host): ``bytecode_missing`` says so — and only then."""
+    import importlib.util
+
+    from mugraph.frontend.saved import bytecode_missing
+
+    cached = tmp_path / "compile_fx.cpython.pyc"
+    monkeypatch.setattr(importlib.util, "cache_from_source", lambda path: str(cached))
+    monkeypatch.setattr("sys.dont_write_bytecode", True)
+    assert bytecode_missing()
+    cached.write_bytes(b"")
+    assert not bytecode_missing()  # torch's bytecode is there to read
+    cached.unlink()
+    monkeypatch.setattr("sys.dont_write_bytecode", False)
+    assert not bytecode_missing()  # the first process writes it for the next
