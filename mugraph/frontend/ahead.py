@@ -220,10 +220,10 @@ def _pickled_copy(gm: fx.GraphModule, args: list, why_not: str) -> _Copy | None:
     if len(blob) > MAX_PICKLE_BYTES:
         log.info("mugraph: %s (pickled, it holds %.0f MB)", why_not, len(blob) / 1e6)
         return None
-    made = constants_made(gm, graph)
-    if made:
-        log.info("mugraph: %s (pickled, it would read %d tensor(s) the graph makes as constants: %s)", why_not,
-                 len(made), ", ".join(sorted(made)[:3]))
+    unsafe = unsafe_constants(gm, graph)
+    if unsafe:
+        log.info("mugraph: %s (pickled, it would read %d tensor(s) the graph makes as constants, %s: %s)", why_not,
+                 len(unsafe.names), unsafe.why, ", ".join(sorted(unsafe.names)[:3]))
         return None
     return _Copy(blob, graph, inputs)
 
@@ -233,12 +233,118 @@ def constants_made(original: fx.GraphModule, copy: fx.GraphModule) -> set[str]:
     the original's factory calls. A ``GraphModule`` is pickled as its Python code and traced
     again when loaded, and a call with no tensor argument — ``torch.zeros`` of a static KV
     cache that transformers creates on its first write, ``torch.arange`` — runs during that
-    trace and comes back as a constant. Read-only, that is the same function; written in place
-    (the cache's ``index_copy_``) it is state shared by every call, and the copy computed other
-    logits than the graph (a tiny OLMo's prefill: 0.29 apart). Such a copy is not used."""
+    trace and comes back as a constant (:func:`unsafe_constants` says when that matters)."""
     def attrs(gm: fx.GraphModule) -> set[str]:
         return {n.target for n in gm.graph.nodes if n.op == "get_attr"}
     return attrs(copy) - attrs(original)
+
+
+#: calls that make the same tensor from the same arguments every time: a copy holding one of
+#: their results as a constant computes what the graph does, as long as nothing writes into it
+SAME_EVERY_CALL = frozenset({"arange", "zeros", "ones", "full", "tensor", "scalar_tensor", "as_tensor",
+                             "linspace", "logspace", "eye"})
+
+
+class UnsafeConstants(NamedTuple):
+    """Constants of a pickled copy that make it another function than its graph."""
+
+    names: set[str]
+    why: str
+
+    def __bool__(self) -> bool:
+        return bool(self.names)
+
+
+def unsafe_constants(original: fx.GraphModule, copy: fx.GraphModule) -> UnsafeConstants:
+    """The constants :func:`constants_made` finds that keep ``copy`` from computing what
+    ``original`` does (empty: the copy may be compiled in its place).
+
+    A constant only read is the same function where the call it stands for makes the same
+    tensor every time (:data:`SAME_EVERY_CALL`: ``torch.arange`` of a decode step's position,
+    a mask's ``torch.ones``) — a whole model's decode step has such a constant per layer, and
+    refusing them all cost every whole model's cold compile its Inductor compile ahead (21–29
+    s on an H200). Two cases are not: a graph that makes a tensor by another call (``torch.rand``,
+    ``torch.empty``: a frozen draw, or memory, in place of a new one); and a constant written in
+    place (transformers' static cache keys, made by ``torch.zeros`` at the first write), which
+    would be state shared by every call — the copy computed other logits than the graph (a tiny
+    OLMo's prefill: 0.29 apart)."""
+    made = constants_made(original, copy)
+    if not made:
+        return UnsafeConstants(set(), "")
+    # dynamo gives every value its example; a call without one made none (a logging call),
+    # unless the graph has no examples at all (a graph loaded from a saved compile)
+    examples = any("example_value" in n.meta or "val" in n.meta for n in original.graph.nodes)
+    other = sorted({_call_name(n) for n in original.graph.nodes if _makes_a_tensor_from_nothing(n, examples)}
+                   - SAME_EVERY_CALL)
+    if other:
+        return UnsafeConstants(made, f"made by calls that can make another each time ({', '.join(other[:3])})")
+    written = _written_constants(copy, made)
+    return UnsafeConstants(written, "written in place" if written else "")
+
+
+def _call_name(node: fx.Node) -> str:
+    t = node.target
+    return t if isinstance(t, str) else getattr(t, "__name__", str(t)).split(".")[0]
+
+
+def _makes_a_tensor_from_nothing(node: fx.Node, examples: bool) -> bool:
+    """Whether ``node`` is a call that reads no node of the graph and makes a tensor — what
+    unpickling turns into a constant. Without its example value it may, unless the graph has
+    ``examples`` (then a call without one made no value)."""
+    if node.op != "call_function":
+        return False
+    reads = []
+    fx.node.map_arg((node.args, node.kwargs), reads.append)
+    if reads:
+        return False
+    value = node.meta.get("example_value", node.meta.get("val", ...))
+    return not examples if value is ... else isinstance(value, torch.Tensor)
+
+
+#: functions that write into their first argument and whose names do not end in "_"
+_WRITES_FIRST = {"setitem", "iadd", "isub", "imul", "itruediv", "ifloordiv", "imod", "ipow", "iand", "ior",
+                 "ixor", "ilshift", "irshift", "imatmul"}
+
+
+def _written_args(node: fx.Node) -> list[Any]:
+    """The arguments ``node`` writes into: an in-place method's or function's receiver (a name
+    ending in ``_``, an operator such as ``setitem`` or ``iadd``, ``inplace=True``), an ``out=``
+    tensor, and an ATen overload's arguments its schema marks as written."""
+    if node.op not in ("call_method", "call_function") or not node.args and "out" not in node.kwargs:
+        return []
+    out = [node.kwargs["out"]] if "out" in node.kwargs else []
+    schema = getattr(node.target, "_schema", None)
+    if schema is not None:
+        given = {**dict(zip([a.name for a in schema.arguments], node.args)), **node.kwargs}
+        return out + [given[a.name] for a in schema.arguments
+                      if a.name in given and a.alias_info is not None and a.alias_info.is_write]
+    name = _call_name(node)
+    dunder = name.startswith("__") and name.endswith("__")
+    inplace = ((name.endswith("_") and not name.startswith("_")) or name.strip("_") in _WRITES_FIRST
+               or (dunder and name[2:-2].strip("_") in _WRITES_FIRST) or node.kwargs.get("inplace") is True)
+    return out + ([node.args[0]] if inplace and node.args else [])
+
+
+def _written_constants(copy: fx.GraphModule, names: set[str]) -> set[str]:
+    """Those of ``names`` (``get_attr`` constants of ``copy``) that an in-place write may reach:
+    some write's target is the constant or a value computed from it (any value: a view of it
+    and a new tensor are not told apart — a copy left uncompiled ahead costs only time)."""
+    writes = [a for n in copy.graph.nodes for a in _written_args(n) if isinstance(a, fx.Node)]
+    if not writes:
+        return set()
+    written = set()
+    for node in copy.graph.nodes:
+        if node.op != "get_attr" or node.target not in names:
+            continue
+        seen, todo = {node}, [node]
+        while todo:
+            for user in todo.pop().users:
+                if user not in seen:
+                    seen.add(user)
+                    todo.append(user)
+        if any(w in seen for w in writes):
+            written.add(node.target)
+    return written
 
 
 def compile_copy(gm: fx.GraphModule, args: list) -> Callable:

@@ -234,3 +234,90 @@ def test_a_graph_that_makes_a_tensor_and_writes_it_is_compiled_from_itself(caplo
         torch.testing.assert_close(got, step(x, want_count))
     plain = _graph()[0]
     assert ahead.constants_made(plain, pickle.loads(pickle.dumps(plain))) == set()
+
+
+def _dynamo_graph(fn, *args) -> fx.GraphModule:
+    seen = {}
+
+    def grab(gm, example_inputs):
+        seen["gm"], seen["inputs"] = gm, example_inputs
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(fn, backend=grab)(*args)
+    return seen["gm"], seen["inputs"]
+
+
+def test_a_graph_that_makes_a_tensor_it_only_reads_is_compiled_ahead():
+    """A decode step's ``torch.arange`` of its positions comes back from pickle as a constant
+    too, but one only read, of a call that makes the same tensor every time: the copy is the
+    same function, so it is compiled ahead (a whole model's step has one per layer, and
+    refusing them cost each cold compile its Inductor compile ahead). Its writes go into the
+    graph's inputs — the cache and its counter — and the copy's results follow eager's over
+    calls that move the counter."""
+    def step(x, cache, count):
+        cache.index_copy_(0, torch.arange(2) + count, x)
+        count.add_(2)
+        return cache * 2
+
+    gm, inputs = _dynamo_graph(step, torch.randn(2, 4), torch.zeros(6, 4), torch.tensor(0))
+    copy = pickle.loads(pickle.dumps(gm))
+    assert ahead.constants_made(gm, copy)  # the arange, frozen
+    assert not ahead.unsafe_constants(gm, copy)
+    order = [{(2, 4): "x", (6, 4): "cache", (): "count"}[tuple(t.shape)] for t in inputs]
+
+    def call(x, cache, count):
+        named = {"x": x, "cache": cache, "count": count}
+        return [named[k] for k in order]
+    cache, count = torch.zeros(6, 4), torch.tensor(0)
+    assert ahead._pickled_copy(gm, call(torch.randn(2, 4), cache, count), "why") is not None
+    fn = ahead.compile_copy(gm, call(torch.randn(2, 4), cache, count))
+    want_cache, want_count = torch.zeros(6, 4), torch.tensor(0)
+    for _ in range(2):
+        x = torch.randn(2, 4)
+        got = fn(*call(x, cache, count))
+        got = got[0] if isinstance(got, (tuple, list)) else got
+        torch.testing.assert_close(got, step(x, want_cache, want_count))
+    assert int(count) == 4
+
+
+def test_a_graph_that_makes_a_tensor_by_a_draw_is_compiled_from_itself():
+    """A tensor made by ``torch.rand`` would come back from pickle as one frozen draw: the copy
+    is another function even where the draw is only read, so it is not compiled ahead."""
+    gm, _ = _dynamo_graph(lambda x: x + torch.rand(4), torch.randn(4))
+    unsafe = ahead.unsafe_constants(gm, pickle.loads(pickle.dumps(gm)))
+    assert unsafe and "rand" in unsafe.why
+
+
+def test_writes_are_found_in_every_form_a_graph_writes():
+    """In-place methods and functions, ``setitem`` and the augmented operators, ``out=`` and an
+    ATen overload's written arguments — and a constant counts as written where a write reaches
+    a value computed from it, not only the constant itself."""
+    import operator
+
+    g = fx.Graph()
+    a, b = g.placeholder("a"), g.placeholder("b")
+    nodes = {
+        "method": g.call_method("add_", (a, b)),
+        "setitem": g.call_function(operator.setitem, (a, 0, b)),
+        "iadd": g.call_function(operator.iadd, (a, b)),
+        "out": g.call_function(torch.add, (b, b), {"out": a}),
+        "aten": g.call_function(torch.ops.aten.index_copy_.default, (a, 0, b, b)),
+        "relu": g.call_function(torch.nn.functional.relu, (a,), {"inplace": True}),
+    }
+    for form, node in nodes.items():
+        assert ahead._written_args(node) == [a], form
+    assert ahead._written_args(g.call_method("add", (a, b))) == []
+    assert ahead._written_args(g.call_function(torch.ops.aten.add.Tensor, (a, b))) == []
+
+    gm = fx.GraphModule(torch.nn.Module(), fx.Graph())
+    gm.register_buffer("c0", torch.zeros(3))
+    gm.register_buffer("c1", torch.zeros(3))
+    h = gm.graph
+    x = h.placeholder("x")
+    c0, c1 = h.get_attr("c0"), h.get_attr("c1")
+    view = h.call_method("view", (c0, -1))
+    h.call_method("copy_", (view, x))           # c0 written through a view of it
+    h.call_method("index_copy_", (x, 0, c1, x))  # c1 only read: the index of a write into x
+    h.output(x)
+    assert ahead._written_constants(gm, {"c0", "c1"}) == {"c0"}
