@@ -13,6 +13,7 @@ import contextlib
 import faulthandler
 import importlib
 import inspect
+import re
 import signal
 import statistics
 import time
@@ -513,6 +514,14 @@ def row_notes(r: dict) -> str:
 def one_line(e: BaseException, n: int = 160) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}"[:n]
+
+
+def error_line(stderr: str) -> str:
+    """The line of a child process's stderr that names its error: the last one that reads
+    ``SomeError: …`` (torch ends its tracebacks with hints after it), else the last line."""
+    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
+    named = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Failed|Unmapped)\b.*:", ln)]
+    return (named or lines or [""])[-1][:300]
 
 
 class RowTimeout(Exception):

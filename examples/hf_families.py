@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import os
 import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from _layers import error_line  # noqa: E402
 
 #: the families run when none are named: every one checked for docs/models.md's table
 DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma2", "gemma3_text", "cohere",
@@ -198,14 +200,6 @@ def run_child(model_type: str, args) -> dict:
     if p.returncode == 0 and last:
         return json.loads(last[0])
     return {"family": model_type, "error": error_line(p.stderr) or f"exit code {p.returncode}"}
-
-
-def error_line(stderr: str) -> str:
-    """The line of a child's stderr that names its error: the last one that reads
-    ``SomeError: …`` (torch ends its tracebacks with hints after it), else the last line."""
-    lines = [ln.strip() for ln in stderr.strip().splitlines() if ln.strip()]
-    named = [ln for ln in lines if re.match(r"^[\w.]*(Error|Exception|Failed|Unmapped)\b.*:", ln)]
-    return (named or lines or [""])[-1][:300]
 
 
 def saved_cell(r: dict) -> str:

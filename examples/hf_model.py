@@ -265,7 +265,7 @@ def run_child(form: str, row: dict, args, folder: Path) -> dict:
     log_path.write_text(done.stderr)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
     if done.returncode != 0 or not lines:
-        return {"error": (done.stderr.strip().splitlines() or ["no output"])[-1][:300]}
+        return {"error": L.error_line(done.stderr) or "no output"}
     return json.loads(lines[-1])
 
 
