@@ -319,9 +319,9 @@ def _written_args(node: fx.Node) -> list[Any]:
         return out + [given[a.name] for a in schema.arguments
                       if a.name in given and a.alias_info is not None and a.alias_info.is_write]
     name = _call_name(node)
-    dunder = name.startswith("__") and name.endswith("__")
-    inplace = ((name.endswith("_") and not name.startswith("_")) or name.strip("_") in _WRITES_FIRST
-               or (dunder and name[2:-2].strip("_") in _WRITES_FIRST) or node.kwargs.get("inplace") is True)
+    dunder = name.startswith("__") and name.endswith("__")  # __getitem__ reads; __setitem__, __iadd__ write
+    inplace = ((name.endswith("_") and not dunder) or name.strip("_") in _WRITES_FIRST
+               or node.kwargs.get("inplace") is True)
     return out + ([node.args[0]] if inplace and node.args else [])
 
 

@@ -304,10 +304,13 @@ def test_writes_are_found_in_every_form_a_graph_writes():
         "out": g.call_function(torch.add, (b, b), {"out": a}),
         "aten": g.call_function(torch.ops.aten.index_copy_.default, (a, 0, b, b)),
         "relu": g.call_function(torch.nn.functional.relu, (a,), {"inplace": True}),
+        "private": g.call_function(torch._foreach_add_, (a, b)),
+        "dunder": g.call_method("__setitem__", (a, 0, b)),
     }
     for form, node in nodes.items():
         assert ahead._written_args(node) == [a], form
     assert ahead._written_args(g.call_method("add", (a, b))) == []
+    assert ahead._written_args(g.call_method("__getitem__", (a, 0))) == []
     assert ahead._written_args(g.call_function(torch.ops.aten.add.Tensor, (a, b))) == []
 
     gm = fx.GraphModule(torch.nn.Module(), fx.Graph())
