@@ -120,6 +120,17 @@ def test_a_whole_model_decode_step_is_the_same_step_each_time(family):
     assert M.floor_bytes(cfg, model, 2, 16, torch.float32) == weights - unread + kv
 
 
+def test_a_whole_model_row_says_where_its_new_processes_had_no_bytecode():
+    """A new process that compiled modules from source (a machine that writes no bytecode)
+    times that compile into its first step: the row says so, and says nothing otherwise."""
+    import hf_model as M
+
+    row = {"saved_modules_without_bytecode": 569, "mugraph_modules_without_bytecode": 595,
+           "inductor_modules_without_bytecode": 0}
+    assert "up to 595 modules from source" in M.row_note(row)
+    assert M.row_note({"saved_modules_without_bytecode": 0}) == ""
+
+
 def test_piece_headroom_smoke(tmp_path, capsys):
     """``examples/piece_headroom.py`` on the CPU: a tiny layer's gated projection piece
     superoptimized alone, one row with what shipped and the cost model's price (nothing is
