@@ -512,8 +512,10 @@ def row_notes(r: dict) -> str:
 
 
 def one_line(e: BaseException, n: int = 160) -> str:
-    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {text}"[:n]
+    """``Type: first line`` of an error, at most ``n`` characters in all."""
+    from mugraph.core.errors import first_line  # imported here: the package is heavy for a parent process
+
+    return first_line(e, n)[:n]
 
 
 def error_line(stderr: str) -> str:

@@ -365,8 +365,8 @@ def format_table(rows: list[dict], header: dict) -> str:
 def row_note(r: dict) -> str:
     """The row's notes, and where its new processes compiled modules from source (no bytecode
     to read): their first steps then include that compile, which an installed torch skips."""
-    uncached = {form: r.get(f"{form}_modules_without_bytecode") for form in ("saved", "mugraph", "inductor")}
-    most = max((n for n in uncached.values() if n), default=0)
+    most = max((r.get(f"{form}_modules_without_bytecode") or 0 for form in ("saved", "mugraph", "inductor")),
+               default=0)
     note = f"new processes compiled up to {most} modules from source (no bytecode)" if most else ""
     return "; ".join(n for n in (L.row_notes(r), note) if n)
 

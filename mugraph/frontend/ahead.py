@@ -291,11 +291,7 @@ def _makes_a_tensor_from_nothing(node: fx.Node, examples: bool) -> bool:
     """Whether ``node`` is a call that reads no node of the graph and makes a tensor — what
     unpickling turns into a constant. Without its example value it may, unless the graph has
     ``examples`` (then a call without one made no value)."""
-    if node.op != "call_function":
-        return False
-    reads = []
-    fx.node.map_arg((node.args, node.kwargs), reads.append)
-    if reads:
+    if node.op != "call_function" or node.all_input_nodes:
         return False
     value = node.meta.get("example_value", node.meta.get("val", ...))
     return not examples if value is ... else isinstance(value, torch.Tensor)
@@ -327,24 +323,17 @@ def _written_args(node: fx.Node) -> list[Any]:
 
 def _written_constants(copy: fx.GraphModule, names: set[str]) -> set[str]:
     """Those of ``names`` (``get_attr`` constants of ``copy``) that an in-place write may reach:
-    some write's target is the constant or a value computed from it (any value: a view of it
-    and a new tensor are not told apart — a copy left uncompiled ahead costs only time)."""
-    writes = [a for n in copy.graph.nodes for a in _written_args(n) if isinstance(a, fx.Node)]
-    if not writes:
-        return set()
-    written = set()
-    for node in copy.graph.nodes:
-        if node.op != "get_attr" or node.target not in names:
-            continue
-        seen, todo = {node}, [node]
-        while todo:
-            for user in todo.pop().users:
-                if user not in seen:
-                    seen.add(user)
-                    todo.append(user)
-        if any(w in seen for w in writes):
-            written.add(node.target)
-    return written
+    the constant is what some write targets, or what that target was computed from (any value:
+    a view of it and a new tensor are not told apart — a copy left uncompiled ahead costs only
+    time). One walk up from every write's target."""
+    todo = [a for n in copy.graph.nodes for a in _written_args(n) if isinstance(a, fx.Node)]
+    upstream = set(todo)
+    while todo:
+        for node in todo.pop().all_input_nodes:
+            if node not in upstream:
+                upstream.add(node)
+                todo.append(node)
+    return {n.target for n in upstream if n.op == "get_attr" and n.target in names}
 
 
 def compile_copy(gm: fx.GraphModule, args: list) -> Callable:
