@@ -150,6 +150,7 @@ def run_row(proj: Projection, rows: int, args, bw: float) -> dict:
     ours = measure(fn.launcher(*x.values()))
     cublas = measure(proj.cublas(x))
     ops = measure(lambda: proj.torch_ops(x))
+    torch._dynamo.reset()  # each row its own compile: dynamo's recompile limit would fall back to eager
     compiled = torch.compile(proj.torch_ops, dynamic=False)
     inductor = measure(lambda: compiled(x))
     floor = (sum(t.nbytes for t in p.inputs) + rows * proj.n * 2) / bw
