@@ -70,8 +70,24 @@ class AheadCompile:
     grad: bool
     proc: subprocess.Popen
     path: str
+    #: ``time.time()`` when the child was started
+    started: float = 0.0
     #: seconds :meth:`finish` waited for the child (None before it is called)
     waited_s: float | None = None
+    #: :meth:`compile_s`, once the child has written it
+    _compile_s: float | None = None
+
+    def compile_s(self) -> float | None:
+        """Seconds from the child's start to the end of its compile (None while it runs, or
+        when it failed): a measure of Inductor on this graph, taken beside the searches —
+        what the graph clock predicts the compile after them from (``GraphClock.end_hint``)."""
+        if self._compile_s is None:
+            try:
+                with open(self.path + ".done") as f:
+                    self._compile_s = float(f.read()) - self.started
+            except (OSError, ValueError):
+                pass
+        return self._compile_s
 
     def finish(self) -> Callable:
         """The graph compiled by Inductor here, after the child's compile of it (its FX graph
@@ -83,6 +99,7 @@ class AheadCompile:
         except subprocess.TimeoutExpired:
             rc = None
         self.waited_s = time.perf_counter() - t0
+        self.compile_s()  # read before close() removes the file
         if rc != 0:
             err = _tail(self.path + ".err") if rc is not None else ""
             log.info("mugraph: the graph's compile ahead %s; compiled here instead",
@@ -92,7 +109,7 @@ class AheadCompile:
             return compile_graph(self.graph, fake_inputs(self.inputs))
 
     def close(self) -> None:
-        """Stop the child if it still runs, and remove its input file."""
+        """Stop the child if it still runs, and remove its files."""
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -362,6 +379,7 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
     # the child imports what this process imports: its module path, not only an installed mugraph
     env = {**os.environ, "TORCHINDUCTOR_COMPILE_THREADS": str(CHILD_COMPILE_THREADS),
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))}
+    started = time.time()
     try:
         with open(path + ".err", "wb") as err:  # a file, not a pipe: a child's warnings never block it
             proc = subprocess.Popen([sys.executable, "-m", "mugraph.frontend.ahead", path], env=env,
@@ -370,12 +388,12 @@ def start(gm: fx.GraphModule, args: list) -> AheadCompile | None:
         log.info("mugraph: the graph without its pieces is compiled after the searches (no child process: %s)", e)
         _remove(path)
         return None
-    return AheadCompile(graph, inputs, torch.is_grad_enabled(), proc, path)
+    return AheadCompile(graph, inputs, torch.is_grad_enabled(), proc, path, started)
 
 
 def _remove(path: str) -> None:
-    """Remove a child's input file and its error output."""
-    for p in (path, path + ".err"):
+    """Remove a child's input file, its error output and its end time."""
+    for p in (path, path + ".err", path + ".done"):
         with contextlib.suppress(OSError):
             os.unlink(p)
 
@@ -407,6 +425,8 @@ def _child(path: str) -> None:
     inductor_config.compile_threads = CHILD_COMPILE_THREADS  # the parent's count, saved with the rest
     with torch.set_grad_enabled(grad):
         compile_graph(with_example_values(graph, inputs), fake_inputs(inputs))
+    with open(path + ".done", "w") as f:  # when the compile ended (AheadCompile.compile_s)
+        f.write(repr(time.time()))
 
 
 if __name__ == "__main__":

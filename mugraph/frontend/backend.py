@@ -34,11 +34,11 @@ import torch
 import torch.fx as fx
 
 from ..core.errors import ConfigError
-from .ahead import compile_copy, start as start_ahead
+from .ahead import AheadCompile, compile_copy, start as start_ahead
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
-from .options import DYNAMIC_SIZES, FrontendOptions
+from .options import DYNAMIC_SIZES, GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_S, FrontendOptions
 from .run import device_of, judge_graph
 from .trace_memo import folder_of, traced
 
@@ -48,6 +48,21 @@ log = logging.getLogger("mugraph")
 #: in a child process beside them (``FrontendOptions.compile_ahead``); shorter ones would
 #: mostly wait for it
 AHEAD_MIN_SEARCH_S = 10.0
+
+
+def pieces_end(ahead: AheadCompile | None, opts: FrontendOptions, started: float) -> Callable[[], float | None] | None:
+    """The graph clock's ``end_hint`` for a compile that started (``time.time()``) at
+    ``started``: once the compile ahead has measured Inductor on this graph, the pieces must
+    be done by ``compile_budget`` from the start less Inductor's compile of the graph with
+    its pieces (:data:`INDUCTOR_PER_AHEAD_S` times the child's seconds) and the whole-graph
+    rule's timing. None without a compile ahead or a ``compile_budget``."""
+    if ahead is None or opts.compile_budget is None:
+        return None
+
+    def end() -> float | None:
+        s = ahead.compile_s()
+        return None if s is None else started + opts.compile_budget - INDUCTOR_PER_AHEAD_S * s - GRAPH_RULE_TIMING_S
+    return end
 
 
 def compiles_ahead(opts: FrontendOptions, device: str, new_search_s: float) -> bool:
@@ -229,7 +244,8 @@ class MugraphCompiled:
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         try:
-            stitched = cap.compile(opts, dev, plan=plan)
+            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, time.time() - (
+                time.perf_counter() - t0)))
             pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
             slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
@@ -245,6 +261,7 @@ class MugraphCompiled:
                     return compile_copy(self.gm, list(args))
                 fn = ahead.finish()
                 cap.timings["ahead_wait_s"] = ahead.waited_s or 0.0
+                cap.timings["ahead_s"] = ahead.compile_s() or 0.0
                 return fn
 
             t1 = time.perf_counter()

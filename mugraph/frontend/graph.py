@@ -12,7 +12,8 @@ import torch
 import torch.fx as fx
 
 from .capture import NodeInfo, probe_all, trace, unfold_column_slices_in
-from .options import MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, FrontendOptions, GraphClock, search_weight
+from .options import (MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, PIECE_AFTER_SEARCH_S, FrontendOptions,
+                      GraphClock, search_weight)
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, provable, reference_call, rewrite
 
@@ -124,7 +125,8 @@ class Captured:
             parts.append(f"Inductor {t.get('inductor_with_pieces_s', 0.0):.1f} s with the pieces, "
                          f"{t.get('inductor_without_s', 0.0):.1f} s without")
         if "ahead_wait_s" in t:
-            parts.append(f"the graph without them compiled ahead in a child process ({t['ahead_wait_s']:.1f} s "
+            took = f"{t['ahead_s']:.1f} s there, " if t.get("ahead_s") else ""
+            parts.append(f"the graph without them compiled ahead in a child process ({took}{t['ahead_wait_s']:.1f} s "
                          "waited for it)")
         if "graph_rule_s" in t:
             rest = t["graph_rule_s"] - t.get("inductor_with_pieces_s", 0.0) - t.get("inductor_without_s", 0.0)
@@ -204,10 +206,12 @@ class Captured:
                           [new_search_s(bp, shares[k], dev) for k, bp in first.items()], budget)
 
     def compile(self, options: FrontendOptions | dict | None = None, device: str | None = None,
-                plan: SearchPlan | None = None, **kw: Any) -> fx.GraphModule:
+                plan: SearchPlan | None = None, end_hint: Callable[[], float | None] | None = None,
+                **kw: Any) -> fx.GraphModule:
         """Superoptimize every piece and stitch its kernels in; the rest runs as torch
         (eagerly: ``torch.compile`` it, or use the ``"mugraph"`` backend, for Inductor).
-        ``plan``: :meth:`plan` of the same options and device, where the caller made it."""
+        ``plan``: :meth:`plan` of the same options and device, where the caller made it.
+        ``end_hint``: :class:`GraphClock`'s, a later measure of when the pieces must be done."""
         from .run import device_of, optimize_piece
 
         opts = FrontendOptions.of({**(options if isinstance(options, dict) else {}), **kw}
@@ -226,7 +230,7 @@ class Captured:
             log.info("mugraph: %d ATen ops and %d distinct pieces: the searches get %.0f s of graph_budget=%g s, "
                      "what compile_budget=%g s leaves for them", len(self.info), len(plan.position),
                      plan.budget_s, opts.graph_budget, opts.compile_budget)
-        clock = GraphClock(plan.budget_s, plan.nominal_s)
+        clock = GraphClock(plan.budget_s, plan.nominal_s, PIECE_AFTER_SEARCH_S, end_hint)
         # by piece, not by name: pieces of one name read inputs of other strides are other
         # operators, and the never-slower rule may keep one and not the other
         done: dict[int, Any] = {}
@@ -235,9 +239,14 @@ class Captured:
             r = optimize_piece(bp, plan.shares[k], dev, stop_by=clock.stop_by(plan.position[k]))
             if r is not None:
                 done[id(bp)] = r[0]
+        if clock.moved_s > 0:
+            log.info("mugraph: the pieces ended %.0f s earlier than their budget allowed, to leave Inductor the "
+                     "time the compile ahead measured", clock.moved_s)
         if clock.overrun_s() > 0:
-            log.warning("mugraph: the graph's searches and tuning ran %.0f s past their budget of %g s (a phase "
-                        "that cannot stop midway: a verification, a kernel compile)", clock.overrun_s(), plan.budget_s)
+            log.warning("mugraph: the graph's pieces ran %.0f s past their end (searches and tuning %g s, %g s a "
+                        "piece after its search%s; a phase that cannot stop midway: a verification, a kernel "
+                        "compile)", clock.overrun_s(), plan.budget_s, PIECE_AFTER_SEARCH_S,
+                        f", moved {clock.moved_s:.0f} s earlier by the compile ahead" if clock.moved_s else "")
         #: the pieces that run superoptimized in the last compiled graph (the others stay torch code)
         self.kept = [bp for bp in self.pieces if id(bp) in done]
         self._calls = done

@@ -33,15 +33,24 @@ PIECE_TIMING = "dram"
 MIN_PIECE_S = 2.0
 
 #: seconds a graph's compile spends outside its searches per ATen op of its capture: the
-#: capture itself and Inductor's compile of the graph with its pieces (H200, default options:
-#: a whole LLaMA-3-8B, 2,285 ops, 5.5 + 34.8 s; a whole Phi-3-mini, 2,445 ops, 3.3 + 47.3 s; a
-#: decoder layer, 65-70 ops, 0.2-0.7 + 2.0-4.0 s). What :meth:`FrontendOptions.search_budget`
-#: reserves from ``compile_budget``.
-COMPILE_S_PER_OP = 0.018
+#: capture itself, Inductor's compile of the graph with its pieces and the whole-graph rule's
+#: timing (H200, default options: a whole LLaMA-3-8B, 2,283–2,285 ops, 40.3 and 62.8 s; a
+#: whole Phi-3-mini, 2,379–2,445 ops, 50.6 and 45.7 s; a decoder layer, 65-70 ops, 2.2–4.7 s).
+#: What :meth:`FrontendOptions.search_budget` reserves from ``compile_budget`` before the
+#: searches; Inductor's share varies by half between runs of one model, so the graph clock
+#: corrects it once the compile ahead has measured Inductor on the graph (:class:`GraphClock`)
+COMPILE_S_PER_OP = 0.021
 #: seconds each distinct piece takes after its search: lowering its μGraph, registering the
 #: operator, the never-slower rule's timing (the pieces' time less their searches': 16.3 s for
 #: a whole LLaMA-3-8B's 13 distinct pieces, 9.8 s for a layer's 8; H200)
 PIECE_AFTER_SEARCH_S = 1.3
+#: seconds of Inductor's compile of a graph with its pieces per second the compile ahead took
+#: (its child process, from its start to the end of its compile of the graph without them):
+#: what the graph clock's ``end_hint`` predicts the rest of the compile from
+INDUCTOR_PER_AHEAD_S = 1.0
+#: seconds the whole-graph rule takes after Inductor's compiles: the graph timed with its
+#: pieces and without (H200, whole 3.8–8B models: 1.8–2.3 s)
+GRAPH_RULE_TIMING_S = 2.5
 
 #: default size limits of a piece (docs/design.md §10.3; measured in
 #: examples/piece_search_size.py): larger pieces are cut before their search. 9 ops hold an
@@ -353,29 +362,56 @@ class FrontendOptions:
 class GraphClock:
     """The wall clock of one graph's searches: when each of its distinct pieces must be done
     (``superoptimize``'s ``stop_by``) for the graph's searches and tuning to end within
-    ``graph_budget`` of the first one's start.
+    ``graph_budget`` of the first one's start, and each piece's work after its search (its
+    lowering, its operator, the never-slower rule's timing: ``after_s`` a distinct piece,
+    :data:`PIECE_AFTER_SEARCH_S`, which :meth:`FrontendOptions.search_budget` reserves) after
+    that.
 
     Each piece's limits (its share: :meth:`FrontendOptions.for_pieces`) stay what they are —
     they are its result's cache key, so a warm compile finds what the cold one stored — but
     a piece may no longer run past them into the time of the pieces after it: its stop is the
     graph's end less the nominal seconds (search and tuning) of the new searches still to
-    come, and never before its own search's limit (``superoptimize`` guarantees that). What a
-    piece leaves unused passes to the later ones. Why: each call's own slack (up to half its
-    limits) added up — measured on a whole LLaMA-3-8B (H200, default options), searches and
-    tuning took 195 s of a 160 s budget."""
+    come and the work after each piece from it on, and never before its own search's limit
+    (``superoptimize`` guarantees that). What a piece leaves unused passes to the later ones.
+    Why: each call's own slack (up to half its limits) added up — measured on a whole
+    LLaMA-3-8B (H200, default options), searches and tuning took 195 s of a 160 s budget.
 
-    def __init__(self, budget_s: float | None, nominal_s: list[float]) -> None:
+    ``end_hint`` (called at each piece's start): a ``time.time()`` by which the pieces must
+    be done that was learnt during the searches — the compile ahead's measure of Inductor on
+    this graph (``backend``). It moves the end earlier, never later. Why: the rest of a
+    compile is predicted per ATen op before the searches start, and Inductor's share of it
+    varies by half (a whole LLaMA-3-8B, H200: 34.8 and 56.5 s)."""
+
+    def __init__(self, budget_s: float | None, nominal_s: list[float], after_s: float = 0.0,
+                 end_hint: Callable[[], float | None] | None = None) -> None:
         self.budget_s = budget_s
         #: seconds each distinct piece's first call asks for by its limits (0: cached, or done)
         self.nominal_s = nominal_s
+        self.after_s = after_s
+        self.end_hint = end_hint
         self.t0 = time.time()
+        #: when the last piece's work must be done (None: no budget)
+        self.end = None if budget_s is None else self.t0 + budget_s + after_s * len(nominal_s)
+        #: seconds the end was moved earlier by ``end_hint``
+        self.moved_s = 0.0
+
+    def _consult(self) -> None:
+        if self.end is None or self.end_hint is None:
+            return
+        hint = self.end_hint()
+        if hint is not None:
+            self.end_hint = None  # learnt once
+            if hint < self.end:
+                self.moved_s = self.end - hint
+                self.end = hint
 
     def stop_by(self, i: int) -> float | None:
         """The ``time.time()`` by which distinct piece ``i`` must be done (None: no budget)."""
-        if self.budget_s is None:
+        self._consult()
+        if self.end is None:
             return None
-        return self.t0 + self.budget_s - sum(self.nominal_s[i + 1:])
+        return self.end - sum(self.nominal_s[i + 1:]) - self.after_s * (len(self.nominal_s) - i)
 
     def overrun_s(self) -> float:
-        """Seconds past the budget so far (0 when within it, or without one)."""
-        return 0.0 if self.budget_s is None else max(0.0, time.time() - self.t0 - self.budget_s)
+        """Seconds past the end so far (0 when within it, or without a budget)."""
+        return 0.0 if self.end is None else max(0.0, time.time() - self.end)

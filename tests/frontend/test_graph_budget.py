@@ -233,6 +233,32 @@ def test_the_graph_clock_keeps_the_later_pieces_time():
     assert GraphClock(None, [20.0]).stop_by(0) is None
 
 
+def test_the_graph_clock_reserves_each_pieces_work_after_its_search():
+    """The work after a search (lowering, timing: ``after_s`` a distinct piece) comes after
+    each piece's stop, and the pieces from it on keep theirs."""
+    from mugraph.frontend.options import GraphClock
+
+    c = GraphClock(100.0, [20.0, 0.0, 40.0], after_s=1.0)
+    assert [c.stop_by(i) - c.t0 for i in range(3)] == [pytest.approx(60.0), pytest.approx(61.0),
+                                                       pytest.approx(102.0)]
+
+
+def test_the_graph_clock_ends_earlier_when_told_never_later():
+    """``end_hint`` (the compile ahead's measure of Inductor): asked at each piece's start
+    until it knows; an earlier end moves every later stop by as much, a later one is ignored."""
+    from mugraph.frontend.options import GraphClock
+
+    answers = [None, "early"]
+    c = GraphClock(100.0, [20.0, 20.0, 20.0], end_hint=lambda: (lambda a: None if a is None else c.t0 + 70.0)(
+        answers.pop(0)))
+    assert c.stop_by(0) - c.t0 == pytest.approx(60.0)  # not known yet
+    assert c.stop_by(1) - c.t0 == pytest.approx(50.0) and c.moved_s == pytest.approx(30.0)
+    assert c.stop_by(2) - c.t0 == pytest.approx(70.0) and not answers  # learnt once
+    late = GraphClock(100.0, [20.0], end_hint=lambda: late.t0 + 500.0)
+    assert late.stop_by(0) - late.t0 == pytest.approx(100.0) and late.moved_s == 0.0
+    assert GraphClock(None, [20.0], end_hint=lambda: 0.0).stop_by(0) is None
+
+
 def test_the_graph_hands_each_piece_its_stop(monkeypatch):
     cap = _two_pieces()
     seen = []
@@ -241,8 +267,12 @@ def test_the_graph_hands_each_piece_its_stop(monkeypatch):
     cap.compile(time_limit=30, graph_budget=16, device="cpu", cache_dir=False)
     limits = [s for s, _ in seen]
     assert sorted(limits) == [MIN_PIECE_S, pytest.approx(7.5)]
-    # on the CPU a piece asks for its search's limit alone: the first is done 2 s before the end
-    assert seen[0][1] == pytest.approx(16 - limits[1], abs=1.0) and seen[1][1] == pytest.approx(16, abs=1.0)
+    # on the CPU a piece asks for its search's limit alone: the first is done 2 s before the end;
+    # the second, later by the work the first did after its search (none here) and kept its own
+    from mugraph.frontend.options import PIECE_AFTER_SEARCH_S
+
+    assert seen[0][1] == pytest.approx(16 - limits[1], abs=1.0)
+    assert seen[1][1] == pytest.approx(16 + PIECE_AFTER_SEARCH_S, abs=1.0)
 
 
 def test_the_compile_budget_cuts_a_large_graphs_searches():
@@ -287,7 +317,9 @@ def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
     cap.compile(cut, device="cpu")
     limits = sorted(s for s, _ in seen)
     assert limits == [MIN_PIECE_S, pytest.approx(5.0)]   # (12 - 2 × 2) / 1.6: what the small piece leaves
-    assert seen[-1][1] == pytest.approx(12, abs=1.0)     # the last piece's stop: the cut budget's end
+    # the last piece's stop: the cut budget's end, and the first piece's work after its search
+    # (reserved, none here) passed on
+    assert seen[-1][1] == pytest.approx(12 + PIECE_AFTER_SEARCH_S, abs=1.0)
 
 
 def test_a_rope_piece_whose_only_product_permutes_is_not_searched():
@@ -316,3 +348,26 @@ def test_a_rope_piece_whose_only_product_permutes_is_not_searched():
     assert run.unsearched(both, FrontendOptions()) is None
     assert not run._signed_permutation(torch.tensor([[1.0, 1.0], [0.0, 1.0]]))
     assert run._signed_permutation(torch.tensor([[0.0, -1.0], [1.0, 0.0]]))
+
+
+def test_the_pieces_end_is_learnt_from_the_compile_ahead():
+    """Once the child has compiled the graph without its pieces, the pieces must be done by
+    ``compile_budget`` from the compile's start less what Inductor is then expected to take
+    on the graph with them and the whole-graph rule's timing; nothing is learnt before, or
+    without a compile ahead or a ``compile_budget``."""
+    from mugraph.frontend.backend import pieces_end
+    from mugraph.frontend.options import GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_S
+
+    class Ahead:
+        took = None
+
+        def compile_s(self):
+            return self.took
+
+    job = Ahead()
+    end = pieces_end(job, FrontendOptions(), started=1000.0)
+    assert end() is None
+    job.took = 40.0
+    assert end() == pytest.approx(1000.0 + 170.0 - 40.0 * INDUCTOR_PER_AHEAD_S - GRAPH_RULE_TIMING_S)
+    assert pieces_end(None, FrontendOptions(), 0.0) is None
+    assert pieces_end(job, FrontendOptions(compile_budget=None), 0.0) is None
