@@ -243,9 +243,9 @@ class MugraphCompiled:
         opts = self.options
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
+        started = time.time() - (time.perf_counter() - t0)  # the compile's start, on the wall clock
         try:
-            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, time.time() - (
-                time.perf_counter() - t0)))
+            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, started))
             pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
             slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)
