@@ -217,3 +217,15 @@ class TooLarge(ResourceError):
     @property
     def clause(self) -> str:
         return f"{self.where} would hold {self.n} elements > max_elements={self.max_elements}"
+
+
+def too_large(graph: KernelGraph, max_elements: int) -> TooLarge | None:
+    """The value of ``graph`` that its evaluation cannot hold within ``max_elements`` even in
+    chunks of blocks or slices (the verifier and the float check evaluate it at its shapes),
+    or None when it fits."""
+    try:
+        chunking(graph, max_elements, sliced=slicing(graph, max_elements))
+    except TooLarge as e:
+        return e
+    return None
+

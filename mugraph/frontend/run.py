@@ -29,6 +29,8 @@ from lower.cold_inputs import cycling, rotated_sets
 
 from ..core.errors import MugraphError, first_line
 from ..core.ops import is_contraction
+from ..core import limits
+from ..core.sizing import too_large
 from ..core.text import kernel_structure
 from ..pipeline.cache import cached, default_cache_dir, locate
 from ..pipeline.optimize import make_config, superoptimize
@@ -102,7 +104,10 @@ def forget() -> None:
 
 
 def unsearched(bp: BuiltPiece, opts: FrontendOptions) -> str | None:
-    """Why the piece is not searched at all, or None when it is: its program changes the
+    """Why the piece is not searched at all, or None when it is: a value of its program is
+    too large for the verifier to evaluate, even in slices (a large vocabulary's LM head:
+    LLaMA-3-8B's 4096 × 128256 weight; its share of a whole model's budget went unused and
+    a warm compile counted it as a new search); or its program changes the
     layout of a value it computes in a way the search never generates
     (``search.proposals.ungenerated_on_computed``: a q/k projection's head split before its
     RoPE, the LM head's reshape pair), so the search's space holds no μGraph of it but the
@@ -112,14 +117,18 @@ def unsearched(bp: BuiltPiece, opts: FrontendOptions) -> str | None:
     ``unfused="lower"`` they are searched, for the program's own lowering."""
     from search.proposals import ungenerated_on_computed
 
+    big = too_large(bp.program, limits.MAX_EVAL_ELEMENTS)
+    if big is not None:  # superoptimize refuses it at once: it takes no share of the budget
+        return f"not searched: {big.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), too large to verify"
     if opts.unfused != "torch":
         return None
+    lower = "; option unfused='lower' searches it"
     if _only_permutes(bp):
         return ("not searched: its only products multiply by a signed permutation the capture wrote as a "
-                "matrix (RoPE's rotate-half), which a μGraph runs as a matmul and its torch ops as an index")
+                "matrix (RoPE's rotate-half), which a μGraph runs as a matmul and its torch ops as an index" + lower)
     what = ungenerated_on_computed(bp.program)
     return None if what is None else \
-        f"not searched: its program holds a {what}, which no μGraph but the program op by op can hold"
+        f"not searched: its program holds a {what}, which no μGraph but the program op by op can hold{lower}"
 
 
 def _only_permutes(bp: BuiltPiece) -> bool:
@@ -167,7 +176,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
         why = unsearched(bp, opts)
         if why is not None:
             _UNSEARCHED[k] = why
-            log.info("mugraph: %s stays torch code: %s; option unfused='lower' searches it", bp.name, why)
+            log.info("mugraph: %s stays torch code: %s", bp.name, why)
     if k in _UNSEARCHED:
         bp.info = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": _UNSEARCHED[k],
                    "search_s": 0.0, "cached": None}

@@ -34,7 +34,7 @@ from verify.floatcheck import FloatReference
 
 from ..core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
 from ..core.files import as_path, safe_name
-from ..core.sizing import TooLarge, chunking, slicing
+from ..core.sizing import too_large
 from ..core.ir import DTYPES, KernelGraph, Program, short
 from ..core.lax import check_lax
 from ..core.limits import MAX_EVAL_ELEMENTS
@@ -290,11 +290,10 @@ def superoptimize(program: Program, config: OptimizeConfig | dict | None = None,
     if stop_by is not None and (isinstance(stop_by, bool) or not isinstance(stop_by, (int, float))
                                 or stop_by != stop_by):
         raise ConfigError(f"superoptimize: stop_by={short(stop_by)} must be a time.time() value or None")
-    try:  # the verifier and the float check evaluate the program at its shapes (in slices where they must)
-        chunking(program, MAX_EVAL_ELEMENTS, sliced=slicing(program, MAX_EVAL_ELEMENTS))
-    except TooLarge as e:
-        raise ResourceError(f"superoptimize: {program.name!r}: {e.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), "
-                            "too large to verify; reduce the shapes") from None
+    big = too_large(program, MAX_EVAL_ELEMENTS)  # the verifier evaluates the program at its shapes
+    if big is not None:
+        raise ResourceError(f"superoptimize: {program.name!r}: {big.clause} (mugraph.core.limits.MAX_EVAL_ELEMENTS), "
+                            "too large to verify; reduce the shapes")
     dev = _resolve_device(device)
     path = key_doc = None
     if cache_dir is not False:

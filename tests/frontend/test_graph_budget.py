@@ -371,3 +371,26 @@ def test_the_pieces_end_is_learnt_from_the_compile_ahead():
     assert end() == pytest.approx(1000.0 + 170.0 - 40.0 * INDUCTOR_PER_AHEAD_S - GRAPH_RULE_TIMING_S)
     assert pieces_end(None, FrontendOptions(), 0.0) is None
     assert pieces_end(job, FrontendOptions(compile_budget=None), 0.0) is None
+
+
+def test_a_piece_too_large_to_verify_is_not_searched_and_takes_no_share(monkeypatch):
+    """A piece whose program the verifier cannot evaluate even in slices (a large
+    vocabulary's LM head) is refused by ``superoptimize`` at once: it is not searched, in
+    either ``unfused`` mode, takes no share of the graph's budget and is no new search of a
+    warm compile."""
+    from mugraph.core import limits
+
+    cap = _two_pieces()
+    small, large = sorted(cap.distinct().values(), key=lambda bp: max(t.numel for op in bp.program.ops
+                                                                       for t in op.outputs))
+    biggest = max(t.numel for op in large.program.ops for t in op.outputs)
+    assert run.unsearched(large, FrontendOptions()) is None
+    monkeypatch.setattr(limits, "MAX_EVAL_ELEMENTS", biggest - 1)
+    if max(t.numel for op in small.program.ops for t in op.outputs) >= biggest:
+        pytest.skip("the two pieces hold values of one size")
+    for opts in (FrontendOptions(), FrontendOptions(unfused="lower")):
+        why = run.unsearched(large, opts)
+        assert why is not None and "too large to verify" in why and "MAX_EVAL_ELEMENTS" in why
+    plan = cap.plan(FrontendOptions(time_limit=30, graph_budget=16, cache_dir=False), "cpu")
+    assert plan.nominal_s[plan.position[(large.name, large.layout_key)]] == 0.0
+    assert plan.nominal_s[plan.position[(small.name, small.layout_key)]] > 0.0
