@@ -552,3 +552,28 @@ def hard_limit(seconds: float | None):
         faulthandler.cancel_dump_traceback_later()
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+@contextlib.contextmanager
+def profiled(path: Path | None, cumulative: int = 150, own: int = 40):
+    """Run the block under cProfile and write its ``cumulative`` costliest calls (cumulative
+    time) and ``own`` costliest (own time) to ``path``; nothing when ``path`` is None. Only
+    this process's calls: a search's workers and a compile ahead are other processes."""
+    if path is None:
+        yield
+        return
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        text = io.StringIO()
+        stats = pstats.Stats(profiler, stream=text)
+        stats.sort_stats("cumulative").print_stats(cumulative)
+        stats.sort_stats("tottime").print_stats(own)
+        Path(path).write_text(text.getvalue())

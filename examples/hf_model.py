@@ -147,10 +147,12 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
     L.forget_backend_memo()
     torch._dynamo.reset()
     before = {id(c) for c in recent_graphs()}
-    t0 = time.perf_counter()
-    cold = torch.compile(model.forward, backend="mugraph", options=opts)
-    got = d.step(cold).float()
-    row["cold_s"] = time.perf_counter() - t0
+    cold_profile = Path(args.out) / f"{row['family']}-t{T}-kv{kv}-cold-profile.txt" if args.profile else None
+    with L.profiled(cold_profile):
+        t0 = time.perf_counter()
+        cold = torch.compile(model.forward, backend="mugraph", options=opts)
+        got = d.step(cold).float()
+        row["cold_s"] = time.perf_counter() - t0
     graphs = [c for c in recent_graphs() if c.captured and id(c) not in before]
     pieces = [bp for c in graphs for cap_ in c.captured.values() for bp in cap_.pieces]
     row["graphs"] = len(graphs)
@@ -277,7 +279,7 @@ def child(args) -> int:
     ``torch.compile``'s own, warm from Inductor's caches. Prints one JSON line: the first
     step's seconds, the backend's phases, and the logits' relative distance from those of the
     compile that saved the step. ``--profile``: the first step under cProfile, its 150 costliest
-    calls (cumulative) and 40 (own time) written beside the row's log."""
+    calls (cumulative) and 40 (own time) written beside the row's log (``_layers.profiled``)."""
     run = L.start_run(args)
     import torch
 
@@ -293,29 +295,14 @@ def child(args) -> int:
         fn = {"saved": lambda: saved_forward(model, folder, opts),
               "mugraph": lambda: torch.compile(model.forward, backend="mugraph", options=opts),
               "inductor": lambda: torch.compile(model.forward)}[args.child]
-        profiler = None
-        if args.profile:
-            import cProfile
-
-            profiler = cProfile.Profile()
-            profiler.enable()
         imported_before = set(sys.modules)
-        t0 = time.perf_counter()
-        compiled = fn()
-        got = d.step(compiled).float()
-        if run.device == "cuda":
-            torch.cuda.synchronize()
-        seconds = time.perf_counter() - t0
-        if profiler is not None:
-            import io
-            import pstats
-
-            profiler.disable()
-            text = io.StringIO()
-            stats = pstats.Stats(profiler, stream=text)
-            stats.sort_stats("cumulative").print_stats(150)
-            stats.sort_stats("tottime").print_stats(40)
-            (Path(args.out) / f"{fam}-t{T}-kv{kv}-{args.child}-profile.txt").write_text(text.getvalue())
+        with L.profiled(Path(args.out) / f"{fam}-t{T}-kv{kv}-{args.child}-profile.txt" if args.profile else None):
+            t0 = time.perf_counter()
+            compiled = fn()
+            got = d.step(compiled).float()
+            if run.device == "cuda":
+                torch.cuda.synchronize()
+            seconds = time.perf_counter() - t0
     want = torch.load(folder / "expected_logits.pt").to(got.device)
     graphs = [c for c in recent_graphs() if c.captured]
     out = {"first_step_s": seconds, "phases": L.compile_phases(graphs) if graphs else None,
@@ -390,7 +377,9 @@ def main() -> int:
     ap.add_argument("--row-timeout", type=float, default=1800.0, help="a row is stopped after this many s")
     ap.add_argument("--saved", action="store_true",
                     help="also compile each step as a saved compile and load it in a new process")
-    ap.add_argument("--profile", action="store_true", help="with --saved: each new process's first step profiled")
+    ap.add_argument("--profile", action="store_true",
+                    help="the cold compile under cProfile (it runs slower), and with --saved each new process's "
+                         "first step; the costliest calls written beside the table")
     # the new processes of --saved
     ap.add_argument("--child", choices=["saved", "mugraph", "inductor"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--row-dir", default=None, help=argparse.SUPPRESS)
