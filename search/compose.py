@@ -252,6 +252,74 @@ def pointwise_kernel(program: Program) -> Optional[KernelGraph]:
     return g
 
 
+def pointwise_runs(program: Program) -> Optional[KernelGraph]:
+    """``program`` with each run of its element-wise ops as one loop-free kernel
+    (:func:`pointwise_kernel`) and every other op as it is — a compiler's default fusion —
+    or None when no run holds two ops that compute (constants aside).
+
+    Why: where the search finds nothing, the answer was the program op by op, one launch an
+    op, and a GeLU written out is ten of them: a Gemma-2B MLP's gated projection over 64 rows
+    ran 13 kernels, 71.6 μs against 47.4 for its torch calls (H200). This graph is one more
+    candidate, fingerprinted and verified like any other.
+
+    A run is a set of element-wise ops joined through their values and closed: no path
+    leaves it and comes back through another op (that op would have to run inside the
+    kernel). Ops are taken in the program's order; each joins the runs of its element-wise
+    producers when the union stays closed, else the first of them alone, else a run of its
+    own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
+    stays op by op."""
+    ops = [op for op in program.ops if op.kind != "input"]
+    made = {op.outputs[0]: op for op in ops}
+    upstream: dict[int, set[int]] = {}
+    for op in ops:  # in order: every input's producer comes first
+        upstream[op.id] = set().union(*({made[t].id} | upstream[made[t].id] for t in op.inputs if t in made))
+    run_of: dict[int, int] = {}
+    runs: dict[int, set[int]] = {}
+
+    def closed(members: set[int], op) -> bool:
+        # a producer outside the run that depends on the run: a path leaves it and comes back
+        return not any(t in made and made[t].id not in members and upstream[made[t].id] & members
+                       for t in op.inputs)
+
+    for op in ops:
+        if not is_elementwise(op.kind):
+            continue
+        near = list(dict.fromkeys(run_of[made[t].id] for t in op.inputs if t in made and made[t].id in run_of))
+        for choice in ([near, near[:1]] if len(near) > 1 else [near]):
+            members = set().union(*(runs[r] for r in choice))
+            if choice and closed(members, op):
+                for r in choice[1:]:
+                    del runs[r]
+                runs[choice[0]] = members | {op.id}
+                run_of.update(dict.fromkeys(runs[choice[0]], choice[0]))
+                break
+        else:
+            runs[op.id] = {op.id}
+            run_of[op.id] = op.id
+    groups = {r: ids for r, ids in runs.items()
+              if sum(program.ops[i].kind != "const" for i in ids) >= 2}
+    if not groups:
+        return None
+    grouped = {i for ids in groups.values() for i in ids}
+    # the pieces in an order their inputs allow: a run where its last op stands
+    order = sorted([[op.id] for op in ops if op.id not in grouped] + [sorted(ids) for ids in groups.values()],
+                   key=lambda ids: max(ids))
+    pieces, graphs, fused = [], [], 0
+    for ids in order:
+        piece = _sub_program(program, ids, len(pieces))
+        kernel = pointwise_kernel(piece.program) if len(ids) > 1 else None
+        if kernel is None and len(ids) > 1:  # not one kernel: its ops stay one by one
+            for i in ids:
+                single = _sub_program(program, [i], len(pieces))
+                pieces.append(single)
+                graphs.append(single.program)
+            continue
+        fused += kernel is not None
+        pieces.append(piece)
+        graphs.append(kernel if kernel is not None else piece.program)
+    return compose(program, pieces, graphs) if fused else None
+
+
 def _trailing_map(omap: tuple, shape: tuple, lead: int) -> tuple:
     """:func:`~search.rewrite.broadcast_map` for a tensor that lacks the ``lead`` leading dims
     of the tiles ``omap`` writes: a grid axis over one of those dims reads it whole."""

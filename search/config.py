@@ -100,6 +100,11 @@ class SearchConfig:
     compose_share: float = 0.5
     #: piece candidates combined (cheapest combinations first)
     compose_combinations: int = 16
+    #: also propose the program with each run of its element-wise ops as one kernel and every
+    #: other op as it is (:func:`search.compose.pointwise_runs`), verified like any candidate:
+    #: what the search offers where it finds nothing better than the program. ``superoptimize``
+    #: sets it when the program itself would run (``OptimizeConfig.time_program``)
+    pointwise_runs: bool = False
     #: propose split-loop variants (split-K / split-KV) of the matches; the variants of
     #: every match are ranked by cost and the ``4 * split_sources`` cheapest fingerprinted
     split_loops: bool = True
@@ -169,7 +174,7 @@ RULES: dict[str, tuple] = {
     **dict.fromkeys(("max_graph_defined", "full_split_max", "split_sources", "seed"), _NONNEG),
     **dict.fromkeys(("max_results", "max_verify", "verify_per_kernels"), _OPT_POS),
     **dict.fromkeys(("prune_abstract", "prune_labels", "thread_graphs", "progress", "iterative_deepening", "verify",
-                     "compose", "split_loops"), _BOOL),
+                     "compose", "split_loops", "pointwise_runs"), _BOOL),
     "max_grid_axes": (lambda v: _int(v) and 1 <= v <= 3, "1, 2 or 3"),
     "tile_sizes": (_ints, "a list of positive ints"),
     "forloop_ranges": (_ints, "a list of positive ints"),

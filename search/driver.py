@@ -57,6 +57,7 @@ from .candidates import collect_matches
 from .check import Checker
 from .config import SearchConfig
 from .derive import SeedOrder, seed_order
+from .compose import pointwise_runs
 from .dispatch import enumerate_units
 from .prepare import PieceSearch, prepare
 from .records import Found, Match, Proposal
@@ -174,6 +175,7 @@ def _search(program: Program, cfg: SearchConfig, estimate: Optional[Callable[[Ke
             try:
                 prepare(state, _piece_search(state))
                 _verify_seeds(state, seeds)
+                _propose_pointwise_runs(state)
                 start_warm_up(state)
                 enumerate_units(state)
                 matches = collect_matches(state)
@@ -234,6 +236,18 @@ def _verify_seeds(state: RunState, seeds: Sequence[KernelGraph]) -> None:
         state.dstats["transfer_near_ties_verified"] = state.dstats.get("transfer_near_ties_verified", 0) + 1
         if id(g) not in listed:
             state.derived.append(Proposal(g, "transfer"))
+
+
+def _propose_pointwise_runs(state: RunState) -> None:
+    """With ``cfg.pointwise_runs``, a whole search (not a piece of one) proposes the program
+    with each run of its element-wise ops as one kernel (:func:`search.compose.pointwise_runs`),
+    to be verified with the other candidates."""
+    if not state.cfg.pointwise_runs or state.nested:
+        return
+    g = pointwise_runs(state.program)
+    state.dstats["pointwise_runs"] = g is not None
+    if g is not None:
+        state.derived.append(Proposal(g, "pointwise runs"))
 
 
 def _late(state: RunState) -> bool:

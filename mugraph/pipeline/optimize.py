@@ -523,7 +523,8 @@ def _scouted(program: Program, scfg, estimate: Callable | None) -> tuple[list[Ke
     log.info("mugraph: %r holds %d elements in one tensor: its search is scouted for %.0f s at smaller sizes (%s)",
              program.name, largest_tensor(program), share,
              ", ".join(f"{k} {tuple(v)}" for k, v in shapes.items()))
-    small_cfg = dataclasses.replace(scfg, time_limit=share, checkpoint=None)
+    # its finds are seeds at full size: the program's own fused form is proposed there, not carried up
+    small_cfg = dataclasses.replace(scfg, time_limit=share, checkpoint=None, pointwise_runs=False)
     t0 = time.perf_counter()
     try:
         graphs = search.run(small, small_cfg, estimate=estimate).graphs
@@ -538,8 +539,9 @@ def _scouted(program: Program, scfg, estimate: Callable | None) -> tuple[list[Ke
 def _run_pipeline(program: Program, cfg: OptimizeConfig, device: str, progress: bool, seed: int,
                   checkpoint_dir: Path | None = None, stop_by: float | None = None,
                   seeds: list[KernelGraph] | None = None) -> Optimized:
-    scfg = search.SearchConfig(**{**cfg.search, "seed": seed, "progress": progress,
-                                  "verify_error": cfg.error})
+    # where the program itself would run, the search also offers it with its element-wise runs fused
+    scfg = search.SearchConfig(**{"pointwise_runs": cfg.time_program, **cfg.search, "seed": seed,
+                                  "progress": progress, "verify_error": cfg.error})
     phases = Phases(_budget(cfg, device, scfg, stop_by))
     own_checkpoint = checkpoint_dir is not None and not scfg.checkpoint
     if own_checkpoint:

@@ -314,3 +314,25 @@ def test_a_float_check_out_of_gpu_memory_rejects_that_candidate_only(monkeypatch
     (searched,) = [c for c in opt.candidates if c.origin == "search"]
     assert searched.rejected.startswith("float check: out of GPU memory (CUDA out of memory.")
     assert opt.best.origin == "program"
+
+
+def test_the_program_with_its_elementwise_runs_fused_is_a_candidate():
+    """Where the program itself would run (``time_program``, the default), the search also
+    offers it with each run of element-wise ops as one kernel — the gated MLP's GeLU-tanh and
+    product beside its two matmuls, 3 kernels against the program's 13 — verified like any
+    candidate; the backend's pieces (``time_program=False``: torch runs the program) are not
+    offered it."""
+    from mugraph.core.benchmarks import programs as bench
+
+    p = bench.gated_mlp(hidden=32, out=48, act="gelu_tanh", rows=8)
+    search_cfg = {"time_limit": 4, "executor": "serial", "compose": False, "max_kernel_ops": 1}
+    opt = mg.superoptimize(p, {"search": search_cfg}, device="cpu", cache_dir=False, progress=False)
+    fused = [c for c in opt.candidates if c.found_by == "pointwise runs"]
+    assert len(fused) == 1 and fused[0].proven and fused[0].num_kernels == 3
+    program = next(c for c in opt.candidates if c.origin == "program")
+    assert program.num_kernels == 13 and fused[0].predicted_s < program.predicted_s
+    assert opt.report["search"]["stats"]["derived"]["pointwise_runs"] is True
+    quiet = mg.superoptimize(p, {"search": search_cfg, "time_program": False}, device="cpu", cache_dir=False,
+                             progress=False)
+    assert not any(c.found_by == "pointwise runs" for c in quiet.candidates)
+    assert "pointwise_runs" not in quiet.report["search"]["stats"]["derived"]

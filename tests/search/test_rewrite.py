@@ -10,7 +10,7 @@ import search
 from mugraph.core.benchmarks import programs
 from search import SearchConfig
 from search.check import Checker
-from search.compose import compose, partition, pointwise_kernel
+from search.compose import compose, partition, pointwise_kernel, pointwise_runs
 from search.rewrite import (epilogue_pairs, fusable_pairs, fuse, fuse_all, fuse_epilogue, split_loop,
                             split_variants)
 
@@ -244,6 +244,26 @@ def test_an_elementwise_piece_is_built_not_searched():
     wide.output(wide.input("a", (16,)) * 2 + wide.input("b", (512, 4, 16)))
     k = pointwise_kernel(wide)
     assert k.ops[-1].attrs["block"].grid[0] == 2 and _agree(wide, k)
+
+
+def test_the_programs_elementwise_runs_become_one_kernel_each():
+    """``pointwise_runs``: the gated MLP's GeLU-tanh written out (eleven ops, a constant among
+    them) and its product become one kernel beside the two library matmuls; a run never
+    takes an op whose other input depends on the run through an op outside it; a program
+    without two element-wise ops in a run gives None."""
+    g = pointwise_runs(programs.gated_mlp(hidden=32, out=48, act="gelu_tanh", rows=8))
+    assert [op.kind for op in g.ops if op.kind != "input"] == ["matmul", "matmul", "graph_defined"]
+    assert _agree(programs.gated_mlp(hidden=32, out=48, act="gelu_tanh", rows=8), g)
+    p = mg.Program("around")  # a = 2·X²; b = a @ W; 3·(a + b): a + b cannot join a's run
+    x, w = p.input("X", (8, 16)), p.input("W", (16, 16))
+    a = mg.square(x) * 2
+    p.output((a + a @ w) * 3)
+    h = pointwise_runs(p)
+    assert [op.kind for op in h.ops if op.kind != "input"] == ["graph_defined", "matmul", "graph_defined"]
+    assert _agree(p, h) and Checker(p).check(h) == (True, True)
+    q = mg.Program("lone")
+    q.output(q.input("X", (4, 8)) @ q.input("W", (8, 4)) + q.input("R", (4, 4)))
+    assert pointwise_runs(q) is None
 
 
 def test_the_composition_fuses_a_projection_with_its_gelu_written_out():
