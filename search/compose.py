@@ -265,8 +265,8 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
     A run is a set of element-wise ops joined through their values and closed: no path
     leaves it and comes back through another op (that op would have to run inside the
     kernel). Ops are taken in the program's order; each joins the runs of its element-wise
-    producers when the union stays closed, else the first of them alone, else a run of its
-    own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
+    producers when the union stays closed, else the first of them it can join alone, else a
+    run of its own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
     stays op by op."""
     ops = [op for op in program.ops if op.kind != "input"]
     made = {op.outputs[0]: op for op in ops}
@@ -276,36 +276,33 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
     run_of: dict[int, int] = {}
     runs: dict[int, set[int]] = {}
 
-    def closed(members: set[int], op) -> bool:
-        # a producer outside the run that depends on the run: a path leaves it and comes back
+    def closed(members: set[int]) -> bool:
+        # no member reads an op outside the run that depends on the run: no path leaves and comes back
         return not any(t in made and made[t].id not in members and upstream[made[t].id] & members
-                       for t in op.inputs)
+                       for i in members for t in program.ops[i].inputs)
 
     for op in ops:
         if not is_elementwise(op.kind):
             continue
         near = list(dict.fromkeys(run_of[made[t].id] for t in op.inputs if t in made and made[t].id in run_of))
-        for choice in ([near, near[:1]] if len(near) > 1 else [near]):
-            members = set().union(*(runs[r] for r in choice))
-            if choice and closed(members, op):
+        for choice in ([near] + [[r] for r in near] if len(near) > 1 else [near]):
+            members = set().union(*(runs[r] for r in choice)) | {op.id}
+            if choice and closed(members):
                 for r in choice[1:]:
                     del runs[r]
-                runs[choice[0]] = members | {op.id}
+                runs[choice[0]] = members
                 run_of.update(dict.fromkeys(runs[choice[0]], choice[0]))
                 break
         else:
             runs[op.id] = {op.id}
             run_of[op.id] = op.id
-    groups = {r: ids for r, ids in runs.items()
-              if sum(program.ops[i].kind != "const" for i in ids) >= 2}
+    # runs of two ops that compute (a constant has no inputs), the other ops one by one
+    groups = [sorted(ids) for ids in runs.values() if sum(bool(program.ops[i].inputs) for i in ids) >= 2]
     if not groups:
         return None
-    grouped = {i for ids in groups.values() for i in ids}
-    # the pieces in an order their inputs allow: a run where its last op stands
-    order = sorted([[op.id] for op in ops if op.id not in grouped] + [sorted(ids) for ids in groups.values()],
-                   key=lambda ids: max(ids))
+    grouped = {i for ids in groups for i in ids}
     pieces, graphs, fused = [], [], 0
-    for ids in order:
+    for ids in _in_dependency_order(groups + [[op.id] for op in ops if op.id not in grouped], made, program):
         piece = _sub_program(program, ids, len(pieces))
         kernel = pointwise_kernel(piece.program) if len(ids) > 1 else None
         if kernel is None and len(ids) > 1:  # not one kernel: its ops stay one by one
@@ -318,6 +315,21 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
         pieces.append(piece)
         graphs.append(kernel if kernel is not None else piece.program)
     return compose(program, pieces, graphs) if fused else None
+
+
+def _in_dependency_order(groups: list[list[int]], made: dict, program: Program) -> list[list[int]]:
+    """``groups`` of op ids (closed: no path leaves one and comes back) in an order where
+    each comes after every group it reads from, earliest first among those ready."""
+    where = {i: g for g, ids in enumerate(groups) for i in ids}
+    needs = [{where[made[t].id] for i in ids for t in program.ops[i].inputs if t in made} - {g}
+             for g, ids in enumerate(groups)]
+    out: list[list[int]] = []
+    done: set[int] = set()
+    while len(out) < len(groups):
+        g = min((g for g in range(len(groups)) if g not in done and needs[g] <= done), key=lambda g: groups[g][0])
+        done.add(g)
+        out.append(groups[g])
+    return out
 
 
 def _trailing_map(omap: tuple, shape: tuple, lead: int) -> tuple:

@@ -261,6 +261,14 @@ def test_the_programs_elementwise_runs_become_one_kernel_each():
     h = pointwise_runs(p)
     assert [op.kind for op in h.ops if op.kind != "input"] == ["graph_defined", "matmul", "graph_defined"]
     assert _agree(p, h) and Checker(p).check(h) == (True, True)
+    m = mg.Program("merge")  # a = 2·X; b = (a @ W)²; a + b joins b's run, not a's and b's together
+    x, w = m.input("X", (8, 16)), m.input("W", (16, 16))
+    a = x * 2
+    b = mg.square(a @ w)
+    m.output((a + b) * 3)
+    k = pointwise_runs(m)
+    assert [op.kind for op in k.ops if op.kind != "input"] == ["scale", "matmul", "graph_defined"]
+    assert _agree(m, k) and Checker(m).check(k) == (True, True)
     q = mg.Program("lone")
     q.output(q.input("X", (4, 8)) @ q.input("W", (8, 4)) + q.input("R", (4, 4)))
     assert pointwise_runs(q) is None
