@@ -262,36 +262,31 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
     ran 13 kernels, 71.6 μs against 47.4 for its torch calls (H200). This graph is one more
     candidate, fingerprinted and verified like any other.
 
-    A run is a set of element-wise ops joined through their values and closed: no path
-    leaves it and comes back through another op (that op would have to run inside the
-    kernel). Ops are taken in the program's order; each joins the runs of its element-wise
-    producers when the union stays closed, else the first of them it can join alone, else a
-    run of its own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
+    A run is a set of element-wise ops joined through their values, such that the runs and
+    the other ops can still run one after another: no path leaves a run and comes back to it,
+    directly or through another run (two runs that each feed the other through a sum would
+    wait on each other). Ops are taken in the program's order; each joins the runs of its
+    element-wise producers when that keeps an order, else the first of them it can join
+    alone, else a run of its own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
     stays op by op."""
     ops = [op for op in program.ops if op.kind != "input"]
     made = {op.outputs[0]: op for op in ops}
-    upstream: dict[int, set[int]] = {}
-    for op in ops:  # in order: every input's producer comes first
-        upstream[op.id] = set().union(*({made[t].id} | upstream[made[t].id] for t in op.inputs if t in made))
     run_of: dict[int, int] = {}
     runs: dict[int, set[int]] = {}
-
-    def closed(members: set[int]) -> bool:
-        # no member reads an op outside the run that depends on the run: no path leaves and comes back
-        return not any(t in made and made[t].id not in members and upstream[made[t].id] & members
-                       for i in members for t in program.ops[i].inputs)
-
     for op in ops:
         if not is_elementwise(op.kind):
             continue
         near = list(dict.fromkeys(run_of[made[t].id] for t in op.inputs if t in made and made[t].id in run_of))
         for choice in ([near] + [[r] for r in near] if len(near) > 1 else [near]):
+            if not choice:
+                continue
             members = set().union(*(runs[r] for r in choice)) | {op.id}
-            if choice and closed(members):
+            trial = {**run_of, **dict.fromkeys(members, choice[0])}
+            if _in_dependency_order(_groups(ops, trial), made, program) is not None:
                 for r in choice[1:]:
                     del runs[r]
                 runs[choice[0]] = members
-                run_of.update(dict.fromkeys(runs[choice[0]], choice[0]))
+                run_of = trial
                 break
         else:
             runs[op.id] = {op.id}
@@ -302,7 +297,9 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
         return None
     grouped = {i for ids in groups for i in ids}
     pieces, graphs, fused = [], [], 0
-    for ids in _in_dependency_order(groups + [[op.id] for op in ops if op.id not in grouped], made, program):
+    order = _in_dependency_order(groups + [[op.id] for op in ops if op.id not in grouped], made, program)
+    assert order is not None, "runs are grown only while the pieces keep an order"
+    for ids in order:
         piece = _sub_program(program, ids, len(pieces))
         kernel = pointwise_kernel(piece.program) if len(ids) > 1 else None
         if kernel is None and len(ids) > 1:  # not one kernel: its ops stay one by one
@@ -317,16 +314,27 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
     return compose(program, pieces, graphs) if fused else None
 
 
-def _in_dependency_order(groups: list[list[int]], made: dict, program: Program) -> list[list[int]]:
-    """``groups`` of op ids (closed: no path leaves one and comes back) in an order where
-    each comes after every group it reads from, earliest first among those ready."""
+def _groups(ops: list, run_of: dict[int, int]) -> list[list[int]]:
+    """The ops' ids in groups: one a run (``run_of``: op id → run), one an op outside any."""
+    by: dict[int, list[int]] = {}
+    for op in ops:
+        by.setdefault(run_of.get(op.id, -1 - op.id), []).append(op.id)
+    return list(by.values())
+
+
+def _in_dependency_order(groups: list[list[int]], made: dict, program: Program) -> list[list[int]] | None:
+    """``groups`` of op ids in an order where each comes after every group it reads from,
+    earliest first among those ready; None when two groups wait on each other."""
     where = {i: g for g, ids in enumerate(groups) for i in ids}
     needs = [{where[made[t].id] for i in ids for t in program.ops[i].inputs if t in made} - {g}
              for g, ids in enumerate(groups)]
     out: list[list[int]] = []
     done: set[int] = set()
     while len(out) < len(groups):
-        g = min((g for g in range(len(groups)) if g not in done and needs[g] <= done), key=lambda g: groups[g][0])
+        ready = [g for g in range(len(groups)) if g not in done and needs[g] <= done]
+        if not ready:
+            return None
+        g = min(ready, key=lambda g: min(groups[g]))
         done.add(g)
         out.append(groups[g])
     return out

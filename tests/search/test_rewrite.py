@@ -274,6 +274,42 @@ def test_the_programs_elementwise_runs_become_one_kernel_each():
     assert pointwise_runs(q) is None
 
 
+def _random_program(seed: int) -> mg.Program:
+    """A random program of element-wise ops, matmuls and row sums over (4, 8) values, its
+    values read by later ops at random (paths around a matmul or a sum and back)."""
+    import random
+
+    rnd = random.Random(seed)
+    p = mg.Program(f"random{seed}")
+    vals = [p.input("X", (4, 8)), p.input("Y", (4, 8))]
+    w = p.input("W", (8, 8))
+    for _ in range(rnd.randint(3, 12)):
+        a, b = rnd.choice(vals), rnd.choice(vals)
+        kind = rnd.choice(["add", "mul", "square", "scale", "matmul", "rowsum", "add", "mul"])
+        vals.append({"add": lambda: a + b, "mul": lambda: a * b, "square": lambda: mg.square(a),
+                     "scale": lambda: a * 0.5, "matmul": lambda: a @ w,
+                     "rowsum": lambda: a * mg.sum(b, 1)}[kind]())
+    used = {t for op in p.ops for t in op.inputs}
+    outs = [t for t in vals[2:] if t not in used] or [vals[-1]]
+    for t in outs:
+        p.output(t)
+    return p
+
+
+def test_random_programs_keep_their_meaning_with_their_runs_fused():
+    """Any order of element-wise ops, products and sums: the fused program, where there is
+    one, computes what the program does (a run that was not closed, or pieces out of order,
+    would fail to splice or compute something else)."""
+    fused = 0
+    for seed in range(120):
+        p = _random_program(seed)
+        g = pointwise_runs(p)
+        if g is not None:
+            fused += 1
+            assert _agree(p, g), seed
+    assert fused > 40
+
+
 def test_the_composition_fuses_a_projection_with_its_gelu_written_out():
     """``gelu_tanh(X @ W)``: ten ops, past one enumeration. The composition searches the
     product, builds the GeLU's element-wise pieces and runs them in the product's epilogue:
