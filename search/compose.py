@@ -23,6 +23,7 @@ tensors is cheap.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from dataclasses import dataclass
 from typing import Optional, Sequence
@@ -267,8 +268,8 @@ def pointwise_runs(program: Program) -> Optional[KernelGraph]:
     directly or through another run (two runs that each feed the other through a sum would
     wait on each other). Ops are taken in the program's order; each joins the runs of its
     element-wise producers when that keeps an order, else the first of them it can join
-    alone, else a run of its own. A run :func:`pointwise_kernel` cannot write as one kernel (outputs of two shapes)
-    stays op by op."""
+    alone, else a run of its own. A run :func:`pointwise_kernel` cannot write as one kernel
+    (outputs of two shapes) stays op by op."""
     ops = [op for op in program.ops if op.kind != "input"]
     made = {op.outputs[0]: op for op in ops}
     run_of: dict[int, int] = {}
@@ -328,16 +329,22 @@ def _in_dependency_order(groups: list[list[int]], made: dict, program: Program) 
     where = {i: g for g, ids in enumerate(groups) for i in ids}
     needs = [{where[made[t].id] for i in ids for t in program.ops[i].inputs if t in made} - {g}
              for g, ids in enumerate(groups)]
+    readers: dict[int, list[int]] = {}
+    for g, ns in enumerate(needs):
+        for h in ns:
+            readers.setdefault(h, []).append(g)
+    waiting = [len(ns) for ns in needs]
+    ready = [(min(ids), g) for g, ids in enumerate(groups) if not waiting[g]]
+    heapq.heapify(ready)
     out: list[list[int]] = []
-    done: set[int] = set()
-    while len(out) < len(groups):
-        ready = [g for g in range(len(groups)) if g not in done and needs[g] <= done]
-        if not ready:
-            return None
-        g = min(ready, key=lambda g: min(groups[g]))
-        done.add(g)
+    while ready:
+        _, g = heapq.heappop(ready)
         out.append(groups[g])
-    return out
+        for r in readers.get(g, ()):
+            waiting[r] -= 1
+            if not waiting[r]:
+                heapq.heappush(ready, (min(groups[r]), r))
+    return out if len(out) == len(groups) else None
 
 
 def _trailing_map(omap: tuple, shape: tuple, lead: int) -> tuple:
