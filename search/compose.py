@@ -163,20 +163,21 @@ def _pieces(ops: list, cut: set, consumers: dict, max_ops: int,
 
 def _topo(nodes: set, edges: set, groups: dict) -> list:
     """Kahn's order of the pieces, ties by first op (deterministic); shorter than ``nodes`` on a cycle."""
-    indeg = {n: 0 for n in nodes}
-    for _, b in edges:
-        indeg[b] += 1
-    ready = sorted((n for n in nodes if indeg[n] == 0), key=lambda n: min(groups[n]))
+    readers: dict = {}
+    waiting = dict.fromkeys(nodes, 0)
+    for a, b in edges:
+        readers.setdefault(a, []).append(b)
+        waiting[b] += 1
+    ready = [(min(groups[n]), n) for n in nodes if not waiting[n]]
+    heapq.heapify(ready)
     out = []
     while ready:
-        n = ready.pop(0)
+        _, n = heapq.heappop(ready)
         out.append(n)
-        for a, b in sorted(edges):
-            if a == n:
-                indeg[b] -= 1
-                if indeg[b] == 0:
-                    ready.append(b)
-                    ready.sort(key=lambda n: min(groups[n]))
+        for b in readers.get(n, ()):
+            waiting[b] -= 1
+            if not waiting[b]:
+                heapq.heappush(ready, (min(groups[b]), b))
     return out
 
 
@@ -324,27 +325,13 @@ def _groups(ops: list, run_of: dict[int, int]) -> list[list[int]]:
 
 
 def _in_dependency_order(groups: list[list[int]], made: dict, program: Program) -> list[list[int]] | None:
-    """``groups`` of op ids in an order where each comes after every group it reads from,
-    earliest first among those ready; None when two groups wait on each other."""
+    """``groups`` of op ids in an order where each comes after every group it reads from
+    (:func:`_topo`); None when two groups wait on each other."""
     where = {i: g for g, ids in enumerate(groups) for i in ids}
-    needs = [{where[made[t].id] for i in ids for t in program.ops[i].inputs if t in made} - {g}
-             for g, ids in enumerate(groups)]
-    readers: dict[int, list[int]] = {}
-    for g, ns in enumerate(needs):
-        for h in ns:
-            readers.setdefault(h, []).append(g)
-    waiting = [len(ns) for ns in needs]
-    ready = [(min(ids), g) for g, ids in enumerate(groups) if not waiting[g]]
-    heapq.heapify(ready)
-    out: list[list[int]] = []
-    while ready:
-        _, g = heapq.heappop(ready)
-        out.append(groups[g])
-        for r in readers.get(g, ()):
-            waiting[r] -= 1
-            if not waiting[r]:
-                heapq.heappush(ready, (min(groups[r]), r))
-    return out if len(out) == len(groups) else None
+    edges = {(where[made[t].id], g) for g, ids in enumerate(groups) for i in ids
+             for t in program.ops[i].inputs if t in made and where[made[t].id] != g}
+    order = _topo(set(range(len(groups))), edges, dict(enumerate(groups)))
+    return [groups[g] for g in order] if len(order) == len(groups) else None
 
 
 def _trailing_map(omap: tuple, shape: tuple, lead: int) -> tuple:

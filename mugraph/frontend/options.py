@@ -386,7 +386,6 @@ class GraphClock:
 
     def __init__(self, budget_s: float | None, nominal_s: list[float], after_s: float = 0.0,
                  end_hint: Callable[[], float | None] | None = None) -> None:
-        self.budget_s = budget_s
         #: seconds each distinct piece's first call asks for by its limits (0: cached, or done)
         self.nominal_s = nominal_s
         self.after_s = after_s
