@@ -11,20 +11,41 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import logging
 import types
 from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx as fx
 
+from ..core.errors import first_line
+from .repeats import outline_repeats
 
-def compile_graph(gm: fx.GraphModule, args: list) -> Callable:
+log = logging.getLogger("mugraph")
+
+
+def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False) -> Callable:
     """``gm`` compiled by Inductor for inputs like ``args``, as dynamo hands a graph to a
     backend: in a tracing context, on fake inputs of static shapes — so that its FX graph
     and autograd caches serve the next compile of the same graph (:func:`_cacheable`) — and
-    keyed by its placeholders' own names (:func:`_placeholder_names_kept`)."""
+    keyed by its placeholders' own names (:func:`_placeholder_names_kept`).
+
+    ``repeats_once``: a run of identical layers is compiled once, as calls of one subgraph
+    (:mod:`.repeats`; the backend's option of that name, for the graphs with μGraph pieces);
+    should Inductor refuse that graph, the graph is compiled as it is (a warning line says
+    why)."""
     from torch._inductor.compile_fx import compile_fx
 
+    outlined, found = outline_repeats(gm) if repeats_once else (gm, None)
+    if found is not None:
+        try:
+            with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(outlined, args) as fakes:
+                fn = compile_fx(outlined, fakes)
+            log.info("mugraph: Inductor compiled %s", found.line())
+            return fn
+        except Exception as e:  # noqa: BLE001 - any refusal of the subgraph: compile the graph as it is
+            log.warning("mugraph: the graph's repeated layers are compiled one by one: Inductor refused their "
+                        "shared subgraph (%s)", first_line(e))
     with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(gm, args) as fakes:
         return compile_fx(gm, fakes)
 

@@ -232,6 +232,10 @@ class FrontendOptions:
     search and a compile at every token. A static shape (transformers'
     ``cache_implementation="static"``; ``torch.compile(..., dynamic=False)``) is a graph of
     its own, searched once.
+    ``repeats_once``: Inductor compiles a run of identical layers of the graph with its μGraph
+    pieces once, as calls of one shared subgraph (:mod:`mugraph.frontend.repeats`), not once per
+    layer. On by default; ``False`` compiles every layer (the graph without pieces, dynamo's,
+    is compiled as it is either way).
     """
 
     time_limit: float = 30.0
@@ -252,6 +256,7 @@ class FrontendOptions:
     compile_ahead: bool = True
     timer: Callable[..., dict] | None = None
     dynamic: str = "auto"
+    repeats_once: bool = True
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -274,7 +279,7 @@ class FrontendOptions:
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")
-        for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead"):
+        for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead", "repeats_once"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):

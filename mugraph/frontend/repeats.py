@@ -1,0 +1,360 @@
+"""Repeated layers compiled once (docs/design.md §10.5): the runs of a graph that repeat
+node for node — a model's identical decoder layers — become calls of one shared subgraph
+(``torch.ops.higher_order.invoke_subgraph``), which Inductor lowers and generates code for
+once, not once per layer.
+
+Why: Inductor's time on a graph grows with its nodes, and a 32-layer model's graph is its
+layer 32 times over. A whole LLaMA-3-8B's graph with its μGraph pieces took 43–56 s of
+Inductor in a compile budgeted at 170 s (H200), where the layer alone takes a few seconds.
+PyTorch's own way to compile a region once, ``torch.compiler.nested_compile_region``, marks
+the region before dynamo traces it, in the model's source; the backend meets the graph
+after that trace, so it finds the repeats itself:
+
+1. :func:`_period`: each call node gets a signature — its target and constant arguments,
+   its node arguments as positions relative to itself — and the graph's longest stretch in
+   which that sequence repeats with one period is the candidate.
+2. :func:`_windows`: the stretch is cut into windows of one period at the phase where the
+   fewest values cross from window to window (a layer's own start), and a window joins
+   only if it matches the first node for node: the same targets and constants, arguments
+   inside the window at the same positions, arguments outside it in the same pattern.
+3. :func:`_outline`: the first window becomes the subgraph; each window is one call of it,
+   its outside arguments as operands and every value the rest of the graph reads of any
+   window as an output.
+
+Nothing that writes (an in-place or ``out=`` op) goes into a region, nor does a window whose
+outputs would alias its inputs or each other (what ``invoke_subgraph`` does not allow). A
+graph with no repeat of at least :data:`MIN_REGION_NODES` nodes comes back unchanged."""
+
+from __future__ import annotations
+
+import logging
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+import torch.fx as fx
+
+log = logging.getLogger("mugraph")
+
+#: the least nodes a repeated region holds: a shorter one saves Inductor less than its
+#: call's boundary costs (its operands realized, its outputs made buffers)
+MIN_REGION_NODES = 24
+#: how many of the most common gaps between equal signatures are tried as the period
+PERIOD_CANDIDATES = 6
+
+
+@dataclass(frozen=True)
+class Repeats:
+    """What :func:`outline_repeats` found: ``windows`` calls of one subgraph of ``length``
+    nodes, with ``inputs`` operands and ``outputs`` results each."""
+
+    windows: int
+    length: int
+    inputs: int
+    outputs: int
+
+    def line(self) -> str:
+        return (f"{self.windows} repeats of {self.length} nodes compiled once "
+                f"({self.inputs} operands, {self.outputs} results a call)")
+
+
+def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeats]]:
+    """``gm`` with its longest run of identical windows as calls of one subgraph, and what was
+    outlined (``None``, ``gm`` itself: no repeat worth it)."""
+    if any(n.op == "call_module" for n in gm.graph.nodes):
+        return gm, None  # a submodule call cannot move into a subgraph of its own
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    index = {n: i for i, n in enumerate(nodes)}
+    sigs = [_signature(n, i, index) for i, n in enumerate(nodes)]
+    best = _period(sigs)
+    if best is None:
+        return gm, None
+    start, stop, length = best
+    found = _windows(nodes, index, start, stop, length)
+    if found is None:
+        return gm, None
+    first, count, pattern = found
+    try:
+        out, info = _outline(gm, nodes, index, first, count, length, pattern)
+    except _Refused as e:
+        log.info("mugraph: repeated layers compiled as they are: %s", e)
+        return gm, None
+    return out, info
+
+
+class _Refused(Exception):
+    """A window that cannot be a region (why in the message)."""
+
+
+# -- signatures and the period ---------------------------------------------------------------
+
+def _writes(n: fx.Node) -> bool:
+    """Whether ``n`` writes into one of its arguments (``copy_``, ``index_copy_``, ``out=``,
+    ``inplace=True``)."""
+    if "out" in n.kwargs or n.kwargs.get("inplace") is True:
+        return True
+    schema = getattr(n.target, "_schema", None)
+    if schema is not None:
+        return schema.is_mutable
+    name = n.target if isinstance(n.target, str) else getattr(n.target, "__name__", "")
+    return name.endswith("_") and not name.endswith("__")
+
+
+def _constant(v: Any) -> Any:
+    """A hashable stand-in for a constant argument (its repr where it is not hashable)."""
+    try:
+        hash(v)
+        return (type(v).__name__, v)
+    except TypeError:
+        return ("repr", repr(v))
+
+
+def _signature(n: fx.Node, i: int, index: dict[fx.Node, int]) -> tuple:
+    """The node's target and arguments, a node argument as its distance back from ``n`` (a
+    placeholder or constant as ``"in"``): equal for the same node of two identical layers."""
+    if _writes(n):
+        return ("writes", i)  # never equal to another: a write breaks every repeat
+
+    def arg(a: Any) -> Any:
+        if isinstance(a, fx.Node):
+            j = index.get(a)
+            return ("in",) if j is None else ("back", i - j)
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, tuple(arg(x) for x in a))
+        if isinstance(a, dict):
+            return ("dict", tuple(sorted((k, arg(v)) for k, v in a.items())))
+        return _constant(a)
+
+    return (n.target, arg(n.args), arg(n.kwargs))
+
+
+def _period(sigs: list[tuple]) -> Optional[tuple[int, int, int]]:
+    """``(start, stop, length)``: the stretch ``sigs[start:stop]`` that repeats with period
+    ``length`` and covers the most nodes in whole periods (the shortest such period), or None.
+
+    A node reading one earlier in its own layer has the same distance back in every layer; one
+    reading a value shared by all layers (the rotary tables, the mask) does not, so the
+    stretch is first found by targets and constants alone (:func:`_coarse`), and the windows
+    are checked exactly afterwards."""
+    coarse = [_coarse(s) for s in sigs]
+    where: dict[Any, list[int]] = {}
+    for i, c in enumerate(coarse):
+        where.setdefault(c, []).append(i)
+    gaps = Counter(b - a for places in where.values() for a, b in zip(places, places[1:]))
+    best: Optional[tuple[int, int, int]] = None
+    for length, _ in gaps.most_common(PERIOD_CANDIDATES):
+        if length < MIN_REGION_NODES:
+            continue
+        run_start, span = None, None
+        for i in range(len(coarse) - length + 1):
+            same = i + length < len(coarse) and coarse[i] == coarse[i + length]
+            if same and run_start is None:
+                run_start = i
+            if not same and run_start is not None:
+                # coarse[run_start:i + length] repeats with period `length`
+                if span is None or i + length - run_start > span[1] - span[0]:
+                    span = (run_start, i + length)
+                run_start = None
+        if span is None or span[1] - span[0] < 2 * length:
+            continue
+        if best is None or _whole(span, length) > _whole(best[:2], best[2]) * 1.05:
+            best = (span[0], span[1], length)
+    return best
+
+
+def _whole(span: tuple[int, int], length: int) -> int:
+    """The nodes of ``span`` in whole periods of ``length``."""
+    return (span[1] - span[0]) // length * length
+
+
+def _coarse(sig: tuple) -> Any:
+    """A signature with its node arguments' distances dropped (targets and constants kept)."""
+    def strip(a: Any) -> Any:
+        if isinstance(a, tuple) and a and a[0] in ("back", "in") and len(a) <= 2:
+            return "node"
+        if isinstance(a, tuple):
+            return tuple(strip(x) for x in a)
+        return a
+    return strip(sig)
+
+
+# -- windows ---------------------------------------------------------------------------------
+
+def _windows(nodes: list[fx.Node], index: dict[fx.Node, int], start: int, stop: int,
+             length: int) -> Optional[tuple[int, int, tuple]]:
+    """``(first, count, pattern)``: ``count`` consecutive windows of ``length`` nodes from
+    ``nodes[first]``, each matching the first exactly (:func:`_pattern`), at the phase inside
+    the stretch where the fewest values cross a window's edge; None if fewer than two."""
+    phase = _quietest_phase(nodes, index, start, stop, length)
+    first = start + phase
+    count = (stop - first) // length
+    if count < 2:
+        return None
+    pattern = _pattern(nodes, index, first, length)
+    if pattern is None:
+        return None
+    n = 1
+    while n < count and _pattern(nodes, index, first + n * length, length) == pattern:
+        n += 1
+    return (first, n, pattern) if n >= 2 else None
+
+
+def _quietest_phase(nodes: list[fx.Node], index: dict[fx.Node, int], start: int, stop: int, length: int) -> int:
+    """The offset in ``[0, length)`` at which the most whole windows fit in the stretch and,
+    among those, the fewest values are read across a window's edge (a value crosses at phase
+    ``p`` when a window boundary lies between it and its last reader); ties: the smallest."""
+    cuts = [0] * length
+    for i in range(start, stop):
+        last = max((index.get(u, -1) for u in nodes[i].users), default=-1)
+        if last <= i:
+            continue
+        if last - i >= length:
+            cuts = [c + 1 for c in cuts]  # read a window or more later: an operand at every phase
+            continue
+        # a value that is not one tensor (a multi-output call before its getitems) cannot be a result
+        weight = 1 if isinstance(nodes[i].meta.get("val"), torch.Tensor) else len(nodes)
+        for b in range(i + 1, min(last, stop - 1) + 1):
+            cuts[(b - start) % length] += weight
+    fits = [(stop - start - p) // length for p in range(length)]
+    return min(range(length), key=lambda p: (-fits[p], cuts[p], p))
+
+
+def _pattern(nodes: list[fx.Node], index: dict[fx.Node, int], first: int, length: int) -> Optional[tuple]:
+    """What must be equal for two windows to be one subgraph: each node's target and constant
+    arguments, arguments inside the window by position, arguments outside by the order they
+    are first read in (the same outside node twice is one operand); None where the window
+    holds a write."""
+    inside = range(first, first + length)
+    outside: dict[fx.Node, int] = {}
+    out = []
+    for k in inside:
+        n = nodes[k]
+        if _writes(n):
+            return None
+
+        def arg(a: Any) -> Any:
+            if isinstance(a, fx.Node):
+                j = index.get(a)
+                if j is not None and first <= j < first + length:
+                    return ("at", j - first)
+                return ("operand", outside.setdefault(a, len(outside)))
+            if isinstance(a, (list, tuple)):
+                return (type(a).__name__, tuple(arg(x) for x in a))
+            if isinstance(a, dict):
+                return ("dict", tuple(sorted((key, arg(v)) for key, v in a.items())))
+            return _constant(a)
+
+        out.append((n.target, arg(n.args), arg(n.kwargs)))
+    return tuple(out)
+
+
+# -- the outlined graph ----------------------------------------------------------------------
+
+def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int], first: int,
+             count: int, length: int, pattern: tuple) -> tuple[fx.GraphModule, Repeats]:
+    windows = [range(first + w * length, first + (w + 1) * length) for w in range(count)]
+    # the positions any window's value is read at from outside its window
+    results: list[int] = sorted({k - w.start for w in windows for k in w
+                                 if any(index.get(u) is None or index[u] not in w for u in nodes[k].users)})
+    operands = [_operands(nodes, index, w) for w in windows]
+    for w, ops in zip(windows, operands):
+        _check_results(gm, nodes, w, results, ops)
+    sub = _subgraph(nodes, windows[0], operands[0], results)
+    new = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    starts = {w.start: (w, ops) for w, ops in zip(windows, operands)}
+    skip: set[fx.Node] = {nodes[k] for w in windows for k in w}
+    attr = _free_name(gm, "mugraph_repeat")
+    for n in gm.graph.nodes:  # placeholders, then every constant: a window may read one defined inside its span
+        if n.op in ("placeholder", "get_attr"):
+            env[n] = new.node_copy(n, lambda a: env[a])
+    for n in gm.graph.nodes:
+        if n.op in ("placeholder", "get_attr"):
+            continue
+        i = index.get(n)
+        if i is not None and i in starts:
+            w, ops = starts[i]
+            sub_attr = new.get_attr(attr)
+            call = new.call_function(torch.ops.higher_order.invoke_subgraph,
+                                     (sub_attr, attr, *[env[o] for o in ops]))
+            for pos, k in enumerate(results):
+                got = new.call_function(operator.getitem, (call, pos))
+                got.meta.update(nodes[w.start + k].meta)
+                env[nodes[w.start + k]] = got
+            continue
+        if n in skip:
+            continue
+        env[n] = new.node_copy(n, lambda a: env[a])
+    gm.add_submodule(attr, sub)
+    out = fx.GraphModule(gm, new, gm.__class__.__name__)
+    return out, Repeats(count, length, len(operands[0]), len(results))
+
+
+def _operands(nodes: list[fx.Node], index: dict[fx.Node, int], w: range) -> list[fx.Node]:
+    """The window's outside arguments in the order its nodes first read them."""
+    seen: dict[fx.Node, None] = {}
+    for k in w:
+        for a in _node_args(nodes[k]):
+            j = index.get(a)
+            if j is None or j not in w:
+                seen.setdefault(a)
+    return list(seen)
+
+
+def _node_args(n: fx.Node) -> list[fx.Node]:
+    """``n``'s node arguments in the order its arguments hold them (with repeats)."""
+    found: list[fx.Node] = []
+    fx.map_arg((n.args, n.kwargs), lambda a: found.append(a) or a)
+    return found
+
+
+def _attr(gm: fx.GraphModule, target: str) -> Any:
+    obj: Any = gm
+    for part in target.split("."):
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: list[int], operands: list[fx.Node]) -> None:
+    """Refuses a window whose results are not plain tensors or alias its operands or each
+    other: ``invoke_subgraph`` returns fresh tensors only."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    seen: dict[Any, int] = {}
+    for o in operands:
+        v = _attr(gm, o.target) if o.op == "get_attr" else o.meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            raise _Refused(f"{o.name}, read by a layer, is not a tensor")
+        seen[StorageWeakRef(v.untyped_storage())] = -1
+    for k in results:
+        v = nodes[w.start + k].meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge and is not one tensor")
+        ref = StorageWeakRef(v.untyped_storage())
+        if ref in seen:
+            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge as a view of another value")
+        seen[ref] = k
+
+
+def _subgraph(nodes: list[fx.Node], w: range, operands: list[fx.Node], results: list[int]) -> fx.GraphModule:
+    """The first window as a graph of its own: a placeholder per operand, its results as a tuple."""
+    g = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    for i, o in enumerate(operands):
+        p = g.placeholder(f"arg{i}")
+        p.meta.update(o.meta)
+        env[o] = p
+    for k in w:
+        env[nodes[k]] = g.node_copy(nodes[k], lambda a: env[a])
+    g.output(tuple(env[nodes[w.start + k]] for k in results))
+    return fx.GraphModule(torch.nn.Module(), g, "repeated_layer")
+
+
+def _free_name(gm: fx.GraphModule, stem: str) -> str:
+    name, i = stem, 0
+    while hasattr(gm, name):
+        i += 1
+        name = f"{stem}_{i}"
+    return name

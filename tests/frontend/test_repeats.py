@@ -1,0 +1,207 @@
+"""Repeated layers compiled once (``mugraph.frontend.repeats``): which runs of a graph become
+calls of one shared subgraph, which do not, and that the outlined graph computes what the
+graph did — eagerly, under Inductor, and through the backend."""
+
+import logging
+import random
+
+import pytest
+import torch
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import mugraph.frontend.repeats as R
+from mugraph.frontend.inductor import compile_graph
+
+
+def _layer(h, w, g, c, eps=1e-6):
+    x = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * g + c
+    y = torch.nn.functional.silu(x @ w) * (x @ w.t())
+    return h + y @ w
+
+
+def _model(layers: int, hidden: int = 16, odd: dict | None = None):
+    """``f(h, c, *weights)``: ``layers`` layers on a residual stream, each reading a value all
+    share (``c.cos()``); ``odd`` maps a layer's index to keyword arguments that make it differ."""
+    odd = odd or {}
+
+    def f(h, c, *p):
+        c = c.cos()
+        for i in range(layers):
+            h = _layer(h, p[2 * i], p[2 * i + 1], c, **odd.get(i, {}))
+        return (h.sum(-1),)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(4, hidden, generator=g), torch.randn(hidden, generator=g)]
+    for _ in range(layers):
+        args += [torch.randn(hidden, hidden, generator=g) * 0.2, torch.randn(hidden, generator=g)]
+    return f, args
+
+
+@pytest.fixture
+def short_layers(monkeypatch):
+    monkeypatch.setattr(R, "MIN_REGION_NODES", 4)
+
+
+def _traced(f, args):
+    return make_fx(f, tracing_mode="fake")(*args)
+
+
+def _calls(gm):
+    return [n for n in gm.graph.nodes if n.target is torch.ops.higher_order.invoke_subgraph]
+
+
+def test_identical_layers_become_calls_of_one_subgraph(short_layers):
+    f, args = _model(6)
+    gm = _traced(f, args)
+    out, found = R.outline_repeats(gm)
+    assert found is not None and found.windows == 6
+    # the residual stream, each layer's two weights and the shared value: four operands, one result
+    assert (found.inputs, found.outputs) == (4, 1)
+    calls = _calls(out)
+    assert len(calls) == 6 and len({c.args[0].target for c in calls}) == 1
+    torch.testing.assert_close(out(*args)[0], f(*args)[0])
+
+
+def test_a_layer_that_differs_ends_the_run(short_layers):
+    """Layer 4 of 6 has another epsilon: the run stops before it, and the layers after it are
+    compiled as they are; the result is the graph's."""
+    f, args = _model(6, odd={4: {"eps": 1e-3}})
+    out, found = R.outline_repeats(_traced(f, args))
+    assert found is not None and found.windows == 4
+    torch.testing.assert_close(out(*args)[0], f(*args)[0])
+
+
+def test_layers_that_write_are_not_outlined(short_layers):
+    """A layer writing into its input (an in-place add) is never inside a region."""
+    def f(h, *p):
+        for i in range(5):
+            h = _layer(h, p[2 * i], p[2 * i + 1], 0.0)
+            p[2 * i + 1].add_(1.0)
+        return (h,)
+
+    _, args = _model(5)
+    args = [args[0]] + args[2:]
+    gm = make_fx(f)(*[a.clone() for a in args])
+    out, found = R.outline_repeats(gm)
+    assert found is None and out is gm  # a write in every layer: no two whole layers without one
+
+
+def test_short_repeats_are_left_alone():
+    f, args = _model(6)
+    gm = _traced(f, args)
+    out, found = R.outline_repeats(gm)  # 14 nodes a layer, under MIN_REGION_NODES
+    assert found is None and out is gm
+
+
+def test_a_view_of_an_operand_is_not_a_result(short_layers):
+    """Each layer returns a transpose of its weight besides the stream: a result that would
+    alias an operand, which ``invoke_subgraph`` refuses. Nothing is outlined, and the graph
+    computes what it did."""
+    def f(h, *p):
+        views = []
+        for i in range(5):
+            h = _layer(h, p[2 * i], p[2 * i + 1], 0.0)
+            views.append(p[2 * i].t())
+        return (h, *views)
+
+    _, args = _model(5)
+    args = [args[0]] + args[2:]
+    gm = _traced(f, args)
+    out, found = R.outline_repeats(gm)
+    assert found is None and out is gm
+
+
+def test_a_multi_output_call_stays_with_its_getitems(short_layers):
+    """``var_mean`` returns two tensors: the window's edge never falls between it and them."""
+    def f(h, *p):
+        for i in range(5):
+            v, m = torch.var_mean(h, -1, keepdim=True)
+            h = _layer((h - m) * torch.rsqrt(v + 1e-5), p[2 * i], p[2 * i + 1], 0.0)
+        return (h,)
+
+    _, args = _model(5)
+    args = [args[0]] + args[2:]
+    out, found = R.outline_repeats(_traced(f, args))
+    assert found is not None and found.windows >= 4
+    torch.testing.assert_close(out(*args)[0], f(*args)[0])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_layers_outlined_compute_what_the_graph_does(short_layers, seed):
+    """Random layer bodies (element-wise ops, products, row sums, reads of the shared value and
+    of values two steps back), repeated: outlined, the graph's outputs are unchanged."""
+    rng = random.Random(seed)
+    steps = [rng.choice(["mul", "add_shared", "mm", "silu", "rowsum", "back2", "exp_neg"]) for _ in range(rng.randint(4, 9))]
+    layers = rng.randint(3, 6)
+
+    def body(h, w, c):
+        vals = [h]
+        for s in steps:
+            x = vals[-1]
+            if s == "mul":
+                x = x * 0.5
+            elif s == "add_shared":
+                x = x + c
+            elif s == "mm":
+                x = x @ w
+            elif s == "silu":
+                x = torch.nn.functional.silu(x)
+            elif s == "rowsum":
+                x = x - x.sum(-1, keepdim=True) / x.shape[-1]
+            elif s == "back2":
+                x = x + vals[max(0, len(vals) - 3)]
+            else:
+                x = torch.exp(-x.abs())
+            vals.append(x)
+        return h + vals[-1]
+
+    def f(h, c, *w):
+        c = c.sin()
+        for i in range(layers):
+            h = body(h, w[i], c)
+        return (h, c * 2)
+
+    g = torch.Generator().manual_seed(seed)
+    args = [torch.randn(3, 8, generator=g), torch.randn(8, generator=g)] + \
+        [torch.randn(8, 8, generator=g) * 0.3 for _ in range(layers)]
+    out, found = R.outline_repeats(_traced(f, args))
+    for a, b in zip(out(*args), f(*args)):
+        torch.testing.assert_close(a, b)
+    if found is not None:
+        assert found.windows >= 2 and found.length >= R.MIN_REGION_NODES
+
+
+def test_inductor_compiles_the_outlined_graph(short_layers, caplog):
+    f, args = _model(8)
+    gm = _traced(f, args)
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        fn = compile_graph(gm, args)
+    assert "8 repeats of" in caplog.text
+    torch.testing.assert_close(fn(*args)[0], f(*args)[0])
+
+
+def test_the_backend_compiles_a_models_identical_layers_once(piece_cache, caplog):
+    """A 4-layer LLaMA's decode step over a static cache under the backend, Inductor on: the
+    layers after the first (which also makes the mask) are one subgraph called three times, and
+    the logits are eager's; with ``repeats_once=False`` no subgraph is made."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, num_hidden_layers=4, vocab_size=64,
+                                   max_position_embeddings=32)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    opts = {"time_limit": 1.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower",
+            "cache_dir": piece_cache, "compile_ahead": False}
+    ids = torch.tensor([[5]])
+    for once in (True, False):
+        cache = transformers.StaticCache(config=cfg, max_cache_len=16)
+        kw = {"input_ids": ids, "position_ids": torch.tensor([[3]]), "past_key_values": cache,
+              "cache_position": torch.tensor([3]), "use_cache": True}
+        torch._dynamo.reset()
+        caplog.clear()
+        with torch.no_grad(), caplog.at_level(logging.INFO, logger="mugraph"):
+            want = model(**kw).logits
+            got = torch.compile(model.forward, backend="mugraph", options={**opts, "repeats_once": once})(**kw).logits
+        torch.testing.assert_close(got, want)
+        assert ("3 repeats of" in caplog.text) is once, caplog.text[-2000:]
