@@ -17,12 +17,14 @@ after that trace, so it finds the repeats itself:
    fewest values cross from window to window (a layer's own start), and a window joins
    only if it matches the first node for node: the same targets and constants, arguments
    inside the window at the same positions, arguments outside it in the same pattern.
-3. :func:`_outline`: the first window becomes the subgraph; each window is one call of it,
-   its outside arguments as operands and every value the rest of the graph reads of any
-   window as an output.
+3. :func:`_outline`: the first window becomes the subgraph — or, where a layer writes
+   values back into its inputs (a functional graph's KV-cache update, ``copy_`` at its end),
+   one subgraph for each run of nodes between those values, which stay in the graph so that
+   Inductor still updates the cache in place. Each window is one call of each subgraph, its
+   outside arguments as operands and every value the rest of the graph reads as a result.
 
 Nothing that writes (an in-place or ``out=`` op) goes into a region, nor does a window whose
-outputs would alias its inputs or each other (what ``invoke_subgraph`` does not allow). A
+results would alias its operands or each other (what ``invoke_subgraph`` does not allow). A
 graph with no repeat of at least :data:`MIN_REGION_NODES` nodes comes back unchanged."""
 
 from __future__ import annotations
@@ -41,23 +43,27 @@ log = logging.getLogger("mugraph")
 #: the least nodes a repeated region holds: a shorter one saves Inductor less than its
 #: call's boundary costs (its operands realized, its outputs made buffers)
 MIN_REGION_NODES = 24
+#: the least nodes of a run between the values a layer writes back that becomes a subgraph
+MIN_SEGMENT_NODES = 8
 #: how many of the most common gaps between equal signatures are tried as the period
 PERIOD_CANDIDATES = 6
 
 
 @dataclass(frozen=True)
 class Repeats:
-    """What :func:`outline_repeats` found: ``windows`` calls of one subgraph of ``length``
-    nodes, with ``inputs`` operands and ``outputs`` results each."""
+    """What :func:`outline_repeats` found: ``windows`` repeats of ``length`` nodes, each made
+    of ``segments`` calls (one subgraph each) with ``inputs`` operands and ``outputs`` results
+    in all."""
 
     windows: int
     length: int
+    segments: int
     inputs: int
     outputs: int
 
     def line(self) -> str:
-        return (f"{self.windows} repeats of {self.length} nodes compiled once "
-                f"({self.inputs} operands, {self.outputs} results a call)")
+        return (f"{self.windows} repeats of {self.length} nodes compiled once, as {self.segments} "
+                f"subgraph{'s' if self.segments > 1 else ''} ({self.inputs} operands, {self.outputs} results a repeat)")
 
 
 def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeats]]:
@@ -254,19 +260,31 @@ def _pattern(nodes: list[fx.Node], index: dict[fx.Node, int], first: int, length
 
 def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int], first: int,
              count: int, length: int, pattern: tuple) -> tuple[fx.GraphModule, Repeats]:
-    windows = [range(first + w * length, first + (w + 1) * length) for w in range(count)]
-    # the positions any window's value is read at from outside its window
-    results: list[int] = sorted({k - w.start for w in windows for k in w
-                                 if any(index.get(u) is None or index[u] not in w for u in nodes[k].users)})
-    operands = [_operands(nodes, index, w) for w in windows]
-    for w, ops in zip(windows, operands):
-        _check_results(gm, nodes, w, results, ops)
-    sub = _subgraph(nodes, windows[0], operands[0], results)
+    """The graph with each window's :func:`_segments` as calls of one subgraph per segment;
+    the nodes between them (the values a layer writes back into its inputs) stay as they are."""
+    holes = {k - first for k in range(first, first + length) if _feeds_write(nodes[k])}
+    segments = [seg for seg in _segments(length, holes) if len(seg) >= MIN_SEGMENT_NODES]
+    if not segments:
+        raise _Refused("the values a layer writes back leave no run of nodes long enough between them")
+    calls: dict[int, tuple[str, range, list[fx.Node], list[int]]] = {}  # first node -> its call
+    root: dict[str, Any] = {n.target: _attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    operands_n = results_n = 0
+    for seg in segments:
+        parts = [range(first + w * length + seg.start, first + w * length + seg.stop) for w in range(count)]
+        # the positions any window's value is read at from outside its part
+        results = sorted({k - part.start for part in parts for k in part
+                          if any(index.get(u) is None or index[u] not in part for u in nodes[k].users)})
+        operands = [_operands(nodes, index, part) for part in parts]
+        for part, ops in zip(parts, operands):
+            _check_results(gm, nodes, part, results, ops)
+        attr = _free_name(root, "mugraph_repeat")
+        root[attr] = _subgraph(nodes, parts[0], operands[0], results)
+        for part, ops in zip(parts, operands):
+            calls[part.start] = (attr, part, ops, results)
+        operands_n, results_n = operands_n + len(operands[0]), results_n + len(results)
+    inside = {nodes[k] for _, part, _, _ in calls.values() for k in part}
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
-    starts = {w.start: (w, ops) for w, ops in zip(windows, operands)}
-    skip: set[fx.Node] = {nodes[k] for w in windows for k in w}
-    attr = _free_name(gm, "mugraph_repeat")
     for n in gm.graph.nodes:  # placeholders, then every constant: a window may read one defined inside its span
         if n.op in ("placeholder", "get_attr"):
             env[n] = new.node_copy(n, lambda a: env[a])
@@ -274,22 +292,36 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
         if n.op in ("placeholder", "get_attr"):
             continue
         i = index.get(n)
-        if i is not None and i in starts:
-            w, ops = starts[i]
-            sub_attr = new.get_attr(attr)
+        if i in calls:
+            attr, part, ops, results = calls[i]
             call = new.call_function(torch.ops.higher_order.invoke_subgraph,
-                                     (sub_attr, attr, *[env[o] for o in ops]))
+                                     (new.get_attr(attr), attr, *[env[o] for o in ops]))
             for pos, k in enumerate(results):
                 got = new.call_function(operator.getitem, (call, pos))
-                got.meta.update(nodes[w.start + k].meta)
-                env[nodes[w.start + k]] = got
-            continue
-        if n in skip:
-            continue
-        env[n] = new.node_copy(n, lambda a: env[a])
-    gm.add_submodule(attr, sub)
-    out = fx.GraphModule(gm, new, gm.__class__.__name__)
-    return out, Repeats(count, length, len(operands[0]), len(results))
+                got.meta.update(nodes[part.start + k].meta)
+                env[nodes[part.start + k]] = got
+        elif n not in inside:
+            env[n] = new.node_copy(n, lambda a: env[a])
+    out = fx.GraphModule(root, new, gm.__class__.__name__)
+    return out, Repeats(count, length, len(segments), operands_n, results_n)
+
+
+def _feeds_write(n: fx.Node) -> bool:
+    """Whether ``n``'s value is written into another tensor (the source of a ``copy_`` into a
+    graph input: a functional graph's KV-cache update). Such a value stays outside any
+    subgraph: made inside one it would be a fresh tensor — a copy of the whole cache slot —
+    where Inductor, seeing it beside its write, updates the input in place."""
+    return any(_writes(u) and n in u.all_input_nodes and (not u.args or u.args[0] is not n) for u in n.users)
+
+
+def _segments(length: int, holes: set[int]) -> list[range]:
+    """The runs of positions in ``[0, length)`` between ``holes``."""
+    out, begin = [], 0
+    for k in sorted(holes) + [length]:
+        if k > begin:
+            out.append(range(begin, k))
+        begin = k + 1
+    return out
 
 
 def _operands(nodes: list[fx.Node], index: dict[fx.Node, int], w: range) -> list[fx.Node]:
@@ -352,9 +384,9 @@ def _subgraph(nodes: list[fx.Node], w: range, operands: list[fx.Node], results: 
     return fx.GraphModule(torch.nn.Module(), g, "repeated_layer")
 
 
-def _free_name(gm: fx.GraphModule, stem: str) -> str:
+def _free_name(taken: dict[str, Any], stem: str) -> str:
     name, i = stem, 0
-    while hasattr(gm, name):
+    while name in taken:
         i += 1
         name = f"{stem}_{i}"
     return name

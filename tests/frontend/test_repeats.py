@@ -40,6 +40,7 @@ def _model(layers: int, hidden: int = 16, odd: dict | None = None):
 @pytest.fixture
 def short_layers(monkeypatch):
     monkeypatch.setattr(R, "MIN_REGION_NODES", 4)
+    monkeypatch.setattr(R, "MIN_SEGMENT_NODES", 3)
 
 
 def _traced(f, args):
@@ -175,7 +176,7 @@ def test_inductor_compiles_the_outlined_graph(short_layers, caplog):
     f, args = _model(8)
     gm = _traced(f, args)
     with caplog.at_level(logging.INFO, logger="mugraph"):
-        fn = compile_graph(gm, args)
+        fn = compile_graph(gm, args, repeats_once=True)
     assert "8 repeats of" in caplog.text
     torch.testing.assert_close(fn(*args)[0], f(*args)[0])
 
@@ -205,3 +206,35 @@ def test_the_backend_compiles_a_models_identical_layers_once(piece_cache, caplog
             got = torch.compile(model.forward, backend="mugraph", options={**opts, "repeats_once": once})(**kw).logits
         torch.testing.assert_close(got, want)
         assert ("3 repeats of" in caplog.text) is once, caplog.text[-2000:]
+
+
+def test_a_cache_update_stays_beside_its_write(short_layers):
+    """Layers that write into a cache of their own, functionalized as ``torch.compile`` hands
+    Inductor such a graph (``index_copy`` in the layer, ``copy_`` into the cache at the end):
+    the new cache value is never made inside a subgraph — there it would be a fresh copy of
+    the cache — and the outlined graph updates the caches and computes what the graph does."""
+    layers = 5
+
+    def f(h, pos, *p):
+        for i in range(layers):
+            w, cache = p[2 * i], p[2 * i + 1]
+            k = torch.nn.functional.silu(h @ w)
+            cache.index_copy_(0, pos, k)
+            h = h + torch.softmax(h @ cache.t(), -1) @ cache * 0.5
+        return (h,)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(2, 8, generator=g), torch.tensor([3, 5])]
+    for _ in range(layers):
+        args += [torch.randn(8, 8, generator=g) * 0.3, torch.zeros(16, 8)]
+    gm = make_fx(torch.func.functionalize(f, remove="mutations_and_views"), tracing_mode="fake")(
+        *[a.clone() for a in args])
+    out, found = R.outline_repeats(gm)
+    assert found is not None and found.windows >= 4
+    for sub in (m for name, m in out.named_children() if name.startswith("mugraph_repeat")):
+        assert not any(n.target is torch.ops.aten.index_copy.default for n in sub.graph.nodes)
+    want_args, got_args = [a.clone() for a in args], [a.clone() for a in args]
+    want, got = f(*want_args)[0], out(*got_args)[0]
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_args, want_args):
+        torch.testing.assert_close(a, b)
