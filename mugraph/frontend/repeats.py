@@ -5,7 +5,7 @@ once, not once per layer.
 
 Why: Inductor's time on a graph grows with its nodes, and a 32-layer model's graph is its
 layer 32 times over. A whole LLaMA-3-8B's graph with its μGraph pieces took 43–56 s of
-Inductor in a compile budgeted at 170 s (H200), where the layer alone takes a few seconds.
+Inductor in a compile budgeted at 170 s (H200, 2026-12-01/02), where the layer alone takes a few seconds.
 PyTorch's own way to compile a region once, ``torch.compiler.nested_compile_region``, marks
 the region before dynamo traces it, in the model's source; the backend meets the graph
 after that trace, so it finds the repeats itself:
