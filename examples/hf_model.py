@@ -211,7 +211,7 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
 def backend_options(args, rowdir: Path, time_limit: float, device: str) -> dict:
     """The backend's options for one row (its result cache is the row's folder)."""
     opts = {"cache_dir": str(rowdir), "time_limit": time_limit, "inductor": device == "cuda",
-            "kernel_op": args.kernel_op}
+            "kernel_op": args.kernel_op, "repeats_once": args.repeats_once}
     if args.graph_budget is not None:
         opts["graph_budget"] = args.graph_budget or None
     if args.workers:
@@ -253,7 +253,7 @@ def run_child(form: str, row: dict, args, folder: Path) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", form, "--row-dir", str(folder),
            "--families", row["family"], "--tokens", str(row["tokens"]), "--kv", str(row["kv"]),
            "--out", str(args.out), "--device", args.device, "--kernel-op", args.kernel_op,
-           "--cache", str(args.cache or Path(args.out) / "cache"), "-v"]
+           "--cache", str(args.cache or Path(args.out) / "cache"), "-v"] + (["--repeats-once"] if args.repeats_once else [])
     for flag, value in (("--layers", args.layers), ("--time-limit", args.time_limit),
                         ("--graph-budget", args.graph_budget), ("--workers", args.workers)):
         if value is not None:
@@ -370,6 +370,9 @@ def main() -> int:
     ap.add_argument("--kernel-op", choices=["auto", "triton_op", "custom_op"], default="auto",
                     help="how pieces become torch operators (the backend's kernel_op): a triton_op's kernels "
                          "are analysed by Inductor at every call site, a custom_op is opaque to it")
+    ap.add_argument("--repeats-once", action="store_true",
+                    help="the backend's repeats_once: Inductor compiles the identical layers of the graph with "
+                         "its pieces once (design §10.5)")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache)")
     ap.add_argument("--out", required=True, help="folder for model.json and table.md")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

@@ -45,7 +45,8 @@ log = logging.getLogger("mugraph")
 MIN_REGION_NODES = 24
 #: the least nodes of a run between the values a layer writes back that becomes a subgraph
 MIN_SEGMENT_NODES = 8
-#: how many of the most common gaps between equal signatures are tried as the period
+#: how many of the most common gaps (of at least MIN_REGION_NODES) between equal signatures
+#: are tried as the period
 PERIOD_CANDIDATES = 6
 
 
@@ -148,11 +149,12 @@ def _period(sigs: list[tuple]) -> Optional[tuple[int, int, int]]:
     where: dict[Any, list[int]] = {}
     for i, c in enumerate(coarse):
         where.setdefault(c, []).append(i)
-    gaps = Counter(b - a for places in where.values() for a, b in zip(places, places[1:]))
+    # a layer's period is a gap between equal signatures; shorter gaps (a layer's own repeated
+    # getitems and transposes) are far more common, so they are dropped before the ranking
+    gaps = Counter(b - a for places in where.values() for a, b in zip(places, places[1:])
+                   if b - a >= MIN_REGION_NODES)
     best: Optional[tuple[int, int, int]] = None
     for length, _ in gaps.most_common(PERIOD_CANDIDATES):
-        if length < MIN_REGION_NODES:
-            continue
         run_start, span = None, None
         for i in range(len(coarse) - length + 1):
             same = i + length < len(coarse) and coarse[i] == coarse[i + length]
