@@ -1,10 +1,11 @@
 """Graphs handed to Inductor (docs/design.md §10.5): the backend's graph with its pieces, the
 graph without them, and each piece's own torch ops for the never-slower rule.
 
-Two things Inductor does not do by itself for these graphs, both about compile time:
-its caches must be able to serve them (:func:`_cacheable`), and the calls of one piece's
-Triton kernels must share the analysis Inductor makes of each call
-(:func:`shared_kernel_analysis`).
+Things Inductor does not do by itself for these graphs, all about compile time: its caches
+must be able to serve them (:func:`_cacheable`), the calls of one piece's Triton kernels
+must share the analysis Inductor makes of each call (:func:`shared_kernel_analysis`), and,
+where the option asks for it, a model's identical layers are compiled once
+(:mod:`.repeats`).
 """
 
 import contextlib

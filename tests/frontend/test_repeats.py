@@ -238,3 +238,23 @@ def test_a_cache_update_stays_beside_its_write(short_layers):
     torch.testing.assert_close(got, want)
     for a, b in zip(got_args, want_args):
         torch.testing.assert_close(a, b)
+
+
+def test_a_refused_subgraph_falls_back_to_the_graph_as_it_is(short_layers, caplog, monkeypatch):
+    """Should Inductor refuse the outlined graph, the graph is compiled as it is, and one
+    warning line names the error."""
+    import torch._inductor.compile_fx as cfx
+
+    real = cfx.compile_fx
+
+    def refuse_subgraphs(gm, args, *a, **k):
+        if any(n.target is torch.ops.higher_order.invoke_subgraph for n in gm.graph.nodes):
+            raise RuntimeError("invoke_subgraph: not supported here")
+        return real(gm, args, *a, **k)
+
+    monkeypatch.setattr(cfx, "compile_fx", refuse_subgraphs)
+    f, args = _model(4)
+    with caplog.at_level(logging.INFO, logger="mugraph"):
+        fn = compile_graph(_traced(f, args), args, repeats_once=True)
+    assert "compiled one by one" in caplog.text and "RuntimeError: invoke_subgraph: not supported here" in caplog.text
+    torch.testing.assert_close(fn(*args)[0], f(*args)[0])
