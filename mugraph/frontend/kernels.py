@@ -160,13 +160,16 @@ def call(op: Any, xs: List[torch.Tensor]) -> List[torch.Tensor]:
     return [out] if isinstance(out, torch.Tensor) else list(out)
 
 
-def make_op(name: str, prog: CompiledProgram, kind: str):
+def make_op(name: str, prog: CompiledProgram, kind: str, keep_counters: bool = True):
     """The operator for a compiled piece. ``kind``: ``"triton_op"`` (GPU; Inductor
     traces through the kernels), ``"custom_op"`` (opaque; the only one the CPU
-    interpreter allows), or ``"auto"`` (triton_op on a GPU, custom_op on the CPU)."""
+    interpreter allows), or ``"auto"`` (triton_op on a GPU, custom_op on the CPU).
+    ``keep_counters=False``: split-K counters made zero at every call, so the operator
+    mutates nothing — what a call inside a subgraph of repeated layers needs (the backend's
+    ``repeats_once``; AOTAutograd does not functionalize a mutating operator there)."""
     if kind == "auto":
         kind = "triton_op" if prog.device == "cuda" else "custom_op"
-    n = counter_slots(prog)
+    n = counter_slots(prog) if keep_counters else 0
     if kind == "triton_op":
         return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True,
                         prog.output_strides, n)

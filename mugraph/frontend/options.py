@@ -236,11 +236,11 @@ class FrontendOptions:
     its own, searched once.
     ``repeats_once``: Inductor compiles a run of identical layers of the graph with its μGraph
     pieces once, as calls of one shared subgraph (:mod:`mugraph.frontend.repeats`), not once per
-    layer (the graph without pieces, dynamo's, is compiled as it is either way). Off by default:
-    measured on the CPU only (a tiny 32-layer LLaMA's graph, 18.0 → 10.5 s of Inductor); on a
-    GPU a piece whose split-K kernels keep their counters in a buffer it mutates cannot go into
-    a subgraph, and the whole models measured had such pieces in every layer, so nothing was
-    outlined there (design §10.5).
+    layer (the graph without pieces, dynamo's, is compiled as it is either way). A mutating call
+    cannot go into such a subgraph, so with it on a piece's split-K counters are made zero at
+    every call instead of kept in a buffer the operator mutates (a zeroing launch each). Off
+    by default: measured on the CPU only (a tiny 32-layer LLaMA's graph, 18.0 → 10.5 s of
+    Inductor); on an H200 without the zeroed counters nothing was outlined (design §10.5).
     """
 
     time_limit: float = 30.0

@@ -43,18 +43,18 @@ from .pieces import BuiltPiece, constant_name, example_inputs, torch_module
 
 log = logging.getLogger("mugraph")
 
-#: (piece name, options key, device, kernel op kind, layout key) -> (operator, Optimized). Why a
+#: (piece name, options key, device, kernel op kind, layout key, counters kept) -> (operator, Optimized). Why a
 #: process-wide table: a torch operator can be registered once per process under its name,
 #: and every identical layer of a model captures the same piece — each reuses the first's
 #: registration (``None``: its lowering failed)
 _DONE: dict[tuple, tuple[Any, Any] | None] = {}
-#: (piece name, options key, device, kernel op kind, layout key) -> each searched piece's result
+#: (piece name, options key, device, kernel op kind, layout key, counters kept) -> each searched piece's result
 #: and what ``bp.info`` says of it (a later capture of the same piece gets a copy). Why: one search
 #: per process, piece and input layout, whatever the number of identical layers, without reading
 #: the disk cache again for each; empty when the search failed. The layout is in the key because
 #: the GPU re-ranking tunes on it (``OptimizeConfig.input_strides``)
 _INFO: dict[tuple, dict] = {}
-#: (piece name, options key, device, kernel op kind, layout key, timer) -> the never-slower
+#: (piece name, options key, device, kernel op kind, layout key, counters kept, timer) -> the never-slower
 #: verdict (:func:`_judge`). Why: a piece is timed once per process, kernels and timer, not
 #: once per identical layer; the timer is part of the key (held, so never confused with another)
 _VERDICTS: dict[tuple, dict] = {}
@@ -92,7 +92,14 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
 def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
     """The piece's key in this module's tables (``_INFO``, ``_DONE``)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
-    return (bp.name, opts.key(), device, kind, bp.layout_key)
+    return (bp.name, opts.key(), device, kind, bp.layout_key, _keeps_counters(opts))
+
+
+def _keeps_counters(opts: FrontendOptions) -> bool:
+    """Whether a piece's operator keeps its split-K counters in a buffer it mutates
+    (:func:`.kernels.make_op`): not where Inductor compiles repeated layers once, since a
+    mutating call cannot go into their subgraph (design §10.5)."""
+    return not (opts.repeats_once and opts.inductor)
 
 
 def forget() -> None:
@@ -210,7 +217,9 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
             # the kernels' source in the name: Inductor's autograd cache keys a graph by the
             # operators it calls, and a stored graph holds the kernels it traced through
             kernels = hashlib.sha256(prog.triton_source().encode()).hexdigest()[:10]
-            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}", prog, kind), opt)
+            keep = _keeps_counters(opts)
+            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}{'' if keep else '_z'}", prog,
+                                kind, keep), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
             _LOWER_FAILED[k] = _stays_torch(bp, e)
             _DONE[k] = None

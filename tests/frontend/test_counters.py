@@ -140,3 +140,22 @@ def test_an_operator_of_two_outputs_returns_them_as_a_tuple_under_inductor():
 
     f = torch.compile(M(), backend="inductor", fullgraph=True)
     assert torch.equal(f(torch.ones(4, 8)), torch.zeros(4, 8)) and seen == [0, 0]
+
+
+def test_an_operator_that_keeps_no_counters_mutates_nothing():
+    """``make_op(..., keep_counters=False)`` (the backend's ``repeats_once``): the same
+    last-combine kernels, their counters made zero at every call, an operator whose schema
+    mutates nothing — so a call of it can go into a subgraph of repeated layers — and the
+    same results."""
+    from mugraph.frontend.repeats import _writes
+
+    g, prog = _program(2, "last")
+    assert counter_slots(prog) > 0
+    op = make_op("test_counters_zeroed", prog, "custom_op", keep_counters=False)
+    assert counters_of(op) == 0 and not op._schema.is_mutable
+    node = torch.fx.Graph().call_function(op, ([],))
+    assert not _writes(node)
+    for seed in range(2):
+        xs = _inputs(g, seed)
+        got, want = call(op, xs), _expected(g, xs)
+        assert all(torch.allclose(a.double(), b, rtol=2e-2, atol=2e-2) for a, b in zip(got, want))
