@@ -8,7 +8,9 @@ its CUDA graphs). Buffers are allocated per call (a traced op must be
 functional: no workspace kept between calls) — except the counters of split-K
 kernels whose last program combines the partials: those are an argument the
 operator declares it mutates (:func:`counter_slots`), a buffer of the stitched
-graph that the kernels leave zero, so no call launches a kernel to zero them.
+graph that the kernels leave zero, so no call launches a kernel to zero them (where
+the backend compiles repeated layers once, an operator keeps none and zeroes its own:
+a mutating call cannot go into their subgraph).
 
 On the CPU the kernels run under Triton's interpreter, whose kernels are not
 ``JITFunction`` objects, and ``wrap_triton`` refuses them; there the piece is a
