@@ -239,7 +239,7 @@ class FrontendOptions:
     layer (the graph without pieces, dynamo's, is compiled as it is either way). A mutating call
     cannot go into such a subgraph, so with it on a piece's split-K counters are made zero at
     every call instead of kept in a buffer the operator mutates (a zeroing launch each). Off
-    by default: measured on the CPU only (a tiny 32-layer LLaMA's graph, 18.0 → 10.5 s of
+    by default: measured on the CPU only (a tiny 32-layer LLaMA's graph, 28.8 → 19.4 s of
     Inductor); on an H200 without the zeroed counters nothing was outlined (design §10.5).
     """
 
