@@ -37,18 +37,20 @@ def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False) ->
     why)."""
     from torch._inductor.compile_fx import compile_fx
 
+    def compiled(g: fx.GraphModule) -> Callable:
+        with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(g, args) as fakes:
+            return compile_fx(g, fakes)
+
     outlined, found = outline_repeats(gm) if repeats_once else (gm, None)
     if found is not None:
         try:
-            with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(outlined, args) as fakes:
-                fn = compile_fx(outlined, fakes)
+            fn = compiled(outlined)
             log.info("mugraph: Inductor compiled %s", found.line())
             return fn
         except Exception as e:  # noqa: BLE001 - any refusal of the subgraph: compile the graph as it is
             log.warning("mugraph: the graph's repeated layers are compiled one by one: Inductor refused their "
                         "shared subgraph (%s)", first_line(e))
-    with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(gm, args) as fakes:
-        return compile_fx(gm, fakes)
+    return compiled(gm)
 
 
 @contextlib.contextmanager

@@ -11,8 +11,8 @@ the region before dynamo traces it, in the model's source; the backend meets the
 after that trace, so it finds the repeats itself:
 
 1. :func:`_period`: each call node gets a signature — its target and constant arguments,
-   its node arguments as positions relative to itself — and the graph's longest stretch in
-   which that sequence repeats with one period is the candidate.
+   its node arguments unnamed — and the graph's longest stretch in which that sequence
+   repeats with one period is the candidate.
 2. :func:`_windows`: the stretch is cut into windows of one period at the phase where the
    fewest values cross from window to window (a layer's own start), and a window joins
    only if it matches the first node for node: the same targets and constants, arguments
@@ -33,7 +33,7 @@ import logging
 import operator
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 import torch.fx as fx
@@ -74,7 +74,7 @@ def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeat
         return gm, None  # a submodule call cannot move into a subgraph of its own
     nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
     index = {n: i for i, n in enumerate(nodes)}
-    sigs = [_signature(n, i, index) for i, n in enumerate(nodes)]
+    sigs = [_signature(n, i) for i, n in enumerate(nodes)]
     best = _period(sigs)
     if best is None:
         return gm, None
@@ -82,9 +82,9 @@ def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeat
     found = _windows(nodes, index, start, stop, length)
     if found is None:
         return gm, None
-    first, count, pattern = found
+    first, count = found
     try:
-        out, info = _outline(gm, nodes, index, first, count, length, pattern)
+        out, info = _outline(gm, nodes, index, first, count, length)
     except _Refused as e:
         log.info("mugraph: repeated layers compiled as they are: %s", e)
         return gm, None
@@ -118,36 +118,37 @@ def _constant(v: Any) -> Any:
         return ("repr", repr(v))
 
 
-def _signature(n: fx.Node, i: int, index: dict[fx.Node, int]) -> tuple:
-    """The node's target and arguments, a node argument as its distance back from ``n`` (a
-    placeholder or constant as ``"in"``): equal for the same node of two identical layers."""
+def _arg_key(a: Any, node_key: Callable[[fx.Node], Any]) -> Any:
+    """A hashable form of a node's argument ``a``: its structure and constants, each node in it
+    as ``node_key`` names it."""
+    if isinstance(a, fx.Node):
+        return node_key(a)
+    if isinstance(a, (list, tuple)):
+        return (type(a).__name__, tuple(_arg_key(x, node_key) for x in a))
+    if isinstance(a, dict):
+        return ("dict", tuple(sorted((k, _arg_key(v, node_key)) for k, v in a.items())))
+    return _constant(a)
+
+
+def _signature(n: fx.Node, i: int) -> tuple:
+    """The node's target and constant arguments, its node arguments unnamed: equal for the same
+    node of two identical layers, whether it reads a value of its own layer or one all layers
+    share (the rotary tables, the mask); the windows are checked exactly afterwards
+    (:func:`_pattern`)."""
     if _writes(n):
         return ("writes", i)  # never equal to another: a write breaks every repeat
+    return (n.target, _arg_key(n.args, _unnamed), _arg_key(n.kwargs, _unnamed))
 
-    def arg(a: Any) -> Any:
-        if isinstance(a, fx.Node):
-            j = index.get(a)
-            return ("in",) if j is None else ("back", i - j)
-        if isinstance(a, (list, tuple)):
-            return (type(a).__name__, tuple(arg(x) for x in a))
-        if isinstance(a, dict):
-            return ("dict", tuple(sorted((k, arg(v)) for k, v in a.items())))
-        return _constant(a)
 
-    return (n.target, arg(n.args), arg(n.kwargs))
+def _unnamed(_: fx.Node) -> str:
+    return "node"
 
 
 def _period(sigs: list[tuple]) -> Optional[tuple[int, int, int]]:
     """``(start, stop, length)``: the stretch ``sigs[start:stop]`` that repeats with period
-    ``length`` and covers the most nodes in whole periods (the shortest such period), or None.
-
-    A node reading one earlier in its own layer has the same distance back in every layer; one
-    reading a value shared by all layers (the rotary tables, the mask) does not, so the
-    stretch is first found by targets and constants alone (:func:`_coarse`), and the windows
-    are checked exactly afterwards."""
-    coarse = [_coarse(s) for s in sigs]
+    ``length`` and covers the most nodes in whole periods (the shortest such period), or None."""
     where: dict[Any, list[int]] = {}
-    for i, c in enumerate(coarse):
+    for i, c in enumerate(sigs):
         where.setdefault(c, []).append(i)
     # a layer's period is a gap between equal signatures; shorter gaps (a layer's own repeated
     # getitems and transposes) are far more common, so they are dropped before the ranking
@@ -156,12 +157,12 @@ def _period(sigs: list[tuple]) -> Optional[tuple[int, int, int]]:
     best: Optional[tuple[int, int, int]] = None
     for length, _ in gaps.most_common(PERIOD_CANDIDATES):
         run_start, span = None, None
-        for i in range(len(coarse) - length + 1):
-            same = i + length < len(coarse) and coarse[i] == coarse[i + length]
+        for i in range(len(sigs) - length + 1):
+            same = i + length < len(sigs) and sigs[i] == sigs[i + length]
             if same and run_start is None:
                 run_start = i
             if not same and run_start is not None:
-                # coarse[run_start:i + length] repeats with period `length`
+                # sigs[run_start:i + length] repeats with period `length`
                 if span is None or i + length - run_start > span[1] - span[0]:
                     span = (run_start, i + length)
                 run_start = None
@@ -177,22 +178,11 @@ def _whole(span: tuple[int, int], length: int) -> int:
     return (span[1] - span[0]) // length * length
 
 
-def _coarse(sig: tuple) -> Any:
-    """A signature with its node arguments' distances dropped (targets and constants kept)."""
-    def strip(a: Any) -> Any:
-        if isinstance(a, tuple) and a and a[0] in ("back", "in") and len(a) <= 2:
-            return "node"
-        if isinstance(a, tuple):
-            return tuple(strip(x) for x in a)
-        return a
-    return strip(sig)
-
-
 # -- windows ---------------------------------------------------------------------------------
 
 def _windows(nodes: list[fx.Node], index: dict[fx.Node, int], start: int, stop: int,
-             length: int) -> Optional[tuple[int, int, tuple]]:
-    """``(first, count, pattern)``: ``count`` consecutive windows of ``length`` nodes from
+             length: int) -> Optional[tuple[int, int]]:
+    """``(first, count)``: ``count`` consecutive windows of ``length`` nodes from
     ``nodes[first]``, each matching the first exactly (:func:`_pattern`), at the phase inside
     the stretch where the fewest values cross a window's edge; None if fewer than two."""
     phase = _quietest_phase(nodes, index, start, stop, length)
@@ -206,7 +196,7 @@ def _windows(nodes: list[fx.Node], index: dict[fx.Node, int], start: int, stop: 
     n = 1
     while n < count and _pattern(nodes, index, first + n * length, length) == pattern:
         n += 1
-    return (first, n, pattern) if n >= 2 else None
+    return (first, n) if n >= 2 else None
 
 
 def _quietest_phase(nodes: list[fx.Node], index: dict[fx.Node, int], start: int, stop: int, length: int) -> int:
@@ -219,8 +209,7 @@ def _quietest_phase(nodes: list[fx.Node], index: dict[fx.Node, int], start: int,
         if last <= i:
             continue
         if last - i >= length:
-            cuts = [c + 1 for c in cuts]  # read a window or more later: an operand at every phase
-            continue
+            continue  # read a window or more later: an operand at every phase alike
         # a value that is not one tensor (a multi-output call before its getitems) cannot be a result
         weight = 1 if isinstance(nodes[i].meta.get("val"), torch.Tensor) else len(nodes)
         for b in range(i + 1, min(last, stop - 1) + 1):
@@ -234,34 +223,26 @@ def _pattern(nodes: list[fx.Node], index: dict[fx.Node, int], first: int, length
     arguments, arguments inside the window by position, arguments outside by the order they
     are first read in (the same outside node twice is one operand); None where the window
     holds a write."""
-    inside = range(first, first + length)
     outside: dict[fx.Node, int] = {}
+
+    def place(a: fx.Node) -> tuple:
+        j = index.get(a)
+        if j is not None and first <= j < first + length:
+            return ("at", j - first)
+        return ("operand", outside.setdefault(a, len(outside)))
+
     out = []
-    for k in inside:
-        n = nodes[k]
+    for n in nodes[first:first + length]:
         if _writes(n):
             return None
-
-        def arg(a: Any) -> Any:
-            if isinstance(a, fx.Node):
-                j = index.get(a)
-                if j is not None and first <= j < first + length:
-                    return ("at", j - first)
-                return ("operand", outside.setdefault(a, len(outside)))
-            if isinstance(a, (list, tuple)):
-                return (type(a).__name__, tuple(arg(x) for x in a))
-            if isinstance(a, dict):
-                return ("dict", tuple(sorted((key, arg(v)) for key, v in a.items())))
-            return _constant(a)
-
-        out.append((n.target, arg(n.args), arg(n.kwargs)))
+        out.append((n.target, _arg_key(n.args, place), _arg_key(n.kwargs, place)))
     return tuple(out)
 
 
 # -- the outlined graph ----------------------------------------------------------------------
 
 def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int], first: int,
-             count: int, length: int, pattern: tuple) -> tuple[fx.GraphModule, Repeats]:
+             count: int, length: int) -> tuple[fx.GraphModule, Repeats]:
     """The graph with each window's :func:`_segments` as calls of one subgraph per segment;
     the nodes between them (the values a layer writes back into its inputs) stay as they are."""
     holes = {k - first for k in range(first, first + length) if _feeds_write(nodes[k])}
@@ -269,7 +250,7 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
     if not segments:
         raise _Refused("the values a layer writes back leave no run of nodes long enough between them")
     calls: dict[int, tuple[str, range, list[fx.Node], list[int]]] = {}  # first node -> its call
-    root: dict[str, Any] = {n.target: _attr(gm, n.target) for n in gm.graph.nodes if n.op == "get_attr"}
+    root: dict[str, Any] = {n.target: operator.attrgetter(n.target)(gm) for n in gm.graph.nodes if n.op == "get_attr"}
     operands_n = results_n = 0
     for seg in segments:
         parts = [range(first + w * length + seg.start, first + w * length + seg.stop) for w in range(count)]
@@ -330,25 +311,11 @@ def _operands(nodes: list[fx.Node], index: dict[fx.Node, int], w: range) -> list
     """The window's outside arguments in the order its nodes first read them."""
     seen: dict[fx.Node, None] = {}
     for k in w:
-        for a in _node_args(nodes[k]):
+        for a in nodes[k].all_input_nodes:  # in the order the arguments hold them, as _pattern numbers them
             j = index.get(a)
             if j is None or j not in w:
                 seen.setdefault(a)
     return list(seen)
-
-
-def _node_args(n: fx.Node) -> list[fx.Node]:
-    """``n``'s node arguments in the order its arguments hold them (with repeats)."""
-    found: list[fx.Node] = []
-    fx.map_arg((n.args, n.kwargs), lambda a: found.append(a) or a)
-    return found
-
-
-def _attr(gm: fx.GraphModule, target: str) -> Any:
-    obj: Any = gm
-    for part in target.split("."):
-        obj = getattr(obj, part, None)
-    return obj
 
 
 def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: list[int], operands: list[fx.Node]) -> None:
@@ -358,7 +325,7 @@ def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: 
 
     seen: dict[Any, int] = {}
     for o in operands:
-        v = _attr(gm, o.target) if o.op == "get_attr" else o.meta.get("val")
+        v = operator.attrgetter(o.target)(gm) if o.op == "get_attr" else o.meta.get("val")
         if not isinstance(v, torch.Tensor):
             raise _Refused(f"{o.name}, read by a layer, is not a tensor")
         seen[StorageWeakRef(v.untyped_storage())] = -1
