@@ -9,8 +9,8 @@ functional: no workspace kept between calls) — except the counters of split-K
 kernels whose last program combines the partials: those are an argument the
 operator declares it mutates (:func:`counter_slots`), a buffer of the stitched
 graph that the kernels leave zero, so no call launches a kernel to zero them (where
-the backend compiles repeated layers once, an operator keeps none and zeroes its own:
-a mutating call cannot go into their subgraph).
+the backend compiles repeated layers once, such an operator holds its counters itself
+and mutates no argument: a mutating call cannot go into their subgraph).
 
 On the CPU the kernels run under Triton's interpreter, whose kernels are not
 ``JITFunction`` objects, and ``wrap_triton`` refuses them; there the piece is a
@@ -166,12 +166,23 @@ def make_op(name: str, prog: CompiledProgram, kind: str, keep_counters: bool = T
     """The operator for a compiled piece. ``kind``: ``"triton_op"`` (GPU; Inductor
     traces through the kernels), ``"custom_op"`` (opaque; the only one the CPU
     interpreter allows), or ``"auto"`` (triton_op on a GPU, custom_op on the CPU).
-    ``keep_counters=False``: split-K counters made zero at every call, so the operator
-    mutates nothing — what a call inside a subgraph of repeated layers needs (the backend's
-    ``repeats_once``; AOTAutograd does not functionalize a mutating operator there)."""
+
+    ``keep_counters=False`` (the backend's ``repeats_once``): an operator that mutates no
+    argument, so a call of it can go into a subgraph of repeated layers (AOTAutograd does not
+    functionalize a mutating operator there). Where the program's split-K kernels need
+    counters, the operator holds a buffer of them itself, made zero once and left zero by
+    the kernels — state like cuBLAS's workspace, so no call launches a kernel to zero them
+    (a zeroing launch cost 1.2–1.5 μs a piece on an H200). Such an operator is a
+    ``custom_op`` whatever ``kind`` asks: a ``triton_op``'s body is traced, and its own
+    buffer would become a constant the kernels mutate, which the trace copies at every
+    call. Two calls of one such operator must not run at once on two streams."""
     if kind == "auto":
         kind = "triton_op" if prog.device == "cuda" else "custom_op"
-    n = counter_slots(prog) if keep_counters else 0
+    n = counter_slots(prog)
+    if n and not keep_counters:
+        own = torch.zeros(n, dtype=torch.int32, device=prog.device)
+        run = functional_runner(prog, lambda f: f)
+        return register(name, prog.graph, lambda xs: run(xs, own), False, prog.output_strides)
     if kind == "triton_op":
         return register(name, prog.graph, functional_runner(prog, torch.library.wrap_triton), True,
                         prog.output_strides, n)

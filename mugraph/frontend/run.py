@@ -38,6 +38,7 @@ from ..core.files import as_path
 from .inductor import compile_graph
 from .kernels import call as call_op, make_op
 from . import verdicts
+from .agreement import FormsDisagree, agreeing
 from .options import PIECE_TIMING, FrontendOptions, piece_seconds
 from .pieces import BuiltPiece, constant_name, example_inputs, torch_module
 
@@ -96,9 +97,10 @@ def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
 
 
 def _keeps_counters(opts: FrontendOptions) -> bool:
-    """Whether a piece's operator keeps its split-K counters in a buffer it mutates
-    (:func:`.kernels.make_op`): not where Inductor compiles repeated layers once, since a
-    mutating call cannot go into their subgraph (design §10.5)."""
+    """Whether a piece's operator keeps its split-K counters in a buffer of the graph that it
+    mutates (:func:`.kernels.make_op`): not where Inductor compiles repeated layers once,
+    since a mutating call cannot go into their subgraph; there the operator holds its
+    counters itself (design §10.5)."""
     return not (opts.repeats_once and opts.inductor)
 
 
@@ -218,7 +220,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
             # operators it calls, and a stored graph holds the kernels it traced through
             kernels = hashlib.sha256(prog.triton_source().encode()).hexdigest()[:10]
             keep = _keeps_counters(opts)
-            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}{'' if keep else '_z'}", prog,
+            _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}{'' if keep else '_own'}", prog,
                                 kind, keep), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
             _LOWER_FAILED[k] = _stays_torch(bp, e)
@@ -377,7 +379,11 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     (``runs: "trace"``), against ``plain()``. Its rewriting alone can win: Mistral-7B's decode
     step as the backend traces it, no μGraph, ran 164.0 μs against 184.3 for dynamo's graph (an
     H200; dynamo's materializes ``repeat_kv``, the trace's attention operator reads the grouped
-    heads in place) — and it can lose (Phi-3-mini's, 0.96–0.97×): timed, not assumed."""
+    heads in place) — and it can lose (Phi-3-mini's, 0.96–0.97×): timed, not assumed.
+
+    Every form is run once before it is timed and runs only if its outputs are
+    torch.compile's (:mod:`.agreement`): a NaN where torch.compile's form has a number, or
+    outputs far off, and the graph runs without its pieces."""
     timer = opts.timer or (gpu_timer if device == "cuda" else None)
     written = written_inputs(cap.graph_module, len(args))
     why = ("never_slower=False" if not opts.never_slower else "no GPU to time on, and no timer option"
@@ -388,6 +394,8 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         return plain()
     kept = verdicts.Entry(None, None) if why is not None else \
         verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args), opts.key(), device, timer)
+    if timer is not None:
+        timer = agreeing(timer)  # a form runs only if it computes what torch.compile's does
     known = kept.load()
     if known is not None:  # timed at an earlier compile: only the form that runs is compiled
         cap.whole = known
@@ -426,7 +434,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         # what one more form costs: a compile like the first one's, and a timing like this one
         form_s = cap.timings.get("inductor_with_pieces_s", 0.0) + time.perf_counter() - t0
     except Exception as e:  # noqa: BLE001 - the model still runs: without the pieces where that compiled
-        why = f"timing failed: {first_line(e)}"
+        why = f"with them {e}" if isinstance(e, FormsDisagree) else f"timing failed: {first_line(e)}"
         log.warning("mugraph: the graph runs %s: %s", "without its μGraph pieces" if base else "untimed", why)
         cap.whole = {"runs": "torch" if base else "mugraph", "mugraph_s": None, "torch_s": None, "why": why}
         return base or mine
@@ -481,7 +489,8 @@ def _trace_or_plain(cap: Any, kept: Any, trace: Callable[[], Callable], plain: C
             times = timer(cap, {"mugraph": _replayable(fn, args, written), "torch": _replayable(base, args, written)})
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
     except Exception as e:  # noqa: BLE001 - the graph runs as torch.compile compiles it
-        why = f"{lead}timing the graph as traced failed: {first_line(e)}"
+        why = (f"{lead}as traced {e}" if isinstance(e, FormsDisagree)
+               else f"{lead}timing the graph as traced failed: {first_line(e)}")
         log.warning("mugraph: the graph runs without its μGraph pieces: %s", why)
         cap.whole = {"runs": "torch", "mugraph_s": None, "torch_s": None, "why": why}
         return base

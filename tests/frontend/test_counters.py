@@ -144,9 +144,9 @@ def test_an_operator_of_two_outputs_returns_them_as_a_tuple_under_inductor():
 
 def test_an_operator_that_keeps_no_counters_mutates_nothing():
     """``make_op(..., keep_counters=False)`` (the backend's ``repeats_once``): the same
-    last-combine kernels, their counters made zero at every call, an operator whose schema
+    last-combine kernels, their counters held by the operator itself, an operator whose schema
     mutates nothing — so a call of it can go into a subgraph of repeated layers — and the
-    same results."""
+    same results over repeated calls, so the kernels leave the operator's counters zero."""
     from mugraph.frontend.repeats import _writes
 
     g, prog = _program(2, "last")
