@@ -257,3 +257,46 @@ def test_a_refused_subgraph_falls_back_to_the_graph_as_it_is(short_layers, caplo
         fn = compile_graph(_traced(f, args), args, repeats_once=True)
     assert "compiled one by one" in caplog.text and "RuntimeError: invoke_subgraph: not supported here" in caplog.text
     torch.testing.assert_close(fn(*args)[0], f(*args)[0])
+
+
+def test_layers_compiled_once_that_compute_otherwise_are_compiled_one_by_one(piece_cache, caplog, monkeypatch):
+    """The whole-graph rule runs the form with its repeats outlined once before timing it
+    (``run.judge_graph``). Its outputs not torch.compile's (here: the outlined graph's last
+    output, the logits, made three times what they were), the graph with its pieces is compiled
+    one layer after another instead, with one warning line, and the pieces still run."""
+    transformers = pytest.importorskip("transformers")
+    import mugraph.frontend.inductor as I
+
+    outline = I.outline_repeats
+
+    def wrong(gm):
+        out, found = outline(gm)
+        if found is not None:
+            node = next(n for n in out.graph.nodes if n.op == "output")
+            *rest, logits = node.args[0]
+            with out.graph.inserting_before(node):
+                tripled = out.graph.call_function(torch.ops.aten.mul.Tensor, (logits, 3.0))
+            node.args = ((*rest, tripled),)
+            out.recompile()
+        return out, found
+    monkeypatch.setattr(I, "outline_repeats", wrong)
+    cfg = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                                   intermediate_size=64, num_hidden_layers=4, vocab_size=64,
+                                   max_position_embeddings=32)
+    cfg._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).eval()
+    opts = {"time_limit": 1.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower",
+            "cache_dir": piece_cache, "compile_ahead": False, "repeats_once": True,
+            "timer": lambda cap, launches: {"mugraph": 1e-6, "torch": 3e-6}}
+    kw = {"input_ids": torch.tensor([[5]]), "position_ids": torch.tensor([[3]]), "cache_position": torch.tensor([3]),
+          "use_cache": True}
+    torch._dynamo.reset()
+    with torch.no_grad(), caplog.at_level(logging.INFO, logger="mugraph"):
+        want = model(**kw, past_key_values=transformers.StaticCache(config=cfg, max_cache_len=16)).logits
+        got = torch.compile(model.forward, backend="mugraph", options=opts)(
+            **kw, past_key_values=transformers.StaticCache(config=cfg, max_cache_len=16)).logits
+    torch.testing.assert_close(got, want)
+    said = [r.getMessage() for r in caplog.records if "compiled one by one" in r.getMessage()]
+    assert len(said) == 1 and "compiled once, output" in said[0] and "differs" in said[0], said
+    assert "the graph runs with its μGraph pieces" in caplog.text
