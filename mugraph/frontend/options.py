@@ -237,10 +237,11 @@ class FrontendOptions:
     ``repeats_once``: Inductor compiles a run of identical layers of the graph with its μGraph
     pieces once, as calls of one shared subgraph (:mod:`mugraph.frontend.repeats`), not once per
     layer (the graph without pieces, dynamo's, is compiled as it is either way). A mutating call
-    cannot go into such a subgraph, so with it on a piece's split-K counters are made zero at
-    every call instead of kept in a buffer the operator mutates (a zeroing launch each). Off
-    by default: measured on the CPU only (a tiny 32-layer LLaMA's graph, 28.8 → 19.4 s of
-    Inductor); on an H200 without the zeroed counters nothing was outlined (design §10.5).
+    cannot go into such a subgraph, so with it on a piece whose split-K kernels keep counters
+    holds them itself instead of in a buffer of the graph. Off by default: on an H200 it cut
+    Inductor's compile of a whole LLaMA-3-8B from 32–75 s to 7 s at the same step time, but a
+    whole Phi-3-mini over 8k keys gave NaN logits, cause not found (design §10.5); the
+    whole-graph rule now refuses such a form and compiles the layers one by one.
     """
 
     time_limit: float = 30.0

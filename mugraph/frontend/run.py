@@ -393,7 +393,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
                      "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
         return plain()
     kept = verdicts.Entry(None, None) if why is not None else \
-        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args), opts.key(), device, timer)
+        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args, opts), opts.key(), device, timer)
     if timer is not None:
         timer = agreeing(timer)  # a form runs only if it computes what torch.compile's does
     known = kept.load()
@@ -409,7 +409,9 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
             return subset([]) if subset is not None else stitched()
         if known["runs"] != "mugraph":
             return plain()
-        return subset(cap.kept) if dropped else stitched()
+        fn = subset(cap.kept) if dropped else stitched()
+        # its identical layers compiled once computed otherwise at the cold compile: one by one
+        return fn.one_by_one() if known.get("one_by_one") and hasattr(fn, "one_by_one") else fn
     try:
         mine = stitched()
     except Exception as e:  # noqa: BLE001 - the model still runs, as torch.compile compiles it
@@ -427,7 +429,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
     try:
         base = plain()
         t0 = time.perf_counter()
-        times, mine = _timed_against(cap, timer, mine, base, args, written)
+        times, mine, one_by_one = _timed_against(cap, timer, mine, base, args, written)
         mu, tt = _seconds(times, "mugraph"), _seconds(times, "torch")
         # what one more form costs: a compile like the first one's, and a timing like this one
         form_s = cap.timings.get("inductor_with_pieces_s", 0.0) + time.perf_counter() - t0
@@ -461,14 +463,16 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         log.info("mugraph: the graph is not tried as traced without its pieces: a form costs about %.0f s, "
                  "past the rule's %g s", form_s, MAX_GRAPH_TRIALS_S)
     log.info("mugraph: the graph runs %s its μGraph pieces: %s", "with" if faster else "without", why)
-    cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why}
+    cap.whole = {"runs": "mugraph" if faster else "torch", "mugraph_s": mu, "torch_s": tt, "why": why,
+                 **({"one_by_one": True} if one_by_one else {})}
     kept.save(cap.whole)
     return mine if faster else base
 
 
 def _timed_against(cap: Any, timer: Callable[..., dict], mine: Callable, base: Callable, args: tuple,
-                   written: frozenset[int]) -> tuple[dict, Callable]:
-    """``timer``'s times of ``mine`` against ``base`` and the form of ``mine`` timed: where
+                   written: frozenset[int]) -> tuple[dict, Callable, bool]:
+    """``timer``'s times of ``mine`` against ``base``, the form of ``mine`` timed, and whether
+    that is the graph compiled one layer after another: where
     ``mine``'s outputs are not ``base``'s (:class:`.agreement.FormsDisagree`) and its repeated
     layers were compiled once (:func:`.inductor.compile_graph`'s ``one_by_one``), the graph
     compiled one layer after another instead — the outlining is the step of that form no
@@ -477,14 +481,14 @@ def _timed_against(cap: Any, timer: Callable[..., dict], mine: Callable, base: C
         with torch.no_grad():
             return timer(cap, {"mugraph": _replayable(fn, args, written), "torch": _replayable(base, args, written)})
     try:
-        return timed(mine), mine
+        return timed(mine), mine, False
     except FormsDisagree as e:
         again = getattr(mine, "one_by_one", None)
         if again is None:
             raise
         log.warning("mugraph: the graph's identical layers are compiled one by one: compiled once, %s", e)
         mine = again()
-        return timed(mine), mine
+        return timed(mine), mine, True
 
 
 def _runs_text(runs: str) -> str:
@@ -595,14 +599,15 @@ def _leave_to_torch(cap: Any, dropped: set[str]) -> None:
     cap.kept = [bp for bp in cap.kept if bp.name not in dropped]
 
 
-def _graph_subject(cap: Any, args: tuple) -> dict:
+def _graph_subject(cap: Any, args: tuple, opts: FrontendOptions) -> dict:
     """What the whole-graph rule timed: the traced graph's code, the call's tensors (shapes,
-    strides, dtypes) and the pieces kept as μGraphs (by name and layout)."""
+    strides, dtypes), the pieces kept as μGraphs (by name and layout) and whether Inductor
+    compiled its identical layers once (another form, whose outputs were checked apart)."""
     code = hashlib.sha256(cap.graph_module.code.encode()).hexdigest()[:24]
     tensors = [[list(a.shape), list(a.stride()), str(a.dtype)] if isinstance(a, torch.Tensor) else repr(a)[:40]
                for a in args]
     return {"graph": code, "args": tensors, "kept": sorted(f"{bp.name}:{bp.layout_key}" for bp in cap.kept),
-            "margin": TIE_MARGIN}
+            "margin": TIE_MARGIN, "repeats_once": bool(opts.repeats_once and opts.inductor)}
 
 
 def written_inputs(gm: torch.fx.GraphModule, n_args: int) -> frozenset[int] | None:

@@ -263,9 +263,11 @@ def test_layers_compiled_once_that_compute_otherwise_are_compiled_one_by_one(pie
     """The whole-graph rule runs the form with its repeats outlined once before timing it
     (``run.judge_graph``). Its outputs not torch.compile's (here: the outlined graph's last
     output, the logits, made three times what they were), the graph with its pieces is compiled
-    one layer after another instead, with one warning line, and the pieces still run."""
+    one layer after another instead, with one warning line, and the pieces still run; a warm
+    compile reads that in the kept verdict and compiles the layers one by one again."""
     transformers = pytest.importorskip("transformers")
     import mugraph.frontend.inductor as I
+    from mugraph.frontend import run
 
     outline = I.outline_repeats
 
@@ -286,17 +288,26 @@ def test_layers_compiled_once_that_compute_otherwise_are_compiled_one_by_one(pie
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
     model = transformers.LlamaForCausalLM(cfg).eval()
+    def faster(cap, launches):
+        return {"mugraph": 1e-6, "torch": 3e-6}
+    faster.cache_key = "a test's fixed times"  # its verdicts are kept: the warm compile reads them
     opts = {"time_limit": 1.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower",
-            "cache_dir": piece_cache, "compile_ahead": False, "repeats_once": True,
-            "timer": lambda cap, launches: {"mugraph": 1e-6, "torch": 3e-6}}
+            "cache_dir": piece_cache, "compile_ahead": False, "repeats_once": True, "timer": faster}
     kw = {"input_ids": torch.tensor([[5]]), "position_ids": torch.tensor([[3]]), "cache_position": torch.tensor([3]),
           "use_cache": True}
-    torch._dynamo.reset()
-    with torch.no_grad(), caplog.at_level(logging.INFO, logger="mugraph"):
+    with torch.no_grad():
         want = model(**kw, past_key_values=transformers.StaticCache(config=cfg, max_cache_len=16)).logits
-        got = torch.compile(model.forward, backend="mugraph", options=opts)(
-            **kw, past_key_values=transformers.StaticCache(config=cfg, max_cache_len=16)).logits
-    torch.testing.assert_close(got, want)
-    said = [r.getMessage() for r in caplog.records if "compiled one by one" in r.getMessage()]
-    assert len(said) == 1 and "compiled once, output" in said[0] and "differs" in said[0], said
-    assert "the graph runs with its μGraph pieces" in caplog.text
+    for compile in ("cold", "warm"):
+        torch._dynamo.reset()
+        run.forget()
+        caplog.clear()
+        with torch.no_grad(), caplog.at_level(logging.INFO, logger="mugraph"):
+            got = torch.compile(model.forward, backend="mugraph", options=opts)(
+                **kw, past_key_values=transformers.StaticCache(config=cfg, max_cache_len=16)).logits
+        torch.testing.assert_close(got, want)
+        said = [r.getMessage() for r in caplog.records if "compiled one by one" in r.getMessage()]
+        if compile == "cold":
+            assert len(said) == 1 and "compiled once, output" in said[0] and "differs" in said[0], said
+            assert "the graph runs with its μGraph pieces" in caplog.text
+        else:  # the verdict says one by one: the outlined form is not run again
+            assert not said and "(timed at an earlier compile)" in caplog.text
