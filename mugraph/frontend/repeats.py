@@ -249,7 +249,8 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
     segments = [seg for seg in _segments(length, holes) if len(seg) >= MIN_SEGMENT_NODES]
     if not segments:
         raise _Refused("the values a layer writes back leave no run of nodes long enough between them")
-    calls: dict[int, tuple[str, range, list[fx.Node], list[int]]] = {}  # first node -> its call
+    # first node -> its call: subgraph, part, operands, results, views made again outside
+    calls: dict[int, tuple[str, range, list[fx.Node], list[int], dict[int, int]]] = {}
     root: dict[str, Any] = {n.target: operator.attrgetter(n.target)(gm) for n in gm.graph.nodes if n.op == "get_attr"}
     operands_n = results_n = 0
     for seg in segments:
@@ -258,14 +259,18 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
         results = sorted({k - part.start for part in parts for k in part
                           if any(index.get(u) is None or index[u] not in part for u in nodes[k].users)})
         operands = [_operands(nodes, index, part) for part in parts]
+        # a view of a value made inside leaves as that value, the view made again outside
+        views = {k: index[_view_base(nodes[parts[0].start + k])] - parts[0].start
+                 for k in results if k in _views_inside(nodes, parts[0])}
+        returned = sorted((set(results) - set(views)) | set(views.values()))
         for part, ops in zip(parts, operands):
-            _check_results(gm, nodes, part, results, ops)
+            _check_results(gm, nodes, part, returned, ops)
         attr = _free_name(root, "mugraph_repeat")
-        root[attr] = _subgraph(nodes, parts[0], operands[0], results)
+        root[attr] = _subgraph(nodes, parts[0], operands[0], returned)
         for part, ops in zip(parts, operands):
-            calls[part.start] = (attr, part, ops, results)
-        operands_n, results_n = operands_n + len(operands[0]), results_n + len(results)
-    inside = {nodes[k] for _, part, _, _ in calls.values() for k in part}
+            calls[part.start] = (attr, part, ops, returned, views)
+        operands_n, results_n = operands_n + len(operands[0]), results_n + len(returned)
+    inside = {nodes[k] for _, part, *_ in calls.values() for k in part}
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}
     for n in gm.graph.nodes:  # placeholders, then every constant: a window may read one defined inside its span
@@ -276,13 +281,15 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
             continue
         i = index.get(n)
         if i in calls:
-            attr, part, ops, results = calls[i]
+            attr, part, ops, results, views = calls[i]
             call = new.call_function(torch.ops.higher_order.invoke_subgraph,
                                      (new.get_attr(attr), attr, *[env[o] for o in ops]))
             for pos, k in enumerate(results):
                 got = new.call_function(operator.getitem, (call, pos))
                 got.meta.update(nodes[part.start + k].meta)
                 env[nodes[part.start + k]] = got
+            for k in views:
+                _view_again(new, env, nodes[part.start + k])
         elif n not in inside:
             env[n] = new.node_copy(n, lambda a: env[a])
     out = fx.GraphModule(root, new, gm.__class__.__name__)
@@ -319,8 +326,9 @@ def _operands(nodes: list[fx.Node], index: dict[fx.Node, int], w: range) -> list
 
 
 def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: list[int], operands: list[fx.Node]) -> None:
-    """Refuses a window whose results are not plain tensors or alias its operands or each
-    other: ``invoke_subgraph`` returns fresh tensors only."""
+    """Refuses a window whose results are not plain tensors, are views (:func:`_view_base`;
+    :func:`_outline` returns a view of a value made inside as that value) or alias its
+    operands or each other: ``invoke_subgraph`` returns fresh tensors only."""
     from torch.multiprocessing.reductions import StorageWeakRef
 
     seen: dict[Any, int] = {}
@@ -333,6 +341,9 @@ def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: 
         v = nodes[w.start + k].meta.get("val")
         if not isinstance(v, torch.Tensor):
             raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge and is not one tensor")
+        base = _view_base(nodes[w.start + k])
+        if base is not nodes[w.start + k]:  # a view of an operand, or one not made again outside
+            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge as a view of {base.name}")
         ref = StorageWeakRef(v.untyped_storage())
         if ref in seen:
             raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge as a view of another value")
@@ -351,6 +362,57 @@ def _subgraph(nodes: list[fx.Node], w: range, operands: list[fx.Node], results: 
         env[nodes[k]] = g.node_copy(nodes[k], lambda a: env[a])
     g.output(tuple(env[nodes[w.start + k]] for k in results))
     return fx.GraphModule(torch.nn.Module(), g, "repeated_layer")
+
+
+def _view_again(new: fx.Graph, env: dict[fx.Node, fx.Node], n: fx.Node) -> None:
+    """View node ``n``, read outside its window, made again in ``new`` after the call that
+    returns its base (:func:`_view_base`, whose copy ``env`` holds): each view of the chain
+    copied in order, ``env[n]`` the last."""
+    chain = []
+    while n not in env:
+        chain.append(n)
+        n = n.args[0]
+    for c in reversed(chain):
+        env[c] = new.node_copy(c, lambda a: env[a])
+
+
+def _views_inside(nodes: list[fx.Node], w: range) -> set[int]:
+    """The positions in window ``w`` whose values are views of a value made inside it
+    (:func:`_view_base`) through views whose other arguments are constants.
+
+    Why such a value, read outside the window, leaves the subgraph as its base, the view made
+    again outside (:func:`_view_again`): Inductor's subgraph returned the view of a buffer of
+    its own, and the graph around it read another place (a Phi-3's v, a slice of its fused q/k/v
+    product, copied into the KV cache as zeros and NaN; torch 2.13 on the CPU, and the same NaN
+    on an H200, torch 2.11). A copy made inside the subgraph does not help: Inductor removes a
+    clone whose strides equal its source's, whatever its offset."""
+    inside = {nodes[k] for k in w}
+    out = set()
+    for k in w:
+        base = _view_base(nodes[k])
+        if base is nodes[k] or base not in inside:
+            continue
+        n, plain = nodes[k], True
+        while n is not base:
+            plain &= all(a is n.args[0] for a in n.all_input_nodes)
+            n = n.args[0]
+        if plain:
+            out.add(k - w.start)
+    return out
+
+
+def _view_base(n: fx.Node) -> fx.Node:
+    """The value ``n`` is a view of, through any chain of views (an operator whose schema says
+    its result aliases its first argument; a getitem of such a call's list); ``n`` itself when
+    it is no view. Read from the schemas, not the example values' storages: the graph's
+    example values are made one node at a time and share no storage."""
+    while True:
+        src = n.args[0] if n.target is operator.getitem and n.args and isinstance(n.args[0], fx.Node) else n
+        schema = getattr(src.target, "_schema", None)
+        aliases = schema is not None and schema.returns and schema.returns[0].alias_info is not None
+        if not (aliases and not schema.is_mutable and src.args and isinstance(src.args[0], fx.Node)):
+            return n
+        n = src.args[0]
 
 
 def _free_name(taken: dict[str, Any], stem: str) -> str:

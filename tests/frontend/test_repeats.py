@@ -239,6 +239,47 @@ def test_a_cache_update_stays_beside_its_write(short_layers):
         torch.testing.assert_close(a, b)
 
 
+def test_a_slice_of_a_fused_product_leaves_as_the_product(short_layers):
+    """Phi-3's shape: one product makes q, k and v side by side, and the v slice goes into the
+    cache outside the subgraph. The slice is no result of the subgraph — the product is, the
+    slice made again after the call — and Inductor's compile of the outlined graph updates the
+    caches and computes what the graph does. (Returned as a slice, Inductor wrote zeros and NaN
+    into the caches.)"""
+    layers, d = 5, 8
+
+    def f(h, pos, *p):
+        for i in range(layers):
+            w, cache = p[2 * i], p[2 * i + 1]
+            qkv = h @ w
+            q, k, v = qkv[:, :d], qkv[:, d:2 * d], qkv[:, 2 * d:]
+            cache.index_copy_(0, pos, v.view(1, 2, d // 2))  # one token: a view of the product
+            h = h + torch.softmax((q * k) @ cache.reshape(16, d).t(), -1) @ cache.reshape(16, d) * 0.5
+        return (h,)
+
+    g = torch.Generator().manual_seed(0)
+    args = [torch.randn(1, d, generator=g), torch.tensor([3])]
+    for _ in range(layers):
+        args += [torch.randn(d, 3 * d, generator=g) * 0.3, torch.randn(16, 2, d // 2, generator=g)]
+    gm = make_fx(torch.func.functionalize(f, remove="mutations"), tracing_mode="fake")(
+        *[a.clone() for a in args])
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():  # example values made one node at a time, as the backend's graphs have them
+        for n in gm.graph.nodes:
+            if isinstance(v := n.meta.get("val"), torch.Tensor):
+                n.meta["val"] = torch.empty_strided(v.shape, v.stride(), dtype=v.dtype)
+    out, found = R.outline_repeats(gm)
+    assert found is not None and found.windows >= 4
+    for sub in (m for name, m in out.named_children() if name.startswith("mugraph_repeat")):
+        (ret,) = [n for n in sub.graph.nodes if n.op == "output"]
+        assert all(R._view_base(r) is r for r in ret.args[0]), ret.args[0]  # no view leaves a subgraph
+    fn = compile_graph(out, [a.clone() for a in args])
+    want_args, got_args = [a.clone() for a in args], [a.clone() for a in args]
+    want, got = f(*want_args)[0], fn(*got_args)[0]
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_args, want_args):
+        torch.testing.assert_close(a, b)
+
+
 def test_a_refused_subgraph_falls_back_to_the_graph_as_it_is(short_layers, caplog, monkeypatch):
     """Should Inductor refuse the outlined graph, the graph is compiled as it is, and one
     warning line names the error."""
