@@ -253,7 +253,8 @@ def run_child(form: str, row: dict, args, folder: Path) -> dict:
     cmd = [sys.executable, os.path.abspath(__file__), "--child", form, "--row-dir", str(folder),
            "--families", row["family"], "--tokens", str(row["tokens"]), "--kv", str(row["kv"]),
            "--out", str(args.out), "--device", args.device, "--kernel-op", args.kernel_op,
-           "--cache", str(args.cache or Path(args.out) / "cache"), "-v"] + (["--repeats-once"] if args.repeats_once else [])
+           "--cache", str(args.cache or Path(args.out) / "cache"), "-v"] + \
+        ([] if args.repeats_once is None else ["--repeats-once" if args.repeats_once else "--no-repeats-once"])
     for flag, value in (("--layers", args.layers), ("--time-limit", args.time_limit),
                         ("--graph-budget", args.graph_budget), ("--workers", args.workers)):
         if value is not None:
@@ -370,9 +371,9 @@ def main() -> int:
     ap.add_argument("--kernel-op", choices=["auto", "triton_op", "custom_op"], default="auto",
                     help="how pieces become torch operators (the backend's kernel_op): a triton_op's kernels "
                          "are analysed by Inductor at every call site, a custom_op is opaque to it")
-    ap.add_argument("--repeats-once", action="store_true",
+    ap.add_argument("--repeats-once", action=argparse.BooleanOptionalAction, default=None,
                     help="the backend's repeats_once: Inductor compiles the identical layers of the graph with "
-                         "its pieces once (design §10.5)")
+                         "its pieces once (design §10.5); default: the backend's (on where its outputs are checked)")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache)")
     ap.add_argument("--out", required=True, help="folder for model.json and table.md")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

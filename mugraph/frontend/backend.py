@@ -24,6 +24,7 @@ caches the saved compile filled.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import pickle
 import time
@@ -39,6 +40,7 @@ from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
 from .options import DYNAMIC_SIZES, GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_S, FrontendOptions
+from .repeats import has_repeats
 from .run import device_of, judge_graph
 from .trace_memo import folder_of, traced
 
@@ -230,17 +232,19 @@ class MugraphCompiled:
             cap.timings["capture_s"] = time.perf_counter() - t0
             cap.timings["stored_trace"] = float(stored)
             dev = device_of(args)
+            if opts.repeats_once is None and opts.outlines(dev) and not has_repeats(gm):
+                # nothing to compile once: the pieces keep their split-K counters in the graph's buffer
+                opts = dataclasses.replace(opts, repeats_once=False)
             plan = cap.plan(opts, dev)
             if plan.new_search_s > 0:  # searches and tunings ahead (seconds to minutes): collected as usual
                 pause.resume()
-            return self._finish(cap, plan, args, dev, t0, pause)
+            return self._finish(cap, plan, args, dev, t0, pause, opts)
 
     def _finish(self, cap: Captured, plan: SearchPlan, args: tuple, dev: str, t0: float,
-                pause: gc_paused) -> Callable:
+                pause: gc_paused, opts: FrontendOptions) -> Callable:
         """The pieces searched (or read from the cache) and stitched in, the graph compiled,
         and the whole-graph rule's choice: the callable the signature runs. The collector
         resumes before Inductor, whose compile may be a cold one of a minute."""
-        opts = self.options
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         started = time.time() - (time.perf_counter() - t0)  # the compile's start, on the wall clock
@@ -267,10 +271,10 @@ class MugraphCompiled:
             t1 = time.perf_counter()
             def subset(keep: list) -> Callable:  # the graph with only these pieces as μGraphs
                 gm = cap.stitched_with(keep)
-                return compile_graph(gm, list(args), opts.repeats_once) if opts.inductor else gm
+                return compile_graph(gm, list(args), opts.outlines(dev)) if opts.inductor else gm
 
             fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
-                                         lambda: compile_graph(stitched, list(args), opts.repeats_once)
+                                         lambda: compile_graph(stitched, list(args), opts.outlines(dev))
                                          if opts.inductor else stitched),
                              _timed(cap.timings, "inductor_without_s", plain), args, opts, dev, subset)
             cap.timings["graph_rule_s"] = time.perf_counter() - t1

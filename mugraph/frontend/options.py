@@ -238,10 +238,11 @@ class FrontendOptions:
     pieces once, as calls of one shared subgraph (:mod:`mugraph.frontend.repeats`), not once per
     layer (the graph without pieces, dynamo's, is compiled as it is either way). A mutating call
     cannot go into such a subgraph, so with it on a piece whose split-K kernels keep counters
-    holds them itself instead of in a buffer of the graph. Off by default: on an H200 it cut
-    Inductor's compile of a whole LLaMA-3-8B from 32–75 s to 7 s at the same step time, but a
-    whole Phi-3-mini over 8k keys gave NaN logits, cause not found (design §10.5); the
-    whole-graph rule now refuses such a form and compiles the layers one by one.
+    holds them itself instead of in a buffer of the graph. ``None`` (the default): on where
+    the whole-graph rule checks the outlined form's outputs against torch.compile's (with
+    Inductor and ``never_slower``, on a GPU or with a ``timer``; :meth:`outlines`), off
+    elsewhere; ``True``/``False`` force it. On an H200 it cut Inductor's compile of a whole
+    LLaMA-3-8B with its pieces from 32–75 s to 7 s at the same step time (design §10.5).
     """
 
     time_limit: float = 30.0
@@ -262,7 +263,7 @@ class FrontendOptions:
     compile_ahead: bool = True
     timer: Callable[..., dict] | None = None
     dynamic: str = "auto"
-    repeats_once: bool = False
+    repeats_once: bool | None = None
 
     def __post_init__(self) -> None:
         t = self.time_limit
@@ -285,9 +286,12 @@ class FrontendOptions:
         if not isinstance(self.search, dict) or "time_limit" in self.search:
             raise ConfigError(f"search={short(self.search)}: a dict of search fields (time_limit is set by "
                               "the option time_limit)")
-        for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead", "repeats_once"):
+        for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
+        if self.repeats_once is not None and not isinstance(self.repeats_once, bool):
+            raise ConfigError(f"repeats_once={short(self.repeats_once)}: must be True, False or None "
+                              "(on where the whole-graph rule checks it)")
         if self.kernel_op not in ("auto", "triton_op", "custom_op"):
             raise ConfigError(f"kernel_op={short(self.kernel_op)}: use 'auto', 'triton_op' or 'custom_op'")
         if self.unfused not in ("torch", "lower"):
@@ -365,6 +369,17 @@ class FrontendOptions:
         return {"search": {**self.search, "time_limit": float(self.time_limit)},
                 "tune_s": float(self.tune_s()), "timing": PIECE_TIMING,
                 "allow_unproven": self.allow_unproven, "time_program": self.unfused != "torch"}
+
+    def outlines(self, device: str) -> bool:
+        """Whether Inductor compiles the graph's identical layers once on ``device``
+        (``repeats_once``; None: where the whole-graph rule runs the outlined form against
+        torch.compile's before it ships — a GPU, or any device with a ``timer`` — with
+        ``never_slower`` on)."""
+        if not self.inductor:
+            return False
+        if self.repeats_once is not None:
+            return self.repeats_once
+        return self.never_slower and (device == "cuda" or self.timer is not None)
 
     def key(self) -> str:
         """What decides a piece's result (not where it is cached, not how it is run)."""

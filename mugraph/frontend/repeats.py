@@ -91,6 +91,17 @@ def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeat
     return out, info
 
 
+def has_repeats(gm: fx.GraphModule) -> bool:
+    """Whether ``gm`` has a run of identical windows worth a subgraph (what
+    :func:`outline_repeats` looks for first; it may still refuse one). Reading the graph the
+    backend traced, before its pieces are made: a graph with none keeps its pieces' split-K
+    counters in a buffer of its own (``run._keeps_counters``)."""
+    if any(n.op == "call_module" for n in gm.graph.nodes):
+        return False
+    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    return _period([_signature(n, i) for i, n in enumerate(nodes)]) is not None
+
+
 class _Refused(Exception):
     """A window that cannot be a region (why in the message)."""
 

@@ -93,15 +93,15 @@ def _is_cached(bp: BuiltPiece, opts: FrontendOptions, device: str) -> bool:
 def _key(bp: BuiltPiece, opts: FrontendOptions, device: str) -> tuple:
     """The piece's key in this module's tables (``_INFO``, ``_DONE``)."""
     kind = opts.kernel_op if opts.kernel_op != "auto" else ("triton_op" if device == "cuda" else "custom_op")
-    return (bp.name, opts.key(), device, kind, bp.layout_key, _keeps_counters(opts))
+    return (bp.name, opts.key(), device, kind, bp.layout_key, _keeps_counters(opts, device))
 
 
-def _keeps_counters(opts: FrontendOptions) -> bool:
+def _keeps_counters(opts: FrontendOptions, device: str) -> bool:
     """Whether a piece's operator keeps its split-K counters in a buffer of the graph that it
-    mutates (:func:`.kernels.make_op`): not where Inductor compiles repeated layers once,
-    since a mutating call cannot go into their subgraph; there the operator holds its
-    counters itself (design §10.5)."""
-    return not (opts.repeats_once and opts.inductor)
+    mutates (:func:`.kernels.make_op`): not where Inductor compiles repeated layers once
+    (:meth:`.FrontendOptions.outlines`), since a mutating call cannot go into their subgraph;
+    there the operator holds its counters itself (design §10.5)."""
+    return not opts.outlines(device)
 
 
 def forget() -> None:
@@ -219,7 +219,7 @@ def optimize_piece(bp: BuiltPiece, opts: FrontendOptions, device: str, stop_by: 
             # the kernels' source in the name: Inductor's autograd cache keys a graph by the
             # operators it calls, and a stored graph holds the kernels it traced through
             kernels = hashlib.sha256(prog.triton_source().encode()).hexdigest()[:10]
-            keep = _keeps_counters(opts)
+            keep = _keeps_counters(opts, device)
             _DONE[k] = (make_op(f"{bp.name}_{opts.key()}_{kind[0]}{suffix}_{kernels}{'' if keep else '_own'}", prog,
                                 kind, keep), opt)
         except Exception as e:  # noqa: BLE001 - a piece that fails stays torch code; the model still runs
@@ -393,7 +393,7 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
                      "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
         return plain()
     kept = verdicts.Entry(None, None) if why is not None else \
-        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args, opts), opts.key(), device, timer)
+        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args, opts, device), opts.key(), device, timer)
     if timer is not None:
         timer = agreeing(timer)  # a form runs only if it computes what torch.compile's does
     known = kept.load()
@@ -422,6 +422,8 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
         return plain()
     if why is not None:
         cap.whole = {"runs": "mugraph", "mugraph_s": None, "torch_s": None, "why": f"not timed ({why})"}
+        if opts.repeats_once is None and hasattr(mine, "one_by_one"):
+            return mine.one_by_one()  # by default the layers are compiled once only where checked
         return mine
     if not cap.kept:  # the trace is the only form besides torch.compile's
         return _trace_or_plain(cap, kept, lambda: mine, plain, args, written, timer, None)
@@ -599,7 +601,7 @@ def _leave_to_torch(cap: Any, dropped: set[str]) -> None:
     cap.kept = [bp for bp in cap.kept if bp.name not in dropped]
 
 
-def _graph_subject(cap: Any, args: tuple, opts: FrontendOptions) -> dict:
+def _graph_subject(cap: Any, args: tuple, opts: FrontendOptions, device: str) -> dict:
     """What the whole-graph rule timed: the traced graph's code, the call's tensors (shapes,
     strides, dtypes), the pieces kept as μGraphs (by name and layout) and whether Inductor
     compiled its identical layers once (another form, whose outputs were checked apart)."""
@@ -607,7 +609,7 @@ def _graph_subject(cap: Any, args: tuple, opts: FrontendOptions) -> dict:
     tensors = [[list(a.shape), list(a.stride()), str(a.dtype)] if isinstance(a, torch.Tensor) else repr(a)[:40]
                for a in args]
     return {"graph": code, "args": tensors, "kept": sorted(f"{bp.name}:{bp.layout_key}" for bp in cap.kept),
-            "margin": TIE_MARGIN, "repeats_once": bool(opts.repeats_once and opts.inductor)}
+            "margin": TIE_MARGIN, "repeats_once": opts.outlines(device)}
 
 
 def written_inputs(gm: torch.fx.GraphModule, n_args: int) -> frozenset[int] | None:

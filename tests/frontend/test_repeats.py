@@ -352,3 +352,47 @@ def test_layers_compiled_once_that_compute_otherwise_are_compiled_one_by_one(pie
             assert "the graph runs with its μGraph pieces" in caplog.text
         else:  # the verdict says one by one: the outlined form is not run again
             assert not said and "(timed at an earlier compile)" in caplog.text
+
+
+def test_by_default_layers_are_compiled_once_where_the_graph_rule_checks_them():
+    """``repeats_once=None``: on where the whole-graph rule runs the outlined form against
+    torch.compile's (Inductor, ``never_slower``, a GPU or a timer), off elsewhere; True/False
+    force it; anything else is a one-line error."""
+    import mugraph as mg
+    from mugraph.frontend import FrontendOptions
+
+    default = FrontendOptions.of({})
+    assert default.repeats_once is None and default.outlines("cuda") and not default.outlines("cpu")
+    assert FrontendOptions.of({"timer": lambda cap, launches: {}}).outlines("cpu")
+    assert not FrontendOptions.of({"never_slower": False}).outlines("cuda")
+    assert not FrontendOptions.of({"inductor": False, "repeats_once": True}).outlines("cuda")
+    assert FrontendOptions.of({"repeats_once": True}).outlines("cpu")
+    assert not FrontendOptions.of({"repeats_once": False}).outlines("cuda")
+    with pytest.raises(mg.ConfigError, match="repeats_once='yes': must be True, False or None"):
+        FrontendOptions.of({"repeats_once": "yes"})
+
+
+def test_by_default_a_graph_without_repeats_keeps_its_counters_in_the_graph(piece_cache):
+    """``repeats_once=None`` where the rule checks (a timer): a graph with nothing to compile
+    once keeps its pieces' operators as they are (no ``_own`` counters), a model's layers are
+    compiled once."""
+    from mugraph.frontend import kernels, recent_graphs, run
+
+    W = torch.randn(8, 8, generator=torch.Generator().manual_seed(3))
+
+    def block(x):
+        return torch.exp(x @ W) * 2
+
+    def faster(cap, launches):
+        return {"mugraph": 1e-6, "torch": 3e-6}
+    run.forget()
+    torch._dynamo.reset()
+    opts = {"time_limit": 1.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower",
+            "cache_dir": piece_cache, "timer": faster}
+    x = torch.randn(4, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(block, backend="mugraph", options=opts)(x), block(x))
+    (cap,) = [c for c in recent_graphs() if c.captured][-1].captured.values()
+    assert cap.kept and not R.has_repeats(cap.graph_module)
+    names = [q for q in kernels._OPS if any(bp.name in q for bp in cap.kept)]
+    assert names and not any(q.endswith("_own") for q in names), names
