@@ -474,9 +474,9 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
 def _timed_against(cap: Any, timer: Callable[..., dict], mine: Callable, base: Callable, args: tuple,
                    written: frozenset[int]) -> tuple[dict, Callable, bool]:
     """``timer``'s times of ``mine`` against ``base``, the form of ``mine`` timed, and whether
-    that is the graph compiled one layer after another: where
-    ``mine``'s outputs are not ``base``'s (:class:`.agreement.FormsDisagree`) and its repeated
-    layers were compiled once (:func:`.inductor.compile_graph`'s ``one_by_one``), the graph
+    that is the graph compiled one layer after another: where ``mine`` fails to run or its
+    outputs are not ``base``'s (:class:`.agreement.FormsDisagree`) and its repeated layers were
+    compiled once (:func:`.inductor.compile_graph`'s ``one_by_one``), the graph
     compiled one layer after another instead — the outlining is the step of that form no
     proof covers (one warning line)."""
     def timed(fn: Callable) -> dict:
@@ -484,11 +484,12 @@ def _timed_against(cap: Any, timer: Callable[..., dict], mine: Callable, base: C
             return timer(cap, {"mugraph": _replayable(fn, args, written), "torch": _replayable(base, args, written)})
     try:
         return timed(mine), mine, False
-    except FormsDisagree as e:
+    except Exception as e:  # noqa: BLE001 - the outlined form's fault: the layers one by one
         again = getattr(mine, "one_by_one", None)
         if again is None:
             raise
-        log.warning("mugraph: the graph's identical layers are compiled one by one: compiled once, %s", e)
+        log.warning("mugraph: the graph's identical layers are compiled one by one: compiled once, %s",
+                    e if isinstance(e, FormsDisagree) else f"it failed to run: {first_line(e)}")
         mine = again()
         return timed(mine), mine, True
 

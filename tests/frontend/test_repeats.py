@@ -180,17 +180,22 @@ def test_inductor_compiles_the_outlined_graph(short_layers, caplog):
     torch.testing.assert_close(fn(*args)[0], f(*args)[0])
 
 
-def test_the_backend_compiles_a_models_identical_layers_once(piece_cache, caplog):
-    """A 4-layer LLaMA's decode step over a static cache under the backend, Inductor on: the
-    layers after the first (which also makes the mask) are one subgraph called three times, and
-    the logits are eager's; with ``repeats_once=False`` no subgraph is made."""
-    transformers = pytest.importorskip("transformers")
+def _tiny_llama(transformers):
+    """A 4-layer LLaMA at tiny sizes, random weights (seed 0): its config and model."""
     cfg = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
                                    intermediate_size=64, num_hidden_layers=4, vocab_size=64,
                                    max_position_embeddings=32)
     cfg._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    return cfg, transformers.LlamaForCausalLM(cfg).eval()
+
+
+def test_the_backend_compiles_a_models_identical_layers_once(piece_cache, caplog):
+    """A 4-layer LLaMA's decode step over a static cache under the backend, Inductor on: the
+    layers after the first (which also makes the mask) are one subgraph called three times, and
+    the logits are eager's; with ``repeats_once=False`` no subgraph is made."""
+    transformers = pytest.importorskip("transformers")
+    cfg, model = _tiny_llama(transformers)
     opts = {"time_limit": 1.0, "search": {"max_kernel_ops": 1, "max_block_ops": 1}, "unfused": "lower",
             "cache_dir": piece_cache, "compile_ahead": False}
     ids = torch.tensor([[5]])
@@ -323,12 +328,8 @@ def test_layers_compiled_once_that_compute_otherwise_are_compiled_one_by_one(pie
             out.recompile()
         return out, found
     monkeypatch.setattr(I, "outline_repeats", wrong)
-    cfg = transformers.LlamaConfig(hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
-                                   intermediate_size=64, num_hidden_layers=4, vocab_size=64,
-                                   max_position_embeddings=32)
-    cfg._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).eval()
+    cfg, model = _tiny_llama(transformers)
+
     def faster(cap, launches):
         return {"mugraph": 1e-6, "torch": 3e-6}
     faster.cache_key = "a test's fixed times"  # its verdicts are kept: the warm compile reads them
