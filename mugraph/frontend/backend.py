@@ -39,7 +39,8 @@ from .ahead import AheadCompile, compile_copy, start as start_ahead
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
-from .options import DYNAMIC_SIZES, GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_S, FrontendOptions
+from .options import (DYNAMIC_SIZES, GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_OUTLINED_S, INDUCTOR_PER_AHEAD_S,
+                      FrontendOptions)
 from .repeats import has_repeats
 from .run import device_of, judge_graph
 from .trace_memo import folder_of, traced
@@ -52,18 +53,22 @@ log = logging.getLogger("mugraph")
 AHEAD_MIN_SEARCH_S = 10.0
 
 
-def pieces_end(ahead: AheadCompile | None, opts: FrontendOptions, started: float) -> Callable[[], float | None] | None:
+def pieces_end(ahead: AheadCompile | None, opts: FrontendOptions, started: float,
+               outlined: bool = False) -> Callable[[], float | None] | None:
     """The graph clock's ``end_hint`` for a compile that started (``time.time()``) at
     ``started``: once the compile ahead has measured Inductor on this graph, the pieces must
     be done by ``compile_budget`` from the start less Inductor's compile of the graph with
-    its pieces (:data:`INDUCTOR_PER_AHEAD_S` times the child's seconds) and the whole-graph
-    rule's timing. None without a compile ahead or a ``compile_budget``."""
+    its pieces (:data:`INDUCTOR_PER_AHEAD_S` times the child's seconds, or
+    :data:`INDUCTOR_PER_AHEAD_OUTLINED_S` where its identical layers are compiled once:
+    ``outlined``) and the whole-graph rule's timing. None without a compile ahead or a
+    ``compile_budget``."""
     if ahead is None or opts.compile_budget is None:
         return None
+    factor = INDUCTOR_PER_AHEAD_OUTLINED_S if outlined else INDUCTOR_PER_AHEAD_S
 
     def end() -> float | None:
         s = ahead.compile_s()
-        return None if s is None else started + opts.compile_budget - INDUCTOR_PER_AHEAD_S * s - GRAPH_RULE_TIMING_S
+        return None if s is None else started + opts.compile_budget - factor * s - GRAPH_RULE_TIMING_S
     return end
 
 
@@ -249,7 +254,7 @@ class MugraphCompiled:
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         started = time.time() - (time.perf_counter() - t0)  # the compile's start, on the wall clock
         try:
-            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, started))
+            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, started, opts.outlines(dev)))
             pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
             slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)

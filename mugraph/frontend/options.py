@@ -50,6 +50,10 @@ PIECE_AFTER_SEARCH_S = 1.3
 #: to Inductor's work (each call of a piece's kernels is traced and analysed for what it
 #: writes): a whole LLaMA-3-8B, 224 μGraph pieces, 56.2 s against the child's 39.0 (H200)
 INDUCTOR_PER_AHEAD_S = 1.4
+#: the same where the graph's identical layers are compiled once (``repeats_once``): Inductor
+#: took 0.27× the child's seconds for a whole LLaMA-3-8B with its pieces (7.3 s against 27.0)
+#: and 0.55× for a whole Phi-3-mini (11.1 against 20.1; H200)
+INDUCTOR_PER_AHEAD_OUTLINED_S = 0.7
 #: seconds the whole-graph rule takes after Inductor's compiles: the graph timed with its
 #: pieces and without (H200, whole 3.8–8B models: 1.8–2.3 s)
 GRAPH_RULE_TIMING_S = 2.5

@@ -356,7 +356,7 @@ def test_the_pieces_end_is_learnt_from_the_compile_ahead():
     on the graph with them and the whole-graph rule's timing; nothing is learnt before, or
     without a compile ahead or a ``compile_budget``."""
     from mugraph.frontend.backend import pieces_end
-    from mugraph.frontend.options import GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_S
+    from mugraph.frontend.options import GRAPH_RULE_TIMING_S, INDUCTOR_PER_AHEAD_OUTLINED_S, INDUCTOR_PER_AHEAD_S
 
     class Ahead:
         took = None
@@ -369,6 +369,9 @@ def test_the_pieces_end_is_learnt_from_the_compile_ahead():
     assert end() is None
     job.took = 40.0
     assert end() == pytest.approx(1000.0 + 160.0 - 40.0 * INDUCTOR_PER_AHEAD_S - GRAPH_RULE_TIMING_S)
+    once = pieces_end(job, FrontendOptions(), started=1000.0, outlined=True)  # identical layers compiled once
+    assert once() == pytest.approx(1000.0 + 160.0 - 40.0 * INDUCTOR_PER_AHEAD_OUTLINED_S - GRAPH_RULE_TIMING_S)
+    assert once() > end()
     assert pieces_end(None, FrontendOptions(), 0.0) is None
     assert pieces_end(job, FrontendOptions(compile_budget=None), 0.0) is None
 
