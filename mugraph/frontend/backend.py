@@ -254,7 +254,8 @@ class MugraphCompiled:
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         started = time.time() - (time.perf_counter() - t0)  # the compile's start, on the wall clock
         try:
-            stitched = cap.compile(opts, dev, plan=plan, end_hint=pieces_end(ahead, opts, started, opts.outlines(dev)))
+            end = pieces_end(ahead, opts, started, opts.outlines(dev))
+            stitched = cap.compile(opts, dev, plan=plan, end_hint=end)
             pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
             slower = sum(bp.info.get("torch_s") is not None and bp.info.get("runs") == "torch" for bp in cap.pieces)

@@ -393,7 +393,8 @@ def judge_graph(cap: Any, stitched: Callable[[], Callable], plain: Callable[[], 
                      "why": "no piece runs a μGraph: the graph runs as torch.compile compiles it"}
         return plain()
     kept = verdicts.Entry(None, None) if why is not None else \
-        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args, opts, device), opts.key(), device, timer)
+        verdicts.entry(opts.cache_dir, "graph", "graph", _graph_subject(cap, args, opts, device), opts.key(), device,
+                       timer)
     if timer is not None:
         timer = agreeing(timer)  # a form runs only if it computes what torch.compile's does
     known = kept.load()
