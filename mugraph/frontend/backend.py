@@ -250,11 +250,12 @@ class MugraphCompiled:
         """The pieces searched (or read from the cache) and stitched in, the graph compiled,
         and the whole-graph rule's choice: the callable the signature runs. The collector
         resumes before Inductor, whose compile may be a cold one of a minute."""
+        outlines = opts.outlines(dev)  # whether Inductor compiles the graph's identical layers once
         # the whole-graph rule's other side does not depend on the searches: compiled beside them
         ahead = start_ahead(self.gm, list(args)) if compiles_ahead(opts, dev, plan.new_search_s) else None
         started = time.time() - (time.perf_counter() - t0)  # the compile's start, on the wall clock
         try:
-            end = pieces_end(ahead, opts, started, opts.outlines(dev))
+            end = pieces_end(ahead, opts, started, outlines)
             stitched = cap.compile(opts, dev, plan=plan, end_hint=end)
             pause.resume()
             cap.timings["pieces_s"] = time.perf_counter() - t0 - cap.timings["capture_s"]
@@ -277,10 +278,10 @@ class MugraphCompiled:
             t1 = time.perf_counter()
             def subset(keep: list) -> Callable:  # the graph with only these pieces as μGraphs
                 gm = cap.stitched_with(keep)
-                return compile_graph(gm, list(args), opts.outlines(dev)) if opts.inductor else gm
+                return compile_graph(gm, list(args), outlines) if opts.inductor else gm
 
             fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
-                                         lambda: compile_graph(stitched, list(args), opts.outlines(dev))
+                                         lambda: compile_graph(stitched, list(args), outlines)
                                          if opts.inductor else stitched),
                              _timed(cap.timings, "inductor_without_s", plain), args, opts, dev, subset)
             cap.timings["graph_rule_s"] = time.perf_counter() - t1

@@ -175,8 +175,9 @@ class FrontendOptions:
     100. The default 160 s leaves dynamo's own trace of a whole model (4–8 s) and the overrun
     measured past the budget (up to 8 s: a verification or a kernel compile that cannot stop
     midway, Inductor's time varying by a third) within the 180 s a cold compile of one is
-    meant to take (whole LLaMA-3-8B and Phi-3-mini on an H200 at 170 s: 163–184 s). ``None``: ``graph_budget`` as given — and
-    so it is when the options name a ``graph_budget`` but no ``compile_budget``.
+    meant to take (whole LLaMA-3-8B and Phi-3-mini on an H200 at 170 s: 163–184 s).
+    ``None``: ``graph_budget`` as given — and so it is when the options name a
+    ``graph_budget`` but no ``compile_budget``.
     ``min_ops``: a piece with fewer compute ops (catalog ops other than reshapes,
     permutes and casts) is left to torch — a lone matmul or element-wise op is not
     worth a search.

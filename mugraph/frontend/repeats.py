@@ -24,8 +24,10 @@ after that trace, so it finds the repeats itself:
    outside arguments as operands and every value the rest of the graph reads as a result.
 
 Nothing that writes (an in-place or ``out=`` op) goes into a region, nor does a window whose
-results would alias its operands or each other (what ``invoke_subgraph`` does not allow). A
-graph with no repeat of at least :data:`MIN_REGION_NODES` nodes comes back unchanged."""
+results would alias its operands or each other (what ``invoke_subgraph`` does not allow); a
+result that is a view of a value made inside the window leaves as that value, the view made
+again outside (:func:`_views_inside`). A graph with no repeat of at least
+:data:`MIN_REGION_NODES` nodes comes back unchanged."""
 
 from __future__ import annotations
 
@@ -70,15 +72,11 @@ class Repeats:
 def outline_repeats(gm: fx.GraphModule) -> tuple[fx.GraphModule, Optional[Repeats]]:
     """``gm`` with its longest run of identical windows as calls of one subgraph, and what was
     outlined (``None``, ``gm`` itself: no repeat worth it)."""
-    if any(n.op == "call_module" for n in gm.graph.nodes):
-        return gm, None  # a submodule call cannot move into a subgraph of its own
-    nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
-    index = {n: i for i, n in enumerate(nodes)}
-    sigs = [_signature(n, i) for i, n in enumerate(nodes)]
-    best = _period(sigs)
+    nodes, best = _candidate(gm)
     if best is None:
         return gm, None
     start, stop, length = best
+    index = {n: i for i, n in enumerate(nodes)}
     found = _windows(nodes, index, start, stop, length)
     if found is None:
         return gm, None
@@ -96,10 +94,16 @@ def has_repeats(gm: fx.GraphModule) -> bool:
     :func:`outline_repeats` looks for first; it may still refuse one). Reading the graph the
     backend traced, before its pieces are made: a graph with none keeps its pieces' split-K
     counters in a buffer of its own (``run._keeps_counters``)."""
-    if any(n.op == "call_module" for n in gm.graph.nodes):
-        return False
+    return _candidate(gm)[1] is not None
+
+
+def _candidate(gm: fx.GraphModule) -> tuple[list[fx.Node], Optional[tuple[int, int, int]]]:
+    """``gm``'s call nodes in order and the stretch of them that repeats (:func:`_period`;
+    None: none, or a submodule call, which cannot move into a subgraph of its own)."""
     nodes = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
-    return _period([_signature(n, i) for i, n in enumerate(nodes)]) is not None
+    if any(n.op == "call_module" for n in gm.graph.nodes):
+        return nodes, None
+    return nodes, _period([_signature(n, i) for i, n in enumerate(nodes)])
 
 
 class _Refused(Exception):
@@ -271,8 +275,8 @@ def _outline(gm: fx.GraphModule, nodes: list[fx.Node], index: dict[fx.Node, int]
                           if any(index.get(u) is None or index[u] not in part for u in nodes[k].users)})
         operands = [_operands(nodes, index, part) for part in parts]
         # a view of a value made inside leaves as that value, the view made again outside
-        views = {k: index[_view_base(nodes[parts[0].start + k])] - parts[0].start
-                 for k in results if k in _views_inside(nodes, parts[0])}
+        inside = _views_inside(nodes, parts[0])
+        views = {k: inside[k] for k in results if k in inside}
         returned = sorted((set(results) - set(views)) | set(views.values()))
         for part, ops in zip(parts, operands):
             _check_results(gm, nodes, part, returned, ops)
@@ -387,9 +391,10 @@ def _view_again(new: fx.Graph, env: dict[fx.Node, fx.Node], n: fx.Node) -> None:
         env[c] = new.node_copy(c, lambda a: env[a])
 
 
-def _views_inside(nodes: list[fx.Node], w: range) -> set[int]:
-    """The positions in window ``w`` whose values are views of a value made inside it
-    (:func:`_view_base`) through views whose other arguments are constants.
+def _views_inside(nodes: list[fx.Node], w: range) -> dict[int, int]:
+    """The positions in window ``w`` whose values are views of a value made inside it, through
+    views whose other arguments are constants, each with its base's position
+    (:func:`_view_chain`).
 
     Why such a value, read outside the window, leaves the subgraph as its base, the view made
     again outside (:func:`_view_again`): Inductor's subgraph returned the view of a buffer of
@@ -397,33 +402,35 @@ def _views_inside(nodes: list[fx.Node], w: range) -> set[int]:
     product, copied into the KV cache as zeros and NaN; torch 2.13 on the CPU, and the same NaN
     on an H200, torch 2.11). A copy made inside the subgraph does not help: Inductor removes a
     clone whose strides equal its source's, whatever its offset."""
-    inside = {nodes[k] for k in w}
-    out = set()
+    at = {nodes[k]: k - w.start for k in w}
+    out = {}
     for k in w:
-        base = _view_base(nodes[k])
-        if base is nodes[k] or base not in inside:
-            continue
-        n, plain = nodes[k], True
-        while n is not base:
-            plain &= all(a is n.args[0] for a in n.all_input_nodes)
-            n = n.args[0]
-        if plain:
-            out.add(k - w.start)
+        chain = _view_chain(nodes[k])
+        if chain and chain[-1].args[0] in at and all(a is c.args[0] for c in chain for a in c.all_input_nodes):
+            out[k - w.start] = at[chain[-1].args[0]]
     return out
 
 
-def _view_base(n: fx.Node) -> fx.Node:
-    """The value ``n`` is a view of, through any chain of views (an operator whose schema says
-    its result aliases its first argument; a getitem of such a call's list); ``n`` itself when
-    it is no view. Read from the schemas, not the example values' storages: the graph's
+def _view_chain(n: fx.Node) -> list[fx.Node]:
+    """The views from ``n`` back to the value they view, ``n`` first (an operator whose schema
+    says its result aliases its first argument; a getitem of such a call's list); empty where
+    ``n`` is no view. Read from the schemas, not the example values' storages: the graph's
     example values are made one node at a time and share no storage."""
+    chain = []
     while True:
         src = n.args[0] if n.target is operator.getitem and n.args and isinstance(n.args[0], fx.Node) else n
         schema = getattr(src.target, "_schema", None)
         aliases = schema is not None and schema.returns and schema.returns[0].alias_info is not None
         if not (aliases and not schema.is_mutable and src.args and isinstance(src.args[0], fx.Node)):
-            return n
+            return chain
+        chain += [n] if src is n else [n, src]
         n = src.args[0]
+
+
+def _view_base(n: fx.Node) -> fx.Node:
+    """The value ``n`` is a view of (:func:`_view_chain`); ``n`` itself when it is no view."""
+    chain = _view_chain(n)
+    return chain[-1].args[0] if chain else n
 
 
 def _free_name(taken: dict[str, Any], stem: str) -> str:
