@@ -341,28 +341,22 @@ def _operands(nodes: list[fx.Node], index: dict[fx.Node, int], w: range) -> list
 
 
 def _check_results(gm: fx.GraphModule, nodes: list[fx.Node], w: range, results: list[int], operands: list[fx.Node]) -> None:
-    """Refuses a window whose results are not plain tensors, are views (:func:`_view_base`;
-    :func:`_outline` returns a view of a value made inside as that value) or alias its
-    operands or each other: ``invoke_subgraph`` returns fresh tensors only."""
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    seen: dict[Any, int] = {}
+    """Refuses a window whose operands or results are not plain tensors, or whose results are
+    views (:func:`_view_base`: of an operand, or of a value made inside that :func:`_outline`
+    does not make again outside): ``invoke_subgraph`` returns fresh tensors only. Aliasing is
+    read from the operators' schemas, never from the example values' storages, which the
+    backend's graphs make one node at a time and never share."""
     for o in operands:
         v = operator.attrgetter(o.target)(gm) if o.op == "get_attr" else o.meta.get("val")
         if not isinstance(v, torch.Tensor):
             raise _Refused(f"{o.name}, read by a layer, is not a tensor")
-        seen[StorageWeakRef(v.untyped_storage())] = -1
     for k in results:
-        v = nodes[w.start + k].meta.get("val")
-        if not isinstance(v, torch.Tensor):
-            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge and is not one tensor")
-        base = _view_base(nodes[w.start + k])
-        if base is not nodes[w.start + k]:  # a view of an operand, or one not made again outside
-            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge as a view of {base.name}")
-        ref = StorageWeakRef(v.untyped_storage())
-        if ref in seen:
-            raise _Refused(f"{nodes[w.start + k].name} is read across a layer's edge as a view of another value")
-        seen[ref] = k
+        n = nodes[w.start + k]
+        if not isinstance(n.meta.get("val"), torch.Tensor):
+            raise _Refused(f"{n.name} is read across a layer's edge and is not one tensor")
+        base = _view_base(n)
+        if base is not n:
+            raise _Refused(f"{n.name} is read across a layer's edge as a view of {base.name}")
 
 
 def _subgraph(nodes: list[fx.Node], w: range, operands: list[fx.Node], results: list[int]) -> fx.GraphModule:
