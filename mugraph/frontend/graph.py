@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -13,7 +14,7 @@ import torch.fx as fx
 
 from .capture import NodeInfo, probe_all, trace, unfold_column_slices_in
 from .options import (MAX_PIECE_MATMULS, MAX_PIECE_OPS, MIN_PIECE_S, PIECE_AFTER_SEARCH_S, FrontendOptions,
-                      GraphClock, search_weight)
+                      GraphClock, repeat_weights, search_weight)
 from .partition import partition
 from .pieces import BuiltPiece, build_piece, provable, reference_call, rewrite
 
@@ -187,8 +188,9 @@ class Captured:
         return gm
 
     def plan(self, options: FrontendOptions | dict | None = None, device: str | None = None) -> "SearchPlan":
-        """Each distinct piece's share of the graph's budget (by weight:
-        :func:`.options.search_weight`) and the seconds its first search asks for (0 when
+        """Each distinct piece's share of the graph's budget (by weight,
+        :func:`.options.search_weight`, and by how often the graph calls it,
+        :func:`.options.repeat_weights`) and the seconds its first search asks for (0 when
         cached): what :meth:`compile` runs, known before it starts."""
         from .run import device_of, new_search_s, unsearched
 
@@ -200,6 +202,8 @@ class Captured:
         weights = {k: search_weight(bp.program) for k, bp in first.items() if unsearched(bp, opts) is None}
         if not any(weights.values()):  # only small pieces (or none the space holds): equal shares
             weights = dict.fromkeys(weights, 1)
+        calls = Counter((bp.name, bp.layout_key) for bp in self.pieces)
+        weights = repeat_weights(weights, {k: calls[k] for k in weights})
         budget = opts.search_budget(len(self.info), len(first))
         shares = {**dict.fromkeys(first, opts), **opts.for_pieces(weights, budget)}
         return SearchPlan(shares, {k: i for i, k in enumerate(first)},

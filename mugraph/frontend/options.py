@@ -111,6 +111,22 @@ def search_weight(program) -> int:
     return piece_weight([op.kind for op in program.ops])
 
 
+def repeat_weights(weights: dict[Any, float], calls: dict[Any, int]) -> dict[Any, float]:
+    """``weights`` (:func:`search_weight`, by distinct piece) scaled by how often the graph
+    calls each piece against its most called one: ``weight × calls / most``. What a piece's
+    search can win is paid back at every call of it, so in a model whose identical layers
+    share their pieces, a piece met once (the first layer's, cut unlike the others; the LM
+    head) gets a small share — at least :data:`MIN_PIECE_S`, through :func:`share_limits` —
+    and the rest of the budget goes to the pieces every layer runs. A graph whose pieces are
+    all called once (a decoder layer) keeps its shares. Measured (H200, default options,
+    2026-12-02): the first layers of whole LLaMA-3-8B, Mistral-7B and Qwen2-7B models made
+    two pieces that no other layer has, which took 12–20 s of search, checks and tuning and
+    shipped nothing (one timed within 2 % of torch's ops, the other found no μGraph); Gemma-2B's
+    and Phi-3-mini's single-call pieces took 10–19 s for 1–3 μs a step."""
+    most = max(calls.values(), default=1)
+    return {k: w * calls.get(k, 1) / most for k, w in weights.items()}
+
+
 def tune_seconds(time_limit: float) -> float:
     """Seconds of GPU tuning for a piece searched ``time_limit`` seconds:
     :data:`TUNE_PER_SEARCH` of it, and never below :data:`MIN_PIECE_S` (a compile and a
@@ -157,7 +173,8 @@ class FrontendOptions:
     ``superoptimize`` may spend.
     ``graph_budget``: seconds of search and tuning for one compiled graph's pieces in all:
     each of its distinct pieces to search (one search per name) gets the smaller of
-    ``time_limit`` and its share in proportion to its :func:`piece_weight`, at least
+    ``time_limit`` and its share in proportion to its :func:`piece_weight` and to how often
+    the graph calls it (:func:`repeat_weights`), at least
     :data:`MIN_PIECE_S`, all of them scaled so that their searches and tuning add up to
     ``graph_budget`` (:meth:`for_pieces`) — in a LLaMA decode step the attention (two
     matmuls, a max and a sum: weight 5 of 16, with two pieces at the least share) 23 s, a

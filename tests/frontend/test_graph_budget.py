@@ -11,8 +11,8 @@ import torch
 import mugraph.frontend.run as run
 from mugraph.core.errors import ConfigError
 from mugraph.frontend import FrontendOptions, from_torch
-from mugraph.frontend.options import (MIN_PIECE_S, TUNE_PER_SEARCH, piece_seconds, piece_weight, search_weight,
-                                      share_limits)
+from mugraph.frontend.options import (MIN_PIECE_S, TUNE_PER_SEARCH, piece_seconds, piece_weight, repeat_weights,
+                                      search_weight, share_limits)
 
 
 def _two_pieces():
@@ -298,6 +298,32 @@ def test_the_compile_budget_cuts_a_large_graphs_searches():
     # a graph_budget the caller names is taken as given, unless they name a compile_budget too
     assert FrontendOptions.of({"graph_budget": 600}).search_budget(2285, 13) == 600
     assert FrontendOptions.of({"graph_budget": 600, "compile_budget": 160}).search_budget(2285, 13) == whole
+
+
+def test_a_piece_called_more_often_gets_more_of_the_budget():
+    """Shares grow with how often the graph calls a piece (``repeat_weights``): three identical
+    projections and one of another shape, equal in weight, share the budget 3 : 1; a graph
+    whose pieces are each called once keeps the shares its weights give."""
+    assert repeat_weights({"layer": 3, "first": 3, "small": 0}, {"layer": 32, "first": 1, "small": 32}) == \
+        {"layer": 3.0, "first": 3 / 32, "small": 0.0}
+    assert repeat_weights({"a": 5, "b": 2}, {"a": 1, "b": 1}) == {"a": 5, "b": 2}
+
+    def f(x, w1, w2, w3, w4):
+        return tuple(torch.exp(x @ w) * 2 for w in (w1, w2, w3)) + (torch.exp(x[:, :256] @ w4) * 3,)
+
+    g = torch.Generator().manual_seed(0)
+    cap = from_torch(f, torch.randn(4, 512, generator=g), *[torch.randn(512, 512, generator=g) for _ in range(3)],
+                     torch.randn(256, 512, generator=g))
+    calls = {k: sum((bp.name, bp.layout_key) == k for bp in cap.pieces) for k in cap.distinct()}
+    assert sorted(calls.values()) == [1, 3]
+    (once,), (thrice,) = [k for k, n in calls.items() if n == 1], [k for k, n in calls.items() if n == 3]
+    assert search_weight(cap.distinct()[once].program) == search_weight(cap.distinct()[thrice].program)
+    shares = cap.plan(FrontendOptions(time_limit=30, graph_budget=30, cache_dir=False), "cpu").shares
+    assert shares[thrice].time_limit == pytest.approx(3 * shares[once].time_limit)
+    assert sum(piece_seconds(o.time_limit) for o in shares.values()) == pytest.approx(30)
+    # a share never drops below the least a search gets
+    tight = cap.plan(FrontendOptions(time_limit=30, graph_budget=10, cache_dir=False), "cpu").shares
+    assert tight[once].time_limit == MIN_PIECE_S and tight[thrice].time_limit > MIN_PIECE_S
 
 
 def test_the_graph_plans_its_searches_within_the_compile_budget(monkeypatch):
