@@ -58,6 +58,7 @@ TINY = {
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
     "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
     "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 32,
+    "global_head_dim": 16, "vocab_size_per_layer_input": 128, "hidden_size_per_layer_input": 16,
     "rotary_dim": 8, "tie_word_embeddings": False, "pad_token_id": 0,
 }
 
@@ -67,8 +68,15 @@ def tiny_config(model_type: str):
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(model_type)
+    # sizes a config keeps per layer (Gemma-4's head_dim) are set for all layers at once but
+    # cannot be read globally: ``hasattr`` raises there
+    per_layer = set(getattr(cfg, "per_layer_attributes", None) or ())
+    listed = []  # sizes given as a list, one per layer (Gemma-3n's intermediate_size)
     for k, v in TINY.items():
-        if hasattr(cfg, k):
+        if k in per_layer or hasattr(cfg, k):
+            if k not in per_layer and isinstance(getattr(cfg, k), (list, tuple)):
+                listed.append(k)
+                continue
             try:
                 setattr(cfg, k, v)
             except AttributeError:  # a size the config derives (Falcon's head_dim): it follows the others
@@ -80,10 +88,19 @@ def tiny_config(model_type: str):
         # enough layers to hold every kind the model interleaves (a hybrid's full-attention
         # layer may come fourth: two linear-attention layers alone are another model)
         n = max(TINY["num_hidden_layers"], max(kinds.index(k) for k in set(kinds)) + 1)
+        # last layers that read earlier layers' caches (Gemma-3n, Gemma-4): as many again, so
+        # that the layers making caches still hold every kind
+        shared = getattr(cfg, "num_kv_shared_layers", 0) or 0
+        if shared:
+            cfg.num_kv_shared_layers = n
+            n *= 2
         for k in LAYER_FIELDS:
             if hasattr(cfg, k):
                 setattr(cfg, k, n)
         cfg.layer_types = list(kinds[:n])
+    layers = next((getattr(cfg, k) for k in LAYER_FIELDS if hasattr(cfg, k)), TINY["num_hidden_layers"])
+    for k in listed:
+        setattr(cfg, k, [TINY[k]] * layers)
     return cfg
 
 
