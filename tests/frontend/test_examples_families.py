@@ -57,3 +57,23 @@ def test_a_hybrid_keeps_a_layer_of_every_kind_it_interleaves():
     cfg = F.tiny_config("qwen3_next")  # linear attention three layers in four, full attention the fourth
     assert set(cfg.layer_types) == {"linear_attention", "full_attention"}
     assert cfg.num_hidden_layers == len(cfg.layer_types) == cfg.layer_types.index("full_attention") + 1
+
+
+@pytest.mark.parametrize("family", ["gemma4_text", "gemma3n_text"])
+def test_sizes_kept_per_layer_are_shrunk_for_every_layer(family):
+    """Gemma-4 keeps ``head_dim`` per layer (``hasattr`` on the config raises), Gemma-3n lists
+    ``intermediate_size`` one per layer and lets its last layers read earlier layers' caches:
+    both shrink, and as many layers make caches as read them, every kind among them."""
+    from transformers import CONFIG_MAPPING
+
+    if family not in CONFIG_MAPPING:
+        pytest.skip(f"this transformers has no {family}")
+    model, _ = F.build(family, "sdpa")
+    cfg = model.config
+    assert sum(p.numel() for p in model.parameters()) < 2_000_000
+    sizes = cfg.intermediate_size if isinstance(cfg.intermediate_size, list) else [cfg.intermediate_size]
+    assert set(sizes) == {128}
+    shared = getattr(cfg, "num_kv_shared_layers", 0) or 0
+    if shared:
+        assert 2 * shared == cfg.num_hidden_layers
+        assert set(cfg.layer_types[:shared]) == set(cfg.layer_types)
