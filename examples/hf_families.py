@@ -97,7 +97,10 @@ def tiny_config(model_type: str):
         for k in LAYER_FIELDS:
             if hasattr(cfg, k):
                 setattr(cfg, k, n)
-        cfg.layer_types = list(kinds[:n])
+        try:
+            cfg.layer_types = list(kinds[:n])
+        except AttributeError:  # derived from the layer count and the pattern (Mamba's, Jamba's)
+            pass
     layers = next((getattr(cfg, k) for k in LAYER_FIELDS if hasattr(cfg, k)), TINY["num_hidden_layers"])
     for k in listed:
         setattr(cfg, k, [TINY[k]] * layers)

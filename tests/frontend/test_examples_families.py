@@ -23,6 +23,14 @@ def test_a_config_is_shrunk_by_its_own_field_names(family, width):
     assert attn == "sdpa" and sum(p.numel() for p in model.parameters()) < 500_000
 
 
+def test_a_config_that_derives_its_layer_kinds_is_shrunk_too():
+    """Mamba's ``layer_types`` is a property of its layer count (no setter): left to follow it."""
+    cfg = F.tiny_config("mamba")
+    assert cfg.hidden_size == 64 and cfg.num_hidden_layers == 2 and len(cfg.layer_types) == 2
+    model, _ = F.build("mamba", "sdpa")  # no attention: built with the eager implementation
+    assert sum(p.numel() for p in model.parameters()) < 500_000
+
+
 def test_a_model_without_sdpa_is_built_with_its_eager_attention(monkeypatch):
     import transformers
 
