@@ -34,8 +34,9 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, first_line
 from .ahead import AheadCompile, compile_copy, start as start_ahead
+from .aten import Unmapped
 from .capture import trace
 from .graph import Captured, SearchPlan, gc_paused
 from .inductor import compile_graph
@@ -230,7 +231,12 @@ class MugraphCompiled:
         with gc_paused() as pause:
             with torch.no_grad():
                 # on a warm start the trace is rebuilt from the one an earlier compile stored
-                gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
+                try:
+                    gm, stored = traced(self.gm, args, folder_of(opts.cache_dir), trace)
+                except Unmapped as e:  # torch's own tracer refused the graph: it runs as torch.compile runs it
+                    log.warning("mugraph: the graph runs without μGraph pieces, as %s: %s",
+                                "Inductor compiles it" if opts.inductor else "torch runs it", first_line(e, 300))
+                    return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
                 cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls,
                                proven_only=not opts.allow_unproven)
             self.captured[sig] = cap

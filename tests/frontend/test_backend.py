@@ -155,6 +155,27 @@ def test_gradients_fall_back_to_inductor(piece_cache, caplog):
     assert any("inference only" in m for m in caplog.messages)
 
 
+def test_a_graph_torchs_tracer_refuses_runs_as_inductor_compiles_it(piece_cache, caplog, monkeypatch):
+    """Where torch's own tracer fails on a graph dynamo handed over (measured: Mamba's and
+    Falcon-Mamba's forward, an internal assert of functionalization), the graph runs as
+    ``torch.compile`` runs it, with one warning line that says why, not a traceback."""
+    import mugraph.frontend.backend as backend
+    from mugraph.frontend.aten import Unmapped
+
+    def refuse(*a, **k):
+        raise Unmapped("from_torch: tracing failed: RuntimeError: an internal assert of functionalization")
+
+    monkeypatch.setattr(backend, "traced", refuse)
+    caplog.set_level(logging.WARNING, logger="mugraph")
+    w, x = r(8, 8), r(4, 8)
+    torch._dynamo.reset()
+    with torch.no_grad():
+        got = torch.compile(lambda x: torch.exp(x @ w) * 2, backend="mugraph", options=opts(piece_cache))(x)
+    assert torch.allclose(got, torch.exp(x @ w) * 2, rtol=1e-5, atol=1e-5)
+    said = [m for m in caplog.messages if "without μGraph pieces" in m]
+    assert len(said) == 1 and "tracing failed" in said[0] and "\n" not in said[0]
+
+
 def test_a_graph_of_dynamic_shapes_specializes_a_few_sizes_then_runs_as_inductor_compiles_it(piece_cache,
                                                                                              mugraph_log):
     """A dim that changes between calls (a growing KV cache) makes dynamo trace the graph
