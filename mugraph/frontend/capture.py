@@ -61,6 +61,15 @@ class NodeInfo:
         return len(self.kinds)
 
 
+def _leave_functorch_layers(depth: int) -> None:
+    """Pop the functorch layers a failed trace left pushed, back to ``depth``. Why: an internal
+    assert inside ``functionalize`` (Mamba's forward) leaves its layer on the stack, and every
+    later trace of the process — Inductor's compile of the same graph, which the backend falls
+    back to — then fails on another internal assert."""
+    if torch._C._functorch.get_dynamic_layer_stack_depth() > depth:
+        torch._C._functorch.pop_dynamic_layer_stack_and_undo_to_depth(depth)
+
+
 def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
     """``fn`` traced at ATen level with fake tensors shaped like ``example_inputs``."""
     if not callable(fn):
@@ -81,6 +90,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
     def fn(*xs):  # noqa: F811 - SDPA calls become mugraph::attention while tracing
         with SdpaMode():
             return inner(*xs)
+    depth = torch._C._functorch.get_dynamic_layer_stack_depth()
     try:
         # a lazy graph module: the passes below each edit the graph and ask for a recompile,
         # which generates its Python code only when the module is next run (a 32-layer
@@ -89,8 +99,10 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
             gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
                          tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
     except MugraphError:
+        _leave_functorch_layers(depth)
         raise
     except Exception as e:  # noqa: BLE001 - torch's tracer raises many kinds; one line names it
+        _leave_functorch_layers(depth)
         raise Unmapped(f"from_torch: tracing failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
     if consts:
         _lift_constants(gm, list(consts.values()))

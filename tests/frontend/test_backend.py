@@ -516,3 +516,25 @@ def test_inductor_keys_the_graph_by_its_own_placeholder_names(monkeypatch):
     gm = torch.fx.symbolic_trace(lambda a: a + 1)
     compile_graph(gm, [torch.randn(2)])
     assert seen == [False] and fconfig.autograd_cache_normalize_inputs == before
+
+
+def test_a_model_whose_trace_torch_refuses_still_compiles(piece_cache, caplog):
+    """A tiny Mamba: functionalization fails inside torch on its forward (an internal assert
+    that leaves a functorch layer pushed). The graph then runs as Inductor compiles it — which
+    works only once that layer is popped again — and its logits are eager's."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.MambaConfig(hidden_size=64, num_hidden_layers=2, vocab_size=128, state_size=8,
+                                   intermediate_size=128, time_step_rank=8)
+    torch.manual_seed(0)
+    model = transformers.MambaForCausalLM(cfg).eval()
+    ids = torch.randint(1, 120, (1, 8))
+    mask = torch.ones_like(ids)  # with a mask the fallback's compile met the layer left pushed
+    caplog.set_level(logging.WARNING, logger="mugraph")
+    torch._dynamo.reset()
+    with torch.no_grad():
+        want = model(ids, attention_mask=mask, use_cache=False).logits
+        got = torch.compile(model, backend="mugraph", options=opts(piece_cache, t=1.0))(
+            ids, attention_mask=mask, use_cache=False).logits
+    assert torch.allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert any("without μGraph pieces" in m and "tracing failed" in m for m in caplog.messages)
+    assert torch._C._functorch.get_dynamic_layer_stack_depth() == 0
