@@ -222,7 +222,7 @@ class MugraphCompiled:
         opts = self.options
         if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
             log.warning("mugraph: gradients are needed; the graph runs without mugraph pieces (inference only)")
-            return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
+            return self._without_pieces(args)
         t0 = time.perf_counter()
         if _uses_worker_processes(opts):
             from search.executors import prestart
@@ -236,7 +236,7 @@ class MugraphCompiled:
                 except Unmapped as e:  # torch's own tracer refused the graph: it runs as torch.compile runs it
                     log.warning("mugraph: the graph runs without μGraph pieces, as %s: %s",
                                 "Inductor compiles it" if opts.inductor else "torch runs it", first_line(e, 300))
-                    return compile_graph(self.gm, list(args)) if opts.inductor else self.gm
+                    return self._without_pieces(args)
                 cap = Captured(gm, opts.min_ops, opts.max_piece_ops, opts.max_piece_matmuls,
                                proven_only=not opts.allow_unproven)
             self.captured[sig] = cap
@@ -250,6 +250,11 @@ class MugraphCompiled:
             if plan.new_search_s > 0:  # searches and tunings ahead (seconds to minutes): collected as usual
                 pause.resume()
             return self._finish(cap, plan, args, dev, t0, pause, opts)
+
+    def _without_pieces(self, args: tuple) -> Callable:
+        """The graph as ``torch.compile`` runs it (Inductor's compile, or torch's ops without
+        Inductor): where pieces cannot be made for it."""
+        return compile_graph(self.gm, list(args)) if self.options.inductor else self.gm
 
     def _finish(self, cap: Captured, plan: SearchPlan, args: tuple, dev: str, t0: float,
                 pause: gc_paused, opts: FrontendOptions) -> Callable:

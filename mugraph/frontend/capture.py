@@ -98,11 +98,10 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
         with _use_lazy_graph_module(True):
             gm = make_fx(torch.func.functionalize(fn), decomposition_table=decompositions(),
                          tracing_mode="fake", _allow_non_fake_inputs=True)(*consts.values(), *example_inputs)
-    except MugraphError:
-        _leave_functorch_layers(depth)
-        raise
     except Exception as e:  # noqa: BLE001 - torch's tracer raises many kinds; one line names it
         _leave_functorch_layers(depth)
+        if isinstance(e, MugraphError):
+            raise
         raise Unmapped(f"from_torch: tracing failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from None
     if consts:
         _lift_constants(gm, list(consts.values()))

@@ -124,7 +124,7 @@ def repeat_weights(weights: dict[Any, float], calls: dict[Any, int]) -> dict[Any
     shipped nothing (one timed within 2 % of torch's ops, the other found no μGraph); Gemma-2B's
     and Phi-3-mini's single-call pieces took 10–19 s for 1–3 μs a step."""
     most = max(calls.values(), default=1)
-    return {k: w * calls.get(k, 1) / most for k, w in weights.items()}
+    return {k: w * calls[k] / most for k, w in weights.items()}
 
 
 def tune_seconds(time_limit: float) -> float:
