@@ -25,7 +25,7 @@ whole program instead; here the cut points are forced by the Lax rule, not chose
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 import torch
 import torch.fx as fx
@@ -645,6 +645,40 @@ def piece_dtype(members: set[fx.Node]) -> str | None:
     return d
 
 
+def _casts_to_refuse(members: set[fx.Node], info: dict[fx.Node, NodeInfo], only_culprits: bool = False
+                     ) -> list[fx.Node]:
+    """The casts a piece that breaks the cast rule gives up: the culprits — a narrowing cast
+    reached from a float32 value entering the piece through float32 ops inside it, a widening
+    cast whose float32 value reaches the piece's boundary the same way — or, where none is at
+    fault, all its casts (``only_culprits``: none). Only the culprits go: a rotary table's
+    cosine, scaled and narrowed once for every layer, must not take the first layer's norm
+    casts with it, which would cut that norm from the projections that read it."""
+    def f32(n: fx.Node) -> bool:
+        return _dtype(n) == "float32"
+
+    def walk(start: list[fx.Node], step: Callable[[fx.Node], Iterable[fx.Node]], culprit: Callable[[fx.Node], bool]
+             ) -> set[fx.Node]:
+        found, seen, todo = set(), set(), list(start)
+        while todo:
+            n = todo.pop()
+            if n in seen or n not in members:
+                continue
+            seen.add(n)
+            if info[n].cast and culprit(n):
+                found.add(n)
+            elif f32(n):
+                todo += step(n)
+        return found
+
+    entering = [u for a in _outside_inputs(members) if f32(a) for u in a.users]
+    leaving = [n for n in members if f32(n) and any(u not in members for u in n.users)]
+    culprits = (walk(entering, lambda n: n.users, lambda n: not f32(n))
+                | walk(leaving, lambda n: n.all_input_nodes, f32))
+    if culprits or only_culprits:
+        return sorted(culprits)
+    return [n for n in members if info[n].cast]
+
+
 def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, max_ops: int | None = None,
               max_matmuls: int | None = None, provable: Callable[[set[fx.Node]], bool] | None = None
               ) -> list[Piece]:
@@ -660,13 +694,19 @@ def partition(graph: fx.Graph, info: dict[fx.Node, NodeInfo], min_ops: int = 2, 
         # its ops, and again after the cut (a view next to a cut edge is at a boundary now)
         grown = [fold_views(m, info)[0] for m in _grow(order, info, refused, max_ops)]
         grown = [m for m in grown if m]
+        # a grown piece's own culprits go before it is cut: a cut made around a cast that
+        # will go anyway can split a norm's float32 region, and take its casts with it
+        bad = {n for m in grown if piece_dtype(m) is None for n in _casts_to_refuse(m, info, only_culprits=True)}
+        if bad:
+            refused |= bad
+            continue
         parts: list[set[fx.Node]] = []
         for m in grown:
             parts += _cut(m, info, max_ops, max_matmuls)
         parts = [c for m in parts for c in _components(fold_views(m, info)[0])]
         parts = [c for m in parts for c in _split_off_projections(m, info)]
         parts = [c for m in parts for c in _cut_unprovable(m, info, provable)]
-        bad = {n for m in parts if piece_dtype(m) is None for n in m if info[n].cast}
+        bad = {n for m in parts if piece_dtype(m) is None for n in _casts_to_refuse(m, info)}
         if not bad:  # (a piece without casts has one dtype: the builder's ops require it)
             break
         refused |= bad

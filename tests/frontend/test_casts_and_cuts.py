@@ -79,6 +79,21 @@ def test_a_wide_value_leaving_the_piece_refuses_its_casts():
     assert casts_inside(cap) == []
 
 
+def test_only_the_culprit_cast_is_refused():
+    # a float32 table scaled and narrowed (a rotary embedding's cosine, shared by every layer)
+    # meets a normed projection: the table's cast breaks the rule and goes to torch; the
+    # norm's casts stay with the product that reads it (refusing them all cut the norm off)
+    def fn(x, w, W, cos):
+        return (bf16_rmsnorm(x, w) @ W) * (cos * 2.0).to(torch.bfloat16)
+    x, w = r(4, 64, dtype=torch.bfloat16), (r(64).abs() + 0.5).to(torch.bfloat16)
+    cap = from_torch(fn, x, w, r(64, 32, dtype=torch.bfloat16), r(4, 32), min_ops=1)
+    with_norm = [bp for bp in cap.pieces if any(n.target == aten.rsqrt.default for n in bp.piece.nodes)]
+    assert len(with_norm) == 1
+    targets = [n.target for n in with_norm[0].piece.nodes]
+    assert aten.mm.default in targets and targets.count(aten._to_copy.default) == 2
+    assert [n.target for n in cap.library].count(aten._to_copy.default) == 1
+
+
 def test_bf16_rmsnorm_under_the_backend_runs_lowered(piece_cache):
     import mugraph.frontend  # noqa: F401 - registers the backend
     from mugraph.frontend.backend import recent_graphs
