@@ -193,6 +193,10 @@ def run_row(row: dict, args, cfg, model, torch, device: str, dtype, bw: float, c
                 "mugraph": lambda: d.step(ours)}
     for name, v in L.time_steps(launches, device).items():
         row[f"{name}_us" if isinstance(v, float) else f"{name}_error"] = v * 1e6 if isinstance(v, float) else v
+    if args.kernels and device == "cuda":
+        # kernel by kernel, where each step's time goes (written beside the table)
+        row["kernels"] = L.kernel_profile({"compile": launches["compile"], "mugraph": launches["mugraph"]},
+                                          reps=5, top=60)
     if isinstance(row.get("mugraph_us"), float):
         if isinstance(row.get("compile_us"), float):
             row["x_compile"] = row["compile_us"] / row["mugraph_us"]
@@ -384,6 +388,9 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true",
                     help="the cold compile under cProfile (it runs slower), and with --saved each new process's "
                          "first step; the costliest calls written beside the table")
+    ap.add_argument("--kernels", action="store_true",
+                    help="a GPU: each step's kernels under torch.profiler (time a call, count, the largest), "
+                         "torch.compile's and mugraph's, in model.json")
     # the new processes of --saved
     ap.add_argument("--child", choices=["saved", "mugraph", "inductor"], default=None, help=argparse.SUPPRESS)
     ap.add_argument("--row-dir", default=None, help=argparse.SUPPRESS)

@@ -409,9 +409,9 @@ MAX_RETILE_SOURCES = 8
 def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = None, limit: int = 4,
             estimate: Optional[Callable[[KernelGraph], float]] = None,
             smem_budget: Optional[int] = None) -> list[Proposal]:
-    """Tile variants (:func:`~search.rewrite.tile_variants`; a loop-free kernel with a loop
-    introduced, :func:`~search.loops.loop_variants`; a one-block kernel spread over a grid,
-    :func:`~search.grids.grid_variants`) of the :data:`MAX_RETILE_SOURCES`
+    """Tile variants (:func:`near_tilings`: a loop's step up to two doublings or halvings
+    away; a loop-free kernel with a loop introduced, :func:`~search.loops.loop_variants`; a
+    one-block kernel spread over a grid, :func:`~search.grids.grid_variants`) of the :data:`MAX_RETILE_SOURCES`
     first of ``graphs`` (matches, cheapest first): ranked by ``estimate`` where given (else
     by :func:`~search.enumerate.cost_key`), one per kernel shape before a second spelling of
     any, the ``limit`` first proposed; tiles beyond ``smem_budget`` (the search's) are not
@@ -439,7 +439,7 @@ def retiles(graphs: list[KernelGraph], stats: dict, deadline: Optional[float] = 
         if _past(deadline):
             note_cut(stats, "retile")
             break
-        for h in tile_variants(g, smem_budget) + loop_variants(g, smem_budget) + grid_variants(g, smem_budget):
+        for h in near_tilings(g, smem_budget) + loop_variants(g, smem_budget) + grid_variants(g, smem_budget):
             add(h)
     if estimate is not None and variants:
         estimate = _remembered(estimate)
@@ -523,7 +523,7 @@ class SeedOrder:
     def near_ties(self, proven: KernelGraph, end: Optional[float], stats: dict) -> list[KernelGraph]:
         """What to verify beside ``proven`` (the first of :attr:`graphs` proven), so that the
         GPU's timing, not the price, chooses among tilings the price cannot tell apart: the
-        graphs of the order and ``proven``'s own tile variants priced within :data:`NEAR_TIE`
+        graphs of the order and ``proven``'s near tilings (:func:`near_tilings`) priced within :data:`NEAR_TIE`
         of it, at most :data:`NEAR_TIES` — those whose loops step differently from
         ``proven``'s first (the lowering sub-tiles a block's rows itself but never cuts or,
         for a running max, merges a step, so only the μGraph offers another step), each group
@@ -539,7 +539,7 @@ class SeedOrder:
             return []
         key0, loops0 = graph_key(proven), _loops(proven)
         pool = {graph_key(g): g for g in self.graphs}
-        for h in tile_variants(proven, self.smem_budget):
+        for h in near_tilings(proven, self.smem_budget):
             pool.setdefault(graph_key(h), h)
         ties = []
         for k, g in pool.items():
@@ -551,6 +551,28 @@ class SeedOrder:
         ties.sort(key=lambda t: t[:3])
         stats["transfer_near_ties"] = len(ties)
         return [g for *_, g in ties[:NEAR_TIES]]
+
+
+def near_tilings(g: KernelGraph, smem_budget: Optional[int]) -> list[KernelGraph]:
+    """``g``'s tile variants (:func:`~search.rewrite.tile_variants`: each grid axis and loop
+    doubled or halved) and, for those that change only a loop, that loop's step doubled or
+    halved once more in the same grid: a seed two steps from the best step has it among its
+    near ties. Why: a step is the one tile the lowering never changes (above), and the
+    price tells neighbouring steps apart no better than it tells tilings apart. Phi-3-mini's
+    decode attention over 8k keys (H200) was proven at 128-key steps, its 64-key variant
+    shipped (32.7 μs, torch 33.2), and the 32-key steps that run 30.6 were never offered."""
+    def grids(h: KernelGraph) -> tuple:
+        return tuple(s[0] if isinstance(s, tuple) else s for s in kernel_shape(h))
+
+    first = tile_variants(g, smem_budget)
+    out = {graph_key(h): h for h in first}
+    for h in first:
+        if grids(h) == grids(g):
+            for v in tile_variants(h, smem_budget):
+                if grids(v) == grids(g):
+                    out.setdefault(graph_key(v), v)
+    out.pop(graph_key(g), None)
+    return list(out.values())
 
 
 #: a graph priced within this factor of a proven seed is one the price cannot tell from it

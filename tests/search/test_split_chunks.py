@@ -257,23 +257,24 @@ def test_a_piece_offers_the_keys_and_the_estimates_favourites_in_turns():
     assert same == keys[:PIECE_RESULTS]
 
 
-def test_the_retile_phase_climbs_to_a_tiling_two_steps_away():
+def test_the_retile_phase_climbs_to_a_tiling_further_away():
     """With an estimate, the tile variants go on from the cheapest one while the price
-    falls (search.derive.climb): a price that prefers 256 loop steps reaches them from the
-    source's 64 through 128 — one step of variants stops at 128 — and proposes them first;
-    without an estimate nothing is climbed."""
+    falls (search.derive.climb): a price that prefers 256 loop steps reaches them from a
+    source of 32 through the near tilings' 128 — the near tilings alone stop there — and
+    proposes them first; without an estimate nothing is climbed."""
     from search.derive import CLIMB_STEPS, kernel_shape, retiles
 
-    g = _full_attention()
+    g = gqa_blocks(programs.program("gqa", 1), 2, 32)
     loop = lambda h: h.ops[3].attrs["block"].forloop  # noqa: E731 - one-line reading
     price = lambda h: abs(loop(h) - 256)  # noqa: E731 - one-line price
     stats: dict = {}
     out = retiles([g], stats, limit=4, estimate=price)
     assert stats["retile_climbed"] == 1 and loop(out[0].graph) == 256
     assert all(o.origin == "retile" for o in out)
-    # one step alone offers 32 and 128 steps, never 256
+    # the near tilings alone offer a loop's step up to two doublings or halvings away, never three
     plain: dict = {}
-    assert 256 not in {loop(p.graph) for p in retiles([g], plain, limit=8)} and "retile_climbed" not in plain
+    offered = {loop(p.graph) for p in retiles([g], plain, limit=16)}
+    assert offered == {64, 128} and "retile_climbed" not in plain
     # the climb stops where no variant is cheaper, and after CLIMB_STEPS steps
     far = lambda h: -loop(h)  # noqa: E731 - always one more doubling
     stats = {}
@@ -281,6 +282,21 @@ def test_the_retile_phase_climbs_to_a_tiling_two_steps_away():
     assert stats["retile_climbed"] <= CLIMB_STEPS
     assert loop(climbed[0].graph) == 128 * 2 ** stats["retile_climbed"]
     assert len({kernel_shape(p.graph) for p in climbed}) == len(climbed)
+
+
+def test_near_tilings_go_two_steps_along_a_loop_and_one_along_a_grid():
+    """A loop's step is the one tile the lowering never changes, so the near tilings of a
+    graph reach steps two doublings or halvings away; a grid axis moves one step."""
+    from search.derive import kernel_shape, near_tilings
+    from search.rewrite import tile_variants
+
+    g = _full_attention()
+    (grid0, loop0), = [s for s in kernel_shape(g) if isinstance(s, tuple) and s[1] > 1]
+    shapes = [s for h in near_tilings(g, None) for s in kernel_shape(h) if isinstance(s, tuple) and s[1] > 1]
+    loops = {loop for grid, loop in shapes if grid == grid0}
+    assert {loop0 // 2, 2 * loop0, 4 * loop0} <= loops and loop0 not in loops
+    one_step = {s for h in tile_variants(g, None) for s in kernel_shape(h) if isinstance(s, tuple)}
+    assert {grid for grid, _ in shapes} == {grid for grid, _ in one_step}
 
 
 def test_a_climb_keeps_to_its_time_and_survives_a_failing_price():
