@@ -179,11 +179,15 @@ def test_a_kernel_the_lowering_can_split_ranks_at_its_best_split(monkeypatch):
     a loop itself): a kernel of two blocks looping 64 times over 1024 keys is ranked, and so
     verified, as what it becomes split — ahead of a kernel its own estimate ranked it behind.
     (The loop-free rival would get a loop of its own among the tile variants, which would
-    then outrank both: tests/search/test_loops.py; here it stays loop-free.)"""
+    then outrank both: tests/search/test_loops.py; here it stays loop-free, and the retiles
+    go one step: search.derive.near_tilings.)"""
     import search.derive
     from search.candidates import split_loops
 
     monkeypatch.setattr(search.derive, "loop_variants", lambda g, smem_budget=None: [])
+    # (and the retiles one step away: a step two doublings away would outrank both, as it should)
+    from search.rewrite import tile_variants
+    monkeypatch.setattr(search.derive, "near_tilings", tile_variants)
     from search.run_state import RunState
     from search.verification import order
     from search.records import Match
