@@ -53,13 +53,14 @@ def decode_attention(kv_heads: int, rows: int, slots: int, d: int, steps: int, m
     V = g.input("V", (kv_heads, slots, d), dtype)
     M = g.input("M", (1, rows, slots), dtype) if mask else None
     b = mg.BlockGraph(grid=(kv_heads, 1, 1), forloop=slots // steps)
-    q, k, v = b.input(Q, (0, None, None), None), b.input(K, (0, None, None), 2), b.input(V, (0, None, None), 1)
+    heads = (0 if kv_heads > 1 else None, None, None)  # a grid axis of one block maps no dim
+    q, k, v = b.input(Q, heads, None), b.input(K, heads, 2), b.input(V, heads, 1)
     s = mg.scale(q @ k, 1 / math.sqrt(d))
     if M is not None:
         s = s + b.input(M, (None, None, None), 2)
     m = mg.max(s, 2)
     e = mg.exp(s - m)
-    b.output(b.accum(e @ v, m) / b.accum(mg.sum(e, 2), m), (0, None, None))
+    b.output(b.accum(e @ v, m) / b.accum(mg.sum(e, 2), m), heads)
     (o,) = g.kernel(b)
     g.output(o)
     return g
