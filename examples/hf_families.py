@@ -6,9 +6,11 @@ child process of its own (docs/models.md, "Beyond the tested families").
 Where ``tests/frontend/test_models.py`` pins nine families' decoder layers, this reaches
 every architecture transformers ships a config for: its sizes are shrunk by the config
 fields they go by (``hidden_size`` or ``n_embd``, ``num_attention_heads`` or ``n_head``,
-…, whichever the config has), nothing is downloaded and nothing model-specific is written
-here. A family whose model transformers cannot build with SDPA attention is built with its
-eager attention (the softmax written out, as the model's own code spells it).
+…, whichever the config has), the sizes a config derives are derived again, and nothing is
+downloaded. Nothing model-specific is written here but the layer kinds of a config that
+leaves them unset (:data:`UNSET_LAYER_KINDS`). A family whose model transformers cannot
+build with SDPA attention is built with its eager attention (the softmax written out, as
+the model's own code spells it).
 
     python examples/hf_families.py gpt2 falcon mixtral --out /tmp/families.json
     python examples/hf_families.py llama --batch 2 --attn eager      # left padding; eager attention
@@ -29,6 +31,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -43,8 +46,8 @@ DEFAULT_FAMILIES = ("gpt2", "gpt_neox", "gptj", "falcon", "bloom", "opt", "gemma
                     "xglm", "starcoder2", "gpt_bigcode", "phi", "llama", "mistral", "qwen2", "phi3")
 
 #: config fields set where the config has them: two layers of hidden 64, 4 query and 2
-#: key/value heads of dim 16, a 128-token vocabulary; experts, low-rank attention and partial
-#: rotary dims cut to match
+#: key/value heads of dim 16, a 128-token vocabulary; experts, low-rank attention, partial
+#: rotary dims and state-space sizes cut to match
 #: the names a config gives its layer count
 LAYER_FIELDS = ("num_hidden_layers", "n_layer", "num_layers")
 
@@ -54,24 +57,108 @@ TINY = {
     "intermediate_size": 128, "ffn_dim": 128, "n_inner": 128, "ffn_hidden_size": 128,
     "num_attention_heads": 4, "n_head": 4, "num_key_value_heads": 2, "head_dim": 16,
     "vocab_size": 128, "max_position_embeddings": 256, "n_positions": 256,
-    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64,
+    "moe_intermediate_size": 64, "shared_expert_intermediate_size": 64, "shared_intermediate_size": 64,
     "num_experts": 4, "num_local_experts": 4, "n_routed_experts": 4, "num_experts_per_tok": 2,
-    "n_shared_experts": 1, "first_k_dense_replace": 1, "n_group": 1, "topk_group": 1,
+    "n_shared_experts": 1, "first_k_dense_replace": 1, "num_dense_layers": 1, "n_group": 1, "topk_group": 1,
     "qk_nope_head_dim": 16, "qk_rope_head_dim": 16, "v_head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 32,
     "global_head_dim": 16, "vocab_size_per_layer_input": 128, "hidden_size_per_layer_input": 16,
     "rotary_dim": 8, "tie_word_embeddings": False, "pad_token_id": 0,
+    # state-space layers: the state per channel, the rank of the time step's projection (as
+    # the configs' "auto" gives it, hidden / 16) and a recurrence as wide as the model
+    "state_size": 16, "mamba_d_state": 16, "ssm_state_size": 16,
+    "time_step_rank": 4, "mamba_dt_rank": 4, "lru_width": 64,
 }
 
 
+class SsmFields(NamedTuple):
+    """The names one config gives a Mamba-2 mixer's sizes: its heads times their dim must
+    equal its inner width (``expand`` times the hidden size, or ``inner`` where the config
+    gives that width itself), and its groups of B/C projections must divide its heads."""
+
+    heads: str
+    head_dim: str
+    expand: str
+    groups: str
+    chunk: str
+    inner: str | None = None
+
+
+#: the Mamba-2 mixer's sizes under each set of names transformers' configs use, the first
+#: set a config has all three sizes of being its own
+SSM_FIELDS = (
+    SsmFields("mamba_num_heads", "mamba_head_dim", "expand", "n_groups", "chunk_size"),
+    SsmFields("mamba_n_heads", "mamba_d_head", "mamba_expand", "mamba_n_groups", "mamba_chunk_size", "mamba_d_ssm"),
+    SsmFields("n_mamba_heads", "mamba_headdim", "mamba_expand", "mamba_ngroups", "chunk_size"),
+    # last: plain names, which a config with the prefixed ones may give its attention
+    SsmFields("num_heads", "head_dim", "expand", "n_groups", "chunk_size"),
+)
+
+#: a Mamba-2 mixer's chunk: half the prompt (:func:`inputs`), so that the prompt's scan
+#: carries its state across a chunk boundary as a long prompt's does
+SSM_CHUNK = 4
+
+#: the fields a config lists its attention layers' indices in, where its ``layer_types`` is
+#: derived from them
+ATTENTION_INDEX_FIELDS = ("attn_layer_indices",)
+
+#: layer kinds for a config that leaves ``layer_types`` unset although its model reads one
+#: kind per layer (transformers' default config of these cannot build its model). The kinds'
+#: names are the model's own (its code tests for them), so no config field can give them:
+#: one layer of each kind the published checkpoints interleave.
+UNSET_LAYER_KINDS = {"lfm2_moe": ["conv", "full_attention"]}
+
+
 def tiny_config(model_type: str):
-    """``model_type``'s default config with :data:`TINY`'s sizes wherever it has those fields."""
+    """``model_type``'s default config with :data:`TINY`'s sizes wherever it has those fields,
+    enough layers for every kind it interleaves, its state-space heads fitted to the new width,
+    and every size its ``__post_init__`` derives from these derived again."""
     from transformers import AutoConfig
 
     cfg = AutoConfig.for_model(model_type)
+    before, derived = layer_count(cfg), derived_fields(cfg)
+    # read before the layer count shrinks: a config may derive its kinds from that count
+    # (Jamba's attention layer comes fifth in a period of eight)
+    kinds = with_attention(cfg, layer_kinds(cfg) or UNSET_LAYER_KINDS.get(model_type))
+    listed = set_sizes(cfg)
+    if kinds:
+        fit_layer_kinds(cfg, kinds)
+    for k in listed:
+        setattr(cfg, k, [TINY[k]] * layer_count(cfg))
+    if hasattr(cfg, "kv_lora_rank"):  # latent attention: each query head has keys and values of its own
+        cfg.num_key_value_heads = cfg.num_attention_heads
+    fit_ssm_heads(cfg)
+    return derived_again(cfg, derived, before)
+
+
+def layer_count(cfg) -> int:
+    """The config's number of layers, under whichever name it gives it."""
+    return next((getattr(cfg, k) for k in LAYER_FIELDS if hasattr(cfg, k)), TINY["num_hidden_layers"])
+
+
+def layer_kinds(cfg) -> list | None:
+    """The config's kind of each layer (``layer_types``, stored or derived), or None."""
+    kinds = getattr(cfg, "layer_types", None)
+    return list(kinds) if isinstance(kinds, (list, tuple)) and kinds else None
+
+
+def with_attention(cfg, kinds: list | None) -> list | None:
+    """``kinds``; but where a config that sizes attention heads makes every layer a linear
+    (state-space) one, :data:`TINY`'s layer count of them with the last one full attention:
+    the published hybrids interleave attention layers (Bamba's and Granite-4's default configs
+    leave them out), and transformers cannot build ``generate``'s causal mask over a cache
+    that has no attention layer."""
+    if kinds and set(kinds) == {"linear_attention"} and hasattr(cfg, "num_attention_heads"):
+        return ["linear_attention"] * (TINY["num_hidden_layers"] - 1) + ["full_attention"]
+    return kinds
+
+
+def set_sizes(cfg) -> list[str]:
+    """Set :data:`TINY`'s sizes the config has; the names of those it lists one per layer
+    (Gemma-3n's ``intermediate_size``), left for the caller to set once the layer count is known."""
     # sizes a config keeps per layer (Gemma-4's head_dim) are set for all layers at once but
     # cannot be read globally: ``hasattr`` raises there
     per_layer = set(getattr(cfg, "per_layer_attributes", None) or ())
-    listed = []  # sizes given as a list, one per layer (Gemma-3n's intermediate_size)
+    listed = []
     for k, v in TINY.items():
         if k in per_layer or hasattr(cfg, k):
             if k not in per_layer and isinstance(getattr(cfg, k), (list, tuple)):
@@ -81,30 +168,80 @@ def tiny_config(model_type: str):
                 setattr(cfg, k, v)
             except AttributeError:  # a size the config derives (Falcon's head_dim): it follows the others
                 pass
-    if hasattr(cfg, "kv_lora_rank"):  # latent attention: each query head has keys and values of its own
-        cfg.num_key_value_heads = cfg.num_attention_heads
-    kinds = getattr(cfg, "layer_types", None)
-    if isinstance(kinds, (list, tuple)) and kinds:
-        # enough layers to hold every kind the model interleaves (a hybrid's full-attention
-        # layer may come fourth: two linear-attention layers alone are another model)
-        n = max(TINY["num_hidden_layers"], max(kinds.index(k) for k in set(kinds)) + 1)
-        # last layers that read earlier layers' caches (Gemma-3n, Gemma-4): as many again, so
-        # that the layers making caches still hold every kind
-        shared = getattr(cfg, "num_kv_shared_layers", 0) or 0
-        if shared:
-            cfg.num_kv_shared_layers = n
-            n *= 2
-        for k in LAYER_FIELDS:
+    return listed
+
+
+def fit_layer_kinds(cfg, kinds: list) -> None:
+    """Enough layers to hold every kind in ``kinds`` (a hybrid's full-attention layer may come
+    fourth: two linear-attention layers alone are another model), the kinds cut to them."""
+    n = max(TINY["num_hidden_layers"], max(kinds.index(k) for k in set(kinds)) + 1)
+    # last layers that read earlier layers' caches (Gemma-3n, Gemma-4): as many again, so
+    # that the layers making caches still hold every kind
+    shared = getattr(cfg, "num_kv_shared_layers", 0) or 0
+    if shared:
+        cfg.num_kv_shared_layers = n
+        n *= 2
+    for k in LAYER_FIELDS:
+        if hasattr(cfg, k):
+            setattr(cfg, k, n)
+    kinds = (kinds * n)[:n]  # repeated where the layers outnumber the kinds given
+    try:
+        cfg.layer_types = kinds
+    except AttributeError:  # derived: from the layer count and a pattern (Mamba's, Jamba's), or from
+        for k in ATTENTION_INDEX_FIELDS:  # the attention layers' indices (Bamba's), set from the kinds
             if hasattr(cfg, k):
-                setattr(cfg, k, n)
-        try:
-            cfg.layer_types = list(kinds[:n])
-        except AttributeError:  # derived from the layer count and the pattern (Mamba's, Jamba's)
-            pass
-    layers = next((getattr(cfg, k) for k in LAYER_FIELDS if hasattr(cfg, k)), TINY["num_hidden_layers"])
-    for k in listed:
-        setattr(cfg, k, [TINY[k]] * layers)
-    return cfg
+                setattr(cfg, k, [i for i, kind in enumerate(kinds) if kind == "full_attention"] or None)
+
+
+def fit_ssm_heads(cfg) -> None:
+    """A Mamba-2 mixer's heads fitted to the shrunk width: heads of :data:`TINY`'s head dim
+    (as many as the inner width holds), groups dividing them, chunks of :data:`SSM_CHUNK`."""
+    import math
+
+    f = next((f for f in SSM_FIELDS if all(hasattr(cfg, k) for k in (f.heads, f.head_dim, f.expand))), None)
+    if f is None:
+        return
+    inner = int(getattr(cfg, f.expand) * cfg.hidden_size)
+    if f.inner and getattr(cfg, f.inner, None) is not None:
+        setattr(cfg, f.inner, inner)
+    heads = max(1, inner // TINY["head_dim"])
+    while inner % heads:
+        heads -= 1
+    setattr(cfg, f.heads, heads)
+    setattr(cfg, f.head_dim, inner // heads)
+    if hasattr(cfg, f.groups):
+        setattr(cfg, f.groups, math.gcd(getattr(cfg, f.groups), heads))
+    if hasattr(cfg, f.chunk):
+        setattr(cfg, f.chunk, SSM_CHUNK)
+
+
+def derived_fields(cfg) -> set[str]:
+    """What the config holds that is none of its class's fields nor a field's other name
+    (``attribute_map``: Qwen3-MoE keeps ``num_experts`` as ``num_local_experts``): sizes and
+    lists its ``__post_init__`` derives from the fields (Zamba-2's attention width, Mamba's
+    inner width, Gemma-4's per-layer head dims)."""
+    import dataclasses
+
+    return set(cfg.to_dict()) - {f.name for f in dataclasses.fields(cfg)} - set(cfg.attribute_map.values())
+
+
+def derived_again(cfg, derived: set[str], before: int):
+    """The config built again from its fields, with what it ``derived`` left out for its
+    ``__post_init__`` to derive from the shrunk fields (a saved config would set the stale
+    values again: Zamba-2's attention width of 5120, its hybrid layers past the seventh), and
+    the class's own checks run on the result. Lists one per layer of its ``before`` layers are
+    cut to the layers it has (:func:`per_layer_cut`)."""
+    fields = {k: v for k, v in cfg.to_dict().items() if k not in derived}
+    return type(cfg).from_dict(per_layer_cut(fields, before, layer_count(cfg)))
+
+
+def per_layer_cut(fields: dict, before: int, layers: int) -> dict:
+    """``fields`` with every list of ``before`` entries, one per layer of the default config
+    (Gemma-3n's activation sparsity), cut to the first ``layers``: a rebuilt config checks
+    that such a list has an entry per layer, no more."""
+    if layers >= before:
+        return fields
+    return {k: v[:layers] if isinstance(v, list) and len(v) == before else v for k, v in fields.items()}
 
 
 def build(model_type: str, attn: str, seed: int = 0):
