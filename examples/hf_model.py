@@ -218,6 +218,8 @@ def backend_options(args, rowdir: Path, time_limit: float, device: str) -> dict:
             "kernel_op": args.kernel_op, "repeats_once": args.repeats_once}
     if args.graph_budget is not None:
         opts["graph_budget"] = args.graph_budget or None
+    if args.inductor_config is not None:
+        opts["inductor_config"] = args.inductor_config
     if args.workers:
         opts["search"] = {"workers": args.workers}
     if args.small:
@@ -259,6 +261,8 @@ def run_child(form: str, row: dict, args, folder: Path) -> dict:
            "--out", str(args.out), "--device", args.device, "--kernel-op", args.kernel_op,
            "--cache", str(args.cache or Path(args.out) / "cache"), "-v"] + \
         ([] if args.repeats_once is None else ["--repeats-once" if args.repeats_once else "--no-repeats-once"])
+    if args.inductor_config is not None:
+        cmd += ["--inductor-config", json.dumps(args.inductor_config)]
     for flag, value in (("--layers", args.layers), ("--time-limit", args.time_limit),
                         ("--graph-budget", args.graph_budget), ("--workers", args.workers)):
         if value is not None:
@@ -378,6 +382,9 @@ def main() -> int:
     ap.add_argument("--repeats-once", action=argparse.BooleanOptionalAction, default=None,
                     help="the backend's repeats_once: Inductor compiles the identical layers of the graph with "
                          "its pieces once (design §10.5); default: the backend's (on where its outputs are checked)")
+    ap.add_argument("--inductor-config", type=json.loads, default=None, metavar="JSON",
+                    help="the backend's inductor_config: Inductor settings for the graph with its pieces, "
+                         "e.g. '{\"combo_kernels\": true}' (default: the backend's)")
     ap.add_argument("--cache", default=None, help="the backend's result cache (default: OUT/cache)")
     ap.add_argument("--out", required=True, help="folder for model.json and table.md")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")

@@ -289,10 +289,11 @@ class MugraphCompiled:
             t1 = time.perf_counter()
             def subset(keep: list) -> Callable:  # the graph with only these pieces as μGraphs
                 gm = cap.stitched_with(keep)
-                return compile_graph(gm, list(args), outlines) if opts.inductor else gm
+                return compile_graph(gm, list(args), outlines, opts.inductor_config) if opts.inductor else gm
 
             fn = judge_graph(cap, _timed(cap.timings, "inductor_with_pieces_s",
-                                         lambda: compile_graph(stitched, list(args), outlines)
+                                         lambda: compile_graph(stitched, list(args), outlines,
+                                                               opts.inductor_config)
                                          if opts.inductor else stitched),
                              _timed(cap.timings, "inductor_without_s", plain), args, opts, dev, subset)
             cap.timings["graph_rule_s"] = time.perf_counter() - t1

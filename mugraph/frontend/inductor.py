@@ -25,7 +25,8 @@ from .repeats import outline_repeats
 log = logging.getLogger("mugraph")
 
 
-def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False) -> Callable:
+def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False,
+                  config: dict[str, Any] | None = None) -> Callable:
     """``gm`` compiled by Inductor for inputs like ``args``, as dynamo hands a graph to a
     backend: in a tracing context, on fake inputs of static shapes — so that its FX graph
     and autograd caches serve the next compile of the same graph (:func:`_cacheable`) — and
@@ -34,11 +35,15 @@ def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False) ->
     ``repeats_once``: a run of identical layers is compiled once, as calls of one subgraph
     (:mod:`.repeats`; the backend's option of that name, for the graphs with μGraph pieces);
     should Inductor refuse that graph, the graph is compiled as it is (a warning line says
-    why). A graph so compiled carries ``one_by_one()``, which compiles it as it is."""
+    why). A graph so compiled carries ``one_by_one()``, which compiles it as it is.
+
+    ``config``: Inductor settings for this compile (``torch._inductor.config`` names and
+    values; the backend's ``inductor_config`` option, for the graph with its pieces)."""
     from torch._inductor.compile_fx import compile_fx
 
     def compiled(g: fx.GraphModule) -> Callable:
-        with shared_kernel_analysis(), _placeholder_names_kept(), _cacheable(g, args) as fakes:
+        with shared_kernel_analysis(), _placeholder_names_kept(), inductor_settings(config), \
+                _cacheable(g, args) as fakes:
             return compile_fx(g, fakes)
 
     outlined, found = outline_repeats(gm) if repeats_once else (gm, None)
@@ -54,6 +59,18 @@ def compile_graph(gm: fx.GraphModule, args: list, repeats_once: bool = False) ->
             log.warning("mugraph: the graph's repeated layers are compiled one by one: Inductor refused their "
                         "shared subgraph (%s)", first_line(e))
     return compiled(gm)
+
+
+def inductor_settings(config: dict[str, Any] | None) -> contextlib.AbstractContextManager:
+    """``torch._inductor.config`` patched with ``config`` (nothing when it is empty). Its
+    names are checked where the option is given (``FrontendOptions``); the patch is part of
+    what Inductor's caches key a compile on, so a graph compiled with other settings is
+    compiled again, not served the other's kernels."""
+    if not config:
+        return contextlib.nullcontext()
+    from torch._inductor import config as inductor_config
+
+    return inductor_config.patch(config)
 
 
 @contextlib.contextmanager

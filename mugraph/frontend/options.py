@@ -69,6 +69,10 @@ MAX_PIECE_OPS = 9
 DYNAMIC_SIZES = 2
 MAX_PIECE_MATMULS = 2
 
+#: Inductor settings for the graph with its μGraph pieces (``inductor_config``): none
+#: beyond Inductor's own defaults until measured
+INDUCTOR_CONFIG: dict = {}
+
 
 def piece_weight(kinds: list[str]) -> int:
     """How much of a graph's budget a piece of these op kinds gets: 1 and one more for each
@@ -206,6 +210,10 @@ class FrontendOptions:
     ``$MUGRAPH_CACHE_DIR`` or ``~/.cache/mugraph``; ``False``: no cache).
     ``search``: further ``search.SearchConfig`` fields (``workers``, ``executor``, …).
     ``inductor``: compile the stitched graph with Inductor (else run it eagerly).
+    ``inductor_config``: Inductor settings (``torch._inductor.config`` names, dotted for
+    its sub-configs, and their values) for the compile of the graph with its μGraph pieces;
+    the graph without them — the whole-graph rule's other side — is compiled as
+    ``torch.compile`` compiles it. Default :data:`INDUCTOR_CONFIG`.
     ``kernel_op``: ``"auto"``, ``"triton_op"`` or ``"custom_op"`` (see
     :mod:`mugraph.frontend.kernels`). ``"auto"`` is a ``triton_op`` on a GPU: Inductor
     launches its kernels from its own wrapper. A ``custom_op`` is opaque to Inductor and
@@ -276,6 +284,7 @@ class FrontendOptions:
     cache_dir: Any = None
     search: dict = field(default_factory=dict)
     inductor: bool = True
+    inductor_config: dict = field(default_factory=lambda: dict(INDUCTOR_CONFIG))
     kernel_op: str = "auto"
     seed: int = 0
     deadline: float | None = None
@@ -311,6 +320,7 @@ class FrontendOptions:
         for name in ("inductor", "allow_unproven", "never_slower", "compile_ahead"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={short(getattr(self, name))}: must be True or False")
+        self._check_inductor_config()
         if self.repeats_once is not None and not isinstance(self.repeats_once, bool):
             raise ConfigError(f"repeats_once={short(self.repeats_once)}: must be True, False or None "
                               "(on where the whole-graph rule checks it)")
@@ -328,6 +338,21 @@ class FrontendOptions:
             raise ConfigError(f"deadline={short(d)}: a time.time() value or None")
         if type(self.seed) is not int or self.seed < 0:
             raise ConfigError(f"seed={short(self.seed)}: must be an int >= 0")
+
+    def _check_inductor_config(self) -> None:
+        c = self.inductor_config
+        if not isinstance(c, dict) or not all(isinstance(k, str) for k in c):
+            raise ConfigError(f"inductor_config={short(c)}: a dict of torch._inductor.config names and values")
+        if not c:
+            return
+        from torch._inductor import config as inductor_config
+
+        known = inductor_config.get_config_copy()
+        for k in c:
+            if k not in known:
+                close = difflib.get_close_matches(k, list(known), n=1)
+                raise ConfigError(f"inductor_config: torch._inductor.config has no setting {short(k, 60)}"
+                                  + (f"; did you mean {close[0]!r}?" if close else ""))
 
     @classmethod
     def of(cls, options: Any) -> "FrontendOptions":

@@ -97,6 +97,10 @@ def test_options_are_checked():
         mugraph.frontend.mugraph_backend(None, [], options={"unfused": "never"})
     with pytest.raises(mg.ConfigError, match="dynamic='yes'"):
         mugraph.frontend.mugraph_backend(None, [], options={"dynamic": "yes"})
+    with pytest.raises(mg.ConfigError, match="no setting 'combo_kernel'; did you mean 'combo_kernels'"):
+        mugraph.frontend.mugraph_backend(None, [], options={"inductor_config": {"combo_kernel": True}})
+    with pytest.raises(mg.ConfigError, match="inductor_config="):
+        mugraph.frontend.mugraph_backend(None, [], options={"inductor_config": ["combo_kernels"]})
     # a piece's GPU tuning is bounded like its search (not superoptimize's 240 s default)
     from mugraph.frontend.options import FrontendOptions
     cfg = mg.OptimizeConfig(**FrontendOptions.of({"time_limit": 12}).optimize_config())
@@ -517,6 +521,23 @@ def test_inductor_keys_the_graph_by_its_own_placeholder_names(monkeypatch):
     gm = torch.fx.symbolic_trace(lambda a: a + 1)
     compile_graph(gm, [torch.randn(2)])
     assert seen == [False] and fconfig.autograd_cache_normalize_inputs == before
+
+
+def test_inductor_settings_apply_to_the_graph_with_its_pieces_only(monkeypatch):
+    """``inductor_config`` is in force while Inductor compiles the graph ``compile_graph`` is
+    given it for, and torch's own settings are back after; without it nothing is patched."""
+    import torch._inductor.compile_fx as cfx
+    from torch._inductor import config as iconfig
+
+    from mugraph.frontend.inductor import compile_graph
+
+    before = iconfig.combo_kernels
+    seen = []
+    monkeypatch.setattr(cfx, "compile_fx", lambda gm, ins: seen.append(iconfig.combo_kernels) or gm)
+    gm = torch.fx.symbolic_trace(lambda a: a + 1)
+    compile_graph(gm, [torch.randn(2)], config={"combo_kernels": not before})
+    compile_graph(gm, [torch.randn(2)])
+    assert seen == [not before, before] and iconfig.combo_kernels == before
 
 
 def test_a_model_whose_trace_torch_refuses_still_compiles(piece_cache, caplog):

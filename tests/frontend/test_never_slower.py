@@ -564,7 +564,7 @@ def test_a_graph_whose_compile_with_its_pieces_fails_runs_as_torch_compile_would
     import mugraph.frontend.backend as backend
     from mugraph.frontend import run
 
-    def refuse(gm, args, repeats_once=False):
+    def refuse(gm, args, repeats_once=False, config=None):
         raise ValueError("Cannot view a tensor with shape [2, 4, 8, 16]\nWhile executing %view")
     monkeypatch.setattr(backend, "compile_graph", refuse)
     monkeypatch.setattr(backend, "compile_copy", lambda gm, args: gm)  # the plain graph, uncompiled here
