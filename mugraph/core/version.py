@@ -88,3 +88,12 @@ def code_fingerprint() -> str:
     longer accepts some μGraph, a search that finds a faster one), so a result computed
     by other code is never served as this code's answer."""
     return fingerprint_of_packages({name: _package_dir(name) for name in FINGERPRINTED})
+
+
+@functools.lru_cache(maxsize=None)
+def frontend_fingerprint() -> str:
+    """The fingerprint of ``mugraph/frontend`` alone (:data:`NOT_FINGERPRINTED` leaves it
+    out of :func:`code_fingerprint`): what keys the ATen traces the front end stores for a
+    warm start, which its capture's passes shape — an edit of a pass must not be served a
+    trace the old pass made."""
+    return fingerprint_of_packages({"mugraph": _package_dir("mugraph") / "frontend"})

@@ -118,6 +118,7 @@ def trace(fn: Callable, example_inputs: tuple) -> fx.GraphModule:
     hoist_views(gm)  # a linear's view of an element-wise result moves onto that op's operands
     sink_views(gm)  # a linear's view back to 3-d moves below the element-wise ops reading it
     group_query_rows(gm)  # a grouped-query attention's regrouping of Q and of its result: views outside it
+    merge_repeated_values(gm)  # a value computed again from the same inputs (a mask per attention): once
     # the graph is functional: values nothing reads (the unused parts of a split, an
     # unbind's other rows) are dropped rather than computed by a piece
     if gm.graph.eliminate_dead_code():
@@ -224,6 +225,59 @@ def _edited(gm: fx.GraphModule, count: int) -> int:
         gm.graph.lint()
         gm.recompile()
     return count
+
+
+def _pure(target: Any) -> bool:
+    """Whether a call of ``target`` gives the same value whenever its arguments are the same
+    and changes nothing else: an ATen or ``mugraph::`` operator that mutates no argument and
+    draws no random numbers, or an output of a multi-output call (``getitem``)."""
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    return not target._schema.is_mutable and not {torch.Tag.nondeterministic_seeded,
+                                                   torch.Tag.nondeterministic_bitwise} & set(target.tags)
+
+
+def _frozen(x: Any) -> Any:
+    """``x`` (a node's arguments) with its lists as tuples, so that it can key a dict."""
+    if isinstance(x, (list, tuple)):
+        return tuple(_frozen(v) for v in x)
+    if isinstance(x, dict):
+        return tuple(sorted((k, _frozen(v)) for k, v in x.items()))
+    return x
+
+
+def merge_repeated_values(gm: fx.GraphModule) -> int:
+    """Every pure call (:func:`_pure`) that repeats an earlier one — the same operator on
+    the same arguments — replaced by that earlier node; returns how many were merged.
+
+    Why: the capture writes SDPA's boolean mask as an additive bias and a row factor at each
+    attention call (:func:`.aten.sdpa`), so a 32-layer model's graph converted the one mask
+    of its forward 32 times, and Inductor ran each conversion as kernels of their own between
+    a layer's pieces. Merged, the mask is converted once. The graph is functional (``make_fx``
+    of a functionalized call): no node changes a value another reads, so a call with equal
+    arguments has an equal value wherever it is — and where a graph does write in place (the
+    functionalized graph's copies back into its inputs, or any graph given here), a call that
+    reads or is a value written in place is left as it is."""
+    written = {a for n in gm.graph.nodes if isinstance(n.target, torch._ops.OpOverload)
+               and n.target._schema.is_mutable for a in n.all_input_nodes}
+    first: dict[tuple, fx.Node] = {}
+    count = 0
+    for n in list(gm.graph.nodes):
+        if n.op != "call_function" or not _pure(n.target) or n in written \
+                or any(a in written for a in n.all_input_nodes):
+            continue
+        key = (n.target, _frozen(n.args), _frozen(n.kwargs))
+        try:
+            earlier = first.setdefault(key, n)
+        except TypeError:  # an argument that cannot key a dict: left as it is
+            continue
+        if earlier is not n:
+            n.replace_all_uses_with(earlier)
+            gm.graph.erase_node(n)
+            count += 1
+    return _edited(gm, count)
 
 
 def fold_rotate_half(gm: fx.GraphModule) -> int:

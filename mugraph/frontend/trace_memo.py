@@ -14,8 +14,10 @@ the capture and the partition read of a node: ``meta["val"]``, exactly as the tr
 it); nothing of the model's weights (dynamo passes them as inputs). A graph holding anything
 else (a constant tensor, a target that has no importable name, a value that is not a tensor)
 is not stored: it is traced at every compile, as before. The key is a hash of dynamo's graph
-code, the inputs' shapes, strides and dtypes, and the versions of torch and of mugraph's code
-(``pipeline.cache.versions``), so a change to any pass that shapes the trace misses it.
+code, the inputs' shapes, strides and dtypes, the versions of torch and of mugraph's code
+(``pipeline.cache.versions``) and the front end's own code (``core.version.frontend_fingerprint``:
+the result cache's fingerprint leaves the front end out), so a change to any pass that shapes
+the trace misses it.
 Anything that fails on a load (a file cut short, a target gone) falls back to tracing, with
 one log line.
 """
@@ -69,12 +71,14 @@ def graph_text(gm: fx.GraphModule) -> str:
 
 def key(gm: fx.GraphModule, example_inputs: tuple) -> str:
     """The memo's key for ``gm`` traced with inputs like ``example_inputs``."""
+    from ..core.version import frontend_fingerprint
     from ..pipeline.cache import versions
 
     specs = [(tuple(x.shape), tuple(x.stride()), str(x.dtype), str(x.device), x.requires_grad)
              if isinstance(x, torch.Tensor) else ("value", repr(x)) for x in example_inputs]
     state = [(n, tuple(v.shape), str(v.dtype)) for n, v in [*gm.named_parameters(), *gm.named_buffers()]]
-    doc = {"format": FORMAT, "graph": graph_text(gm), "inputs": specs, "state": state, "versions": versions()}
+    doc = {"format": FORMAT, "graph": graph_text(gm), "inputs": specs, "state": state, "versions": versions(),
+           "frontend": frontend_fingerprint()}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

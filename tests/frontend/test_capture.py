@@ -207,3 +207,39 @@ def test_a_concat_with_an_empty_part_is_a_contiguous_copy_of_the_other():
     assert not cats and len(clones) == 1
     assert clones[0].kwargs["memory_format"] is torch.contiguous_format
     torch.testing.assert_close(gm(x, cos), fn(x, cos))
+
+
+def test_a_mask_read_by_every_attention_is_converted_once():
+    """Two SDPA calls under one boolean mask: the capture writes the mask as a bias and a row
+    factor at each call, and the second call's conversion is merged into the first's — the
+    mask is converted once, the outputs unchanged. Random draws are never merged (two
+    dropouts of one value are two draws), nor buffers written in place (the draws' own)."""
+    from mugraph.frontend.capture import merge_repeated_values, trace
+
+    def fn(q1, q2, k, v, mask):
+        a = F.scaled_dot_product_attention(q1, k, v, attn_mask=mask)
+        b = F.scaled_dot_product_attention(q2, k, v, attn_mask=mask)
+        return a + b
+
+    q1, q2, k, v = (torch.randn(1, 2, 3, 8, generator=g) for _ in range(4))
+    mask = torch.rand(1, 1, 3, 3, generator=g) > 0.4
+    mask[..., 0, :] = False  # a row no key may see
+    gm = trace(fn, (q1, q2, k, v, mask))
+    anys = [n for n in gm.graph.nodes if n.target == aten.any.dim]
+    assert len(anys) == 1 and len(anys[0].users) >= 1
+    got = gm(q1, q2, k, v, mask)
+    got = got[0] if isinstance(got, (tuple, list)) else got
+    torch.testing.assert_close(got, torch.nan_to_num(fn(q1, q2, k, v, mask)), atol=1e-5, rtol=1e-5)
+
+    def draws(x):
+        return F.dropout(x, 0.5, training=True) + F.dropout(x, 0.5, training=True)
+    drawn = torch.fx.experimental.proxy_tensor.make_fx(draws)(torch.randn(4))
+    before = sum(n.op == "call_function" for n in drawn.graph.nodes)
+    assert merge_repeated_values(drawn) == 0
+    assert sum(n.op == "call_function" for n in drawn.graph.nodes) == before
+
+    def twice(x):
+        return x * 2 + x * 2
+    plain = torch.fx.experimental.proxy_tensor.make_fx(twice)(torch.randn(4))
+    assert merge_repeated_values(plain) == 1
+    torch.testing.assert_close(plain(torch.ones(4)), torch.full((4,), 4.0))
