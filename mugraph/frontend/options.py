@@ -69,9 +69,13 @@ MAX_PIECE_OPS = 9
 DYNAMIC_SIZES = 2
 MAX_PIECE_MATMULS = 2
 
-#: Inductor settings for the graph with its μGraph pieces (``inductor_config``): none
-#: beyond Inductor's own defaults until measured
-INDUCTOR_CONFIG: dict = {}
+#: Inductor settings for the graph with its μGraph pieces (``inductor_config``).
+#: ``combo_kernels``: Inductor launches independent small kernels of one region as one —
+#: between a decode step's pieces it ran a layer's RoPE, KV-cache writes and cache counter as
+#: small kernels of their own (8 a layer, 1.0–1.4 μs each). Measured (H200, whole
+#: Phi-3-mini over 8k keys, the same pieces): 3586.2 → 3523.2 μs a step (1.12 → 1.14×
+#: torch.compile). Only Triton's code generation reads it (a CPU compile is unchanged).
+INDUCTOR_CONFIG: dict = {"combo_kernels": True}
 
 
 def piece_weight(kinds: list[str]) -> int:

@@ -605,13 +605,15 @@ def _leave_to_torch(cap: Any, dropped: set[str]) -> None:
 
 def _graph_subject(cap: Any, args: tuple, opts: FrontendOptions, device: str) -> dict:
     """What the whole-graph rule timed: the traced graph's code, the call's tensors (shapes,
-    strides, dtypes), the pieces kept as μGraphs (by name and layout) and whether Inductor
-    compiled its identical layers once (another form, whose outputs were checked apart)."""
+    strides, dtypes), the pieces kept as μGraphs (by name and layout), whether Inductor
+    compiled its identical layers once (another form, whose outputs were checked apart) and
+    the Inductor settings of the graph with its pieces (``inductor_config``: other kernels)."""
     code = hashlib.sha256(cap.graph_module.code.encode()).hexdigest()[:24]
     tensors = [[list(a.shape), list(a.stride()), str(a.dtype)] if isinstance(a, torch.Tensor) else repr(a)[:40]
                for a in args]
     return {"graph": code, "args": tensors, "kept": sorted(f"{bp.name}:{bp.layout_key}" for bp in cap.kept),
-            "margin": TIE_MARGIN, "repeats_once": opts.outlines(device)}
+            "margin": TIE_MARGIN, "repeats_once": opts.outlines(device),
+            "inductor_config": sorted(opts.inductor_config.items())}
 
 
 def written_inputs(gm: torch.fx.GraphModule, n_args: int) -> frozenset[int] | None:
