@@ -42,6 +42,7 @@ payload's answer is deterministic and the driver merges by task index:
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import multiprocessing as mp
 import os
@@ -307,6 +308,27 @@ def _take_idle(n: int) -> list["_Proc"]:
             else:
                 _end(w)
     return out
+
+
+@atexit.register
+def _end_idle_workers() -> None:
+    """At the driver's exit, the idle workers told to exit and given a second to do so.
+    Why: they are daemon processes, which multiprocessing's own exit handler (run after this
+    one) terminates with a signal, and a worker ended so leaves numba's thread-launch lock —
+    a named semaphore under the spawn context — registered: Python then warned of leaked
+    semaphores at every exit of a process that had searched. Exiting on their own, they
+    unlink it."""
+    with _IDLE_LOCK:
+        idle = [w for w, _ in _IDLE]
+        _IDLE.clear()
+    for w in idle:
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send(("stop", 0.0))
+    end = time.monotonic() + 1.0
+    for w in idle:
+        w.proc.join(max(0.0, end - time.monotonic()))
+        with contextlib.suppress(OSError):
+            w.conn.close()
 
 
 def _end(w: "_Proc") -> None:

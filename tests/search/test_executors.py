@@ -266,3 +266,21 @@ def test_the_next_search_takes_the_idle_workers_of_the_last(shared, monkeypatch)
     fourth.close()
     w4.proc.join(10.0)
     assert not w4.proc.is_alive()
+
+
+def test_a_process_that_searched_exits_without_leaking_semaphores():
+    """A process whose search left idle workers exits cleanly: the workers are told to exit
+    before multiprocessing's own exit handler would terminate them, so numba's lock in each
+    (a named semaphore under the spawn context, made when a worker's fingerprint first runs
+    the fused loops: inputs of a million elements) is unlinked, and Python's resource tracker
+    prints no "leaked semaphore" warning."""
+    import subprocess
+
+    code = ("import mugraph as mg; p = mg.Program('expmm'); "
+            "X = p.input('X', (16, 1024)); W = p.input('W', (1024, 1024)); V = p.input('V', (1024, 1024)); "
+            "p.output(mg.exp(X @ W) * (X @ V)); "
+            "mg.superoptimize(p, {'search': {'time_limit': 8.0, 'workers': 2}}, device='cpu', cache_dir=False, "
+            "progress=False); import search.executors as e; assert e._IDLE, 'no idle worker to end'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "leaked semaphore" not in done.stderr, done.stderr[-2000:]
