@@ -98,6 +98,12 @@ class SearchConfig:
     compose_above: int = 9
     piece_ops: int = 6
     compose_share: float = 0.5
+    #: the share for a program with parallel contractions (``compose.parallel_contractions``:
+    #: neither reads the other's result), where the whole program's enumeration finds
+    #: nothing: LLaMA-3-8B's RMSNorm with its q and k projections
+    #: (H200, 2026-12-03) enumerated none in 8 s after its composition's projections part had
+    #: 4.0 s of a 5 s share and found none (one core finds their first kernel at 3.9–4.0 s)
+    compose_share_parallel: float = 0.75
     #: piece candidates combined (cheapest combinations first)
     compose_combinations: int = 16
     #: also propose the program with each run of its element-wise ops as one kernel and every
@@ -185,6 +191,7 @@ RULES: dict[str, tuple] = {
     "split_seconds": (lambda v: v is None or (_num(v) and v >= 0), "a number of seconds >= 0, or None"),
     "verify_reserve": (lambda v: _num(v) and v >= 0, "a number of seconds >= 0"),
     "compose_share": (lambda v: _num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
+    "compose_share_parallel": (lambda v: _num(v) and 0 < v <= 1, "a fraction in (0, 1]"),
     "verify_error": (lambda v: _num(v) and 0 < v < 1, "a probability in (0, 1)"),
     "distribute": (lambda v: v in ("factor", "both"), "'factor' or 'both'"),
     "executor": (lambda v: v in ("processes", "serial", "ray"), "'processes', 'serial' or 'ray'"),

@@ -14,6 +14,7 @@ from mugraph.core.ir import Program
 from mugraph.core.serialize import graph_to_json
 
 from .checkpoint import Checkpoint
+from .compose import parallel_contractions
 from .config import SearchConfig
 from .derive import composed, sequential
 from .enumerate import Searcher
@@ -78,7 +79,8 @@ def resume(state: RunState) -> None:
 
 
 def search_pieces(state: RunState, search_piece: PieceSearch) -> None:
-    """Deep programs: pieces first (a share of the time; 60 s without a limit), then the
+    """Deep programs: pieces first (a share of the time, a larger one where two contractions
+    are parallel and the enumeration finds nothing; 60 s without a limit), then the
     whole-program enumeration. Piece searches stop on their time share, so with a tight
     limit what they propose can depend on the machine's speed (not on scheduling); the
     checkpoint covers the enumeration only — a resumed search redoes the pieces."""
@@ -86,6 +88,7 @@ def search_pieces(state: RunState, search_piece: PieceSearch) -> None:
         return
     state.set_phase("pieces")
     deadline = state.clock.deadline
-    budget = 60.0 if deadline is None else state.cfg.compose_share * (deadline - time.monotonic())
+    share = state.cfg.compose_share_parallel if parallel_contractions(state.program) else state.cfg.compose_share
+    budget = 60.0 if deadline is None else share * (deadline - time.monotonic())
     state.derived += composed(state.program, state.cfg, budget, sequential(state.checker), state.dstats,
                               search_piece, deadline, state.estimate)

@@ -461,3 +461,12 @@ def test_two_projections_of_different_operands_are_composed_below_the_op_count()
     x, w, v = (chained.input(n, s, "float32") for n, s in (("X", (1, 64)), ("W", (64, 64)), ("V", (64, 64))))
     chained.output((x @ w) @ v)
     assert not separate_contractions(chained)
+
+    # parallel: separate, or siblings reading one activation (two projections of it); a chain is neither
+    from search.compose import parallel_contractions
+    siblings = mg.Program("siblings")
+    x, w, v = (siblings.input(n, s, "float32") for n, s in (("X", (1, 64)), ("W", (64, 64)), ("V", (64, 32))))
+    siblings.output(x @ w)
+    siblings.output(x @ v)
+    assert parallel_contractions(p) and parallel_contractions(siblings) and not separate_contractions(siblings)
+    assert not parallel_contractions(chained)
