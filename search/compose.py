@@ -95,14 +95,8 @@ def partition(program: Program, max_ops: int, max_cut: int = 3,
     return None
 
 
-def separate_contractions(program: Program) -> bool:
-    """Whether ``program`` holds two contractions that read no tensor in common and neither
-    of which reads the other's result: two loops over different operands, which no kernel
-    spells as one and no fusion merges (:func:`search.rewrite.fuse` inlines loop-free kernels
-    only) — its μGraphs have a kernel each at least, a depth the enumeration reaches slowly
-    however few its ops. Phi-2's output projection beside its MLP's second one (8 ops, their
-    biases and the residual): nothing in 16 s of enumeration on an H200's 16 cores; cut into
-    pieces, 3-kernel μGraphs in 21 s on 2 CPU cores."""
+def _unlinked_contractions(program: Program) -> list[tuple]:
+    """Pairs of contractions of ``program`` neither of which reads the other's result."""
     ops = [op for op in program.ops if op.kind != "input"]
     made = {t: op for op in ops for t in op.outputs}
     upstream: dict[int, set[int]] = {}
@@ -113,8 +107,19 @@ def separate_contractions(program: Program) -> bool:
                 ups |= {made[t].id} | upstream[made[t].id]
         upstream[op.id] = ups
     contractions = [op for op in ops if is_contraction(op.kind)]
-    return any(not set(a.inputs) & set(b.inputs) and a.id not in upstream[b.id] and b.id not in upstream[a.id]
-               for a, b in itertools.combinations(contractions, 2))
+    return [(a, b) for a, b in itertools.combinations(contractions, 2)
+            if a.id not in upstream[b.id] and b.id not in upstream[a.id]]
+
+
+def separate_contractions(program: Program) -> bool:
+    """Whether ``program`` holds two contractions that read no tensor in common and neither
+    of which reads the other's result: two loops over different operands, which no kernel
+    spells as one and no fusion merges (:func:`search.rewrite.fuse` inlines loop-free kernels
+    only) — its μGraphs have a kernel each at least, a depth the enumeration reaches slowly
+    however few its ops. Phi-2's output projection beside its MLP's second one (8 ops, their
+    biases and the residual): nothing in 16 s of enumeration on an H200's 16 cores; cut into
+    pieces, 3-kernel μGraphs in 21 s on 2 CPU cores."""
+    return any(not set(a.inputs) & set(b.inputs) for a, b in _unlinked_contractions(program))
 
 
 def parallel_contractions(program: Program) -> bool:
@@ -124,14 +129,7 @@ def parallel_contractions(program: Program) -> bool:
     whole program's enumeration found none (LLaMA-3-8B's RMSNorm with its q and k
     projections: nothing in 8 s on an H200, nothing but composed graphs and their retiles in
     40 s on 2 CPU cores)."""
-    ops = [op for op in program.ops if op.kind != "input"]
-    made = {t: op for op in ops for t in op.outputs}
-    upstream: dict[int, set[int]] = {}
-    for op in ops:
-        upstream[op.id] = set().union(*[{made[t].id} | upstream[made[t].id] for t in op.inputs if t in made])
-    contractions = [op for op in ops if is_contraction(op.kind)]
-    return any(a.id not in upstream[b.id] and b.id not in upstream[a.id]
-               for a, b in itertools.combinations(contractions, 2))
+    return bool(_unlinked_contractions(program))
 
 
 def _sibling_contractions(ops: list) -> list[tuple[int, int]]:
