@@ -38,7 +38,7 @@ import torch
 
 from mugraph.core.checks import _is_sequence, short, strict_int
 from mugraph.core.errors import ArgumentTypeError, ConfigError, InputError, MugraphError, ResourceError
-from mugraph.core.ir import BlockGraph, KernelGraph
+from mugraph.core.ir import DEFAULT_SMEM_BUDGET, BlockGraph, KernelGraph
 from mugraph.core.ops import is_contraction
 
 from .cold_inputs import cycling, rotated_sets
@@ -46,11 +46,12 @@ from .compile_guard import bounded_compiles
 from .config import MAX_STAGES, MAX_WARPS, KernelConfig, KernelConfigError, configs_for
 from .cost_model import DeviceParams, default_params, estimate, for_timing, residency
 from .layout import k_major, solve as solve_layout
+from .memory import padded_shared_memory
 from .plan import KernelPlan, plan
 from .precompile import Precompiler, kernel_job, shared as shared_precompiler, summary as precompile_summary
 from .runtime import capture_graph, compile as lower_compile
 from .testing import random_inputs, rel_error
-from .tiles import DOT_MIN, SMALL_MM, loop_chunks, per_frozen_block, shared_analyses
+from .tiles import CORE_PRODUCT_MAX, DOT_MIN, SMALL_MM, core_product, loop_chunks, per_frozen_block, shared_analyses
 from .tuning_order import ErrorModel, layout_steps
 
 
@@ -123,12 +124,19 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
     ``menu``) that differ from ``tl.dot`` everywhere: ``"v"`` when some matmul has a
     real m or n below 16, ``"va"`` when one of those also feeds an accumulator
     directly (and its un-reduced product fits :data:`lower.tiles.DEFER_MAX`).
-    ``"dot"`` always, first."""
+    ``"dot"`` always, first. Neither CUDA-core mode where its broadcast product passes
+    :data:`lower.tiles.CORE_PRODUCT_MAX` while the ``tl.dot`` form fits shared memory: it
+    spills, and its trials cost seconds each."""
+    def the_plan(mm: str) -> KernelPlan:
+        return plan(block, KernelConfig(sub=sub, chunk=chunk, small_mm=mm))
+
     def info(mm: str):
-        return plan(block, KernelConfig(sub=sub, chunk=chunk, small_mm=mm)).info
+        return the_plan(mm).info
 
     modes = ["dot"]
-    if ("v" in menu or "va" in menu) and info("v").dot_ops != info("dot").dot_ops:
+    if (("v" in menu or "va" in menu) and info("v").dot_ops != info("dot").dot_ops
+            and (core_product(info("v")) <= CORE_PRODUCT_MAX
+                 or padded_shared_memory(the_plan("dot")) > DEFAULT_SMEM_BUDGET)):
         if "v" in menu:
             modes.append("v")
         if "va" in menu and info("va").deferred:

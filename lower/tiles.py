@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 from weakref import WeakKeyDictionary
 
-from mugraph.core.ir import RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
+from mugraph.core.ir import DEFAULT_REGISTER_BUDGET, RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.core.unionfind import UnionFind
 
@@ -57,6 +57,21 @@ DOT_MIN = 16
 #   over k once after the loop (no per-step reduction; ``m·k·n`` fp32 registers,
 #   so only offered while that stays under :data:`DEFER_MAX`).
 #
+
+CORE_PRODUCT_MAX = DEFAULT_REGISTER_BUDGET // 4
+"""Most fp32 elements the broadcast product ``a[m, k, None] * b[None, k, n]`` of a small
+matmul on the CUDA cores (``"v"``/``"va"``, :func:`core_product`) may hold per program for
+the tuner to try it where the same tiling runs on ``tl.dot``: an SM's whole register file
+(64 K 32-bit registers). A larger product fits no program's registers at any warp count, and
+the compiler spills it to local memory (:func:`lower.profile.small_mm_modes`). Eight decode
+rows times LLaMA-3-8B's projections (H200): products of 131,072 elements (8 × 512 × 32, 1,024
+registers a thread at 4 warps) ran 4.4–110× slower than the same tiles on ``tl.dot`` (23.5
+against 5.4 μs, up to 6,987 against 63.9), and each took 2.4–13.9 s of its piece's tuning to
+compile and time, where a trial takes about 0.5 s. The recorded one-row sweeps
+(``lower/data/h200_sweeps.jsonl.gz``) hold products of at most 32,768 elements (0.46–5.7×
+their ``tl.dot`` twins: the tuner times both). Where ``tl.dot`` does not fit (its padded
+tiles pass shared memory) a larger product is still offered: it runs, slowly — one row times
+a 2,560-deep loop-free step of 32 columns (81,920 elements) ran 27.1 μs (H200)."""
 
 DEFER_MAX = 16384
 """Most fp32 elements (64 KB of registers per program) the un-reduced ``"va"``
@@ -327,6 +342,22 @@ def _pick_dots(info: TileInfo, matmuls: list, unit: set[int] = frozenset()) -> N
             info.dot_ops.add(op.id)
             for c in mnk:
                 ext[c] = max(ext[c], DOT_MIN)
+
+
+def core_product(info: TileInfo) -> int:
+    """fp32 elements of the largest broadcast product one program of ``info``'s block makes
+    for a matmul on the CUDA cores (not in ``info.dot_ops``): batch dims × m × k × n at the
+    tiles' unpadded power-of-two extents; 0 when every matmul is a ``tl.dot``."""
+    out = 0
+    for op in info.block.ops:
+        if not is_contraction(op.kind) or op.id in info.dot_ops:
+            continue
+        a, b = op.inputs
+        ks = [info.cls[(x.id, x.ndim - 1)] for x, _ in info.pairs[op.id]] if op.id in info.pairs \
+            else [info.cls[(a.id, a.ndim - 1)]]
+        dims = [info.cls[(a.id, d)] for d in range(a.ndim - 1)] + [info.cls[(b.id, b.ndim - 1)], *ks]
+        out = max(out, math.prod(info.ext[c] for c in dims))
+    return out
 
 
 def _deferrable(block: BlockGraph, info: TileInfo, matmuls: list, loop: frozenset[int]) -> set[int]:

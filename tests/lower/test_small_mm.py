@@ -98,6 +98,50 @@ def test_small_m_is_not_padded_to_16():
     assert info["dot"].padded(b3)[0] == 16 and info["v"].padded(b3)[0] == 2
 
 
+def _gemv(rows: int, k: int = 2048, n: int = 128, cols: int = 64, steps: int = 256) -> mg.KernelGraph:
+    """``X(rows × k) @ W(k × n)``: blocks of ``cols`` columns, loops of ``steps``-deep steps."""
+    kg = mg.KernelGraph(f"gemv_{rows}")
+    X, W = kg.input("X", (rows, k), "float32"), kg.input("W", (k, n), "float32")
+    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
+    bg.output(bg.accum(bg.input(X, imap=(None,), fmap=1) @ bg.input(W, imap=(1,), fmap=0)), omap=(1,))
+    (Y,) = kg.kernel(bg)
+    kg.output(Y)
+    return kg
+
+
+def test_a_product_beyond_the_register_file_is_not_tried_on_the_cuda_cores():
+    """The tuner offers no CUDA-core lowering whose broadcast product per program would pass
+    the SM's whole register file (CORE_PRODUCT_MAX elements) where the same tiling fits on
+    tl.dot: 8 rows × a 256-deep step × 64 columns is 131,072 elements (2 rows: 32,768; 8 rows
+    of 128-deep steps: 65,536, at the bound). Where tl.dot does not fit shared memory the
+    CUDA cores stay on offer (test_search_candidates_fit_with_cuda_core_matmuls)."""
+    import dataclasses
+
+    from lower.memory import padded_shared_memory
+    from lower.profile import first_round
+    from lower.tiles import CORE_PRODUCT_MAX, core_product
+    from mugraph.core.ir import DEFAULT_SMEM_BUDGET
+
+    def block(g):
+        return _blocks(g)[0].attrs["block"]
+
+    wide, narrow, at_bound = _gemv(8), _gemv(2), _gemv(8, steps=128)
+    assert core_product(plan(block(wide), KernelConfig(small_mm="v")).info) == 131072
+    assert small_mm_modes(block(wide)) == ["dot"]
+    assert "v" in small_mm_modes(block(narrow)) and "v" in small_mm_modes(block(at_bound))
+    def dot_fits(g, c) -> bool:
+        return padded_shared_memory(plan(block(g), dataclasses.replace(c, small_mm="dot"))) <= DEFAULT_SMEM_BUDGET
+
+    for g in (wide, narrow, at_bound):
+        cores = [c for c in first_round(block(g)) if c.small_mm != "dot"]
+        assert cores and all(core_product(plan(block(g), c).info) <= CORE_PRODUCT_MAX or not dot_fits(g, c)
+                             for c in cores)
+    # what "v" lowers is unchanged: the product on the CUDA cores, right against float64
+    prog = lower.compile(wide, device="cpu", configs={_blocks(wide)[0].id: KernelConfig(num_stages=2, small_mm="v")})
+    assert "tl.dot(" not in prog.triton_source()
+    assert max(check(prog, wide, random_inputs(wide, 0))) <= 1e-4
+
+
 def test_split_chunk_and_subtiles_with_cuda_core_matmuls():
     """The CUDA-core lowerings compose with every other freedom of the tuner."""
     for name in ("rmsnorm_matmul", "gated_mlp", "gqa"):
