@@ -64,7 +64,7 @@ matmul on the CUDA cores (``"v"``/``"va"``, :func:`core_product`) may hold per p
 the tuner to try it where the same tiling runs on ``tl.dot``: an SM's whole register file
 (64 K 32-bit registers). A larger product fits no program's registers at any warp count, and
 the compiler spills it to local memory (:func:`lower.profile.small_mm_modes`). Eight decode
-rows times LLaMA-3-8B's k, o and down projections (H200): products of 131,072 elements (8 ×
+rows times LLaMA-3-8B's v, o and down projections (H200): products of 131,072 elements (8 ×
 512 × 32, 1,024 registers a thread at 4 warps) ran 4.4–8.9× slower than the same tiles on
 ``tl.dot`` (23.5 against 5.4 μs, 80.6 against 11.1, 275 against 31), its gate·up 110× (6,987
 against 63.9); each such trial took 2.4–13.9 s of its piece's tuning to compile and time,
