@@ -130,17 +130,18 @@ def small_mm_modes(block: BlockGraph, sub: tuple = (), chunk: int = 1, menu=SMAL
     def the_plan(mm: str) -> KernelPlan:
         return plan(block, KernelConfig(sub=sub, chunk=chunk, small_mm=mm))
 
-    def info(mm: str):
-        return the_plan(mm).info
-
     modes = ["dot"]
-    if (("v" in menu or "va" in menu) and info("v").dot_ops != info("dot").dot_ops
-            and (core_product(info("v")) <= CORE_PRODUCT_MAX
-                 or padded_shared_memory(the_plan("dot")) > DEFAULT_SMEM_BUDGET)):
-        if "v" in menu:
-            modes.append("v")
-        if "va" in menu and info("va").deferred:
-            modes.append("va")
+    if "v" not in menu and "va" not in menu:
+        return modes
+    cores, dot = the_plan("v"), the_plan("dot")
+    if cores.info.dot_ops == dot.info.dot_ops:  # no small matmul: nothing moves off tl.dot
+        return modes
+    if core_product(cores.info) > CORE_PRODUCT_MAX and padded_shared_memory(dot) <= DEFAULT_SMEM_BUDGET:
+        return modes  # the product spills, and the tiling runs on tl.dot
+    if "v" in menu:
+        modes.append("v")
+    if "va" in menu and the_plan("va").info.deferred:
+        modes.append("va")
     return modes
 
 

@@ -330,11 +330,9 @@ def _pick_dots(info: TileInfo, matmuls: list, unit: set[int] = frozenset()) -> N
     of a grouped-query attention, (1, heads, rows, d) — was multiplied on the CUDA cores
     as a broadcast product of (heads, rows, d, keys) values, which spilled: 0.9–7 ms where
     the op-by-op program ran 30–36 μs (decode attention of 2,304 and 8,448 keys, H200)."""
-    cls, size, ext, pairs = info.cls, info.size, info.ext, info.pairs
+    size, ext = info.size, info.ext
     for op in matmuls:
-        a, b = op.inputs
-        mnk = [cls[(a.id, a.ndim - 2)], cls[(b.id, b.ndim - 1)]]
-        mnk += [cls[(x.id, x.ndim - 1)] for x, _ in pairs[op.id]] if op.id in pairs else [cls[(a.id, a.ndim - 1)]]
+        mnk = _mnk(info, op)
         if info.small_mm != "dot" and min(size[mnk[0]], size[mnk[1]]) < DOT_MIN:
             continue  # a small matmul: broadcast multiply-and-sum, no padding to 16
         m, n = size[mnk[0]], size[mnk[1]]
@@ -345,19 +343,25 @@ def _pick_dots(info: TileInfo, matmuls: list, unit: set[int] = frozenset()) -> N
                 ext[c] = max(ext[c], DOT_MIN)
 
 
+def _mnk(info: TileInfo, op: Op) -> list[int]:
+    """The dim classes of matmul ``op``: its m, its n, then every contracted k (one per
+    piece of a split concat's product, :func:`_concat_matmuls`)."""
+    a, b = op.inputs
+    ks = ([info.cls[(x.id, x.ndim - 1)] for x, _ in info.pairs[op.id]] if op.id in info.pairs
+          else [info.cls[(a.id, a.ndim - 1)]])
+    return [info.cls[(a.id, a.ndim - 2)], info.cls[(b.id, b.ndim - 1)], *ks]
+
+
 def core_product(info: TileInfo) -> int:
     """fp32 elements of the largest broadcast product one program of ``info``'s block makes
-    for a matmul on the CUDA cores (not in ``info.dot_ops``): batch dims × m × k × n at the
+    for a matmul on the CUDA cores (not in ``info.dot_ops``): batch dims × m × n × k at the
     tiles' unpadded power-of-two extents; 0 when every matmul is a ``tl.dot``."""
     out = 0
     for op in info.block.ops:
-        if not is_contraction(op.kind) or op.id in info.dot_ops:
-            continue
-        a, b = op.inputs
-        ks = [info.cls[(x.id, x.ndim - 1)] for x, _ in info.pairs[op.id]] if op.id in info.pairs \
-            else [info.cls[(a.id, a.ndim - 1)]]
-        dims = [info.cls[(a.id, d)] for d in range(a.ndim - 1)] + [info.cls[(b.id, b.ndim - 1)], *ks]
-        out = max(out, math.prod(info.ext[c] for c in dims))
+        if is_contraction(op.kind) and op.id not in info.dot_ops:
+            a = op.inputs[0]
+            batch = [info.cls[(a.id, d)] for d in range(a.ndim - 2)]
+            out = max(out, math.prod(info.ext[c] for c in (*batch, *_mnk(info, op))))
     return out
 
 
