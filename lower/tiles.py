@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, TypeVar
 from weakref import WeakKeyDictionary
 
-from mugraph.core.ir import DEFAULT_REGISTER_BUDGET, RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
+from mugraph.core.ir import RUNNING_MAX, SUM, BlockGraph, Op, Tensor, accum_monoid
 from mugraph.core.ops import adds_up, dim_map, folds, is_contraction, is_pointwise, is_rearrangement, joins
 from mugraph.core.unionfind import UnionFind
 
@@ -58,21 +58,21 @@ DOT_MIN = 16
 #   so only offered while that stays under :data:`DEFER_MAX`).
 #
 
-CORE_PRODUCT_MAX = DEFAULT_REGISTER_BUDGET // 4
-"""Most fp32 elements the broadcast product ``a[m, k, None] * b[None, k, n]`` of a small
-matmul on the CUDA cores (``"v"``/``"va"``, :func:`core_product`) may hold per program for
-the tuner to try it where the same tiling runs on ``tl.dot``: an SM's whole register file
-(64 K 32-bit registers). A larger product fits no program's registers at any warp count, and
-the compiler spills it to local memory (:func:`lower.profile.small_mm_modes`). Eight decode
-rows times LLaMA-3-8B's v, o and down projections (H200): products of 131,072 elements (8 ×
-512 × 32, 1,024 registers a thread at 4 warps) ran 4.4–8.9× slower than the same tiles on
-``tl.dot`` (23.5 against 5.4 μs, 80.6 against 11.1, 275 against 31), its gate·up 110× (6,987
-against 63.9); each such trial took 2.4–13.9 s of its piece's tuning to compile and time,
-where one on ``tl.dot`` took 0.1–1.1 s. The recorded one-row sweeps
-(``lower/data/h200_sweeps.jsonl.gz``) hold products of at most 32,768 elements (0.46–5.7×
-their ``tl.dot`` twins: the tuner times both). Where ``tl.dot`` does not fit (its padded
-tiles pass shared memory) a larger product is still offered: it runs, slowly — one row times
-a 2,560-deep loop-free step of 32 columns (81,920 elements) ran 27.1 μs (H200)."""
+CORE_PRODUCT_MAX = 4 * 32 * 256
+"""Most fp32 elements the broadcast products ``a[m, k, None] * b[None, k, n]`` of a block's
+small matmuls on the CUDA cores (``"v"``/``"va"``, :func:`core_product`: all of them
+together, as one loop step holds them) may hold per program for the tuner to try them where
+the same tiling runs on ``tl.dot``: 256 values a thread at the first round's 4 warps, the
+most registers (255) a thread has. Measured on the H200: the recorded one-row sweeps
+(``lower/data/h200_sweeps.jsonl.gz``) reach 32,768 elements and run 0.46–2.8× their ``tl.dot``
+twins (the tuner times both); past it the compiler spills. Eight decode rows times LLaMA-3-8B's
+projections: its gate·up at 64-column tiles, two products of 32,768 (65,536 together), ran
+1,491 μs against 60.4 on ``tl.dot``; products of 131,072 ran 4.4–110× slower (v 23.5 against
+5.4 μs, o 80.6 against 11.1, down 275 against 31, gate·up 5,720–6,987 against 64); each such
+trial took 2.4–13.9 s of its piece's tuning to compile and time, where one on ``tl.dot`` took
+0.1–1.1 s. Where ``tl.dot`` does not fit (its padded tiles pass shared memory) a larger product
+is still offered: it runs, slowly — one row times a 2,560-deep loop-free step of 32 columns
+(81,920 elements) ran 27.1 μs (H200)."""
 
 DEFER_MAX = 16384
 """Most fp32 elements (64 KB of registers per program) the un-reduced ``"va"``
@@ -353,15 +353,16 @@ def _mnk(info: TileInfo, op: Op) -> list[int]:
 
 
 def core_product(info: TileInfo) -> int:
-    """fp32 elements of the largest broadcast product one program of ``info``'s block makes
-    for a matmul on the CUDA cores (not in ``info.dot_ops``): batch dims × m × n × k at the
-    tiles' unpadded power-of-two extents; 0 when every matmul is a ``tl.dot``."""
+    """fp32 elements of the broadcast products one program of ``info``'s block makes for its
+    matmuls on the CUDA cores (not in ``info.dot_ops``), all of them together: batch dims × m ×
+    n × k each, at the tiles' unpadded power-of-two extents; 0 when every matmul is a
+    ``tl.dot``. Together, because a gated MLP's two products are live in the same loop step."""
     out = 0
     for op in info.block.ops:
         if is_contraction(op.kind) and op.id not in info.dot_ops:
             a = op.inputs[0]
             batch = [info.cls[(a.id, d)] for d in range(a.ndim - 2)]
-            out = max(out, math.prod(info.ext[c] for c in (*batch, *_mnk(info, op))))
+            out += math.prod(info.ext[c] for c in (*batch, *_mnk(info, op)))
     return out
 
 

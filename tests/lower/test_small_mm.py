@@ -52,9 +52,10 @@ def test_the_references_with_small_matmuls_are_found():
     # rmsnorm_matmul (m = 2), gated_mlp (m = 8), gqa / qknorm_gqa (n = 4) at the test shapes
     assert {n for n, _, _ in SMALL_REFS} >= {"rmsnorm_matmul", "gated_mlp", "gqa", "qknorm_gqa"}
     assert not small_mm_modes(_blocks(reference("ntrans", small=True))[0].attrs["block"])[1:]
-    # at the benchmark shapes: rmsnorm_matmul b=1 (m = 2) and gated_mlp b=1 (m = 8), not b=8 (16, 64)
+    # at the benchmark shapes: rmsnorm_matmul b=1 (m = 2), not b=8 (16); gated_mlp b=1 (m = 8)
+    # has a small matmul but its two products pass CORE_PRODUCT_MAX together (the next test)
     assert "v" in small_mm_modes(_blocks(reference("rmsnorm_matmul", b=1))[0].attrs["block"])
-    assert "v" in small_mm_modes(_blocks(reference("gated_mlp", b=1))[0].attrs["block"])
+    assert small_mm_modes(_blocks(reference("gated_mlp", b=1))[0].attrs["block"]) == ["dot"]
     assert small_mm_modes(_blocks(reference("rmsnorm_matmul", b=8))[0].attrs["block"]) == ["dot"]
     assert small_mm_modes(_blocks(reference("gated_mlp", b=8))[0].attrs["block"]) == ["dot"]
 
@@ -110,11 +111,12 @@ def _gemv(rows: int, k: int = 2048, n: int = 128, cols: int = 64, steps: int = 2
 
 
 def test_a_product_beyond_the_register_file_is_not_tried_on_the_cuda_cores():
-    """The tuner offers no CUDA-core lowering whose broadcast product per program would pass
-    the SM's whole register file (CORE_PRODUCT_MAX elements) where the same tiling fits on
-    tl.dot: 8 rows × a 256-deep step × 64 columns is 131,072 elements (2 rows: 32,768; 8 rows
-    of 128-deep steps: 65,536, at the bound). Where tl.dot does not fit shared memory the
-    CUDA cores stay on offer (test_search_candidates_fit_with_cuda_core_matmuls)."""
+    """The tuner offers no CUDA-core lowering whose broadcast products per program, all of
+    them together, would pass 256 values a thread at 4 warps (CORE_PRODUCT_MAX elements)
+    where the same tiling fits on tl.dot: 8 rows × a 256-deep step × 64 columns is 131,072
+    elements (2 rows: 32,768, and 8 rows of 64-deep steps, at the bound, are offered); a
+    gated MLP's two products of 32,768 each are 65,536 together. Where tl.dot does not fit
+    shared memory the CUDA cores stay on offer (test_search_candidates_fit_with_cuda_core_matmuls)."""
     import dataclasses
 
     from lower.memory import padded_shared_memory
@@ -125,14 +127,18 @@ def test_a_product_beyond_the_register_file_is_not_tried_on_the_cuda_cores():
     def block(g):
         return _blocks(g)[0].attrs["block"]
 
-    wide, narrow, at_bound = _gemv(8), _gemv(2), _gemv(8, steps=128)
+    wide, narrow, at_bound = _gemv(8), _gemv(2), _gemv(8, steps=64)
+    gated = reference("gated_mlp", b=1, dtype="float32")
     assert core_product(plan(block(wide), KernelConfig(small_mm="v")).info) == 131072
-    assert small_mm_modes(block(wide)) == ["dot"]
+    assert core_product(plan(block(at_bound), KernelConfig(small_mm="v")).info) == CORE_PRODUCT_MAX
+    assert core_product(plan(block(gated), KernelConfig(small_mm="v")).info) == 2 * 8 * 64 * 64
+    assert small_mm_modes(block(wide)) == ["dot"] and small_mm_modes(block(gated)) == ["dot"]
     assert "v" in small_mm_modes(block(narrow)) and "v" in small_mm_modes(block(at_bound))
+
     def dot_fits(g, c) -> bool:
         return padded_shared_memory(plan(block(g), dataclasses.replace(c, small_mm="dot"))) <= DEFAULT_SMEM_BUDGET
 
-    for g in (wide, narrow, at_bound):
+    for g in (wide, narrow, at_bound, gated):
         cores = [c for c in first_round(block(g)) if c.small_mm != "dot"]
         assert cores and all(core_product(plan(block(g), c).info) <= CORE_PRODUCT_MAX or not dot_fits(g, c)
                              for c in cores)
