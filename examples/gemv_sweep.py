@@ -38,7 +38,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-import mugraph as mg  # noqa: E402
 from lower import KernelConfig  # noqa: E402
 from lower.config import parse_sub  # noqa: E402
 from lower.calibration import spearman  # noqa: E402
@@ -47,34 +46,9 @@ from lower.cold_inputs import rotated_sets  # noqa: E402
 from lower.profile import measure_on  # noqa: E402
 from lower.runtime import compile as lower_compile  # noqa: E402
 from lower.testing import rel_error  # noqa: E402
-from mugraph.core.benchmarks.handwritten import gated_mlp, rmsnorm_matmul  # noqa: E402
+from mugraph.core.benchmarks.handwritten import GEMV_FORMS, gated_mlp, gemv  # noqa: E402
 from mugraph.core.benchmarks.torch_versions import activation  # noqa: E402
 from mugraph.core.serialize import graph_to_json  # noqa: E402
-
-
-FORMS = ("plain", "residual", "norm")
-
-
-def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
-         dtype: str = "float16") -> mg.KernelGraph:
-    """``X @ W``: ``n / cols`` blocks, each a ``cols``-wide column slice of W, its loop
-    walking K ``steps`` rows at a time. ``form`` (:data:`FORMS`): ``"residual"`` adds a row
-    ``R`` after the loop; ``"norm"`` is the benchmark's rmsnorm_matmul at ``rows`` rows
-    (X times ``g`` in the loop, X² summed beside the product, divided by the root mean
-    square after it: an RMSNorm fused into the projection, without its epsilon)."""
-    if form == "norm":
-        return rmsnorm_matmul(hidden=k, out=n, dtype=dtype, col_tile=cols, loop=k // steps, rows=rows)
-    kg = mg.KernelGraph(f"gemv_{form}_{rows}x{k}x{n}")
-    X, W = kg.input("X", (rows, k), dtype), kg.input("W", (k, n), dtype)
-    R = kg.input("R", (rows, n), dtype) if form == "residual" else None
-    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    out = bg.accum(bg.input(X, imap=(None,), fmap=1) @ bg.input(W, imap=(1,), fmap=0))
-    if R is not None:
-        out = out + bg.input(R, imap=(1,))
-    bg.output(out, omap=(1,))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
-    return kg
 
 
 def configs(forloop: int, splits, warps, stages, small_mm, chunks=(1,), subs=((),), combines=("last",),
@@ -143,7 +117,7 @@ def main() -> int:
                          "own copy of the weights, read from DRAM as in a model's step)")
     ap.add_argument("--gated", default=None, choices=["silu", "gelu_tanh"],
                     help="sweep ACT(X @ W1) * (X @ W2) in one kernel instead of X @ W")
-    ap.add_argument("--form", default="plain", choices=FORMS,
+    ap.add_argument("--form", default="plain", choices=GEMV_FORMS,
                     help="X @ W; X @ W + R (residual); rms_norm(X)·g @ W (norm)")
     ap.add_argument("--dtype", default="float16", choices=["float16", "bfloat16"])
     args = ap.parse_args()

@@ -24,7 +24,8 @@ from lower.testing import check
 from mugraph.core.interpreter import evaluate
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-from gemv_sweep import configs, gemv  # noqa: E402
+from gemv_sweep import configs  # noqa: E402
+from mugraph.core.benchmarks.handwritten import gemv  # noqa: E402
 
 
 def _gemv(k: int, n: int, cols: int, steps: int) -> tuple[mg.KernelGraph, int]:

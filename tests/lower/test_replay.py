@@ -3,8 +3,6 @@ own first round, climb and sweeps, each timing answered from a sweep's record.""
 
 from __future__ import annotations
 
-import os
-import sys
 
 import pytest
 
@@ -14,8 +12,7 @@ from lower.replay import replay
 from mugraph.core.serialize import graph_from_json
 from mugraph.core.text import kernel_structure
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-from gemv_sweep import gemv  # noqa: E402
+from mugraph.core.benchmarks.handwritten import gemv
 
 
 def test_the_tuner_times_a_one_row_projections_near_fastest_config_within_two_timings():

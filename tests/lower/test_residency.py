@@ -103,8 +103,7 @@ def test_a_deep_one_row_step_holds_its_dot_operands_past_what_a_thread_has():
     384 registers a thread — and spills (Triton's ptxas for sm_90a: 19,888 bytes of spill
     stores; it ran 19.0 μs on an H200 where the model had priced 14.4); 512 deep it does not
     (144 registers compiled)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
-    from gemv_sweep import gemv
+    from mugraph.core.benchmarks.handwritten import gemv
 
     kg = gemv(1, 8192, 3072, 32, 128, "residual", "bfloat16")
     op = next(o for o in kg.ops if o.kind == "graph_defined")

@@ -9,14 +9,11 @@ the first at 16.2 μs and ranked it above the second. CPU only: prices, nothing 
 
 from __future__ import annotations
 
-import os
-import sys
 
 from lower.config import KernelConfig
 from lower.cost_model import H200, breakdown, estimate, for_timing
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-from gemv_sweep import gemv  # noqa: E402
+from mugraph.core.benchmarks.handwritten import gemv
 
 DRAM = for_timing(H200, "dram")
 

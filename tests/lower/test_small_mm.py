@@ -23,7 +23,7 @@ from lower.profile import SMALL_MM_MENU, layout_choices, small_mm_modes
 from lower.testing import check, random_graph, random_inputs
 from lower.plan import plan
 from lower.tiles import SMALL_MM
-from mugraph.core.benchmarks import PROGRAMS, reference
+from mugraph.core.benchmarks import PROGRAMS, handwritten, reference
 from online_graphs import decode_ugraph
 
 TOL = {"float32": 1e-4, "float16": 2e-2}
@@ -100,14 +100,8 @@ def test_small_m_is_not_padded_to_16():
 
 
 def _gemv(rows: int, k: int = 2048, n: int = 128, cols: int = 64, steps: int = 256) -> mg.KernelGraph:
-    """``X(rows × k) @ W(k × n)``: blocks of ``cols`` columns, loops of ``steps``-deep steps."""
-    kg = mg.KernelGraph(f"gemv_{rows}")
-    X, W = kg.input("X", (rows, k), "float32"), kg.input("W", (k, n), "float32")
-    bg = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=k // steps)
-    bg.output(bg.accum(bg.input(X, imap=(None,), fmap=1) @ bg.input(W, imap=(1,), fmap=0)), omap=(1,))
-    (Y,) = kg.kernel(bg)
-    kg.output(Y)
-    return kg
+    """``X(rows × k) @ W(k × n)`` in fp32: blocks of ``cols`` columns, loops of ``steps``-deep steps."""
+    return handwritten.gemv(rows, k, n, cols, steps, "plain", "float32")
 
 
 def test_a_product_beyond_the_register_file_is_not_tried_on_the_cuda_cores():

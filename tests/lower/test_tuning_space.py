@@ -286,20 +286,11 @@ def test_the_first_round_starts_large_tiles_at_eight_warps():
 
 
 def _gemv(k: int, n: int, cols: int, steps: int):
-    """One row times a (k, n) weight plus a bias row, ``n / cols`` programs, ``k / steps`` loop
-    steps (loop-free at ``steps == k``)."""
-    import mugraph as mg
+    """One row times a (k, n) weight plus a residual row, ``n / cols`` programs, ``k / steps``
+    loop steps (loop-free at ``steps == k``)."""
+    from mugraph.core.benchmarks.handwritten import gemv
 
-    g = mg.KernelGraph("gemv")
-    x, w, r = g.input("X", (1, k), "bfloat16"), g.input("W", (k, n), "bfloat16"), g.input("R", (1, n), "bfloat16")
-    loop = k // steps
-    b = mg.BlockGraph(grid=(n // cols, 1, 1), forloop=loop)
-    xt = b.input(x, (None,), 1 if loop > 1 else None)
-    wt = b.input(w, (1,), 0 if loop > 1 else None)
-    b.output(b.accum(xt @ wt) + b.input(r, (1,)), (1,))
-    (y,) = g.kernel(b)
-    g.output(y)
-    return g
+    return gemv(1, k, n, cols, steps, "residual", "bfloat16")
 
 
 def test_a_loop_free_product_on_the_cuda_cores_holds_its_operands_in_registers():
@@ -582,14 +573,11 @@ def test_a_lowering_faster_at_the_first_pick_is_not_imposed_where_the_model_pric
     17.1 μs against tl.dot's 18.1, and of 32-column programs at split-K 4 and 8 in 23.2 and 38.2
     against 15.5 and 15.7. Here the CUDA-core lowering is faster at the first pick's layout
     only: the later factors are still timed in tl.dot."""
-    import os
-    import sys
 
     from lower.cost_model import H200, for_timing
     from lower.profile import CONFORM_SPREAD, SMALL_MM_MENU, _space, tune
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
-    from gemv_sweep import gemv
+    from mugraph.core.benchmarks.handwritten import gemv
 
     g = gemv(1, 8192, 3072, 32, 128, "residual", "bfloat16")
     op = _kernel(g)

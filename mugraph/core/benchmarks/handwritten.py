@@ -71,6 +71,37 @@ def gated_mlp(b: int = 1, hidden: int = 4096, out: int = 4096, dtype: str = "flo
     return kg
 
 
+#: the forms of :func:`gemv`
+GEMV_FORMS = ("plain", "residual", "norm")
+
+
+def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
+         dtype: str = "float16") -> KernelGraph:
+    """``X(rows × k) @ W(k × n)``, a skinny projection: ``n / cols`` blocks, each a
+    ``cols``-wide column slice of W, its loop walking K ``steps`` rows at a time (loop-free
+    at ``steps == k``). ``form`` (:data:`GEMV_FORMS`): ``"residual"`` adds a row block ``R``
+    after the loop; ``"norm"`` is :func:`rmsnorm_matmul` at ``rows`` rows (an RMSNorm fused
+    into the projection, without its epsilon). The tuner's and cost model's tests and
+    ``examples/gemv_sweep.py`` build their projections with it."""
+    if form not in GEMV_FORMS:
+        raise ValueError(f"gemv: form={form!r}: choose from {GEMV_FORMS}")
+    if form == "norm":
+        return rmsnorm_matmul(hidden=k, out=n, dtype=dtype, col_tile=cols, loop=k // steps, rows=rows)
+    kg = KernelGraph(f"gemv_{form}_{rows}x{k}x{n}")
+    X, W = kg.input("X", (rows, k), dtype), kg.input("W", (k, n), dtype)
+    R = kg.input("R", (rows, n), dtype) if form == "residual" else None
+    loop = k // steps
+    bg = BlockGraph(grid=(n // cols, 1, 1), forloop=loop)
+    out = bg.accum(bg.input(X, imap=(None,), fmap=1 if loop > 1 else None)
+                   @ bg.input(W, imap=(1,), fmap=0 if loop > 1 else None))
+    if R is not None:
+        out = out + bg.input(R, imap=(1,))
+    bg.output(out, omap=(1,))
+    (Y,) = kg.kernel(bg)
+    kg.output(Y)
+    return kg
+
+
 def lora(b: int = 1, hidden: int = 256, out: int = 4096, rank: int = 16, dtype: str = "float16",
          col_tile: int = 64) -> KernelGraph:
     """One kernel using ``X@W + (X@A)@B = [X | X@A] @ [W ; B]`` (no loop)."""
