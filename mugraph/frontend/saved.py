@@ -73,18 +73,61 @@ def call_forward(model: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
     return _VALUE, out
 
 
-def portable_guards(entries: list) -> list[bool]:
+def portable_guards(entries: list, scope: dict | None = None) -> list[bool]:
     """The guards a saved compile keeps (a ``guard_filter_fn``): all but those on globals and
     those torch cannot save, which check an object's identity (a function, a class, a module,
-    a closure's cells) — true only within the process that traced it. What they guarded in
-    the tracing process is covered by the file's key (:func:`model_fingerprint`, mugraph's
-    and torch's versions)."""
+    a closure's cells) — true only within the process that traced it — and, given ``scope``
+    (the traced frame's locals), those reached through an object whose class is defined inside
+    a function or a class (:func:`_nested_class`): torch saves such an object as a plain
+    module, and a guard read through it cannot be built again in the loading process. What
+    they guarded in the tracing process is covered by the file's key (:func:`model_fingerprint`,
+    mugraph's and torch's versions)."""
     from torch._dynamo.guards import CheckFunctionManager
 
     unsaved = set(CheckFunctionManager.UNSUPPORTED_SERIALIZATION_GUARD_TYPES)
+    through = _ThroughNested(scope) if scope is not None else None
     return [not e.is_global and e.guard_type not in unsaved
             and not unsaved.intersection(getattr(e, "derived_guard_types", ()) or ())
+            and not (e.guard_type in _TYPE_CHECKS and e.has_value and _nested_class(e.value))
+            and not (through is not None and through(e))
             for e in entries]
+
+
+#: guards that check a value's type by the type's identity
+_TYPE_CHECKS = ("TYPE_MATCH", "BUILTIN_MATCH", "FAKE_SCRIPT_TYPE_MATCH")
+
+
+def _nested_class(value: Any) -> bool:
+    """Whether ``value``'s class is defined inside a function or a class, which no other
+    process can name: transformers 5.25 wraps functions such as ``apply_rotary_pos_emb`` in a
+    module of a class made per wrapped function (a tuple subclass is saved by its fields)."""
+    t = type(value)
+    return t.__qualname__ != t.__name__ and not isinstance(value, tuple)
+
+
+class _ThroughNested:
+    """Whether a guard's source passes through an object of a nested class
+    (:func:`_nested_class`), each prefix of its source evaluated once in the traced frame's
+    ``scope`` (a source that does not evaluate here is taken as not passing through one)."""
+
+    def __init__(self, scope: dict) -> None:
+        self.scope = scope
+        self.seen: dict[str, bool] = {}
+
+    def __call__(self, entry: Any) -> bool:
+        src = getattr(getattr(entry, "orig_guard", None), "originating_source", None)
+        src = getattr(src, "base", None)  # the guarded value's owners, not the value itself
+        while src is not None:
+            name = src.name() if callable(src.name) else src.name
+            if name not in self.seen:
+                try:
+                    self.seen[name] = _nested_class(eval(name, {"__builtins__": __builtins__}, {"L": self.scope}))
+                except Exception:  # noqa: BLE001 - a source torch builds with helpers of its own
+                    self.seen[name] = False
+            if self.seen[name]:
+                return True
+            src = getattr(src, "base", None)
+        return False
 
 
 def bytecode_missing() -> bool:
@@ -145,12 +188,14 @@ def call_signature(model: torch.nn.Module, args: tuple, kwargs: dict) -> Any:
 
 
 def model_fingerprint(model: torch.nn.Module) -> dict:
-    """What of ``model`` a saved compile depends on: its class, its configuration (a
+    """What of ``model`` a saved compile depends on: its class and the version of the library
+    that defines it (its code is what was traced), its configuration (a
     ``transformers`` model's ``config``), and every parameter's and buffer's name, shape,
     dtype and device — not their values, which the compiled graph reads at each call."""
     config = getattr(model, "config", None)
     to_json = getattr(config, "to_json_string", None)
-    return {"class": _qualname(model),
+    library = sys.modules.get(type(model).__module__.partition(".")[0])
+    return {"class": _qualname(model), "library": getattr(library, "__version__", None),
             "config": to_json(use_diff=False) if callable(to_json) else None,
             "state": [[n, list(t.shape), str(t.dtype), t.device.type]
                       for n, t in [*model.named_parameters(), *model.named_buffers()]]}
@@ -275,7 +320,8 @@ class SavedForward:
             # torch releases that hide aot_compile behind a flag read it when torch.compile runs
             with torch._dynamo.config.patch(enable_aot_compile=True):
                 compiled = torch.compile(call_forward, backend="mugraph", fullgraph=True, dynamic=False,
-                                         options={**self.options, "guard_filter_fn": portable_guards})
+                                         options={**self.options, "guard_filter_fn": functools.partial(
+                                             portable_guards, scope={"model": self.model, "args": args, "kwargs": kwargs})})
             return compiled.aot_compile(((self.model, args, kwargs), {}))
         except ConfigError:
             raise

@@ -117,6 +117,51 @@ def test_a_module_returning_a_tensor_is_saved_and_loaded(tmp_path, piece_cache, 
     assert [i["how"] for i in copy.info.values()] == ["loaded"]
 
 
+def _as_module(fn):
+    """``fn`` wrapped in a module of a class made here, per call — as transformers 5.25 wraps
+    functions it may replace by hub kernels (``apply_rotary_pos_emb``)."""
+    class Func(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+    return Func()
+
+
+def _halved(x, k=0.5):
+    return x * k
+
+
+class WithLocalClass(torch.nn.Module):
+    """A model holding a module of a class no other process can name, outside its submodules."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = NormLinear()
+        self.funcs = {"halved": _as_module(_halved)}
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.funcs["halved"](self.inner(x))
+
+
+def test_a_model_holding_an_object_of_a_local_class_is_saved_and_loaded(tmp_path, piece_cache, no_trace):
+    """The guards dynamo makes through such an object (its type, its function's closure and
+    defaults) cannot be saved, or cannot be built again from what was saved: they are left
+    out, the model's fingerprint standing for them, and the compile loads without a trace."""
+    x = torch.randn(4, 32)
+    opts = {**QUICK, "cache_dir": piece_cache}
+    torch.manual_seed(0)
+    m = WithLocalClass()
+    with torch.no_grad():
+        want = m(x)
+        torch.testing.assert_close(saved_forward(m, tmp_path, opts)(x), want)
+        _fresh_process_state()
+        torch.manual_seed(0)
+        again = WithLocalClass()
+        no_trace()
+        sf = saved_forward(again, tmp_path, opts)
+        torch.testing.assert_close(sf(x), want)
+    assert [i["how"] for i in sf.info.values()] == ["loaded"]
+
+
 def test_a_loaded_graph_with_no_stored_trace_is_traced_again(tmp_path, no_trace):
     """Without the stored ATen trace (``cache_dir=False``) the loaded graph is traced by the
     capture itself, so it must run as a module (its code generated at load); and it is not
