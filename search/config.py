@@ -39,6 +39,7 @@ class SearchConfig:
     max_graph_defined: int = 2
     max_block_ops: int = 11
     max_block_inputs: int = 4
+    #: tiles a block saves; a program with more outputs gets as many (``Searcher.max_outputs``)
     max_block_outputs: int = 2
     #: op kinds the search may use; None = the program's own kinds (+ ``sum`` at kernel level)
     kernel_ops: Optional[tuple[str, ...]] = None

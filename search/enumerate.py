@@ -103,6 +103,11 @@ class Searcher:
         self.in_labels, self.out_labels, self.reduced = lb.program_labels(program)
         self.targets = ex.output_exprs(program)
         self.out_shapes = [t.shape for t in program.outputs]
+        #: the most tiles a block saves: ``max_block_outputs``, or the program's outputs where
+        #: it has more — below that no one-kernel μGraph of it exists (an RMSNorm with its q,
+        #: k and v projections, three outputs, found nothing under the limit of 2; at 3 its
+        #: one pass over the activations in 8.3 s of 2 CPU workers, 4096 → 4096 + 1024 + 1024)
+        self.max_outputs = max(cfg.max_block_outputs, len(program.outputs))
         #: the outputs the program also reads (a projection's result that a later op scales): a
         #: block may save such a tile while it goes on using it, and a graph may read such a
         #: tensor after writing it out (:meth:`_reread_output`)
@@ -266,7 +271,7 @@ class Searcher:
 
     def _close(self, ks: _Level, inputs: tuple, mp: Mapping, bs: _Level) -> None:
         """Try to finish the block graph: save its frontier (post-loop tiles nobody uses), and
-        beside it, where ``max_block_outputs`` leaves room, the post-loop tiles read on whose
+        beside it, where :attr:`max_outputs` leaves room, the post-loop tiles read on whose
         expression is an output's the program reads again (:attr:`reread`)."""
         frontier, kept = [], []
         for i, (a, u) in enumerate(zip(bs.accs, bs.uses)):
@@ -278,9 +283,9 @@ class Searcher:
                 kept.append(i)  # an output the block reads on: saved beside the frontier
         if not frontier:
             return
-        if len(frontier) + len(kept) <= self.cfg.max_block_outputs:
+        if len(frontier) + len(kept) <= self.max_outputs:
             frontier += kept
-        elif len(frontier) > self.cfg.max_block_outputs:
+        elif len(frontier) > self.max_outputs:
             return
         options = [list(omaps(bs.shapes[i], bs.labs[i], mp.grid, mp.axis_classes)) for i in frontier]
         last = ks.last_key

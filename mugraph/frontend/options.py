@@ -67,7 +67,13 @@ MAX_PIECE_OPS = 9
 #: sizes a graph of dynamic shapes specializes under ``dynamic="auto"`` before the rest run
 #: as Inductor compiles it (:class:`FrontendOptions`)
 DYNAMIC_SIZES = 2
-MAX_PIECE_MATMULS = 2
+#: 3, of which more than 2 only where all project one activation (``partition.MAX_MIXED_MATMULS``):
+#: an RMSNorm's q, k and v projections in one piece, which the search makes one pass over the
+#: activations (a block saves as many tiles as its program has outputs); at 2 the v projection
+#: was a piece and a kernel of its own (5.8 μs a LLaMA-3-8B layer against a ~2 μs floor, H200).
+#: On the nine families' tiny layers that is all it changes: every MLP, attention and output
+#: projection is cut as at 2
+MAX_PIECE_MATMULS = 3
 
 #: Inductor settings for the graph with its μGraph pieces (``inductor_config``).
 #: ``combo_kernels``: Inductor launches independent small kernels of one region as one —
@@ -209,7 +215,8 @@ class FrontendOptions:
     ``max_piece_ops``, ``max_piece_matmuls``: a piece with more catalog ops or matmuls
     is cut on its cheapest edges into parts within both (``None``: no limit; §10.3); the
     element-wise ops computing a function of one value (an activation written out) count
-    as one op.
+    as one op, and more than two matmuls share a piece only as projections of one
+    activation (q, k and v).
     ``cache_dir``: where searched pieces are cached (``None``: mugraph's default,
     ``$MUGRAPH_CACHE_DIR`` or ``~/.cache/mugraph``; ``False``: no cache).
     ``search``: further ``search.SearchConfig`` fields (``workers``, ``executor``, …).

@@ -428,3 +428,32 @@ def test_a_piece_the_verifier_can_prove_is_not_cut_after_its_exponential():
     cap = from_torch(gated, r(4, 16), r(16, 32), r(16, 32), r(32, 16), max_piece_ops=None, max_piece_matmuls=None)
     (bp,) = cap.pieces
     assert [op.kind for op in bp.program.ops].count("matmul") == 3
+
+
+def test_projections_of_one_activation_share_a_piece_and_a_chain_of_three_does_not():
+    """At the default limits an RMSNorm's q, k and v projections are one piece (one pass over
+    the activations for the search to find), while a SiLU-gated MLP with its down projection —
+    three matmuls, one reading the others' product — is cut into gate·up and down."""
+    def qkv(x, g, wq, wk, wv):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        return F.linear(h, wq), F.linear(h, wk), F.linear(h, wv)
+
+    cap = from_torch(qkv, r(1, 16), r(16), r(32, 16), r(8, 16), r(8, 16))
+    lax_and_outside(cap)
+    assert [[op.kind for op in bp.program.ops].count("matmul") for bp in cap.pieces] == [3]
+
+    def mlp(x, w1, w2, w3, res):
+        return (F.silu(x @ w1) * (x @ w2)) @ w3 + res
+
+    cap = from_torch(mlp, r(1, 16), r(16, 32), r(16, 32), r(32, 16), r(1, 16))
+    lax_and_outside(cap)
+    assert sorted([op.kind for op in bp.program.ops].count("matmul") for bp in cap.pieces) == [1, 2]
+    # four projections of one activation: three share a piece, the fourth is cut off (and, a
+    # lone product, left to torch)
+    def four(x, g, a, b, c, d):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        return h @ a, h @ b, h @ c, h @ d
+
+    cap = from_torch(four, r(1, 16), r(16), *(r(16, 8) for _ in range(4)))
+    lax_and_outside(cap)
+    assert max([op.kind for op in bp.program.ops].count("matmul") for bp in cap.pieces) == 3

@@ -122,6 +122,25 @@ def test_outputs_of_one_shape_are_tiled_by_one_axis():
     assert cut and all(g.num_kernels == 1 for g in cut)
 
 
+def test_a_block_saves_as_many_tiles_as_the_program_has_outputs():
+    """Three projections of one activation (a layer's q, k and v): one kernel of them saves
+    three tiles, one more than ``max_block_outputs`` allows; below the program's output count
+    no one-kernel μGraph of it exists, and the search found none (an RMSNorm with its q, k
+    and v projections stayed three kernels' worth of pieces)."""
+    import search
+
+    p = mg.Program("three_projections")
+    x = p.input("X", (1, 64), "float32")
+    ws = [p.input(n, (64, c), "float32") for n, c in (("Wq", 256), ("Wk", 64), ("Wv", 64))]
+    for w in ws:
+        p.output(x @ w)
+    cfg = SearchConfig(time_limit=30, workers=1, progress=False, compose=False, split_loops=False, verify=False,
+                       max_kernel_ops=1)
+    assert cfg.max_block_outputs == 2
+    r = search.run(p, cfg)
+    assert r.graphs and all(g.num_kernels == 1 and len(g.outputs) == 3 for g in r.graphs)
+
+
 def _projection_and_its_half(first: str) -> mg.Program:
     """``t = X @ W + b`` and ``t / 2``, both outputs: the program reads its output ``t`` again
     (a projection whose pre-activation a later piece reads, and which is scaled here)."""
