@@ -314,7 +314,7 @@ def _projections_of_one_activation(members: set[fx.Node], info: dict[fx.Node, No
     """Whether every matmul of ``members`` reads one value in common (through views and
     casts) and none reads another's result within ``members``: projections of one
     activation, which one kernel computes in one pass over it."""
-    mms = [n for n in members if "matmul" in info[n].kinds]
+    mms = [n for n in members if _contracts(info[n])]
     common = set.intersection(*({_source(a, info) for a in n.all_input_nodes} for n in mms)) if mms else set()
     if not common:
         return False
