@@ -310,9 +310,16 @@ def _take_idle(n: int) -> list["_Proc"]:
     return out
 
 
+#: seconds the idle workers have to exit on their own when the driver exits: a worker tears
+#: its interpreter down in milliseconds on an idle machine, but at 1 s a test run of four
+#: processes on two cores saw one still exiting, killed, and its semaphore reported leaked
+EXIT_GRACE_S = 5.0
+
+
 @atexit.register
 def _end_idle_workers() -> None:
-    """At the driver's exit, the idle workers told to exit and given a second to do so.
+    """At the driver's exit, the idle workers told to exit and given :data:`EXIT_GRACE_S` to do so
+    (the wait ends as soon as they have).
     Why: they are daemon processes, which multiprocessing's own exit handler (run after this
     one) terminates with a signal, and a worker ended so leaves numba's thread-launch lock —
     a named semaphore under the spawn context — registered: Python then warned of leaked
@@ -324,7 +331,7 @@ def _end_idle_workers() -> None:
     for w in idle:
         with contextlib.suppress(OSError, ValueError):
             w.conn.send(("stop", 0.0))
-    end = time.monotonic() + 1.0
+    end = time.monotonic() + EXIT_GRACE_S
     for w in idle:
         w.proc.join(max(0.0, end - time.monotonic()))
         with contextlib.suppress(OSError):
