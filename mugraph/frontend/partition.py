@@ -174,6 +174,12 @@ def _bytes(n: fx.Node) -> int:
     return v.numel() * v.element_size() if isinstance(v, torch.Tensor) else 0
 
 
+def _moves(kinds) -> bool:
+    """Whether a node of these catalog ``kinds`` only moves its value: a view, or a float cast
+    (no kinds at all)."""
+    return all(is_rearrangement(k) for k in kinds)
+
+
 def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
     """(catalog ops, matmuls) of a set of nodes, as hard to search as they make a piece.
     Constants are not counted: the search hands a program's constants to every block graph
@@ -192,7 +198,7 @@ def _size(nodes, info: dict[fx.Node, NodeInfo]) -> tuple[int, int]:
     for n in sorted(members):
         kinds = [k for k in info[n].kinds if category(k) is not Category.CONSTANT]
         mms += kinds.count("matmul")
-        moves = all(is_rearrangement(k) for k in kinds)  # a view, or a float cast (no kinds)
+        moves = _moves(kinds)  # a view, or a float cast (no kinds)
         pointwise = not moves and all(is_elementwise(k) or is_rearrangement(k) for k in kinds)
         if moves or pointwise:  # the values it is a function of: through moves and pointwise ops
             src: set[fx.Node] = set()
@@ -305,7 +311,7 @@ MAX_MIXED_MATMULS = 2
 
 def _source(n: fx.Node, info: dict[fx.Node, NodeInfo]) -> fx.Node:
     """The value ``n`` rearranges (through views and casts), or ``n`` itself."""
-    while n in info and all(is_rearrangement(k) for k in info[n].kinds) and len(n.all_input_nodes) == 1:
+    while n in info and _moves(info[n].kinds) and len(n.all_input_nodes) == 1:
         n = n.all_input_nodes[0]
     return n
 

@@ -434,8 +434,11 @@ def test_projections_of_one_activation_share_a_piece_and_a_chain_of_three_does_n
     """At the default limits an RMSNorm's q, k and v projections are one piece (one pass over
     the activations for the search to find), while a SiLU-gated MLP with its down projection —
     three matmuls, one reading the others' product — is cut into gate·up and down."""
+    def rms(x, g):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+
     def qkv(x, g, wq, wk, wv):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        h = rms(x, g)
         return F.linear(h, wq), F.linear(h, wk), F.linear(h, wv)
 
     cap = from_torch(qkv, r(1, 16), r(16), r(32, 16), r(8, 16), r(8, 16))
@@ -451,7 +454,7 @@ def test_projections_of_one_activation_share_a_piece_and_a_chain_of_three_does_n
     # four projections of one activation: three share a piece, the fourth is cut off (and, a
     # lone product, left to torch)
     def four(x, g, a, b, c, d):
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * g
+        h = rms(x, g)
         return h @ a, h @ b, h @ c, h @ d
 
     cap = from_torch(four, r(1, 16), r(16), *(r(16, 8) for _ in range(4)))

@@ -3,16 +3,14 @@ own first round, climb and sweeps, each timing answered from a sweep's record.""
 
 from __future__ import annotations
 
-
 import pytest
 
 from lower.calibration import merged_tilings
 from lower.cost_model import H200, for_timing
 from lower.replay import replay
+from mugraph.core.benchmarks.handwritten import gemv
 from mugraph.core.serialize import graph_from_json
 from mugraph.core.text import kernel_structure
-
-from mugraph.core.benchmarks.handwritten import gemv
 
 
 def test_the_tuner_times_a_one_row_projections_near_fastest_config_within_two_timings():

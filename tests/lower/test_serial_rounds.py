@@ -9,10 +9,8 @@ the first at 16.2 μs and ranked it above the second. CPU only: prices, nothing 
 
 from __future__ import annotations
 
-
 from lower.config import KernelConfig
 from lower.cost_model import H200, breakdown, estimate, for_timing
-
 from mugraph.core.benchmarks.handwritten import gemv
 
 DRAM = for_timing(H200, "dram")

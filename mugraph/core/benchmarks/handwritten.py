@@ -91,9 +91,10 @@ def gemv(rows: int, k: int, n: int, cols: int, steps: int, form: str = "plain",
     X, W = kg.input("X", (rows, k), dtype), kg.input("W", (k, n), dtype)
     R = kg.input("R", (rows, n), dtype) if form == "residual" else None
     loop = k // steps
+    looped = loop > 1  # a loop-free block maps no input onto a loop
     bg = BlockGraph(grid=(n // cols, 1, 1), forloop=loop)
-    out = bg.accum(bg.input(X, imap=(None,), fmap=1 if loop > 1 else None)
-                   @ bg.input(W, imap=(1,), fmap=0 if loop > 1 else None))
+    out = bg.accum(bg.input(X, imap=(None,), fmap=1 if looped else None)
+                   @ bg.input(W, imap=(1,), fmap=0 if looped else None))
     if R is not None:
         out = out + bg.input(R, imap=(1,))
     bg.output(out, omap=(1,))
